@@ -1,0 +1,211 @@
+"""The data model every part of gpudiag shares: readings, probe results, findings,
+kernel results and the snapshot that holds them all.
+
+Everything here is plain data (frozen dataclasses of str, int, float, bool and lists
+of those), so that a snapshot written to TOML or JSON loads back to equal objects.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Union
+
+SCHEMA_VERSION = 1
+
+Scalar = Union[bool, int, float, str]
+Value = Union[Scalar, list[Scalar]]
+
+
+class ReadingStatus(str, Enum):
+    """Whether a reading could be taken, and if not, why."""
+
+    OK = "ok"
+    UNSUPPORTED = "unsupported"
+    MISSING = "missing"
+    NEEDS_ROOT = "needs-root"
+    ERROR = "error"
+
+
+class ProbeStatus(str, Enum):
+    """How a probe's run ended."""
+
+    OK = "ok"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+
+
+class Severity(str, Enum):
+    """A finding's severity; `unknown` means the evidence could not be read."""
+
+    CRITICAL = "critical"
+    WARNING = "warning"
+    UNKNOWN = "unknown"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        """Higher is worse: critical 3, warning 2, unknown 1, info 0."""
+        return {"critical": 3, "warning": 2, "unknown": 1, "info": 0}[self.value]
+
+
+def check_value(value: object) -> Value:
+    """Return `value` if it is a storable reading value, else raise ValueError.
+
+    Storable: bool, int, finite float, str, or a flat list of those.
+    NaN and infinity are refused: a value that could not be read is a status, not a number.
+    """
+    if isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"non-finite number {value!r}")
+        return value
+    if isinstance(value, list):
+        for item in value:
+            if isinstance(item, list) or item is None:
+                raise ValueError("lists of readings hold scalars only")
+            check_value(item)
+        return value
+    raise ValueError(f"unsupported value type {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One fact about the node, flat-keyed, e.g. `gpu.3.pcie.link_width`.
+
+    `value` is None exactly when `status` is not ok; `reason` then says why.
+    `source` names where it came from: `nvml:nvmlDeviceGetCurrPcieLinkWidth`,
+    `sysfs:bus/pci/devices/0000:1b:00.0/current_link_width`, `file:/etc/os-release`.
+    """
+
+    key: str
+    value: Value | None
+    unit: str = ""
+    source: str = ""
+    status: ReadingStatus = ReadingStatus.OK
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            raise ValueError("a reading needs a key")
+        if self.status is ReadingStatus.OK:
+            if self.value is None:
+                raise ValueError(f"reading {self.key}: status ok needs a value")
+            check_value(self.value)
+        elif self.value is not None:
+            raise ValueError(f"reading {self.key}: status {self.status.value} carries no value")
+
+    @property
+    def ok(self) -> bool:
+        """True when the reading was taken."""
+        return self.status is ReadingStatus.OK
+
+    @classmethod
+    def failed(
+        cls, key: str, status: ReadingStatus, reason: str, source: str = "", unit: str = ""
+    ) -> Reading:
+        """A reading that could not be taken, with the reason why."""
+        return cls(key=key, value=None, unit=unit, source=source, status=status, reason=reason)
+
+    def display(self) -> str:
+        """The value with its unit, or the status and reason when it was not read."""
+        if not self.ok:
+            return f"[{self.status.value}] {self.reason}".rstrip()
+        value = ", ".join(map(str, self.value)) if isinstance(self.value, list) else self.value
+        return f"{value} {self.unit}".rstrip() if self.unit else str(value)
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What one probe returned, and how its run ended."""
+
+    name: str
+    status: ProbeStatus
+    duration_s: float
+    readings: tuple[Reading, ...] = ()
+    error: str = ""
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A rule's verdict on one subject (the node, a GPU, a link).
+
+    `evidence` holds the readings the verdict rests on, as they were when the rule ran;
+    a reading no probe produced appears with status missing.
+    """
+
+    rule_id: str
+    severity: Severity
+    subject: str
+    title: str
+    message: str
+    evidence: tuple[Reading, ...] = ()
+    why: str = ""
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """Summary of a kernel's repeated trials."""
+
+    count: int
+    median: float
+    minimum: float
+    maximum: float
+    mean: float
+    cv: float
+    ci95_low: float
+    ci95_high: float
+
+
+@dataclass(frozen=True)
+class KernelResult:
+    """Repeated measurements of one metric of one kernel on one device."""
+
+    kernel: str
+    device: str
+    metric: str
+    unit: str
+    status: ProbeStatus
+    samples: tuple[float, ...] = ()
+    stats: Statistics | None = None
+    params: tuple[tuple[str, Scalar], ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything gpudiag knows about a node at one moment."""
+
+    host: str
+    created: str
+    gpudiag_version: str
+    command_line: tuple[str, ...] = ()
+    probes: tuple[ProbeResult, ...] = ()
+    kernels: tuple[KernelResult, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    schema_version: int = SCHEMA_VERSION
+    readings_by_key: dict[str, Reading] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        index = self.readings_by_key
+        for probe in self.probes:
+            for reading in probe.readings:
+                index[reading.key] = reading
+
+    def reading(self, key: str) -> Reading | None:
+        """The reading with this key, or None when no probe produced it."""
+        return self.readings_by_key.get(key)
+
+    def worst_severity(self) -> Severity | None:
+        """The worst severity among the findings, or None when there are none."""
+        if not self.findings:
+            return None
+        return max((f.severity for f in self.findings), key=lambda s: s.rank)

@@ -1,0 +1,391 @@
+"""The one interface gpudiag has to NVML, with two backends.
+
+- `PynvmlBackend`: the real library through `pynvml` (from the `nvidia-ml-py` package).
+- `ReplayBackend`: a recorded node, read from a replay file (`--nvml-replay FILE`),
+  the way DCGM tests its diagnostics without GPUs.
+
+Both answer one primitive, `call(function, device, *args)`, named after the NVML C
+function (`nvmlDeviceGetCurrPcieLinkWidth`), and return plain Python data (str, int,
+float, bool, lists and dicts). Every failure is an `NvmlError` with a code name taken
+from NVML (`NotSupported`, `NoPermission`, `FunctionNotFound`, `GpuIsLost`, ...), which
+`Nvml.reading` turns into that reading's status: one call failing never stops the rest.
+
+Replay file format, version 1 (TOML, or JSON when the name ends in .json)::
+
+    format = "gpudiag-nvml-replay"
+    version = 1
+    description = "what node this is and where its values come from"
+
+    [init]                      # optional; `error` makes nvmlInit fail with that code
+    error = "DriverNotLoaded"
+
+    [system]                    # system-level calls, by NVML function name
+    nvmlSystemGetDriverVersion = "550.54.15"
+    nvmlSystemGetCudaDriverVersion_v2 = 12040
+
+    [[devices]]                 # one table per GPU, in NVML index order
+    nvmlDeviceGetName = "NVIDIA H100 80GB HBM3"
+    nvmlDeviceGetPowerUsage = { error = "NotSupported" }
+    nvmlDeviceGetClockInfo = { "0" = 1980, "1" = 2619 }   # calls with arguments:
+                                                          # keyed by the arguments, joined by ","
+
+A call the file does not record fails with code `NotRecorded`, which shows as a
+missing reading: a replay never invents a value. `nvmlDeviceGetCount` defaults to the
+number of `[[devices]]` tables.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from gpudiag import tomlcompat
+from gpudiag.model import Reading, ReadingStatus, Value, check_value
+
+# NVML's return codes (nvml.h), by number, as the names used in replay files.
+NVML_ERROR_NAMES: dict[int, str] = {
+    1: "Uninitialized",
+    2: "InvalidArgument",
+    3: "NotSupported",
+    4: "NoPermission",
+    5: "AlreadyInitialized",
+    6: "NotFound",
+    7: "InsufficientSize",
+    8: "InsufficientPower",
+    9: "DriverNotLoaded",
+    10: "Timeout",
+    11: "IrqIssue",
+    12: "LibraryNotFound",
+    13: "FunctionNotFound",
+    14: "CorruptedInforom",
+    15: "GpuIsLost",
+    16: "ResetRequired",
+    17: "OperatingSystem",
+    18: "LibRmVersionMismatch",
+    19: "InUse",
+    20: "Memory",
+    21: "NoData",
+    22: "VgpuEccNotSupported",
+    23: "InsufficientResources",
+    24: "FreqNotSupported",
+    25: "ArgumentVersionMismatch",
+    26: "Deprecated",
+    27: "NotReady",
+    28: "GpuNotFound",
+    29: "InvalidState",
+    999: "Unknown",
+}
+# Codes gpudiag itself raises.
+EXTRA_ERROR_NAMES = ("NotRecorded", "PynvmlMissing")
+KNOWN_ERROR_NAMES = frozenset(NVML_ERROR_NAMES.values()) | frozenset(EXTRA_ERROR_NAMES)
+
+_STATUS_BY_CODE = {
+    "NotSupported": ReadingStatus.UNSUPPORTED,
+    "FunctionNotFound": ReadingStatus.UNSUPPORTED,
+    "NoPermission": ReadingStatus.NEEDS_ROOT,
+    "LibraryNotFound": ReadingStatus.MISSING,
+    "DriverNotLoaded": ReadingStatus.MISSING,
+    "PynvmlMissing": ReadingStatus.MISSING,
+    "NotRecorded": ReadingStatus.MISSING,
+    "NoData": ReadingStatus.MISSING,
+    "NotFound": ReadingStatus.MISSING,
+}
+
+_HINTS = {
+    "LibraryNotFound": (
+        "NVML library not found (libnvidia-ml.so.1): is the NVIDIA driver installed? "
+        "Check `lsmod | grep nvidia` and that the driver's library directory is in the "
+        "loader path (ldconfig -p | grep nvidia-ml)"
+    ),
+    "DriverNotLoaded": (
+        "NVIDIA driver not loaded: libnvidia-ml is present but the kernel module is not "
+        "(modprobe nvidia; check dmesg for the reason)"
+    ),
+    "PynvmlMissing": "the pynvml module is missing: pip install nvidia-ml-py",
+    "NoPermission": "NVML denied the call: run as root",
+    "FunctionNotFound": "the installed driver's NVML lacks this function (older driver)",
+    "GpuIsLost": "the GPU is lost: it fell off the bus or stopped answering; reset or reboot",
+}
+
+
+class NvmlError(Exception):
+    """A failed NVML call. `code` is NVML's name for the return code."""
+
+    def __init__(self, code: str, function: str, detail: str = "") -> None:
+        self.code = code
+        self.function = function
+        self.detail = detail
+        super().__init__(self.reason)
+
+    @property
+    def status(self) -> ReadingStatus:
+        """The reading status this failure gives."""
+        return _STATUS_BY_CODE.get(self.code, ReadingStatus.ERROR)
+
+    @property
+    def reason(self) -> str:
+        """A one-line explanation for the user."""
+        text = f"{self.function}: {self.code}"
+        hint = _HINTS.get(self.code)
+        if hint:
+            text += f" ({hint})"
+        if self.detail:
+            text += f": {self.detail}"
+        return text
+
+
+class NvmlBackend(Protocol):
+    """What both backends provide."""
+
+    description: str
+
+    def init(self) -> None:
+        """Initialise; raises NvmlError."""
+
+    def shutdown(self) -> None:
+        """Release the library."""
+
+    def call(self, function: str, device: int | None, *args: int) -> Any:
+        """Call an NVML function by its C name; raises NvmlError."""
+
+
+def plain(value: Any) -> Any:
+    """Turn what pynvml returns (ctypes structures, arrays, bytes) into plain data."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace").rstrip("\x00")
+    if isinstance(value, ctypes.Structure):
+        return {name: plain(getattr(value, name)) for name, *_ in value._fields_}
+    if isinstance(value, (ctypes.Array, list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+class PynvmlBackend:
+    """The real NVML, through pynvml. Not exercised on a GPU in CI: the tests run it on
+    a machine without the driver, where it must report LibraryNotFound as a status."""
+
+    description = "NVML (pynvml)"
+
+    def __init__(self) -> None:
+        self._pynvml: Any = None
+        self._handles: dict[int, Any] = {}
+
+    def _convert(self, exc: Exception, function: str) -> NvmlError:
+        code_number = getattr(exc, "value", None)
+        code = NVML_ERROR_NAMES.get(code_number, f"Error{code_number}")
+        return NvmlError(code, function)
+
+    def init(self) -> None:
+        try:
+            import pynvml
+        except ImportError:
+            raise NvmlError("PynvmlMissing", "import pynvml") from None
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise self._convert(exc, "nvmlInit") from None
+        self._pynvml = pynvml
+
+    def shutdown(self) -> None:
+        if self._pynvml is not None:
+            try:
+                self._pynvml.nvmlShutdown()
+            except self._pynvml.NVMLError:
+                pass
+            self._pynvml = None
+            self._handles.clear()
+
+    def call(self, function: str, device: int | None, *args: int) -> Any:
+        pynvml = self._pynvml
+        if pynvml is None:
+            raise NvmlError("Uninitialized", function)
+        func: Callable[..., Any] | None = getattr(pynvml, function, None)
+        if func is None:
+            raise NvmlError("FunctionNotFound", function, "not in this pynvml")
+        try:
+            if device is None:
+                return plain(func(*args))
+            handle = self._handles.get(device)
+            if handle is None:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(device)
+                self._handles[device] = handle
+            return plain(func(handle, *args))
+        except pynvml.NVMLError as exc:
+            raise self._convert(exc, function) from None
+
+
+class ReplayError(Exception):
+    """A replay file that cannot be used; str() is the one-line message."""
+
+
+def _check_recorded(value: Any, where: str) -> None:
+    if isinstance(value, dict):
+        if "error" in value:
+            code = value["error"]
+            if code not in KNOWN_ERROR_NAMES:
+                raise ReplayError(f"{where}: unknown NVML error code {code!r}")
+            if set(value) - {"error", "detail"}:
+                raise ReplayError(f"{where}: an error entry holds only 'error' and 'detail'")
+            return
+        for key, item in value.items():
+            _check_recorded(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_recorded(item, f"{where}[{i}]")
+
+
+class ReplayBackend:
+    """A recorded node read from a replay file (see the module docstring)."""
+
+    def __init__(self, data: dict[str, Any], name: str = "<replay>") -> None:
+        self.name = name
+        if data.get("format") != "gpudiag-nvml-replay":
+            raise ReplayError(f"{name}: not an NVML replay file (format must be 'gpudiag-nvml-replay')")
+        if data.get("version") != 1:
+            raise ReplayError(f"{name}: replay version {data.get('version')!r} is not supported (1)")
+        unknown = set(data) - {"format", "version", "description", "init", "system", "devices"}
+        if unknown:
+            raise ReplayError(f"{name}: unknown top-level key(s) {', '.join(sorted(unknown))}")
+        self.description = f"NVML replay {Path(name).name}: {data.get('description', '')}".rstrip(": ")
+        self._init = data.get("init", {})
+        self._system = data.get("system", {})
+        self._devices = data.get("devices", [])
+        if not isinstance(self._init, dict) or not isinstance(self._system, dict):
+            raise ReplayError(f"{name}: [init] and [system] must be tables")
+        if not isinstance(self._devices, list) or not all(isinstance(d, dict) for d in self._devices):
+            raise ReplayError(f"{name}: devices must be a list of tables ([[devices]])")
+        _check_recorded(self._init, f"{name}: init")
+        _check_recorded(self._system, f"{name}: system")
+        for i, device in enumerate(self._devices):
+            _check_recorded(device, f"{name}: devices[{i}]")
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ReplayBackend:
+        """Load a replay file, TOML or JSON; raises ReplayError with a one-line reason."""
+        name = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ReplayError(f"{name}: no such file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ReplayError(f"{name}: cannot read: {exc}") from None
+        if not text.strip():
+            raise ReplayError(f"{name}: file is empty")
+        try:
+            if text.lstrip().startswith("{"):
+                data = json.loads(text)
+            else:
+                data = tomlcompat.loads(text)
+        except (json.JSONDecodeError, tomlcompat.TOMLDecodeError) as exc:
+            raise ReplayError(f"{name}: not valid TOML or JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ReplayError(f"{name}: not an NVML replay file")
+        return cls(data, name)
+
+    def init(self) -> None:
+        if "error" in self._init:
+            raise NvmlError(self._init["error"], "nvmlInit", self._init.get("detail", ""))
+
+    def shutdown(self) -> None:
+        return None
+
+    def call(self, function: str, device: int | None, *args: int) -> Any:
+        if device is None:
+            table = self._system
+            if function in ("nvmlDeviceGetCount", "nvmlDeviceGetCount_v2") and function not in table:
+                return len(self._devices)
+        else:
+            if not 0 <= device < len(self._devices):
+                raise NvmlError("InvalidArgument", function, f"no device {device} in the replay")
+            table = self._devices[device]
+        if function not in table:
+            raise NvmlError("NotRecorded", function, f"not in {Path(self.name).name}")
+        value = table[function]
+        if args:
+            if not isinstance(value, dict) or "error" in value:
+                return self._value_or_error(value, function)
+            arg_key = ",".join(str(a) for a in args)
+            if arg_key not in value:
+                raise NvmlError("NotRecorded", function, f"arguments ({arg_key}) not recorded")
+            value = value[arg_key]
+        return self._value_or_error(value, function)
+
+    @staticmethod
+    def _value_or_error(value: Any, function: str) -> Any:
+        if isinstance(value, dict) and "error" in value:
+            raise NvmlError(value["error"], function, value.get("detail", ""))
+        return value
+
+
+class Nvml:
+    """The narrow NVML interface the probes use: lazy initialisation, and every call
+    answered either with a value or with a reading status."""
+
+    def __init__(self, backend: NvmlBackend) -> None:
+        self.backend = backend
+        self._lock = threading.Lock()
+        self._initialised = False
+        self._init_error: NvmlError | None = None
+
+    def ensure_init(self) -> None:
+        """Initialise once; re-raises the first failure on every later call."""
+        with self._lock:
+            if self._initialised:
+                return
+            if self._init_error is not None:
+                raise self._init_error
+            try:
+                self.backend.init()
+            except NvmlError as exc:
+                self._init_error = exc
+                raise
+            self._initialised = True
+
+    def call(self, function: str, device: int | None = None, *args: int) -> Any:
+        """Call after initialising; raises NvmlError."""
+        self.ensure_init()
+        return self.backend.call(function, device, *args)
+
+    def reading(
+        self,
+        key: str,
+        function: str,
+        device: int | None = None,
+        *args: int,
+        unit: str = "",
+        convert: Callable[[Any], Value] | None = None,
+    ) -> Reading:
+        """One reading from one NVML call; a failed call gives that failure's status."""
+        source = f"nvml:{function}"
+        try:
+            raw = self.call(function, device, *args)
+        except NvmlError as exc:
+            reason = exc.reason
+            if exc is self._init_error:  # said in full once, by the nvml.init reading
+                reason = f"NVML unavailable ({exc.code}, see nvml.init)"
+            return Reading.failed(key, exc.status, reason, source=source, unit=unit)
+        try:
+            value = check_value(convert(raw) if convert else raw)
+        except (ValueError, TypeError, KeyError) as exc:
+            return Reading.failed(
+                key, ReadingStatus.ERROR, f"{function} returned {raw!r}: {exc}", source, unit
+            )
+        return Reading(key=key, value=value, unit=unit, source=source)
+
+    def close(self) -> None:
+        """Shut NVML down if it was initialised."""
+        with self._lock:
+            if self._initialised:
+                self.backend.shutdown()
+                self._initialised = False
+
+
+def open_nvml(replay: str | Path | None) -> Nvml:
+    """The NVML interface: the replay file when given, else the real library."""
+    if replay is not None:
+        return Nvml(ReplayBackend.from_file(replay))
+    return Nvml(PynvmlBackend())

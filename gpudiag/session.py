@@ -1,0 +1,101 @@
+"""Turning a node (or a saved snapshot) into a snapshot with findings.
+
+The CLI and the TUI both call these; neither talks to probes or rules any other way.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+
+from gpudiag import __version__
+from gpudiag.hostfs import HostFS
+from gpudiag.model import Finding, ProbeResult, Reading, Severity, Snapshot
+from gpudiag.nvml import Nvml
+from gpudiag.probe import Probe, ProbeContext, run_probes
+from gpudiag.ruleengine import Rule, evaluate
+
+EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 1, 2, 3
+
+
+@dataclass
+class LiveNode:
+    """Everything needed to probe a node: where its files are, its NVML, which probes
+    and rules to use, and the command line to record."""
+
+    host: HostFS
+    nvml: Nvml
+    probes: Sequence[Probe]
+    rules: Sequence[Rule]
+    command_line: Sequence[str] = ()
+    timeout_scale: float = 1.0
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+    def snapshot(self, on_result: Callable[[ProbeResult], None] | None = None) -> Snapshot:
+        """Run the probes, evaluate the rules, and return the snapshot."""
+        self.cancel.clear()
+        context = ProbeContext(host=self.host, nvml=self.nvml, cancel=self.cancel)
+        results = run_probes(self.probes, context, on_result, self.timeout_scale)
+        snapshot = Snapshot(
+            host=_hostname(results),
+            created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            gpudiag_version=__version__,
+            command_line=tuple(self.command_line),
+            probes=tuple(results),
+        )
+        return with_findings(snapshot, self.rules)
+
+
+def _hostname(results: Sequence[ProbeResult]) -> str:
+    for result in results:
+        for reading in result.readings:
+            if reading.key == "host.hostname" and reading.ok:
+                return str(reading.value)
+    return "unknown"
+
+
+def with_findings(snapshot: Snapshot, rules: Sequence[Rule]) -> Snapshot:
+    """The snapshot with its findings (re)computed from its readings by `rules`."""
+    readings: dict[str, Reading] = dict(snapshot.readings_by_key)
+    return replace(snapshot, findings=tuple(evaluate(rules, readings, snapshot.probes)))
+
+
+def exit_code(findings: Sequence[Finding]) -> int:
+    """Monitoring convention: 2 critical, 1 warning, 3 unknown, 0 otherwise."""
+    severities = {f.severity for f in findings}
+    if Severity.CRITICAL in severities:
+        return EXIT_CRITICAL
+    if Severity.WARNING in severities:
+        return EXIT_WARNING
+    if Severity.UNKNOWN in severities:
+        return EXIT_UNKNOWN
+    return EXIT_OK
+
+
+def severity_counts(findings: Sequence[Finding]) -> dict[Severity, int]:
+    """How many findings of each severity, worst first."""
+    return {s: sum(1 for f in findings if f.severity is s) for s in Severity}
+
+
+def format_finding(finding: Finding) -> str:
+    """One line: severity as text, rule id, subject and message."""
+    return f"{finding.severity.value.upper():<8} {finding.rule_id:<8} {finding.subject}: {finding.message}"
+
+
+def format_summary(snapshot: Snapshot) -> str:
+    """A short report: host, probe outcomes, finding counts and the findings."""
+    probes_ok = sum(1 for p in snapshot.probes if p.status.value == "ok")
+    readings = len(snapshot.readings_by_key)
+    counts = severity_counts(snapshot.findings)
+    count_text = ", ".join(f"{n} {s.value}" for s, n in counts.items())
+    lines = [
+        f"{snapshot.host}: {len(snapshot.probes)} probes ({probes_ok} ok), "
+        f"{readings} readings; findings: {count_text}",
+    ]
+    for probe in snapshot.probes:
+        if probe.status.value != "ok":
+            lines.append(f"probe {probe.name}: {probe.status.value}: {probe.error}")
+    lines.extend(format_finding(f) for f in snapshot.findings)
+    return "\n".join(lines)

@@ -1,0 +1,427 @@
+"""Snapshot files: one versioned schema, written as TOML (default) or JSON.
+
+Layout (schema version 1), the same in both formats::
+
+    schema_version, gpudiag_version, host, created, command_line
+    [[probes]]    name, title, status, duration_s, error, [[probes.readings]]
+    [[kernels]]   kernel, device, metric, unit, status, samples, stats, params, error
+    [[findings]]  rule_id, severity, subject, title, message, why, fix, [[findings.evidence]]
+    [end]         probes, readings, kernels, findings  (counts; written last)
+
+A reading is `key, value, unit, source, status, reason`; `value` is left out when the
+reading could not be taken, and empty strings are left out. The `[end]` table comes
+last in the file, so a file cut short is caught even where the cut falls between two
+tables. The loader refuses anything else with a `SnapshotError` naming the file and
+the problem in one line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import tomli_w
+
+from gpudiag import tomlcompat
+from gpudiag.atomic import write_atomic
+from gpudiag.model import (
+    SCHEMA_VERSION,
+    Finding,
+    KernelResult,
+    ProbeResult,
+    ProbeStatus,
+    Reading,
+    ReadingStatus,
+    Severity,
+    Snapshot,
+    Statistics,
+    check_value,
+)
+
+
+class SnapshotError(Exception):
+    """A snapshot file that cannot be read; str() is the one-line message for the user."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def _drop_empty(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if v != "" and v is not None}
+
+
+def _reading_to_dict(reading: Reading) -> dict[str, Any]:
+    return _drop_empty(
+        {
+            "key": reading.key,
+            "value": reading.value,
+            "unit": reading.unit,
+            "source": reading.source,
+            "status": reading.status.value,
+            "reason": reading.reason,
+        }
+    )
+
+
+def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
+    """The plain-data form of a snapshot, as written to TOML or JSON."""
+    probes = [
+        {
+            **_drop_empty(
+                {
+                    "name": p.name,
+                    "title": p.title,
+                    "status": p.status.value,
+                    "duration_s": p.duration_s,
+                    "error": p.error,
+                }
+            ),
+            "readings": [_reading_to_dict(r) for r in p.readings],
+        }
+        for p in snapshot.probes
+    ]
+    kernels = []
+    for k in snapshot.kernels:
+        entry = _drop_empty(
+            {
+                "kernel": k.kernel,
+                "device": k.device,
+                "metric": k.metric,
+                "unit": k.unit,
+                "status": k.status.value,
+                "error": k.error,
+            }
+        )
+        entry["samples"] = list(k.samples)
+        entry["params"] = dict(k.params)
+        if k.stats is not None:
+            entry["stats"] = asdict(k.stats)
+        kernels.append(entry)
+    findings = [
+        {
+            **_drop_empty(
+                {
+                    "rule_id": f.rule_id,
+                    "severity": f.severity.value,
+                    "subject": f.subject,
+                    "title": f.title,
+                    "message": f.message,
+                    "why": f.why,
+                    "fix": f.fix,
+                }
+            ),
+            "evidence": [_reading_to_dict(r) for r in f.evidence],
+        }
+        for f in snapshot.findings
+    ]
+    return {
+        "schema_version": snapshot.schema_version,
+        "gpudiag_version": snapshot.gpudiag_version,
+        "host": snapshot.host,
+        "created": snapshot.created,
+        "command_line": list(snapshot.command_line),
+        "probes": probes,
+        "kernels": kernels,
+        "findings": findings,
+        "end": _counts(snapshot),
+    }
+
+
+def _counts(snapshot: Snapshot) -> dict[str, int]:
+    return {
+        "probes": len(snapshot.probes),
+        "readings": sum(len(p.readings) for p in snapshot.probes),
+        "kernels": len(snapshot.kernels),
+        "findings": len(snapshot.findings),
+    }
+
+
+def is_json_path(path: str | Path) -> bool:
+    """JSON when the file name ends in .json, TOML otherwise."""
+    return str(path).lower().endswith(".json")
+
+
+def dumps(snapshot: Snapshot, as_json: bool = False) -> str:
+    """The snapshot as TOML text, or as JSON text when `as_json`."""
+    data = snapshot_to_dict(snapshot)
+    if as_json:
+        return json.dumps(data, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    return tomli_w.dumps(data)
+
+
+def save(snapshot: Snapshot, path: Path) -> None:
+    """Write atomically: TOML, or JSON when the name ends in .json."""
+    text = dumps(snapshot, as_json=is_json_path(path))
+
+    def write(stream: IO[str]) -> None:
+        stream.write(text)
+
+    write_atomic(path, write)
+
+
+# ---------------------------------------------------------------------------- reading
+
+T = TypeVar("T")
+_REQUIRED = object()
+
+
+class _Fields:
+    """Takes typed fields out of one table and complains, with its location, about
+    missing, wrong-typed and unknown ones."""
+
+    def __init__(self, data: object, where: str) -> None:
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: expected a table, got {_type_name(data)}")
+        self.data = dict(data)
+        self.where = where
+
+    def take(self, name: str, kind: type | tuple[type, ...], default: object = _REQUIRED) -> Any:
+        if name not in self.data:
+            if default is _REQUIRED:
+                raise ValueError(f"{self.where}: missing field '{name}'")
+            return default
+        value = self.data.pop(name)
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if isinstance(value, bool) and bool not in kinds:
+            ok = False
+        elif float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        else:
+            ok = isinstance(value, kinds)
+        if not ok:
+            expected = " or ".join(k.__name__ for k in kinds)
+            raise ValueError(
+                f"{self.where}.{name}: expected {expected}, got {_type_name(value)}"
+            )
+        return value
+
+    def enum(self, name: str, enum_type: Callable[[str], T]) -> T:
+        raw = self.take(name, str)
+        try:
+            return enum_type(raw)
+        except ValueError:
+            raise ValueError(f"{self.where}.{name}: unknown value '{raw}'") from None
+
+    def table_list(self, name: str) -> list[Any]:
+        items = self.take(name, list, [])
+        return [(item, f"{self.where}.{name}[{i}]") for i, item in enumerate(items)]
+
+    def done(self) -> None:
+        if self.data:
+            unknown = ", ".join(sorted(self.data))
+            raise ValueError(f"{self.where}: unknown field(s) {unknown}")
+
+
+def _type_name(value: object) -> str:
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a table",
+    }.get(type(value), type(value).__name__)
+
+
+def _reading_from(data: object, where: str) -> Reading:
+    f = _Fields(data, where)
+    key = f.take("key", str)
+    value = f.take("value", (bool, int, float, str, list), None)
+    unit = f.take("unit", str, "")
+    source = f.take("source", str, "")
+    status = f.enum("status", ReadingStatus)
+    reason = f.take("reason", str, "")
+    f.done()
+    try:
+        if value is not None:
+            check_value(value)
+        return Reading(key=key, value=value, unit=unit, source=source, status=status, reason=reason)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _probe_from(data: object, where: str) -> ProbeResult:
+    f = _Fields(data, where)
+    result = ProbeResult(
+        name=f.take("name", str),
+        title=f.take("title", str, ""),
+        status=f.enum("status", ProbeStatus),
+        duration_s=f.take("duration_s", float),
+        error=f.take("error", str, ""),
+        readings=tuple(_reading_from(d, w) for d, w in f.table_list("readings")),
+    )
+    f.done()
+    return result
+
+
+def _kernel_from(data: object, where: str) -> KernelResult:
+    f = _Fields(data, where)
+    kernel = f.take("kernel", str)
+    device = f.take("device", str)
+    metric = f.take("metric", str)
+    unit = f.take("unit", str, "")
+    status = f.enum("status", ProbeStatus)
+    error = f.take("error", str, "")
+    samples = f.take("samples", list, [])
+    for i, sample in enumerate(samples):
+        if isinstance(sample, bool) or not isinstance(sample, (int, float)):
+            raise ValueError(f"{where}.samples[{i}]: expected a number, got {_type_name(sample)}")
+        try:
+            check_value(sample)
+        except ValueError as exc:
+            raise ValueError(f"{where}.samples[{i}]: {exc}") from None
+    params = _Fields(f.take("params", dict, {}), f"{where}.params")
+    param_items = []
+    for name in list(params.data):
+        value = params.take(name, (bool, int, float, str))
+        param_items.append((name, value))
+    stats = None
+    if "stats" in f.data:
+        s = _Fields(f.take("stats", dict), f"{where}.stats")
+        stats = Statistics(
+            count=s.take("count", int),
+            **{
+                name: s.take(name, float)
+                for name in ("median", "minimum", "maximum", "mean", "cv", "ci95_low", "ci95_high")
+            },
+        )
+        s.done()
+    f.done()
+    return KernelResult(
+        kernel=kernel,
+        device=device,
+        metric=metric,
+        unit=unit,
+        status=status,
+        samples=tuple(float(s) for s in samples),
+        stats=stats,
+        params=tuple(param_items),
+        error=error,
+    )
+
+
+def _finding_from(data: object, where: str) -> Finding:
+    f = _Fields(data, where)
+    finding = Finding(
+        rule_id=f.take("rule_id", str),
+        severity=f.enum("severity", Severity),
+        subject=f.take("subject", str),
+        title=f.take("title", str, ""),
+        message=f.take("message", str, ""),
+        why=f.take("why", str, ""),
+        fix=f.take("fix", str, ""),
+        evidence=tuple(_reading_from(d, w) for d, w in f.table_list("evidence")),
+    )
+    f.done()
+    return finding
+
+
+def _check_created(value: str) -> str:
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"created: '{value}' is not an ISO 8601 time") from None
+    return value
+
+
+def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
+    """Build a snapshot from its plain-data form; raises ValueError on any problem."""
+    if "schema_version" not in data:
+        raise ValueError("not a gpudiag snapshot (no schema_version)")
+    version = data["schema_version"]
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ValueError(f"schema_version: expected an integer, got {_type_name(version)}")
+    if version != SCHEMA_VERSION:
+        raise ValueError(
+            f"schema version {version} is not supported (this gpudiag reads {SCHEMA_VERSION})"
+        )
+    if "end" not in data:
+        raise ValueError("truncated: the closing [end] table is missing")
+    f = _Fields(data, "snapshot")
+    f.take("schema_version", int)
+    gpudiag_version = f.take("gpudiag_version", str)
+    host = f.take("host", str)
+    created = _check_created(f.take("created", str))
+    command_line = f.take("command_line", list, [])
+    for i, arg in enumerate(command_line):
+        if not isinstance(arg, str):
+            raise ValueError(f"command_line[{i}]: expected a string, got {_type_name(arg)}")
+    probes = tuple(_probe_from(d, w) for d, w in f.table_list("probes"))
+    kernels = tuple(_kernel_from(d, w) for d, w in f.table_list("kernels"))
+    findings = tuple(_finding_from(d, w) for d, w in f.table_list("findings"))
+    end = _Fields(f.take("end", dict), "end")
+    declared = {name: end.take(name, int) for name in ("probes", "readings", "kernels", "findings")}
+    end.done()
+    f.done()
+    snapshot = Snapshot(
+        schema_version=version,
+        gpudiag_version=gpudiag_version,
+        host=host,
+        created=created,
+        command_line=tuple(command_line),
+        probes=probes,
+        kernels=kernels,
+        findings=findings,
+    )
+    actual = _counts(snapshot)
+    for name, count in declared.items():
+        if actual[name] != count:
+            raise ValueError(
+                f"truncated or edited: [end] declares {count} {name}, the file holds {actual[name]}"
+            )
+    return snapshot
+
+
+def loads(text: str, name: str = "<snapshot>") -> Snapshot:
+    """Parse snapshot text, TOML or JSON (told apart by a leading '{')."""
+    try:
+        if text.lstrip().startswith("{"):
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(
+                    f"not valid JSON (truncated?): {exc.msg} at line {exc.lineno}"
+                ) from None
+            if not isinstance(data, dict):
+                raise ValueError("not a gpudiag snapshot (JSON top level is not an object)")
+        else:
+            try:
+                data = tomlcompat.loads(text)
+            except tomlcompat.TOMLDecodeError as exc:
+                raise ValueError(f"not valid TOML (truncated?): {exc}") from None
+        return snapshot_from_dict(data)
+    except ValueError as exc:
+        raise SnapshotError(name, str(exc)) from None
+    except RecursionError:
+        raise SnapshotError(name, "nested too deeply to be a snapshot") from None
+
+
+def load(path: str | Path) -> Snapshot:
+    """Read a snapshot file, or raise SnapshotError with a one-line reason."""
+    name = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise SnapshotError(name, "no such file") from None
+    except IsADirectoryError:
+        raise SnapshotError(name, "is a directory, not a snapshot file") from None
+    except OSError as exc:
+        raise SnapshotError(name, f"cannot read: {exc.strerror}") from None
+    if not raw.strip():
+        raise SnapshotError(name, "file is empty")
+    if b"\x00" in raw:
+        raise SnapshotError(name, "binary data, not a snapshot")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SnapshotError(name, f"not UTF-8 text (binary?) at byte {exc.start}") from None
+    return loads(text, name)

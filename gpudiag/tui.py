@@ -1,0 +1,130 @@
+"""The terminal UI. Everything on screen is rendered from a snapshot: a live node's
+(probed in a worker thread, results streamed in as they arrive) or a saved one.
+
+So far: a health banner, the findings (severity written as text), and each probe's
+status and duration. Keys: r refresh, q quit.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.widgets import DataTable, Footer, Header, Static
+from textual.worker import Worker, WorkerState
+
+from gpudiag.model import ProbeResult, Severity, Snapshot
+from gpudiag.session import LiveNode, severity_counts
+
+SEVERITY_STYLE = {
+    Severity.CRITICAL: "bold red",
+    Severity.WARNING: "yellow",
+    Severity.UNKNOWN: "magenta",
+    Severity.INFO: "",
+}
+
+
+class GpudiagApp(App[int]):
+    """gpudiag's TUI, built from a live node or a saved snapshot."""
+
+    TITLE = "gpudiag"
+    CSS = """
+    #banner { height: auto; padding: 0 1; }
+    #findings { height: 1fr; }
+    #probes { height: auto; max-height: 40%; }
+    """
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("r", "refresh", "Refresh"),
+    ]
+
+    def __init__(self, source: LiveNode | Snapshot) -> None:
+        super().__init__()
+        self.source = source
+        self.snapshot: Snapshot | None = source if isinstance(source, Snapshot) else None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="banner")
+        yield DataTable(id="findings", cursor_type="row", zebra_stripes=True)
+        yield DataTable(id="probes", cursor_type="row")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        findings = self.query_one("#findings", DataTable)
+        findings.add_columns("severity", "id", "subject", "message")
+        probes = self.query_one("#probes", DataTable)
+        probes.add_columns("probe", "status", "time", "readings", "error")
+        if isinstance(self.source, Snapshot):
+            self.sub_title = f"{self.source.host} (saved {self.source.created}, read-only)"
+            self.show_snapshot(self.source)
+        else:
+            self.action_refresh()
+
+    def action_refresh(self) -> None:
+        """Probe the live node again (a saved snapshot cannot be refreshed)."""
+        if not isinstance(self.source, LiveNode):
+            self.notify("a saved snapshot is read-only", severity="warning")
+            return
+        self.query_one("#probes", DataTable).clear()
+        self.query_one("#findings", DataTable).clear()
+        self.query_one("#banner", Static).update("probing the node ...")
+        self.probe_node()
+
+    async def action_quit(self) -> None:
+        """Stop any probing, then leave."""
+        if isinstance(self.source, LiveNode):
+            self.source.cancel.set()
+        self.exit(0)
+
+    @work(thread=True, exclusive=True, group="probe", exit_on_error=False)
+    def probe_node(self) -> Snapshot:
+        """Run the probes off the UI thread; each result is shown as it arrives."""
+        assert isinstance(self.source, LiveNode)
+        snapshot = self.source.snapshot(
+            on_result=lambda result: self.call_from_thread(self.add_probe_row, result)
+        )
+        self.call_from_thread(self.show_snapshot, snapshot)
+        return snapshot
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state is WorkerState.ERROR:
+            error = event.worker.error
+            self.query_one("#banner", Static).update(
+                Text(f"UNKNOWN: probing failed: {type(error).__name__}: {error}", "magenta")
+            )
+
+    def add_probe_row(self, result: ProbeResult) -> None:
+        """One probe's outcome in the probes table."""
+        self.query_one("#probes", DataTable).add_row(
+            result.name,
+            result.status.value,
+            f"{result.duration_s * 1000:.0f} ms",
+            str(len(result.readings)),
+            result.error,
+        )
+
+    def show_snapshot(self, snapshot: Snapshot) -> None:
+        """Render a whole snapshot: banner, findings and probes."""
+        self.snapshot = snapshot
+        counts = severity_counts(snapshot.findings)
+        worst = snapshot.worst_severity()
+        health = "OK" if worst in (None, Severity.INFO) else worst.value.upper()
+        banner = Text(f"{snapshot.host}  health: {health}   ")
+        for severity, count in counts.items():
+            banner.append(f"{severity.value.upper()} {count}  ", SEVERITY_STYLE[severity])
+        self.query_one("#banner", Static).update(banner)
+        findings = self.query_one("#findings", DataTable)
+        findings.clear()
+        for finding in snapshot.findings:
+            findings.add_row(
+                Text(finding.severity.value.upper(), SEVERITY_STYLE[finding.severity]),
+                finding.rule_id,
+                finding.subject,
+                finding.message,
+            )
+        probes = self.query_one("#probes", DataTable)
+        probes.clear()
+        for result in snapshot.probes:
+            self.add_probe_row(result)

@@ -1,0 +1,60 @@
+"""Statistics of repeated kernel trials: median, spread and a confidence interval."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+from gpudiag.model import Statistics
+
+
+def median_ci_ranks(count: int, confidence: float = 0.95) -> tuple[int, int]:
+    """0-based ranks (lo, hi) of sorted samples bounding the median at `confidence`.
+
+    Distribution-free: the number of samples below the true median is Binomial(n, 1/2),
+    so [x_lo, x_hi] covers it with probability 1 - 2 * P(B < lo + 1). Below 6 samples no
+    interval reaches 95%; then the widest one, [min, max], is returned.
+    """
+    if count < 1:
+        raise ValueError("need at least one sample")
+    tail = (1.0 - confidence) / 2.0
+    # The interval [x_lo, x_hi] misses the median with probability 2 * P(B <= lo):
+    # take the largest lo that keeps that within the tail.
+    lo = 0
+    cumulative = 0.5**count
+    for k in range(1, count // 2):
+        cumulative += math.comb(count, k) * 0.5**count
+        if cumulative > tail:
+            break
+        lo = k
+    hi = count - 1 - lo
+    return lo, hi
+
+
+def summarize(samples: Sequence[float]) -> Statistics:
+    """Median, minimum, maximum, mean, coefficient of variation and 95% CI of the median.
+
+    Needs at least two samples: one sample has no spread to report.
+    """
+    values = sorted(float(s) for s in samples)
+    if len(values) < 2:
+        raise ValueError("statistics need at least two samples")
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError("samples must be finite numbers")
+    mean = statistics.fmean(values)
+    stdev = statistics.stdev(values)
+    cv = stdev / abs(mean) if mean != 0 else 0.0 if stdev == 0 else math.inf
+    if not math.isfinite(cv):
+        raise ValueError("coefficient of variation is undefined for a zero mean")
+    lo, hi = median_ci_ranks(len(values))
+    return Statistics(
+        count=len(values),
+        median=statistics.median(values),
+        minimum=values[0],
+        maximum=values[-1],
+        mean=mean,
+        cv=cv,
+        ci95_low=values[lo],
+        ci95_high=values[hi],
+    )

@@ -1,0 +1,20 @@
+"""The shipped probes (installed as `gpudiag.probes`).
+
+REGISTRY is the explicit list gpudiag runs: adding a probe means writing its module
+and adding its PROBE here.
+"""
+
+from __future__ import annotations
+
+from gpudiag.probe import Cost, Probe
+from gpudiag.probes import driver, host
+
+REGISTRY: tuple[Probe, ...] = (
+    host.PROBE,
+    driver.PROBE,
+)
+
+
+def default_probes() -> tuple[Probe, ...]:
+    """The probes a plain run uses: everything that does not load the GPU."""
+    return tuple(p for p in REGISTRY if p.cost is not Cost.LOADS_GPU)

@@ -1,0 +1,1 @@
+"""The shipped rule files (installed as package data of `gpudiag.rules`)."""
