@@ -55,20 +55,21 @@ class SnapshotError(Exception):
 # ---------------------------------------------------------------------------- writing
 
 
-def _drop_empty(data: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in data.items() if v != "" and v is not None}
+def _fields(required: dict[str, Any], **optional: Any) -> dict[str, Any]:
+    """Required fields always; optional ones only when not empty."""
+    return {**required, **{k: v for k, v in optional.items() if v != "" and v is not None}}
 
 
 def _reading_to_dict(reading: Reading) -> dict[str, Any]:
-    return _drop_empty(
-        {
-            "key": reading.key,
-            "value": reading.value,
-            "unit": reading.unit,
-            "source": reading.source,
-            "status": reading.status.value,
-            "reason": reading.reason,
-        }
+    fields = {"key": reading.key}
+    if reading.value is not None:
+        fields["value"] = reading.value
+    return _fields(
+        fields,
+        unit=reading.unit,
+        source=reading.source,
+        status=reading.status.value,
+        reason=reading.reason,
     )
 
 
@@ -76,14 +77,10 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
     """The plain-data form of a snapshot, as written to TOML or JSON."""
     probes = [
         {
-            **_drop_empty(
-                {
-                    "name": p.name,
-                    "title": p.title,
-                    "status": p.status.value,
-                    "duration_s": p.duration_s,
-                    "error": p.error,
-                }
+            **_fields(
+                {"name": p.name, "status": p.status.value, "duration_s": p.duration_s},
+                title=p.title,
+                error=p.error,
             ),
             "readings": [_reading_to_dict(r) for r in p.readings],
         }
@@ -91,15 +88,11 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
     ]
     kernels = []
     for k in snapshot.kernels:
-        entry = _drop_empty(
-            {
-                "kernel": k.kernel,
-                "device": k.device,
-                "metric": k.metric,
-                "unit": k.unit,
-                "status": k.status.value,
-                "error": k.error,
-            }
+        entry = _fields(
+            {"kernel": k.kernel, "device": k.device, "metric": k.metric,
+             "status": k.status.value},
+            unit=k.unit,
+            error=k.error,
         )
         entry["samples"] = list(k.samples)
         entry["params"] = dict(k.params)
@@ -108,16 +101,12 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
         kernels.append(entry)
     findings = [
         {
-            **_drop_empty(
-                {
-                    "rule_id": f.rule_id,
-                    "severity": f.severity.value,
-                    "subject": f.subject,
-                    "title": f.title,
-                    "message": f.message,
-                    "why": f.why,
-                    "fix": f.fix,
-                }
+            **_fields(
+                {"rule_id": f.rule_id, "severity": f.severity.value, "subject": f.subject},
+                title=f.title,
+                message=f.message,
+                why=f.why,
+                fix=f.fix,
             ),
             "evidence": [_reading_to_dict(r) for r in f.evidence],
         }

@@ -1,0 +1,59 @@
+"""Shared test helpers: fixture paths, the shared real-world data, and the CLI runner."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REPO = Path(__file__).parent.parent
+REALDATA = Path(os.environ.get("GPUDIAG_REALDATA", REPO.parent / "shared" / "realdata"))
+
+
+def realdata_dir() -> Path:
+    """../shared/realdata, or skip the test with the reason."""
+    if not REALDATA.is_dir():
+        pytest.skip(f"shared real-world data not found at {REALDATA} (set GPUDIAG_REALDATA)")
+    return REALDATA
+
+
+@pytest.fixture(scope="session")
+def realdata_trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every captured host tree in realdata/sysfs-procfs, unpacked, by name -> root."""
+    base = realdata_dir() / "sysfs-procfs"
+    dest = tmp_path_factory.mktemp("realdata-trees")
+    roots: dict[str, Path] = {}
+    for archive in sorted((base / "raw").glob("*.tar.bz2")):
+        name = archive.name.removesuffix(".tar.bz2")
+        with tarfile.open(archive, "r:bz2") as tar:
+            tar.extractall(dest / name, filter="tar" if hasattr(tarfile, "tar_filter") else None)
+        (inner,) = [p for p in (dest / name).iterdir() if p.is_dir()]
+        roots[name] = inner
+    for archive in sorted((base / "raw").glob("*.ttar")):
+        name = archive.name.removesuffix(".ttar")
+        subprocess.run(
+            [sys.executable, str(base / "unttar.py"), str(archive), str(dest / name)],
+            check=True, capture_output=True,
+        )
+        fixtures = dest / name / "fixtures"
+        roots[name] = fixtures if fixtures.is_dir() else dest / name
+    proc_only = dest / "node_exporter_proc"
+    shutil.copytree(base / "node_exporter_proc", proc_only / "proc")
+    roots["node_exporter_proc"] = proc_only
+    return roots
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run `python -m gpudiag ARGS` in a subprocess, as a user would."""
+    full_env = {**os.environ, "NO_COLOR": "1", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "gpudiag", *args],
+        capture_output=True, text=True, cwd=cwd, env=full_env, timeout=timeout, check=False,
+    )

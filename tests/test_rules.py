@@ -1,0 +1,165 @@
+"""The rules engine and the shipped rules: each fires on bad readings, stays quiet on good."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpudiag.model import ProbeResult, ProbeStatus, Reading, ReadingStatus, Severity
+from gpudiag.ruleengine import RuleError, evaluate, load_rules, parse_rules
+
+RULE = """
+[[rule]]
+id = "TEST001"
+severity = "warning"
+title = "t"
+applies_to = "{applies_to}"
+reading = "{reading}"
+expect = {expect}
+why = "w"
+fix = "f"
+{extra}
+"""
+
+
+def _rule(applies_to="node", reading="x.y", expect="{ min = 1 }", extra="") -> str:
+    return RULE.format(applies_to=applies_to, reading=reading, expect=expect, extra=extra)
+
+
+def _by_key(*readings: Reading) -> dict[str, Reading]:
+    return {r.key: r for r in readings}
+
+
+def _ids(findings) -> list[tuple[str, Severity, str]]:
+    return [(f.rule_id, f.severity, f.subject) for f in findings]
+
+
+# Shipped rules: readings that make each fire, and readings that keep it quiet.
+SHIPPED = {
+    "NVML001": (
+        [Reading.failed("nvml.init", ReadingStatus.MISSING, "nvmlInit: LibraryNotFound")],
+        [Reading("nvml.init", "ok")],
+    ),
+    "NVML002": ([Reading("nvml.gpu_count", 0, "GPUs")], [Reading("nvml.gpu_count", 8, "GPUs")]),
+    "HOST001": ([Reading("host.virt.vm", "kvm")], [Reading("host.virt.vm", "none")]),
+    "HOST002": ([Reading("host.virt.container", "docker")],
+                [Reading("host.virt.container", "none")]),
+}
+
+
+def test_every_shipped_rule_has_cases() -> None:
+    assert sorted(r.id for r in load_rules()) == sorted(SHIPPED)
+
+
+@pytest.mark.parametrize("rule_id", sorted(SHIPPED))
+def test_shipped_rule_fires(rule_id: str) -> None:
+    rules = [r for r in load_rules() if r.id == rule_id]
+    firing, _ = SHIPPED[rule_id]
+    findings = evaluate(rules, _by_key(*firing))
+    assert [(f.rule_id, f.severity) for f in findings] == [(rule_id, rules[0].severity)]
+    assert findings[0].evidence == tuple(firing)
+    assert findings[0].why and findings[0].fix
+
+
+@pytest.mark.parametrize("rule_id", sorted(SHIPPED))
+def test_shipped_rule_stays_quiet(rule_id: str) -> None:
+    rules = [r for r in load_rules() if r.id == rule_id]
+    _, quiet = SHIPPED[rule_id]
+    assert evaluate(rules, _by_key(*quiet)) == []
+
+
+def test_missing_evidence_is_unknown_never_a_pass() -> None:
+    rules = parse_rules(_rule(), "t.toml")
+    absent = evaluate(rules, {})
+    assert _ids(absent) == [("TEST001", Severity.UNKNOWN, "node")]
+    assert absent[0].message == "cannot check: x.y is missing (no probe produced it)"
+    failed = evaluate(rules, _by_key(Reading.failed("x.y", ReadingStatus.NEEDS_ROOT, "root only")))
+    assert failed[0].severity is Severity.UNKNOWN and "needs-root (root only)" in failed[0].message
+
+
+def test_wrong_typed_reading_is_unknown() -> None:
+    findings = evaluate(parse_rules(_rule(), "t.toml"), _by_key(Reading("x.y", "sixteen")))
+    assert findings[0].severity is Severity.UNKNOWN and "not a number" in findings[0].message
+
+
+@pytest.mark.parametrize(
+    ("expect", "value", "fires"),
+    [("{ equal = 'on' }", "off", True), ("{ equal = 'on' }", "on", False),
+     ("{ not_equal = 0 }", 0, True), ("{ in = [1, 2] }", 3, True), ("{ in = [1, 2] }", 2, False),
+     ("{ not_in = ['powersave'] }", "powersave", True), ("{ min = 16 }", 8, True),
+     ("{ min = 16 }", 16, False), ("{ max = 85.0 }", 90.5, True), ("{ max = 85.0 }", 85, False)],
+)
+def test_operators(expect: str, value: object, fires: bool) -> None:
+    findings = evaluate(parse_rules(_rule(expect=expect), "t.toml"), _by_key(Reading("x.y", value)))
+    assert bool(findings) is fires
+
+
+def test_gpu_rules_expand_over_every_gpu() -> None:
+    rules = parse_rules(_rule("gpu", "gpu.{gpu}.pcie.link_width", "{ min = 16 }",
+                              'message = "link x{value} on GPU {gpu}"'), "t.toml")
+    readings = _by_key(Reading("gpu.0.pcie.link_width", 16), Reading("gpu.1.pcie.link_width", 8),
+                       Reading("gpu.2.name", "H100"))
+    findings = evaluate(rules, readings)
+    assert _ids(findings) == [("TEST001", Severity.WARNING, "GPU 1"),
+                              ("TEST001", Severity.UNKNOWN, "GPU 2")]
+    assert findings[0].message == "link x8 on GPU 1"
+
+
+def test_message_placeholders_are_text_only() -> None:
+    extra = 'message = "{value.__class__.__mro__} {value}"'
+    findings = evaluate(parse_rules(_rule(extra=extra), "t.toml"), _by_key(Reading("x.y", 0)))
+    assert findings[0].message == "{value.__class__.__mro__} 0"
+
+
+def test_probe_failures_are_findings() -> None:
+    probes = [ProbeResult("dimms", ProbeStatus.TIMEOUT, 10.0, error="no answer within 10 s"),
+              ProbeResult("host", ProbeStatus.OK, 0.01)]
+    findings = evaluate([], {}, probes)
+    assert _ids(findings) == [("PROBE001", Severity.UNKNOWN, "probe dimms")]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (_rule(extra='expct = "x"'), "t.toml:2: rule TEST001: unknown key(s) expct"),
+        (_rule(expect="{ approx = 1 }"), "unknown operator 'approx'"),
+        (_rule(expect="{ min = 'x' }"), "'min' takes a number"),
+        (_rule(expect="{ min = 1, max = 2 }"), "exactly one operator"),
+        (_rule(expect="'__import__(\"os\")'"), "expect must be a table"),
+        (_rule(applies_to="cpu"), "applies_to must be node or gpu"),
+        (_rule(applies_to="gpu"), "starts with 'gpu.{gpu}.'"),
+        (_rule().replace('severity = "warning"', 'severity = "fatal"'), "severity must be"),
+        (_rule().replace('id = "TEST001"', 'id = "t1"'), "id must look like PCIE001"),
+        (_rule().replace('why = "w"', ""), "missing key 'why'"),
+        (_rule().replace('title = "t"', "title = 3"), "'title' must be a string"),
+        ("[[rule]\n", "not valid TOML"),
+        ("[meta]\nx = 1\n", "unknown top-level key(s) meta"),
+    ],
+)
+def test_rule_file_errors_name_file_and_line(text: str, expected: str) -> None:
+    with pytest.raises(RuleError) as error:
+        parse_rules(text, "t.toml")
+    assert str(error.value).startswith("t.toml")
+    assert expected in str(error.value)
+
+
+def test_second_rule_error_points_at_its_line() -> None:
+    text = _rule() + _rule().replace("TEST001", "TEST002").replace("min = 1", "mni = 1")
+    with pytest.raises(RuleError, match=r"^t.toml:13: rule TEST002: unknown operator 'mni'"):
+        parse_rules(text, "t.toml")
+
+
+def test_site_rule_directories_and_duplicate_ids(tmp_path: Path) -> None:
+    (tmp_path / "site.toml").write_text(_rule().replace("TEST001", "SITE001"))
+    assert "SITE001" in {r.id for r in load_rules([tmp_path])}
+    (tmp_path / "dup.toml").write_text(_rule().replace("TEST001", "NVML001"))
+    with pytest.raises(RuleError, match="duplicate id, first defined at rules/node.toml"):
+        load_rules([tmp_path])
+    with pytest.raises(RuleError, match="not a directory"):
+        load_rules([tmp_path / "absent"])
+
+
+def test_deprecated_rules_do_not_run() -> None:
+    rules = parse_rules(_rule(extra='status = "deprecated"'), "t.toml")
+    assert evaluate(rules, {}) == []

@@ -1,0 +1,50 @@
+"""Kernel statistics: median confidence interval coverage and summaries."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from gpudiag.kernels.stats import median_ci_ranks, summarize
+
+
+@pytest.mark.parametrize(("count", "expected"), [(10, (1, 8)), (20, (5, 14)), (100, (39, 60))])
+def test_median_ci_ranks_match_binomial_tables(count: int, expected: tuple[int, int]) -> None:
+    # 1-based ranks (2, 9), (6, 15) and (40, 61) are the textbook 95% intervals.
+    assert median_ci_ranks(count) == expected
+
+
+@pytest.mark.parametrize("count", [6, 10, 25, 60])
+def test_median_ci_covers_at_least_95_percent(count: int) -> None:
+    lo, hi = median_ci_ranks(count)
+    coverage = sum(math.comb(count, k) for k in range(lo + 1, hi + 1)) / 2**count
+    assert coverage >= 0.95
+    # and it is the tightest such interval
+    tighter = sum(math.comb(count, k) for k in range(lo + 2, hi)) / 2**count
+    assert tighter < 0.95
+
+
+def test_median_ci_covers_true_median_in_simulation() -> None:
+    rng = random.Random(7)
+    hits = 0
+    trials = 2000
+    for _ in range(trials):
+        samples = [rng.expovariate(1.0) for _ in range(15)]
+        stats = summarize(samples)
+        hits += stats.ci95_low <= math.log(2) <= stats.ci95_high
+    assert hits / trials >= 0.94
+
+
+def test_summarize_values() -> None:
+    stats = summarize([3.0, 1.0, 2.0, 4.0])
+    assert (stats.count, stats.median, stats.minimum, stats.maximum, stats.mean) == (
+        4, 2.5, 1.0, 4.0, 2.5)
+    assert stats.cv == pytest.approx(math.sqrt(5 / 3) / 2.5)
+
+
+@pytest.mark.parametrize("bad", [[], [1.0], [1.0, float("nan")]])
+def test_summarize_refuses_what_has_no_statistics(bad: list[float]) -> None:
+    with pytest.raises(ValueError):
+        summarize(bad)
