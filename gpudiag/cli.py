@@ -53,17 +53,38 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad input or failure).",
     )
     parser.add_argument("--version", action="version", version=f"gpudiag {__version__}")
-    parser.add_argument("--root", metavar="DIR", default="/",
-                        help="read host files below DIR (a captured tree: DIR/sys, DIR/proc, ...)")
-    parser.add_argument("--nvml-replay", metavar="FILE",
-                        help="answer NVML calls from a recorded replay file instead of the driver")
-    parser.add_argument("--rules", metavar="DIR", action="append", default=[], type=Path,
-                        help="also load the *.toml rule files in DIR (repeatable)")
-    parser.add_argument("--export", metavar="FILE",
-                        help="headless: write a snapshot to FILE (TOML; JSON if it ends in .json;"
-                             " '-' for stdout) and print a summary")
-    parser.add_argument("--timeout-scale", type=float, default=1.0, metavar="X",
-                        help="multiply every probe's timeout by X (slow or loaded nodes)")
+    parser.add_argument(
+        "--root",
+        metavar="DIR",
+        default="/",
+        help="read host files below DIR (a captured tree: DIR/sys, DIR/proc, ...)",
+    )
+    parser.add_argument(
+        "--nvml-replay",
+        metavar="FILE",
+        help="answer NVML calls from a recorded replay file instead of the driver",
+    )
+    parser.add_argument(
+        "--rules",
+        metavar="DIR",
+        action="append",
+        default=[],
+        type=Path,
+        help="also load the *.toml rule files in DIR (repeatable)",
+    )
+    parser.add_argument(
+        "--export",
+        metavar="FILE",
+        help="headless: write a snapshot to FILE (TOML; JSON if it ends in .json;"
+        " '-' for stdout) and print a summary",
+    )
+    parser.add_argument(
+        "--timeout-scale",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="multiply every probe's timeout by X (slow or loaded nodes)",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     check = commands.add_parser("check", help="evaluate the rules on a saved snapshot")
     check.add_argument("snapshot", metavar="SNAPSHOT")
@@ -163,8 +184,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if os.environ.get("GPUDIAG_DEBUG"):
             traceback.print_exc()
-        print(f"gpudiag: internal error: {type(exc).__name__}: {exc} "
-              "(set GPUDIAG_DEBUG=1 for the traceback)", file=sys.stderr)
+        print(
+            f"gpudiag: internal error: {type(exc).__name__}: {exc} "
+            "(set GPUDIAG_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
         return EXIT_UNKNOWN
 
 

@@ -33,9 +33,7 @@ class FileText:
         """True when the file was read."""
         return self.text is not None
 
-    def reading(
-        self, key: str, value: Value | None = None, unit: str = ""
-    ) -> Reading:
+    def reading(self, key: str, value: Value | None = None, unit: str = "") -> Reading:
         """A reading of `value` (default: the stripped text) from this file, or a reading
         carrying this file's failure status."""
         if self.text is None:
@@ -75,18 +73,27 @@ class HostFS:
     def _failure(self, host_path: str, exc: OSError) -> FileText:
         source = source_name(host_path)
         if isinstance(exc, FileNotFoundError) or exc.errno == errno.ENOTDIR:
-            return FileText(host_path, source, None, ReadingStatus.MISSING, f"{host_path} not found")
+            return FileText(
+                host_path, source, None, ReadingStatus.MISSING, f"{host_path} not found"
+            )
         if isinstance(exc, PermissionError):
             if self.is_root_user:
                 return FileText(
                     host_path, source, None, ReadingStatus.ERROR, f"{host_path}: permission denied"
                 )
             return FileText(
-                host_path, source, None, ReadingStatus.NEEDS_ROOT, f"{host_path} is readable by root only"
+                host_path,
+                source,
+                None,
+                ReadingStatus.NEEDS_ROOT,
+                f"{host_path} is readable by root only",
             )
         if exc.errno in _UNSUPPORTED_ERRNOS:
             return FileText(
-                host_path, source, None, ReadingStatus.UNSUPPORTED,
+                host_path,
+                source,
+                None,
+                ReadingStatus.UNSUPPORTED,
                 f"{host_path}: {exc.strerror or 'not supported'}",
             )
         return FileText(
@@ -109,7 +116,9 @@ class HostFS:
                     size += len(chunk)
                 data = b"".join(chunks)[:max_bytes]
         except IsADirectoryError:
-            return FileText(host_path, source, None, ReadingStatus.ERROR, f"{host_path} is a directory")
+            return FileText(
+                host_path, source, None, ReadingStatus.ERROR, f"{host_path} is a directory"
+            )
         except OSError as exc:
             return self._failure(host_path, exc)
         return FileText(host_path, source, data.decode("utf-8", errors="replace"))

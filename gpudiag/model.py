@@ -10,12 +10,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Union
 
 SCHEMA_VERSION = 1
 
-Scalar = Union[bool, int, float, str]
-Value = Union[Scalar, list[Scalar]]
+Scalar = bool | int | float | str
+Value = Scalar | list[Scalar]
 
 
 class ReadingStatus(str, Enum):

@@ -36,6 +36,7 @@ number of `[[devices]]` tables.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import threading
@@ -192,10 +193,8 @@ class PynvmlBackend:
 
     def shutdown(self) -> None:
         if self._pynvml is not None:
-            try:
+            with contextlib.suppress(self._pynvml.NVMLError):
                 self._pynvml.nvmlShutdown()
-            except self._pynvml.NVMLError:
-                pass
             self._pynvml = None
             self._handles.clear()
 
@@ -244,19 +243,27 @@ class ReplayBackend:
     def __init__(self, data: dict[str, Any], name: str = "<replay>") -> None:
         self.name = name
         if data.get("format") != "gpudiag-nvml-replay":
-            raise ReplayError(f"{name}: not an NVML replay file (format must be 'gpudiag-nvml-replay')")
+            raise ReplayError(
+                f"{name}: not an NVML replay file (format must be 'gpudiag-nvml-replay')"
+            )
         if data.get("version") != 1:
-            raise ReplayError(f"{name}: replay version {data.get('version')!r} is not supported (1)")
+            raise ReplayError(
+                f"{name}: replay version {data.get('version')!r} is not supported (1)"
+            )
         unknown = set(data) - {"format", "version", "description", "init", "system", "devices"}
         if unknown:
             raise ReplayError(f"{name}: unknown top-level key(s) {', '.join(sorted(unknown))}")
-        self.description = f"NVML replay {Path(name).name}: {data.get('description', '')}".rstrip(": ")
+        self.description = f"NVML replay {Path(name).name}: {data.get('description', '')}".rstrip(
+            ": "
+        )
         self._init = data.get("init", {})
         self._system = data.get("system", {})
         self._devices = data.get("devices", [])
         if not isinstance(self._init, dict) or not isinstance(self._system, dict):
             raise ReplayError(f"{name}: [init] and [system] must be tables")
-        if not isinstance(self._devices, list) or not all(isinstance(d, dict) for d in self._devices):
+        if not isinstance(self._devices, list) or not all(
+            isinstance(d, dict) for d in self._devices
+        ):
             raise ReplayError(f"{name}: devices must be a list of tables ([[devices]])")
         _check_recorded(self._init, f"{name}: init")
         _check_recorded(self._system, f"{name}: system")
@@ -276,10 +283,7 @@ class ReplayBackend:
         if not text.strip():
             raise ReplayError(f"{name}: file is empty")
         try:
-            if text.lstrip().startswith("{"):
-                data = json.loads(text)
-            else:
-                data = tomlcompat.loads(text)
+            data = json.loads(text) if text.lstrip().startswith("{") else tomlcompat.loads(text)
         except (json.JSONDecodeError, tomlcompat.TOMLDecodeError) as exc:
             raise ReplayError(f"{name}: not valid TOML or JSON: {exc}") from None
         if not isinstance(data, dict):
@@ -296,7 +300,10 @@ class ReplayBackend:
     def call(self, function: str, device: int | None, *args: int) -> Any:
         if device is None:
             table = self._system
-            if function in ("nvmlDeviceGetCount", "nvmlDeviceGetCount_v2") and function not in table:
+            if (
+                function in ("nvmlDeviceGetCount", "nvmlDeviceGetCount_v2")
+                and function not in table
+            ):
                 return len(self._devices)
         else:
             if not 0 <= device < len(self._devices):

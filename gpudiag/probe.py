@@ -119,7 +119,9 @@ def run_probes(
         now = time.monotonic()
         if context.cancel.is_set():
             for name in pending:
-                record(_ended(by_name[name], ProbeStatus.CANCELLED, "cancelled", now - started[name]))
+                record(
+                    _ended(by_name[name], ProbeStatus.CANCELLED, "cancelled", now - started[name])
+                )
             break
         for name in pending:
             if now >= deadlines[name]:

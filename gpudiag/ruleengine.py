@@ -37,8 +37,17 @@ from gpudiag.model import Finding, ProbeResult, ProbeStatus, Reading, ReadingSta
 
 OPERATORS = ("present", "equal", "not_equal", "in", "not_in", "min", "max")
 RULE_KEYS = {
-    "id", "severity", "status", "title", "applies_to", "reading", "expect",
-    "message", "why", "fix", "references",
+    "id",
+    "severity",
+    "status",
+    "title",
+    "applies_to",
+    "reading",
+    "expect",
+    "message",
+    "why",
+    "fix",
+    "references",
 }
 REQUIRED_KEYS = ("id", "severity", "title", "applies_to", "reading", "expect", "why", "fix")
 _ID_PATTERN = re.compile(r"^[A-Z]{2,8}[0-9]{3}$")
@@ -117,8 +126,17 @@ def parse_rules(text: str, origin: str) -> list[Rule]:
         for key in REQUIRED_KEYS:
             if key not in table:
                 raise RuleError(f"{where}: missing key '{key}'")
-        for key in ("id", "severity", "title", "applies_to", "reading", "why", "fix",
-                    "message", "status"):
+        for key in (
+            "id",
+            "severity",
+            "title",
+            "applies_to",
+            "reading",
+            "why",
+            "fix",
+            "message",
+            "status",
+        ):
             if key in table and not isinstance(table[key], str):
                 raise RuleError(f"{where}: '{key}' must be a string")
         if not _ID_PATTERN.match(table["id"]):
@@ -234,11 +252,19 @@ def gpu_indices(readings: dict[str, Reading]) -> list[int]:
     return sorted(found)
 
 
-def _evaluate_one(rule: Rule, key: str, subject: str, gpu: str,
-                  readings: dict[str, Reading]) -> Finding | None:
-    reading = readings.get(key) or Reading.failed(key, ReadingStatus.MISSING, "no probe produced it")
-    fields = {"key": key, "gpu": gpu, "unit": reading.unit, "reason": reading.reason,
-              "value": reading.display() if reading.ok else reading.status.value}
+def _evaluate_one(
+    rule: Rule, key: str, subject: str, gpu: str, readings: dict[str, Reading]
+) -> Finding | None:
+    reading = readings.get(key) or Reading.failed(
+        key, ReadingStatus.MISSING, "no probe produced it"
+    )
+    fields = {
+        "key": key,
+        "gpu": gpu,
+        "unit": reading.unit,
+        "reason": reading.reason,
+        "value": reading.display() if reading.ok else reading.status.value,
+    }
     if not reading.ok:
         if rule.operator == "present":
             severity = rule.severity
@@ -251,11 +277,22 @@ def _evaluate_one(rule: Rule, key: str, subject: str, gpu: str,
             if meets(reading, rule.operator, rule.operand):
                 return None
         except TypeError as exc:
-            return Finding(rule.id, Severity.UNKNOWN, subject, rule.title,
-                           f"cannot check: {exc}", (reading,), rule.why, rule.fix)
+            return Finding(
+                rule.id,
+                Severity.UNKNOWN,
+                subject,
+                rule.title,
+                f"cannot check: {exc}",
+                (reading,),
+                rule.why,
+                rule.fix,
+            )
         severity = rule.severity
-        message = (_render(rule.message, fields) if rule.message
-                   else f"{key} is {reading.display()}, expected {_expectation_text(rule)}")
+        message = (
+            _render(rule.message, fields)
+            if rule.message
+            else f"{key} is {reading.display()}, expected {_expectation_text(rule)}"
+        )
     return Finding(rule.id, severity, subject, rule.title, message, (reading,), rule.why, rule.fix)
 
 
@@ -278,8 +315,9 @@ def probe_findings(probes: Iterable[ProbeResult]) -> list[Finding]:
     return findings
 
 
-def evaluate(rules: Sequence[Rule], readings: dict[str, Reading],
-             probes: Sequence[ProbeResult] = ()) -> list[Finding]:
+def evaluate(
+    rules: Sequence[Rule], readings: dict[str, Reading], probes: Sequence[ProbeResult] = ()
+) -> list[Finding]:
     """All findings, worst first (then by rule id and subject)."""
     findings = probe_findings(probes)
     gpus = gpu_indices(readings)

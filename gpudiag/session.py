@@ -81,7 +81,8 @@ def severity_counts(findings: Sequence[Finding]) -> dict[Severity, int]:
 
 def format_finding(finding: Finding) -> str:
     """One line: severity as text, rule id, subject and message."""
-    return f"{finding.severity.value.upper():<8} {finding.rule_id:<8} {finding.subject}: {finding.message}"
+    severity = finding.severity.value.upper()
+    return f"{severity:<8} {finding.rule_id:<8} {finding.subject}: {finding.message}"
 
 
 def format_summary(snapshot: Snapshot) -> str:

@@ -89,8 +89,7 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
     kernels = []
     for k in snapshot.kernels:
         entry = _fields(
-            {"kernel": k.kernel, "device": k.device, "metric": k.metric,
-             "status": k.status.value},
+            {"kernel": k.kernel, "device": k.device, "metric": k.metric, "status": k.status.value},
             unit=k.unit,
             error=k.error,
         )
@@ -188,9 +187,7 @@ class _Fields:
             ok = isinstance(value, kinds)
         if not ok:
             expected = " or ".join(k.__name__ for k in kinds)
-            raise ValueError(
-                f"{self.where}.{name}: expected {expected}, got {_type_name(value)}"
-            )
+            raise ValueError(f"{self.where}.{name}: expected {expected}, got {_type_name(value)}")
         return value
 
     def enum(self, name: str, enum_type: Callable[[str], T]) -> T:

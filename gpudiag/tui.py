@@ -7,6 +7,8 @@ status and duration. Keys: r refresh, q quit.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
@@ -34,7 +36,7 @@ class GpudiagApp(App[int]):
     #findings { height: 1fr; }
     #probes { height: auto; max-height: 40%; }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[Binding]] = [
         Binding("q", "quit", "Quit"),
         Binding("r", "refresh", "Refresh"),
     ]

@@ -6,8 +6,9 @@ and adding its PROBE here.
 
 from __future__ import annotations
 
-from gpudiag.probe import Cost, Probe
 from gpudiag.probes import driver, host
+
+from gpudiag.probe import Cost, Probe
 
 REGISTRY: tuple[Probe, ...] = (
     host.PROBE,

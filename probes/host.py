@@ -89,8 +89,10 @@ def _virtualisation(host: HostFS) -> Iterator[Reading]:
         flag = cpuinfo_has_flag(cpuinfo.text or "", "hypervisor")
         if flag is None:
             yield Reading.failed(
-                "host.virt.cpu_hypervisor_flag", ReadingStatus.UNSUPPORTED,
-                "/proc/cpuinfo has no x86 flags line", cpuinfo.source,
+                "host.virt.cpu_hypervisor_flag",
+                ReadingStatus.UNSUPPORTED,
+                "/proc/cpuinfo has no x86 flags line",
+                cpuinfo.source,
             )
         else:
             yield cpuinfo.reading("host.virt.cpu_hypervisor_flag", flag)
@@ -116,8 +118,10 @@ def _virtualisation(host: HostFS) -> Iterator[Reading]:
         yield Reading("host.virt.vm", "none", source="procfs:cpuinfo")
     else:
         yield Reading.failed(
-            "host.virt.vm", ReadingStatus.MISSING,
-            "neither the CPU hypervisor flag nor DMI identify the platform", sources,
+            "host.virt.vm",
+            ReadingStatus.MISSING,
+            "neither the CPU hypervisor flag nor DMI identify the platform",
+            sources,
         )
 
     markers = {"/.dockerenv": "docker", "/run/.containerenv": "podman"}
@@ -146,22 +150,34 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
 
     os_release = _first_ok(host, "/etc/os-release", "/usr/lib/os-release")
     fields = parse_os_release(os_release.text or "")
-    for key, field in (("host.os.id", "ID"), ("host.os.version_id", "VERSION_ID"),
-                       ("host.os.pretty_name", "PRETTY_NAME")):
+    for key, field in (
+        ("host.os.id", "ID"),
+        ("host.os.version_id", "VERSION_ID"),
+        ("host.os.pretty_name", "PRETTY_NAME"),
+    ):
         if not os_release.ok:
             yield os_release.reading(key)
         elif field in fields:
             yield os_release.reading(key, fields[field])
         else:
-            yield Reading.failed(key, ReadingStatus.MISSING, f"no {field} in {os_release.host_path}",
-                                 os_release.source)
+            yield Reading.failed(
+                key,
+                ReadingStatus.MISSING,
+                f"no {field} in {os_release.host_path}",
+                os_release.source,
+            )
 
     uptime = host.read("/proc/uptime")
     try:
         yield uptime.reading("host.uptime", parse_uptime(uptime.text) if uptime.ok else None, "s")
     except (ValueError, IndexError):
-        yield Reading.failed("host.uptime", ReadingStatus.ERROR,
-                             f"cannot parse /proc/uptime: {uptime.text!r:.40}", uptime.source, "s")
+        yield Reading.failed(
+            "host.uptime",
+            ReadingStatus.ERROR,
+            f"cannot parse /proc/uptime: {uptime.text!r:.40}",
+            uptime.source,
+            "s",
+        )
 
     yield from _virtualisation(host)
 

@@ -32,14 +32,16 @@ def realdata_trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for archive in sorted((base / "raw").glob("*.tar.bz2")):
         name = archive.name.removesuffix(".tar.bz2")
         with tarfile.open(archive, "r:bz2") as tar:
-            tar.extractall(dest / name, filter="tar" if hasattr(tarfile, "tar_filter") else None)
+            # trusted archives from shared/realdata; "tar" keeps their relative symlinks
+            tar.extractall(dest / name, filter="tar")
         (inner,) = [p for p in (dest / name).iterdir() if p.is_dir()]
         roots[name] = inner
     for archive in sorted((base / "raw").glob("*.ttar")):
         name = archive.name.removesuffix(".ttar")
         subprocess.run(
             [sys.executable, str(base / "unttar.py"), str(archive), str(dest / name)],
-            check=True, capture_output=True,
+            check=True,
+            capture_output=True,
         )
         fixtures = dest / name / "fixtures"
         roots[name] = fixtures if fixtures.is_dir() else dest / name
@@ -49,11 +51,17 @@ def realdata_trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return roots
 
 
-def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """Run `python -m gpudiag ARGS` in a subprocess, as a user would."""
     full_env = {**os.environ, "NO_COLOR": "1", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "gpudiag", *args],
-        capture_output=True, text=True, cwd=cwd, env=full_env, timeout=timeout, check=False,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=full_env,
+        timeout=timeout,
+        check=False,
     )

@@ -44,7 +44,9 @@ def test_permission_denied_is_needs_root_for_users_and_error_for_root(tmp_path: 
 
 
 def test_unsupported_errno_is_unsupported(tmp_path: Path) -> None:
-    result = HostFS(tmp_path)._failure("/sys/x", OSError(errno.EOPNOTSUPP, "Operation not supported"))
+    result = HostFS(tmp_path)._failure(
+        "/sys/x", OSError(errno.EOPNOTSUPP, "Operation not supported")
+    )
     assert result.status is ReadingStatus.UNSUPPORTED
 
 
@@ -55,7 +57,8 @@ def test_directory_is_an_error_not_an_exception(tmp_path: Path) -> None:
 
 def test_sources_name_the_filesystem() -> None:
     assert source_name("/sys/bus/pci/devices/0000:1b:00.0/current_link_width") == (
-        "sysfs:bus/pci/devices/0000:1b:00.0/current_link_width")
+        "sysfs:bus/pci/devices/0000:1b:00.0/current_link_width"
+    )
     assert source_name("/proc/cpuinfo") == "procfs:cpuinfo"
     assert source_name("/etc/os-release") == "file:/etc/os-release"
 

@@ -50,13 +50,23 @@ def test_replay_errors_become_reading_statuses() -> None:
 
 @pytest.mark.parametrize(
     ("code", "status"),
-    [("NotSupported", ReadingStatus.UNSUPPORTED), ("NoPermission", ReadingStatus.NEEDS_ROOT),
-     ("FunctionNotFound", ReadingStatus.UNSUPPORTED), ("GpuIsLost", ReadingStatus.ERROR),
-     ("Unknown", ReadingStatus.ERROR), ("LibraryNotFound", ReadingStatus.MISSING)],
+    [
+        ("NotSupported", ReadingStatus.UNSUPPORTED),
+        ("NoPermission", ReadingStatus.NEEDS_ROOT),
+        ("FunctionNotFound", ReadingStatus.UNSUPPORTED),
+        ("GpuIsLost", ReadingStatus.ERROR),
+        ("Unknown", ReadingStatus.ERROR),
+        ("LibraryNotFound", ReadingStatus.MISSING),
+    ],
 )
 def test_each_error_code_maps_to_a_status(code: str, status: ReadingStatus) -> None:
-    backend = ReplayBackend({"format": "gpudiag-nvml-replay", "version": 1,
-                             "devices": [{"nvmlDeviceGetPowerUsage": {"error": code}}]})
+    backend = ReplayBackend(
+        {
+            "format": "gpudiag-nvml-replay",
+            "version": 1,
+            "devices": [{"nvmlDeviceGetPowerUsage": {"error": code}}],
+        }
+    )
     reading = Nvml(backend).reading("gpu.0.power", "nvmlDeviceGetPowerUsage", 0)
     assert reading.status is status
     assert code in reading.reason
@@ -83,9 +93,15 @@ def test_json_replay_loads() -> None:
         ("", "file is empty"),
         ("format = 'other'\nversion = 1\n", "not an NVML replay file"),
         ("format = 'gpudiag-nvml-replay'\nversion = 2\n", "replay version 2 is not supported"),
-        ("format = 'gpudiag-nvml-replay'\nversion = 1\ngpus = []\n", "unknown top-level key(s) gpus"),
-        ("format = 'gpudiag-nvml-replay'\nversion = 1\n[[devices]]\n"
-         "nvmlDeviceGetName = { error = 'Exploded' }\n", "unknown NVML error code 'Exploded'"),
+        (
+            "format = 'gpudiag-nvml-replay'\nversion = 1\ngpus = []\n",
+            "unknown top-level key(s) gpus",
+        ),
+        (
+            "format = 'gpudiag-nvml-replay'\nversion = 1\n[[devices]]\n"
+            "nvmlDeviceGetName = { error = 'Exploded' }\n",
+            "unknown NVML error code 'Exploded'",
+        ),
         ("format = = 1", "not valid TOML or JSON"),
     ],
 )
@@ -103,8 +119,10 @@ def test_missing_replay_file(tmp_path: Path) -> None:
         open_nvml(tmp_path / "absent.toml")
 
 
-@pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is not None,
-                    reason="this machine has libnvidia-ml; the check is for machines without it")
+@pytest.mark.skipif(
+    ctypes.util.find_library("nvidia-ml") is not None,
+    reason="this machine has libnvidia-ml; the check is for machines without it",
+)
 def test_real_backend_without_driver_reports_library_not_found() -> None:
     nvml = Nvml(PynvmlBackend())
     reading = nvml.reading("nvml.driver_version", "nvmlSystemGetDriverVersion")
@@ -118,8 +136,11 @@ def test_real_backend_without_driver_reports_library_not_found() -> None:
 
 def test_plain_converts_ctypes_structures() -> None:
     class Memory(ctypes.Structure):
-        _fields_ = [("total", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong),
-                    ("name", ctypes.c_char * 8)]
+        _fields_ = [
+            ("total", ctypes.c_ulonglong),
+            ("used", ctypes.c_ulonglong),
+            ("name", ctypes.c_char * 8),
+        ]
 
     memory = Memory(80, 1, b"hbm3")
     assert plain(memory) == {"total": 80, "used": 1, "name": "hbm3"}

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from gpudiag.probes import default_probes, driver, host
 
 from gpudiag.hostfs import HostFS
 from gpudiag.model import ProbeStatus, Reading, ReadingStatus
 from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.probe import ProbeContext, run_probes
-from gpudiag.probes import default_probes, driver, host
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -23,13 +23,23 @@ def _readings(root: Path, replay: str = "replay-2gpu.toml") -> dict[str, Reading
 
 
 def test_parse_os_release_handles_quotes_and_comments() -> None:
-    text = '# comment\nNAME="Ubuntu"\nVERSION_ID="22.04"\nID=ubuntu\nPRETTY_NAME=\'Ubuntu 22.04.4 LTS\'\n'
+    text = (
+        '# comment\nNAME="Ubuntu"\nVERSION_ID="22.04"\nID=ubuntu\n'
+        "PRETTY_NAME='Ubuntu 22.04.4 LTS'\n"
+    )
     assert host.parse_os_release(text) == {
-        "NAME": "Ubuntu", "VERSION_ID": "22.04", "ID": "ubuntu", "PRETTY_NAME": "Ubuntu 22.04.4 LTS"}
+        "NAME": "Ubuntu",
+        "VERSION_ID": "22.04",
+        "ID": "ubuntu",
+        "PRETTY_NAME": "Ubuntu 22.04.4 LTS",
+    }
 
 
 def test_parse_proc_version() -> None:
-    assert host.parse_proc_version("Linux version 6.1.0-18-amd64 (debian-kernel@...) #1") == "6.1.0-18-amd64"
+    assert (
+        host.parse_proc_version("Linux version 6.1.0-18-amd64 (debian-kernel@...) #1")
+        == "6.1.0-18-amd64"
+    )
     assert host.parse_proc_version("garbage") is None
 
 
@@ -38,18 +48,22 @@ def test_parse_uptime() -> None:
 
 
 def test_cpuinfo_flag_lookup() -> None:
-    assert host.cpuinfo_has_flag("processor : 0\nflags : fpu hypervisor sse\n", "hypervisor") is True
+    assert (
+        host.cpuinfo_has_flag("processor : 0\nflags : fpu hypervisor sse\n", "hypervisor") is True
+    )
     assert host.cpuinfo_has_flag("processor : 0\nflags : fpu sse\n", "hypervisor") is False
     assert host.cpuinfo_has_flag("processor : 0\ncpu : POWER9\n", "hypervisor") is None
 
 
 @pytest.mark.parametrize(
     ("vendor", "product", "expected"),
-    [("QEMU", "Standard PC (Q35 + ICH9, 2009)", "qemu"),
-     ("Microsoft Corporation", "Virtual Machine", "hyper-v"),
-     ("Amazon EC2", "p5.48xlarge", "aws-nitro"),
-     ("Amazon EC2", "g4dn.metal", None),
-     ("Supermicro", "SYS-821GE-TNHR", None)],
+    [
+        ("QEMU", "Standard PC (Q35 + ICH9, 2009)", "qemu"),
+        ("Microsoft Corporation", "Virtual Machine", "hyper-v"),
+        ("Amazon EC2", "p5.48xlarge", "aws-nitro"),
+        ("Amazon EC2", "g4dn.metal", None),
+        ("Supermicro", "SYS-821GE-TNHR", None),
+    ],
 )
 def test_vm_from_dmi(vendor: str, product: str, expected: str | None) -> None:
     assert host.vm_from_dmi(vendor, product) == expected

@@ -43,8 +43,10 @@ SHIPPED = {
     ),
     "NVML002": ([Reading("nvml.gpu_count", 0, "GPUs")], [Reading("nvml.gpu_count", 8, "GPUs")]),
     "HOST001": ([Reading("host.virt.vm", "kvm")], [Reading("host.virt.vm", "none")]),
-    "HOST002": ([Reading("host.virt.container", "docker")],
-                [Reading("host.virt.container", "none")]),
+    "HOST002": (
+        [Reading("host.virt.container", "docker")],
+        [Reading("host.virt.container", "none")],
+    ),
 }
 
 
@@ -85,10 +87,18 @@ def test_wrong_typed_reading_is_unknown() -> None:
 
 @pytest.mark.parametrize(
     ("expect", "value", "fires"),
-    [("{ equal = 'on' }", "off", True), ("{ equal = 'on' }", "on", False),
-     ("{ not_equal = 0 }", 0, True), ("{ in = [1, 2] }", 3, True), ("{ in = [1, 2] }", 2, False),
-     ("{ not_in = ['powersave'] }", "powersave", True), ("{ min = 16 }", 8, True),
-     ("{ min = 16 }", 16, False), ("{ max = 85.0 }", 90.5, True), ("{ max = 85.0 }", 85, False)],
+    [
+        ("{ equal = 'on' }", "off", True),
+        ("{ equal = 'on' }", "on", False),
+        ("{ not_equal = 0 }", 0, True),
+        ("{ in = [1, 2] }", 3, True),
+        ("{ in = [1, 2] }", 2, False),
+        ("{ not_in = ['powersave'] }", "powersave", True),
+        ("{ min = 16 }", 8, True),
+        ("{ min = 16 }", 16, False),
+        ("{ max = 85.0 }", 90.5, True),
+        ("{ max = 85.0 }", 85, False),
+    ],
 )
 def test_operators(expect: str, value: object, fires: bool) -> None:
     findings = evaluate(parse_rules(_rule(expect=expect), "t.toml"), _by_key(Reading("x.y", value)))
@@ -96,13 +106,25 @@ def test_operators(expect: str, value: object, fires: bool) -> None:
 
 
 def test_gpu_rules_expand_over_every_gpu() -> None:
-    rules = parse_rules(_rule("gpu", "gpu.{gpu}.pcie.link_width", "{ min = 16 }",
-                              'message = "link x{value} on GPU {gpu}"'), "t.toml")
-    readings = _by_key(Reading("gpu.0.pcie.link_width", 16), Reading("gpu.1.pcie.link_width", 8),
-                       Reading("gpu.2.name", "H100"))
+    rules = parse_rules(
+        _rule(
+            "gpu",
+            "gpu.{gpu}.pcie.link_width",
+            "{ min = 16 }",
+            'message = "link x{value} on GPU {gpu}"',
+        ),
+        "t.toml",
+    )
+    readings = _by_key(
+        Reading("gpu.0.pcie.link_width", 16),
+        Reading("gpu.1.pcie.link_width", 8),
+        Reading("gpu.2.name", "H100"),
+    )
     findings = evaluate(rules, readings)
-    assert _ids(findings) == [("TEST001", Severity.WARNING, "GPU 1"),
-                              ("TEST001", Severity.UNKNOWN, "GPU 2")]
+    assert _ids(findings) == [
+        ("TEST001", Severity.WARNING, "GPU 1"),
+        ("TEST001", Severity.UNKNOWN, "GPU 2"),
+    ]
     assert findings[0].message == "link x8 on GPU 1"
 
 
@@ -113,8 +135,10 @@ def test_message_placeholders_are_text_only() -> None:
 
 
 def test_probe_failures_are_findings() -> None:
-    probes = [ProbeResult("dimms", ProbeStatus.TIMEOUT, 10.0, error="no answer within 10 s"),
-              ProbeResult("host", ProbeStatus.OK, 0.01)]
+    probes = [
+        ProbeResult("dimms", ProbeStatus.TIMEOUT, 10.0, error="no answer within 10 s"),
+        ProbeResult("host", ProbeStatus.OK, 0.01),
+    ]
     findings = evaluate([], {}, probes)
     assert _ids(findings) == [("PROBE001", Severity.UNKNOWN, "probe dimms")]
 
@@ -154,7 +178,7 @@ def test_site_rule_directories_and_duplicate_ids(tmp_path: Path) -> None:
     (tmp_path / "site.toml").write_text(_rule().replace("TEST001", "SITE001"))
     assert "SITE001" in {r.id for r in load_rules([tmp_path])}
     (tmp_path / "dup.toml").write_text(_rule().replace("TEST001", "NVML001"))
-    with pytest.raises(RuleError, match="duplicate id, first defined at rules/node.toml"):
+    with pytest.raises(RuleError, match=r"duplicate id, first defined at rules/node\.toml"):
         load_rules([tmp_path])
     with pytest.raises(RuleError, match="not a directory"):
         load_rules([tmp_path / "absent"])

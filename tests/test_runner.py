@@ -6,11 +6,12 @@ import threading
 import time
 from pathlib import Path
 
+from gpudiag.probes import REGISTRY, default_probes
+
 from gpudiag.hostfs import HostFS
 from gpudiag.model import ProbeStatus, Reading
 from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.probe import Cost, Need, Probe, ProbeContext, run_probes
-from gpudiag.probes import REGISTRY, default_probes
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -23,8 +24,9 @@ def _context(tmp_path: Path, is_root_user: bool = True, replay: str = "replay-2g
 
 
 def _probe(name: str, collect, timeout_s: float = 5.0, needs=frozenset()) -> Probe:
-    return Probe(name=name, title=name, cost=Cost.INSTANT, needs=needs, collect=collect,
-                 timeout_s=timeout_s)
+    return Probe(
+        name=name, title=name, cost=Cost.INSTANT, needs=needs, collect=collect, timeout_s=timeout_s
+    )
 
 
 def test_hanging_probe_times_out_while_others_finish(tmp_path: Path) -> None:
@@ -81,8 +83,10 @@ def test_needs_are_checked_before_running(tmp_path: Path) -> None:
     ran = []
     root_probe = _probe("dimms", lambda ctx: ran.append(1) or [], needs=frozenset({Need.ROOT}))
     nvml_probe = _probe("gpus", lambda ctx: ran.append(2) or [], needs=frozenset({Need.NVML}))
-    results = run_probes([root_probe, nvml_probe],
-                         _context(tmp_path, is_root_user=False, replay="replay-no-driver.toml"))
+    results = run_probes(
+        [root_probe, nvml_probe],
+        _context(tmp_path, is_root_user=False, replay="replay-no-driver.toml"),
+    )
     assert [r.status for r in results] == [ProbeStatus.SKIPPED, ProbeStatus.SKIPPED]
     assert results[0].error == "needs root"
     assert results[1].error.startswith("needs NVML: nvmlInit: DriverNotLoaded")

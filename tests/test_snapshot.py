@@ -104,8 +104,9 @@ def _example() -> Snapshot:
             Reading.failed("host.dmi.sys_vendor", ReadingStatus.MISSING, "not found"),
         ),
     )
-    return Snapshot(host="node01", created="2026-11-22T06:00:00Z", gpudiag_version="0.1.0",
-                    probes=(probe,))
+    return Snapshot(
+        host="node01", created="2026-11-22T06:00:00Z", gpudiag_version="0.1.0", probes=(probe,)
+    )
 
 
 def test_save_picks_format_by_name_and_loads_back(tmp_path: Path) -> None:
@@ -156,22 +157,35 @@ BAD_FILES = {
     "latin1": ("host = 'caf\xe9'".encode("latin-1"), "not UTF-8"),
     "not_toml": (b"this is not = = toml", "not valid TOML"),
     "no_version": (b'host = "x"\n', "no schema_version"),
-    "future_version": (_good_toml().replace("schema_version = 1", "schema_version = 99").encode(),
-                       "schema version 99 is not supported"),
-    "string_version": (_good_toml().replace("schema_version = 1", 'schema_version = "1"').encode(),
-                       "schema_version: expected an integer"),
-    "wrong_type": (_good_toml().replace('host = "node01"', "host = 7").encode(),
-                   "snapshot.host: expected str, got an integer"),
-    "bad_status": (_good_toml().replace('status = "ok"', 'status = "fine"', 1).encode(),
-                   "unknown value 'fine'"),
-    "unknown_field": (_good_toml().replace('host = "node01"', 'host = "node01"\ncolour = 1')
-                      .encode(), "unknown field(s) colour"),
-    "truncated_mid_value": (_good_toml()[: _good_toml().index("node01") + 3].encode(),
-                            "not valid TOML"),
-    "truncated_at_table": (_good_toml()[: _good_toml().index("[[probes.readings]]")].encode(),
-                           "truncated"),
-    "json_truncated": (snapfile.dumps(_example(), as_json=True)[:80].encode(),
-                       "not valid JSON"),
+    "future_version": (
+        _good_toml().replace("schema_version = 1", "schema_version = 99").encode(),
+        "schema version 99 is not supported",
+    ),
+    "string_version": (
+        _good_toml().replace("schema_version = 1", 'schema_version = "1"').encode(),
+        "schema_version: expected an integer",
+    ),
+    "wrong_type": (
+        _good_toml().replace('host = "node01"', "host = 7").encode(),
+        "snapshot.host: expected str, got an integer",
+    ),
+    "bad_status": (
+        _good_toml().replace('status = "ok"', 'status = "fine"', 1).encode(),
+        "unknown value 'fine'",
+    ),
+    "unknown_field": (
+        _good_toml().replace('host = "node01"', 'host = "node01"\ncolour = 1').encode(),
+        "unknown field(s) colour",
+    ),
+    "truncated_mid_value": (
+        _good_toml()[: _good_toml().index("node01") + 3].encode(),
+        "not valid TOML",
+    ),
+    "truncated_at_table": (
+        _good_toml()[: _good_toml().index("[[probes.readings]]")].encode(),
+        "truncated",
+    ),
+    "json_truncated": (snapfile.dumps(_example(), as_json=True)[:80].encode(), "not valid JSON"),
     "json_array": (b"[1, 2]", "not valid TOML"),
 }
 

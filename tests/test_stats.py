@@ -6,7 +6,6 @@ import math
 import random
 
 import pytest
-
 from gpudiag.kernels.stats import median_ci_ranks, summarize
 
 
@@ -40,7 +39,12 @@ def test_median_ci_covers_true_median_in_simulation() -> None:
 def test_summarize_values() -> None:
     stats = summarize([3.0, 1.0, 2.0, 4.0])
     assert (stats.count, stats.median, stats.minimum, stats.maximum, stats.mean) == (
-        4, 2.5, 1.0, 4.0, 2.5)
+        4,
+        2.5,
+        1.0,
+        4.0,
+        2.5,
+    )
     assert stats.cv == pytest.approx(math.sqrt(5 / 3) / 2.5)
 
 

@@ -1,0 +1,128 @@
+"""The minimal TUI, driven with Textual's Pilot at 80x24."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+from gpudiag.probes import default_probes
+from textual.widgets import DataTable, Static
+
+from gpudiag.hostfs import HostFS
+from gpudiag.model import Reading
+from gpudiag.nvml import Nvml, ReplayBackend
+from gpudiag.probe import Cost, Probe
+from gpudiag.ruleengine import load_rules
+from gpudiag.session import LiveNode
+from gpudiag.snapshot import load, save
+from gpudiag.tui import GpudiagApp
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _node(replay: str = "replay-no-driver.toml", probes=None) -> LiveNode:
+    return LiveNode(
+        host=HostFS(FIXTURES / "host-basic"),
+        nvml=Nvml(ReplayBackend.from_file(FIXTURES / replay)),
+        probes=default_probes() if probes is None else probes,
+        rules=load_rules(),
+    )
+
+
+def _cells(app: GpudiagApp, table_id: str) -> list[list[str]]:
+    table = app.query_one(table_id, DataTable)
+    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+def _banner(app: GpudiagApp) -> str:
+    return str(app.query_one("#banner", Static).render())
+
+
+def test_live_node_shows_probes_and_findings() -> None:
+    async def scenario() -> None:
+        app = GpudiagApp(_node())
+        async with app.run_test(size=(80, 24)) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert [row[:2] for row in _cells(app, "#probes")] == [["host", "ok"], ["driver", "ok"]]
+            findings = _cells(app, "#findings")
+            assert findings[0][:3] == ["CRITICAL", "NVML001", "node"]
+            assert findings[1][:3] == ["UNKNOWN", "NVML002", "node"]
+            assert "gpunode01  health: CRITICAL" in _banner(app)
+            await pilot.press("q")
+        assert app.return_code == 0
+
+    asyncio.run(scenario())
+
+
+def test_refresh_probes_again() -> None:
+    calls = []
+
+    def counting(ctx):
+        calls.append(1)
+        return [Reading("test.calls", len(calls))]
+
+    probe = Probe("count", "Counting", Cost.INSTANT, frozenset(), counting)
+
+    async def scenario() -> None:
+        app = GpudiagApp(_node(probes=[probe]))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.press("r")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert len(calls) == 2
+            assert app.snapshot is not None
+            assert app.snapshot.reading("test.calls").value == 2
+            assert len(_cells(app, "#probes")) == 1
+
+    asyncio.run(scenario())
+
+
+def test_hanging_probe_does_not_freeze_the_screen() -> None:
+    release = threading.Event()
+    hang = Probe(
+        "hang",
+        "Hangs",
+        Cost.INSTANT,
+        frozenset(),
+        lambda ctx: [release.wait(30) and Reading("x", 1)],
+        timeout_s=0.5,
+    )
+    quick = Probe("quick", "Quick", Cost.INSTANT, frozenset(), lambda ctx: [Reading("y", 1)])
+
+    async def scenario() -> None:
+        app = GpudiagApp(_node(probes=[hang, quick]))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause(0.2)
+            # the quick probe is shown while the other still runs
+            assert [row[:2] for row in _cells(app, "#probes")] == [["quick", "ok"]]
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert ["hang", "timeout"] in [row[:2] for row in _cells(app, "#probes")]
+            assert ["UNKNOWN", "PROBE001", "probe hang"] in [
+                r[:3] for r in _cells(app, "#findings")
+            ]
+        release.set()
+
+    asyncio.run(scenario())
+
+
+def test_saved_snapshot_is_shown_read_only(tmp_path: Path) -> None:
+    snapshot = _node("replay-2gpu.toml").snapshot()
+    save(snapshot, tmp_path / "node.toml")
+    loaded = load(tmp_path / "node.toml")
+
+    async def scenario() -> None:
+        app = GpudiagApp(loaded)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            assert "gpunode01  health: OK" in _banner(app)
+            assert [row[:2] for row in _cells(app, "#probes")] == [["host", "ok"], ["driver", "ok"]]
+            await pilot.press("r")
+            await pilot.pause()
+            assert app.snapshot is loaded
+            assert "read-only" in app.sub_title
+
+    asyncio.run(scenario())
