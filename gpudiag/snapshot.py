@@ -181,8 +181,8 @@ class _Fields:
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if isinstance(value, bool) and bool not in kinds:
             ok = False
-        elif float in kinds and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
+        elif kinds == (float,) and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)  # a float field written as 3 by hand
         else:
             ok = isinstance(value, kinds)
         if not ok:

@@ -92,6 +92,18 @@ def test_round_trip_toml_and_json(snapshot: Snapshot) -> None:
     from_json = snapfile.loads(snapfile.dumps(snapshot, as_json=True))
     assert from_toml == snapshot
     assert from_json == snapshot
+    # equal is not enough: 2 == 2.0, but a GPU count must come back as an int
+    assert _value_types(from_toml) == _value_types(from_json) == _value_types(snapshot)
+
+
+def _value_types(snapshot: Snapshot) -> list[object]:
+    readings = [r for p in snapshot.probes for r in p.readings]
+    readings += [r for f in snapshot.findings for r in f.evidence]
+    types: list[object] = [
+        [type(v) for v in r.value] if isinstance(r.value, list) else type(r.value) for r in readings
+    ]
+    types += [type(v) for k in snapshot.kernels for _, v in k.params]
+    return types
 
 
 def _example() -> Snapshot:
