@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import errno
 import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -27,6 +29,7 @@ class FileText:
     text: str | None
     status: ReadingStatus = ReadingStatus.OK
     reason: str = ""
+    data: bytes | None = None
 
     @property
     def ok(self) -> bool:
@@ -41,6 +44,23 @@ class FileText:
         if value is None:
             value = self.text.strip()
         return Reading(key=key, value=value, unit=unit, source=self.source)
+
+    def parsed(self, key: str, parse: Callable[[str], Value], unit: str = "") -> Reading:
+        """A reading of `parse(text)`; a parse failure is an error reading, not an exception."""
+        if self.text is None:
+            return self.reading(key, unit=unit)
+        try:
+            value = parse(self.text)
+        except (ValueError, IndexError, KeyError) as exc:
+            return Reading.failed(
+                key, ReadingStatus.ERROR, f"cannot parse {self.host_path}: {exc}", self.source, unit
+            )
+        return Reading(key=key, value=value, unit=unit, source=self.source)
+
+
+def natural_key(text: str) -> list[object]:
+    """Sort key that orders embedded numbers numerically: node2 < node10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 def source_name(host_path: str) -> str:
@@ -121,15 +141,36 @@ class HostFS:
             )
         except OSError as exc:
             return self._failure(host_path, exc)
-        return FileText(host_path, source, data.decode("utf-8", errors="replace"))
+        return FileText(host_path, source, data.decode("utf-8", errors="replace"), data=data)
+
+    def reading(
+        self, key: str, host_path: str, parse: Callable[[str], Value] = str.strip, unit: str = ""
+    ) -> Reading:
+        """Read one file and parse it into one reading."""
+        return self.read(host_path).parsed(key, parse, unit)
+
+    def realpath(self, host_path: str) -> str | None:
+        """The host path a (sysfs) symlink resolves to, or None when it does not resolve
+        inside the root."""
+        real = os.path.realpath(self.path(host_path))
+        root = os.path.realpath(self.root)
+        if real != root and not real.startswith(root.rstrip("/") + "/"):
+            return None
+        return "/" + os.path.relpath(real, root) if real != root else "/"
+
+    def glob(self, host_pattern: str) -> list[str]:
+        """Host paths matching a glob pattern, sorted naturally (cpu2 before cpu10)."""
+        base = self.path("/")
+        matches = base.glob(host_pattern.lstrip("/"))
+        return sorted(("/" + str(m.relative_to(base)) for m in matches), key=natural_key)
 
     def exists(self, host_path: str) -> bool:
         """True when the path exists under the root (a dangling link counts as absent)."""
         return self.path(host_path).exists()
 
     def listdir(self, host_path: str) -> list[str]:
-        """Sorted entry names of a directory; empty when it is absent or unreadable."""
+        """Entry names of a directory, sorted naturally; empty when absent or unreadable."""
         try:
-            return sorted(os.listdir(self.path(host_path)))
+            return sorted(os.listdir(self.path(host_path)), key=natural_key)
         except OSError:
             return []

@@ -18,8 +18,9 @@ operators; nothing in a rule file is ever evaluated as code.
     references = ["https://..."]
 
 A rule fires when the reading does not meet the expectation. A reading that is absent
-or could not be taken gives an `unknown` finding that says which and why (the
-`present` operator instead fires with the rule's own severity). Messages may use
+or could not be taken gives an `unknown` finding that says which and why (an info rule's
+stays info: it cannot hide a problem; the `present` operator instead fires with the
+rule's own severity). Messages may use
 `{value}`, `{unit}`, `{reason}`, `{key}` and `{gpu}`, substituted as plain text.
 """
 
@@ -270,7 +271,8 @@ def _evaluate_one(
             severity = rule.severity
             message = _render(rule.message, fields) if rule.message else reading.reason
         else:
-            severity = Severity.UNKNOWN
+            # an info rule cannot hide a problem, so its missing evidence stays info
+            severity = Severity.INFO if rule.severity is Severity.INFO else Severity.UNKNOWN
             message = f"cannot check: {key} is {reading.status.value} ({reading.reason})"
     else:
         try:

@@ -6,12 +6,20 @@ and adding its PROBE here.
 
 from __future__ import annotations
 
-from gpudiag.probes import driver, host
+from gpudiag.probes import cpu, driver, faults, host, kernel, memory, numa, pcie, platform, power
 
 from gpudiag.probe import Cost, Probe
 
 REGISTRY: tuple[Probe, ...] = (
     host.PROBE,
+    cpu.PROBE,
+    numa.PROBE,
+    memory.PROBE,
+    pcie.PROBE,
+    platform.PROBE,
+    power.PROBE,
+    kernel.PROBE,
+    faults.PROBE,
     driver.PROBE,
 )
 

@@ -101,8 +101,6 @@ def _virtualisation(host: HostFS) -> Iterator[Reading]:
 
     vendor = host.read("/sys/class/dmi/id/sys_vendor")
     product = host.read("/sys/class/dmi/id/product_name")
-    yield vendor.reading("host.dmi.sys_vendor")
-    yield product.reading("host.dmi.product_name")
     dmi_vm = (
         vm_from_dmi(vendor.text or "", product.text or "") if vendor.ok and product.ok else None
     )
@@ -126,11 +124,12 @@ def _virtualisation(host: HostFS) -> Iterator[Reading]:
 
     markers = {"/.dockerenv": "docker", "/run/.containerenv": "podman"}
     found = [name for path, name in markers.items() if host.exists(path)]
-    yield Reading(
-        "host.virt.container",
-        found[0] if found else "none",
-        source="file:/.dockerenv, file:/run/.containerenv",
-    )
+    source = "file:/.dockerenv, file:/run/.containerenv"
+    if found or host.is_live:
+        yield Reading("host.virt.container", found[0] if found else "none", source=source)
+    else:
+        reason = "container markers are only seen on the live node"
+        yield Reading.failed("host.virt.container", ReadingStatus.MISSING, reason, source)
 
 
 def collect(context: ProbeContext) -> Iterator[Reading]:

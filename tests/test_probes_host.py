@@ -83,7 +83,7 @@ def test_fixture_tree_and_replay() -> None:
     assert values["host.uptime"] == 86400.25 and readings["host.uptime"].unit == "s"
     assert values["host.virt.cpu_hypervisor_flag"] is False
     assert values["host.virt.vm"] == "none"
-    assert values["host.dmi.sys_vendor"] == "Supermicro"
+    assert values["dmi.sys_vendor"] == "Supermicro"
     assert values["nvml.driver_version"] == "590.48.01"
     assert values["nvml.cuda_driver_version"] == "13.1"
     assert values["nvml.gpu_count"] == 2
@@ -115,12 +115,12 @@ def test_realdata_values(realdata_trees: dict[str, Path]) -> None:
     gb10 = _readings(realdata_trees["hwloc__nvidia-dgx-gb10"])
     assert gb10["host.kernel.release"].value == "6.17.0-1014-nvidia"
     assert gb10["host.kernel.release"].source == "procfs:version"
-    assert gb10["host.dmi.product_name"].value == "NVIDIA_DGX_Spark"
+    assert gb10["dmi.product_name"].value == "NVIDIA_DGX_Spark"
     # aarch64: no x86 flags line, so the hypervisor flag is unsupported, not false
     assert gb10["host.virt.cpu_hypervisor_flag"].status is ReadingStatus.UNSUPPORTED
     xeon = _readings(realdata_trees["hwloc__40intel64-2g2n4c+pcilocality"])
-    assert xeon["host.dmi.product_name"].value == "PowerEdge R910"
+    assert xeon["dmi.product_name"].value == "PowerEdge R910"
     assert xeon["host.virt.vm"].value == "none"
     power9 = _readings(realdata_trees["hwloc__nvidiagpunumanodes"])
     assert power9["host.kernel.release"].value.endswith(".ppc64le")
-    assert power9["host.dmi.sys_vendor"].status is ReadingStatus.MISSING
+    assert power9["dmi.sys_vendor"].status is ReadingStatus.MISSING

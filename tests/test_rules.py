@@ -187,3 +187,10 @@ def test_site_rule_directories_and_duplicate_ids(tmp_path: Path) -> None:
 def test_deprecated_rules_do_not_run() -> None:
     rules = parse_rules(_rule(extra='status = "deprecated"'), "t.toml")
     assert evaluate(rules, {}) == []
+
+
+def test_info_rule_with_missing_evidence_stays_info() -> None:
+    rules = parse_rules(_rule().replace('severity = "warning"', 'severity = "info"'), "t.toml")
+    findings = evaluate(rules, {})
+    assert _ids(findings) == [("TEST001", Severity.INFO, "node")]
+    assert findings[0].message.startswith("cannot check: x.y is missing")

@@ -1,0 +1,194 @@
+"""Faults: NVIDIA Xid events from the kernel log, machine checks and EDAC memory errors.
+
+The kernel log is read from /dev/kmsg (root, unless kernel.dmesg_restrict is 0). Where
+it cannot be read on the live node, `journalctl -k` (this boot) is asked instead. In a
+captured tree, dev/kmsg may be a text file of kmsg records or of `dmesg` lines.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import stat
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from gpudiag.probes.common import node_ids
+
+from gpudiag.hostfs import HostFS
+from gpudiag.model import Reading, ReadingStatus
+from gpudiag.probe import Cost, Probe, ProbeContext
+from gpudiag.textparse import parse_int
+
+XID = re.compile(
+    r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})[^)]*\): (\d+)"
+)
+KMSG_RECORD = re.compile(r"^\d+,\d+,(\d+),[^;]*;(.*)$")
+DMESG_LINE = re.compile(r"^\[\s*(\d+\.\d+)\]\s*(.*)$")
+JOURNAL_TIMEOUT_S = 5.0
+KMSG_MAX_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """One Xid line: code, GPU bus address, seconds since boot (None when unknown)."""
+
+    code: int
+    pci: str
+    seconds: float | None
+
+
+def parse_xid_events(text: str) -> list[XidEvent]:
+    """Xid events from kmsg records ('6,1,5000000,-;NVRM: Xid ...') or dmesg lines
+    ('[ 5.000000] NVRM: Xid ...', also journalctl's short-monotonic form)."""
+    events = []
+    for line in text.splitlines():
+        seconds = None
+        message = line
+        if match := KMSG_RECORD.match(line):
+            seconds, message = int(match.group(1)) / 1e6, match.group(2)
+        elif match := DMESG_LINE.match(line):
+            seconds, message = float(match.group(1)), match.group(2)
+        if xid := XID.search(message):
+            events.append(XidEvent(int(xid.group(2)), xid.group(1).lower(), seconds))
+    return events
+
+
+def parse_mce_count(interrupts: str) -> int:
+    """The 'MCE:' line of /proc/interrupts, summed over CPUs."""
+    for line in interrupts.splitlines():
+        name, sep, rest = line.strip().partition(":")
+        if sep and name == "MCE":
+            return sum(int(word) for word in rest.split() if word.isdigit())
+    raise ValueError("no MCE line (not x86?)")
+
+
+def _read_kmsg_device(path: str) -> str:
+    """Every record the kernel still holds in /dev/kmsg, without blocking."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    chunks, size = [], 0
+    try:
+        while size < KMSG_MAX_BYTES:
+            try:
+                record = os.read(fd, 8192)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:  # records overwritten while reading: go on
+                    continue
+                raise
+            if not record:
+                break
+            chunks.append(record)
+            size += len(record)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def kernel_log(host: HostFS) -> tuple[str | None, str, ReadingStatus, str]:
+    """(text, source, status, reason) of the kernel log."""
+    path = host.path("/dev/kmsg")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None, "file:/dev/kmsg", ReadingStatus.MISSING, "/dev/kmsg not found"
+    if not stat.S_ISCHR(mode):
+        result = host.read("/dev/kmsg")
+        return result.text, "file:/dev/kmsg", result.status, result.reason
+    try:
+        return _read_kmsg_device(str(path)), "file:/dev/kmsg", ReadingStatus.OK, ""
+    except PermissionError:
+        kmsg_failure = "reading /dev/kmsg needs root (kernel.dmesg_restrict)"
+    except OSError as exc:
+        kmsg_failure = f"/dev/kmsg: {exc.strerror}"
+    journalctl = shutil.which("journalctl") if host.is_live else None
+    if journalctl:
+        try:
+            run = subprocess.run(
+                [journalctl, "-k", "-b", "-o", "short-monotonic", "--no-pager", "-q"],
+                capture_output=True,
+                text=True,
+                timeout=JOURNAL_TIMEOUT_S,
+                check=False,
+            )
+            if run.returncode == 0 and run.stdout.strip():
+                return run.stdout, "command:journalctl -k -b", ReadingStatus.OK, ""
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    status = ReadingStatus.NEEDS_ROOT if not host.is_root_user else ReadingStatus.ERROR
+    return None, "file:/dev/kmsg", status, kmsg_failure + "; the journal gave nothing either"
+
+
+def _xids(host: HostFS) -> Iterator[Reading]:
+    text, source, status, reason = kernel_log(host)
+    if text is None:
+        yield Reading.failed("faults.xid.total", status, reason, source)
+        return
+    events = parse_xid_events(text)
+    yield Reading("faults.xid.total", len(events), source=source)
+    codes = sorted({e.code for e in events})
+    yield Reading("faults.xid.codes", codes, source=source)
+    for code in codes:
+        mine = [e for e in events if e.code == code]
+        yield Reading(f"faults.xid.{code}.count", len(mine), source=source)
+        yield Reading(f"faults.xid.{code}.gpus", sorted({e.pci for e in mine}), source=source)
+        times = [e.seconds for e in mine if e.seconds is not None]
+        if times:
+            yield Reading(f"faults.xid.{code}.last_seen", max(times), "s since boot", source)
+
+
+def _edac(host: HostFS) -> Iterator[Reading]:
+    base = "/sys/devices/system/edac/mc"
+    controllers = node_ids(host, base, "mc")
+    if not controllers:
+        for key in ("faults.edac.correctable", "faults.edac.uncorrectable"):
+            yield Reading.failed(
+                key,
+                ReadingStatus.MISSING,
+                "no EDAC memory controllers (EDAC driver not loaded)",
+                "sysfs:devices/system/edac/mc",
+            )
+        return
+    totals = {"ce_count": 0, "ue_count": 0}
+    for mc in controllers:
+        for name, label in (("ce_count", "correctable"), ("ue_count", "uncorrectable")):
+            reading = host.reading(
+                f"faults.edac.mc{mc}.{label}", f"{base}/mc{mc}/{name}", parse_int
+            )
+            yield reading
+            if reading.ok and isinstance(reading.value, int):
+                totals[name] += reading.value
+    source = "sysfs:devices/system/edac/mc/mc*"
+    yield Reading("faults.edac.correctable", totals["ce_count"], source=source)
+    yield Reading("faults.edac.uncorrectable", totals["ue_count"], source=source)
+
+
+def collect(context: ProbeContext) -> Iterator[Reading]:
+    """Fault readings."""
+    host = context.host
+    yield from _xids(host)
+    interrupts = host.read("/proc/interrupts")
+    if interrupts.ok and not re.search(r"^\s*MCE:", interrupts.text or "", re.MULTILINE):
+        yield Reading.failed(
+            "faults.mce.count",
+            ReadingStatus.UNSUPPORTED,
+            "/proc/interrupts has no MCE line (not x86, or a VM)",
+            interrupts.source,
+        )
+    else:
+        yield interrupts.parsed("faults.mce.count", parse_mce_count)
+    yield from _edac(host)
+
+
+PROBE = Probe(
+    name="faults",
+    title="Xid events, machine checks, EDAC",
+    cost=Cost.INSTANT,
+    needs=frozenset(),
+    collect=collect,
+    timeout_s=10.0,
+)

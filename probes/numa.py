@@ -1,0 +1,81 @@
+"""NUMA: nodes, their CPUs and memory, distances, CPU-less memory nodes (GPU memory on
+POWER9 and Grace), nodes per socket (NPS/SNC), numa_balancing and hugepages per node."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gpudiag.probes.common import node_ids
+from gpudiag.probes.memory import meminfo_reading
+
+from gpudiag.model import Reading, ReadingStatus
+from gpudiag.probe import Cost, Probe, ProbeContext
+from gpudiag.textparse import format_cpulist, parse_cpulist, parse_int, parse_meminfo
+
+NODE_DIR = "/sys/devices/system/node"
+CPU_DIR = "/sys/devices/system/cpu"
+
+
+def parse_distance(text: str) -> list[int]:
+    """'10 21' -> [10, 21]."""
+    return [int(word) for word in text.split()]
+
+
+def collect(context: ProbeContext) -> Iterator[Reading]:
+    """NUMA readings."""
+    host = context.host
+    nodes = node_ids(host, NODE_DIR, "node")
+    source = "sysfs:devices/system/node"
+    yield host.reading("numa.balancing", "/proc/sys/kernel/numa_balancing", parse_int)
+    if not nodes:
+        yield Reading.failed(
+            "numa.nodes",
+            ReadingStatus.MISSING,
+            f"{NODE_DIR} lists no nodes (kernel without NUMA support?)",
+            source,
+        )
+        return
+    yield Reading("numa.nodes", nodes, source=source)
+    cpu_nodes: list[int] = []
+    memory_only: list[int] = []
+    socket_of_node: dict[int, str | None] = {}
+    for node in nodes:
+        base = f"{NODE_DIR}/node{node}"
+        cpulist = host.read(f"{base}/cpulist")
+        cpus = parse_cpulist(cpulist.text or "") if cpulist.ok else []
+        yield cpulist.parsed(f"numa.{node}.cpus", lambda t: format_cpulist(parse_cpulist(t)))
+        meminfo = host.read(f"{base}/meminfo")
+        fields = parse_meminfo(meminfo.text or "") if meminfo.ok else {}
+        for key, field in (("mem_total", "MemTotal"), ("mem_free", "MemFree")):
+            yield meminfo_reading(meminfo, f"numa.{node}.{key}", field)
+        yield host.reading(f"numa.{node}.distance", f"{base}/distance", parse_distance)
+        for size, label in (("2048kB", "2M"), ("1048576kB", "1G")):
+            path = f"{base}/hugepages/hugepages-{size}/nr_hugepages"
+            if host.exists(path):
+                yield host.reading(f"numa.{node}.hugepages_{label}", path, parse_int)
+        if cpus:
+            cpu_nodes.append(node)
+            package = host.read(f"{CPU_DIR}/cpu{cpus[0]}/topology/physical_package_id")
+            socket_of_node[node] = package.text.strip() if package.ok and package.text else None
+        elif fields.get("MemTotal", 0) > 0:
+            memory_only.append(node)
+    yield Reading("numa.cpu_nodes", cpu_nodes, source=source)
+    yield Reading("numa.memory_only_nodes", memory_only, source=source)
+    topology = "sysfs:devices/system/cpu/cpu*/topology/physical_package_id"
+    sockets = set(socket_of_node.values())
+    if sockets and None not in sockets:
+        per_socket = round(len(cpu_nodes) / len(sockets), 2)
+        yield Reading("numa.nodes_per_socket", per_socket, source=topology)
+    else:
+        reason = "CPU topology (physical_package_id) not in sysfs"
+        yield Reading.failed("numa.nodes_per_socket", ReadingStatus.MISSING, reason, topology)
+
+
+PROBE = Probe(
+    name="numa",
+    title="NUMA nodes",
+    cost=Cost.INSTANT,
+    needs=frozenset(),
+    collect=collect,
+    timeout_s=10.0,
+)
