@@ -1,8 +1,9 @@
 """The terminal UI. Everything on screen is rendered from a snapshot: a live node's
 (probed in a worker thread, results streamed in as they arrive) or a saved one.
 
-So far: a health banner, the findings (severity written as text), and each probe's
-status and duration. Keys: r refresh, q quit.
+So far: a health banner and three tabs: the findings (severity written as text), every
+reading with its value or status and its source, and each probe's status and duration.
+Keys: 1 findings, 2 readings, 3 probes, r refresh, q quit.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
 from gpudiag.model import ProbeResult, Severity, Snapshot
@@ -33,12 +34,14 @@ class GpudiagApp(App[int]):
     TITLE = "gpudiag"
     CSS = """
     #banner { height: auto; padding: 0 1; }
-    #findings { height: 1fr; }
-    #probes { height: auto; max-height: 40%; }
+    TabbedContent { height: 1fr; }
     """
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("q", "quit", "Quit"),
         Binding("r", "refresh", "Refresh"),
+        Binding("1", "show_tab('findings-tab')", "Findings"),
+        Binding("2", "show_tab('readings-tab')", "Readings"),
+        Binding("3", "show_tab('probes-tab')", "Probes"),
     ]
 
     def __init__(self, source: LiveNode | Snapshot) -> None:
@@ -49,8 +52,13 @@ class GpudiagApp(App[int]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("", id="banner")
-        yield DataTable(id="findings", cursor_type="row", zebra_stripes=True)
-        yield DataTable(id="probes", cursor_type="row")
+        with TabbedContent(initial="findings-tab"):
+            with TabPane("Findings", id="findings-tab"):
+                yield DataTable(id="findings", cursor_type="row", zebra_stripes=True)
+            with TabPane("Readings", id="readings-tab"):
+                yield DataTable(id="readings", cursor_type="row", zebra_stripes=True)
+            with TabPane("Probes", id="probes-tab"):
+                yield DataTable(id="probes", cursor_type="row")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -58,6 +66,7 @@ class GpudiagApp(App[int]):
         findings.add_columns("severity", "id", "subject", "message")
         probes = self.query_one("#probes", DataTable)
         probes.add_columns("probe", "status", "time", "readings", "error")
+        self.query_one("#readings", DataTable).add_columns("reading", "value", "source")
         if isinstance(self.source, Snapshot):
             self.sub_title = f"{self.source.host} (saved {self.source.created}, read-only)"
             self.show_snapshot(self.source)
@@ -69,10 +78,15 @@ class GpudiagApp(App[int]):
         if not isinstance(self.source, LiveNode):
             self.notify("a saved snapshot is read-only", severity="warning")
             return
-        self.query_one("#probes", DataTable).clear()
-        self.query_one("#findings", DataTable).clear()
+        for table in self.query(DataTable):
+            table.clear()
         self.query_one("#banner", Static).update("probing the node ...")
         self.probe_node()
+
+    def action_show_tab(self, tab: str) -> None:
+        """Switch to a tab and focus its table."""
+        self.query_one(TabbedContent).active = tab
+        self.query_one(f"#{tab.removesuffix('-tab')}", DataTable).focus()
 
     async def action_quit(self) -> None:
         """Stop any probing, then leave."""
@@ -100,11 +114,11 @@ class GpudiagApp(App[int]):
     def add_probe_row(self, result: ProbeResult) -> None:
         """One probe's outcome in the probes table."""
         self.query_one("#probes", DataTable).add_row(
-            result.name,
-            result.status.value,
-            f"{result.duration_s * 1000:.0f} ms",
-            str(len(result.readings)),
-            result.error,
+            Text(result.name),
+            Text(result.status.value),
+            Text(f"{result.duration_s * 1000:.0f} ms"),
+            Text(str(len(result.readings))),
+            Text(result.error),
         )
 
     def show_snapshot(self, snapshot: Snapshot) -> None:
@@ -122,11 +136,16 @@ class GpudiagApp(App[int]):
         for finding in snapshot.findings:
             findings.add_row(
                 Text(finding.severity.value.upper(), SEVERITY_STYLE[finding.severity]),
-                finding.rule_id,
-                finding.subject,
-                finding.message,
+                Text(finding.rule_id),
+                Text(finding.subject),
+                Text(finding.message),
             )
         probes = self.query_one("#probes", DataTable)
         probes.clear()
+        readings = self.query_one("#readings", DataTable)
+        readings.clear()
         for result in snapshot.probes:
             self.add_probe_row(result)
+            for reading in result.readings:
+                # Text, not str: a str cell is Rich markup, and "[missing] ..." would vanish
+                readings.add_row(Text(reading.key), Text(reading.display()), Text(reading.source))

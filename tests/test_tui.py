@@ -127,3 +127,24 @@ def test_saved_snapshot_is_shown_read_only(tmp_path: Path) -> None:
             assert "read-only" in app.sub_title
 
     asyncio.run(scenario())
+
+
+def test_readings_tab_lists_every_reading_with_its_source() -> None:
+    async def scenario() -> None:
+        app = GpudiagApp(_node("replay-2gpu.toml"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.press("2")
+            await pilot.pause()
+            rows = {row[0]: row[1:] for row in _cells(app, "#readings")}
+            assert app.snapshot is not None
+            assert len(rows) == len(app.snapshot.readings_by_key)
+            assert rows["host.hostname"] == ["gpunode01", "procfs:sys/kernel/hostname"]
+            assert rows["gpu.1.name"][0].startswith("[error] nvmlDeviceGetName: GpuIsLost")
+            assert app.focused is app.query_one("#readings", DataTable)
+            # statuses are shown as text on screen, not swallowed as markup
+            assert "[missing]" in app.export_screenshot()
+            await pilot.press("3")
+            assert app.focused is app.query_one("#probes", DataTable)
+
+    asyncio.run(scenario())
