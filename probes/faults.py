@@ -34,7 +34,8 @@ KMSG_MAX_BYTES = 16 * 1024 * 1024
 
 @dataclass(frozen=True)
 class XidEvent:
-    """One Xid line: code, GPU bus address, seconds since boot (None when unknown)."""
+    """One Xid line: code, GPU bus address (function 0: NVRM names the device only),
+    seconds since boot (None when unknown)."""
 
     code: int
     pci: str
@@ -53,7 +54,7 @@ def parse_xid_events(text: str) -> list[XidEvent]:
         elif match := DMESG_LINE.match(line):
             seconds, message = float(match.group(1)), match.group(2)
         if xid := XID.search(message):
-            events.append(XidEvent(int(xid.group(2)), xid.group(1).lower(), seconds))
+            events.append(XidEvent(int(xid.group(2)), f"{xid.group(1).lower()}.0", seconds))
     return events
 
 

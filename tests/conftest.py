@@ -10,6 +10,12 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from gpudiag.probes import default_probes
+
+from gpudiag.hostfs import HostFS
+from gpudiag.model import ProbeStatus, Reading
+from gpudiag.nvml import Nvml, ReplayBackend
+from gpudiag.probe import ProbeContext, run_probes
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).parent.parent
@@ -65,3 +71,21 @@ def run_cli(
         timeout=timeout,
         check=False,
     )
+
+
+def probe_readings(
+    root: Path, replay: str = "replay-no-driver.toml", is_root_user: bool | None = True
+) -> dict[str, Reading]:
+    """Every reading of the default probes on a host tree, by key; every probe must end ok."""
+    context = ProbeContext(
+        host=HostFS(root, is_root_user=is_root_user),
+        nvml=Nvml(ReplayBackend.from_file(FIXTURES / replay)),
+    )
+    results = run_probes(default_probes(), context)
+    assert all(r.status is ProbeStatus.OK for r in results), [(r.name, r.error) for r in results]
+    return {reading.key: reading for r in results for reading in r.readings}
+
+
+def ok_values(readings: dict[str, Reading]) -> dict[str, object]:
+    """The values of the readings that were taken."""
+    return {key: r.value for key, r in readings.items() if r.ok}

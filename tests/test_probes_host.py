@@ -1,25 +1,16 @@
-"""The host identity and driver probes: pure parsers, fixture trees, real captured trees."""
+"""The host identity and driver probes: pure parsers and fixture trees."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from gpudiag.probes import default_probes, driver, host
+from conftest import probe_readings
+from gpudiag.probes import driver, host
 
-from gpudiag.hostfs import HostFS
-from gpudiag.model import ProbeStatus, Reading, ReadingStatus
-from gpudiag.nvml import Nvml, ReplayBackend
-from gpudiag.probe import ProbeContext, run_probes
+from gpudiag.model import ReadingStatus
 
 FIXTURES = Path(__file__).parent / "fixtures"
-
-
-def _readings(root: Path, replay: str = "replay-2gpu.toml") -> dict[str, Reading]:
-    context = ProbeContext(host=HostFS(root), nvml=Nvml(ReplayBackend.from_file(FIXTURES / replay)))
-    results = run_probes(default_probes(), context)
-    assert all(r.status is ProbeStatus.OK for r in results), [r.error for r in results]
-    return {reading.key: reading for r in results for reading in r.readings}
 
 
 def test_parse_os_release_handles_quotes_and_comments() -> None:
@@ -75,7 +66,7 @@ def test_cuda_version_text() -> None:
 
 
 def test_fixture_tree_and_replay() -> None:
-    readings = _readings(FIXTURES / "host-basic")
+    readings = probe_readings(FIXTURES / "host-basic", "replay-2gpu.toml")
     values = {k: r.value for k, r in readings.items() if r.ok}
     assert values["host.hostname"] == "gpunode01"
     assert values["host.kernel.release"] == "5.15.0-105-generic"
@@ -93,34 +84,10 @@ def test_fixture_tree_and_replay() -> None:
 
 
 def test_empty_tree_gives_statuses_not_errors(tmp_path: Path) -> None:
-    readings = _readings(tmp_path, "replay-no-driver.toml")
+    readings = probe_readings(tmp_path, "replay-no-driver.toml")
     assert readings["host.hostname"].status is ReadingStatus.MISSING
     assert readings["host.hostname"].reason == "/proc/sys/kernel/hostname not found"
     assert readings["host.virt.vm"].status is ReadingStatus.MISSING
     assert readings["nvml.init"].status is ReadingStatus.MISSING
     assert "DriverNotLoaded" in readings["nvml.init"].reason
     assert "nvml.gpu_count" in readings and not readings["nvml.gpu_count"].ok
-
-
-def test_every_realdata_tree_probes_cleanly(realdata_trees: dict[str, Path]) -> None:
-    assert len(realdata_trees) >= 5
-    for name, root in realdata_trees.items():
-        readings = _readings(root)
-        for reading in readings.values():
-            assert reading.source, (name, reading.key)
-            assert reading.ok or reading.reason, (name, reading.key)
-
-
-def test_realdata_values(realdata_trees: dict[str, Path]) -> None:
-    gb10 = _readings(realdata_trees["hwloc__nvidia-dgx-gb10"])
-    assert gb10["host.kernel.release"].value == "6.17.0-1014-nvidia"
-    assert gb10["host.kernel.release"].source == "procfs:version"
-    assert gb10["dmi.product_name"].value == "NVIDIA_DGX_Spark"
-    # aarch64: no x86 flags line, so the hypervisor flag is unsupported, not false
-    assert gb10["host.virt.cpu_hypervisor_flag"].status is ReadingStatus.UNSUPPORTED
-    xeon = _readings(realdata_trees["hwloc__40intel64-2g2n4c+pcilocality"])
-    assert xeon["dmi.product_name"].value == "PowerEdge R910"
-    assert xeon["host.virt.vm"].value == "none"
-    power9 = _readings(realdata_trees["hwloc__nvidiagpunumanodes"])
-    assert power9["host.kernel.release"].value.endswith(".ppc64le")
-    assert power9["dmi.sys_vendor"].status is ReadingStatus.MISSING
