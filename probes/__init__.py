@@ -6,9 +6,8 @@ and adding its PROBE here.
 
 from __future__ import annotations
 
-from gpudiag.probes import cpu, driver, faults, host, kernel, memory, numa, pcie, platform, power
-
 from gpudiag.probe import Cost, Probe
+from gpudiag.probes import cpu, driver, faults, host, kernel, memory, numa, pcie, platform, power
 
 REGISTRY: tuple[Probe, ...] = (
     host.PROBE,

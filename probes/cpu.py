@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gpudiag.probes.common import node_ids, per_cpu_reading
-
 from gpudiag.hostfs import HostFS
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
+from gpudiag.probes.common import node_ids, per_cpu_reading
 from gpudiag.textparse import format_cpulist, parse_bool01, parse_cpulist, parse_int
 
 CPU_DIR = "/sys/devices/system/cpu"

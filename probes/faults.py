@@ -16,11 +16,10 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gpudiag.probes.common import node_ids
-
 from gpudiag.hostfs import HostFS
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
+from gpudiag.probes.common import node_ids
 from gpudiag.textparse import parse_int
 
 XID = re.compile(

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gpudiag.probes.common import node_ids
-from gpudiag.probes.memory import meminfo_reading
-
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
+from gpudiag.probes.common import node_ids
+from gpudiag.probes.memory import meminfo_reading
 from gpudiag.textparse import format_cpulist, parse_cpulist, parse_int, parse_meminfo
 
 NODE_DIR = "/sys/devices/system/node"

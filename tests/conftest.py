@@ -10,12 +10,12 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from gpudiag.probes import default_probes
 
 from gpudiag.hostfs import HostFS
 from gpudiag.model import ProbeStatus, Reading
 from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.probe import ProbeContext, run_probes
+from gpudiag.probes import default_probes
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).parent.parent

@@ -7,8 +7,11 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, run_cli
+
 from gpudiag.probes import default_probes
+from gpudiag.snapshot import load
+
+from conftest import FIXTURES, probe_readings, run_cli
 
 TREE = str(FIXTURES / "host-basic")
 REPLAY = str(FIXTURES / "replay-2gpu.toml")
@@ -204,3 +207,10 @@ def test_every_realdata_tree_end_to_end(tmp_path: Path, realdata_trees: dict[str
         check = run_cli("check", str(target))
         assert check.returncode == export.returncode, (name, check.stderr)
         assert check.stdout.splitlines()[0] == export.stdout.splitlines()[0], name
+        # the file holds what the probes read from the tree (bar the clock-driven uptime)
+        exported = load(target).readings_by_key
+        direct = probe_readings(root, "replay-2gpu.toml")
+        assert exported.keys() == direct.keys(), name
+        for key, reading in direct.items():
+            if key != "host.uptime":
+                assert exported[key] == reading, (name, key)

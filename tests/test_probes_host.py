@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import probe_readings
-from gpudiag.probes import driver, host
 
 from gpudiag.model import ReadingStatus
+from gpudiag.probes import driver, host
+
+from conftest import probe_readings
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

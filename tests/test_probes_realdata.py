@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import ok_values, probe_readings
-
 from gpudiag.model import ReadingStatus
+
+from conftest import ok_values, probe_readings
 
 
 def test_every_realdata_tree_probes_cleanly(realdata_trees: dict[str, Path]) -> None:

@@ -5,13 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import ok_values, probe_readings
+
+from gpudiag.hostfs import HostFS
+from gpudiag.model import Reading, ReadingStatus
+from gpudiag.nvml import Nvml, ReplayBackend
+from gpudiag.probe import ProbeContext
 from gpudiag.probes import cpu, faults, kernel, memory, pcie, platform
+
+from conftest import ok_values, probe_readings
 from hosttree import GPU, HCA, SWITCH_PORT, acs_config_space, build_hgx_tree
 
-from gpudiag.model import Reading, ReadingStatus
-
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def live_context(is_root_user: bool) -> ProbeContext:
+    """This machine's files, with NVML from a replay."""
+    nvml = Nvml(ReplayBackend.from_file(FIXTURES / "replay-no-driver.toml"))
+    return ProbeContext(host=HostFS("/", is_root_user=is_root_user), nvml=nvml)
 
 
 # ----------------------------------------------------------------------- parsers
@@ -277,3 +287,39 @@ def test_live_machine_every_host_probe_runs_without_errors() -> None:
     # NVML comes from the replay here; everything else is this machine's own files
     assert errors == {}
     assert readings["cpu.logical"].ok and readings["mem.total"].ok
+
+
+def _fake_command(directory: Path, name: str, output: str) -> None:
+    script = directory / name
+    script.write_text(f"#!/bin/sh\ncat <<'END'\n{output}END\n")
+    script.chmod(0o755)
+
+
+def test_dimms_from_dmidecode_on_the_live_node(tmp_path: Path, monkeypatch) -> None:
+    """The dmidecode path for real, with a stand-in dmidecode on PATH printing known text."""
+    _fake_command(tmp_path, "dmidecode", DMIDECODE)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    readings = {r.key: r for r in memory.collect(live_context(is_root_user=True))}
+    v = ok_values(readings)
+    assert (v["mem.dimm.slots"], v["mem.dimm.populated"], v["mem.dimm.empty"]) == (3, 2, 1)
+    assert v["mem.dimm.configured_speed"] == [4400, 4800]
+    assert readings["mem.dimm.total"].source == "command:dmidecode -t 17"
+    users = {r.key: r for r in memory.collect(live_context(is_root_user=False))}
+    assert users["mem.dimm.slots"].status is ReadingStatus.NEEDS_ROOT
+
+
+def test_kernel_log_falls_back_to_the_journal(tmp_path: Path, monkeypatch) -> None:
+    """Where /dev/kmsg refuses, `journalctl -k` (a stand-in here) is read instead."""
+    journal = "[ 42.000000] node kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=0, off the bus\n"
+    _fake_command(tmp_path, "journalctl", journal)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+
+    def refuse(path: str) -> str:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(faults, "_read_kmsg_device", refuse)
+    if not Path("/dev/kmsg").exists():
+        pytest.skip("this machine has no /dev/kmsg")
+    text, source, _status, _ = faults.kernel_log(HostFS("/"))
+    assert source == "command:journalctl -k -b"
+    assert [(e.code, e.pci) for e in faults.parse_xid_events(text or "")] == [(79, "0000:3b:00.0")]

@@ -6,12 +6,11 @@ import threading
 import time
 from pathlib import Path
 
-from gpudiag.probes import REGISTRY, default_probes
-
 from gpudiag.hostfs import HostFS
 from gpudiag.model import ProbeStatus, Reading
 from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.probe import Cost, Need, Probe, ProbeContext, run_probes
+from gpudiag.probes import REGISTRY, default_probes
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -6,6 +6,7 @@ import math
 import random
 
 import pytest
+
 from gpudiag.kernels.stats import median_ci_ranks, summarize
 
 

@@ -6,13 +6,13 @@ import asyncio
 import threading
 from pathlib import Path
 
-from gpudiag.probes import default_probes
 from textual.widgets import DataTable, Static
 
 from gpudiag.hostfs import HostFS
 from gpudiag.model import Reading
 from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.probe import Cost, Probe
+from gpudiag.probes import default_probes
 from gpudiag.ruleengine import load_rules
 from gpudiag.session import LiveNode
 from gpudiag.snapshot import load, save
@@ -146,5 +146,27 @@ def test_readings_tab_lists_every_reading_with_its_source() -> None:
             assert "[missing]" in app.export_screenshot()
             await pilot.press("3")
             assert app.focused is app.query_one("#probes", DataTable)
+
+    asyncio.run(scenario())
+
+
+def test_readings_of_a_real_captured_tree_are_listed(realdata_trees: dict[str, Path]) -> None:
+    node = LiveNode(
+        host=HostFS(realdata_trees["hwloc__nvidiagpunumanodes"]),
+        nvml=Nvml(ReplayBackend.from_file(FIXTURES / "replay-no-driver.toml")),
+        probes=default_probes(),
+        rules=load_rules(),
+    )
+
+    async def scenario() -> None:
+        app = GpudiagApp(node)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.press("2")
+            await pilot.pause()
+            rows = {row[0]: row[1] for row in _cells(app, "#readings")}
+            assert rows["numa.memory_only_nodes"] == "250, 251, 252, 253, 254, 255"
+            assert rows["cpu.model"] == "POWER9, altivec supported"
+            assert rows["pcie.0035:05:00.0.local_cpus"] == "88-103"
 
     asyncio.run(scenario())
