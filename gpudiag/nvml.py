@@ -25,13 +25,17 @@ Replay file format, version 1 (TOML, or JSON when the name ends in .json)::
 
     [[devices]]                 # one table per GPU, in NVML index order
     nvmlDeviceGetName = "NVIDIA H100 80GB HBM3"
+    nvmlDeviceGetMemoryInfo = { total = 85520809984, free = 0, used = 0 }   # a structure
     nvmlDeviceGetPowerUsage = { error = "NotSupported" }
     nvmlDeviceGetClockInfo = { "0" = 1980, "1" = 2619 }   # calls with arguments:
                                                           # keyed by the arguments, joined by ","
 
-A call the file does not record fails with code `NotRecorded`, which shows as a
-missing reading: a replay never invents a value. `nvmlDeviceGetCount` defaults to the
-number of `[[devices]]` tables.
+A device table holding only `all_calls = { error = "GpuIsLost" }` fails every call (a lost
+GPU). Values are what pynvml returns, made plain: structures become tables of their
+fields, arrays become lists. Calls that take a second GPU (topology, P2P status) take its
+index as their first argument. A call the file does not record fails with code
+`NotRecorded`, which shows as a missing reading: a replay never invents a value.
+`nvmlDeviceGetCount` defaults to the number of `[[devices]]` tables.
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ KNOWN_ERROR_NAMES = frozenset(NVML_ERROR_NAMES.values()) | frozenset(EXTRA_ERROR
 
 _STATUS_BY_CODE = {
     "NotSupported": ReadingStatus.UNSUPPORTED,
+    "Deprecated": ReadingStatus.UNSUPPORTED,
     "FunctionNotFound": ReadingStatus.UNSUPPORTED,
     "NoPermission": ReadingStatus.NEEDS_ROOT,
     "LibraryNotFound": ReadingStatus.MISSING,
@@ -109,6 +114,7 @@ _HINTS = {
     "PynvmlMissing": "the pynvml module is missing: pip install nvidia-ml-py",
     "NoPermission": "NVML denied the call: run as root",
     "FunctionNotFound": "the installed driver's NVML lacks this function (older driver)",
+    "Deprecated": "this driver no longer offers it",
     "GpuIsLost": "the GPU is lost: it fell off the bus or stopped answering; reset or reboot",
 }
 
@@ -165,6 +171,12 @@ def plain(value: Any) -> Any:
     return value
 
 
+# Calls whose first argument after the device is a second device (index -> handle).
+PEER_FUNCTIONS = frozenset({"nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetP2PStatus"})
+# Calls whose pynvml binding wants the caller's output structure (by pynvml class name).
+OUT_STRUCT_FUNCTIONS = {"nvmlDeviceGetGpuFabricInfo": "c_nvmlGpuFabricInfo_t"}
+
+
 class PynvmlBackend:
     """The real NVML, through pynvml. Not exercised on a GPU in CI: the tests run it on
     a machine without the driver, where it must report LibraryNotFound as a status."""
@@ -208,13 +220,23 @@ class PynvmlBackend:
         try:
             if device is None:
                 return plain(func(*args))
-            handle = self._handles.get(device)
-            if handle is None:
-                handle = pynvml.nvmlDeviceGetHandleByIndex(device)
-                self._handles[device] = handle
-            return plain(func(handle, *args))
+            call_args: list[Any] = [self._handle(device), *args]
+            if function in PEER_FUNCTIONS:
+                call_args[1] = self._handle(args[0])
+            if function in OUT_STRUCT_FUNCTIONS:
+                struct = getattr(pynvml, OUT_STRUCT_FUNCTIONS[function])()
+                func(*call_args, struct)
+                return plain(struct)
+            return plain(func(*call_args))
         except pynvml.NVMLError as exc:
             raise self._convert(exc, function) from None
+
+    def _handle(self, device: int) -> Any:
+        handle = self._handles.get(device)
+        if handle is None:
+            handle = self._pynvml.nvmlDeviceGetHandleByIndex(device)
+            self._handles[device] = handle
+        return handle
 
 
 class ReplayError(Exception):
@@ -309,6 +331,8 @@ class ReplayBackend:
             if not 0 <= device < len(self._devices):
                 raise NvmlError("InvalidArgument", function, f"no device {device} in the replay")
             table = self._devices[device]
+            if "all_calls" in table:  # a lost GPU: every call fails the same way
+                return self._value_or_error(table["all_calls"], function)
         if function not in table:
             raise NvmlError("NotRecorded", function, f"not in {Path(self.name).name}")
         value = table[function]

@@ -15,6 +15,7 @@ from gpudiag.hostfs import HostFS
 from gpudiag.model import Finding, ProbeResult, Reading, Severity, Snapshot
 from gpudiag.nvml import Nvml
 from gpudiag.probe import Probe, ProbeContext, run_probes
+from gpudiag.probes import topology
 from gpudiag.ruleengine import Rule, evaluate
 
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 1, 2, 3
@@ -38,6 +39,10 @@ class LiveNode:
         self.cancel.clear()
         context = ProbeContext(host=self.host, nvml=self.nvml, cancel=self.cancel)
         results = run_probes(self.probes, context, on_result, self.timeout_scale)
+        by_key = {r.key: r for result in results for r in result.readings}
+        derived = topology.derive(by_key)
+        if derived.readings:
+            results.append(derived)
         snapshot = Snapshot(
             host=_hostname(results),
             created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -7,7 +7,19 @@ and adding its PROBE here.
 from __future__ import annotations
 
 from gpudiag.probe import Cost, Probe
-from gpudiag.probes import cpu, driver, faults, host, kernel, memory, numa, pcie, platform, power
+from gpudiag.probes import (
+    cpu,
+    driver,
+    faults,
+    gpu,
+    host,
+    kernel,
+    memory,
+    numa,
+    pcie,
+    platform,
+    power,
+)
 
 REGISTRY: tuple[Probe, ...] = (
     host.PROBE,
@@ -20,6 +32,7 @@ REGISTRY: tuple[Probe, ...] = (
     kernel.PROBE,
     faults.PROBE,
     driver.PROBE,
+    gpu.PROBE,
 )
 
 

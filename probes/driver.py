@@ -1,4 +1,5 @@
-"""NVML presence: whether NVML answers, the driver and CUDA versions, the GPU count."""
+"""NVML presence: whether NVML answers, the driver and CUDA versions, the GPU count.
+The GPUs themselves are the gpu probe's."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def cuda_version_text(encoded: int) -> str:
 
 
 def collect(context: ProbeContext) -> Iterator[Reading]:
-    """NVML's own state, then one name per GPU it reports."""
+    """NVML's own state."""
     nvml = context.nvml
     try:
         nvml.ensure_init()
@@ -28,13 +29,7 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     yield nvml.reading(
         "nvml.cuda_driver_version", "nvmlSystemGetCudaDriverVersion_v2", convert=cuda_version_text
     )
-    count = nvml.reading("nvml.gpu_count", "nvmlDeviceGetCount", unit="GPUs")
-    yield count
-    if count.ok and isinstance(count.value, int):
-        for index in range(count.value):
-            if context.cancel.is_set():
-                return
-            yield nvml.reading(f"gpu.{index}.name", "nvmlDeviceGetName", index)
+    yield nvml.reading("nvml.gpu_count", "nvmlDeviceGetCount", unit="GPUs")
 
 
 PROBE = Probe(

@@ -202,6 +202,9 @@ def _device(
         )
     else:
         yield Reading(f"{prefix}.bridges", upstream_bridges(real), source=source)
+        roots = [p for p in real.split("/") if p.startswith("pci") and ":" in p]
+        if roots:
+            yield Reading(f"{prefix}.host_bridge", roots[0], source=source)
 
 
 def collect(context: ProbeContext) -> Iterator[Reading]:

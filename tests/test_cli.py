@@ -14,7 +14,8 @@ from gpudiag.snapshot import load
 from conftest import FIXTURES, probe_readings, run_cli
 
 TREE = str(FIXTURES / "host-basic")
-REPLAY = str(FIXTURES / "replay-2gpu.toml")
+REPLAY = str(FIXTURES / "replay-2gpu.toml")  # GPU 1 is lost
+HEALTHY = str(FIXTURES.parent.parent / "snapshots" / "demo-hgx-h100-healthy.toml")
 
 
 def _one_line_error(result, expected: str) -> None:
@@ -28,15 +29,17 @@ def _one_line_error(result, expected: str) -> None:
 def test_export_then_check_reads_it_back(tmp_path: Path) -> None:
     target = tmp_path / "node.toml"
     export = run_cli("--root", TREE, "--nvml-replay", REPLAY, "--export", str(target))
-    # GPU 1's name call fails with GpuIsLost, but no shipped rule judges names yet: the
-    # node is a bare-metal host with 2 GPUs, so nothing is worse than info (HOST002 cannot
-    # tell from a captured tree whether it ran in a container).
-    assert export.returncode == 0, export.stderr
+    # GPU 1 is lost: critical. HOST002 cannot tell from a captured tree whether it ran in a
+    # container, and says so at info.
+    assert export.returncode == 2, export.stderr
     probes = len(default_probes())
     assert re.fullmatch(
         rf"gpunode01: {probes} probes \({probes} ok\), \d+ readings; "
-        r"findings: 0 critical, 0 warning, 0 unknown, 1 info",
+        r"findings: 1 critical, 0 warning, 0 unknown, 1 info",
         export.stdout.splitlines()[0],
+    )
+    assert "CRITICAL GPU001   GPU 1: GPU 1 does not answer NVML: nvmlDeviceGetName: GpuIsLost" in (
+        export.stdout
     )
     assert "INFO     HOST002  node: cannot check: host.virt.container is missing" in export.stdout
     assert export.stdout.splitlines()[-1] == f"wrote {target} (TOML)"
@@ -44,7 +47,7 @@ def test_export_then_check_reads_it_back(tmp_path: Path) -> None:
     assert text.startswith("schema_version = 1\n")
     assert 'host = "gpunode01"' in text
     check = run_cli("check", str(target))
-    assert check.returncode == 0, check.stderr
+    assert check.returncode == 2, check.stderr
     assert check.stdout.splitlines()[0] == export.stdout.splitlines()[0]
 
 
@@ -53,7 +56,7 @@ def test_export_json_and_stdout_hold_the_same_content(tmp_path: Path) -> None:
     run_cli("--root", TREE, "--nvml-replay", REPLAY, "--export", str(as_json))
     data = json.loads(as_json.read_text())
     stdout = run_cli("--root", TREE, "--nvml-replay", REPLAY, "--export", "-")
-    assert stdout.returncode == 0
+    assert stdout.returncode == 2
     assert stdout.stdout.startswith("schema_version = 1\n")
     assert (
         f"gpunode01: {len(default_probes())} probes" in stdout.stderr
@@ -100,7 +103,8 @@ def test_site_rules_change_the_verdict(tmp_path: Path) -> None:
         'expect = { not_in = ["5.15.0-105-generic"] }\nwhy = "w"\nfix = "f"\n'
     )
     snapshot = tmp_path / "node.toml"
-    run_cli("--root", TREE, "--nvml-replay", REPLAY, "--export", str(snapshot))
+    export = run_cli("--root", TREE, "--nvml-replay", HEALTHY, "--export", str(snapshot))
+    assert export.returncode == 0, export.stdout
     check = run_cli("--rules", str(rules), "check", str(snapshot))
     assert check.returncode == 1
     assert "WARNING  SITE001  node: host.kernel.release is 5.15.0-105-generic" in check.stdout

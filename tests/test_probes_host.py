@@ -80,7 +80,8 @@ def test_fixture_tree_and_replay() -> None:
     assert values["nvml.cuda_driver_version"] == "13.1"
     assert values["nvml.gpu_count"] == 2
     assert values["gpu.0.name"] == "NVIDIA H100 80GB HBM3"
-    assert readings["gpu.1.name"].status is ReadingStatus.ERROR
+    assert readings["gpu.1.health"].status is ReadingStatus.ERROR
+    assert "gpu.1.name" not in readings  # a lost GPU is asked once, not once per reading
     assert readings["host.kernel.release"].source == "procfs:sys/kernel/osrelease"
 
 

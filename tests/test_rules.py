@@ -43,6 +43,10 @@ SHIPPED = {
     ),
     "NVML002": ([Reading("nvml.gpu_count", 0, "GPUs")], [Reading("nvml.gpu_count", 8, "GPUs")]),
     "HOST001": ([Reading("host.virt.vm", "kvm")], [Reading("host.virt.vm", "none")]),
+    "GPU001": (
+        [Reading.failed("gpu.3.health", ReadingStatus.ERROR, "nvmlDeviceGetName: GpuIsLost")],
+        [Reading("gpu.3.health", "ok")],
+    ),
     "HOST002": (
         [Reading("host.virt.container", "docker")],
         [Reading("host.virt.container", "none")],

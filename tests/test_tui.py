@@ -20,6 +20,7 @@ from gpudiag.tui import GpudiagApp
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ALL_OK = [[p.name, "ok"] for p in default_probes()]
+NO_NVML = [[p.name, "skipped" if p.name == "gpu" else "ok"] for p in default_probes()]
 
 
 def _node(replay: str = "replay-no-driver.toml", probes=None) -> LiveNode:
@@ -46,7 +47,7 @@ def test_live_node_shows_probes_and_findings() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             await app.workers.wait_for_complete()
             await pilot.pause()
-            assert [row[:2] for row in _cells(app, "#probes")] == ALL_OK
+            assert [row[:2] for row in _cells(app, "#probes")] == NO_NVML
             findings = _cells(app, "#findings")
             assert findings[0][:3] == ["CRITICAL", "NVML001", "node"]
             assert findings[1][:3] == ["UNKNOWN", "NVML002", "node"]
@@ -119,7 +120,7 @@ def test_saved_snapshot_is_shown_read_only(tmp_path: Path) -> None:
         app = GpudiagApp(loaded)
         async with app.run_test(size=(80, 24)) as pilot:
             await pilot.pause()
-            assert "gpunode01  health: OK" in _banner(app)
+            assert "gpunode01  health: CRITICAL" in _banner(app)  # GPU 1 is lost
             assert [row[:2] for row in _cells(app, "#probes")] == ALL_OK
             await pilot.press("r")
             await pilot.pause()
@@ -140,7 +141,7 @@ def test_readings_tab_lists_every_reading_with_its_source() -> None:
             assert app.snapshot is not None
             assert len(rows) == len(app.snapshot.readings_by_key)
             assert rows["host.hostname"] == ["gpunode01", "procfs:sys/kernel/hostname"]
-            assert rows["gpu.1.name"][0].startswith("[error] nvmlDeviceGetName: GpuIsLost")
+            assert rows["gpu.1.health"][0].startswith("[error] nvmlDeviceGetName: GpuIsLost")
             assert app.focused is app.query_one("#readings", DataTable)
             # statuses are shown as text on screen, not swallowed as markup
             assert "[missing]" in app.export_screenshot()

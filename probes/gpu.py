@@ -1,0 +1,493 @@
+"""GPUs over NVML: identity, memory, modes, ECC and memory health, clocks and throttle
+reasons, power, temperatures, PCIe, utilisation, processes, every NVLink, fabric state,
+CPU and NUMA affinity; then the topology between every pair of GPUs.
+
+Each NVML call is made once per GPU and its failure becomes the status of the readings
+that depend on it (NotSupported -> unsupported, NoPermission -> needs-root, GpuIsLost ->
+error). The same code runs on the real NVML and on a replay file. The real path has
+not run on a GPU in this project's CI: it is tested against recorded replays only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpudiag.model import Reading, ReadingStatus, Value
+from gpudiag.nvml import Nvml, NvmlError
+from gpudiag.probe import Cost, Need, Probe, ProbeContext
+from gpudiag.textparse import format_cpulist
+
+NVLINK_MAX_LINKS = 18
+# nvml.h enums
+CLOCK_SM, CLOCK_MEM = 1, 2
+TEMPERATURE_GPU = 0
+THRESHOLD_SHUTDOWN, THRESHOLD_SLOWDOWN, THRESHOLD_GPU_MAX = 0, 1, 3
+ECC_CORRECTED, ECC_UNCORRECTED = 0, 1
+COUNTER_VOLATILE, COUNTER_AGGREGATE = 0, 1
+LOCATION_DRAM, LOCATION_SRAM = 2, 7
+RETIRED_SINGLE_BIT, RETIRED_DOUBLE_BIT = 0, 1
+NVLINK_ERRORS = {"replay": 0, "recovery": 1, "crc_flit": 2, "crc_data": 3}
+P2P_CAPABILITIES = {"read": 0, "write": 1, "nvlink": 2, "atomics": 3}
+P2P_STATUS = {
+    0: "ok",
+    1: "chipset not supported",
+    2: "GPU not supported",
+    3: "IOH topology not supported",
+    4: "disabled by registry key",
+    5: "not supported",
+    6: "unknown",
+}
+COMPUTE_MODES = {0: "default", 1: "exclusive-thread", 2: "prohibited", 3: "exclusive-process"}
+REMOTE_TYPES = {0: "gpu", 1: "ibmnpu", 2: "nvswitch"}
+FABRIC_STATES = {0: "not-supported", 1: "not-started", 2: "in-progress", 3: "completed"}
+THROTTLE_REASONS = (
+    (0x1, "GpuIdle"),
+    (0x2, "ApplicationsClocksSetting"),
+    (0x4, "SwPowerCap"),
+    (0x8, "HwSlowdown"),
+    (0x10, "SyncBoost"),
+    (0x20, "SwThermalSlowdown"),
+    (0x40, "HwThermalSlowdown"),
+    (0x80, "HwPowerBrakeSlowdown"),
+    (0x100, "DisplayClockSetting"),
+)
+# nvmlGpuTopologyLevel_t -> the labels of `nvidia-smi topo -m`
+TOPOLOGY_LEVELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+
+
+def decode_throttle_reasons(mask: int) -> list[str]:
+    """NVML's clock event (throttle) reason bitmask -> names."""
+    names = [name for bit, name in THROTTLE_REASONS if mask & bit]
+    unknown = mask & ~sum(bit for bit, _ in THROTTLE_REASONS)
+    if unknown:
+        names.append(f"0x{unknown:x}")
+    return names
+
+
+def affinity_cpus(masks: list[int], bits_per_word: int = 64) -> list[int]:
+    """NVML's CPU affinity words (least significant word first) -> CPU numbers."""
+    return [
+        word * bits_per_word + bit
+        for word, mask in enumerate(masks)
+        for bit in range(bits_per_word)
+        if mask >> bit & 1
+    ]
+
+
+def normalize_bus_id(bus_id: str) -> str:
+    """NVML's '00000000:18:00.0' -> '0000:18:00.0', the form sysfs uses."""
+    domain, _, rest = bus_id.strip().lower().partition(":")
+    return f"{int(domain, 16):04x}:{rest}" if rest else bus_id.strip().lower()
+
+
+def mib(value: int) -> int:
+    """Bytes -> MiB."""
+    return int(value) // 2**20
+
+
+def watts(milliwatts: int) -> float:
+    """NVML reports power in milliwatts."""
+    return int(milliwatts) / 1000.0
+
+
+@dataclass
+class GpuCalls:
+    """NVML calls for one GPU, each made once and remembered (value or error)."""
+
+    nvml: Nvml
+    index: int
+    memo: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+
+    def call(self, function: str, *args: int) -> Any:
+        key = (function, *args)
+        if key not in self.memo:
+            try:
+                self.memo[key] = self.nvml.call(function, self.index, *args)
+            except NvmlError as exc:
+                self.memo[key] = exc
+        result = self.memo[key]
+        if isinstance(result, NvmlError):
+            raise result
+        return result
+
+    def reading(
+        self,
+        suffix: str,
+        function: str,
+        *args: int,
+        unit: str = "",
+        convert: Callable[[Any], Value] | None = None,
+    ) -> Reading:
+        key = f"gpu.{self.index}.{suffix}"
+        source = f"nvml:{function}"
+        try:
+            raw = self.call(function, *args)
+        except NvmlError as exc:
+            return Reading.failed(key, exc.status, exc.reason, source, unit)
+        try:
+            value = convert(raw) if convert else raw
+            return Reading(key, value, unit, source)
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            return Reading.failed(
+                key, ReadingStatus.ERROR, f"{function} returned {raw!r:.80}: {exc}", source, unit
+            )
+
+
+def _identity(gpu: GpuCalls) -> Iterator[Reading]:
+    yield gpu.reading("name", "nvmlDeviceGetName")
+    yield gpu.reading(
+        "pci.bus_id", "nvmlDeviceGetPciInfo", convert=lambda p: normalize_bus_id(p["busId"])
+    )
+    yield gpu.reading(
+        "pci.device_id",
+        "nvmlDeviceGetPciInfo",
+        convert=lambda p: f"0x{int(p['pciDeviceId']) >> 16:04x}",
+    )
+    yield gpu.reading("uuid", "nvmlDeviceGetUUID")
+    yield gpu.reading("serial", "nvmlDeviceGetSerial")
+    yield gpu.reading("vbios", "nvmlDeviceGetVbiosVersion")
+    yield gpu.reading("inforom.image", "nvmlDeviceGetInforomImageVersion")
+    yield gpu.reading("board_part_number", "nvmlDeviceGetBoardPartNumber")
+
+
+def _memory_and_modes(gpu: GpuCalls) -> Iterator[Reading]:
+    yield gpu.reading(
+        "memory.total", "nvmlDeviceGetMemoryInfo", unit="MiB", convert=lambda m: mib(m["total"])
+    )
+    yield gpu.reading(
+        "memory.used", "nvmlDeviceGetMemoryInfo", unit="MiB", convert=lambda m: mib(m["used"])
+    )
+    yield gpu.reading(
+        "bar1.total",
+        "nvmlDeviceGetBAR1MemoryInfo",
+        unit="MiB",
+        convert=lambda m: mib(m["bar1Total"]),
+    )
+    yield gpu.reading(
+        "bar1.used", "nvmlDeviceGetBAR1MemoryInfo", unit="MiB", convert=lambda m: mib(m["bar1Used"])
+    )
+    yield gpu.reading(
+        "compute_mode", "nvmlDeviceGetComputeMode", convert=lambda m: COMPUTE_MODES[int(m)]
+    )
+    yield gpu.reading("persistence_mode", "nvmlDeviceGetPersistenceMode", convert=bool)
+    yield gpu.reading("mig.current", "nvmlDeviceGetMigMode", convert=lambda m: bool(m[0]))
+    yield gpu.reading("mig.pending", "nvmlDeviceGetMigMode", convert=lambda m: bool(m[1]))
+    yield gpu.reading("ecc.current", "nvmlDeviceGetEccMode", convert=lambda m: bool(m[0]))
+    yield gpu.reading("ecc.pending", "nvmlDeviceGetEccMode", convert=lambda m: bool(m[1]))
+
+
+def _memory_health(gpu: GpuCalls) -> Iterator[Reading]:
+    for counter_name, counter in (("volatile", COUNTER_VOLATILE), ("aggregate", COUNTER_AGGREGATE)):
+        for error_name, error in (("corrected", ECC_CORRECTED), ("uncorrected", ECC_UNCORRECTED)):
+            yield gpu.reading(
+                f"ecc.{counter_name}.{error_name}",
+                "nvmlDeviceGetTotalEccErrors",
+                error,
+                counter,
+                convert=int,
+            )
+            for location_name, location in (("dram", LOCATION_DRAM), ("sram", LOCATION_SRAM)):
+                yield gpu.reading(
+                    f"ecc.{counter_name}.{error_name}.{location_name}",
+                    "nvmlDeviceGetMemoryErrorCounter",
+                    error,
+                    counter,
+                    location,
+                    convert=int,
+                )
+    yield gpu.reading(
+        "retired_pages.single_bit", "nvmlDeviceGetRetiredPages", RETIRED_SINGLE_BIT, convert=len
+    )
+    yield gpu.reading(
+        "retired_pages.double_bit", "nvmlDeviceGetRetiredPages", RETIRED_DOUBLE_BIT, convert=len
+    )
+    yield gpu.reading(
+        "retired_pages.pending", "nvmlDeviceGetRetiredPagesPendingStatus", convert=bool
+    )
+    for index, name in enumerate(("correctable", "uncorrectable", "pending", "failure")):
+        convert = (lambda r, i=index: int(r[i])) if index < 2 else (lambda r, i=index: bool(r[i]))
+        yield gpu.reading(f"remapped_rows.{name}", "nvmlDeviceGetRemappedRows", convert=convert)
+
+
+def _clocks_power_thermal(gpu: GpuCalls) -> Iterator[Reading]:
+    for domain, clock in (("sm", CLOCK_SM), ("mem", CLOCK_MEM)):
+        yield gpu.reading(f"clocks.{domain}", "nvmlDeviceGetClockInfo", clock, unit="MHz")
+        yield gpu.reading(f"clocks.max_{domain}", "nvmlDeviceGetMaxClockInfo", clock, unit="MHz")
+        yield gpu.reading(
+            f"clocks.app_{domain}", "nvmlDeviceGetApplicationsClock", clock, unit="MHz"
+        )
+        yield gpu.reading(
+            f"clocks.default_app_{domain}",
+            "nvmlDeviceGetDefaultApplicationsClock",
+            clock,
+            unit="MHz",
+        )
+    reasons = gpu.reading(
+        "throttle_reasons",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        convert=lambda mask: decode_throttle_reasons(int(mask)),
+    )
+    if not reasons.ok and "FunctionNotFound" in reasons.reason:  # drivers before 535
+        reasons = gpu.reading(
+            "throttle_reasons",
+            "nvmlDeviceGetCurrentClocksThrottleReasons",
+            convert=lambda mask: decode_throttle_reasons(int(mask)),
+        )
+    yield reasons
+    yield gpu.reading("pstate", "nvmlDeviceGetPerformanceState", convert=lambda p: f"P{int(p)}")
+    yield gpu.reading("power.draw", "nvmlDeviceGetPowerUsage", unit="W", convert=watts)
+    yield gpu.reading("power.limit", "nvmlDeviceGetPowerManagementLimit", unit="W", convert=watts)
+    yield gpu.reading(
+        "power.default_limit", "nvmlDeviceGetPowerManagementDefaultLimit", unit="W", convert=watts
+    )
+    yield gpu.reading(
+        "power.enforced_limit", "nvmlDeviceGetEnforcedPowerLimit", unit="W", convert=watts
+    )
+    yield gpu.reading(
+        "power.min_limit",
+        "nvmlDeviceGetPowerManagementLimitConstraints",
+        unit="W",
+        convert=lambda c: watts(c[0]),
+    )
+    yield gpu.reading(
+        "power.max_limit",
+        "nvmlDeviceGetPowerManagementLimitConstraints",
+        unit="W",
+        convert=lambda c: watts(c[1]),
+    )
+    yield gpu.reading("temperature.gpu", "nvmlDeviceGetTemperature", TEMPERATURE_GPU, unit="C")
+    for name, threshold in (
+        ("slowdown", THRESHOLD_SLOWDOWN),
+        ("shutdown", THRESHOLD_SHUTDOWN),
+        ("gpu_max", THRESHOLD_GPU_MAX),
+    ):
+        yield gpu.reading(
+            f"temperature.{name}", "nvmlDeviceGetTemperatureThreshold", threshold, unit="C"
+        )
+
+
+def _pcie_and_use(gpu: GpuCalls) -> Iterator[Reading]:
+    yield gpu.reading("pcie.link_gen", "nvmlDeviceGetCurrPcieLinkGeneration")
+    yield gpu.reading("pcie.max_link_gen", "nvmlDeviceGetGpuMaxPcieLinkGeneration")
+    yield gpu.reading("pcie.link_width", "nvmlDeviceGetCurrPcieLinkWidth", unit="lanes")
+    yield gpu.reading("pcie.max_link_width", "nvmlDeviceGetMaxPcieLinkWidth", unit="lanes")
+    yield gpu.reading("pcie.replay_counter", "nvmlDeviceGetPcieReplayCounter")
+    yield gpu.reading(
+        "utilization.gpu",
+        "nvmlDeviceGetUtilizationRates",
+        unit="%",
+        convert=lambda u: int(u["gpu"]),
+    )
+    yield gpu.reading(
+        "utilization.memory",
+        "nvmlDeviceGetUtilizationRates",
+        unit="%",
+        convert=lambda u: int(u["memory"]),
+    )
+    yield gpu.reading(
+        "processes.compute",
+        "nvmlDeviceGetComputeRunningProcesses",
+        convert=lambda ps: [int(p["pid"]) for p in ps],
+    )
+    yield gpu.reading(
+        "processes.graphics",
+        "nvmlDeviceGetGraphicsRunningProcesses",
+        convert=lambda ps: [int(p["pid"]) for p in ps],
+    )
+    yield gpu.reading(
+        "fabric.state",
+        "nvmlDeviceGetGpuFabricInfo",
+        convert=lambda f: FABRIC_STATES[int(f["state"])],
+    )
+    yield gpu.reading(
+        "cpu_affinity",
+        "nvmlDeviceGetCpuAffinity",
+        16,
+        convert=lambda masks: format_cpulist(affinity_cpus(list(masks))),
+    )
+    yield gpu.reading("numa_node", "nvmlDeviceGetNumaNodeId")
+
+
+def nvlink_readings(gpu: GpuCalls) -> tuple[list[Reading], dict[int, str], int]:
+    """Readings of every NVLink the GPU has; also {link: remote bus id} of active links and
+    the number of active links to NVSwitches."""
+    readings: list[Reading] = []
+    remotes: dict[int, str] = {}
+    to_switch = 0
+    links = 0
+    first_failure: NvmlError | None = None
+    for link in range(NVLINK_MAX_LINKS):
+        try:
+            state = gpu.call("nvmlDeviceGetNvLinkState", link)
+        except NvmlError as exc:
+            if exc.code in ("NotSupported", "InvalidArgument", "NotRecorded"):
+                first_failure = first_failure or exc
+                break  # links are numbered from 0: the first missing one ends the list
+            readings.append(gpu.reading(f"nvlink.{link}.state", "nvmlDeviceGetNvLinkState", link))
+            links += 1
+            continue
+        links += 1
+        prefix = f"nvlink.{link}"
+        active = bool(state)
+        readings.append(
+            Reading(
+                f"gpu.{gpu.index}.{prefix}.state",
+                "active" if active else "inactive",
+                source="nvml:nvmlDeviceGetNvLinkState",
+            )
+        )
+        readings.append(gpu.reading(f"{prefix}.version", "nvmlDeviceGetNvLinkVersion", link))
+        if not active:
+            continue
+        remote = gpu.reading(
+            f"{prefix}.remote_bus_id",
+            "nvmlDeviceGetNvLinkRemotePciInfo",
+            link,
+            convert=lambda p: normalize_bus_id(p["busId"]),
+        )
+        kind = gpu.reading(
+            f"{prefix}.remote_type",
+            "nvmlDeviceGetNvLinkRemoteDeviceType",
+            link,
+            convert=lambda t: REMOTE_TYPES[int(t)],
+        )
+        readings += [remote, kind]
+        if kind.ok and kind.value == "nvswitch":
+            to_switch += 1
+        elif remote.ok and isinstance(remote.value, str):
+            remotes[link] = remote.value
+        for name, counter in NVLINK_ERRORS.items():
+            readings.append(
+                gpu.reading(
+                    f"{prefix}.errors.{name}",
+                    "nvmlDeviceGetNvLinkErrorCounter",
+                    link,
+                    counter,
+                    convert=int,
+                )
+            )
+    source = "nvml:nvmlDeviceGetNvLinkState"
+    if links == 0 and first_failure is not None:
+        readings.append(
+            Reading.failed(
+                f"gpu.{gpu.index}.nvlink.count",
+                first_failure.status,
+                f"no NVLink: {first_failure.reason}",
+                source,
+            )
+        )
+    else:
+        readings.append(Reading(f"gpu.{gpu.index}.nvlink.count", links, source=source))
+        active_count = sum(1 for r in readings if r.key.endswith(".state") and r.value == "active")
+        readings.append(Reading(f"gpu.{gpu.index}.nvlink.active", active_count, source=source))
+    return readings, remotes, to_switch
+
+
+def topology_label(level: int | None, direct_links: int, switch_links: tuple[int, int]) -> str:
+    """What `nvidia-smi topo -m` prints for a pair of GPUs: NV<n> when they share NVLinks
+    (directly, or each through NVSwitches: the smaller side's count), else the PCIe level."""
+    through_switch = min(switch_links) if all(switch_links) else 0
+    if direct_links + through_switch:
+        return f"NV{direct_links + through_switch}"
+    if level is None:
+        raise ValueError("no NVLink and no PCIe topology level")
+    return TOPOLOGY_LEVELS.get(level, f"level {level}")
+
+
+def collect(context: ProbeContext) -> Iterator[Reading]:
+    """Every GPU's readings, then the pairwise topology."""
+    nvml = context.nvml
+    try:
+        count = int(nvml.call("nvmlDeviceGetCount"))
+    except NvmlError as exc:
+        yield Reading.failed("gpu.count", exc.status, exc.reason, "nvml:nvmlDeviceGetCount")
+        return
+    yield Reading("gpu.count", count, source="nvml:nvmlDeviceGetCount")
+    bus_ids: dict[int, str] = {}
+    remotes: dict[int, dict[int, str]] = {}
+    switch_links: dict[int, int] = {}
+    calls = {index: GpuCalls(nvml, index) for index in range(count)}
+    for index, gpu in calls.items():
+        if context.cancel.is_set():
+            return
+        name = gpu.reading("health", "nvmlDeviceGetName", convert=lambda _: "ok")
+        yield name
+        lost = not name.ok and "GpuIsLost" in name.reason
+        if lost:
+            continue  # every other call would say the same
+        for group in (
+            _identity,
+            _memory_and_modes,
+            _memory_health,
+            _clocks_power_thermal,
+            _pcie_and_use,
+        ):
+            for reading in group(gpu):
+                yield reading
+                if reading.key.endswith(".pci.bus_id") and reading.ok:
+                    bus_ids[index] = str(reading.value)
+        links, remotes[index], switch_links[index] = nvlink_readings(gpu)
+        yield from links
+    yield from _topology(calls, bus_ids, remotes, switch_links)
+
+
+def _topology(
+    calls: dict[int, GpuCalls],
+    bus_ids: dict[int, str],
+    remotes: dict[int, dict[int, str]],
+    switch_links: dict[int, int],
+) -> Iterator[Reading]:
+    for a in calls:
+        for b in calls:
+            if a == b:
+                continue
+            key = f"topo.gpu.{a}.{b}"
+            if a not in remotes or b not in remotes:
+                lost = a if a not in remotes else b
+                reason = f"GPU {lost} did not answer (lost)"
+                for suffix in ("", ".p2p"):
+                    yield Reading.failed(key + suffix, ReadingStatus.ERROR, reason, "nvml")
+                continue
+            direct = sum(1 for bus in remotes[a].values() if bus == bus_ids.get(b))
+            try:
+                level = int(calls[a].call("nvmlDeviceGetTopologyCommonAncestor", b))
+                source = "nvml:nvmlDeviceGetTopologyCommonAncestor"
+            except NvmlError as exc:
+                level, source = None, f"nvml:{exc.function}"
+                failure = exc
+            try:
+                label = topology_label(level, direct, (switch_links[a], switch_links[b]))
+                yield Reading(key, label, source=source + ", nvml:nvmlDeviceGetNvLinkRemotePciInfo")
+            except ValueError:
+                yield Reading.failed(key, failure.status, failure.reason, source)
+            supported = []
+            failures = []
+            for name, capability in P2P_CAPABILITIES.items():
+                try:
+                    status = int(calls[a].call("nvmlDeviceGetP2PStatus", b, capability))
+                except NvmlError as exc:
+                    failures.append(exc)
+                    continue
+                if status == 0:
+                    supported.append(name)
+            if failures and len(failures) == len(P2P_CAPABILITIES):
+                yield Reading.failed(
+                    f"{key}.p2p",
+                    failures[0].status,
+                    failures[0].reason,
+                    "nvml:nvmlDeviceGetP2PStatus",
+                )
+            else:
+                yield Reading(f"{key}.p2p", supported, source="nvml:nvmlDeviceGetP2PStatus")
+
+
+PROBE = Probe(
+    name="gpu",
+    title="GPUs, NVLink and topology (NVML)",
+    cost=Cost.INSTANT,
+    needs=frozenset({Need.NVML}),
+    collect=collect,
+    timeout_s=30.0,
+)

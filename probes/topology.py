@@ -1,0 +1,79 @@
+"""GPU-to-NIC topology, derived from the readings of the gpu and pcie probes: for every
+GPU and every network or InfiniBand adapter, the label `nvidia-smi topo -m` would print
+(PIX, PXB, PHB, NODE, SYS). It reads no files itself: it runs after the probes."""
+
+from __future__ import annotations
+
+import re
+
+from gpudiag.model import ProbeResult, ProbeStatus, Reading, ReadingStatus
+
+_GPU_BUS = re.compile(r"^gpu\.(\d+)\.pci\.bus_id$")
+_NIC_KIND = re.compile(r"^pcie\.(.+)\.kind$")
+
+
+def pcie_relation(
+    a_bridges: list[str], b_bridges: list[str], same_host_bridge: bool, same_numa: bool
+) -> str:
+    """The topo -m label between two PCIe functions from the bridges above each (root
+    port first): PIX through one bridge, PXB through several below a host bridge, PHB
+    through the host bridge, NODE across host bridges of one NUMA node, SYS across nodes."""
+    common = 0
+    for x, y in zip(a_bridges, b_bridges, strict=False):
+        if x != y:
+            break
+        common += 1
+    if common:
+        return "PIX" if len(a_bridges) == len(b_bridges) == common else "PXB"
+    if same_host_bridge:
+        return "PHB"
+    return "NODE" if same_numa else "SYS"
+
+
+def derive(readings: dict[str, Reading]) -> ProbeResult:
+    """The derived topology readings, as the result of a pseudo-probe named topology."""
+    derived: list[Reading] = []
+    gpus = {
+        int(m.group(1)): str(r.value)
+        for key, r in readings.items()
+        if (m := _GPU_BUS.match(key)) and r.ok
+    }
+    nics = [
+        m.group(1)
+        for key, r in readings.items()
+        if (m := _NIC_KIND.match(key)) and r.value in ("nic", "infiniband")
+    ]
+    for gpu, bus in sorted(gpus.items()):
+        for nic in nics:
+            key = f"topo.gpu.{gpu}.nic.{nic}"
+            source = f"pcie:{bus}, pcie:{nic}"
+            needed = [
+                f"pcie.{bus}.bridges",
+                f"pcie.{nic}.bridges",
+                f"pcie.{bus}.host_bridge",
+                f"pcie.{nic}.host_bridge",
+            ]
+            absent = [k for k in needed if k not in readings or not readings[k].ok]
+            if absent:
+                derived.append(
+                    Reading.failed(key, ReadingStatus.MISSING, f"no {absent[0]} reading", source)
+                )
+                continue
+            numa = [readings.get(f"pcie.{x}.numa_node") for x in (bus, nic)]
+            same_numa = all(r is not None and r.ok for r in numa) and (
+                numa[0].value == numa[1].value
+            )  # type: ignore[union-attr]
+            label = pcie_relation(
+                list(readings[needed[0]].value),  # type: ignore[arg-type]
+                list(readings[needed[1]].value),  # type: ignore[arg-type]
+                readings[needed[2]].value == readings[needed[3]].value,
+                same_numa,
+            )
+            derived.append(Reading(key, label, source=source))
+    return ProbeResult(
+        name="topology",
+        title="GPU-NIC topology (derived)",
+        status=ProbeStatus.OK,
+        duration_s=0.0,
+        readings=tuple(derived),
+    )
