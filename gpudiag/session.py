@@ -38,11 +38,7 @@ class LiveNode:
         """Run the probes, evaluate the rules, and return the snapshot."""
         self.cancel.clear()
         context = ProbeContext(host=self.host, nvml=self.nvml, cancel=self.cancel)
-        results = run_probes(self.probes, context, on_result, self.timeout_scale)
-        by_key = {r.key: r for result in results for r in result.readings}
-        derived = topology.derive(by_key)
-        if derived.readings:
-            results.append(derived)
+        results = probe_node(self.probes, context, on_result, self.timeout_scale)
         snapshot = Snapshot(
             host=_hostname(results),
             created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -51,6 +47,24 @@ class LiveNode:
             probes=tuple(results),
         )
         return with_findings(snapshot, self.rules)
+
+
+def probe_node(
+    probes: Sequence[Probe],
+    context: ProbeContext,
+    on_result: Callable[[ProbeResult], None] | None = None,
+    timeout_scale: float = 1.0,
+) -> list[ProbeResult]:
+    """Run the probes, then derive what needs several probes' readings (the GPU-NIC
+    topology), as one more result."""
+    results = run_probes(probes, context, on_result, timeout_scale)
+    by_key = {r.key: r for result in results for r in result.readings}
+    derived = topology.derive(by_key)
+    if derived.readings:
+        results.append(derived)
+        if on_result is not None:
+            on_result(derived)
+    return results
 
 
 def _hostname(results: Sequence[ProbeResult]) -> str:

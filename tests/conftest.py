@@ -14,8 +14,9 @@ import pytest
 from gpudiag.hostfs import HostFS
 from gpudiag.model import ProbeStatus, Reading
 from gpudiag.nvml import Nvml, ReplayBackend
-from gpudiag.probe import ProbeContext, run_probes
+from gpudiag.probe import ProbeContext
 from gpudiag.probes import default_probes
+from gpudiag.session import probe_node
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).parent.parent
@@ -82,7 +83,7 @@ def probe_readings(
         host=HostFS(root, is_root_user=is_root_user),
         nvml=Nvml(ReplayBackend.from_file(FIXTURES / replay)),
     )
-    results = run_probes(default_probes(), context)
+    results = probe_node(default_probes(), context)
     for r in results:
         skipped_for_nvml = r.status is ProbeStatus.SKIPPED and r.error.startswith("needs NVML")
         assert r.status is ProbeStatus.OK or skipped_for_nvml, (r.name, r.error)

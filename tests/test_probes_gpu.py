@@ -1,0 +1,169 @@
+"""The GPU probe on the demo HGX H100 replays, its decoders, and the real backend's
+argument handling against a stand-in pynvml."""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from gpudiag.model import ReadingStatus
+from gpudiag.nvml import Nvml, NvmlError, PynvmlBackend
+from gpudiag.probes import gpu
+from gpudiag.probes.topology import pcie_relation
+
+from conftest import REPO, ok_values, probe_readings
+from hosttree import build_hgx_tree
+
+SNAPSHOTS = REPO / "snapshots"
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory: pytest.TempPathFactory):
+    root = build_hgx_tree(tmp_path_factory.mktemp("hgx"))
+    return probe_readings(root, str(SNAPSHOTS / "demo-hgx-h100-healthy.toml"))
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory: pytest.TempPathFactory):
+    root = build_hgx_tree(tmp_path_factory.mktemp("hgx"))
+    return probe_readings(root, str(SNAPSHOTS / "demo-hgx-h100-faulty.toml"))
+
+
+def test_decoders() -> None:
+    assert gpu.decode_throttle_reasons(0x1) == ["GpuIdle"]
+    assert gpu.decode_throttle_reasons(0x48) == ["HwSlowdown", "HwThermalSlowdown"]
+    assert gpu.decode_throttle_reasons(0x1000) == ["0x1000"]
+    assert gpu.affinity_cpus([0b101, 1]) == [0, 2, 64]
+    assert gpu.normalize_bus_id("00000000:2A:00.0") == "0000:2a:00.0"
+    assert gpu.topology_label(40, 0, (18, 18)) == "NV18"
+    assert gpu.topology_label(40, 0, (18, 17)) == "NV17"
+    assert gpu.topology_label(10, 2, (0, 0)) == "NV2"
+    assert gpu.topology_label(20, 0, (0, 18)) == "PXB"
+    with pytest.raises(ValueError):
+        gpu.topology_label(None, 0, (0, 0))
+
+
+def test_pcie_relation() -> None:
+    switch = ["0000:15:01.0", "0000:16:00.0"]
+    assert pcie_relation(switch, switch, True, True) == "PIX"
+    assert pcie_relation([*switch, "0000:17:00.0"], switch, True, True) == "PXB"
+    assert pcie_relation(["0000:15:01.0"], ["0000:15:02.0"], True, True) == "PHB"
+    assert pcie_relation(["0000:15:01.0"], ["0000:40:01.0"], False, True) == "NODE"
+    assert pcie_relation(["0000:15:01.0"], ["0000:c0:01.0"], False, False) == "SYS"
+
+
+def test_healthy_hgx_h100(healthy) -> None:
+    v = ok_values(healthy)
+    assert v["gpu.count"] == 8
+    for i in range(8):
+        assert v[f"gpu.{i}.name"] == "NVIDIA H100 80GB HBM3"
+        assert v[f"gpu.{i}.pci.device_id"] == "0x2330"
+        assert (v[f"gpu.{i}.pcie.link_gen"], v[f"gpu.{i}.pcie.link_width"]) == (5, 16)
+        assert v[f"gpu.{i}.persistence_mode"] is True
+        assert v[f"gpu.{i}.nvlink.count"] == 18 and v[f"gpu.{i}.nvlink.active"] == 18
+        assert v[f"gpu.{i}.throttle_reasons"] == ["GpuIdle"]
+        assert v[f"gpu.{i}.power.default_limit"] == 700.0
+        assert v[f"gpu.{i}.fabric.state"] == "completed"
+        for j in range(8):
+            if i != j:
+                assert v[f"topo.gpu.{i}.{j}"] == "NV18"
+                assert v[f"topo.gpu.{i}.{j}.p2p"] == ["read", "write", "nvlink", "atomics"]
+    assert v["gpu.0.pci.bus_id"] == "0000:18:00.0"
+    assert v["gpu.0.memory.total"] == 81559 and healthy["gpu.0.memory.total"].unit == "MiB"
+    assert v["gpu.0.clocks.max_sm"] == 1980 and v["gpu.0.clocks.mem"] == 2619
+    assert v["gpu.0.cpu_affinity"] == "0-55,112-167"
+    assert v["gpu.4.cpu_affinity"] == "56-111,168-223"
+    assert v["gpu.0.nvlink.0.remote_type"] == "nvswitch"
+    assert v["gpu.0.nvlink.0.remote_bus_id"] == "0000:05:00.0"
+    assert v["gpu.0.remapped_rows.pending"] is False
+    # the capture's driver answers 'deprecated' for application clocks
+    assert healthy["gpu.0.clocks.app_sm"].status is ReadingStatus.UNSUPPORTED
+    assert "Deprecated" in healthy["gpu.0.clocks.app_sm"].reason
+    # GPU 0 shares a PCIe switch with the InfiniBand adapter of the host tree
+    assert v["topo.gpu.0.nic.0000:19:00.0"] == "PIX"
+    assert healthy["topo.gpu.1.nic.0000:19:00.0"].status is ReadingStatus.MISSING
+
+
+def test_every_planted_fault_is_a_reading(faulty) -> None:
+    v = ok_values(faulty)
+    assert (v["gpu.3.pcie.link_width"], v["gpu.3.pcie.max_link_width"]) == (8, 16)
+    assert v["gpu.2.nvlink.5.state"] == "inactive"
+    assert v["gpu.2.nvlink.active"] == 17 and v["gpu.2.nvlink.count"] == 18
+    assert v["topo.gpu.2.0"] == "NV17"
+    assert v["gpu.5.persistence_mode"] is False
+    assert v["gpu.1.remapped_rows.pending"] is True
+    assert v["gpu.1.remapped_rows.uncorrectable"] == 1
+    assert v["gpu.6.throttle_reasons"] == ["HwSlowdown", "HwThermalSlowdown"]
+    assert v["gpu.6.clocks.sm"] == 1155
+    lost = faulty["gpu.7.health"]
+    assert lost.status is ReadingStatus.ERROR and "GpuIsLost" in lost.reason
+    assert faulty["topo.gpu.0.7"].reason == "GPU 7 did not answer (lost)"
+    # the healthy GPUs are untouched
+    assert v["gpu.0.pcie.link_width"] == 16 and v["gpu.0.persistence_mode"] is True
+
+
+def test_demo_replays_match_their_generator(tmp_path: Path) -> None:
+    script = SNAPSHOTS / "make_demo_replays.py"
+    copy = tmp_path / "make_demo_replays.py"
+    copy.write_text(script.read_text())
+    subprocess.run([sys.executable, str(copy)], check=True, timeout=60)
+    for name in ("demo-hgx-h100-healthy.toml", "demo-hgx-h100-faulty.toml"):
+        assert (tmp_path / name).read_text() == (SNAPSHOTS / name).read_text(), name
+
+
+class _FakeNVMLError(Exception):
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+def _fake_pynvml() -> types.ModuleType:
+    """A stand-in pynvml that records what the real backend passes it."""
+    module = types.ModuleType("pynvml")
+    module.NVMLError = _FakeNVMLError
+    module.calls = []
+    module.nvmlInit = lambda: None
+    module.nvmlShutdown = lambda: None
+    module.nvmlDeviceGetHandleByIndex = lambda i: f"handle{i}"
+
+    def common_ancestor(h1, h2):
+        module.calls.append(("ancestor", h1, h2))
+        return 40
+
+    def clock(handle, kind):
+        if handle == "handle1":
+            raise _FakeNVMLError(15)  # GpuIsLost
+        return {1: 1980}[kind]
+
+    class FabricInfo(ctypes.Structure):
+        _fields_ = (("state", ctypes.c_uint),)
+
+    def fabric(handle, struct):
+        struct.state = 3
+
+    module.nvmlDeviceGetTopologyCommonAncestor = common_ancestor
+    module.nvmlDeviceGetClockInfo = clock
+    module.nvmlDeviceGetGpuFabricInfo = fabric
+    module.c_nvmlGpuFabricInfo_t = FabricInfo
+    return module
+
+
+def test_real_backend_passes_handles_and_maps_errors(monkeypatch) -> None:
+    fake = _fake_pynvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    nvml = Nvml(PynvmlBackend())
+    assert nvml.call("nvmlDeviceGetTopologyCommonAncestor", 0, 3) == 40
+    assert fake.calls == [("ancestor", "handle0", "handle3")]
+    assert nvml.call("nvmlDeviceGetClockInfo", 0, 1) == 1980
+    with pytest.raises(NvmlError) as error:
+        nvml.call("nvmlDeviceGetClockInfo", 1, 1)
+    assert error.value.code == "GpuIsLost"
+    with pytest.raises(NvmlError) as missing:
+        nvml.call("nvmlDeviceGetSomethingNew", 0)
+    assert missing.value.code == "FunctionNotFound"
+    assert nvml.call("nvmlDeviceGetGpuFabricInfo", 0) == {"state": 3}
+    nvml.close()
