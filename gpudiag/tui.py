@@ -1,9 +1,10 @@
 """The terminal UI. Everything on screen is rendered from a snapshot: a live node's
 (probed in a worker thread, results streamed in as they arrive) or a saved one.
 
-So far: a health banner and three tabs: the findings (severity written as text), every
-reading with its value or status and its source, and each probe's status and duration.
-Keys: 1 findings, 2 readings, 3 probes, r refresh, q quit.
+So far: a health banner and four tabs: the findings (severity written as text), every
+reading with its value or status and its source, the GPU topology matrix, and each
+probe's status and duration. Keys: 1 findings, 2 readings, 3 topology, 4 probes,
+r refresh, q quit.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from textual.worker import Worker, WorkerState
 
 from gpudiag.model import ProbeResult, Severity, Snapshot
 from gpudiag.session import LiveNode, severity_counts
+from gpudiag.views import topology_matrix
 
 SEVERITY_STYLE = {
     Severity.CRITICAL: "bold red",
@@ -41,7 +43,8 @@ class GpudiagApp(App[int]):
         Binding("r", "refresh", "Refresh"),
         Binding("1", "show_tab('findings-tab')", "Findings"),
         Binding("2", "show_tab('readings-tab')", "Readings"),
-        Binding("3", "show_tab('probes-tab')", "Probes"),
+        Binding("3", "show_tab('topology-tab')", "Topology"),
+        Binding("4", "show_tab('probes-tab')", "Probes"),
     ]
 
     def __init__(self, source: LiveNode | Snapshot) -> None:
@@ -57,6 +60,9 @@ class GpudiagApp(App[int]):
                 yield DataTable(id="findings", cursor_type="row", zebra_stripes=True)
             with TabPane("Readings", id="readings-tab"):
                 yield DataTable(id="readings", cursor_type="row", zebra_stripes=True)
+            with TabPane("Topology", id="topology-tab"):
+                yield DataTable(id="topology", cursor_type="row")
+                yield Static("", id="topology-legend")
             with TabPane("Probes", id="probes-tab"):
                 yield DataTable(id="probes", cursor_type="row")
         yield Footer()
@@ -121,6 +127,20 @@ class GpudiagApp(App[int]):
             Text(result.error),
         )
 
+    def show_topology(self, snapshot: Snapshot) -> None:
+        """The GPU-by-GPU matrix with NICs and affinity, and its legend."""
+        matrix = topology_matrix(snapshot)
+        table = self.query_one("#topology", DataTable)
+        table.clear(columns=True)
+        legend = self.query_one("#topology-legend", Static)
+        if not matrix.rows:
+            legend.update(Text("no GPU readings in this snapshot"))
+            return
+        table.add_columns(*matrix.headers)
+        for row in matrix.rows:
+            table.add_row(*(Text(cell) for cell in row))
+        legend.update(Text("\n".join(matrix.legend)))
+
     def show_snapshot(self, snapshot: Snapshot) -> None:
         """Render a whole snapshot: banner, findings and probes."""
         self.snapshot = snapshot
@@ -144,6 +164,7 @@ class GpudiagApp(App[int]):
         probes.clear()
         readings = self.query_one("#readings", DataTable)
         readings.clear()
+        self.show_topology(snapshot)
         for result in snapshot.probes:
             self.add_probe_row(result)
             for reading in result.readings:

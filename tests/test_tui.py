@@ -18,6 +18,9 @@ from gpudiag.session import LiveNode
 from gpudiag.snapshot import load, save
 from gpudiag.tui import GpudiagApp
 
+from conftest import REPO
+from hosttree import build_hgx_tree
+
 FIXTURES = Path(__file__).parent / "fixtures"
 ALL_OK = [[p.name, "ok"] for p in default_probes()]
 NO_NVML = [[p.name, "skipped" if p.name == "gpu" else "ok"] for p in default_probes()]
@@ -145,7 +148,7 @@ def test_readings_tab_lists_every_reading_with_its_source() -> None:
             assert app.focused is app.query_one("#readings", DataTable)
             # statuses are shown as text on screen, not swallowed as markup
             assert "[missing]" in app.export_screenshot()
-            await pilot.press("3")
+            await pilot.press("4")
             assert app.focused is app.query_one("#probes", DataTable)
 
     asyncio.run(scenario())
@@ -169,5 +172,43 @@ def test_readings_of_a_real_captured_tree_are_listed(realdata_trees: dict[str, P
             assert rows["numa.memory_only_nodes"] == "250, 251, 252, 253, 254, 255"
             assert rows["cpu.model"] == "POWER9, altivec supported"
             assert rows["pcie.0035:05:00.0.local_cpus"] == "88-103"
+
+    asyncio.run(scenario())
+
+
+def test_topology_tab_shows_the_8_gpu_matrix(tmp_path: Path) -> None:
+    node = LiveNode(
+        host=HostFS(build_hgx_tree(tmp_path)),
+        nvml=Nvml(ReplayBackend.from_file(REPO / "snapshots" / "demo-hgx-h100-faulty.toml")),
+        probes=default_probes(),
+        rules=load_rules(),
+    )
+
+    async def scenario() -> None:
+        app = GpudiagApp(node)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.press("3")
+            await pilot.pause()
+            rows = _cells(app, "#topology")
+            assert len(rows) == 8
+            assert rows[0] == [
+                "GPU0",
+                "X",
+                "NV18",
+                "NV17",
+                "NV18",
+                "NV18",
+                "NV18",
+                "NV18",
+                "?",
+                "PIX",
+                "0-55,112-167",
+                "0",
+            ]
+            assert rows[7][:3] == ["GPU7", "?", "?"]  # the lost GPU
+            legend = str(app.query_one("#topology-legend", Static).render())
+            assert "NIC0: 0000:19:00.0" in legend
+            assert app.focused is app.query_one("#topology", DataTable)
 
     asyncio.run(scenario())
