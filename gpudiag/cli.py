@@ -20,7 +20,9 @@ from typing import NoReturn
 
 from gpudiag import __version__
 from gpudiag.hostfs import HostFS
+from gpudiag.model import Snapshot
 from gpudiag.nvml import ReplayError, open_nvml
+from gpudiag.nvsmi import ImportError_, import_files
 from gpudiag.probes import default_probes
 from gpudiag.ruleengine import RuleError, load_rules
 from gpudiag.session import (
@@ -90,6 +92,19 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("snapshot", metavar="SNAPSHOT")
     view = commands.add_parser("view", help="open a saved snapshot in the TUI (read-only)")
     view.add_argument("snapshot", metavar="SNAPSHOT")
+    imports = commands.add_parser(
+        "import",
+        help="turn nvidia-smi outputs (-q -x XML, -q text, a bug report, topo -m, nvlink -s) "
+        "into a snapshot",
+    )
+    imports.add_argument("files", metavar="FILE", nargs="+")
+    imports.add_argument(
+        "-o",
+        "--output",
+        metavar="SNAPSHOT",
+        required=True,
+        help="the snapshot to write (TOML; JSON if it ends in .json; '-' stdout)",
+    )
     return parser
 
 
@@ -110,7 +125,20 @@ def _live_node(args: argparse.Namespace, argv: Sequence[str]) -> LiveNode:
 
 
 def _export(node: LiveNode, target: str) -> int:
-    snapshot = node.snapshot()
+    return _write_and_report(node.snapshot(), target, "--export")
+
+
+def _import(args: argparse.Namespace) -> int:
+    try:
+        snapshot = import_files(args.files)
+    except ImportError_ as exc:
+        raise UsageError(str(exc)) from None
+    snapshot = with_findings(snapshot, load_rules(args.rules))
+    return _write_and_report(snapshot, args.output, "-o")
+
+
+def _write_and_report(snapshot: Snapshot, target: str, option: str) -> int:
+    """Write the snapshot (or print it for '-'), then the summary; exit code by findings."""
     if target == "-":
         sys.stdout.write(dumps(snapshot))
         sys.stdout.flush()
@@ -118,13 +146,13 @@ def _export(node: LiveNode, target: str) -> int:
     else:
         path = Path(target)
         if path.is_dir():
-            raise UsageError(f"--export {target}: is a directory")
+            raise UsageError(f"{option} {target}: is a directory")
         if not path.parent.is_dir():
-            raise UsageError(f"--export {target}: directory {path.parent} does not exist")
+            raise UsageError(f"{option} {target}: directory {path.parent} does not exist")
         try:
             save(snapshot, path)
         except OSError as exc:
-            raise UsageError(f"--export {target}: cannot write: {exc.strerror or exc}") from None
+            raise UsageError(f"{option} {target}: cannot write: {exc.strerror or exc}") from None
         report = sys.stdout
     print(format_summary(snapshot), file=report)
     if target != "-":
@@ -156,6 +184,8 @@ def run(argv: Sequence[str]) -> int:
         return _check(args)
     if args.command == "view":
         return _tui(load(args.snapshot))
+    if args.command == "import":
+        return _import(args)
     node = _live_node(args, argv)
     try:
         if args.export:

@@ -19,8 +19,9 @@ operators; nothing in a rule file is ever evaluated as code.
 
 A rule fires when the reading does not meet the expectation. A reading that is absent
 or could not be taken gives an `unknown` finding that says which and why (an info rule's
-stays info: it cannot hide a problem; the `present` operator instead fires with the
-rule's own severity). Messages may use
+stays info: it cannot hide a problem). The `present` operator fires with the rule's own
+severity when the reading was attempted and failed; when no probe produced it at all
+(an import of a partial file, say), that is unknown like any missing evidence. Messages may use
 `{value}`, `{unit}`, `{reason}`, `{key}` and `{gpu}`, substituted as plain text.
 """
 
@@ -267,7 +268,7 @@ def _evaluate_one(
         "value": reading.display() if reading.ok else reading.status.value,
     }
     if not reading.ok:
-        if rule.operator == "present":
+        if rule.operator == "present" and key in readings:  # read, and the read failed
             severity = rule.severity
             message = _render(rule.message, fields) if rule.message else reading.reason
         else:

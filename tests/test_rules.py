@@ -198,3 +198,11 @@ def test_info_rule_with_missing_evidence_stays_info() -> None:
     findings = evaluate(rules, {})
     assert _ids(findings) == [("TEST001", Severity.INFO, "node")]
     assert findings[0].message.startswith("cannot check: x.y is missing")
+
+
+def test_present_fires_on_a_failed_read_but_not_on_an_absent_one() -> None:
+    rules = parse_rules(_rule(expect="{ present = true }"), "t.toml")
+    failed = evaluate(rules, _by_key(Reading.failed("x.y", ReadingStatus.ERROR, "GpuIsLost")))
+    assert _ids(failed) == [("TEST001", Severity.WARNING, "node")]
+    absent = evaluate(rules, {})  # an import of a partial file never tried to read it
+    assert _ids(absent) == [("TEST001", Severity.UNKNOWN, "node")]

@@ -1,0 +1,711 @@
+"""Import of nvidia-smi outputs into readings with the same keys a live probe gives:
+`nvidia-smi -q -x` XML (DTD v10 to v13), `nvidia-smi -q` text, an nvidia-bug-report.log
+holding either, `nvidia-smi topo -m` and `nvidia-smi nvlink -s`.
+
+A field that is absent is missing; 'N/A', '[Not Supported]' and 'deprecated' are
+unsupported; '[Insufficient Permissions]' is needs-root; an error text is an error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import defusedxml.ElementTree as SafeET
+
+from gpudiag import __version__
+from gpudiag.model import ProbeResult, ProbeStatus, Reading, ReadingStatus, Snapshot, Value
+from gpudiag.probes.gpu import normalize_bus_id
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class ImportError_(ValueError):
+    """A file that is none of the formats gpudiag imports."""
+
+
+# ------------------------------------------------------------------ value parsing
+
+_UNSUPPORTED = ("n/a", "[not supported]", "not supported", "[n/a]")
+
+
+def status_of(raw: str) -> tuple[ReadingStatus, str] | None:
+    """The status an nvidia-smi placeholder stands for, or None for a real value."""
+    text = raw.strip()
+    lower = text.lower()
+    if lower in _UNSUPPORTED or lower == "":
+        return ReadingStatus.UNSUPPORTED, f"nvidia-smi printed {text!r}"
+    if "deprecated" in lower:
+        return ReadingStatus.UNSUPPORTED, "nvidia-smi: deprecated on this driver"
+    if "insufficient permissions" in lower:
+        return ReadingStatus.NEEDS_ROOT, f"nvidia-smi printed {text!r}"
+    if (lower.startswith("[") and lower.endswith("]")) or "error" in lower:
+        return ReadingStatus.ERROR, f"nvidia-smi printed {text!r}"
+    return None
+
+
+def number(text: str) -> float:
+    """'700.00 W', '1980 MHz', '16x', '41 C' -> the number."""
+    match = re.match(r"^\s*(-?[0-9]+(?:\.[0-9]+)?)", text)
+    if not match:
+        raise ValueError(f"no number in {text.strip()!r}")
+    return float(match.group(1))
+
+
+def integer(text: str) -> int:
+    """An integer field: '16x' -> 16, '81559 MiB' -> 81559, '0x00' -> 0."""
+    stripped = text.strip()
+    if stripped.lower().startswith("0x"):
+        return int(stripped, 16)
+    return int(number(text))
+
+
+def enabled(text: str) -> bool:
+    """'Enabled'/'Disabled', 'Yes'/'No', 'Active'/'Not Active' -> bool."""
+    value = text.strip().lower()
+    if value in ("enabled", "yes", "active"):
+        return True
+    if value in ("disabled", "no", "not active"):
+        return False
+    raise ValueError(f"not a yes/no value: {text.strip()!r}")
+
+
+def device_id(text: str) -> str:
+    """'0x233010DE' or '233010DE' -> '0x2330'."""
+    return f"0x{int(text.strip(), 16) >> 16:04x}"
+
+
+def compute_mode(text: str) -> str:
+    """'Default', 'Exclusive_Process' -> 'default', 'exclusive-process'."""
+    return text.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def text_value(text: str) -> str:
+    return text.strip()
+
+
+@dataclass(frozen=True)
+class Field:
+    """One GPU reading and where each format keeps it (first path found wins)."""
+
+    suffix: str
+    xml: tuple[str, ...]
+    text: tuple[str, ...]
+    parse: Callable[[str], Value] = text_value
+    unit: str = ""
+
+
+def _f(
+    suffix: str, xml: str, text: str, parse: Callable[[str], Value] = text_value, unit: str = ""
+) -> Field:
+    return Field(suffix, tuple(xml.split("|")), tuple(text.split("|")), parse, unit)
+
+
+FIELDS = (
+    _f("name", "product_name", "Product Name"),
+    _f("pci.bus_id", "pci/pci_bus_id", "PCI/Bus Id", normalize_bus_id),
+    _f("pci.device_id", "pci/pci_device_id", "PCI/Device Id", device_id),
+    _f("uuid", "uuid", "GPU UUID"),
+    _f("serial", "serial", "Serial Number"),
+    _f("vbios", "vbios_version", "VBIOS Version"),
+    _f("inforom.image", "inforom_version/img_version", "Inforom Version/Image Version"),
+    _f("board_part_number", "board_part_number", "Board Part Number"),
+    _f("memory.total", "fb_memory_usage/total", "FB Memory Usage/Total", integer, "MiB"),
+    _f("memory.used", "fb_memory_usage/used", "FB Memory Usage/Used", integer, "MiB"),
+    _f("bar1.total", "bar1_memory_usage/total", "BAR1 Memory Usage/Total", integer, "MiB"),
+    _f("bar1.used", "bar1_memory_usage/used", "BAR1 Memory Usage/Used", integer, "MiB"),
+    _f("compute_mode", "compute_mode", "Compute Mode", compute_mode),
+    _f("persistence_mode", "persistence_mode", "Persistence Mode", enabled),
+    _f("mig.current", "mig_mode/current_mig", "MIG Mode/Current", enabled),
+    _f("mig.pending", "mig_mode/pending_mig", "MIG Mode/Pending", enabled),
+    _f("ecc.current", "ecc_mode/current_ecc", "ECC Mode/Current", enabled),
+    _f("ecc.pending", "ecc_mode/pending_ecc", "ECC Mode/Pending", enabled),
+    *(
+        _f(
+            f"ecc.{counter}.{kind}.{where}",
+            f"ecc_errors/{counter}/{where}_{xml_kind}|ecc_errors/{counter}/{old}/{old_where}",
+            f"ECC Errors/{counter.title()}/{where.upper()} {text_kind}"
+            f"|ECC Errors/{counter.title()}/{old.replace('_', ' ').title()}/{old_text_where}",
+            integer,
+        )
+        for counter in ("volatile", "aggregate")
+        for kind, xml_kind, text_kind, old in (
+            ("corrected", "correctable", "Correctable", "single_bit"),
+            ("uncorrected", "uncorrectable", "Uncorrectable", "double_bit"),
+        )
+        for where, old_where, old_text_where in (
+            ("dram", "device_memory", "Device Memory"),
+            ("sram", "register_file", "Register File"),
+        )
+    ),
+    _f(
+        "retired_pages.single_bit",
+        "retired_pages/multiple_single_bit_retirement/retired_count",
+        "Retired Pages/Single Bit ECC",
+        integer,
+    ),
+    _f(
+        "retired_pages.double_bit",
+        "retired_pages/double_bit_retirement/retired_count",
+        "Retired Pages/Double Bit ECC",
+        integer,
+    ),
+    _f(
+        "retired_pages.pending",
+        "retired_pages/pending_retirement|retired_pages/pending_blacklist",
+        "Retired Pages/Pending Page Blacklist|Retired Pages/Pending",
+        enabled,
+    ),
+    _f(
+        "remapped_rows.correctable",
+        "remapped_rows/remapped_row_corr",
+        "Remapped Rows/Correctable Error",
+        integer,
+    ),
+    _f(
+        "remapped_rows.uncorrectable",
+        "remapped_rows/remapped_row_unc",
+        "Remapped Rows/Uncorrectable Error",
+        integer,
+    ),
+    _f(
+        "remapped_rows.pending",
+        "remapped_rows/remapped_row_pending",
+        "Remapped Rows/Pending",
+        enabled,
+    ),
+    _f(
+        "remapped_rows.failure",
+        "remapped_rows/remapped_row_failure",
+        "Remapped Rows/Remapping Failure Occurred",
+        enabled,
+    ),
+    _f("clocks.sm", "clocks/sm_clock", "Clocks/SM", integer, "MHz"),
+    _f("clocks.mem", "clocks/mem_clock", "Clocks/Memory", integer, "MHz"),
+    _f("clocks.max_sm", "max_clocks/sm_clock", "Max Clocks/SM", integer, "MHz"),
+    _f("clocks.max_mem", "max_clocks/mem_clock", "Max Clocks/Memory", integer, "MHz"),
+    _f(
+        "clocks.app_sm",
+        "applications_clocks/graphics_clock",
+        "Applications Clocks/Graphics",
+        integer,
+        "MHz",
+    ),
+    _f(
+        "clocks.app_mem",
+        "applications_clocks/mem_clock",
+        "Applications Clocks/Memory",
+        integer,
+        "MHz",
+    ),
+    _f(
+        "clocks.default_app_sm",
+        "default_applications_clocks/graphics_clock",
+        "Default Applications Clocks/Graphics",
+        integer,
+        "MHz",
+    ),
+    _f(
+        "clocks.default_app_mem",
+        "default_applications_clocks/mem_clock",
+        "Default Applications Clocks/Memory",
+        integer,
+        "MHz",
+    ),
+    _f("pstate", "performance_state", "Performance State"),
+    _f(
+        "power.draw",
+        "gpu_power_readings/instant_power_draw|gpu_power_readings/power_draw"
+        "|power_readings/power_draw",
+        "GPU Power Readings/Instantaneous Power Draw|GPU Power Readings/Power Draw"
+        "|Power Readings/Power Draw",
+        number,
+        "W",
+    ),
+    _f(
+        "power.limit",
+        "gpu_power_readings/current_power_limit|power_readings/power_limit",
+        "GPU Power Readings/Current Power Limit|Power Readings/Power Limit"
+        "|GPU Power Readings/GPU Ceiling Power Limit/Current Power Limit",
+        number,
+        "W",
+    ),
+    _f(
+        "power.default_limit",
+        "gpu_power_readings/default_power_limit|power_readings/default_power_limit",
+        "GPU Power Readings/Default Power Limit|Power Readings/Default Power Limit"
+        "|GPU Power Readings/GPU Ceiling Power Limit/Default Power Limit",
+        number,
+        "W",
+    ),
+    _f(
+        "power.enforced_limit",
+        "power_readings/enforced_power_limit",
+        "Power Readings/Enforced Power Limit",
+        number,
+        "W",
+    ),
+    _f(
+        "power.min_limit",
+        "gpu_power_readings/min_power_limit|power_readings/min_power_limit",
+        "GPU Power Readings/Min Power Limit|Power Readings/Min Power Limit",
+        number,
+        "W",
+    ),
+    _f(
+        "power.max_limit",
+        "gpu_power_readings/max_power_limit|power_readings/max_power_limit",
+        "GPU Power Readings/Max Power Limit|Power Readings/Max Power Limit",
+        number,
+        "W",
+    ),
+    _f("temperature.gpu", "temperature/gpu_temp", "Temperature/GPU Current Temp", integer, "C"),
+    _f(
+        "temperature.slowdown",
+        "temperature/gpu_temp_slow_threshold",
+        "Temperature/GPU Slowdown Temp",
+        integer,
+        "C",
+    ),
+    _f(
+        "temperature.shutdown",
+        "temperature/gpu_temp_max_threshold",
+        "Temperature/GPU Shutdown Temp",
+        integer,
+        "C",
+    ),
+    _f(
+        "temperature.gpu_max",
+        "temperature/gpu_temp_max_gpu_threshold",
+        "Temperature/GPU Max Operating Temp",
+        integer,
+        "C",
+    ),
+    _f(
+        "pcie.link_gen",
+        "pci/pci_gpu_link_info/pcie_gen/current_link_gen",
+        "PCI/GPU Link Info/PCIe Generation/Current",
+        integer,
+    ),
+    _f(
+        "pcie.max_link_gen",
+        "pci/pci_gpu_link_info/pcie_gen/max_device_link_gen|pci/pci_gpu_link_info/pcie_gen/"
+        "max_link_gen",
+        "PCI/GPU Link Info/PCIe Generation/Device Max|PCI/GPU Link Info/PCIe Generation/Max",
+        integer,
+    ),
+    _f(
+        "pcie.link_width",
+        "pci/pci_gpu_link_info/link_widths/current_link_width",
+        "PCI/GPU Link Info/Link Width/Current",
+        integer,
+        "lanes",
+    ),
+    _f(
+        "pcie.max_link_width",
+        "pci/pci_gpu_link_info/link_widths/max_link_width",
+        "PCI/GPU Link Info/Link Width/Max",
+        integer,
+        "lanes",
+    ),
+    _f("pcie.replay_counter", "pci/replay_counter", "PCI/Replays Since Reset", integer),
+    _f("utilization.gpu", "utilization/gpu_util", "Utilization/GPU|Utilization/Gpu", integer, "%"),
+    _f("utilization.memory", "utilization/memory_util", "Utilization/Memory", integer, "%"),
+)
+
+THROTTLE_NAMES = {
+    "gpu_idle": "GpuIdle",
+    "idle": "GpuIdle",
+    "applications_clocks_setting": "ApplicationsClocksSetting",
+    "sw_power_cap": "SwPowerCap",
+    "hw_slowdown": "HwSlowdown",
+    "sync_boost": "SyncBoost",
+    "sw_thermal_slowdown": "SwThermalSlowdown",
+    "hw_thermal_slowdown": "HwThermalSlowdown",
+    "hw_power_brake_slowdown": "HwPowerBrakeSlowdown",
+    "display_clocks_setting": "DisplayClockSetting",
+    "display_clock_setting": "DisplayClockSetting",
+}
+
+
+def _throttle_name(label: str) -> str | None:
+    slug = re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_")
+    slug = re.sub(r"^clocks_(event|throttle)_reason_", "", slug)
+    return THROTTLE_NAMES.get(slug)
+
+
+def _reading(
+    key: str, raw: str | None, parse: Callable[[str], Value], unit: str, source: str
+) -> Reading:
+    if raw is None:
+        return Reading.failed(key, ReadingStatus.MISSING, "not in the imported file", source, unit)
+    placeholder = status_of(raw)
+    if placeholder is not None:
+        return Reading.failed(key, placeholder[0], placeholder[1], source, unit)
+    try:
+        return Reading(key, parse(raw), unit, source)
+    except (ValueError, KeyError) as exc:
+        return Reading.failed(
+            key, ReadingStatus.ERROR, f"cannot parse {raw.strip()!r}: {exc}", source, unit
+        )
+
+
+# ------------------------------------------------------------------ the two GPU formats
+
+
+@dataclass
+class Node:
+    """One line of `nvidia-smi -q`: a label, its value (may be None) and nested lines."""
+
+    value: str | None = None
+    children: dict[str, Node] = field(default_factory=dict)
+
+    def find(self, path: str) -> Node | None:
+        node: Node | None = self
+        for part in path.split("/"):
+            if node is None:
+                return None
+            node = node.children.get(part)
+        return node
+
+    def walk(self) -> Iterator[tuple[str, Node]]:
+        for label, child in self.children.items():
+            yield label, child
+            yield from child.walk()
+
+
+def parse_q_text(text: str) -> tuple[dict[str, str], list[tuple[str, Node]]]:
+    """`nvidia-smi -q` -> (header fields, [(GPU bus id, tree of its lines)])."""
+    header: dict[str, str] = {}
+    gpus: list[tuple[str, Node]] = []
+    stack: list[tuple[int, Node]] = []
+    for raw_line in text.replace("\r\n", "\n").split("\n"):
+        line = raw_line.rstrip()
+        if not line.strip() or line.startswith("="):
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        label, sep, value = line.strip().partition(":")
+        label = label.strip()
+        if indent == 0:
+            match = re.match(
+                r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$", line.strip()
+            )
+            if match:
+                root = Node()
+                gpus.append((match.group(1), root))
+                stack = [(0, root)]
+            elif sep:
+                header[label] = value.strip()
+            continue
+        if not stack:
+            continue
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if not stack:
+            continue
+        node = Node(value.strip() if sep else None)
+        stack[-1][1].children.setdefault(label, node)
+        stack.append((indent, node))
+    return header, gpus
+
+
+def _q_readings(text: str) -> list[Reading]:
+    header, gpus = parse_q_text(text)
+    readings = _node_readings(
+        header.get("Driver Version"),
+        header.get("CUDA Version"),
+        header.get("Attached GPUs"),
+        "nvidia-smi-q",
+    )
+    for index, (bus_id, tree) in enumerate(gpus):
+        source_prefix = f"nvidia-smi-q:GPU {bus_id}"
+        readings.append(Reading(f"gpu.{index}.health", "ok", source=source_prefix))
+        for spec in FIELDS:
+            path = next((p for p in spec.text if tree.find(p) is not None), spec.text[0])
+            node = tree.find(path)
+            readings.append(
+                _reading(
+                    f"gpu.{index}.{spec.suffix}",
+                    node.value if node is not None else None,
+                    spec.parse,
+                    spec.unit,
+                    f"{source_prefix}/{path}",
+                )
+            )
+        reasons = tree.find("Clocks Event Reasons") or tree.find("Clocks Throttle Reasons")
+        key = f"gpu.{index}.throttle_reasons"
+        if reasons is None:
+            readings.append(
+                Reading.failed(
+                    key,
+                    ReadingStatus.MISSING,
+                    "not in the imported file",
+                    f"{source_prefix}/Clocks Event Reasons",
+                )
+            )
+        else:
+            active = [
+                name
+                for label, node in reasons.walk()
+                if node.value and node.value.strip() == "Active" and (name := _throttle_name(label))
+            ]
+            readings.append(Reading(key, active, source=f"{source_prefix}/Clocks Event Reasons"))
+    return readings
+
+
+def _xml_readings(text: str) -> list[Reading]:
+    try:
+        root = SafeET.fromstring(text.encode("utf-8"))
+    except Exception as exc:  # defusedxml raises several types for hostile or broken XML
+        raise ImportError_(f"not readable XML: {exc}") from None
+    if root.tag != "nvidia_smi_log":
+        raise ImportError_(f"XML root is <{root.tag}>, not <nvidia_smi_log>")
+    readings = _node_readings(
+        root.findtext("driver_version"),
+        root.findtext("cuda_version"),
+        root.findtext("attached_gpus"),
+        "nvidia-smi-xml",
+    )
+    for index, gpu in enumerate(root.findall("gpu")):
+        prefix = f"nvidia-smi-xml:gpu[{index}]"
+        readings.append(Reading(f"gpu.{index}.health", "ok", source=prefix))
+        for spec in FIELDS:
+            path = next((p for p in spec.xml if gpu.find(p) is not None), spec.xml[0])
+            element = gpu.find(path)
+            raw = None if element is None else (element.text or "")
+            readings.append(
+                _reading(
+                    f"gpu.{index}.{spec.suffix}", raw, spec.parse, spec.unit, f"{prefix}/{path}"
+                )
+            )
+        reasons = gpu.find("clocks_event_reasons")
+        if reasons is None:
+            reasons = gpu.find("clocks_throttle_reasons")
+        key = f"gpu.{index}.throttle_reasons"
+        if reasons is None:
+            readings.append(
+                Reading.failed(
+                    key,
+                    ReadingStatus.MISSING,
+                    "not in the imported file",
+                    f"{prefix}/clocks_event_reasons",
+                )
+            )
+        else:
+            active = [
+                name
+                for child in reasons
+                if (child.text or "").strip() == "Active" and (name := _throttle_name(child.tag))
+            ]
+            readings.append(Reading(key, active, source=f"{prefix}/{reasons.tag}"))
+        processes = gpu.find("processes")
+        if processes is not None:
+            infos = processes.findall("process_info")
+            for suffix, letter in (("compute", "C"), ("graphics", "G")):
+                pids = [
+                    int(p.findtext("pid") or 0)
+                    for p in infos
+                    if letter in (p.findtext("type") or "")
+                ]
+                readings.append(
+                    Reading(f"gpu.{index}.processes.{suffix}", pids, source=f"{prefix}/processes")
+                )
+    return readings
+
+
+def _node_readings(
+    driver: str | None, cuda: str | None, count: str | None, source: str
+) -> list[Reading]:
+    return [
+        Reading("nvml.init", "ok", source=source),
+        _reading("nvml.driver_version", driver, text_value, "", f"{source}:driver_version"),
+        _reading("nvml.cuda_driver_version", cuda, text_value, "", f"{source}:cuda_version"),
+        _reading("nvml.gpu_count", count, integer, "GPUs", f"{source}:attached_gpus"),
+    ]
+
+
+# ------------------------------------------------------------------ topology and NVLink
+
+
+def parse_topo_matrix(text: str) -> list[Reading]:
+    """`nvidia-smi topo -m` -> topo.gpu.I.J, topo.gpu.I.nic.NAME, gpu.I.cpu_affinity and
+    gpu.I.numa_node readings."""
+    lines = [ANSI.sub("", line).rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    header_index = next(
+        (i for i, line in enumerate(lines) if line.lstrip().startswith("GPU0")), None
+    )
+    if header_index is None:
+        raise ImportError_("no topology matrix (a header line starting with GPU0)")
+    columns = lines[header_index].split("\t")
+    columns = [c.strip() for c in columns if c.strip()]
+    nic_names = {}
+    for line in lines:
+        if match := re.match(r"^\s*(NIC\d+):\s*(\S+)\s*$", line):
+            nic_names[match.group(1)] = match.group(2)
+    readings: list[Reading] = []
+    source = "nvidia-smi-topo"
+    for line in lines[header_index + 1 :]:
+        cells = [c.strip() for c in line.split("\t")]
+        if not cells or not re.match(r"^GPU\d+$", cells[0]):
+            if cells and cells[0] and not cells[0].startswith(("NIC", "GPU")):
+                break
+            continue
+        gpu = int(cells[0][3:])
+        values = cells[1:]
+        for column, value in zip(columns, values, strict=False):
+            if column.startswith("GPU") and column[3:].isdigit():
+                other = int(column[3:])
+                if other != gpu:
+                    readings.append(Reading(f"topo.gpu.{gpu}.{other}", value, source=source))
+            elif column.startswith("NIC"):
+                readings.append(
+                    Reading(
+                        f"topo.gpu.{gpu}.nic.{nic_names.get(column, column)}", value, source=source
+                    )
+                )
+            elif column == "CPU Affinity":
+                readings.append(_reading(f"gpu.{gpu}.cpu_affinity", value, text_value, "", source))
+            elif column == "NUMA Affinity":
+                readings.append(_reading(f"gpu.{gpu}.numa_node", value, integer, "", source))
+    if not readings:
+        raise ImportError_("the topology matrix has no GPU rows")
+    return readings
+
+
+def parse_nvlink_status(text: str) -> list[Reading]:
+    """`nvidia-smi nvlink -s` -> per link state and speed, and counts per GPU."""
+    readings: list[Reading] = []
+    gpu = None
+    links: dict[int, list[bool]] = {}
+    notes: dict[int, str] = {}
+    source = "nvidia-smi-nvlink"
+    for raw in text.replace("\r\n", "\n").split("\n"):
+        line = raw.strip()
+        if match := re.match(r"^GPU (\d+):", line):
+            gpu = int(match.group(1))
+            links[gpu] = []
+            continue
+        match = re.match(r"^Link (\d+): (.+)$", line)
+        if gpu is not None and line and not match:
+            notes[gpu] = line  # e.g. 'NVML: Unable to retrieve NVLink information as ...'
+        if gpu is None or not match:
+            continue
+        link, state = int(match.group(1)), match.group(2).strip()
+        prefix = f"gpu.{gpu}.nvlink.{link}"
+        if "inactive" in state.lower():
+            readings.append(Reading(f"{prefix}.state", "inactive", source=source))
+            links[gpu].append(False)
+        else:
+            readings.append(Reading(f"{prefix}.state", "active", source=source))
+            readings.append(_reading(f"{prefix}.speed", state, number, "GB/s", source))
+            links[gpu].append(True)
+    if not links:
+        raise ImportError_("no 'GPU N:' lines of nvidia-smi nvlink -s")
+    for gpu, states in links.items():
+        note = notes.get(gpu, "nvidia-smi nvlink -s lists no links")
+        count_key, active_key = f"gpu.{gpu}.nvlink.count", f"gpu.{gpu}.nvlink.active"
+        if states:
+            readings.append(Reading(count_key, len(states), source=source))
+            readings.append(Reading(active_key, sum(states), source=source))
+        elif "all links are inactive" in note.lower():
+            readings.append(Reading(active_key, 0, source=source))
+            reason = f"nvidia-smi: {note}"
+            readings.append(Reading.failed(count_key, ReadingStatus.MISSING, reason, source))
+        else:
+            reason = f"nvidia-smi: {note}"
+            readings.append(Reading.failed(count_key, ReadingStatus.UNSUPPORTED, reason, source))
+    return readings
+
+
+# ------------------------------------------------------------------ detection
+
+
+def detect(text: str) -> str:
+    """Which format a file is: xml, q, topo, nvlink (a bug report yields xml or q)."""
+    stripped = text.lstrip()
+    if stripped.startswith(("ERROR:", "Failed to", "NVIDIA-SMI has failed")):
+        first = stripped.splitlines()[0].strip()
+        raise ImportError_(f"the file holds an nvidia-smi error, not its output: {first}")
+    if "<nvidia_smi_log" in text[:4096] or stripped.startswith("<?xml"):
+        return "xml"
+    if "==============NVSMI LOG==============" in text or re.search(
+        r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:", text, re.MULTILINE
+    ):
+        return "q"
+    if re.search(r"^\s*(\x1b\[[0-9;]*m)?GPU0(\x1b\[[0-9;]*m)?\s", text, re.MULTILINE) and (
+        "Legend" in text or "CPU Affinity" in text
+    ):
+        return "topo"
+    if re.search(r"^GPU \d+: .+\n\s*Link \d+:", text, re.MULTILINE) or re.search(
+        r"^GPU \d+: .+\(UUID", text, re.MULTILINE
+    ):
+        return "nvlink"
+    raise ImportError_("not an nvidia-smi -q, -q -x, topo -m or nvlink -s output")
+
+
+def extract_from_bug_report(text: str) -> str:
+    """The nvidia-smi XML or -q section of an nvidia-bug-report.log, or the text itself."""
+    start = text.find("<?xml")
+    end = text.find("</nvidia_smi_log>")
+    if start != -1 and end != -1:
+        return text[start : end + len("</nvidia_smi_log>")]
+    marker = text.find("==============NVSMI LOG==============")
+    if marker != -1:
+        rest = text[marker:]
+        stop = re.search(r"\n\*{3,}|\n_{5,}|\n____", rest[1:])
+        return rest[: stop.start() + 1] if stop else rest
+    return text
+
+
+def import_files(paths: list[str]) -> Snapshot:
+    """A snapshot (without findings) of the nvidia-smi outputs in `paths`: one pseudo-probe
+    result per file. Raises ImportError_ naming the file and the problem."""
+    results = []
+    host = "imported"
+    for path in paths:
+        try:
+            raw = Path(path).read_bytes()
+        except OSError as exc:
+            raise ImportError_(f"{path}: cannot read: {exc.strerror or exc}") from None
+        if not raw.strip():
+            raise ImportError_(f"{path}: file is empty")
+        if b"\x00" in raw:
+            raise ImportError_(f"{path}: binary data, not an nvidia-smi output")
+        text = raw.decode("utf-8", errors="replace")
+        try:
+            kind, readings = import_text(text)
+        except ImportError_ as exc:
+            raise ImportError_(f"{path}: {exc}") from None
+        if match := re.search(r"<hostname>([^<]+)</hostname>", text):
+            host = match.group(1).strip()
+        results.append(
+            ProbeResult(
+                name=f"import-{kind}",
+                title=f"imported {Path(path).name}",
+                status=ProbeStatus.OK,
+                duration_s=0.0,
+                readings=tuple(readings),
+            )
+        )
+    return Snapshot(
+        host=host,
+        created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        gpudiag_version=__version__,
+        command_line=("gpudiag", "import", *paths),
+        probes=tuple(results),
+    )
+
+
+def import_text(text: str) -> tuple[str, list[Reading]]:
+    """(format, readings) of one file's text."""
+    kind = detect(text)
+    if kind == "xml":
+        return kind, _xml_readings(extract_from_bug_report(text))
+    if kind == "q":
+        return kind, _q_readings(extract_from_bug_report(text))
+    if kind == "topo":
+        return kind, parse_topo_matrix(text)
+    return kind, parse_nvlink_status(text)
