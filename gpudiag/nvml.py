@@ -175,6 +175,8 @@ def plain(value: Any) -> Any:
 PEER_FUNCTIONS = frozenset({"nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetP2PStatus"})
 # Calls whose pynvml binding wants the caller's output structure (by pynvml class name).
 OUT_STRUCT_FUNCTIONS = {"nvmlDeviceGetGpuFabricInfo": "c_nvmlGpuFabricInfo_t"}
+# gpudiag's own composite call: the MIG devices of a GPU, each a table of plain values.
+MIG_DEVICES = "gpudiagMigDevices"
 
 
 class PynvmlBackend:
@@ -214,6 +216,8 @@ class PynvmlBackend:
         pynvml = self._pynvml
         if pynvml is None:
             raise NvmlError("Uninitialized", function)
+        if function == MIG_DEVICES and device is not None:
+            return self._mig_devices(device)
         func: Callable[..., Any] | None = getattr(pynvml, function, None)
         if func is None:
             raise NvmlError("FunctionNotFound", function, "not in this pynvml")
@@ -230,6 +234,32 @@ class PynvmlBackend:
             return plain(func(*call_args))
         except pynvml.NVMLError as exc:
             raise self._convert(exc, function) from None
+
+    def _mig_devices(self, device: int) -> list[dict[str, Any]]:
+        """Every MIG device of a GPU: index, UUID, GPU and compute instance, memory."""
+        pynvml = self._pynvml
+        try:
+            handle = self._handle(device)
+            devices = []
+            for index in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+                try:
+                    mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+                except pynvml.NVMLError as exc:
+                    if NVML_ERROR_NAMES.get(getattr(exc, "value", None)) == "NotFound":
+                        continue  # an unused slot
+                    raise
+                devices.append(
+                    {
+                        "index": index,
+                        "uuid": plain(pynvml.nvmlDeviceGetUUID(mig)),
+                        "gpu_instance": int(pynvml.nvmlDeviceGetGpuInstanceId(mig)),
+                        "compute_instance": int(pynvml.nvmlDeviceGetComputeInstanceId(mig)),
+                        "memory_total": int(pynvml.nvmlDeviceGetMemoryInfo(mig).total),
+                    }
+                )
+            return devices
+        except pynvml.NVMLError as exc:
+            raise self._convert(exc, MIG_DEVICES) from None
 
     def _handle(self, device: int) -> Any:
         handle = self._handles.get(device)

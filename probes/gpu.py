@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudiag.model import Reading, ReadingStatus, Value
-from gpudiag.nvml import Nvml, NvmlError
+from gpudiag.nvml import MIG_DEVICES, Nvml, NvmlError
 from gpudiag.probe import Cost, Need, Probe, ProbeContext
 from gpudiag.textparse import format_cpulist
 
@@ -80,6 +80,14 @@ def normalize_bus_id(bus_id: str) -> str:
     """NVML's '00000000:18:00.0' -> '0000:18:00.0', the form sysfs uses."""
     domain, _, rest = bus_id.strip().lower().partition(":")
     return f"{int(domain, 16):04x}:{rest}" if rest else bus_id.strip().lower()
+
+
+def mig_instances(devices: list[dict[str, Any]]) -> list[str]:
+    """MIG devices -> 'GI 1 / CI 0: 9856 MiB' each, in index order."""
+    return [
+        f"GI {d['gpu_instance']} / CI {d['compute_instance']}: {mib(d['memory_total'])} MiB"
+        for d in sorted(devices, key=lambda d: d["index"])
+    ]
 
 
 def mib(value: int) -> int:
@@ -174,6 +182,9 @@ def _memory_and_modes(gpu: GpuCalls) -> Iterator[Reading]:
     yield gpu.reading("persistence_mode", "nvmlDeviceGetPersistenceMode", convert=bool)
     yield gpu.reading("mig.current", "nvmlDeviceGetMigMode", convert=lambda m: bool(m[0]))
     yield gpu.reading("mig.pending", "nvmlDeviceGetMigMode", convert=lambda m: bool(m[1]))
+    mig_on = gpu.reading("mig.current", "nvmlDeviceGetMigMode", convert=lambda m: bool(m[0]))
+    if mig_on.ok and mig_on.value:
+        yield gpu.reading("mig.instances", MIG_DEVICES, convert=mig_instances)
     yield gpu.reading("ecc.current", "nvmlDeviceGetEccMode", convert=lambda m: bool(m[0]))
     yield gpu.reading("ecc.pending", "nvmlDeviceGetEccMode", convert=lambda m: bool(m[1]))
 

@@ -167,3 +167,71 @@ def test_real_backend_passes_handles_and_maps_errors(monkeypatch) -> None:
     assert missing.value.code == "FunctionNotFound"
     assert nvml.call("nvmlDeviceGetGpuFabricInfo", 0) == {"state": 3}
     nvml.close()
+
+
+def test_mig_instances_from_a_replay() -> None:
+    """A GPU in MIG mode (as the realdata H100 MIG capture shows, 'Current: Enabled') lists
+    its MIG devices; a GPU without MIG lists none."""
+    from gpudiag.nvml import ReplayBackend
+    from gpudiag.probes.gpu import GpuCalls, _memory_and_modes
+
+    backend = ReplayBackend(
+        {
+            "format": "gpudiag-nvml-replay",
+            "version": 1,
+            "devices": [
+                {
+                    "nvmlDeviceGetMigMode": [1, 1],
+                    "gpudiagMigDevices": [
+                        {
+                            "index": 1,
+                            "uuid": "MIG-b",
+                            "gpu_instance": 2,
+                            "compute_instance": 0,
+                            "memory_total": 19968 * 2**20,
+                        },
+                        {
+                            "index": 0,
+                            "uuid": "MIG-a",
+                            "gpu_instance": 1,
+                            "compute_instance": 0,
+                            "memory_total": 9856 * 2**20,
+                        },
+                    ],
+                },
+                {"nvmlDeviceGetMigMode": [0, 0]},
+            ],
+        }
+    )
+    nvml = Nvml(backend)
+    mig_gpu = {r.key: r for r in _memory_and_modes(GpuCalls(nvml, 0))}
+    assert mig_gpu["gpu.0.mig.instances"].value == [
+        "GI 1 / CI 0: 9856 MiB",
+        "GI 2 / CI 0: 19968 MiB",
+    ]
+    plain_gpu = {r.key: r for r in _memory_and_modes(GpuCalls(nvml, 1))}
+    assert "gpu.1.mig.instances" not in plain_gpu and plain_gpu["gpu.1.mig.current"].value is False
+
+
+def test_real_backend_enumerates_mig_devices(monkeypatch) -> None:
+    fake = _fake_pynvml()
+    fake.nvmlDeviceGetMaxMigDeviceCount = lambda handle: 3
+
+    def mig_handle(handle, index):
+        if index == 1:
+            raise _FakeNVMLError(6)  # NotFound: an unused slot
+        return f"{handle}/mig{index}"
+
+    class Memory:
+        total = 9856 * 2**20
+
+    fake.nvmlDeviceGetMigDeviceHandleByIndex = mig_handle
+    fake.nvmlDeviceGetUUID = lambda mig: f"MIG-{mig}"
+    fake.nvmlDeviceGetGpuInstanceId = lambda mig: 7
+    fake.nvmlDeviceGetComputeInstanceId = lambda mig: 0
+    fake.nvmlDeviceGetMemoryInfo = lambda mig: Memory()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    nvml = Nvml(PynvmlBackend())
+    devices = nvml.call("gpudiagMigDevices", 0)
+    assert [d["index"] for d in devices] == [0, 2]
+    assert devices[0]["uuid"] == "MIG-handle0/mig0" and devices[0]["gpu_instance"] == 7
