@@ -421,9 +421,23 @@ class Nvml:
         convert: Callable[[Any], Value] | None = None,
     ) -> Reading:
         """One reading from one NVML call; a failed call gives that failure's status."""
+        return self.reading_of(
+            key, function, lambda: self.call(function, device, *args), unit, convert
+        )
+
+    def reading_of(
+        self,
+        key: str,
+        function: str,
+        call: Callable[[], Any],
+        unit: str = "",
+        convert: Callable[[Any], Value] | None = None,
+    ) -> Reading:
+        """A reading of what `call` (an NVML call of `function`) returns, through `convert`;
+        an NvmlError or a value `convert` cannot handle becomes the reading's status."""
         source = f"nvml:{function}"
         try:
-            raw = self.call(function, device, *args)
+            raw = call()
         except NvmlError as exc:
             reason = exc.reason
             if exc is self._init_error:  # said in full once, by the nvml.init reading
@@ -431,9 +445,9 @@ class Nvml:
             return Reading.failed(key, exc.status, reason, source=source, unit=unit)
         try:
             value = check_value(convert(raw) if convert else raw)
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
             return Reading.failed(
-                key, ReadingStatus.ERROR, f"{function} returned {raw!r}: {exc}", source, unit
+                key, ReadingStatus.ERROR, f"{function} returned {raw!r:.80}: {exc}", source, unit
             )
         return Reading(key=key, value=value, unit=unit, source=source)
 

@@ -337,6 +337,14 @@ def _throttle_name(label: str) -> str | None:
     return THROTTLE_NAMES.get(slug)
 
 
+def _throttle_reading(index: int, active: list[str] | None, source: str) -> Reading:
+    """The throttle reasons marked Active, or missing when the file has no such section."""
+    key = f"gpu.{index}.throttle_reasons"
+    if active is None:
+        return Reading.failed(key, ReadingStatus.MISSING, "not in the imported file", source)
+    return Reading(key, active, source=source)
+
+
 def _reading(
     key: str, raw: str | None, parse: Callable[[str], Value], unit: str, source: str
 ) -> Reading:
@@ -436,23 +444,16 @@ def _q_readings(text: str) -> list[Reading]:
                 )
             )
         reasons = tree.find("Clocks Event Reasons") or tree.find("Clocks Throttle Reasons")
-        key = f"gpu.{index}.throttle_reasons"
-        if reasons is None:
-            readings.append(
-                Reading.failed(
-                    key,
-                    ReadingStatus.MISSING,
-                    "not in the imported file",
-                    f"{source_prefix}/Clocks Event Reasons",
-                )
-            )
-        else:
-            active = [
+        active = (
+            None
+            if reasons is None
+            else [
                 name
                 for label, node in reasons.walk()
                 if node.value and node.value.strip() == "Active" and (name := _throttle_name(label))
             ]
-            readings.append(Reading(key, active, source=f"{source_prefix}/Clocks Event Reasons"))
+        )
+        readings.append(_throttle_reading(index, active, f"{source_prefix}/Clocks Event Reasons"))
     return readings
 
 
@@ -484,23 +485,16 @@ def _xml_readings(text: str) -> list[Reading]:
         reasons = gpu.find("clocks_event_reasons")
         if reasons is None:
             reasons = gpu.find("clocks_throttle_reasons")
-        key = f"gpu.{index}.throttle_reasons"
-        if reasons is None:
-            readings.append(
-                Reading.failed(
-                    key,
-                    ReadingStatus.MISSING,
-                    "not in the imported file",
-                    f"{prefix}/clocks_event_reasons",
-                )
-            )
-        else:
-            active = [
+        active = (
+            None
+            if reasons is None
+            else [
                 name
                 for child in reasons
                 if (child.text or "").strip() == "Active" and (name := _throttle_name(child.tag))
             ]
-            readings.append(Reading(key, active, source=f"{prefix}/{reasons.tag}"))
+        )
+        readings.append(_throttle_reading(index, active, f"{prefix}/clocks_event_reasons"))
         processes = gpu.find("processes")
         if processes is not None:
             infos = processes.findall("process_info")

@@ -128,19 +128,14 @@ class GpuCalls:
         unit: str = "",
         convert: Callable[[Any], Value] | None = None,
     ) -> Reading:
-        key = f"gpu.{self.index}.{suffix}"
-        source = f"nvml:{function}"
-        try:
-            raw = self.call(function, *args)
-        except NvmlError as exc:
-            return Reading.failed(key, exc.status, exc.reason, source, unit)
-        try:
-            value = convert(raw) if convert else raw
-            return Reading(key, value, unit, source)
-        except (ValueError, TypeError, KeyError, IndexError) as exc:
-            return Reading.failed(
-                key, ReadingStatus.ERROR, f"{function} returned {raw!r:.80}: {exc}", source, unit
-            )
+        """The reading `gpu.<index>.<suffix>` of one (remembered) NVML call."""
+        return self.nvml.reading_of(
+            f"gpu.{self.index}.{suffix}",
+            function,
+            lambda: self.call(function, *args),
+            unit,
+            convert,
+        )
 
 
 def _identity(gpu: GpuCalls) -> Iterator[Reading]:

@@ -26,9 +26,12 @@ ALL_OK = [[p.name, "ok"] for p in default_probes()]
 NO_NVML = [[p.name, "skipped" if p.name == "gpu" else "ok"] for p in default_probes()]
 
 
-def _node(replay: str = "replay-no-driver.toml", probes=None) -> LiveNode:
+def _node(
+    replay: str | Path = "replay-no-driver.toml", probes=None, root: Path = FIXTURES / "host-basic"
+) -> LiveNode:
+    """A live node from a host tree and a replay (a name in tests/fixtures, or a path)."""
     return LiveNode(
-        host=HostFS(FIXTURES / "host-basic"),
+        host=HostFS(root),
         nvml=Nvml(ReplayBackend.from_file(FIXTURES / replay)),
         probes=default_probes() if probes is None else probes,
         rules=load_rules(),
@@ -155,12 +158,7 @@ def test_readings_tab_lists_every_reading_with_its_source() -> None:
 
 
 def test_readings_of_a_real_captured_tree_are_listed(realdata_trees: dict[str, Path]) -> None:
-    node = LiveNode(
-        host=HostFS(realdata_trees["hwloc__nvidiagpunumanodes"]),
-        nvml=Nvml(ReplayBackend.from_file(FIXTURES / "replay-no-driver.toml")),
-        probes=default_probes(),
-        rules=load_rules(),
-    )
+    node = _node(root=realdata_trees["hwloc__nvidiagpunumanodes"])
 
     async def scenario() -> None:
         app = GpudiagApp(node)
@@ -177,12 +175,7 @@ def test_readings_of_a_real_captured_tree_are_listed(realdata_trees: dict[str, P
 
 
 def test_topology_tab_shows_the_8_gpu_matrix(tmp_path: Path) -> None:
-    node = LiveNode(
-        host=HostFS(build_hgx_tree(tmp_path)),
-        nvml=Nvml(ReplayBackend.from_file(REPO / "snapshots" / "demo-hgx-h100-faulty.toml")),
-        probes=default_probes(),
-        rules=load_rules(),
-    )
+    node = _node(REPO / "snapshots" / "demo-hgx-h100-faulty.toml", root=build_hgx_tree(tmp_path))
 
     async def scenario() -> None:
         app = GpudiagApp(node)
