@@ -81,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
         " '-' for stdout) and print a summary",
     )
     parser.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="judge against this GPU-model profile instead of the detected one",
+    )
+    parser.add_argument(
         "--timeout-scale",
         type=float,
         default=1.0,
@@ -118,9 +123,10 @@ def _live_node(args: argparse.Namespace, argv: Sequence[str]) -> LiveNode:
         host=HostFS(root),
         nvml=open_nvml(args.nvml_replay),
         probes=default_probes(),
-        rules=load_rules(args.rules),
+        rules=load_rules(args.rules, site=True),
         command_line=("gpudiag", *argv),
         timeout_scale=args.timeout_scale,
+        profile_name=args.profile,
     )
 
 
@@ -133,7 +139,7 @@ def _import(args: argparse.Namespace) -> int:
         snapshot = import_files(args.files)
     except ImportError_ as exc:
         raise UsageError(str(exc)) from None
-    snapshot = with_findings(snapshot, load_rules(args.rules))
+    snapshot = with_findings(snapshot, load_rules(args.rules, site=True), args.profile)
     return _write_and_report(snapshot, args.output, "-o")
 
 
@@ -162,7 +168,7 @@ def _write_and_report(snapshot: Snapshot, target: str, option: str) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    snapshot = with_findings(load(args.snapshot), load_rules(args.rules))
+    snapshot = with_findings(load(args.snapshot), load_rules(args.rules, site=True), args.profile)
     print(format_summary(snapshot).splitlines()[0])
     for finding in snapshot.findings:
         print(format_finding(finding))

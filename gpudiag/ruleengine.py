@@ -1,35 +1,60 @@
 """The rules engine: TOML rule files in, findings out.
 
-Rules are data. Each `[[rule]]` table names one reading (a key, with `{gpu}` standing
-for each GPU index when `applies_to = "gpu"`) and one expectation from a closed set of
-operators; nothing in a rule file is ever evaluated as code.
+Rules are data. Each `[[rule]]` names one reading (a key template) and one expectation
+from a closed set of operators; nothing in a rule file is ever evaluated as code, and a
+string that reaches for Python internals (`__`) is refused when the file is loaded.
 
     [[rule]]
-    id = "NVML002"                # stable, never reused
-    severity = "critical"         # critical | warning | info
+    id = "PCIE001"                # stable, never reused
+    severity = "warning"          # critical | warning | info
     status = "stable"             # stable | preview | deprecated
-    title = "NVML reports no GPUs"
-    applies_to = "node"           # node | gpu
-    reading = "nvml.gpu_count"
-    expect = { min = 1 }          # present | equal | not_equal | in | not_in | min | max
-    message = "NVML reports {value} GPUs"
+    title = "GPU PCIe link narrower than its maximum"
+    applies_to = "gpu"            # see SCOPES: node, gpu, nvlink, gpu_pair, pcie_device, numa_node
+    reading = "gpu.{gpu}.pcie.link_width"
+    expect = { min_reading = "gpu.{gpu}.pcie.max_link_width" }
+    message = "GPU {gpu} PCIe link x{value} of x{expected}"
     why = "..."
     fix = "..."
+    example = "gpu.3.pcie.link_width = 8 with max_link_width = 16"
     references = ["https://..."]
 
-A rule fires when the reading does not meet the expectation. A reading that is absent
-or could not be taken gives an `unknown` finding that says which and why (an info rule's
+The placeholders of `reading` are the scope's: `{gpu}` for gpu, `{gpu}` and `{link}` for
+nvlink, `{gpu}` and `{peer}` for gpu_pair, `{device}` (a PCI address) for pcie_device,
+`{node}` for numa_node, none for node. A rule is checked for every instance its scope
+has in the readings (every GPU, for gpu rules, even one with no such reading).
+
+Operators (`expect` holds exactly one):
+- present = true: the reading was taken.
+- equal, not_equal, in, not_in, min, max, between = [lo, hi]: the value against constants.
+- subset_of = [...]: every item of a list reading is allowed; excludes = [...]: none is;
+  contains_any = [...]: at least one is there; empty = true: the list is empty.
+- min_reading, max_reading, equal_reading = "key template": against another reading.
+- min_profile, max_profile, equal_profile = "field": against the GPU model's profile
+  (`factor = 0.85` scales the other side of the *_reading and *_profile comparisons).
+- all_equal = true: a node rule over `gpu.{gpu}...`: the same value on every GPU.
+
+A rule fires when the reading does not meet the expectation. A reading the device says
+it does not support (ECC on a GeForce card) is not judged. Evidence that is absent or
+could not be read gives an `unknown` finding that says which and why (an info rule's
 stays info: it cannot hide a problem). The `present` operator fires with the rule's own
 severity when the reading was attempted and failed; when no probe produced it at all
-(an import of a partial file, say), that is unknown like any missing evidence. Messages may use
-`{value}`, `{unit}`, `{reason}`, `{key}` and `{gpu}`, substituted as plain text.
+(an import of a partial file), that is unknown like any missing evidence. A profile
+comparison is skipped where no profile applies or the profile leaves that field out
+(a PCIe card's NVLink count depends on its bridges); PROF001 says when no profile
+matched. Messages may use {value} {unit} {reason} {key} {expected} and the scope's
+placeholders, substituted as plain text.
+
+Site rules: any rule file may also hold `[[override]]` tables, `id` plus `severity`
+and/or `disabled = true`, which apply to a rule loaded before them (by id).
 """
 
 from __future__ import annotations
 
+import os
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -37,7 +62,43 @@ from typing import Any
 from gpudiag import tomlcompat
 from gpudiag.model import Finding, ProbeResult, ProbeStatus, Reading, ReadingStatus, Severity
 
-OPERATORS = ("present", "equal", "not_equal", "in", "not_in", "min", "max")
+SCOPES: dict[str, tuple[str, ...]] = {
+    "node": (),
+    "gpu": ("gpu",),
+    "nvlink": ("gpu", "link"),
+    "gpu_pair": ("gpu", "peer"),
+    "pcie_device": ("device",),
+    "numa_node": ("node",),
+}
+_PLACEHOLDER_PATTERNS = {
+    "gpu": r"\d+",
+    "link": r"\d+",
+    "peer": r"\d+",
+    "node": r"\d+",
+    "device": r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]",
+}
+CONSTANT_OPERATORS = (
+    "equal",
+    "not_equal",
+    "in",
+    "not_in",
+    "min",
+    "max",
+    "between",
+    "subset_of",
+    "excludes",
+    "contains_any",
+)
+READING_OPERATORS = ("min_reading", "max_reading", "equal_reading")
+PROFILE_OPERATORS = ("min_profile", "max_profile", "equal_profile")
+OPERATORS = (
+    "present",
+    "empty",
+    *CONSTANT_OPERATORS,
+    *READING_OPERATORS,
+    *PROFILE_OPERATORS,
+    "all_equal",
+)
 RULE_KEYS = {
     "id",
     "severity",
@@ -46,19 +107,25 @@ RULE_KEYS = {
     "applies_to",
     "reading",
     "expect",
+    "factor",
     "message",
     "why",
     "fix",
+    "example",
     "references",
 }
+OVERRIDE_KEYS = {"id", "severity", "disabled"}
 REQUIRED_KEYS = ("id", "severity", "title", "applies_to", "reading", "expect", "why", "fix")
 _ID_PATTERN = re.compile(r"^[A-Z]{2,8}[0-9]{3}$")
-_PLACEHOLDER = re.compile(r"\{(value|unit|reason|key|gpu)\}")
+_KEY_TEMPLATE = re.compile(r"^[A-Za-z0-9_.:{}\-]+$")
+_MESSAGE_FIELD = re.compile(r"\{([a-z_]+)\}")
 _GPU_KEY = re.compile(r"^gpu\.(\d+)\.")
+MESSAGE_FIELDS = {"value", "unit", "reason", "key", "expected", *_PLACEHOLDER_PATTERNS}
+DEFAULT_SITE_DIRS = (Path("/etc/gpudiag/rules.d"), Path("~/.config/gpudiag/rules.d"))
 
 
 class RuleError(Exception):
-    """A rule file that cannot be used; str() is 'FILE:LINE: problem'."""
+    """A rule or profile file that cannot be used; str() is 'FILE:LINE: problem'."""
 
 
 @dataclass(frozen=True)
@@ -78,124 +145,313 @@ class Rule:
     status: str = "stable"
     references: tuple[str, ...] = ()
     origin: str = ""
+    factor: float = 1.0
+    example: str = ""
+    disabled: bool = False
 
 
-def _rule_lines(text: str) -> list[int]:
-    """1-based line numbers of each `[[rule]]` header, in order."""
-    return [i + 1 for i, line in enumerate(text.splitlines()) if line.strip() == "[[rule]]"]
+# ------------------------------------------------------------------ profiles
 
 
-def _check_operand(operator: str, operand: Any, where: str) -> None:
-    scalar = (bool, int, float, str)
-    if operator == "present" and operand is not True:
-        raise RuleError(f"{where}: 'present' takes true")
-    if operator in ("equal", "not_equal") and not isinstance(operand, scalar):
-        raise RuleError(f"{where}: '{operator}' takes a string, number or boolean")
-    if operator in ("in", "not_in") and not (
-        isinstance(operand, list) and operand and all(isinstance(v, scalar) for v in operand)
-    ):
-        raise RuleError(f"{where}: '{operator}' takes a non-empty list of values")
-    if operator in ("min", "max") and (
-        isinstance(operand, bool) or not isinstance(operand, (int, float))
-    ):
-        raise RuleError(f"{where}: '{operator}' takes a number")
+@dataclass(frozen=True)
+class Profile:
+    """Expected values for one GPU model, keyed by PCI device id."""
+
+    name: str
+    title: str
+    device_ids: tuple[str, ...]
+    values: dict[str, Any] = field(default_factory=dict)
 
 
-def parse_rules(text: str, origin: str) -> list[Rule]:
-    """Parse one rule file's text; raises RuleError naming the file and line."""
+PROFILE_FIELDS = {
+    "memory_gb",
+    "nvlink_count",
+    "nvlink_gbs",
+    "pcie_gen",
+    "pcie_width",
+    "power_limit_w",
+    "max_sm_clock_mhz",
+    "max_mem_clock_mhz",
+    "memory_bandwidth_gbs",
+    "fp64_tflops",
+    "fp32_tflops",
+    "tf32_tflops",
+    "bf16_tflops",
+    "fp16_tflops",
+}
+
+
+def parse_profiles(text: str, origin: str) -> dict[str, Profile]:
+    """Parse a profiles file: `[profile.NAME]` tables with `title`, `device_ids`, an
+    optional `inherits` (another profile's name) and numeric fields from PROFILE_FIELDS."""
     try:
         data = tomlcompat.loads(text)
     except tomlcompat.TOMLDecodeError as exc:
         raise RuleError(f"{origin}: not valid TOML: {exc}") from None
-    extra = set(data) - {"rule"}
+    if set(data) != {"profile"} or not isinstance(data["profile"], dict):
+        raise RuleError(f"{origin}: a profiles file holds [profile.NAME] tables only")
+    raw: dict[str, dict[str, Any]] = data["profile"]
+    profiles: dict[str, Profile] = {}
+
+    def build(name: str, seen: tuple[str, ...] = ()) -> Profile:
+        if name in profiles:
+            return profiles[name]
+        if name in seen:
+            raise RuleError(f"{origin}: profile {name}: inheritance loops through {seen}")
+        table = raw.get(name)
+        if not isinstance(table, dict):
+            raise RuleError(f"{origin}: no profile named {name!r}")
+        unknown = set(table) - PROFILE_FIELDS - {"title", "device_ids", "inherits"}
+        if unknown:
+            raise RuleError(
+                f"{origin}: profile {name}: unknown key(s) {', '.join(sorted(unknown))}"
+            )
+        values: dict[str, Any] = {}
+        if "inherits" in table:
+            values.update(build(str(table["inherits"]), (*seen, name)).values)
+        for key in PROFILE_FIELDS & set(table):
+            value = table[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise RuleError(f"{origin}: profile {name}: {key} must be a number")
+            values[key] = value
+        ids = table.get("device_ids", [])
+        if not isinstance(ids, list) or not all(
+            isinstance(i, str) and re.fullmatch(r"0x[0-9a-f]{4}", i) for i in ids
+        ):
+            raise RuleError(f"{origin}: profile {name}: device_ids are like '0x2330'")
+        profiles[name] = Profile(name, str(table.get("title", name)), tuple(ids), values)
+        return profiles[name]
+
+    for name in raw:
+        build(name)
+    return profiles
+
+
+def load_profiles() -> dict[str, Profile]:
+    """The shipped GPU-model profiles (rules/profiles.toml)."""
+    text = (resources.files("gpudiag.rules") / "profiles.toml").read_text(encoding="utf-8")
+    return parse_profiles(text, "rules/profiles.toml")
+
+
+def detect_profile(
+    readings: dict[str, Reading], profiles: dict[str, Profile]
+) -> tuple[Profile | None, list[str]]:
+    """The profile of the node's most common GPU model, and the device ids seen."""
+    ids = [
+        str(r.value)
+        for key, r in readings.items()
+        if key.endswith(".pci.device_id") and _GPU_KEY.match(key) and r.ok
+    ]
+    if not ids:
+        return None, []
+    common = Counter(ids).most_common(1)[0][0]
+    for profile in profiles.values():
+        if common in profile.device_ids:
+            return profile, sorted(set(ids))
+    return None, sorted(set(ids))
+
+
+# ------------------------------------------------------------------ loading
+
+
+def _table_lines(text: str, header: str) -> list[int]:
+    """1-based line numbers of each `[[header]]`, in order."""
+    return [i + 1 for i, line in enumerate(text.splitlines()) if line.strip() == f"[[{header}]]"]
+
+
+def _refuse_internals(value: Any, where: str) -> None:
+    """Rule files are data: no string may reach for Python internals."""
+    if isinstance(value, str) and "__" in value:
+        raise RuleError(f"{where}: '__' is not allowed in rule files (they are data, not code)")
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            _refuse_internals(item, where)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_internals(key, where)
+            _refuse_internals(item, where)
+
+
+def _placeholders(template: str) -> set[str]:
+    return set(re.findall(r"\{([a-z]+)\}", template))
+
+
+def _check_expectation(table: dict[str, Any], where: str) -> tuple[str, Any]:
+    expect = table["expect"]
+    if not isinstance(expect, dict) or len(expect) != 1:
+        raise RuleError(f"{where}: expect must be a table with exactly one operator")
+    ((operator, operand),) = expect.items()
+    if operator not in OPERATORS:
+        raise RuleError(f"{where}: unknown operator '{operator}' (known: {', '.join(OPERATORS)})")
+    scalar = (bool, int, float, str)
+    number = (int, float)
+    if operator in ("present", "all_equal", "empty") and operand is not True:
+        raise RuleError(f"{where}: '{operator}' takes true")
+    if operator in ("equal", "not_equal") and not isinstance(operand, scalar):
+        raise RuleError(f"{where}: '{operator}' takes a string, number or boolean")
+    if operator in ("in", "not_in", "subset_of", "excludes", "contains_any") and not (
+        isinstance(operand, list) and operand and all(isinstance(v, scalar) for v in operand)
+    ):
+        raise RuleError(f"{where}: '{operator}' takes a non-empty list of values")
+    if operator in ("min", "max") and (
+        isinstance(operand, bool) or not isinstance(operand, number)
+    ):
+        raise RuleError(f"{where}: '{operator}' takes a number")
+    if operator == "between" and not (
+        isinstance(operand, list)
+        and len(operand) == 2
+        and all(isinstance(v, number) and not isinstance(v, bool) for v in operand)
+        and operand[0] <= operand[1]
+    ):
+        raise RuleError(f"{where}: 'between' takes [low, high]")
+    if operator in READING_OPERATORS:
+        if not isinstance(operand, str) or not _KEY_TEMPLATE.match(operand):
+            raise RuleError(f"{where}: '{operator}' takes a reading key")
+        if _placeholders(operand) - set(SCOPES[table["applies_to"]]):
+            raise RuleError(f"{where}: '{operator}' uses placeholders its scope does not have")
+    if operator in PROFILE_OPERATORS and operand not in PROFILE_FIELDS:
+        raise RuleError(
+            f"{where}: '{operator}' takes a profile field ({', '.join(sorted(PROFILE_FIELDS))})"
+        )
+    if "factor" in table:
+        factor = table["factor"]
+        if operator not in (*READING_OPERATORS, *PROFILE_OPERATORS):
+            raise RuleError(f"{where}: 'factor' goes with *_reading and *_profile operators")
+        if isinstance(factor, bool) or not isinstance(factor, number) or factor <= 0:
+            raise RuleError(f"{where}: 'factor' must be a positive number")
+    return operator, operand
+
+
+def _check_rule(table: Any, where: str) -> Rule:
+    if not isinstance(table, dict):
+        raise RuleError(f"{where}: a rule must be a table")
+    if isinstance(table.get("id"), str):
+        where += f": rule {table['id']}"
+    unknown = set(table) - RULE_KEYS
+    if unknown:
+        raise RuleError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    for key in REQUIRED_KEYS:
+        if key not in table:
+            raise RuleError(f"{where}: missing key '{key}'")
+    for key in (
+        "id",
+        "severity",
+        "title",
+        "applies_to",
+        "reading",
+        "why",
+        "fix",
+        "message",
+        "status",
+        "example",
+    ):
+        if key in table and not isinstance(table[key], str):
+            raise RuleError(f"{where}: '{key}' must be a string")
+    _refuse_internals(table, where)
+    if not _ID_PATTERN.match(table["id"]):
+        raise RuleError(f"{where}: id must look like PCIE001 (letters, then 3 digits)")
+    if table["severity"] not in ("critical", "warning", "info"):
+        raise RuleError(f"{where}: severity must be critical, warning or info")
+    if table.get("status", "stable") not in ("stable", "preview", "deprecated"):
+        raise RuleError(f"{where}: status must be stable, preview or deprecated")
+    scope = table["applies_to"]
+    if scope not in SCOPES:
+        raise RuleError(f"{where}: applies_to must be one of {', '.join(SCOPES)}")
+    reading = table["reading"]
+    if not _KEY_TEMPLATE.match(reading):
+        raise RuleError(f"{where}: reading must be a key such as gpu.{{gpu}}.pcie.link_width")
+    wanted = set(SCOPES[scope])
+    if table.get("expect") == {"all_equal": True}:
+        if scope != "node" or _placeholders(reading) != {"gpu"}:
+            raise RuleError(f"{where}: all_equal is a node rule over a gpu.{{gpu}} reading")
+    elif _placeholders(reading) != wanted:
+        names = ", ".join(f"{{{n}}}" for n in SCOPES[scope]) or "no placeholder"
+        raise RuleError(f"{where}: a {scope} rule's reading has {names}")
+    for name in _MESSAGE_FIELD.findall(table.get("message", "")):
+        if name not in MESSAGE_FIELDS:
+            raise RuleError(
+                f"{where}: message field {{{name}}} is not one of "
+                f"{', '.join(sorted(MESSAGE_FIELDS))}"
+            )
+    operator, operand = _check_expectation(table, where)
+    references = table.get("references", [])
+    if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
+        raise RuleError(f"{where}: references must be a list of strings")
+    return Rule(
+        id=table["id"],
+        severity=Severity(table["severity"]),
+        title=table["title"],
+        applies_to=scope,
+        reading=reading,
+        operator=operator,
+        operand=operand,
+        why=table["why"],
+        fix=table["fix"],
+        message=table.get("message", ""),
+        status=table.get("status", "stable"),
+        references=tuple(references),
+        origin=where,
+        factor=float(table.get("factor", 1.0)),
+        example=table.get("example", ""),
+    )
+
+
+def parse_rule_file(text: str, origin: str) -> tuple[list[Rule], list[tuple[dict[str, Any], str]]]:
+    """Rules and overrides of one file; raises RuleError naming the file and line."""
+    try:
+        data = tomlcompat.loads(text)
+    except tomlcompat.TOMLDecodeError as exc:
+        raise RuleError(f"{origin}: not valid TOML: {exc}") from None
+    extra = set(data) - {"rule", "override"}
     if extra:
         raise RuleError(f"{origin}: unknown top-level key(s) {', '.join(sorted(extra))}")
-    tables = data.get("rule", [])
-    if not isinstance(tables, list):
-        raise RuleError(f"{origin}: 'rule' must be an array of tables ([[rule]])")
-    lines = _rule_lines(text)
     rules = []
-    for index, table in enumerate(tables):
+    for name in ("rule", "override"):
+        if not isinstance(data.get(name, []), list):
+            raise RuleError(f"{origin}: '{name}' must be an array of tables ([[{name}]])")
+    lines = _table_lines(text, "rule")
+    for index, table in enumerate(data.get("rule", [])):
         line = lines[index] if index < len(lines) else 0
-        where = f"{origin}:{line}" if line else origin
-        if not isinstance(table, dict):
-            raise RuleError(f"{where}: a rule must be a table")
-        if "id" in table:
-            where += f": rule {table['id']}"
-        unknown = set(table) - RULE_KEYS
+        rules.append(_check_rule(table, f"{origin}:{line}" if line else origin))
+    overrides = []
+    lines = _table_lines(text, "override")
+    for index, table in enumerate(data.get("override", [])):
+        where = f"{origin}:{lines[index]}" if index < len(lines) else origin
+        if not isinstance(table, dict) or not isinstance(table.get("id"), str):
+            raise RuleError(f"{where}: an override needs the id of the rule it changes")
+        unknown = set(table) - OVERRIDE_KEYS
         if unknown:
             raise RuleError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
-        for key in REQUIRED_KEYS:
-            if key not in table:
-                raise RuleError(f"{where}: missing key '{key}'")
-        for key in (
-            "id",
-            "severity",
-            "title",
-            "applies_to",
-            "reading",
-            "why",
-            "fix",
-            "message",
-            "status",
-        ):
-            if key in table and not isinstance(table[key], str):
-                raise RuleError(f"{where}: '{key}' must be a string")
-        if not _ID_PATTERN.match(table["id"]):
-            raise RuleError(f"{where}: id must look like PCIE001 (letters, then 3 digits)")
-        if table["severity"] not in ("critical", "warning", "info"):
+        if "severity" in table and table["severity"] not in ("critical", "warning", "info"):
             raise RuleError(f"{where}: severity must be critical, warning or info")
-        if table.get("status", "stable") not in ("stable", "preview", "deprecated"):
-            raise RuleError(f"{where}: status must be stable, preview or deprecated")
-        if table["applies_to"] not in ("node", "gpu"):
-            raise RuleError(f"{where}: applies_to must be node or gpu")
-        if table["applies_to"] == "gpu" and not table["reading"].startswith("gpu.{gpu}."):
-            raise RuleError(f"{where}: a gpu rule's reading starts with 'gpu.{{gpu}}.'")
-        if table["applies_to"] == "node" and "{" in table["reading"]:
-            raise RuleError(f"{where}: a node rule's reading has no placeholder")
-        expect = table["expect"]
-        if not isinstance(expect, dict) or len(expect) != 1:
-            raise RuleError(f"{where}: expect must be a table with exactly one operator")
-        ((operator, operand),) = expect.items()
-        if operator not in OPERATORS:
-            raise RuleError(
-                f"{where}: unknown operator '{operator}' (known: {', '.join(OPERATORS)})"
-            )
-        _check_operand(operator, operand, where)
-        references = table.get("references", [])
-        if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
-            raise RuleError(f"{where}: references must be a list of strings")
-        rules.append(
-            Rule(
-                id=table["id"],
-                severity=Severity(table["severity"]),
-                title=table["title"],
-                applies_to=table["applies_to"],
-                reading=table["reading"],
-                operator=operator,
-                operand=operand,
-                why=table["why"],
-                fix=table["fix"],
-                message=table.get("message", ""),
-                status=table.get("status", "stable"),
-                references=tuple(references),
-                origin=where,
-            )
-        )
-    return rules
+        if "disabled" in table and not isinstance(table["disabled"], bool):
+            raise RuleError(f"{where}: disabled must be true or false")
+        overrides.append((table, where))
+    return rules, overrides
 
 
-def load_rules(directories: Sequence[Path] = ()) -> list[Rule]:
-    """The shipped rules, then every `*.toml` in `directories`, by file name.
+def parse_rules(text: str, origin: str) -> list[Rule]:
+    """The rules of one file's text (overrides are applied by load_rules)."""
+    return parse_rule_file(text, origin)[0]
 
-    Rule ids must be unique across all files.
-    """
+
+def load_rules(directories: Sequence[Path] = (), site: bool = False) -> list[Rule]:
+    """The shipped rules, then every `*.toml` in `directories` (and, with `site`, in
+    /etc/gpudiag/rules.d and ~/.config/gpudiag/rules.d), by file name. Rule ids must be
+    unique; `[[override]]` tables change a rule already loaded."""
     sources: list[tuple[str, str]] = []
     shipped = resources.files("gpudiag.rules")
     for entry in sorted(shipped.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".toml"):
+        if entry.name.endswith(".toml") and entry.name != "profiles.toml":
             sources.append((f"rules/{entry.name}", entry.read_text(encoding="utf-8")))
-    for directory in directories:
+    folders = list(directories)
+    if site:
+        folders = [
+            Path(os.path.expanduser(d))
+            for d in DEFAULT_SITE_DIRS
+            if Path(os.path.expanduser(d)).is_dir()
+        ] + folders
+    for directory in folders:
         if not directory.is_dir():
             raise RuleError(f"{directory}: not a directory of rule files")
         for path in sorted(directory.glob("*.toml")):
@@ -203,137 +459,301 @@ def load_rules(directories: Sequence[Path] = ()) -> list[Rule]:
                 sources.append((str(path), path.read_text(encoding="utf-8")))
             except (OSError, UnicodeDecodeError) as exc:
                 raise RuleError(f"{path}: cannot read: {exc}") from None
-    rules: list[Rule] = []
-    seen: dict[str, str] = {}
+    rules: dict[str, Rule] = {}
     for origin, text in sources:
-        for rule in parse_rules(text, origin):
-            if rule.id in seen:
-                raise RuleError(f"{rule.origin}: duplicate id, first defined at {seen[rule.id]}")
-            seen[rule.id] = rule.origin
-            rules.append(rule)
-    return rules
+        new_rules, overrides = parse_rule_file(text, origin)
+        for rule in new_rules:
+            if rule.id in rules:
+                raise RuleError(
+                    f"{rule.origin}: duplicate id, first defined at {rules[rule.id].origin}"
+                )
+            rules[rule.id] = rule
+        for table, where in overrides:
+            if table["id"] not in rules:
+                raise RuleError(f"{where}: override of unknown rule {table['id']}")
+            rule = rules[table["id"]]
+            rules[rule.id] = replace(
+                rule,
+                severity=Severity(table.get("severity", rule.severity.value)),
+                disabled=bool(table.get("disabled", rule.disabled)),
+            )
+    return list(rules.values())
+
+
+# ------------------------------------------------------------------ evaluation
+
+
+def _compare(value: Any, operator: str, expected: Any) -> bool:
+    """Whether a value meets an operator's expectation (TypeError for the wrong type)."""
+    if operator in ("equal", "equal_reading", "equal_profile"):
+        return value == expected
+    if operator == "not_equal":
+        return value != expected
+    if operator == "in":
+        return value in expected
+    if operator == "not_in":
+        return value not in expected
+    if operator in ("subset_of", "excludes", "contains_any", "empty"):
+        if not isinstance(value, list):
+            raise TypeError(f"{value!r} is not a list")
+        if operator == "empty":
+            return not value
+        if operator == "subset_of":
+            return set(value) <= set(expected)
+        shared = set(value) & set(expected)
+        return not shared if operator == "excludes" else bool(shared)
+    numbers = [value, *(expected if operator == "between" else [expected])]
+    if any(isinstance(n, bool) or not isinstance(n, (int, float)) for n in numbers):
+        raise TypeError(f"{value!r} is not a number")
+    if operator in ("min", "min_reading", "min_profile"):
+        return value >= expected
+    if operator in ("max", "max_reading", "max_profile"):
+        return value <= expected
+    if operator == "between":
+        return expected[0] <= value <= expected[1]
+    raise ValueError(f"no comparison for {operator}")
 
 
 def meets(reading: Reading, operator: str, operand: Any) -> bool:
-    """Whether an ok reading meets an expectation."""
+    """Whether an ok reading meets a constant expectation."""
+    return True if operator == "present" else _compare(reading.value, operator, operand)
+
+
+def plain_value(reading: Reading) -> str:
+    """A reading's value for a message, without its unit: 700.0 -> '700', lists joined."""
+
+    def text(value: Any) -> str:
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
     value = reading.value
-    if operator == "present":
-        return True
-    if operator == "equal":
-        return value == operand
-    if operator == "not_equal":
-        return value != operand
-    if operator == "in":
-        return value in operand
-    if operator == "not_in":
-        return value not in operand
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{reading.key} is {value!r}, not a number")
-    return value >= operand if operator == "min" else value <= operand
-
-
-def _expectation_text(rule: Rule) -> str:
-    return {
-        "present": "a reading",
-        "equal": f"{rule.operand!r}",
-        "not_equal": f"anything but {rule.operand!r}",
-        "in": f"one of {rule.operand!r}",
-        "not_in": f"none of {rule.operand!r}",
-        "min": f"at least {rule.operand}",
-        "max": f"at most {rule.operand}",
-    }[rule.operator]
+    return ", ".join(map(text, value)) if isinstance(value, list) else text(value)
 
 
 def _render(template: str, fields: dict[str, str]) -> str:
-    return _PLACEHOLDER.sub(lambda m: fields.get(m.group(1), m.group(0)), template)
+    return _MESSAGE_FIELD.sub(lambda m: fields.get(m.group(1), m.group(0)), template)
 
 
 def gpu_indices(readings: dict[str, Reading]) -> list[int]:
     """Every GPU index that some reading (`gpu.N. ...`) mentions, in order."""
-    found = {int(m.group(1)) for key in readings if (m := _GPU_KEY.match(key))}
-    return sorted(found)
+    return sorted({int(m.group(1)) for key in readings if (m := _GPU_KEY.match(key))})
 
 
-def _evaluate_one(
-    rule: Rule, key: str, subject: str, gpu: str, readings: dict[str, Reading]
-) -> Finding | None:
-    reading = readings.get(key) or Reading.failed(
-        key, ReadingStatus.MISSING, "no probe produced it"
+def _template_regex(template: str) -> re.Pattern[str]:
+    pattern = re.escape(template)
+    for name, part in _PLACEHOLDER_PATTERNS.items():
+        pattern = pattern.replace(re.escape(f"{{{name}}}"), f"(?P<{name}>{part})")
+    return re.compile(f"^{pattern}$")
+
+
+def _fill(template: str, values: dict[str, str]) -> str:
+    for name, value in values.items():
+        template = template.replace(f"{{{name}}}", value)
+    return template
+
+
+def _sort_key(values: dict[str, str]) -> list[Any]:
+    return [int(v) if v.isdigit() else v for v in values.values()]
+
+
+def instances(rule: Rule, readings: dict[str, Reading]) -> list[dict[str, str]]:
+    """Every assignment of the rule's placeholders that the readings hold (every GPU for
+    a gpu rule, whether or not it has this reading)."""
+    names = SCOPES[rule.applies_to]
+    if not names or rule.operator == "all_equal":
+        return [{}]
+    regex = _template_regex(rule.reading)
+    found = {tuple(m.group(n) for n in names) for key in readings if (m := regex.match(key))}
+    if rule.applies_to == "gpu":
+        found |= {(str(i),) for i in gpu_indices(readings)}
+    return sorted((dict(zip(names, f, strict=True)) for f in found), key=_sort_key)
+
+
+def subject_of(scope: str, values: dict[str, str]) -> str:
+    """How a finding names what it is about."""
+    return {
+        "node": "node",
+        "gpu": "GPU {gpu}",
+        "nvlink": "GPU {gpu} NVLink {link}",
+        "gpu_pair": "GPU {gpu} - GPU {peer}",
+        "pcie_device": "PCIe {device}",
+        "numa_node": "NUMA node {node}",
+    }[scope].format(**values)
+
+
+def _missing(key: str) -> Reading:
+    return Reading.failed(key, ReadingStatus.MISSING, "no probe produced it")
+
+
+@dataclass(frozen=True)
+class _Context:
+    readings: dict[str, Reading]
+    profile: Profile | None
+
+
+def _finding(
+    rule: Rule, subject: str, severity: Severity, message: str, evidence: Iterable[Reading]
+) -> Finding:
+    return Finding(
+        rule.id, severity, subject, rule.title, message, tuple(evidence), rule.why, rule.fix
     )
+
+
+def _unknown(rule: Rule, subject: str, reading: Reading, evidence: Iterable[Reading]) -> Finding:
+    severity = Severity.INFO if rule.severity is Severity.INFO else Severity.UNKNOWN
+    message = f"cannot check: {reading.key} is {reading.status.value} ({reading.reason})"
+    return _finding(rule, subject, severity, message, evidence)
+
+
+def _all_equal(rule: Rule, context: _Context, lost: set[str]) -> Finding | None:
+    keys = [
+        rule.reading.replace("{gpu}", str(i))
+        for i in gpu_indices(context.readings)
+        if str(i) not in lost
+    ]
+    readings = [context.readings.get(k) or _missing(k) for k in keys]
+    if not readings:
+        return None
+    failed = next((r for r in readings if not r.ok), None)
+    if failed is not None:
+        return _unknown(rule, "node", failed, readings)
+    values = Counter(str(r.value) for r in readings)
+    if len(values) <= 1:
+        return None
+    listing = "; ".join(f"{v} on {n} GPU{'s' if n > 1 else ''}" for v, n in values.most_common())
+    message = (
+        _render(rule.message, {"value": listing})
+        if rule.message
+        else (f"{rule.reading} differs across GPUs: {listing}")
+    )
+    return _finding(rule, "node", rule.severity, message, readings)
+
+
+def _evaluate_instance(rule: Rule, values: dict[str, str], context: _Context) -> Finding | None:
+    key = _fill(rule.reading, values)
+    subject = subject_of(rule.applies_to, values)
+    present = key in context.readings
+    reading = context.readings.get(key) or _missing(key)
+    evidence = [reading]
     fields = {
+        **values,
         "key": key,
-        "gpu": gpu,
         "unit": reading.unit,
         "reason": reading.reason,
-        "value": reading.display() if reading.ok else reading.status.value,
+        "value": plain_value(reading) if reading.ok else reading.status.value,
     }
+    if reading.status is ReadingStatus.UNSUPPORTED and rule.operator != "present":
+        return None  # the device answered that it has no such thing: nothing to judge
     if not reading.ok:
-        if rule.operator == "present" and key in readings:  # read, and the read failed
-            severity = rule.severity
+        if rule.operator == "present" and present:  # read, and the read failed
             message = _render(rule.message, fields) if rule.message else reading.reason
-        else:
-            # an info rule cannot hide a problem, so its missing evidence stays info
-            severity = Severity.INFO if rule.severity is Severity.INFO else Severity.UNKNOWN
-            message = f"cannot check: {key} is {reading.status.value} ({reading.reason})"
-    else:
-        try:
-            if meets(reading, rule.operator, rule.operand):
-                return None
-        except TypeError as exc:
-            return Finding(
-                rule.id,
-                Severity.UNKNOWN,
-                subject,
-                rule.title,
-                f"cannot check: {exc}",
-                (reading,),
-                rule.why,
-                rule.fix,
-            )
-        severity = rule.severity
-        message = (
-            _render(rule.message, fields)
-            if rule.message
-            else f"{key} is {reading.display()}, expected {_expectation_text(rule)}"
+            return _finding(rule, subject, rule.severity, message, evidence)
+        return _unknown(rule, subject, reading, evidence)
+    if rule.operator == "present":
+        return None
+    expected: Any = rule.operand
+    if rule.operator in READING_OPERATORS:
+        other = context.readings.get(_fill(rule.operand, values)) or _missing(
+            _fill(rule.operand, values)
         )
-    return Finding(rule.id, severity, subject, rule.title, message, (reading,), rule.why, rule.fix)
+        evidence.append(other)
+        if other.status is ReadingStatus.UNSUPPORTED:
+            return None  # nothing to compare with on this device
+        if not other.ok:
+            return _unknown(rule, subject, other, evidence)
+        expected = other.value
+    if rule.operator in PROFILE_OPERATORS:
+        if context.profile is None or rule.operand not in context.profile.values:
+            return None  # no profile, or the model has no fixed value: see PROF001
+        expected = context.profile.values[rule.operand]
+    if rule.factor != 1.0 and isinstance(expected, (int, float)):
+        expected = expected * rule.factor
+    fields["expected"] = f"{expected:g}" if isinstance(expected, float) else str(expected)
+    try:
+        if _compare(reading.value, rule.operator, expected):
+            return None
+    except TypeError as exc:
+        return _finding(rule, subject, Severity.UNKNOWN, f"cannot check: {exc}", evidence)
+    message = (
+        _render(rule.message, fields)
+        if rule.message
+        else (
+            f"{key} is {reading.display()}, expected {rule.operator.replace('_', ' ')} "
+            f"{fields['expected']}"
+        )
+    )
+    return _finding(rule, subject, rule.severity, message, evidence)
 
 
 def probe_findings(probes: Iterable[ProbeResult]) -> list[Finding]:
     """PROBE001: a probe that failed or timed out leaves its readings unknown."""
-    findings = []
-    for probe in probes:
-        if probe.status in (ProbeStatus.ERROR, ProbeStatus.TIMEOUT):
-            findings.append(
-                Finding(
-                    rule_id="PROBE001",
-                    severity=Severity.UNKNOWN,
-                    subject=f"probe {probe.name}",
-                    title="A probe did not finish",
-                    message=f"probe {probe.name} {probe.status.value}: {probe.error}",
-                    why="Its readings are missing, so the rules that need them cannot decide.",
-                    fix="Run `gpudiag --export -` again; if it persists, report the error.",
-                )
-            )
-    return findings
+    return [
+        Finding(
+            rule_id="PROBE001",
+            severity=Severity.UNKNOWN,
+            subject=f"probe {probe.name}",
+            title="A probe did not finish",
+            message=f"probe {probe.name} {probe.status.value}: {probe.error}",
+            why="Its readings are missing, so the rules that need them cannot decide.",
+            fix="Run `gpudiag --export -` again; if it persists, report the error.",
+        )
+        for probe in probes
+        if probe.status in (ProbeStatus.ERROR, ProbeStatus.TIMEOUT)
+    ]
+
+
+def profile_finding(
+    profile: Profile | None, device_ids: list[str], rules: Sequence[Rule]
+) -> list[Finding]:
+    """PROF001: the GPUs are of a model gpudiag has no profile for."""
+    if profile is not None or not device_ids:
+        return []
+    skipped = sum(1 for r in rules if r.operator in PROFILE_OPERATORS)
+    return [
+        Finding(
+            rule_id="PROF001",
+            severity=Severity.INFO,
+            subject="node",
+            title="No profile for this GPU model",
+            message=f"no profile matches PCI device id(s) {', '.join(device_ids)}: {skipped} "
+            "model-specific checks skipped, the others ran",
+            why="Expected link counts, clocks, power and bandwidth depend on the GPU model.",
+            fix="Pass --profile NAME (gpudiag rules profiles lists them), or add a profile.",
+        )
+    ]
 
 
 def evaluate(
-    rules: Sequence[Rule], readings: dict[str, Reading], probes: Sequence[ProbeResult] = ()
+    rules: Sequence[Rule],
+    readings: dict[str, Reading],
+    probes: Sequence[ProbeResult] = (),
+    profile: Profile | None = None,
+    device_ids: Sequence[str] = (),
 ) -> list[Finding]:
     """All findings, worst first (then by rule id and subject)."""
-    findings = probe_findings(probes)
-    gpus = gpu_indices(readings)
+    context = _Context(readings, profile)
+    findings = probe_findings(probes) + profile_finding(profile, list(device_ids), rules)
+    lost = {
+        m.group(1)
+        for key, r in readings.items()
+        if (m := re.match(r"^gpu\.(\d+)\.health$", key)) and not r.ok
+    }
     for rule in rules:
-        if rule.status == "deprecated":
+        if rule.status == "deprecated" or rule.disabled:
             continue
-        if rule.applies_to == "node":
-            targets = [(rule.reading, "node", "")]
-        else:
-            targets = [(rule.reading.replace("{gpu}", str(i)), f"GPU {i}", str(i)) for i in gpus]
-        for key, subject, gpu in targets:
-            finding = _evaluate_one(rule, key, subject, gpu, readings)
+        if rule.operator == "all_equal":
+            finding = _all_equal(rule, context, lost)
             if finding is not None:
                 findings.append(finding)
-    findings.sort(key=lambda f: (-f.severity.rank, f.rule_id, f.subject))
+            continue
+        for values in instances(rule, readings):
+            if values.get("gpu") in lost and not rule.reading.endswith(".health"):
+                continue  # a lost GPU answers nothing: GPU001 says so, once
+            finding = _evaluate_instance(rule, values, context)
+            if finding is not None:
+                findings.append(finding)
+    findings.sort(key=lambda f: (-f.severity.rank, f.rule_id, _natural(f.subject)))
     return findings
+
+
+def _natural(text: str) -> list[Any]:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]

@@ -16,7 +16,7 @@ from gpudiag.model import Finding, ProbeResult, Reading, Severity, Snapshot
 from gpudiag.nvml import Nvml
 from gpudiag.probe import Probe, ProbeContext, run_probes
 from gpudiag.probes import topology
-from gpudiag.ruleengine import Rule, evaluate
+from gpudiag.ruleengine import Rule, RuleError, detect_profile, evaluate, load_profiles
 
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 1, 2, 3
 
@@ -32,6 +32,7 @@ class LiveNode:
     rules: Sequence[Rule]
     command_line: Sequence[str] = ()
     timeout_scale: float = 1.0
+    profile_name: str | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
 
     def snapshot(self, on_result: Callable[[ProbeResult], None] | None = None) -> Snapshot:
@@ -46,7 +47,7 @@ class LiveNode:
             command_line=tuple(self.command_line),
             probes=tuple(results),
         )
-        return with_findings(snapshot, self.rules)
+        return with_findings(snapshot, self.rules, self.profile_name)
 
 
 def probe_node(
@@ -75,10 +76,22 @@ def _hostname(results: Sequence[ProbeResult]) -> str:
     return "unknown"
 
 
-def with_findings(snapshot: Snapshot, rules: Sequence[Rule]) -> Snapshot:
-    """The snapshot with its findings (re)computed from its readings by `rules`."""
+def with_findings(
+    snapshot: Snapshot, rules: Sequence[Rule], profile_name: str | None = None
+) -> Snapshot:
+    """The snapshot with its findings (re)computed from its readings by `rules`, against
+    the profile named, or else the one its GPUs' PCI device id selects."""
     readings: dict[str, Reading] = dict(snapshot.readings_by_key)
-    return replace(snapshot, findings=tuple(evaluate(rules, readings, snapshot.probes)))
+    profiles = load_profiles()
+    profile, device_ids = detect_profile(readings, profiles)
+    if profile_name is not None:
+        if profile_name not in profiles:
+            raise RuleError(
+                f"--profile {profile_name}: no such profile (known: {', '.join(profiles)})"
+            )
+        profile = profiles[profile_name]
+    findings = evaluate(rules, readings, snapshot.probes, profile, device_ids)
+    return replace(snapshot, findings=tuple(findings))
 
 
 def exit_code(findings: Sequence[Finding]) -> int:

@@ -3,9 +3,10 @@ this process's locked-memory limit (pinned host buffers and GPUDirect need it)."
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
-from gpudiag.model import Reading
+from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
 from gpudiag.textparse import parse_words
 
@@ -90,6 +91,18 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
         yield modules.reading("kernel.modules")
     yield host.reading("kernel.nvidia_module_version", "/sys/module/nvidia/version")
     yield host.reading("kernel.memlock_limit", "/proc/self/limits", parse_memlock)
+    device_files = [n for n in host.listdir("/dev") if re.fullmatch(r"nvidia\d+", n)]
+    if host.exists("/dev/nvidiactl") or device_files:
+        yield Reading(
+            "kernel.dev_nvidia_count", len(device_files), unit="GPUs", source="file:/dev/nvidia*"
+        )
+    else:
+        yield Reading.failed(
+            "kernel.dev_nvidia_count",
+            ReadingStatus.MISSING,
+            "no /dev/nvidiactl: the nvidia module has made no device files",
+            "file:/dev/nvidia*",
+        )
 
 
 PROBE = Probe(

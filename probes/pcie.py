@@ -177,11 +177,21 @@ def _device(
             )
     for name in ("current_link_width", "max_link_width"):
         yield host.reading(f"{prefix}.{name}", f"{base}/{name}", parse_int, "lanes")
+    aer = host.exists(f"{base}/aer_dev_correctable")
     for name, field in (
         ("correctable", "TOTAL_ERR_COR"),
         ("fatal", "TOTAL_ERR_FATAL"),
         ("nonfatal", "TOTAL_ERR_NONFATAL"),
     ):
+        if not aer:
+            reason = "the kernel reports no AER counters for this device"
+            yield Reading.failed(
+                f"{prefix}.aer.{name}",
+                ReadingStatus.UNSUPPORTED,
+                reason,
+                f"{source}/aer_dev_{name}",
+            )
+            continue
         yield host.reading(
             f"{prefix}.aer.{name}",
             f"{base}/aer_dev_{name}",
@@ -212,6 +222,7 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     host = context.host
     addresses = host.listdir(PCI_DIR)
     reported: list[str] = []
+    gpus: list[str] = []
     bridges: set[str] = set()
     for address in addresses:
         base = f"{PCI_DIR}/{address}"
@@ -225,12 +236,15 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
         if kind is None:
             continue
         reported.append(address)
+        if kind == "gpu":
+            gpus.append(address)
         readings = list(_device(host, address, kind, vendor, class_code))
         yield from readings
         for reading in readings:
             if reading.key.endswith(".bridges") and isinstance(reading.value, list):
                 bridges.update(reading.value)
     yield Reading("pcie.devices", reported, source="sysfs:bus/pci/devices")
+    yield Reading("pcie.gpu_count", len(gpus), unit="GPUs", source="sysfs:bus/pci/devices")
     for bridge in sorted(bridges):
         yield _acs(host, bridge)
     groups = host.listdir("/sys/kernel/iommu_groups")

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from gpudiag.model import ProbeResult, ProbeStatus, Reading, ReadingStatus, Severity
-from gpudiag.ruleengine import RuleError, evaluate, load_rules, parse_rules
+from gpudiag.ruleengine import RuleError, evaluate, load_profiles, load_rules, parse_rules
+
+from rule_cases import CASES
 
 RULE = """
 [[rule]]
@@ -35,23 +37,8 @@ def _ids(findings) -> list[tuple[str, Severity, str]]:
     return [(f.rule_id, f.severity, f.subject) for f in findings]
 
 
-# Shipped rules: readings that make each fire, and readings that keep it quiet.
-SHIPPED = {
-    "NVML001": (
-        [Reading.failed("nvml.init", ReadingStatus.MISSING, "nvmlInit: LibraryNotFound")],
-        [Reading("nvml.init", "ok")],
-    ),
-    "NVML002": ([Reading("nvml.gpu_count", 0, "GPUs")], [Reading("nvml.gpu_count", 8, "GPUs")]),
-    "HOST001": ([Reading("host.virt.vm", "kvm")], [Reading("host.virt.vm", "none")]),
-    "GPU001": (
-        [Reading.failed("gpu.3.health", ReadingStatus.ERROR, "nvmlDeviceGetName: GpuIsLost")],
-        [Reading("gpu.3.health", "ok")],
-    ),
-    "HOST002": (
-        [Reading("host.virt.container", "docker")],
-        [Reading("host.virt.container", "none")],
-    ),
-}
+SHIPPED = CASES
+PROFILE = load_profiles()["h100-sxm5"]
 
 
 def test_every_shipped_rule_has_cases() -> None:
@@ -62,17 +49,19 @@ def test_every_shipped_rule_has_cases() -> None:
 def test_shipped_rule_fires(rule_id: str) -> None:
     rules = [r for r in load_rules() if r.id == rule_id]
     firing, _ = SHIPPED[rule_id]
-    findings = evaluate(rules, _by_key(*firing))
+    findings = evaluate(rules, _by_key(*firing), profile=PROFILE)
     assert [(f.rule_id, f.severity) for f in findings] == [(rule_id, rules[0].severity)]
-    assert findings[0].evidence == tuple(firing)
+    assert firing[0] in findings[0].evidence
+    assert {r.key for r in findings[0].evidence} <= {r.key for r in firing}
     assert findings[0].why and findings[0].fix
+    assert "{" not in findings[0].message, findings[0].message  # every field was filled
 
 
 @pytest.mark.parametrize("rule_id", sorted(SHIPPED))
 def test_shipped_rule_stays_quiet(rule_id: str) -> None:
     rules = [r for r in load_rules() if r.id == rule_id]
     _, quiet = SHIPPED[rule_id]
-    assert evaluate(rules, _by_key(*quiet)) == []
+    assert evaluate(rules, _by_key(*quiet), profile=PROFILE) == []
 
 
 def test_missing_evidence_is_unknown_never_a_pass() -> None:
@@ -132,10 +121,12 @@ def test_gpu_rules_expand_over_every_gpu() -> None:
     assert findings[0].message == "link x8 on GPU 1"
 
 
-def test_message_placeholders_are_text_only() -> None:
-    extra = 'message = "{value.__class__.__mro__} {value}"'
-    findings = evaluate(parse_rules(_rule(extra=extra), "t.toml"), _by_key(Reading("x.y", 0)))
-    assert findings[0].message == "{value.__class__.__mro__} 0"
+def test_message_fields_are_plain_text_and_internals_are_refused() -> None:
+    rule = _rule(extra='message = "{value} and {value.x}"')
+    findings = evaluate(parse_rules(rule, "t.toml"), _by_key(Reading("x.y", 0)))
+    assert findings[0].message == "0 and {value.x}"  # not a format string: nothing is looked up
+    with pytest.raises(RuleError, match="'__' is not allowed"):
+        parse_rules(_rule(extra='message = "{value.__class__.__mro__}"'), "t.toml")
 
 
 def test_probe_failures_are_findings() -> None:
@@ -154,9 +145,19 @@ def test_probe_failures_are_findings() -> None:
         (_rule(expect="{ approx = 1 }"), "unknown operator 'approx'"),
         (_rule(expect="{ min = 'x' }"), "'min' takes a number"),
         (_rule(expect="{ min = 1, max = 2 }"), "exactly one operator"),
-        (_rule(expect="'__import__(\"os\")'"), "expect must be a table"),
-        (_rule(applies_to="cpu"), "applies_to must be node or gpu"),
-        (_rule(applies_to="gpu"), "starts with 'gpu.{gpu}.'"),
+        (_rule(expect="'__import__(\"os\")'"), "'__' is not allowed in rule files"),
+        (_rule(expect="'min'"), "expect must be a table"),
+        (
+            _rule(extra='message = "{value} of {nonsense}"'),
+            "message field {nonsense} is not one of",
+        ),
+        (_rule(reading="x.__class__"), "'__' is not allowed"),
+        (_rule(expect="{ between = [5, 1] }"), "'between' takes [low, high]"),
+        (_rule(expect="{ min_profile = 'warp_speed' }"), "takes a profile field"),
+        (_rule(expect="{ min = 1 }", extra="factor = 2"), "'factor' goes with"),
+        (_rule(expect="{ all_equal = true }"), "all_equal is a node rule over a gpu.{gpu} reading"),
+        (_rule(applies_to="cpu"), "applies_to must be one of node, gpu, nvlink"),
+        (_rule(applies_to="gpu"), "a gpu rule's reading has {gpu}"),
         (_rule().replace('severity = "warning"', 'severity = "fatal"'), "severity must be"),
         (_rule().replace('id = "TEST001"', 'id = "t1"'), "id must look like PCIE001"),
         (_rule().replace('why = "w"', ""), "missing key 'why'"),

@@ -1,0 +1,151 @@
+"""For every shipped rule: readings that make it fire, and readings that keep it quiet.
+Profile rules are judged against the H100 SXM5 profile (see PROFILE in test_rules)."""
+
+from __future__ import annotations
+
+from gpudiag.model import Reading, ReadingStatus
+
+R = Reading
+
+
+def gpu(suffix: str, value: object, unit: str = "") -> Reading:
+    """A reading of GPU 0."""
+    return Reading(f"gpu.0.{suffix}", value, unit)
+
+
+def pair(suffix: str, fire: object, quiet: object, other: str, other_value: object):
+    """Cases for a GPU reading compared with another reading of the same GPU."""
+    return (
+        [gpu(suffix, fire), gpu(other, other_value)],
+        [gpu(suffix, quiet), gpu(other, other_value)],
+    )
+
+
+def node(key: str, fire: object, quiet: object):
+    return ([R(key, fire)], [R(key, quiet)])
+
+
+def one(suffix: str, fire: object, quiet: object):
+    return ([gpu(suffix, fire)], [gpu(suffix, quiet)])
+
+
+def link(suffix: str, fire: object, quiet: object):
+    return ([R(f"gpu.0.nvlink.3.{suffix}", fire)], [R(f"gpu.0.nvlink.3.{suffix}", quiet)])
+
+
+def device(suffix: str, fire: object, quiet: object, address: str = "0000:18:00.0"):
+    return ([R(f"pcie.{address}.{suffix}", fire)], [R(f"pcie.{address}.{suffix}", quiet)])
+
+
+CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
+    "NVML001": (
+        [Reading.failed("nvml.init", ReadingStatus.MISSING, "nvmlInit: LibraryNotFound")],
+        [R("nvml.init", "ok")],
+    ),
+    "NVML002": node("nvml.gpu_count", 0, 8),
+    "HOST001": node("host.virt.vm", "kvm", "none"),
+    "HOST002": node("host.virt.container", "docker", "none"),
+    "GPU001": (
+        [Reading.failed("gpu.0.health", ReadingStatus.ERROR, "nvmlDeviceGetName: GpuIsLost")],
+        [gpu("health", "ok")],
+    ),
+    "GPU002": (
+        [R("nvml.gpu_count", 7), R("pcie.gpu_count", 8)],
+        [R("nvml.gpu_count", 8), R("pcie.gpu_count", 8)],
+    ),
+    "GPU003": (
+        [R("kernel.dev_nvidia_count", 7), R("nvml.gpu_count", 8)],
+        [R("kernel.dev_nvidia_count", 8), R("nvml.gpu_count", 8)],
+    ),
+    "GPU004": one("persistence_mode", False, True),
+    "GPU005": one("ecc.current", False, True),
+    "GPU006": pair("ecc.pending", False, True, "ecc.current", True),
+    "GPU007": one("ecc.volatile.uncorrected", 3, 0),
+    "GPU008": one("ecc.aggregate.uncorrected", 1, 0),
+    "GPU009": one("retired_pages.pending", True, False),
+    "GPU010": one("retired_pages.double_bit", 5, 0),
+    "GPU011": one("remapped_rows.pending", True, False),
+    "GPU012": one("remapped_rows.failure", True, False),
+    "GPU013": one("remapped_rows.uncorrectable", 1, 0),
+    "GPU014": one("throttle_reasons", ["HwSlowdown"], ["GpuIdle", "SwPowerCap"]),
+    "GPU015": pair("clocks.app_sm", 1410, 1980, "clocks.max_sm", 1980),
+    "GPU016": pair("power.limit", 500.0, 700.0, "power.default_limit", 700.0),
+    "GPU017": one("power.limit", 500.0, 700.0),
+    "GPU018": pair("temperature.gpu", 85, 60, "temperature.slowdown", 87),
+    "GPU019": (
+        [R("gpu.0.vbios", "96.00.A5.00.01"), R("gpu.1.vbios", "96.00.99.00.01")],
+        [R("gpu.0.vbios", "96.00.A5.00.01"), R("gpu.1.vbios", "96.00.A5.00.01")],
+    ),
+    "GPU020": (
+        [R("gpu.0.inforom.image", "G520.0200.00.05"), R("gpu.1.inforom.image", "G520.0200.00.04")],
+        [R("gpu.0.inforom.image", "G520.0200.00.05"), R("gpu.1.inforom.image", "G520.0200.00.05")],
+    ),
+    "GPU021": one("mig.current", True, False),
+    "GPU022": one("processes.compute", [4711], []),
+    "GPU023": one("clocks.max_sm", 1755, 1980),
+    "GPU024": one("clocks.max_mem", 1593, 2619),
+    "GPU025": one("memory.total", 40960, 81559),
+    "GPU026": node("faults.xid.total", 3, 0),
+    "GPU027": node("faults.xid.codes", [13, 79], [13, 31]),
+    "GPU028": one("compute_mode", "exclusive-process", "default"),
+    "GPU029": pair("mig.pending", True, False, "mig.current", False),
+    "GPU030": one("pcie.max_link_gen", 4, 5),
+    "NVL001": link("state", "inactive", "active"),
+    "NVL002": link("errors.crc_flit", 12, 0),
+    "NVL003": link("errors.crc_data", 1, 0),
+    "NVL004": link("errors.replay", 4, 0),
+    "NVL005": link("errors.recovery", 2, 0),
+    "NVL006": one("nvlink.active", 17, 18),
+    "NVL007": link("speed", 13.281, 26.562),
+    "NVL008": one("fabric.state", "not-started", "completed"),
+    "PCIE001": pair("pcie.link_width", 8, 16, "pcie.max_link_width", 16),
+    "PCIE002": one("pcie.max_link_width", 8, 16),
+    "PCIE003": one("pcie.replay_counter", 14, 0),
+    "PCIE004": (
+        [R("pcie.0000:19:00.0.current_link_width", 8), R("pcie.0000:19:00.0.max_link_width", 16)],
+        [R("pcie.0000:19:00.0.current_link_width", 16), R("pcie.0000:19:00.0.max_link_width", 16)],
+    ),
+    "PCIE005": device("aer.fatal", 1, 0),
+    "PCIE006": device("aer.nonfatal", 2, 0),
+    "PCIE007": device("aer.correctable", 12, 0),
+    "PCIE008": device(
+        "acs", ["SourceValidation", "P2PRequestRedirect"], ["SourceValidation"], "0000:16:00.0"
+    ),
+    "PCIE009": device("driver", "nouveau", "nvidia"),
+    "PCIE010": (
+        [
+            Reading.failed(
+                "pcie.0000:18:00.0.numa_node",
+                ReadingStatus.UNSUPPORTED,
+                "the platform reports no NUMA affinity (-1)",
+            )
+        ],
+        [R("pcie.0000:18:00.0.numa_node", 0)],
+    ),
+    "PCIE011": node("iommu.cmdline", ["intel_iommu=on"], ["intel_iommu=on", "iommu=pt"]),
+    "CPU001": node("cpu.freq.governor", "powersave", "performance"),
+    "CPU002": node("cpu.freq.boost", False, True),
+    "CPU003": node("cpu.idle.C6.disabled", False, True),
+    "CPU004": node("cpu.freq.epp", "balance_power", "performance"),
+    "CPU005": node("numa.balancing", 1, 0),
+    "CPU006": node("numa.nodes_per_socket", 4.0, 1.0),
+    "CPU007": node("cpu.offline", "40-79", ""),
+    "MEM001": node("mem.swap_total", 8388604, 0),
+    "MEM002": node("mem.thp.enabled", "never", "madvise"),
+    "MEM003": node("mem.dimm.empty", 4, 0),
+    "MEM004": node("mem.zone_reclaim_mode", 1, 0),
+    "MEM005": node("faults.edac.uncorrectable", 1, 0),
+    "MEM006": node("faults.edac.correctable", 7, 0),
+    "MEM007": node("faults.mce.count", 3, 0),
+    "OS001": node("kernel.memlock_limit", "8192 KiB", "unlimited"),
+    "OS002": node("kernel.modules", ["nvidia", "nvidia_uvm"], ["nvidia", "nvidia_peermem"]),
+    "OS003": node(
+        "kernel.taint_flags",
+        ["P: proprietary module", "D: kernel died (oops)"],
+        ["P: proprietary module", "O: out-of-tree module"],
+    ),
+    "OS004": node("kernel.modules", ["nouveau"], ["nvidia"]),
+    "OS005": node("kernel.clocksource", "hpet", "tsc"),
+    "OS006": node("power.tuned_profile", "balanced", "throughput-performance"),
+    "OS007": node("power.platform_profile", "balanced", "performance"),
+}
