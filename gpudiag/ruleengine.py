@@ -70,13 +70,7 @@ SCOPES: dict[str, tuple[str, ...]] = {
     "pcie_device": ("device",),
     "numa_node": ("node",),
 }
-_PLACEHOLDER_PATTERNS = {
-    "gpu": r"\d+",
-    "link": r"\d+",
-    "peer": r"\d+",
-    "node": r"\d+",
-    "device": r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]",
-}
+_PLACEHOLDERS = {name for names in SCOPES.values() for name in names}
 CONSTANT_OPERATORS = (
     "equal",
     "not_equal",
@@ -120,7 +114,7 @@ _ID_PATTERN = re.compile(r"^[A-Z]{2,8}[0-9]{3}$")
 _KEY_TEMPLATE = re.compile(r"^[A-Za-z0-9_.:{}\-]+$")
 _MESSAGE_FIELD = re.compile(r"\{([a-z_]+)\}")
 _GPU_KEY = re.compile(r"^gpu\.(\d+)\.")
-MESSAGE_FIELDS = {"value", "unit", "reason", "key", "expected", *_PLACEHOLDER_PATTERNS}
+MESSAGE_FIELDS = {"value", "unit", "reason", "key", "expected", *_PLACEHOLDERS}
 DEFAULT_SITE_DIRS = (Path("/etc/gpudiag/rules.d"), Path("~/.config/gpudiag/rules.d"))
 
 
@@ -538,34 +532,82 @@ def gpu_indices(readings: dict[str, Reading]) -> list[int]:
     return sorted({int(m.group(1)) for key in readings if (m := _GPU_KEY.match(key))})
 
 
-def _template_regex(template: str) -> re.Pattern[str]:
-    pattern = re.escape(template)
-    for name, part in _PLACEHOLDER_PATTERNS.items():
-        pattern = pattern.replace(re.escape(f"{{{name}}}"), f"(?P<{name}>{part})")
-    return re.compile(f"^{pattern}$")
-
-
 def _fill(template: str, values: dict[str, str]) -> str:
     for name, value in values.items():
         template = template.replace(f"{{{name}}}", value)
     return template
 
 
-def _sort_key(values: dict[str, str]) -> list[Any]:
-    return [int(v) if v.isdigit() else v for v in values.values()]
+@dataclass(frozen=True)
+class ReadingIndex:
+    """The instances of every scope in one set of readings, found in one pass."""
+
+    by_scope: dict[str, list[tuple[str, ...]]]
+    lost_gpus: frozenset[str]
+
+    @classmethod
+    def of(cls, readings: dict[str, Reading]) -> ReadingIndex:
+        gpus: set[tuple[str, ...]] = set()
+        links: set[tuple[str, ...]] = set()
+        pairs: set[tuple[str, ...]] = set()
+        devices: set[tuple[str, ...]] = set()
+        nodes: set[tuple[str, ...]] = set()
+        lost = set()
+        for key in readings:
+            head, _, rest = key.partition(".")
+            if head == "gpu":
+                gpu, _, tail = rest.partition(".")
+                if not gpu.isdigit():
+                    continue
+                gpus.add((gpu,))
+                if tail.startswith("nvlink."):
+                    link = tail[7:].partition(".")[0]
+                    if link.isdigit():
+                        links.add((gpu, link))
+                elif tail == "health" and not readings[key].ok:
+                    lost.add(gpu)
+            elif head == "topo" and rest.startswith("gpu."):
+                a, _, tail = rest[4:].partition(".")
+                b = tail.partition(".")[0]
+                if a.isdigit() and b.isdigit():
+                    pairs.add((a, b))
+            elif head == "pcie" and ":" in rest:
+                bus, _, tail = rest.partition(".")
+                devices.add((f"{bus}.{tail.partition('.')[0]}",))
+            elif head == "numa":
+                node = rest.partition(".")[0]
+                if node.isdigit():
+                    nodes.add((node,))
+
+        def ordered(values: set[tuple[str, ...]]) -> list[tuple[str, ...]]:
+            return sorted(values, key=lambda v: [int(x) if x.isdigit() else x for x in v])
+
+        by_scope = {
+            "gpu": ordered(gpus),
+            "nvlink": ordered(links),
+            "gpu_pair": ordered(pairs),
+            "pcie_device": ordered(devices),
+            "numa_node": ordered(nodes),
+        }
+        return cls(by_scope, frozenset(lost))
 
 
-def instances(rule: Rule, readings: dict[str, Reading]) -> list[dict[str, str]]:
-    """Every assignment of the rule's placeholders that the readings hold (every GPU for
-    a gpu rule, whether or not it has this reading)."""
+def instances(
+    rule: Rule, readings: dict[str, Reading], index: ReadingIndex | None = None
+) -> list[dict[str, str]]:
+    """Every assignment of the rule's placeholders that the readings hold: every GPU for
+    a gpu rule (whether or not it has this reading), else the instances whose reading
+    exists."""
     names = SCOPES[rule.applies_to]
     if not names or rule.operator == "all_equal":
         return [{}]
-    regex = _template_regex(rule.reading)
-    found = {tuple(m.group(n) for n in names) for key in readings if (m := regex.match(key))}
+    index = index or ReadingIndex.of(readings)
+    candidates = [
+        dict(zip(names, values, strict=True)) for values in index.by_scope[rule.applies_to]
+    ]
     if rule.applies_to == "gpu":
-        found |= {(str(i),) for i in gpu_indices(readings)}
-    return sorted((dict(zip(names, f, strict=True)) for f in found), key=_sort_key)
+        return candidates
+    return [values for values in candidates if _fill(rule.reading, values) in readings]
 
 
 def subject_of(scope: str, values: dict[str, str]) -> str:
@@ -604,11 +646,11 @@ def _unknown(rule: Rule, subject: str, reading: Reading, evidence: Iterable[Read
     return _finding(rule, subject, severity, message, evidence)
 
 
-def _all_equal(rule: Rule, context: _Context, lost: set[str]) -> Finding | None:
+def _all_equal(rule: Rule, context: _Context, index: ReadingIndex) -> Finding | None:
     keys = [
-        rule.reading.replace("{gpu}", str(i))
-        for i in gpu_indices(context.readings)
-        if str(i) not in lost
+        rule.reading.replace("{gpu}", gpu)
+        for (gpu,) in index.by_scope["gpu"]
+        if gpu not in index.lost_gpus
     ]
     readings = [context.readings.get(k) or _missing(k) for k in keys]
     if not readings:
@@ -630,57 +672,64 @@ def _all_equal(rule: Rule, context: _Context, lost: set[str]) -> Finding | None:
 
 def _evaluate_instance(rule: Rule, values: dict[str, str], context: _Context) -> Finding | None:
     key = _fill(rule.reading, values)
+    reading = context.readings.get(key)
+    status = reading.status if reading is not None else ReadingStatus.MISSING
+    if status is ReadingStatus.UNSUPPORTED and rule.operator != "present":
+        return None  # the device answered that it has no such thing: nothing to judge
+    operator = rule.operator
+    if status is ReadingStatus.OK and operator == "present":
+        return None
+    evidence = [reading or _missing(key)]
+    expected: Any = rule.operand
+    if status is ReadingStatus.OK:
+        if operator in READING_OPERATORS:
+            other_key = _fill(rule.operand, values)
+            other = context.readings.get(other_key) or _missing(other_key)
+            evidence.append(other)
+            if other.status is ReadingStatus.UNSUPPORTED:
+                return None  # nothing to compare with on this device
+            if not other.ok:
+                return _unknown(rule, subject_of(rule.applies_to, values), other, evidence)
+            expected = other.value
+        elif operator in PROFILE_OPERATORS:
+            if context.profile is None or rule.operand not in context.profile.values:
+                return None  # no profile, or the model has no fixed value: see PROF001
+            expected = context.profile.values[rule.operand]
+        if rule.factor != 1.0 and isinstance(expected, (int, float)):
+            expected = expected * rule.factor
+        try:
+            if _compare(evidence[0].value, operator, expected):
+                return None  # the common case: checked, and fine
+        except TypeError as exc:
+            return _finding(
+                rule,
+                subject_of(rule.applies_to, values),
+                Severity.UNKNOWN,
+                f"cannot check: {exc}",
+                evidence,
+            )
+    # from here on something will be reported: build its words
+    reading = evidence[0]
     subject = subject_of(rule.applies_to, values)
-    present = key in context.readings
-    reading = context.readings.get(key) or _missing(key)
-    evidence = [reading]
+    if not reading.ok and not (operator == "present" and key in context.readings):
+        return _unknown(rule, subject, reading, evidence)
     fields = {
         **values,
         "key": key,
         "unit": reading.unit,
         "reason": reading.reason,
         "value": plain_value(reading) if reading.ok else reading.status.value,
+        "expected": f"{expected:g}" if isinstance(expected, float) else str(expected),
     }
-    if reading.status is ReadingStatus.UNSUPPORTED and rule.operator != "present":
-        return None  # the device answered that it has no such thing: nothing to judge
-    if not reading.ok:
-        if rule.operator == "present" and present:  # read, and the read failed
-            message = _render(rule.message, fields) if rule.message else reading.reason
-            return _finding(rule, subject, rule.severity, message, evidence)
-        return _unknown(rule, subject, reading, evidence)
-    if rule.operator == "present":
-        return None
-    expected: Any = rule.operand
-    if rule.operator in READING_OPERATORS:
-        other = context.readings.get(_fill(rule.operand, values)) or _missing(
-            _fill(rule.operand, values)
-        )
-        evidence.append(other)
-        if other.status is ReadingStatus.UNSUPPORTED:
-            return None  # nothing to compare with on this device
-        if not other.ok:
-            return _unknown(rule, subject, other, evidence)
-        expected = other.value
-    if rule.operator in PROFILE_OPERATORS:
-        if context.profile is None or rule.operand not in context.profile.values:
-            return None  # no profile, or the model has no fixed value: see PROF001
-        expected = context.profile.values[rule.operand]
-    if rule.factor != 1.0 and isinstance(expected, (int, float)):
-        expected = expected * rule.factor
-    fields["expected"] = f"{expected:g}" if isinstance(expected, float) else str(expected)
-    try:
-        if _compare(reading.value, rule.operator, expected):
-            return None
-    except TypeError as exc:
-        return _finding(rule, subject, Severity.UNKNOWN, f"cannot check: {exc}", evidence)
-    message = (
-        _render(rule.message, fields)
-        if rule.message
-        else (
-            f"{key} is {reading.display()}, expected {rule.operator.replace('_', ' ')} "
+    if operator == "present":  # read, and the read failed
+        message = _render(rule.message, fields) if rule.message else reading.reason
+    elif rule.message:
+        message = _render(rule.message, fields)
+    else:
+        message = (
+            f"{key} is {reading.display()}, expected {operator.replace('_', ' ')} "
             f"{fields['expected']}"
         )
-    )
     return _finding(rule, subject, rule.severity, message, evidence)
 
 
@@ -732,21 +781,17 @@ def evaluate(
     """All findings, worst first (then by rule id and subject)."""
     context = _Context(readings, profile)
     findings = probe_findings(probes) + profile_finding(profile, list(device_ids), rules)
-    lost = {
-        m.group(1)
-        for key, r in readings.items()
-        if (m := re.match(r"^gpu\.(\d+)\.health$", key)) and not r.ok
-    }
+    index = ReadingIndex.of(readings)
     for rule in rules:
         if rule.status == "deprecated" or rule.disabled:
             continue
         if rule.operator == "all_equal":
-            finding = _all_equal(rule, context, lost)
+            finding = _all_equal(rule, context, index)
             if finding is not None:
                 findings.append(finding)
             continue
-        for values in instances(rule, readings):
-            if values.get("gpu") in lost and not rule.reading.endswith(".health"):
+        for values in instances(rule, readings, index):
+            if values.get("gpu") in index.lost_gpus and not rule.reading.endswith(".health"):
                 continue  # a lost GPU answers nothing: GPU001 says so, once
             finding = _evaluate_instance(rule, values, context)
             if finding is not None:
