@@ -15,6 +15,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 from typing import NoReturn
 
@@ -24,7 +25,7 @@ from gpudiag.model import Snapshot
 from gpudiag.nvml import ReplayError, open_nvml
 from gpudiag.nvsmi import ImportError_, import_files
 from gpudiag.probes import default_probes
-from gpudiag.ruleengine import RuleError, load_rules
+from gpudiag.ruleengine import Rule, RuleError, load_profiles, load_rules, parse_rule_file
 from gpudiag.session import (
     EXIT_UNKNOWN,
     LiveNode,
@@ -95,6 +96,28 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     check = commands.add_parser("check", help="evaluate the rules on a saved snapshot")
     check.add_argument("snapshot", metavar="SNAPSHOT")
+    check.add_argument(
+        "--rules",
+        metavar="DIR",
+        action="append",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="also load the rule files in DIR",
+    )
+    check.add_argument(
+        "--profile",
+        metavar="NAME",
+        default=argparse.SUPPRESS,
+        help="judge against this GPU-model profile",
+    )
+    rules = commands.add_parser("rules", help="list, explain and lint rules; list profiles")
+    rules_commands = rules.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
+    rules_commands.add_parser("list", help="every rule: id, severity, status, scope, title")
+    explain = rules_commands.add_parser("explain", help="what a rule checks, why, how to fix")
+    explain.add_argument("rule_id", metavar="ID")
+    lint = rules_commands.add_parser("lint", help="check rule files without running them")
+    lint.add_argument("lint_files", metavar="FILE", nargs="+", type=Path)
+    rules_commands.add_parser("profiles", help="the GPU-model profiles and their device ids")
     view = commands.add_parser("view", help="open a saved snapshot in the TUI (read-only)")
     view.add_argument("snapshot", metavar="SNAPSHOT")
     imports = commands.add_parser(
@@ -175,6 +198,86 @@ def _check(args: argparse.Namespace) -> int:
     return exit_code(snapshot.findings)
 
 
+SCOPE_WORDS = {
+    "node": "the node",
+    "gpu": "every GPU",
+    "nvlink": "every NVLink of every GPU",
+    "gpu_pair": "every pair of GPUs",
+    "pcie_device": "every reported PCIe device",
+    "numa_node": "every NUMA node",
+}
+
+
+def _rules(args: argparse.Namespace) -> int:
+    if args.rules_command == "lint":
+        return _lint(args.lint_files)
+    if args.rules_command == "profiles":
+        for profile in load_profiles().values():
+            ids = ", ".join(profile.device_ids) or "(select with --profile)"
+            print(f"{profile.name:<16} {profile.title:<44} {ids}")
+        return 0
+    rules = load_rules(args.rules, site=True)
+    if args.rules_command == "list":
+        for rule in rules:
+            state = "disabled" if rule.disabled else rule.status
+            print(
+                f"{rule.id:<8} {rule.severity.value:<8} {state:<10} {rule.applies_to:<11} "
+                f"{rule.title}"
+            )
+        return 0
+    rule = next((r for r in rules if r.id == args.rule_id.upper()), None)
+    if rule is None:
+        raise UsageError(f"no rule {args.rule_id} (gpudiag rules list shows them)")
+    print(explain_rule(rule))
+    return 0
+
+
+def explain_rule(rule: Rule) -> str:
+    """What a rule checks, why it matters, how to fix it, an example: ruff's explain."""
+    expectation = f"{rule.operator.replace('_', ' ')} {rule.operand!r}"
+    if rule.factor != 1.0:
+        expectation += f" x {rule.factor:g}"
+    lines = [
+        f"{rule.id} ({rule.severity.value}, {rule.status}): {rule.title}",
+        "",
+        f"What it checks: {rule.reading}, on {SCOPE_WORDS[rule.applies_to]}: {expectation}.",
+        f"Why it matters: {rule.why}",
+        f"How to fix: {rule.fix}",
+    ]
+    if rule.example:
+        lines.append(f"Example that fires: {rule.example}")
+    lines.extend(f"Reference: {ref}" for ref in rule.references)
+    lines.append(f"Defined in: {rule.origin.split(': rule')[0]}")
+    return "\n".join(lines)
+
+
+def _lint(paths: Sequence[Path]) -> int:
+    """Load each rule file on its own and with the shipped rules; one line per file."""
+    failed = False
+    shipped = {rule.id for rule in load_rules()}
+    shipped_dir = Path(str(resources.files("gpudiag.rules"))).resolve()
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8")
+            rules, overrides = parse_rule_file(text, str(path))
+        except (OSError, UnicodeDecodeError) as exc:
+            print(f"{path}: cannot read: {exc}")
+            failed = True
+            continue
+        except RuleError as exc:
+            print(exc)
+            failed = True
+            continue
+        is_shipped = path.resolve().parent == shipped_dir
+        clashes = [] if is_shipped else [r.id for r in rules if r.id in shipped]
+        if clashes:
+            print(f"{path}: id(s) {', '.join(clashes)} are shipped rules; use [[override]]")
+            failed = True
+            continue
+        print(f"{path}: ok ({len(rules)} rules, {len(overrides)} overrides)")
+    return EXIT_UNKNOWN if failed else 0
+
+
 def _tui(app_source: object) -> int:
     from gpudiag.tui import GpudiagApp
 
@@ -192,6 +295,8 @@ def run(argv: Sequence[str]) -> int:
         return _tui(load(args.snapshot))
     if args.command == "import":
         return _import(args)
+    if args.command == "rules":
+        return _rules(args)
     node = _live_node(args, argv)
     try:
         if args.export:

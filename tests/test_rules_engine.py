@@ -1,0 +1,255 @@
+"""The rules engine beyond single rules: profiles, site overrides, scopes, lost GPUs,
+the command line for rules, and the planted faults of the demo replays."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpudiag.model import Reading, ReadingStatus, Severity
+from gpudiag.ruleengine import (
+    RuleError,
+    detect_profile,
+    evaluate,
+    load_profiles,
+    load_rules,
+    parse_profiles,
+    parse_rules,
+)
+from gpudiag.session import with_findings
+
+from conftest import FIXTURES, REPO, run_cli
+
+FAULTY = REPO / "snapshots" / "demo-hgx-h100-faulty.toml"
+HEALTHY = REPO / "snapshots" / "demo-hgx-h100-healthy.toml"
+TREE = FIXTURES / "host-basic"
+# the planted faults of the faulty replay: (rule id, subject)
+PLANTED = {
+    ("PCIE001", "GPU 3"),  # PCIe x8 of x16
+    ("NVL001", "GPU 2 NVLink 5"),  # NVLink down
+    ("NVL006", "GPU 2"),  # so 17 of the model's 18 links
+    ("GPU004", "GPU 5"),  # persistence off
+    ("GPU011", "GPU 1"),  # pending row remap
+    ("GPU014", "GPU 6"),  # hardware slowdown
+    ("GPU001", "GPU 7"),  # lost
+}
+
+
+def _by_key(*readings: Reading) -> dict[str, Reading]:
+    return {r.key: r for r in readings}
+
+
+def test_profiles_inherit_and_every_id_is_well_formed() -> None:
+    profiles = load_profiles()
+    assert len(profiles) >= 13
+    h200 = profiles["h200-sxm"].values
+    assert (h200["nvlink_count"], h200["memory_gb"], h200["max_mem_clock_mhz"]) == (18, 141, 3201)
+    assert profiles["a100-sxm4-80gb"].values["nvlink_gbs"] == 25
+    ids = [i for p in profiles.values() for i in p.device_ids]
+    assert len(ids) == len(set(ids))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[profile.x]\ncolour = 1\n", "unknown key(s) colour"),
+        ("[profile.x]\ndevice_ids = ['2330']\n", "device_ids are like '0x2330'"),
+        ("[profile.x]\ninherits = 'y'\n[profile.y]\ninherits = 'x'\n", "inheritance loops"),
+        ("[profile.x]\nmemory_gb = 'lots'\n", "memory_gb must be a number"),
+        ("[other]\n", "holds [profile.NAME] tables only"),
+    ],
+)
+def test_bad_profile_files(text: str, expected: str) -> None:
+    with pytest.raises(RuleError, match=None) as error:
+        parse_profiles(text, "p.toml")
+    assert expected in str(error.value)
+
+
+def test_profile_is_detected_by_device_id_and_unknown_models_say_so() -> None:
+    profiles = load_profiles()
+    readings = _by_key(
+        Reading("gpu.0.pci.device_id", "0x2330"), Reading("gpu.1.pci.device_id", "0x2330")
+    )
+    assert detect_profile(readings, profiles)[0] is profiles["h100-sxm5"]
+    unknown = _by_key(
+        Reading("gpu.0.pci.device_id", "0x1234"), Reading("gpu.0.power.limit", 100.0, "W")
+    )
+    profile, ids = detect_profile(unknown, profiles)
+    assert profile is None and ids == ["0x1234"]
+    findings = evaluate(load_rules(), unknown, profile=None, device_ids=ids)
+    prof = [f for f in findings if f.rule_id == "PROF001"]
+    assert len(prof) == 1 and prof[0].severity is Severity.INFO
+    assert "0x1234" in prof[0].message
+    assert not [f for f in findings if f.rule_id == "GPU017"]  # needs a profile: skipped
+
+
+def test_site_overrides_change_severity_and_disable(tmp_path: Path) -> None:
+    (tmp_path / "site.toml").write_text(
+        '[[override]]\nid = "GPU004"\nseverity = "critical"\n'
+        '[[override]]\nid = "CPU001"\ndisabled = true\n'
+    )
+    rules = {r.id: r for r in load_rules([tmp_path])}
+    assert rules["GPU004"].severity is Severity.CRITICAL
+    assert rules["CPU001"].disabled
+    findings = evaluate(
+        list(rules.values()),
+        _by_key(
+            Reading("cpu.freq.governor", "powersave"), Reading("gpu.0.persistence_mode", False)
+        ),
+    )
+    assert [(f.rule_id, f.severity) for f in findings if f.rule_id in ("GPU004", "CPU001")] == [
+        ("GPU004", Severity.CRITICAL)
+    ]
+    (tmp_path / "bad.toml").write_text('[[override]]\nid = "NOPE001"\ndisabled = true\n')
+    with pytest.raises(RuleError, match="override of unknown rule NOPE001"):
+        load_rules([tmp_path])
+
+
+RULE = """[[rule]]
+id = "{id}"
+severity = "warning"
+title = "t"
+applies_to = "{scope}"
+reading = "{reading}"
+expect = {expect}
+why = "w"
+fix = "f"
+"""
+
+
+def _one(scope: str, reading: str, expect: str) -> list:
+    return parse_rules(RULE.format(id="TE001", scope=scope, reading=reading, expect=expect), "t")
+
+
+def test_every_scope_finds_its_instances() -> None:
+    readings = _by_key(
+        Reading("topo.gpu.0.1", "NV18"),
+        Reading("topo.gpu.1.0", "PIX"),
+        Reading("numa.0.mem_total", 100),
+        Reading("numa.1.mem_total", 10),
+        Reading("pcie.0000:18:00.0.current_link_width", 8),
+        Reading("pcie.0000:19:00.0.current_link_width", 16),
+        Reading("gpu.0.nvlink.0.state", "active"),
+        Reading("gpu.0.nvlink.1.state", "inactive"),
+        Reading("gpu.0.nvlink.0.errors.replay", 0),
+    )
+    pairs = evaluate(_one("gpu_pair", "topo.gpu.{gpu}.{peer}", "{ in = ['NV18'] }"), readings)
+    assert [f.subject for f in pairs] == ["GPU 1 - GPU 0"]
+    nodes = evaluate(_one("numa_node", "numa.{node}.mem_total", "{ min = 50 }"), readings)
+    assert [f.subject for f in nodes] == ["NUMA node 1"]
+    devices = evaluate(
+        _one("pcie_device", "pcie.{device}.current_link_width", "{ min = 16 }"), readings
+    )
+    assert [f.subject for f in devices] == ["PCIe 0000:18:00.0"]
+    # the inactive link has no error counters: not an unknown, just not there to judge
+    errors = evaluate(
+        _one("nvlink", "gpu.{gpu}.nvlink.{link}.errors.replay", "{ max = 0 }"), readings
+    )
+    assert errors == []
+
+
+def test_a_lost_gpu_is_reported_once_not_by_every_rule() -> None:
+    readings = _by_key(
+        Reading.failed("gpu.1.health", ReadingStatus.ERROR, "nvmlDeviceGetName: GpuIsLost"),
+        Reading("gpu.0.health", "ok"),
+        Reading("gpu.0.persistence_mode", True),
+    )
+    findings = evaluate(load_rules(), readings)
+    assert [(f.rule_id, f.subject) for f in findings if f.subject == "GPU 1"] == [
+        ("GPU001", "GPU 1")
+    ]
+
+
+def test_unsupported_readings_are_not_judged() -> None:
+    readings = _by_key(Reading.failed("gpu.0.ecc.current", ReadingStatus.UNSUPPORTED, "N/A"))
+    assert [f for f in evaluate(load_rules(), readings) if f.rule_id == "GPU005"] == []
+
+
+def _demo_snapshot(replay: Path, tmp_path: Path):
+    target = tmp_path / f"{replay.stem}.toml"
+    run_cli("--root", str(TREE), "--nvml-replay", str(replay), "--export", str(target))
+    return target
+
+
+def test_check_reports_every_planted_fault_with_its_id_and_fix(tmp_path: Path) -> None:
+    target = _demo_snapshot(FAULTY, tmp_path)
+    check = run_cli("check", str(target))
+    assert check.returncode == 2
+    from gpudiag.snapshot import load
+
+    findings = {(f.rule_id, f.subject): f for f in load(target).findings}
+    assert set(findings) >= PLANTED, PLANTED - set(findings)
+    for key in PLANTED:
+        assert findings[key].fix, key
+        assert f"{key[0]:<8} {key[1]}:" in check.stdout
+    healthy = {(f.rule_id, f.subject) for f in load(_demo_snapshot(HEALTHY, tmp_path)).findings}
+    assert not PLANTED & healthy
+
+
+def test_profile_option_after_check_and_unknown_profile(tmp_path: Path) -> None:
+    target = _demo_snapshot(HEALTHY, tmp_path)
+    as_l4 = run_cli("check", str(target), "--profile", "l4")
+    # judged as an L4 (72 W, no NVLink count), the H100s' 700 W limit passes GPU017,
+    # while their 1980 MHz clock has no L4 maximum to compare with
+    assert as_l4.returncode in (0, 1, 2, 3) and "Traceback" not in as_l4.stderr
+    assert "GPU017" not in as_l4.stdout and "NVL006" not in as_l4.stdout
+    bad = run_cli("check", str(target), "--profile", "h900")
+    assert bad.returncode == 3 and "--profile h900: no such profile" in bad.stderr
+
+
+def test_with_findings_honours_an_explicit_profile(tmp_path: Path) -> None:
+    from gpudiag.snapshot import load
+
+    snapshot = load(_demo_snapshot(HEALTHY, tmp_path))
+    as_b200 = with_findings(snapshot, load_rules(), "b200")
+    # no B200 power limit in its profile, so GPU017 cannot fire; the default profile agrees
+    assert not [f for f in as_b200.findings if f.rule_id == "GPU017"]
+
+
+def test_rules_command_line(tmp_path: Path) -> None:
+    listing = run_cli("rules", "list")
+    assert listing.returncode == 0
+    assert len(listing.stdout.splitlines()) >= 50
+    explain = run_cli("rules", "explain", "pcie001")
+    for part in (
+        "PCIE001 (warning, stable)",
+        "What it checks:",
+        "Why it matters:",
+        "How to fix:",
+        "Example that fires:",
+        "Defined in: rules/pcie.toml",
+    ):
+        assert part in explain.stdout
+    missing = run_cli("rules", "explain", "NOPE001")
+    assert missing.returncode == 3 and missing.stderr.count("\n") == 1
+    profiles = run_cli("rules", "profiles")
+    assert "h100-sxm5" in profiles.stdout and "0x2330" in profiles.stdout
+
+
+def test_rules_lint(tmp_path: Path) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text(
+        RULE.format(id="SITE001", scope="node", reading="cpu.logical", expect="{ min = 64 }")
+    )
+    hostile = tmp_path / "hostile.toml"
+    hostile.write_text(
+        RULE.format(
+            id="SITE002",
+            scope="node",
+            reading="cpu.logical",
+            expect='{ equal = \'__import__("os").system("id")\' }',
+        )
+    )
+    clash = tmp_path / "clash.toml"
+    clash.write_text(
+        RULE.format(id="GPU004", scope="node", reading="cpu.logical", expect="{ min = 1 }")
+    )
+    ok = run_cli("rules", "lint", str(good), str(REPO / "rules" / "gpu.toml"))
+    assert ok.returncode == 0, ok.stdout
+    assert f"{good}: ok (1 rules, 0 overrides)" in ok.stdout
+    result = run_cli("rules", "lint", str(good), str(hostile), str(clash))
+    assert result.returncode == 3
+    lines = result.stdout.splitlines()
+    assert lines[1].startswith(f"{hostile}:1: rule SITE002: '__' is not allowed")
+    assert "GPU004 are shipped rules; use [[override]]" in lines[2]
