@@ -21,7 +21,9 @@ string that reaches for Python internals (`__`) is refused when the file is load
 The placeholders of `reading` are the scope's: `{gpu}` for gpu, `{gpu}` and `{link}` for
 nvlink, `{gpu}` and `{peer}` for gpu_pair, `{device}` (a PCI address) for pcie_device,
 `{node}` for numa_node, none for node. A rule is checked for every instance its scope
-has in the readings (every GPU, for gpu rules, even one with no such reading).
+has in the readings (every GPU, for gpu rules, even one with no such reading, unless
+`if_present = true`: then only where the reading exists, for readings that only some
+nodes have, like the GPU-to-NIC topology).
 
 Operators (`expect` holds exactly one):
 - present = true: the reading was taken.
@@ -107,6 +109,7 @@ RULE_KEYS = {
     "fix",
     "example",
     "references",
+    "if_present",
 }
 OVERRIDE_KEYS = {"id", "severity", "disabled"}
 REQUIRED_KEYS = ("id", "severity", "title", "applies_to", "reading", "expect", "why", "fix")
@@ -142,6 +145,7 @@ class Rule:
     factor: float = 1.0
     example: str = ""
     disabled: bool = False
+    if_present: bool = False
 
 
 # ------------------------------------------------------------------ profiles
@@ -368,6 +372,8 @@ def _check_rule(table: Any, where: str) -> Rule:
                 f"{', '.join(sorted(MESSAGE_FIELDS))}"
             )
     operator, operand = _check_expectation(table, where)
+    if not isinstance(table.get("if_present", False), bool):
+        raise RuleError(f"{where}: if_present must be true or false")
     references = table.get("references", [])
     if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
         raise RuleError(f"{where}: references must be a list of strings")
@@ -387,6 +393,7 @@ def _check_rule(table: Any, where: str) -> Rule:
         origin=where,
         factor=float(table.get("factor", 1.0)),
         example=table.get("example", ""),
+        if_present=table.get("if_present", False),
     )
 
 
@@ -585,13 +592,15 @@ def instances(
     a gpu rule (whether or not it has this reading), else the instances whose reading
     exists."""
     names = SCOPES[rule.applies_to]
-    if not names or rule.operator == "all_equal":
+    if rule.operator == "all_equal":
         return [{}]
+    if not names:
+        return [{}] if not rule.if_present or rule.reading in readings else []
     index = index or ReadingIndex.of(readings)
     candidates = [
         dict(zip(names, values, strict=True)) for values in index.by_scope[rule.applies_to]
     ]
-    if rule.applies_to == "gpu":
+    if rule.applies_to == "gpu" and not rule.if_present:
         return candidates
     return [values for values in candidates if _fill(rule.reading, values) in readings]
 

@@ -4,9 +4,10 @@ The GPUs themselves are the gpu probe's."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from importlib import metadata
 
-from gpudiag.model import Reading
-from gpudiag.nvml import NvmlError
+from gpudiag.model import Reading, ReadingStatus
+from gpudiag.nvml import Nvml, NvmlError, PynvmlBackend
 from gpudiag.probe import Cost, Probe, ProbeContext
 
 
@@ -30,6 +31,33 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
         "nvml.cuda_driver_version", "nvmlSystemGetCudaDriverVersion_v2", convert=cuda_version_text
     )
     yield nvml.reading("nvml.gpu_count", "nvmlDeviceGetCount", unit="GPUs")
+    if isinstance(nvml.backend, PynvmlBackend):  # a replay says nothing of this binding
+        yield from _binding(nvml)
+
+
+def binding_branch(version: str) -> int:
+    """The driver branch an nvidia-ml-py release was made for: 12.535.161 -> 535."""
+    return int(version.split(".")[1])
+
+
+def _binding(nvml: Nvml) -> Iterator[Reading]:
+    try:
+        version = metadata.version("nvidia-ml-py")
+    except metadata.PackageNotFoundError:
+        yield Reading.failed(
+            "nvml.binding_branch",
+            ReadingStatus.MISSING,
+            "nvidia-ml-py is not installed",
+            "python:nvidia-ml-py",
+        )
+        return
+    yield Reading("nvml.binding_version", version, source="python:nvidia-ml-py")
+    yield Reading("nvml.binding_branch", binding_branch(version), source="python:nvidia-ml-py")
+    yield nvml.reading(
+        "nvml.driver_branch",
+        "nvmlSystemGetDriverVersion",
+        convert=lambda v: int(str(v).split(".")[0]),
+    )
 
 
 PROBE = Probe(

@@ -38,6 +38,7 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     cpu_nodes: list[int] = []
     memory_only: list[int] = []
     socket_of_node: dict[int, str | None] = {}
+    fields_by_node: dict[int, int] = {}
     for node in nodes:
         base = f"{NODE_DIR}/node{node}"
         cpulist = host.read(f"{base}/cpulist")
@@ -45,6 +46,7 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
         yield cpulist.parsed(f"numa.{node}.cpus", lambda t: format_cpulist(parse_cpulist(t)))
         meminfo = host.read(f"{base}/meminfo")
         fields = parse_meminfo(meminfo.text or "") if meminfo.ok else {}
+        fields_by_node[node] = fields.get("MemTotal", 0)
         for key, field in (("mem_total", "MemTotal"), ("mem_free", "MemFree")):
             yield meminfo_reading(meminfo, f"numa.{node}.{key}", field)
         yield host.reading(f"numa.{node}.distance", f"{base}/distance", parse_distance)
@@ -60,6 +62,15 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
             memory_only.append(node)
     yield Reading("numa.cpu_nodes", cpu_nodes, source=source)
     yield Reading("numa.memory_only_nodes", memory_only, source=source)
+    totals = [fields_by_node[n] for n in cpu_nodes if fields_by_node.get(n)]
+    if len(totals) >= 2:
+        spread = (max(totals) - min(totals)) / max(totals) * 100
+        yield Reading(
+            "numa.memory_imbalance",
+            round(spread, 1),
+            "%",
+            source="sysfs:devices/system/node/node*/meminfo",
+        )
     topology = "sysfs:devices/system/cpu/cpu*/topology/physical_package_id"
     sockets = set(socket_of_node.values())
     if sockets and None not in sockets:

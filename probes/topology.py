@@ -1,6 +1,7 @@
-"""GPU-to-NIC topology, derived from the readings of the gpu and pcie probes: for every
-GPU and every network or InfiniBand adapter, the label `nvidia-smi topo -m` would print
-(PIX, PXB, PHB, NODE, SYS). It reads no files itself: it runs after the probes."""
+"""Readings derived from several probes' readings, after the probes ran (reading no
+files itself): for every GPU and every network or InfiniBand adapter, the label
+`nvidia-smi topo -m` would print (PIX, PXB, PHB, NODE, SYS), and each GPU's nearest
+adapter; whether GPUDirect RDMA is set up where InfiniBand is present."""
 
 from __future__ import annotations
 
@@ -28,6 +29,34 @@ def pcie_relation(
     if same_host_bridge:
         return "PHB"
     return "NODE" if same_numa else "SYS"
+
+
+CLOSENESS = ("PIX", "PXB", "PHB", "NODE", "SYS")
+PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
+
+
+def _gpudirect(readings: dict[str, Reading]) -> list[Reading]:
+    """kernel.gpudirect_rdma: loaded, missing, or not needed (no InfiniBand adapter)."""
+    modules = readings.get("kernel.modules")
+    has_ib = any(
+        r.value == "infiniband" for key, r in readings.items() if _NIC_KIND.match(key) and r.ok
+    )
+    source = "kernel.modules, pcie.*.kind"
+    if not has_ib:
+        if not any(_NIC_KIND.match(key) for key in readings):
+            return []  # no PCIe readings: nothing to say either way
+        return [Reading("kernel.gpudirect_rdma", "not needed", source=source)]
+    if modules is None or not modules.ok or not isinstance(modules.value, list):
+        return [
+            Reading.failed(
+                "kernel.gpudirect_rdma",
+                ReadingStatus.MISSING,
+                "the loaded modules are not known",
+                source,
+            )
+        ]
+    loaded = any(m in modules.value for m in PEERMEM_MODULES)
+    return [Reading("kernel.gpudirect_rdma", "loaded" if loaded else "missing", source=source)]
 
 
 def derive(readings: dict[str, Reading]) -> ProbeResult:
@@ -70,6 +99,13 @@ def derive(readings: dict[str, Reading]) -> ProbeResult:
                 same_numa,
             )
             derived.append(Reading(key, label, source=source))
+        labels = [r.value for r in derived if r.key.startswith(f"topo.gpu.{gpu}.nic.") and r.ok]
+        if labels:
+            nearest = min(labels, key=lambda label: CLOSENESS.index(str(label)))
+            derived.append(
+                Reading(f"topo.gpu.{gpu}.nearest_nic", nearest, source="topo.gpu.*.nic.*")
+            )
+    derived.extend(_gpudirect(readings))
     return ProbeResult(
         name="topology",
         title="GPU-NIC topology (derived)",

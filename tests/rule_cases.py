@@ -123,6 +123,10 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
         [R("pcie.0000:18:00.0.numa_node", 0)],
     ),
     "PCIE011": node("iommu.cmdline", ["intel_iommu=on"], ["intel_iommu=on", "iommu=pt"]),
+    "PCIE012": (
+        [R("topo.gpu.0.nearest_nic", "SYS"), R("gpu.0.name", "H100")],
+        [R("topo.gpu.0.nearest_nic", "PIX"), R("gpu.1.name", "H100")],  # GPU 1: no NIC reading
+    ),
     "CPU001": node("cpu.freq.governor", "powersave", "performance"),
     "CPU002": node("cpu.freq.boost", False, True),
     "CPU003": node("cpu.idle.C6.disabled", False, True),
@@ -130,6 +134,9 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
     "CPU005": node("numa.balancing", 1, 0),
     "CPU006": node("numa.nodes_per_socket", 4.0, 1.0),
     "CPU007": node("cpu.offline", "40-79", ""),
+    "CPU008": node("numa.memory_imbalance", 50.0, 0.4),
+    "CPU009": node("cpu.threads_per_core", 1.5, 2.0),
+    "CPU010": node("numa.nodes_per_socket", 1.5, 4.0),
     "MEM001": node("mem.swap_total", 8388604, 0),
     "MEM002": node("mem.thp.enabled", "never", "madvise"),
     "MEM003": node("mem.dimm.empty", 4, 0),
@@ -138,7 +145,7 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
     "MEM006": node("faults.edac.correctable", 7, 0),
     "MEM007": node("faults.mce.count", 3, 0),
     "OS001": node("kernel.memlock_limit", "8192 KiB", "unlimited"),
-    "OS002": node("kernel.modules", ["nvidia", "nvidia_uvm"], ["nvidia", "nvidia_peermem"]),
+    "OS002": node("kernel.gpudirect_rdma", "missing", "not needed"),
     "OS003": node(
         "kernel.taint_flags",
         ["P: proprietary module", "D: kernel died (oops)"],
@@ -148,4 +155,8 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
     "OS005": node("kernel.clocksource", "hpet", "tsc"),
     "OS006": node("power.tuned_profile", "balanced", "throughput-performance"),
     "OS007": node("power.platform_profile", "balanced", "performance"),
+    "OS008": (
+        [R("nvml.binding_branch", 535), R("nvml.driver_branch", 590)],
+        [R("nvml.binding_branch", 615), R("nvml.driver_branch", 590)],
+    ),
 }

@@ -145,3 +145,15 @@ def test_plain_converts_ctypes_structures() -> None:
     memory = Memory(80, 1, b"hbm3")
     assert plain(memory) == {"total": 80, "used": 1, "name": "hbm3"}
     assert plain([memory]) == [{"total": 80, "used": 1, "name": "hbm3"}]
+
+
+def test_binding_branch_and_real_backend_readings() -> None:
+    from gpudiag.probes import driver
+
+    assert driver.binding_branch("12.535.161") == 535
+    assert driver.binding_branch("13.615.71") == 615
+    readings = {r.key: r for r in driver._binding(Nvml(PynvmlBackend()))}
+    assert readings["nvml.binding_version"].ok  # the nvidia-ml-py installed here
+    assert isinstance(readings["nvml.binding_branch"].value, int)
+    if ctypes.util.find_library("nvidia-ml") is None:
+        assert readings["nvml.driver_branch"].status is ReadingStatus.MISSING

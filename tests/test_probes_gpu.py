@@ -86,6 +86,10 @@ def test_healthy_hgx_h100(healthy) -> None:
     assert "Deprecated" in healthy["gpu.0.clocks.app_sm"].reason
     # GPU 0 shares a PCIe switch with the InfiniBand adapter of the host tree
     assert v["topo.gpu.0.nic.0000:19:00.0"] == "PIX"
+    assert v["topo.gpu.0.nearest_nic"] == "PIX"
+    assert "topo.gpu.1.nearest_nic" not in healthy  # its bus is not in the host tree
+    # the tree has an InfiniBand adapter and no nvidia_peermem
+    assert v["kernel.gpudirect_rdma"] == "missing"
     assert healthy["topo.gpu.1.nic.0000:19:00.0"].status is ReadingStatus.MISSING
 
 

@@ -213,6 +213,7 @@ def test_numa_and_memory_discovery(hgx: dict[str, Reading]) -> None:
     assert (v["numa.0.cpus"], v["numa.1.cpus"], v["numa.2.cpus"]) == ("0-3", "4-7", "")
     assert v["numa.memory_only_nodes"] == [2]
     assert v["numa.nodes_per_socket"] == 1.0
+    assert v["numa.memory_imbalance"] == 0.0  # nodes 0 and 1 hold the same
     assert v["numa.0.distance"] == [10, 21, 40]
     assert v["numa.balancing"] == 1
     assert v["numa.1.hugepages_1G"] == 8

@@ -51,7 +51,7 @@ def test_shipped_rule_fires(rule_id: str) -> None:
     firing, _ = SHIPPED[rule_id]
     findings = evaluate(rules, _by_key(*firing), profile=PROFILE)
     assert [(f.rule_id, f.severity) for f in findings] == [(rule_id, rules[0].severity)]
-    assert firing[0] in findings[0].evidence
+    assert firing[0] in findings[0].evidence, findings[0].evidence
     assert {r.key for r in findings[0].evidence} <= {r.key for r in firing}
     assert findings[0].why and findings[0].fix
     assert "{" not in findings[0].message, findings[0].message  # every field was filled
