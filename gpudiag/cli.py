@@ -11,6 +11,7 @@ Exit codes: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad input, usage error, fail
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import traceback
@@ -20,11 +21,13 @@ from pathlib import Path
 from typing import NoReturn
 
 from gpudiag import __version__
+from gpudiag.diff import diff_snapshots, report_json, report_text
 from gpudiag.hostfs import HostFS
 from gpudiag.model import Snapshot
 from gpudiag.nvml import ReplayError, open_nvml
 from gpudiag.nvsmi import ImportError_, import_files
 from gpudiag.probes import default_probes
+from gpudiag.redact import Redactor
 from gpudiag.ruleengine import Rule, RuleError, load_profiles, load_rules, parse_rule_file
 from gpudiag.session import (
     EXIT_UNKNOWN,
@@ -82,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
         " '-' for stdout) and print a summary",
     )
     parser.add_argument(
+        "--redact",
+        action="store_true",
+        help="with --export: replace host names, serials, UUIDs, MAC and IP addresses",
+    )
+    parser.add_argument(
         "--profile",
         metavar="NAME",
         help="judge against this GPU-model profile instead of the detected one",
@@ -109,6 +117,26 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         default=argparse.SUPPRESS,
         help="judge against this GPU-model profile",
+    )
+    diff = commands.add_parser("diff", help="compare two snapshots: what differs, and why")
+    diff.add_argument("snapshot_a", metavar="A")
+    diff.add_argument("snapshot_b", metavar="B")
+    diff.add_argument(
+        "--format",
+        choices=("text", "markdown", "json"),
+        default="text",
+        help="the report's form (default text)",
+    )
+    diff.add_argument(
+        "--all",
+        action="store_true",
+        help="also show readings that always differ (serials, idle clocks, ...)",
+    )
+    diff.add_argument(
+        "--redact",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="replace host names, serials, UUIDs, MAC and IP addresses",
     )
     rules = commands.add_parser("rules", help="list, explain and lint rules; list profiles")
     rules_commands = rules.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
@@ -153,8 +181,24 @@ def _live_node(args: argparse.Namespace, argv: Sequence[str]) -> LiveNode:
     )
 
 
-def _export(node: LiveNode, target: str) -> int:
-    return _write_and_report(node.snapshot(), target, "--export")
+def _export(node: LiveNode, target: str, redact: bool = False) -> int:
+    snapshot = node.snapshot()
+    if redact:
+        snapshot = Redactor().snapshot(snapshot)
+    return _write_and_report(snapshot, target, "--export")
+
+
+def _diff(args: argparse.Namespace) -> int:
+    a, b = load(args.snapshot_a), load(args.snapshot_b)
+    if getattr(args, "redact", False):
+        redactor = Redactor()
+        a, b = redactor.snapshot(a), redactor.snapshot(b)
+    result = diff_snapshots(a, b)
+    if args.format == "json":
+        print(json.dumps(report_json(result, args.all), indent=1))
+    else:
+        sys.stdout.write(report_text(result, a, b, args.all, args.format == "markdown"))
+    return result.exit_code()
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -297,10 +341,12 @@ def run(argv: Sequence[str]) -> int:
         return _import(args)
     if args.command == "rules":
         return _rules(args)
+    if args.command == "diff":
+        return _diff(args)
     node = _live_node(args, argv)
     try:
         if args.export:
-            return _export(node, args.export)
+            return _export(node, args.export, args.redact)
         return _tui(node)
     finally:
         node.nvml.close()

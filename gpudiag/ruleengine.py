@@ -118,6 +118,7 @@ _KEY_TEMPLATE = re.compile(r"^[A-Za-z0-9_.:{}\-]+$")
 _MESSAGE_FIELD = re.compile(r"\{([a-z_]+)\}")
 _GPU_KEY = re.compile(r"^gpu\.(\d+)\.")
 MESSAGE_FIELDS = {"value", "unit", "reason", "key", "expected", *_PLACEHOLDERS}
+DATA_FILES = {"profiles.toml", "explanations.toml"}  # rules/ files that hold no rules
 DEFAULT_SITE_DIRS = (Path("/etc/gpudiag/rules.d"), Path("~/.config/gpudiag/rules.d"))
 
 
@@ -443,7 +444,7 @@ def load_rules(directories: Sequence[Path] = (), site: bool = False) -> list[Rul
     sources: list[tuple[str, str]] = []
     shipped = resources.files("gpudiag.rules")
     for entry in sorted(shipped.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".toml") and entry.name != "profiles.toml":
+        if entry.name.endswith(".toml") and entry.name not in DATA_FILES:
             sources.append((f"rules/{entry.name}", entry.read_text(encoding="utf-8")))
     folders = list(directories)
     if site:

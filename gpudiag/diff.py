@@ -1,0 +1,372 @@
+"""Comparing two snapshots: "node B is slower than node A: what is different, and which
+differences explain it?"
+
+Readings are matched by key, with GPUs matched by PCI bus address where both sides have
+one (so a node whose GPUs enumerate in another order still lines up). Findings present on
+one side only are listed. Kernel metrics with samples on both sides get the ratio of
+medians B/A with a 95% bootstrap confidence interval, and a verdict that only calls a
+difference significant when the interval excludes 1. Configuration differences known to
+move a metric (rules/explanations.toml) are listed beside it. Readings that always differ
+(serials, UUIDs, clocks at idle, free memory) are hidden unless asked for.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import statistics
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from gpudiag import tomlcompat
+from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
+
+EXIT_EQUIVALENT, EXIT_CONFIG, EXIT_PERFORMANCE = 0, 1, 2
+BOOTSTRAP_ROUNDS = 2000
+
+# Readings that differ between any two runs, or any two healthy nodes: hidden by default.
+NOISY = re.compile(
+    r"(\.serial$|\.uuid$|\.health$|^host\.hostname$|^host\.uptime$|\.temperature\.gpu$"
+    r"|\.power\.draw$|\.clocks\.(sm|mem)$|\.utilization\.|\.memory\.used$|\.bar1\.used$"
+    r"|\.mem_free$|^mem\.available$|^mem\.swap_free$|^cpu\.freq\.cur_|\.processes\."
+    r"|\.pstate$|^power\.thermal\..*\.temp$|^host\.kernel\.version$|^faults\.xid\..*\.last_seen$"
+    r"|^platform\.cgroup\.path$)"
+)
+_GPU_KEY = re.compile(r"^gpu\.(\d+)\.(.+)$")
+_TOPO_KEY = re.compile(r"^topo\.gpu\.(\d+)\.(\d+|nic)(.*)$")
+
+
+@dataclass(frozen=True)
+class ReadingChange:
+    """One key compared: equal, changed, only on A, only on B."""
+
+    key: str
+    kind: str
+    a: Reading | None
+    b: Reading | None
+    noisy: bool = False
+
+    @property
+    def relative_change(self) -> float | None:
+        """(B - A) / A for two numbers, else None."""
+        if self.a is None or self.b is None or not (self.a.ok and self.b.ok):
+            return None
+        x, y = self.a.value, self.b.value
+        if isinstance(x, bool) or isinstance(y, bool):
+            return None
+        if isinstance(x, (int, float)) and isinstance(y, (int, float)) and x != 0:
+            return (y - x) / abs(x)
+        return None
+
+    @property
+    def group(self) -> str:
+        """What the key is about: 'GPU 3', 'PCIe 0000:18:00.0', or 'node'."""
+        if match := _GPU_KEY.match(self.key):
+            return f"GPU {match.group(1)}"
+        if self.key.startswith("pcie.") and self.key.count(".") > 2:
+            return f"PCIe {'.'.join(self.key.split('.')[1:3])}"
+        return "node"
+
+
+@dataclass(frozen=True)
+class MetricChange:
+    """A kernel metric measured on both sides."""
+
+    kernel: str
+    device: str
+    metric: str
+    unit: str
+    median_a: float
+    median_b: float
+    ratio: float
+    ci_low: float
+    ci_high: float
+    verdict: str
+    explanations: tuple[ReadingChange, ...] = ()
+
+
+@dataclass
+class Diff:
+    """Everything that differs between snapshot A and snapshot B."""
+
+    readings: list[ReadingChange] = field(default_factory=list)
+    findings_only_a: list[Finding] = field(default_factory=list)
+    findings_only_b: list[Finding] = field(default_factory=list)
+    metrics: list[MetricChange] = field(default_factory=list)
+    gpu_map: dict[str, str] = field(default_factory=dict)
+
+    def differences(self, include_noisy: bool = False) -> list[ReadingChange]:
+        """The reading changes that are not equal (noisy ones only on request)."""
+        return [c for c in self.readings if c.kind != "equal" and (include_noisy or not c.noisy)]
+
+    def exit_code(self) -> int:
+        """0 equivalent, 1 configuration differs only, 2 a performance metric differs
+        significantly or one side has a critical finding the other lacks."""
+        if any(m.verdict != "no significant difference" for m in self.metrics):
+            return EXIT_PERFORMANCE
+        critical = Severity.CRITICAL
+        if any(f.severity is critical for f in self.findings_only_a + self.findings_only_b):
+            return EXIT_PERFORMANCE
+        if self.differences() or self.findings_only_a or self.findings_only_b:
+            return EXIT_CONFIG
+        return EXIT_EQUIVALENT
+
+
+def match_gpus(a: dict[str, Reading], b: dict[str, Reading]) -> dict[str, str]:
+    """B's GPU index -> A's, by PCI bus address where both sides know it for every GPU;
+    else by index."""
+
+    def bus_ids(readings: dict[str, Reading]) -> dict[str, str]:
+        return {
+            m.group(1): str(r.value)
+            for key, r in readings.items()
+            if (m := _GPU_KEY.match(key)) and m.group(2) == "pci.bus_id" and r.ok
+        }
+
+    bus_a, bus_b = bus_ids(a), bus_ids(b)
+    by_bus_a = {bus: index for index, bus in bus_a.items()}
+    if bus_b and all(bus in by_bus_a for bus in bus_b.values()):
+        return {index: by_bus_a[bus] for index, bus in bus_b.items()}
+    return {}
+
+
+def _rekey(readings: dict[str, Reading], gpu_map: dict[str, str]) -> dict[str, Reading]:
+    if not gpu_map or all(k == v for k, v in gpu_map.items()):
+        return readings
+    out = {}
+    for key, reading in readings.items():
+        if match := _GPU_KEY.match(key):
+            key = f"gpu.{gpu_map.get(match.group(1), match.group(1))}.{match.group(2)}"
+        elif match := _TOPO_KEY.match(key):
+            first = gpu_map.get(match.group(1), match.group(1))
+            second = match.group(2)
+            second = gpu_map.get(second, second) if second != "nic" else second
+            key = f"topo.gpu.{first}.{second}{match.group(3)}"
+        out[key] = reading
+    return out
+
+
+def _same(a: Reading, b: Reading) -> bool:
+    return (a.status, a.value, a.unit) == (b.status, b.value, b.unit)
+
+
+def bootstrap_ratio(
+    a: list[float], b: list[float], rounds: int = BOOTSTRAP_ROUNDS, seed: int = 0
+) -> tuple[float, float, float]:
+    """Ratio of medians B/A with a 95% percentile-bootstrap confidence interval."""
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError("a ratio with a confidence interval needs two samples a side")
+    rng = random.Random(seed)  # noqa: S311 - resampling, not security
+    median_a, median_b = statistics.median(a), statistics.median(b)
+    if median_a == 0:
+        raise ValueError("median of A is zero")
+    ratios = []
+    for _ in range(rounds):
+        ma = statistics.median(rng.choices(a, k=len(a)))
+        mb = statistics.median(rng.choices(b, k=len(b)))
+        if ma != 0:
+            ratios.append(mb / ma)
+    ratios.sort()
+    low = ratios[int(0.025 * (len(ratios) - 1))]
+    high = ratios[int(0.975 * (len(ratios) - 1))]
+    return median_b / median_a, low, high
+
+
+def higher_is_better(unit: str) -> bool:
+    """Throughput units (GB/s, TFLOP/s) are better higher; times are better lower."""
+    return "/s" in unit or unit.lower() in ("tflops", "gflops", "ops")
+
+
+def verdict(ratio_low: float, ratio_high: float, unit: str) -> str:
+    """faster / slower / no significant difference, from the interval of B/A."""
+    if ratio_low <= 1.0 <= ratio_high:
+        return "no significant difference"
+    increased = ratio_low > 1.0
+    return "faster" if increased == higher_is_better(unit) else "slower"
+
+
+def load_explanations() -> list[tuple[re.Pattern[str], list[re.Pattern[str]]]]:
+    """rules/explanations.toml: which configuration readings can move which metrics."""
+    text = (resources.files("gpudiag.rules") / "explanations.toml").read_text(encoding="utf-8")
+    data = tomlcompat.loads(text)
+    out = []
+    for entry in data.get("explain", []):
+        out.append((re.compile(entry["metric"]), [re.compile(p) for p in entry["readings"]]))
+    return out
+
+
+def _kernel_key(result: KernelResult) -> tuple[str, str, str]:
+    return result.kernel, result.device, result.metric
+
+
+def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
+    """Compare two snapshots (A is the reference)."""
+    result = Diff()
+    readings_a = a.readings_by_key
+    result.gpu_map = match_gpus(readings_a, b.readings_by_key)
+    readings_b = _rekey(b.readings_by_key, result.gpu_map)
+    for key in sorted(set(readings_a) | set(readings_b)):
+        ra, rb = readings_a.get(key), readings_b.get(key)
+        if ra is None:
+            kind = "only_b"
+        elif rb is None:
+            kind = "only_a"
+        else:
+            kind = "equal" if _same(ra, rb) else "changed"
+        result.readings.append(ReadingChange(key, kind, ra, rb, bool(NOISY.search(key))))
+    ids_a = {(f.rule_id, f.subject) for f in a.findings}
+    ids_b = {(f.rule_id, f.subject) for f in b.findings}
+    result.findings_only_a = [f for f in a.findings if (f.rule_id, f.subject) not in ids_b]
+    result.findings_only_b = [f for f in b.findings if (f.rule_id, f.subject) not in ids_a]
+    kernels_b = {_kernel_key(k): k for k in b.kernels}
+    explanations = load_explanations() if a.kernels else []
+    config = result.differences()
+    for ka in a.kernels:
+        kb = kernels_b.get(_kernel_key(ka))
+        if kb is None or len(ka.samples) < 2 or len(kb.samples) < 2:
+            continue
+        try:
+            ratio, low, high = bootstrap_ratio(list(ka.samples), list(kb.samples))
+        except ValueError:
+            continue
+        name = f"{ka.kernel}.{ka.metric}"
+        related = [
+            c
+            for c in config
+            for metric, patterns in explanations
+            if metric.search(name) and any(p.search(c.key) for p in patterns)
+        ]
+        result.metrics.append(
+            MetricChange(
+                ka.kernel,
+                ka.device,
+                ka.metric,
+                ka.unit,
+                statistics.median(ka.samples),
+                statistics.median(kb.samples),
+                ratio,
+                low,
+                high,
+                verdict(low, high, ka.unit),
+                tuple(dict.fromkeys(related)),
+            )
+        )
+    return result
+
+
+# ------------------------------------------------------------------ reports
+
+
+def _value(reading: Reading | None) -> str:
+    return "-" if reading is None else reading.display()
+
+
+def report_text(
+    diff: Diff, a: Snapshot, b: Snapshot, include_noisy: bool = False, markdown: bool = False
+) -> str:
+    """A plain-text (or markdown) report of the differences."""
+    lines: list[str] = []
+    title = f"A: {a.host} ({a.created})  B: {b.host} ({b.created})"
+    lines.append(f"# gpudiag diff\n\n{title}\n" if markdown else title)
+    if diff.gpu_map and any(k != v for k, v in diff.gpu_map.items()):
+        pairs = ", ".join(f"B GPU {k} = A GPU {v}" for k, v in sorted(diff.gpu_map.items()))
+        lines.append(f"GPUs matched by bus address: {pairs}")
+    if diff.metrics:
+        lines.append("\n## Performance\n" if markdown else "\nPerformance (B/A, 95% CI):")
+        if markdown:
+            lines.append("| metric | device | A | B | B/A | 95% CI | verdict |")
+            lines.append("| --- | --- | --- | --- | --- | --- | --- |")
+        for m in diff.metrics:
+            cells = (
+                f"{m.kernel}.{m.metric}",
+                m.device,
+                f"{m.median_a:g} {m.unit}",
+                f"{m.median_b:g} {m.unit}",
+                f"{m.ratio:.3f}",
+                f"{m.ci_low:.3f}-{m.ci_high:.3f}",
+                m.verdict,
+            )
+            lines.append("| " + " | ".join(cells) + " |" if markdown else "  " + "  ".join(cells))
+            for change in m.explanations:
+                lines.append(
+                    f"{'  - ' if markdown else '      because '}{change.key}: "
+                    f"{_value(change.a)} -> {_value(change.b)}"
+                )
+    for label, findings in (
+        ("only in A", diff.findings_only_a),
+        ("only in B", diff.findings_only_b),
+    ):
+        if findings:
+            lines.append(f"\n## Findings {label}\n" if markdown else f"\nFindings {label}:")
+            for f in findings:
+                lines.append(
+                    f"{'- ' if markdown else '  '}{f.severity.value.upper()} {f.rule_id} "
+                    f"{f.subject}: {f.message}"
+                )
+    changes = diff.differences(include_noisy)
+    if changes:
+        lines.append("\n## Readings\n" if markdown else "\nReadings (A -> B):")
+        if markdown:
+            lines.append("| group | reading | A | B | change |")
+            lines.append("| --- | --- | --- | --- | --- |")
+        for c in changes:
+            rel = c.relative_change
+            delta = f"{rel:+.1%}" if rel is not None else c.kind.replace("_", " ")
+            cells = (c.group, c.key, _value(c.a), _value(c.b), delta)
+            lines.append(
+                "| " + " | ".join(cells) + " |"
+                if markdown
+                else f"  {c.key}: {_value(c.a)} -> {_value(c.b)} ({delta})"
+            )
+    hidden = len(diff.differences(True)) - len(diff.differences(False))
+    if hidden and not include_noisy:
+        lines.append(f"\n({hidden} differences in readings that always vary are hidden: --all)")
+    if len(lines) == 1:
+        lines.append("no differences")
+    return "\n".join(lines) + "\n"
+
+
+def report_json(diff: Diff, include_noisy: bool = False) -> dict[str, Any]:
+    """The differences as plain data."""
+
+    def reading(r: Reading | None) -> Any:
+        return None if r is None else {"value": r.value, "unit": r.unit, "status": r.status.value}
+
+    return {
+        "exit_code": diff.exit_code(),
+        "gpu_map": diff.gpu_map,
+        "readings": [
+            {
+                "key": c.key,
+                "kind": c.kind,
+                "a": reading(c.a),
+                "b": reading(c.b),
+                "relative_change": c.relative_change,
+            }
+            for c in diff.differences(include_noisy)
+        ],
+        "findings_only_a": [
+            {"rule_id": f.rule_id, "subject": f.subject, "severity": f.severity.value}
+            for f in diff.findings_only_a
+        ],
+        "findings_only_b": [
+            {"rule_id": f.rule_id, "subject": f.subject, "severity": f.severity.value}
+            for f in diff.findings_only_b
+        ],
+        "metrics": [
+            {
+                "kernel": m.kernel,
+                "device": m.device,
+                "metric": m.metric,
+                "unit": m.unit,
+                "median_a": m.median_a,
+                "median_b": m.median_b,
+                "ratio": m.ratio,
+                "ci95": [m.ci_low, m.ci_high],
+                "verdict": m.verdict,
+                "explanations": [c.key for c in m.explanations],
+            }
+            for m in diff.metrics
+        ],
+    }

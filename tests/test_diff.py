@@ -1,0 +1,223 @@
+"""Snapshot diff: known differences, identity, reordered GPUs, statistics, redaction."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gpudiag.diff import bootstrap_ratio, diff_snapshots, verdict
+from gpudiag.model import KernelResult, ProbeResult, ProbeStatus, Reading, Snapshot
+from gpudiag.redact import Redactor
+from gpudiag.snapshot import load
+
+from conftest import FIXTURES, REPO, realdata_dir, run_cli
+
+TREE = str(FIXTURES / "host-basic")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("demo")
+    paths = {}
+    for name in ("healthy", "faulty"):
+        paths[name] = out / f"{name}.toml"
+        run_cli(
+            "--root",
+            TREE,
+            "--nvml-replay",
+            str(REPO / "snapshots" / f"demo-hgx-h100-{name}.toml"),
+            "--export",
+            str(paths[name]),
+        )
+    return paths
+
+
+def test_a_snapshot_against_itself_is_equivalent(demo: dict[str, Path]) -> None:
+    result = run_cli("diff", str(demo["healthy"]), str(demo["healthy"]))
+    assert result.returncode == 0
+    assert "no differences" in result.stdout
+
+
+def test_known_differences_are_reported(demo: dict[str, Path]) -> None:
+    diff = diff_snapshots(load(demo["healthy"]), load(demo["faulty"]))
+    changed = {c.key: c for c in diff.differences()}
+    assert changed["gpu.3.pcie.link_width"].relative_change == pytest.approx(-0.5)
+    assert changed["gpu.2.nvlink.5.state"].b.value == "inactive"
+    assert changed["gpu.5.persistence_mode"].kind == "changed"
+    assert changed["gpu.1.remapped_rows.pending"].b.value is True
+    assert changed["gpu.6.throttle_reasons"].b.value == ["HwSlowdown", "HwThermalSlowdown"]
+    assert changed["gpu.7.name"].kind == "only_a"  # the lost GPU answers nothing in B
+    assert {(f.rule_id, f.subject) for f in diff.findings_only_b} >= {
+        ("GPU001", "GPU 7"),
+        ("PCIE001", "GPU 3"),
+        ("GPU004", "GPU 5"),
+    }
+    assert diff.findings_only_a == []
+    assert diff.exit_code() == 2  # a critical finding on one side only
+    cli = run_cli("diff", str(demo["healthy"]), str(demo["faulty"]))
+    assert cli.returncode == 2
+    assert "gpu.3.pcie.link_width: 16 lanes -> 8 lanes (-50.0%)" in cli.stdout
+
+
+def test_noisy_readings_are_hidden_unless_asked(demo: dict[str, Path]) -> None:
+    a = load(demo["healthy"])
+    probe = a.probes[0]
+    moved = tuple(
+        replace(r, value=r.value + 100.0) if r.key == "host.uptime" else r for r in probe.readings
+    )
+    b = replace(a, probes=(replace(probe, readings=moved), *a.probes[1:]))
+    diff = diff_snapshots(a, b)
+    assert diff.differences() == [] and diff.exit_code() == 0
+    assert [c.key for c in diff.differences(include_noisy=True)] == ["host.uptime"]
+
+
+def _gpu_snapshot(order: list[tuple[str, str]]) -> Snapshot:
+    readings = []
+    for index, (bus, vbios) in enumerate(order):
+        readings += [Reading(f"gpu.{index}.pci.bus_id", bus), Reading(f"gpu.{index}.vbios", vbios)]
+    probe = ProbeResult("gpu", ProbeStatus.OK, 0.0, tuple(readings))
+    return Snapshot(host="n", created="2026-11-22T00:00:00Z", gpudiag_version="0", probes=(probe,))
+
+
+def test_gpus_in_another_order_are_matched_by_bus_address() -> None:
+    a = _gpu_snapshot([("0000:18:00.0", "v1"), ("0000:2a:00.0", "v2")])
+    b = _gpu_snapshot([("0000:2a:00.0", "v2"), ("0000:18:00.0", "v1")])
+    diff = diff_snapshots(a, b)
+    assert diff.gpu_map == {"0": "1", "1": "0"}
+    assert diff.differences() == [] and diff.exit_code() == 0
+    c = _gpu_snapshot([("0000:2a:00.0", "v2"), ("0000:18:00.0", "v9")])
+    assert [ch.key for ch in diff_snapshots(a, c).differences()] == ["gpu.0.vbios"]
+
+
+def test_different_schema_versions_are_refused(tmp_path: Path, demo: dict[str, Path]) -> None:
+    old = tmp_path / "old.toml"
+    old.write_text(demo["healthy"].read_text().replace("schema_version = 1", "schema_version = 0"))
+    result = run_cli("diff", str(demo["healthy"]), str(old))
+    assert result.returncode == 3
+    assert "schema version 0 is not supported" in result.stderr
+
+
+def test_imported_real_outputs_diff(tmp_path: Path) -> None:
+    base = realdata_dir() / "nvidia-smi-q"
+    idle, load_ = tmp_path / "idle.toml", tmp_path / "load.toml"
+    run_cli(
+        "import",
+        str(base / "nvgpuexp__linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01__idle.txt"),
+        "-o",
+        str(idle),
+    )
+    run_cli(
+        "import",
+        str(base / "nvgpuexp__linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01__load.txt"),
+        "-o",
+        str(load_),
+    )
+    result = run_cli("diff", str(idle), str(load_), "--all", "--format", "json")
+    data = json.loads(result.stdout)
+    keys = {r["key"]: r for r in data["readings"]}
+    assert keys["gpu.0.clocks.sm"]["a"]["value"] == 345
+    assert keys["gpu.0.clocks.sm"]["b"]["value"] == 1980
+    assert keys["gpu.0.throttle_reasons"]["a"]["value"] == ["GpuIdle"]
+    assert "gpu.0.name" not in keys  # the same H100 on both sides
+
+
+def test_markdown_report_pastes_into_a_ticket(demo: dict[str, Path]) -> None:
+    result = run_cli("diff", str(demo["healthy"]), str(demo["faulty"]), "--format", "markdown")
+    assert result.stdout.startswith("# gpudiag diff")
+    assert "| GPU 3 | gpu.3.pcie.link_width | 16 lanes | 8 lanes | -50.0% |" in result.stdout
+
+
+# ------------------------------------------------------------------ statistics
+
+
+def test_identical_distributions_are_rarely_called_different() -> None:
+    flagged = 0
+    trials = 120
+    for seed in range(trials):
+        rng = random.Random(seed)
+        a = [rng.gauss(100, 2) for _ in range(20)]
+        b = [rng.gauss(100, 2) for _ in range(20)]
+        _, low, high = bootstrap_ratio(a, b, rounds=400, seed=seed)
+        flagged += verdict(low, high, "GB/s") != "no significant difference"
+    assert flagged / trials <= 0.10  # a 95% interval: about 5% by chance, never most
+
+
+def test_a_five_percent_shift_is_detected() -> None:
+    rng = random.Random(1)
+    a = [rng.gauss(100, 1) for _ in range(30)]
+    b = [rng.gauss(95, 1) for _ in range(30)]
+    ratio, low, high = bootstrap_ratio(a, b)
+    assert ratio == pytest.approx(0.95, abs=0.01)
+    assert high < 1.0
+    assert verdict(low, high, "GB/s") == "slower"
+    assert verdict(low, high, "ms") == "faster"  # lower times are better
+
+
+def test_kernel_metrics_are_compared_with_explanations(demo: dict[str, Path]) -> None:
+    a = load(demo["healthy"])
+    rng = random.Random(3)
+    fast = KernelResult(
+        "stream",
+        "gpu0",
+        "triad",
+        "GB/s",
+        ProbeStatus.OK,
+        tuple(rng.gauss(3000, 10) for _ in range(20)),
+    )
+    slow = replace(fast, samples=tuple(rng.gauss(2700, 10) for _ in range(20)))
+    b_probes = tuple(
+        replace(
+            p,
+            readings=tuple(
+                replace(r, value=500.0) if r.key == "gpu.0.power.limit" else r for r in p.readings
+            ),
+        )
+        for p in a.probes
+    )
+    diff = diff_snapshots(replace(a, kernels=(fast,)), replace(a, kernels=(slow,), probes=b_probes))
+    (metric,) = diff.metrics
+    assert metric.verdict == "slower" and metric.ratio == pytest.approx(0.9, abs=0.01)
+    assert [c.key for c in metric.explanations] == ["gpu.0.power.limit"]
+    assert diff.exit_code() == 2
+
+
+# ------------------------------------------------------------------ redaction
+
+
+def test_redaction_is_stable_and_complete(demo: dict[str, Path], tmp_path: Path) -> None:
+    redactor = Redactor()
+    a = redactor.snapshot(load(demo["healthy"]))
+    b = redactor.snapshot(load(demo["faulty"]))
+    text = json.dumps([r.value for r in a.readings_by_key.values() if r.ok])
+    assert "gpunode01" not in text and "GPU-0000demo" not in text and "1650000000000" not in text
+    assert a.host == "host-1" == b.host
+    assert a.reading("gpu.0.uuid").value == b.reading("gpu.0.uuid").value == "uuid-1"
+    assert a.reading("gpu.3.serial").value.startswith("serial-")
+    assert diff_snapshots(a, b).exit_code() == 2  # the redacted pair still lines up
+    export = tmp_path / "redacted.toml"
+    result = run_cli(
+        "--root",
+        TREE,
+        "--nvml-replay",
+        str(REPO / "snapshots" / "demo-hgx-h100-healthy.toml"),
+        "--redact",
+        "--export",
+        str(export),
+    )
+    assert result.returncode in (0, 1, 2, 3)
+    written = export.read_text()
+    assert "gpunode01" not in written and "GPU-0000demo" not in written
+    assert 'host = "host-1"' in written
+    redacted_diff = run_cli("diff", "--redact", str(demo["healthy"]), str(demo["faulty"]))
+    assert "gpunode01" not in redacted_diff.stdout
+
+
+def test_mac_and_ip_addresses_are_replaced() -> None:
+    redactor = Redactor()
+    assert redactor._text("ip=10.1.2.3 mac 0c:42:a1:00:11:22 again 10.1.2.3") == (
+        "ip=ip-1 mac mac-1 again ip-1"
+    )
