@@ -169,11 +169,12 @@ def test_kernel_metrics_are_compared_with_explanations(demo: dict[str, Path]) ->
         tuple(rng.gauss(3000, 10) for _ in range(20)),
     )
     slow = replace(fast, samples=tuple(rng.gauss(2700, 10) for _ in range(20)))
+    changed = {"gpu.0.power.limit": 500.0, "gpu.0.throttle_reasons": ["SwPowerCap"]}
     b_probes = tuple(
         replace(
             p,
             readings=tuple(
-                replace(r, value=500.0) if r.key == "gpu.0.power.limit" else r for r in p.readings
+                replace(r, value=changed[r.key]) if r.key in changed else r for r in p.readings
             ),
         )
         for p in a.probes
@@ -181,7 +182,7 @@ def test_kernel_metrics_are_compared_with_explanations(demo: dict[str, Path]) ->
     diff = diff_snapshots(replace(a, kernels=(fast,)), replace(a, kernels=(slow,), probes=b_probes))
     (metric,) = diff.metrics
     assert metric.verdict == "slower" and metric.ratio == pytest.approx(0.9, abs=0.01)
-    assert [c.key for c in metric.explanations] == ["gpu.0.power.limit"]
+    assert [c.key for c in metric.explanations] == ["gpu.0.power.limit", "gpu.0.throttle_reasons"]
     assert diff.exit_code() == 2
 
 
