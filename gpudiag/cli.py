@@ -124,8 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument(
         "--format",
         choices=("text", "markdown", "json"),
-        default="text",
-        help="the report's form (default text)",
+        default=None,
+        help="print a report in this form (default: the TUI in a terminal, else text)",
     )
     diff.add_argument(
         "--all",
@@ -194,6 +194,11 @@ def _diff(args: argparse.Namespace) -> int:
         redactor = Redactor()
         a, b = redactor.snapshot(a), redactor.snapshot(b)
     result = diff_snapshots(a, b)
+    if args.format is None and sys.stdout.isatty() and sys.stdin.isatty():
+        from gpudiag.tui_diff import DiffApp
+
+        DiffApp(result, a, b, args.all).run()
+        return result.exit_code()
     if args.format == "json":
         print(json.dumps(report_json(result, args.all), indent=1))
     else:

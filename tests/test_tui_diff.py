@@ -1,0 +1,90 @@
+"""The diff screen: Pilot tests of its keys and SVG snapshots at 80x24 and 120x40."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+from textual.widgets import DataTable
+
+from gpudiag.diff import diff_snapshots
+from gpudiag.model import KernelResult, ProbeResult, ProbeStatus, Reading, Snapshot
+from gpudiag.tui_diff import DiffApp
+
+CREATED = "2026-11-22T06:00:00Z"
+
+
+def _pair() -> tuple[Snapshot, Snapshot]:
+    """Two small fixed snapshots: B's GPU 1 runs at x8 and a lower power limit, and its
+    triad bandwidth is 10% lower (fixed samples, so every run renders the same)."""
+
+    def node(width: int, limit: float, triad: float, host: str) -> Snapshot:
+        readings = []
+        for gpu in range(2):
+            readings += [
+                Reading(f"gpu.{gpu}.pci.bus_id", f"0000:{0x18 + gpu:02x}:00.0"),
+                Reading(f"gpu.{gpu}.pcie.link_width", width if gpu == 1 else 16, "lanes"),
+                Reading(f"gpu.{gpu}.power.limit", limit if gpu == 1 else 700.0, "W"),
+                Reading(f"gpu.{gpu}.serial", f"165000000000{gpu}"),
+                Reading(f"gpu.{gpu}.vbios", "96.00.A5.00.01"),
+            ]
+        probe = ProbeResult("gpu", ProbeStatus.OK, 0.1, tuple(readings))
+        samples = tuple(triad + 0.5 * i for i in range(10))
+        kernel = KernelResult("stream", "gpu1", "triad", "GB/s", ProbeStatus.OK, samples)
+        return Snapshot(
+            host=host, created=CREATED, gpudiag_version="0.1.0", probes=(probe,), kernels=(kernel,)
+        )
+
+    return node(16, 700.0, 3000.0, "node-a"), node(8, 500.0, 2700.0, "node-b")
+
+
+def _app() -> DiffApp:
+    a, b = _pair()
+    return DiffApp(diff_snapshots(a, b), a, b)
+
+
+def _rows(app: DiffApp) -> list[list[str]]:
+    table = app.query_one("#diff", DataTable)
+    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+def test_keys_toggle_and_jump() -> None:
+    async def scenario() -> None:
+        app = _app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            rows = _rows(app)
+            assert rows[0][0] == "stream.triad gpu1" and "slower" in rows[0][3]
+            # the power limit can move STREAM; the PCIe width cannot, so it is not offered
+            assert ["  because gpu.1.power.limit", "700.0 W", "500.0 W", "explains"] in rows
+            assert ["gpu.1.pcie.link_width", "16 lanes", "8 lanes", "-50.0%"] in rows
+            assert ["gpu.1.power.limit", "700.0 W", "500.0 W", "-28.6%"] in rows
+            assert not [r for r in rows if r[0] == "gpu.0.vbios"]  # equal: hidden
+            await pilot.press("c")
+            assert ["gpu.0.vbios", "96.00.A5.00.01", "96.00.A5.00.01", "equal"] in _rows(app)
+            table = app.query_one("#diff", DataTable)
+            table.move_cursor(row=0)
+            await pilot.press("n")
+            assert app.row_kinds[table.cursor_row] != "equal" and table.cursor_row > 0
+            await pilot.press("q")
+        assert app.return_code == 2
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_diff_screen_snapshot(snap_compare, size: tuple[int, int]) -> None:
+    assert snap_compare(_app(), terminal_size=size)
+
+
+def test_equivalent_snapshots_say_so() -> None:
+    a, _ = _pair()
+    b = replace(a, host="node-b")
+
+    async def scenario() -> None:
+        app = DiffApp(diff_snapshots(a, b), a, b)
+        async with app.run_test(size=(80, 24)):
+            assert app.row_kinds == ["equal"]  # only the unchanged metric
+            assert "equivalent" in str(app.query_one("#summary").render())
+
+    asyncio.run(scenario())
