@@ -62,9 +62,11 @@ class ReadingChange:
 
     @property
     def group(self) -> str:
-        """What the key is about: 'GPU 3', 'PCIe 0000:18:00.0', or 'node'."""
+        """What the key is about: 'GPU 3', 'PCIe 0000:18:00.0', 'topology' or 'node'."""
         if match := _GPU_KEY.match(self.key):
             return f"GPU {match.group(1)}"
+        if self.key.startswith("topo."):
+            return "topology"
         if self.key.startswith("pcie.") and self.key.count(".") > 2:
             return f"PCIe {'.'.join(self.key.split('.')[1:3])}"
         return "node"
@@ -258,6 +260,10 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
 # ------------------------------------------------------------------ reports
 
 
+def _natural(text: str) -> list[Any]:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
+
+
 def _value(reading: Reading | None) -> str:
     return "-" if reading is None else reading.display()
 
@@ -310,15 +316,18 @@ def report_text(
         if markdown:
             lines.append("| group | reading | A | B | change |")
             lines.append("| --- | --- | --- | --- | --- |")
-        for c in changes:
+        group = None
+        for c in sorted(changes, key=lambda c: (c.group != "node", _natural(c.group), c.key)):
             rel = c.relative_change
             delta = f"{rel:+.1%}" if rel is not None else c.kind.replace("_", " ")
-            cells = (c.group, c.key, _value(c.a), _value(c.b), delta)
-            lines.append(
-                "| " + " | ".join(cells) + " |"
-                if markdown
-                else f"  {c.key}: {_value(c.a)} -> {_value(c.b)} ({delta})"
-            )
+            if markdown:
+                cells = (c.group, c.key, _value(c.a), _value(c.b), delta)
+                lines.append("| " + " | ".join(cells) + " |")
+                continue
+            if c.group != group:  # per-GPU (and per-device) differences under one heading
+                group = c.group
+                lines.append(f"  {group}:")
+            lines.append(f"    {c.key}: {_value(c.a)} -> {_value(c.b)} ({delta})")
     hidden = len(diff.differences(True)) - len(diff.differences(False))
     if hidden and not include_noisy:
         lines.append(f"\n({hidden} differences in readings that always vary are hidden: --all)")

@@ -60,7 +60,7 @@ def test_known_differences_are_reported(demo: dict[str, Path]) -> None:
     assert diff.exit_code() == 2  # a critical finding on one side only
     cli = run_cli("diff", str(demo["healthy"]), str(demo["faulty"]))
     assert cli.returncode == 2
-    assert "gpu.3.pcie.link_width: 16 lanes -> 8 lanes (-50.0%)" in cli.stdout
+    assert "  GPU 3:\n    gpu.3.pcie.link_width: 16 lanes -> 8 lanes (-50.0%)" in cli.stdout
 
 
 def test_noisy_readings_are_hidden_unless_asked(demo: dict[str, Path]) -> None:
