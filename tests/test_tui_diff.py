@@ -73,7 +73,12 @@ def test_keys_toggle_and_jump() -> None:
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
-def test_diff_screen_snapshot(snap_compare, size: tuple[int, int]) -> None:
+def test_diff_screen_snapshot(snap_compare, monkeypatch, size: tuple[int, int]) -> None:
+    # the same rendering whatever the caller's terminal settings (NO_COLOR drops colours)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLORTERM", "truecolor")
     assert snap_compare(_app(), terminal_size=size)
 
 
