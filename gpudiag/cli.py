@@ -23,6 +23,13 @@ from typing import NoReturn
 from gpudiag import __version__
 from gpudiag.diff import diff_snapshots, report_json, report_text
 from gpudiag.hostfs import HostFS
+from gpudiag.kernels.runner import (
+    DTYPES,
+    KERNELS,
+    KernelUnavailable,
+    run_cpu_stream,
+    run_gpu_stream,
+)
 from gpudiag.model import Snapshot
 from gpudiag.nvml import ReplayError, open_nvml
 from gpudiag.nvsmi import ImportError_, import_files
@@ -30,6 +37,7 @@ from gpudiag.probes import default_probes
 from gpudiag.redact import Redactor
 from gpudiag.ruleengine import Rule, RuleError, load_profiles, load_rules, parse_rule_file
 from gpudiag.session import (
+    EXIT_CRITICAL,
     EXIT_UNKNOWN,
     LiveNode,
     exit_code,
@@ -138,6 +146,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help="replace host names, serials, UUIDs, MAC and IP addresses",
     )
+    run = commands.add_parser("run", help="run measurement kernels and print the results")
+    run.add_argument("kernels", metavar="KERNEL", nargs="+", choices=KERNELS)
+    run.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu (every NUMA node), gpu (every GPU), all, or a GPU index",
+    )
+    run.add_argument(
+        "--size",
+        type=int,
+        default=256 * 2**20,
+        metavar="BYTES",
+        help="bytes per array (default 256 MiB: well beyond the last-level cache)",
+    )
+    run.add_argument("--trials", type=int, default=10, help="measured rounds after warm-up")
+    run.add_argument("--dtype", choices=tuple(DTYPES), default="fp64")
     rules = commands.add_parser("rules", help="list, explain and lint rules; list profiles")
     rules_commands = rules.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
     rules_commands.add_parser("list", help="every rule: id, severity, status, scope, title")
@@ -186,6 +210,53 @@ def _export(node: LiveNode, target: str, redact: bool = False) -> int:
     if redact:
         snapshot = Redactor().snapshot(snapshot)
     return _write_and_report(snapshot, target, "--export")
+
+
+def _run_kernels(args: argparse.Namespace) -> int:
+    if args.trials < 2:
+        raise UsageError("--trials must be at least 2 (statistics need two samples)")
+    if args.size < 4096:
+        raise UsageError("--size must be at least 4096 bytes")
+    devices = args.device
+    results = []
+    try:
+        if devices in ("cpu", "all"):
+            results += run_cpu_stream(args.size, args.dtype, args.trials)
+        if devices in ("gpu", "all") or devices.isdigit():
+            gpus = [int(devices)] if devices.isdigit() else list(range(_gpu_count()))
+            for gpu in gpus:
+                results += run_gpu_stream(gpu, args.size, args.dtype, args.trials)
+        if devices not in ("cpu", "gpu", "all") and not devices.isdigit():
+            raise UsageError(f"--device {devices}: cpu, gpu, all or a GPU index")
+    except KernelUnavailable as exc:
+        raise UsageError(f"--device {devices}: {exc}") from None
+    print(
+        f"{'kernel':<14} {'device':<12} {'median':>10} {'min':>10} {'max':>10} {'cv':>6}  "
+        f"95% CI of the median"
+    )
+    failed = False
+    for r in results:
+        name = f"{r.kernel}.{r.metric}"
+        if r.stats is None:
+            print(f"{name:<14} {r.device:<12} {r.status.value.upper()}: {r.error}")
+            failed = True
+            continue
+        s = r.stats
+        print(
+            f"{name:<14} {r.device:<12} {s.median:>10.1f} {s.minimum:>10.1f} "
+            f"{s.maximum:>10.1f} {s.cv:>6.1%}  {s.ci95_low:.1f}-{s.ci95_high:.1f} {r.unit}"
+        )
+    return EXIT_CRITICAL if failed else 0
+
+
+def _gpu_count() -> int:
+    try:
+        import cupy
+    except ImportError:
+        raise KernelUnavailable(
+            "CuPy is not installed: pip install 'gpudiag[cuda12]' (or [cuda13])"
+        ) from None
+    return int(cupy.cuda.runtime.getDeviceCount())
 
 
 def _diff(args: argparse.Namespace) -> int:
@@ -348,6 +419,8 @@ def run(argv: Sequence[str]) -> int:
         return _rules(args)
     if args.command == "diff":
         return _diff(args)
+    if args.command == "run":
+        return _run_kernels(args)
     node = _live_node(args, argv)
     try:
         if args.export:

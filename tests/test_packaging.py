@@ -49,6 +49,9 @@ def test_wheel_holds_subpackages_and_rule_files(wheel: Path) -> None:
         "gpudiag/probes/__init__.py",
         "gpudiag/probes/host.py",
         "gpudiag/kernels/stats.py",
+        "gpudiag/kernels/stream.cu",
+        "gpudiag/rules/profiles.toml",
+        "gpudiag/rules/explanations.toml",
         "gpudiag/rules/node.toml",
     ):
         assert expected in names

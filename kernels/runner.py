@@ -1,0 +1,72 @@
+"""Which kernel runs where: `gpudiag run KERNEL... --device cpu|gpu|all|N`.
+
+So far STREAM. On the CPU it runs once per NUMA node, one thread per CPU of the node,
+pinned there, with the node's memory first touched by those threads. The GPU path needs
+CuPy; where CuPy or a GPU is absent it says so (KernelUnavailable) rather than guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from gpudiag.hostfs import HostFS
+from gpudiag.kernels import stream
+from gpudiag.model import KernelResult
+from gpudiag.textparse import parse_cpulist
+
+KERNELS = ("stream",)
+DTYPES = {"fp64": np.float64, "fp32": np.float32}
+
+
+class KernelUnavailable(Exception):
+    """A kernel cannot run on the device asked for; str() says why in one line."""
+
+
+def numa_cpus(host: HostFS) -> dict[int, list[int]]:
+    """CPUs of every NUMA node that has some; {} where sysfs shows no nodes."""
+    nodes: dict[int, list[int]] = {}
+    for name in host.listdir("/sys/devices/system/node"):
+        if name.startswith("node") and name[4:].isdigit():
+            text = host.read(f"/sys/devices/system/node/{name}/cpulist")
+            cpus = parse_cpulist(text.text or "") if text.ok else []
+            if cpus:
+                nodes[int(name[4:])] = cpus
+    return nodes
+
+
+def run_cpu_stream(
+    size_bytes: int, dtype: str, trials: int, progress: Callable[[float], None] | None = None
+) -> list[KernelResult]:
+    """STREAM on every NUMA node's CPUs (or on all CPUs where NUMA is not shown)."""
+    n = max(1024, size_bytes // np.dtype(DTYPES[dtype]).itemsize)
+    nodes = numa_cpus(HostFS("/")) or {-1: []}
+    results: list[KernelResult] = []
+    for node, cpus in nodes.items():
+        device = "cpu" if node < 0 else f"cpu-numa{node}"
+        ops = stream.CpuOperations(n, DTYPES[dtype], [[cpu] for cpu in cpus])
+        try:
+            results += stream.run_stream(ops, device=device, trials=trials, progress=progress)
+        finally:
+            ops.close()
+    return results
+
+
+def run_gpu_stream(device: int, size_bytes: int, dtype: str, trials: int) -> list[KernelResult]:
+    """STREAM on one GPU through CuPy. Never run on a GPU in this project's CI."""
+    try:
+        import cupy
+    except ImportError:
+        raise KernelUnavailable(
+            "CuPy is not installed: pip install 'gpudiag[cuda12]' (or [cuda13])"
+        ) from None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # CUDA runtime errors have no common base class here
+        raise KernelUnavailable(f"no usable GPU: {exc}") from None
+    if not 0 <= device < count:
+        raise KernelUnavailable(f"no GPU {device} (this node has {count})")
+    n = max(1024, size_bytes // np.dtype(DTYPES[dtype]).itemsize)
+    ops = stream.CudaOperations(n, DTYPES[dtype], device)
+    return stream.run_stream(ops, device=f"gpu{device}", trials=trials)

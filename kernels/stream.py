@@ -1,0 +1,297 @@
+"""STREAM (copy, scale, add, triad, dot), after BabelStream: the same runner for the CPU
+(NumPy) and the GPU (CuPy), with BabelStream's verification and STREAM's byte counts.
+
+The CPU path runs for real in the tests. It works in cache-sized blocks, so a triad moves
+three arrays' worth of bytes and no temporary array, on several threads (NumPy releases
+the GIL inside its loops), each pinned to given CPUs and first-touching its own part of the
+arrays. The GPU path (`cuda_operations`) launches kernels/stream.cu through CuPy's
+RawModule and times with CUDA events; it has never run on a GPU in this project's CI.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from gpudiag.kernels.stats import summarize
+from gpudiag.model import KernelResult, ProbeStatus
+
+SCALAR = 0.4
+START_A, START_B, START_C = 0.1, 0.2, 0.0
+OPERATIONS = ("copy", "scale", "add", "triad", "dot")
+# Bytes moved per element, as STREAM counts them (reads plus writes of whole arrays).
+ARRAYS_TOUCHED = {"copy": 2, "scale": 2, "add": 3, "triad": 3, "dot": 2}
+BLOCK_BYTES = 256 * 1024  # a block of each array stays in L2 across the fused steps
+
+
+class VerificationError(Exception):
+    """The arrays do not hold what the operations must have produced."""
+
+
+@dataclass
+class StreamArrays:
+    """The three STREAM arrays, and the dot product's last value."""
+
+    a: Any
+    b: Any
+    c: Any
+    dot: float = 0.0
+
+
+def gold_values(iterations: int, dtype: Any) -> tuple[float, float, float, float]:
+    """What a, b, c and the dot product must be after `iterations` rounds of all five
+    operations (BabelStream's scalar replay of the same recurrence)."""
+    t = np.dtype(dtype).type
+    a, b, c, scalar = t(START_A), t(START_B), t(START_C), t(SCALAR)
+    for _ in range(iterations):
+        c = a
+        b = scalar * c
+        c = a + b
+        a = b + scalar * c
+    return float(a), float(b), float(c), float(a * b)
+
+
+def verify(arrays: StreamArrays, iterations: int, n: int, xp: Any = np) -> None:
+    """BabelStream's check: the mean relative error of each array within 100 x epsilon,
+    and the dot product within 1e-8 relative (1e-4 in FP32)."""
+    dtype = arrays.a.dtype
+    gold = gold_values(iterations, dtype)
+    epsilon = float(np.finfo(dtype).eps) * 100
+    for name, array, expected in zip("abc", (arrays.a, arrays.b, arrays.c), gold[:3], strict=True):
+        error = (
+            float(xp.mean(xp.abs(array - expected))) / abs(expected)
+            if expected
+            else float(xp.mean(xp.abs(array)))
+        )
+        if not math.isfinite(error) or error > epsilon:
+            raise VerificationError(
+                f"array {name}: mean relative error {error:.3g} exceeds {epsilon:.3g}"
+            )
+    expected_dot = gold[3] * n
+    # BabelStream's tolerance for FP64; FP32 sums of millions of terms need a wider one
+    if not math.isclose(arrays.dot, expected_dot, rel_tol=1e-4 if dtype == np.float32 else 1e-8):
+        raise VerificationError(f"dot product {arrays.dot!r}, expected {expected_dot!r}")
+
+
+# ------------------------------------------------------------------ CPU (NumPy)
+
+
+class CpuOperations:
+    """The five operations on NumPy arrays, blocked and spread over threads."""
+
+    def __init__(self, n: int, dtype: Any, cpus_per_thread: Sequence[Sequence[int]] = ()) -> None:
+        self.n = n
+        self.dtype = np.dtype(dtype)
+        self.threads = max(1, len(cpus_per_thread) or (os.cpu_count() or 1))
+        self.cpus = list(cpus_per_thread)
+        self.block = max(1024, BLOCK_BYTES // self.dtype.itemsize)
+        bounds = np.linspace(0, n, self.threads + 1).astype(np.int64)
+        self.parts = [(int(bounds[i]), int(bounds[i + 1])) for i in range(self.threads)]
+        self.pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="stream")
+        self.pinned = [False] * self.threads
+
+    def _pin(self, index: int) -> None:
+        # The pool's threads take parts in any order: pin for the part at hand each time
+        # (a system call of a microsecond, against a block loop of milliseconds).
+        if self.cpus:
+            os.sched_setaffinity(0, self.cpus[index])  # this thread only, on Linux
+            self.pinned[index] = True
+
+    def _each(self, work: Callable[[int, int], Any]) -> list[Any]:
+        def run(index: int) -> Any:
+            self._pin(index)
+            start, stop = self.parts[index]
+            return work(start, stop)
+
+        return list(self.pool.map(run, range(self.threads)))
+
+    def allocate(self) -> StreamArrays:
+        """Arrays first touched by the threads that will use them (NUMA placement)."""
+        arrays = StreamArrays(*(np.empty(self.n, dtype=self.dtype) for _ in range(3)))
+
+        def touch(start: int, stop: int) -> None:
+            arrays.a[start:stop] = START_A
+            arrays.b[start:stop] = START_B
+            arrays.c[start:stop] = START_C
+
+        self._each(touch)
+        return arrays
+
+    def _blocks(self, start: int, stop: int) -> range:
+        return range(start, stop, self.block)
+
+    def run(self, operation: str, arrays: StreamArrays) -> None:
+        """One operation over the whole arrays."""
+        a, b, c, scalar, step = arrays.a, arrays.b, arrays.c, self.dtype.type(SCALAR), self.block
+
+        def copy(start: int, stop: int) -> None:
+            np.copyto(c[start:stop], a[start:stop])
+
+        def scale(start: int, stop: int) -> None:
+            np.multiply(c[start:stop], scalar, out=b[start:stop])
+
+        def add(start: int, stop: int) -> None:
+            np.add(a[start:stop], b[start:stop], out=c[start:stop])
+
+        def triad(start: int, stop: int) -> None:
+            for i in self._blocks(start, stop):
+                j = min(i + step, stop)
+                np.multiply(c[i:j], scalar, out=a[i:j])  # a's block is written once more below
+                np.add(a[i:j], b[i:j], out=a[i:j])  # while it is still in cache
+
+        def dot(start: int, stop: int) -> float:
+            return float(np.dot(a[start:stop], b[start:stop]))
+
+        work = {"copy": copy, "scale": scale, "add": add, "triad": triad, "dot": dot}[operation]
+        results = self._each(work)
+        if operation == "dot":
+            arrays.dot = float(sum(results))
+
+    def time(self, operation: str, arrays: StreamArrays) -> float:
+        """Seconds for one operation."""
+        started = time.perf_counter()
+        self.run(operation, arrays)
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+# ------------------------------------------------------------------ GPU (CuPy)
+
+
+class CudaOperations:
+    """The five operations as kernels/stream.cu launched through CuPy, timed with CUDA
+    events. Never run on a GPU in CI: the tests compile stream.cu with nvcc and run the
+    shared runner and verifier with NumPy."""
+
+    THREADS = 1024
+
+    def __init__(self, n: int, dtype: Any, device: int = 0) -> None:
+        import cupy
+
+        self.cp = cupy
+        self.n = n
+        self.dtype = np.dtype(dtype)
+        self.device = cupy.cuda.Device(device)
+        self.device.use()
+        source = (resources.files("gpudiag.kernels") / "stream.cu").read_text(encoding="utf-8")
+        self.module = cupy.RawModule(code=source, options=("-std=c++17",))
+        suffix = "f32" if self.dtype == np.float32 else "f64"
+        self.kernels = {op: self.module.get_function(f"stream_{op}_{suffix}") for op in OPERATIONS}
+        sms = self.device.attributes["MultiProcessorCount"]
+        self.blocks = sms * 4
+        self.partial = cupy.empty(self.blocks, dtype=self.dtype)
+
+    def allocate(self) -> StreamArrays:
+        cp = self.cp
+        return StreamArrays(
+            cp.full(self.n, START_A, dtype=self.dtype),
+            cp.full(self.n, START_B, dtype=self.dtype),
+            cp.full(self.n, START_C, dtype=self.dtype),
+        )
+
+    def run(self, operation: str, arrays: StreamArrays) -> None:
+        n, scalar = np.uint64(self.n), self.dtype.type(SCALAR)
+        a, b, c = arrays.a, arrays.b, arrays.c
+        args = {
+            "copy": (a, c, n),
+            "scale": (b, c, scalar, n),
+            "add": (a, b, c, n),
+            "triad": (a, b, c, scalar, n),
+            "dot": (a, b, self.partial, n),
+        }[operation]
+        self.kernels[operation]((self.blocks,), (self.THREADS,), args)
+        if operation == "dot":
+            arrays.dot = float(self.partial.sum())
+
+    def time(self, operation: str, arrays: StreamArrays) -> float:
+        start, stop = self.cp.cuda.Event(), self.cp.cuda.Event()
+        start.record()
+        self.run(operation, arrays)
+        stop.record()
+        stop.synchronize()
+        return self.cp.cuda.get_elapsed_time(start, stop) / 1000.0
+
+    def close(self) -> None:
+        return None
+
+
+# ------------------------------------------------------------------ the runner
+
+
+def run_stream(
+    ops: Any,
+    *,
+    device: str,
+    trials: int = 10,
+    warmup: int = 2,
+    cancel: threading.Event | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> list[KernelResult]:
+    """Warm up, run `trials` rounds of the five operations, verify the arrays, and return
+    one result per operation in GB/s (10^9 bytes per second). A failed verification is an
+    error result for every operation: a fast wrong answer is no answer."""
+    arrays = ops.allocate()
+    itemsize = ops.dtype.itemsize
+    samples: dict[str, list[float]] = {op: [] for op in OPERATIONS}
+    rounds = warmup + trials
+    dtype_name = "fp32" if ops.dtype == np.float32 else "fp64"
+    params = (("n", ops.n), ("dtype", dtype_name), ("trials", trials))
+    for round_index in range(rounds):
+        if cancel is not None and cancel.is_set():
+            return [
+                KernelResult(
+                    "stream",
+                    device,
+                    op,
+                    "GB/s",
+                    ProbeStatus.CANCELLED,
+                    error="cancelled",
+                    params=params,
+                )
+                for op in OPERATIONS
+            ]
+        for op in OPERATIONS:
+            seconds = ops.time(op, arrays)
+            if round_index >= warmup and seconds > 0:
+                samples[op].append(ARRAYS_TOUCHED[op] * itemsize * ops.n / seconds / 1e9)
+        if progress is not None:
+            progress((round_index + 1) / rounds)
+    try:
+        verify(arrays, rounds, ops.n, getattr(ops, "cp", np))
+    except VerificationError as exc:
+        return [
+            KernelResult(
+                "stream",
+                device,
+                op,
+                "GB/s",
+                ProbeStatus.ERROR,
+                error=f"verification failed: {exc}",
+                params=params,
+            )
+            for op in OPERATIONS
+        ]
+    return [
+        KernelResult(
+            "stream",
+            device,
+            op,
+            "GB/s",
+            ProbeStatus.OK,
+            tuple(samples[op]),
+            summarize(samples[op]) if len(samples[op]) >= 2 else None,
+            params,
+        )
+        for op in OPERATIONS
+    ]

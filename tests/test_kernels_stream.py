@@ -1,0 +1,145 @@
+"""STREAM: the shared runner and verifier on the CPU for real, and every .cu compiled."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpudiag.kernels import stream
+from gpudiag.model import ProbeStatus
+
+from conftest import REPO
+
+N = 1 << 20
+
+
+def test_gold_values_follow_the_recurrence() -> None:
+    a, b, c, dot = stream.gold_values(1, np.float64)
+    assert (c, b) == pytest.approx((0.1 + 0.04, 0.04))  # c = a, b = 0.4 c, c = a + b
+    assert a == pytest.approx(0.04 + 0.4 * 0.14)
+    assert dot == pytest.approx(a * b)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cpu_stream_runs_verifies_and_counts_bytes(dtype) -> None:
+    ops = stream.CpuOperations(N, dtype)
+    try:
+        results = stream.run_stream(ops, device="cpu", trials=4, warmup=1)
+    finally:
+        ops.close()
+    assert [r.metric for r in results] == list(stream.OPERATIONS)
+    for result in results:
+        assert result.status is ProbeStatus.OK, result.error
+        assert len(result.samples) == 4 and result.stats is not None
+        assert result.unit == "GB/s" and all(s > 0 for s in result.samples)
+    assert dict(results[0].params)["dtype"] == ("fp64" if dtype == np.float64 else "fp32")
+
+
+def test_a_wrong_triad_is_caught_however_fast() -> None:
+    class WrongTriad(stream.CpuOperations):
+        def run(self, operation, arrays):
+            super().run(operation, arrays)
+            if operation == "triad":
+                arrays.a[N // 2] += 1.0  # one element off
+
+    ops = WrongTriad(N, np.float64)
+    try:
+        results = stream.run_stream(ops, device="cpu", trials=2, warmup=0)
+    finally:
+        ops.close()
+    assert all(r.status is ProbeStatus.ERROR for r in results)
+    assert "verification failed: array a" in results[0].error or "dot product" in results[0].error
+
+
+def test_cancel_stops_between_rounds() -> None:
+    cancel = threading.Event()
+    seen = []
+
+    def progress(fraction: float) -> None:
+        seen.append(fraction)
+        cancel.set()
+
+    ops = stream.CpuOperations(N, np.float64)
+    try:
+        results = stream.run_stream(
+            ops, device="cpu", trials=50, warmup=0, cancel=cancel, progress=progress
+        )
+    finally:
+        ops.close()
+    assert len(seen) == 1
+    assert all(r.status is ProbeStatus.CANCELLED for r in results)
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="pinning two threads needs two CPUs")
+def test_threads_are_pinned_to_their_cpus() -> None:
+    ops = stream.CpuOperations(N, np.float64, cpus_per_thread=[[0], [1]])
+    try:
+        stream.run_stream(ops, device="cpu", trials=2, warmup=0)
+        assert ops.pinned == [True, True]
+    finally:
+        ops.close()
+
+
+CU_FILES = sorted((REPO / "kernels").glob("*.cu"))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed here")
+@pytest.mark.parametrize("source", CU_FILES, ids=lambda p: p.name)
+def test_every_cuda_file_compiles_for_sm80_and_sm90(source: Path, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            "nvcc",
+            "-c",
+            "-std=c++17",
+            "-gencode",
+            "arch=compute_80,code=sm_80",
+            "-gencode",
+            "arch=compute_90,code=sm_90",
+            str(source),
+            "-o",
+            str(tmp_path / "out.o"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out.o").stat().st_size > 0
+
+
+def test_there_is_cuda_source_to_compile() -> None:
+    assert [p.name for p in CU_FILES] == ["stream.cu"]
+
+
+def test_cli_runs_cpu_stream_per_numa_node() -> None:
+    from conftest import run_cli
+
+    result = run_cli("run", "stream", "--device", "cpu", "--size", str(8 * 2**20), "--trials", "3")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("kernel")
+    triad = [line for line in lines if line.startswith("stream.triad")]
+    assert triad and all(line.rstrip().endswith("GB/s") for line in triad)
+
+
+def test_cli_gpu_without_cupy_says_so() -> None:
+    from conftest import run_cli
+
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("CuPy is installed here: the message is for machines without it")
+    result = run_cli("run", "stream", "--device", "gpu")
+    assert result.returncode == 3
+    assert "CuPy is not installed" in result.stderr and result.stderr.count("\n") == 1
+    bad = run_cli("run", "stream", "--trials", "1")
+    assert bad.returncode == 3 and "at least 2" in bad.stderr
