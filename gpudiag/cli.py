@@ -27,6 +27,7 @@ from gpudiag.kernels.runner import (
     DTYPES,
     KERNELS,
     KernelUnavailable,
+    gpu_count,
     run_cpu_stream,
     run_gpu_stream,
 )
@@ -223,7 +224,7 @@ def _run_kernels(args: argparse.Namespace) -> int:
         if devices in ("cpu", "all"):
             results += run_cpu_stream(args.size, args.dtype, args.trials)
         if devices in ("gpu", "all") or devices.isdigit():
-            gpus = [int(devices)] if devices.isdigit() else list(range(_gpu_count()))
+            gpus = [int(devices)] if devices.isdigit() else list(range(gpu_count()))
             for gpu in gpus:
                 results += run_gpu_stream(gpu, args.size, args.dtype, args.trials)
         if devices not in ("cpu", "gpu", "all") and not devices.isdigit():
@@ -247,16 +248,6 @@ def _run_kernels(args: argparse.Namespace) -> int:
             f"{s.maximum:>10.1f} {s.cv:>6.1%}  {s.ci95_low:.1f}-{s.ci95_high:.1f} {r.unit}"
         )
     return EXIT_CRITICAL if failed else 0
-
-
-def _gpu_count() -> int:
-    try:
-        import cupy
-    except ImportError:
-        raise KernelUnavailable(
-            "CuPy is not installed: pip install 'gpudiag[cuda12]' (or [cuda13])"
-        ) from None
-    return int(cupy.cuda.runtime.getDeviceCount())
 
 
 def _diff(args: argparse.Namespace) -> int:

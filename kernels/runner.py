@@ -53,8 +53,8 @@ def run_cpu_stream(
     return results
 
 
-def run_gpu_stream(device: int, size_bytes: int, dtype: str, trials: int) -> list[KernelResult]:
-    """STREAM on one GPU through CuPy. Never run on a GPU in this project's CI."""
+def gpu_count() -> int:
+    """GPUs CuPy sees; KernelUnavailable (with the reason) where it cannot look."""
     try:
         import cupy
     except ImportError:
@@ -62,9 +62,14 @@ def run_gpu_stream(device: int, size_bytes: int, dtype: str, trials: int) -> lis
             "CuPy is not installed: pip install 'gpudiag[cuda12]' (or [cuda13])"
         ) from None
     try:
-        count = cupy.cuda.runtime.getDeviceCount()
+        return int(cupy.cuda.runtime.getDeviceCount())
     except Exception as exc:  # CUDA runtime errors have no common base class here
         raise KernelUnavailable(f"no usable GPU: {exc}") from None
+
+
+def run_gpu_stream(device: int, size_bytes: int, dtype: str, trials: int) -> list[KernelResult]:
+    """STREAM on one GPU through CuPy. Never run on a GPU in this project's CI."""
+    count = gpu_count()
     if not 0 <= device < count:
         raise KernelUnavailable(f"no GPU {device} (this node has {count})")
     n = max(1024, size_bytes // np.dtype(DTYPES[dtype]).itemsize)

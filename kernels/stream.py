@@ -247,20 +247,16 @@ def run_stream(
     rounds = warmup + trials
     dtype_name = "fp32" if ops.dtype == np.float32 else "fp64"
     params = (("n", ops.n), ("dtype", dtype_name), ("trials", trials))
+
+    def ended(status: ProbeStatus, error: str) -> list[KernelResult]:
+        return [
+            KernelResult("stream", device, op, "GB/s", status, error=error, params=params)
+            for op in OPERATIONS
+        ]
+
     for round_index in range(rounds):
         if cancel is not None and cancel.is_set():
-            return [
-                KernelResult(
-                    "stream",
-                    device,
-                    op,
-                    "GB/s",
-                    ProbeStatus.CANCELLED,
-                    error="cancelled",
-                    params=params,
-                )
-                for op in OPERATIONS
-            ]
+            return ended(ProbeStatus.CANCELLED, "cancelled")
         for op in OPERATIONS:
             seconds = ops.time(op, arrays)
             if round_index >= warmup and seconds > 0:
@@ -270,18 +266,7 @@ def run_stream(
     try:
         verify(arrays, rounds, ops.n, getattr(ops, "cp", np))
     except VerificationError as exc:
-        return [
-            KernelResult(
-                "stream",
-                device,
-                op,
-                "GB/s",
-                ProbeStatus.ERROR,
-                error=f"verification failed: {exc}",
-                params=params,
-            )
-            for op in OPERATIONS
-        ]
+        return ended(ProbeStatus.ERROR, f"verification failed: {exc}")
     return [
         KernelResult(
             "stream",
