@@ -28,10 +28,12 @@ from gpudiag.kernels.runner import (
     KERNELS,
     KernelUnavailable,
     gpu_count,
+    run_cpu_gemm,
     run_cpu_stream,
+    run_gpu_gemm,
     run_gpu_stream,
 )
-from gpudiag.model import Snapshot
+from gpudiag.model import ProbeStatus, Snapshot
 from gpudiag.nvml import ReplayError, open_nvml
 from gpudiag.nvsmi import ImportError_, import_files
 from gpudiag.probes import default_probes
@@ -162,7 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="bytes per array (default 256 MiB: well beyond the last-level cache)",
     )
     run.add_argument("--trials", type=int, default=10, help="measured rounds after warm-up")
-    run.add_argument("--dtype", choices=tuple(DTYPES), default="fp64")
+    run.add_argument("--dtype", choices=tuple(DTYPES), default="fp64", help="STREAM's element type")
+    run.add_argument(
+        "--gemm-n",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="GEMM matrix size (N x N; default 4096)",
+    )
     rules = commands.add_parser("rules", help="list, explain and lint rules; list profiles")
     rules_commands = rules.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
     rules_commands.add_parser("list", help="every rule: id, severity, status, scope, title")
@@ -221,14 +230,22 @@ def _run_kernels(args: argparse.Namespace) -> int:
     devices = args.device
     results = []
     try:
-        if devices in ("cpu", "all"):
-            results += run_cpu_stream(args.size, args.dtype, args.trials)
-        if devices in ("gpu", "all") or devices.isdigit():
-            gpus = [int(devices)] if devices.isdigit() else list(range(gpu_count()))
-            for gpu in gpus:
-                results += run_gpu_stream(gpu, args.size, args.dtype, args.trials)
         if devices not in ("cpu", "gpu", "all") and not devices.isdigit():
             raise UsageError(f"--device {devices}: cpu, gpu, all or a GPU index")
+        gpus = []
+        if devices in ("gpu", "all") or devices.isdigit():
+            gpus = [int(devices)] if devices.isdigit() else list(range(gpu_count()))
+        for kernel in dict.fromkeys(args.kernels):
+            if kernel == "stream":
+                if devices in ("cpu", "all"):
+                    results += run_cpu_stream(args.size, args.dtype, args.trials)
+                for gpu in gpus:
+                    results += run_gpu_stream(gpu, args.size, args.dtype, args.trials)
+            else:
+                if devices in ("cpu", "all"):
+                    results += run_cpu_gemm(args.gemm_n, args.trials)
+                for gpu in gpus:
+                    results += run_gpu_gemm(gpu, args.gemm_n, args.trials)
     except KernelUnavailable as exc:
         raise UsageError(f"--device {devices}: {exc}") from None
     print(
@@ -240,7 +257,7 @@ def _run_kernels(args: argparse.Namespace) -> int:
         name = f"{r.kernel}.{r.metric}"
         if r.stats is None:
             print(f"{name:<14} {r.device:<12} {r.status.value.upper()}: {r.error}")
-            failed = True
+            failed = failed or r.status is not ProbeStatus.SKIPPED
             continue
         s = r.stats
         print(

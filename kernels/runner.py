@@ -12,11 +12,11 @@ from collections.abc import Callable
 import numpy as np
 
 from gpudiag.hostfs import HostFS
-from gpudiag.kernels import stream
+from gpudiag.kernels import gemm, stream
 from gpudiag.model import KernelResult
 from gpudiag.textparse import parse_cpulist
 
-KERNELS = ("stream",)
+KERNELS = ("stream", "gemm")
 DTYPES = {"fp64": np.float64, "fp32": np.float32}
 
 
@@ -75,3 +75,19 @@ def run_gpu_stream(device: int, size_bytes: int, dtype: str, trials: int) -> lis
     n = max(1024, size_bytes // np.dtype(DTYPES[dtype]).itemsize)
     ops = stream.CudaOperations(n, DTYPES[dtype], device)
     return stream.run_stream(ops, device=f"gpu{device}", trials=trials)
+
+
+def run_cpu_gemm(n: int, trials: int) -> list[KernelResult]:
+    """GEMM with NumPy's BLAS in every precision (those it lacks are reported skipped)."""
+    return [
+        gemm.run_gemm(np, precision, n, device="cpu", trials=trials)
+        for precision in gemm.PRECISIONS
+    ]
+
+
+def run_gpu_gemm(device: int, n: int, trials: int) -> list[KernelResult]:
+    """GEMM with cuBLAS through CuPy. Never run on a GPU in this project's CI."""
+    count = gpu_count()
+    if not 0 <= device < count:
+        raise KernelUnavailable(f"no GPU {device} (this node has {count})")
+    return [gemm.run_gpu_gemm(device, precision, n, trials) for precision in gemm.PRECISIONS]

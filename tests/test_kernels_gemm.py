@@ -1,0 +1,64 @@
+"""GEMM: the runner and its check, for real on the CPU; unsupported precisions say why."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpudiag.kernels import gemm
+from gpudiag.model import ProbeStatus
+
+
+@pytest.mark.parametrize("precision", ["fp64", "fp32"])
+def test_cpu_gemm_measures_and_checks(precision: str) -> None:
+    result = gemm.run_gemm(np, precision, 256, device="cpu", trials=3)
+    assert result.status is ProbeStatus.OK, result.error
+    assert result.unit == "TFLOP/s" and len(result.samples) == 3
+    assert result.stats is not None and all(s > 0 for s in result.samples)
+
+
+@pytest.mark.parametrize("precision", ["tf32", "fp16", "bf16"])
+def test_cpu_says_which_precisions_it_cannot_do(precision: str) -> None:
+    result = gemm.run_gemm(np, precision, 64, device="cpu", trials=2)
+    assert result.status is ProbeStatus.SKIPPED and result.error
+
+
+def test_a_wrong_product_is_caught() -> None:
+    class BrokenNumpy:
+        """NumPy, but matmul flips one element's sign."""
+
+        float64 = np.float64
+        float32 = np.float32
+
+        @staticmethod
+        def asarray(x, dtype=None):
+            return np.asarray(x, dtype=dtype)
+
+        @staticmethod
+        def matmul(a, b):
+            c = np.matmul(a, b)
+            c[3, 5] = -c[3, 5] + 1.0
+            return c
+
+    # every row is checked at n = 8 (CHECKED_ROWS rows), so the bad element is seen
+    result = gemm.run_gemm(BrokenNumpy, "fp64", 8, device="cpu", trials=2)
+    assert result.status is ProbeStatus.ERROR
+    assert result.error.startswith("wrong product: relative error")
+
+
+def test_check_product_measures_relative_error() -> None:
+    rng = np.random.default_rng(1)
+    a, b = rng.uniform(-1, 1, (16, 16)), rng.uniform(-1, 1, (16, 16))
+    rows = np.arange(16)
+    assert gemm.check_product(a, b, a @ b, "fp64", rows) < 1e-14
+    fp32 = a.astype(np.float32) @ b.astype(np.float32)
+    assert gemm.check_product(a, b, fp32, "fp32", rows) < gemm.TOLERANCE["fp32"]
+
+
+def test_cli_runs_gemm_and_reports_skipped_precisions() -> None:
+    from conftest import run_cli
+
+    result = run_cli("run", "gemm", "--device", "cpu", "--gemm-n", "256", "--trials", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "gemm.fp64" in result.stdout and "TFLOP/s" in result.stdout
+    assert "gemm.fp16      cpu          SKIPPED: NumPy's BLAS has no FP16" in result.stdout
