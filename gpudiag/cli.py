@@ -28,6 +28,7 @@ from gpudiag.kernels.runner import (
     KERNELS,
     KernelUnavailable,
     gpu_count,
+    run_burn,
     run_cpu_gemm,
     run_cpu_stream,
     run_gpu_gemm,
@@ -164,6 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="bytes per array (default 256 MiB: well beyond the last-level cache)",
     )
     run.add_argument("--trials", type=int, default=10, help="measured rounds after warm-up")
+    run.add_argument(
+        "--seconds",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="how long the burn runs (default 60)",
+    )
     run.add_argument("--dtype", choices=tuple(DTYPES), default="fp64", help="STREAM's element type")
     run.add_argument(
         "--gemm-n",
@@ -225,10 +233,13 @@ def _export(node: LiveNode, target: str, redact: bool = False) -> int:
 def _run_kernels(args: argparse.Namespace) -> int:
     if args.trials < 2:
         raise UsageError("--trials must be at least 2 (statistics need two samples)")
+    if args.seconds <= 0:
+        raise UsageError("--seconds must be positive")
     if args.size < 4096:
         raise UsageError("--size must be at least 4096 bytes")
     devices = args.device
     results = []
+    burn_faulty = False
     try:
         if devices not in ("cpu", "gpu", "all") and not devices.isdigit():
             raise UsageError(f"--device {devices}: cpu, gpu, all or a GPU index")
@@ -241,6 +252,17 @@ def _run_kernels(args: argparse.Namespace) -> int:
                     results += run_cpu_stream(args.size, args.dtype, args.trials)
                 for gpu in gpus:
                     results += run_gpu_stream(gpu, args.size, args.dtype, args.trials)
+            elif kernel == "burn":
+                for report in run_burn(devices, gpus, args.gemm_n, args.seconds):
+                    verdict = "FAULTY" if report.faulty else "ok"
+                    print(
+                        f"burn           {report.device:<12} {verdict}: {report.iterations} "
+                        f"products in {report.seconds:.1f} s ({report.gflops:.4g} GFLOP/s), "
+                        f"{report.mismatches} mismatches, {report.nans} NaNs"
+                        + (f", {report.error}" if report.error else "")
+                        + (f", {len(report.samples)} NVML samples" if report.samples else "")
+                    )
+                    burn_faulty = burn_faulty or report.faulty
             else:
                 if devices in ("cpu", "all"):
                     results += run_cpu_gemm(args.gemm_n, args.trials)
@@ -248,10 +270,11 @@ def _run_kernels(args: argparse.Namespace) -> int:
                     results += run_gpu_gemm(gpu, args.gemm_n, args.trials)
     except KernelUnavailable as exc:
         raise UsageError(f"--device {devices}: {exc}") from None
-    print(
-        f"{'kernel':<14} {'device':<12} {'median':>10} {'min':>10} {'max':>10} {'cv':>6}  "
-        f"95% CI of the median"
-    )
+    if results:
+        print(
+            f"{'kernel':<14} {'device':<12} {'median':>10} {'min':>10} {'max':>10} {'cv':>6}  "
+            f"95% CI of the median"
+        )
     failed = False
     for r in results:
         name = f"{r.kernel}.{r.metric}"
@@ -264,7 +287,7 @@ def _run_kernels(args: argparse.Namespace) -> int:
             f"{name:<14} {r.device:<12} {s.median:>10.1f} {s.minimum:>10.1f} "
             f"{s.maximum:>10.1f} {s.cv:>6.1%}  {s.ci95_low:.1f}-{s.ci95_high:.1f} {r.unit}"
         )
-    return EXIT_CRITICAL if failed else 0
+    return EXIT_CRITICAL if failed or burn_faulty else 0
 
 
 def _diff(args: argparse.Namespace) -> int:

@@ -12,11 +12,11 @@ from collections.abc import Callable
 import numpy as np
 
 from gpudiag.hostfs import HostFS
-from gpudiag.kernels import gemm, stream
+from gpudiag.kernels import burn, gemm, stream
 from gpudiag.model import KernelResult
 from gpudiag.textparse import parse_cpulist
 
-KERNELS = ("stream", "gemm")
+KERNELS = ("stream", "gemm", "burn")
 DTYPES = {"fp64": np.float64, "fp32": np.float32}
 
 
@@ -91,3 +91,19 @@ def run_gpu_gemm(device: int, n: int, trials: int) -> list[KernelResult]:
     if not 0 <= device < count:
         raise KernelUnavailable(f"no GPU {device} (this node has {count})")
     return [gemm.run_gpu_gemm(device, precision, n, trials) for precision in gemm.PRECISIONS]
+
+
+def run_burn(devices: str, gpus: list[int], n: int, seconds: float) -> list[burn.BurnReport]:
+    """The burn on the CPU (NumPy) and/or every GPU asked for (CuPy, NVML sampled)."""
+    reports = []
+    if devices in ("cpu", "all"):
+        reports.append(burn.burn_device(np, n, seconds, "cpu"))
+    if gpus:
+        from gpudiag.nvml import open_nvml
+
+        nvml = open_nvml(None)
+        try:
+            reports += burn.burn_gpus(gpus, n, seconds, nvml)
+        finally:
+            nvml.close()
+    return reports

@@ -103,8 +103,12 @@ def test_hanging_probe_does_not_freeze_the_screen() -> None:
     async def scenario() -> None:
         app = GpudiagApp(_node(probes=[hang, quick]))
         async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause(0.2)
-            # the quick probe is shown while the other still runs
+            # the quick probe is shown while the other still runs (the hang lasts 0.5 s;
+            # poll rather than sleep a fixed time, so a loaded machine does not fail this)
+            for _ in range(40):
+                await pilot.pause(0.01)
+                if _cells(app, "#probes"):
+                    break
             assert [row[:2] for row in _cells(app, "#probes")] == [["quick", "ok"]]
             await app.workers.wait_for_complete()
             await pilot.pause()
