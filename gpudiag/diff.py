@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from gpudiag import tomlcompat
+from gpudiag.hostfs import natural_key
 from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
 
 EXIT_EQUIVALENT, EXIT_CONFIG, EXIT_PERFORMANCE = 0, 1, 2
@@ -260,10 +261,6 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
 # ------------------------------------------------------------------ reports
 
 
-def _natural(text: str) -> list[Any]:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
-
-
 def _value(reading: Reading | None) -> str:
     return "-" if reading is None else reading.display()
 
@@ -317,7 +314,7 @@ def report_text(
             lines.append("| group | reading | A | B | change |")
             lines.append("| --- | --- | --- | --- | --- |")
         group = None
-        for c in sorted(changes, key=lambda c: (c.group != "node", _natural(c.group), c.key)):
+        for c in sorted(changes, key=lambda c: (c.group != "node", natural_key(c.group), c.key)):
             rel = c.relative_change
             delta = f"{rel:+.1%}" if rel is not None else c.kind.replace("_", " ")
             if markdown:

@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag import tomlcompat
+from gpudiag.hostfs import natural_key
 from gpudiag.model import Finding, ProbeResult, ProbeStatus, Reading, ReadingStatus, Severity
 
 SCOPES: dict[str, tuple[str, ...]] = {
@@ -797,7 +798,7 @@ def evaluate(
         finding = _evaluate_instance(rule, values, context, key)
         if finding is not None:
             findings.append(finding)
-    findings.sort(key=lambda f: (-f.severity.rank, f.rule_id, _natural(f.subject)))
+    findings.sort(key=lambda f: (-f.severity.rank, f.rule_id, natural_key(f.subject)))
     return findings
 
 
@@ -864,7 +865,3 @@ def _plan(rules: Sequence[Rule], readings: dict[str, Reading]) -> _Plan:
         _PLANS.clear()
     _PLANS[cache_key] = plan
     return plan
-
-
-def _natural(text: str) -> list[Any]:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]

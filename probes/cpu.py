@@ -215,8 +215,21 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     host = context.host
     cpuinfo = host.read("/proc/cpuinfo")
     blocks = parse_cpuinfo(cpuinfo.text or "")
-    yield cpuinfo.parsed("cpu.vendor", lambda t: cpu_identity(parse_cpuinfo(t))["vendor"])
-    yield cpuinfo.parsed("cpu.model", lambda t: cpu_identity(parse_cpuinfo(t))["model"])
+    identity: dict[str, str] = {}
+    failure = ""
+    if cpuinfo.ok:
+        try:
+            identity = cpu_identity(blocks)  # cpuinfo parsed once, for every reading
+        except ValueError as exc:
+            failure = f"cannot parse /proc/cpuinfo: {exc}"
+    for field in ("vendor", "model"):
+        key = f"cpu.{field}"
+        if identity:
+            yield Reading(key, identity[field], source=cpuinfo.source)
+        elif failure:
+            yield Reading.failed(key, ReadingStatus.ERROR, failure, cpuinfo.source)
+        else:
+            yield cpuinfo.reading(key)
     microcodes = sorted({b["microcode"] for b in blocks if "microcode" in b})
     if microcodes:
         value = microcodes[0] if len(microcodes) == 1 else microcodes
