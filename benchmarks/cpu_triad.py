@@ -67,8 +67,11 @@ def c_triad(n: int, trials: int) -> float:
     return float(out.stdout.split()[0])
 
 
-def gpudiag_triad(n: int, trials: int) -> float:
-    ops = stream.CpuOperations(n, np.float64)
+def gpudiag_triad(n: int, trials: int, engine: str) -> float:
+    """The triad as `gpudiag run stream --device cpu` runs it: one pinned thread per CPU."""
+    ops = stream.CpuOperations(
+        n, np.float64, [[cpu] for cpu in sorted(os.sched_getaffinity(0))], engine=engine
+    )
     try:
         results = stream.run_stream(ops, device="cpu", trials=trials, warmup=1)
     finally:
@@ -87,11 +90,14 @@ def main() -> None:
     n = args.mib * 2**20 // 8
     threads = os.cpu_count()
     reference = c_triad(n, args.trials)
-    ours = gpudiag_triad(n, args.trials)
+    ours = gpudiag_triad(n, args.trials, "numba")
+    fallback = gpudiag_triad(n, args.trials, "numpy")
     print(f"triad, {args.mib} MiB per array, FP64, {threads} threads, median of {args.trials}:")
-    print(f"  C OpenMP (gcc -O3 -fopenmp): {reference:.2f} GB/s")
-    print(f"  gpudiag CPU (NumPy, blocked): {ours:.2f} GB/s")
-    print(f"  ratio: {ours / reference:.1%} (target: at least 90%)")
+    print(f"  C OpenMP (gcc -O3 -fopenmp):      {reference:.2f} GB/s")
+    print(f"  gpudiag CPU (Numba loops):        {ours:.2f} GB/s  ratio {ours / reference:.1%}")
+    share = fallback / reference
+    print(f"  gpudiag fallback (NumPy blocks):   {fallback:.2f} GB/s  ratio {share:.1%}")
+    print("  target: gpudiag at least 90% of C (the fallback runs only where Numba is absent)")
 
 
 if __name__ == "__main__":

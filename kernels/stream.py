@@ -1,10 +1,10 @@
 """STREAM (copy, scale, add, triad, dot), after BabelStream: the same runner for the CPU
 (NumPy) and the GPU (CuPy), with BabelStream's verification and STREAM's byte counts.
 
-The CPU path runs for real in the tests. It works in cache-sized blocks, so a triad moves
-three arrays' worth of bytes and no temporary array, on several threads (NumPy releases
-the GIL inside its loops), each pinned to given CPUs and first-touching its own part of the
-arrays. The GPU path (`cuda_operations`) launches kernels/stream.cu through CuPy's
+The CPU path runs for real in the tests: one fused loop per operation compiled with Numba
+(kernels/cpu_loops.py; NumPy in cache-sized blocks where Numba is absent), on several
+threads (both release the GIL), each pinned to given CPUs and first-touching its own part
+of the arrays. The GPU path (`cuda_operations`) launches kernels/stream.cu through CuPy's
 RawModule and times with CUDA events; it has never run on a GPU in this project's CI.
 """
 
@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from gpudiag.kernels import cpu_loops
 from gpudiag.kernels.stats import summarize
 from gpudiag.model import KernelResult, ProbeStatus
 
@@ -88,7 +89,19 @@ def verify(arrays: StreamArrays, iterations: int, n: int, xp: Any = np) -> None:
 class CpuOperations:
     """The five operations on NumPy arrays, blocked and spread over threads."""
 
-    def __init__(self, n: int, dtype: Any, cpus_per_thread: Sequence[Sequence[int]] = ()) -> None:
+    def __init__(
+        self,
+        n: int,
+        dtype: Any,
+        cpus_per_thread: Sequence[Sequence[int]] = (),
+        engine: str = "auto",
+    ) -> None:
+        """`engine`: "numba" (compiled fused loops), "numpy" (NumPy in blocks) or "auto"
+        (Numba where it can be imported)."""
+        if engine == "numba" and cpu_loops.LOOPS is None:
+            raise RuntimeError(cpu_loops.UNAVAILABLE)
+        self.loops = cpu_loops.LOOPS if engine in ("auto", "numba") else None
+        self.engine = "numpy" if self.loops is None else "numba"
         self.n = n
         self.dtype = np.dtype(dtype)
         self.threads = max(1, len(cpus_per_thread) or (os.cpu_count() or 1))
@@ -131,6 +144,23 @@ class CpuOperations:
 
     def run(self, operation: str, arrays: StreamArrays) -> None:
         """One operation over the whole arrays."""
+        if self.loops is None:
+            self._run_numpy(operation, arrays)
+            return
+        a, b, c, scalar, loops = arrays.a, arrays.b, arrays.c, self.dtype.type(SCALAR), self.loops
+        work = {
+            "copy": lambda i, j: loops.copy(a[i:j], c[i:j]),
+            "scale": lambda i, j: loops.scale(b[i:j], c[i:j], scalar),
+            "add": lambda i, j: loops.add(a[i:j], b[i:j], c[i:j]),
+            "triad": lambda i, j: loops.triad(a[i:j], b[i:j], c[i:j], scalar),
+            "dot": lambda i, j: loops.dot(a[i:j], b[i:j]),
+        }[operation]
+        results = self._each(work)
+        if operation == "dot":
+            arrays.dot = float(sum(results))
+
+    def _run_numpy(self, operation: str, arrays: StreamArrays) -> None:
+        """The same with NumPy's loops, in cache-sized blocks where two passes are needed."""
         a, b, c, scalar, step = arrays.a, arrays.b, arrays.c, self.dtype.type(SCALAR), self.block
 
         def copy(start: int, stop: int) -> None:
@@ -222,6 +252,8 @@ class CudaOperations:
         stop.synchronize()
         return self.cp.cuda.get_elapsed_time(start, stop) / 1000.0
 
+    engine = "cuda"
+
     def close(self) -> None:
         return None
 
@@ -247,6 +279,7 @@ def run_stream(
     rounds = warmup + trials
     dtype_name = "fp32" if ops.dtype == np.float32 else "fp64"
     params = (("n", ops.n), ("dtype", dtype_name), ("trials", trials))
+    params += (("engine", ops.engine),)
 
     def ended(status: ProbeStatus, error: str) -> list[KernelResult]:
         return [

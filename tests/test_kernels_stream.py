@@ -26,9 +26,13 @@ def test_gold_values_follow_the_recurrence() -> None:
     assert dot == pytest.approx(a * b)
 
 
+ENGINES = ["numba", "numpy"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_cpu_stream_runs_verifies_and_counts_bytes(dtype) -> None:
-    ops = stream.CpuOperations(N, dtype)
+def test_cpu_stream_runs_verifies_and_counts_bytes(dtype, engine) -> None:
+    ops = stream.CpuOperations(N, dtype, engine=engine)
     try:
         results = stream.run_stream(ops, device="cpu", trials=4, warmup=1)
     finally:
@@ -39,16 +43,18 @@ def test_cpu_stream_runs_verifies_and_counts_bytes(dtype) -> None:
         assert len(result.samples) == 4 and result.stats is not None
         assert result.unit == "GB/s" and all(s > 0 for s in result.samples)
     assert dict(results[0].params)["dtype"] == ("fp64" if dtype == np.float64 else "fp32")
+    assert dict(results[0].params)["engine"] == engine
 
 
-def test_a_wrong_triad_is_caught_however_fast() -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_wrong_triad_is_caught_however_fast(engine) -> None:
     class WrongTriad(stream.CpuOperations):
         def run(self, operation, arrays):
             super().run(operation, arrays)
             if operation == "triad":
                 arrays.a[N // 2] += 1.0  # one element off
 
-    ops = WrongTriad(N, np.float64)
+    ops = WrongTriad(N, np.float64, engine=engine)
     try:
         results = stream.run_stream(ops, device="cpu", trials=2, warmup=0)
     finally:
@@ -112,6 +118,12 @@ def test_every_cuda_file_compiles_for_sm80_and_sm90(source: Path, tmp_path: Path
     )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out.o").stat().st_size > 0
+
+
+def test_the_compiled_loops_are_used_where_numba_is_installed() -> None:
+    ops = stream.CpuOperations(N, np.float64)
+    ops.close()
+    assert ops.engine == "numba"  # numba is a dependency on this machine's architecture
 
 
 def test_there_is_cuda_source_to_compile() -> None:
