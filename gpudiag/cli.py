@@ -16,6 +16,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import NoReturn
@@ -26,13 +27,10 @@ from gpudiag.hostfs import HostFS
 from gpudiag.kernels.runner import (
     DTYPES,
     KERNELS,
+    PLANS,
+    KernelPlan,
     KernelUnavailable,
-    gpu_count,
-    run_burn,
-    run_cpu_gemm,
-    run_cpu_stream,
-    run_gpu_gemm,
-    run_gpu_stream,
+    PlanRun,
 )
 from gpudiag.model import ProbeStatus, Snapshot
 from gpudiag.nvml import ReplayError, open_nvml
@@ -107,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="judge against this GPU-model profile instead of the detected one",
     )
     parser.add_argument(
+        "--kernels",
+        choices=tuple(PLANS),
+        help="with --export: also run kernels on the CPU and every GPU and add their results"
+        " (quick: STREAM, GEMM, copies; full: larger, and a 60 s burn)",
+    )
+    parser.add_argument(
         "--timeout-scale",
         type=float,
         default=1.0,
@@ -168,9 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--seconds",
         type=float,
-        default=60.0,
         metavar="S",
-        help="how long the burn runs (default 60)",
+        help="how long the burn runs (default 60); for STREAM and GEMM, keep running trials"
+        " until S seconds have passed",
     )
     run.add_argument("--dtype", choices=tuple(DTYPES), default="fp64", help="STREAM's element type")
     run.add_argument(
@@ -223,71 +227,69 @@ def _live_node(args: argparse.Namespace, argv: Sequence[str]) -> LiveNode:
     )
 
 
-def _export(node: LiveNode, target: str, redact: bool = False) -> int:
+def _export(node: LiveNode, args: argparse.Namespace) -> int:
     snapshot = node.snapshot()
-    if redact:
+    if args.kernels:
+        plan = PLANS[args.kernels]
+        print(f"gpudiag: running kernels ({args.kernels}) ...", file=sys.stderr)
+        run = PlanRun(plan, node.host, nvml=node.nvml)
+        snapshot = replace(snapshot, kernels=tuple(run.run()))
+        snapshot = with_findings(snapshot, node.rules, node.profile_name)
+    if args.redact:
         snapshot = Redactor().snapshot(snapshot)
-    return _write_and_report(snapshot, target, "--export")
+    return _write_and_report(snapshot, args.export, "--export")
 
 
 def _run_kernels(args: argparse.Namespace) -> int:
     if args.trials < 2:
         raise UsageError("--trials must be at least 2 (statistics need two samples)")
-    if args.seconds <= 0:
+    if args.seconds is not None and args.seconds <= 0:
         raise UsageError("--seconds must be positive")
     if args.size < 4096:
         raise UsageError("--size must be at least 4096 bytes")
-    devices = args.device
-    results = []
-    burn_faulty = False
+    plan = KernelPlan(
+        tuple(dict.fromkeys(args.kernels)),
+        args.device,
+        args.size,
+        args.dtype,
+        args.trials,
+        args.seconds,
+        args.gemm_n,
+    )
+    run = PlanRun(plan)
     try:
-        if devices not in ("cpu", "gpu", "all") and not devices.isdigit():
-            raise UsageError(f"--device {devices}: cpu, gpu, all or a GPU index")
-        gpus = []
-        if devices in ("gpu", "all") or devices.isdigit():
-            gpus = [int(devices)] if devices.isdigit() else list(range(gpu_count()))
-        for kernel in dict.fromkeys(args.kernels):
-            if kernel == "stream":
-                if devices in ("cpu", "all"):
-                    results += run_cpu_stream(args.size, args.dtype, args.trials)
-                for gpu in gpus:
-                    results += run_gpu_stream(gpu, args.size, args.dtype, args.trials)
-            elif kernel == "burn":
-                for report in run_burn(devices, gpus, args.gemm_n, args.seconds):
-                    verdict = "FAULTY" if report.faulty else "ok"
-                    print(
-                        f"burn           {report.device:<12} {verdict}: {report.iterations} "
-                        f"products in {report.seconds:.1f} s ({report.gflops:.4g} GFLOP/s), "
-                        f"{report.mismatches} mismatches, {report.nans} NaNs"
-                        + (f", {report.error}" if report.error else "")
-                        + (f", {len(report.samples)} NVML samples" if report.samples else "")
-                    )
-                    burn_faulty = burn_faulty or report.faulty
-            else:
-                if devices in ("cpu", "all"):
-                    results += run_cpu_gemm(args.gemm_n, args.trials)
-                for gpu in gpus:
-                    results += run_gpu_gemm(gpu, args.gemm_n, args.trials)
+        results = run.run(strict=True)
     except KernelUnavailable as exc:
-        raise UsageError(f"--device {devices}: {exc}") from None
-    if results:
+        raise UsageError(f"--device {args.device}: {exc}") from None
+    for report in run.burns:
+        verdict = "FAULTY" if report.faulty else "ok"
         print(
-            f"{'kernel':<14} {'device':<12} {'median':>10} {'min':>10} {'max':>10} {'cv':>6}  "
-            f"95% CI of the median"
+            f"burn           {report.device:<12} {verdict}: {report.iterations} "
+            f"products in {report.seconds:.1f} s ({report.gflops:.4g} GFLOP/s), "
+            f"{report.mismatches} mismatches, {report.nans} NaNs"
+            + (f", {report.error}" if report.error else "")
+            + (f", {len(report.samples)} NVML samples" if report.samples else "")
+        )
+    shown = [r for r in results if r.kernel != "burn"]
+    width = max([22, *(len(f"{r.kernel}.{r.metric}") + 1 for r in shown)])
+    if shown:
+        print(
+            f"{'kernel':<{width}} {'device':<12} {'median':>10} {'min':>10} {'max':>10} "
+            f"{'cv':>6}  95% CI of the median"
         )
     failed = False
-    for r in results:
+    for r in shown:
         name = f"{r.kernel}.{r.metric}"
         if r.stats is None:
-            print(f"{name:<14} {r.device:<12} {r.status.value.upper()}: {r.error}")
+            print(f"{name:<{width}} {r.device:<12} {r.status.value.upper()}: {r.error}")
             failed = failed or r.status is not ProbeStatus.SKIPPED
             continue
         s = r.stats
         print(
-            f"{name:<14} {r.device:<12} {s.median:>10.1f} {s.minimum:>10.1f} "
-            f"{s.maximum:>10.1f} {s.cv:>6.1%}  {s.ci95_low:.1f}-{s.ci95_high:.1f} {r.unit}"
+            f"{name:<{width}} {r.device:<12} {s.median:>10.4g} {s.minimum:>10.4g} "
+            f"{s.maximum:>10.4g} {s.cv:>6.1%}  {s.ci95_low:.4g}-{s.ci95_high:.4g} {r.unit}"
         )
-    return EXIT_CRITICAL if failed or burn_faulty else 0
+    return EXIT_CRITICAL if failed or any(b.faulty for b in run.burns) else 0
 
 
 def _diff(args: argparse.Namespace) -> int:
@@ -452,10 +454,16 @@ def run(argv: Sequence[str]) -> int:
         return _diff(args)
     if args.command == "run":
         return _run_kernels(args)
+    if args.kernels and not args.export:
+        raise UsageError("--kernels goes with --export (the TUI runs kernels on request: k)")
+    if args.kernels and (args.root != "/" or args.nvml_replay):
+        raise UsageError(
+            "--kernels measures this machine: it cannot go with --root or --nvml-replay"
+        )
     node = _live_node(args, argv)
     try:
         if args.export:
-            return _export(node, args.export, args.redact)
+            return _export(node, args)
         return _tui(node)
     finally:
         node.nvml.close()

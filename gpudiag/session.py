@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 
 from gpudiag import __version__
 from gpudiag.hostfs import HostFS
+from gpudiag.kernels.readings import kernel_readings
 from gpudiag.model import Finding, ProbeResult, Reading, Severity, Snapshot
 from gpudiag.nvml import Nvml
 from gpudiag.probe import Probe, ProbeContext, run_probes
@@ -82,6 +83,7 @@ def with_findings(
     """The snapshot with its findings (re)computed from its readings by `rules`, against
     the profile named, or else the one its GPUs' PCI device id selects."""
     readings: dict[str, Reading] = dict(snapshot.readings_by_key)
+    readings.update((r.key, r) for r in kernel_readings(snapshot.kernels, readings))
     profiles = load_profiles()
     profile, device_ids = detect_profile(readings, profiles)
     if profile_name is not None:
@@ -123,9 +125,10 @@ def format_summary(snapshot: Snapshot) -> str:
     readings = len(snapshot.readings_by_key)
     counts = severity_counts(snapshot.findings)
     count_text = ", ".join(f"{n} {s.value}" for s, n in counts.items())
+    kernels = f", {len(snapshot.kernels)} kernel results" if snapshot.kernels else ""
     lines = [
         f"{snapshot.host}: {len(snapshot.probes)} probes ({probes_ok} ok), "
-        f"{readings} readings; findings: {count_text}",
+        f"{readings} readings{kernels}; findings: {count_text}",
     ]
     for probe in snapshot.probes:
         if probe.status.value != "ok":

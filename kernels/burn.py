@@ -19,9 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from gpudiag.model import Reading
+from gpudiag.kernels.stats import summarize
+from gpudiag.model import KernelResult, ProbeStatus, Reading
 from gpudiag.nvml import Nvml
 
+SAMPLE_PERIOD_S = 1.0
 SAMPLED = (
     ("temperature.gpu", "nvmlDeviceGetTemperature", (0,), "C", None),
     ("power.draw", "nvmlDeviceGetPowerUsage", (), "W", lambda mw: int(mw) / 1000.0),
@@ -113,7 +115,7 @@ def burn_gpus(
     seconds: float,
     nvml: Nvml | None = None,
     cancel: threading.Event | None = None,
-    period: float = 1.0,
+    period: float = SAMPLE_PERIOD_S,
 ) -> list[BurnReport]:
     """Burn every GPU at once through CuPy, sampling NVML. Never run on a GPU in CI."""
     import cupy
@@ -149,3 +151,66 @@ def burn_gpus(
     if sampler is not None:
         sampler.join(timeout=period * 2)
     return [reports[gpu] for gpu in gpus]
+
+
+def burn_results(report: BurnReport, n: int) -> list[KernelResult]:
+    """The report as kernel results for the snapshot: throughput, mismatch and NaN counts
+    (an error result when the burn could not run), and each NVML series sampled."""
+    params = (("n", n), ("seconds", round(report.seconds, 3)), ("iterations", report.iterations))
+    if report.error:
+        return [
+            KernelResult(
+                "burn",
+                report.device,
+                "gflops",
+                "GFLOP/s",
+                ProbeStatus.ERROR,
+                error=report.error,
+                params=params,
+            )
+        ]
+    results = [
+        KernelResult(
+            "burn",
+            report.device,
+            "gflops",
+            "GFLOP/s",
+            ProbeStatus.OK,
+            (round(report.gflops, 3),),
+            params=params,
+        ),
+        KernelResult(
+            "burn",
+            report.device,
+            "mismatches",
+            "count",
+            ProbeStatus.OK,
+            (float(report.mismatches),),
+            params=params,
+        ),
+        KernelResult(
+            "burn",
+            report.device,
+            "nans",
+            "count",
+            ProbeStatus.OK,
+            (float(report.nans),),
+            params=params,
+        ),
+    ]
+    for key, _function, _args, unit, _convert in SAMPLED:
+        series = [float(s[key]) for s in report.samples if key in s]
+        if len(series) >= 2:
+            results.append(
+                KernelResult(
+                    "burn",
+                    report.device,
+                    key,
+                    unit,
+                    ProbeStatus.OK,
+                    tuple(series),
+                    summarize(series),
+                    (("period_s", SAMPLE_PERIOD_S),),
+                )
+            )
+    return results

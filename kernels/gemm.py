@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from gpudiag.kernels.stats import summarize
+from gpudiag.kernels.stats import progress_fraction, summarize
 from gpudiag.model import KernelResult, ProbeStatus
 
 PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16")
@@ -69,9 +69,12 @@ def run_gemm(
     timer: Callable[[Callable[[], Any]], float] | None = None,
     to_host: Callable[[Any], np.ndarray] = np.asarray,
     cancel: Any = None,
+    seconds: float | None = None,
+    progress: Callable[[float], None] | None = None,
 ) -> KernelResult:
-    """Multiply two n x n matrices `warmup + trials` times and return TFLOP/s samples; each
-    product is checked (sampled rows against float64), and a wrong product is an error."""
+    """Multiply two n x n matrices `warmup + trials` times (more, until `seconds` have
+    passed, where given) and return TFLOP/s samples; each product is checked (sampled rows
+    against float64), and a wrong product is an error."""
     params = (("n", n), ("precision", precision), ("trials", trials))
     try:
         dtype = numpy_dtype(precision, xp)
@@ -86,8 +89,9 @@ def run_gemm(
     rows = rng.choice(n, size=min(CHECKED_ROWS, n), replace=False)
     checked_a, checked_b = to_host(a), to_host(b)  # the inputs as the device holds them
     time_it = timer or _wall_clock
-    samples = []
-    for round_index in range(warmup + trials):
+    samples: list[float] = []
+    started, rounds, round_index = time.monotonic(), warmup + trials, 0
+    while round_index < rounds or (seconds is not None and time.monotonic() - started < seconds):
         if cancel is not None and cancel.is_set():
             return KernelResult(
                 "gemm",
@@ -99,7 +103,7 @@ def run_gemm(
                 params=params,
             )
         product: dict[str, Any] = {}
-        seconds = time_it(lambda product=product: product.setdefault("c", xp.matmul(a, b)))
+        elapsed = time_it(lambda product=product: product.setdefault("c", xp.matmul(a, b)))
         error = check_product(checked_a, checked_b, to_host(product["c"]), precision, rows)
         if not error <= TOLERANCE[precision]:
             return KernelResult(
@@ -108,11 +112,15 @@ def run_gemm(
                 precision,
                 "TFLOP/s",
                 ProbeStatus.ERROR,
-                error=f"wrong product: relative error {error:.3g} exceeds {TOLERANCE[precision]:g}",
+                error=f"verification failed: relative error {error:.3g} "
+                f"exceeds {TOLERANCE[precision]:g}",
                 params=params,
             )
-        if round_index >= warmup and seconds > 0:
-            samples.append(2.0 * n**3 / seconds / 1e12)
+        if round_index >= warmup and elapsed > 0:
+            samples.append(2.0 * n**3 / elapsed / 1e12)
+        round_index += 1
+        if progress is not None:
+            progress(progress_fraction(round_index, rounds, started, seconds))
     return KernelResult(
         "gemm",
         device,
@@ -145,9 +153,10 @@ def cuda_timer(cupy: Any) -> Callable[[Callable[[], Any]], float]:
     return timer
 
 
-def run_gpu_gemm(device: int, precision: str, n: int, trials: int) -> KernelResult:
-    """GEMM on one GPU through CuPy/cuBLAS; TF32 through CuPy's CUPY_TF32 switch. Never run
-    on a GPU in this project's CI."""
+def run_gpu_gemm(device: int, precision: str, n: int, trials: int, **kwargs: Any) -> KernelResult:
+    """GEMM on one GPU through CuPy/cuBLAS; TF32 through CuPy's CUPY_TF32 switch (keyword
+    arguments go to run_gemm: cancel, seconds, progress). Never run on a GPU in this
+    project's CI."""
     import cupy
 
     with cupy.cuda.Device(device):
@@ -162,6 +171,7 @@ def run_gpu_gemm(device: int, precision: str, n: int, trials: int) -> KernelResu
                 trials=trials,
                 timer=cuda_timer(cupy),
                 to_host=cupy.asnumpy,
+                **kwargs,
             )
         finally:
             if previous is None:

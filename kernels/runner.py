@@ -1,27 +1,68 @@
-"""Which kernel runs where: `gpudiag run KERNEL... --device cpu|gpu|all|N`.
+"""Which kernel runs where: one plan (kernels, devices, sizes, time) and one function that
+runs it, for `gpudiag run`, `gpudiag --export --kernels quick|full` and the TUI alike.
 
-So far STREAM. On the CPU it runs once per NUMA node, one thread per CPU of the node,
-pinned there, with the node's memory first touched by those threads. The GPU path needs
-CuPy; where CuPy or a GPU is absent it says so (KernelUnavailable) rather than guess.
+On the CPU, STREAM runs once per NUMA node, one thread per CPU of the node, pinned there,
+with the node's memory first touched by those threads; the peer matrix is node to node.
+GPU kernels need CuPy; where CuPy or a GPU is absent the plan's GPU part is one skipped
+result that says why (and `gpudiag run --device gpu` exits 3 with that reason).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from gpudiag.hostfs import HostFS
-from gpudiag.kernels import burn, gemm, stream
-from gpudiag.model import KernelResult
+from gpudiag.kernels import burn, copies, gemm, stream
+from gpudiag.model import KernelResult, ProbeStatus
 from gpudiag.textparse import parse_cpulist
 
-KERNELS = ("stream", "gemm", "burn")
+KERNELS = ("stream", "gemm", "copy", "peer", "burn")
 DTYPES = {"fp64": np.float64, "fp32": np.float32}
+Progress = Callable[[str, float], None]
 
 
 class KernelUnavailable(Exception):
     """A kernel cannot run on the device asked for; str() says why in one line."""
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """What to run: kernels, on which devices (cpu, gpu, all or a GPU index), array and
+    copy size in bytes, STREAM's element type, trials, the burn's seconds (and, where
+    given, a time budget for STREAM and GEMM), and the GEMM size."""
+
+    kernels: tuple[str, ...]
+    device: str = "cpu"
+    size_bytes: int = 256 * 2**20
+    dtype: str = "fp64"
+    trials: int = 10
+    seconds: float | None = None
+    gemm_n: int = 4096
+
+    @property
+    def burn_seconds(self) -> float:
+        return 60.0 if self.seconds is None else self.seconds
+
+
+PLANS = {
+    # Seconds on a GPU node; about a minute on a 2-core VM's CPU.
+    "quick": KernelPlan(
+        ("stream", "gemm", "copy", "peer"), "all", 64 * 2**20, trials=5, gemm_n=2048
+    ),
+    "full": KernelPlan(
+        ("stream", "gemm", "copy", "peer", "burn"),
+        "all",
+        256 * 2**20,
+        trials=10,
+        seconds=60.0,
+        gemm_n=8192,
+    ),
+}
 
 
 def numa_cpus(host: HostFS) -> dict[int, list[int]]:
@@ -36,21 +77,12 @@ def numa_cpus(host: HostFS) -> dict[int, list[int]]:
     return nodes
 
 
-def run_cpu_stream(
-    size_bytes: int, dtype: str, trials: int, progress: Callable[[float], None] | None = None
-) -> list[KernelResult]:
-    """STREAM on every NUMA node's CPUs (or on all CPUs where NUMA is not shown)."""
-    n = max(1024, size_bytes // np.dtype(DTYPES[dtype]).itemsize)
-    nodes = numa_cpus(HostFS("/")) or {-1: []}
-    results: list[KernelResult] = []
-    for node, cpus in nodes.items():
-        device = "cpu" if node < 0 else f"cpu-numa{node}"
-        ops = stream.CpuOperations(n, DTYPES[dtype], [[cpu] for cpu in cpus])
-        try:
-            results += stream.run_stream(ops, device=device, trials=trials, progress=progress)
-        finally:
-            ops.close()
-    return results
+def usable_cpus(nodes: dict[int, list[int]]) -> dict[int, list[int]]:
+    """The nodes' CPUs this process may run on (a container's cpuset can hide some);
+    {-1: []} (unpinned, no NUMA) where no node keeps any."""
+    allowed = os.sched_getaffinity(0)
+    kept = {node: [c for c in cpus if c in allowed] for node, cpus in nodes.items()}
+    return {node: cpus for node, cpus in kept.items() if cpus} or {-1: []}
 
 
 def gpu_count() -> int:
@@ -67,43 +99,185 @@ def gpu_count() -> int:
         raise KernelUnavailable(f"no usable GPU: {exc}") from None
 
 
-def run_gpu_stream(device: int, size_bytes: int, dtype: str, trials: int) -> list[KernelResult]:
-    """STREAM on one GPU through CuPy. Never run on a GPU in this project's CI."""
+def plan_gpus(device: str) -> list[int]:
+    """The GPU indices a --device value names (KernelUnavailable where there are none)."""
+    if device == "cpu":
+        return []
+    if device not in ("gpu", "all") and not device.isdigit():
+        raise KernelUnavailable(f"{device}: cpu, gpu, all or a GPU index")
     count = gpu_count()
-    if not 0 <= device < count:
-        raise KernelUnavailable(f"no GPU {device} (this node has {count})")
-    n = max(1024, size_bytes // np.dtype(DTYPES[dtype]).itemsize)
-    ops = stream.CudaOperations(n, DTYPES[dtype], device)
-    return stream.run_stream(ops, device=f"gpu{device}", trials=trials)
+    if device.isdigit():
+        if not int(device) < count:
+            raise KernelUnavailable(f"no GPU {device} (this node has {count})")
+        return [int(device)]
+    if count == 0:
+        raise KernelUnavailable("CuPy sees no GPU")
+    return list(range(count))
 
 
-def run_cpu_gemm(n: int, trials: int) -> list[KernelResult]:
-    """GEMM with NumPy's BLAS in every precision (those it lacks are reported skipped)."""
-    return [
-        gemm.run_gemm(np, precision, n, device="cpu", trials=trials)
-        for precision in gemm.PRECISIONS
-    ]
+def gpu_numa_nodes(host: HostFS, gpus: Sequence[int]) -> dict[int, int]:
+    """Each GPU's NUMA node from sysfs, by the PCI address CUDA gives (-1 where unknown).
+    Never run on a GPU in this project's CI."""
+    import cupy
+
+    nodes = {}
+    for gpu in gpus:
+        bus = cupy.cuda.runtime.deviceGetPCIBusId(gpu).lower()
+        text = host.read(f"/sys/bus/pci/devices/{bus}/numa_node")
+        nodes[gpu] = int(text.text) if text.ok and text.text.strip().lstrip("-").isdigit() else -1
+    return nodes
 
 
-def run_gpu_gemm(device: int, n: int, trials: int) -> list[KernelResult]:
-    """GEMM with cuBLAS through CuPy. Never run on a GPU in this project's CI."""
-    count = gpu_count()
-    if not 0 <= device < count:
-        raise KernelUnavailable(f"no GPU {device} (this node has {count})")
-    return [gemm.run_gpu_gemm(device, precision, n, trials) for precision in gemm.PRECISIONS]
+def _skipped(kernel: str, device: str, reason: str) -> KernelResult:
+    return KernelResult(kernel, device, "all", "", ProbeStatus.SKIPPED, error=reason)
 
 
-def run_burn(devices: str, gpus: list[int], n: int, seconds: float) -> list[burn.BurnReport]:
-    """The burn on the CPU (NumPy) and/or every GPU asked for (CuPy, NVML sampled)."""
-    reports = []
-    if devices in ("cpu", "all"):
-        reports.append(burn.burn_device(np, n, seconds, "cpu"))
-    if gpus:
-        from gpudiag.nvml import open_nvml
+class PlanRun:
+    """One run of a plan: results so far, progress and cancel shared with a caller's
+    thread (the TUI's worker), and the burn reports for printing."""
 
-        nvml = open_nvml(None)
+    def __init__(
+        self,
+        plan: KernelPlan,
+        host: HostFS | None = None,
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+        nvml: object = None,
+    ) -> None:
+        self.plan = plan
+        self.host = host or HostFS("/")
+        self.progress = progress or (lambda label, fraction: None)
+        self.cancel = cancel or threading.Event()
+        self.nvml = nvml
+        self.results: list[KernelResult] = []
+        self.burns: list[burn.BurnReport] = []
+
+    def _step(self, label: str) -> Callable[[float], None]:
+        self.progress(label, 0.0)
+        return lambda fraction: self.progress(label, fraction)
+
+    def run(self, strict: bool = False) -> list[KernelResult]:
+        """Run every kernel of the plan. `strict`: KernelUnavailable where the GPUs asked
+        for cannot be used (the command line); otherwise a skipped result says why."""
+        plan = self.plan
+        on_cpu = plan.device in ("cpu", "all")
         try:
-            reports += burn.burn_gpus(gpus, n, seconds, nvml)
+            gpus = plan_gpus(plan.device)
+        except KernelUnavailable as exc:
+            if strict or not on_cpu:
+                raise
+            gpus = []
+            self.results += [_skipped(k, "gpu", str(exc)) for k in plan.kernels]
+        nodes = usable_cpus(numa_cpus(self.host))
+        for kernel in dict.fromkeys(plan.kernels):
+            if self.cancel.is_set():
+                break
+            if kernel not in KERNELS:
+                raise KernelUnavailable(f"no kernel {kernel} (known: {', '.join(KERNELS)})")
+            getattr(self, f"_{kernel}")(on_cpu, gpus, nodes)
+        return self.results
+
+    def _stream(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
+        plan, dtype = self.plan, DTYPES[self.plan.dtype]
+        n = max(1024, plan.size_bytes // np.dtype(dtype).itemsize)
+        common = {"trials": plan.trials, "cancel": self.cancel, "seconds": plan.seconds}
+        if on_cpu:
+            for node, cpus in nodes.items():
+                device = "cpu" if node < 0 else f"cpu-numa{node}"
+                ops = stream.CpuOperations(n, dtype, [[cpu] for cpu in cpus])
+                try:
+                    self.results += stream.run_stream(
+                        ops, device=device, progress=self._step(f"stream {device}"), **common
+                    )
+                finally:
+                    ops.close()
+        for gpu in gpus:
+            ops = stream.CudaOperations(n, dtype, gpu)
+            self.results += stream.run_stream(
+                ops, device=f"gpu{gpu}", progress=self._step(f"stream gpu{gpu}"), **common
+            )
+
+    def _gemm(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
+        plan = self.plan
+        common = {"trials": plan.trials, "cancel": self.cancel, "seconds": plan.seconds}
+        if on_cpu:
+            for precision in gemm.PRECISIONS:
+                self.results.append(
+                    gemm.run_gemm(
+                        np,
+                        precision,
+                        plan.gemm_n,
+                        device="cpu",
+                        progress=self._step(f"gemm cpu {precision}"),
+                        **common,
+                    )
+                )
+        for gpu in gpus:
+            for precision in gemm.PRECISIONS:
+                step = self._step(f"gemm gpu{gpu} {precision}")
+                self.results.append(
+                    gemm.run_gpu_gemm(gpu, precision, plan.gemm_n, progress=step, **common)
+                )
+
+    def _copy(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
+        if on_cpu and not gpus:
+            self.results.append(
+                _skipped("copy", "cpu", "host-to-device copies need a GPU (peer: node to node)")
+            )
+        if not gpus:
+            return
+        engine = copies.CudaEngine(gpus, nodes)
+        try:
+            self.results += copies.run_host_copies(
+                engine,
+                gpu_numa_nodes(self.host, gpus),
+                sorted(nodes),
+                nbytes=self.plan.size_bytes,
+                trials=self.plan.trials,
+                cancel=self.cancel,
+                progress=self._step("copy host<->gpu"),
+            )
         finally:
-            nvml.close()
-    return reports
+            engine.close()
+
+    def _peer(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
+        engines = []
+        if on_cpu:
+            engines.append(copies.NumaEngine({max(node, 0): cpus for node, cpus in nodes.items()}))
+        if len(gpus) >= 2:
+            engines.append(copies.CudaEngine(gpus, nodes))
+        elif gpus:
+            self.results.append(_skipped("peer", f"gpu{gpus[0]}", "one GPU: no peer to copy to"))
+        for engine in engines:
+            try:
+                self.results += copies.run_peer_matrix(
+                    engine,
+                    nbytes=self.plan.size_bytes,
+                    trials=self.plan.trials,
+                    cancel=self.cancel,
+                    progress=self._step(f"peer {engine.kind}"),
+                )
+            finally:
+                engine.close()
+
+    def _burn(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
+        plan = self.plan
+        self._step("burn")
+        if on_cpu:
+            self.burns.append(
+                burn.burn_device(np, plan.gemm_n, plan.burn_seconds, "cpu", cancel=self.cancel)
+            )
+        if gpus:
+            from gpudiag.nvml import Nvml, open_nvml
+
+            nvml = self.nvml if isinstance(self.nvml, Nvml) else open_nvml(None)
+            try:
+                self.burns += burn.burn_gpus(
+                    gpus, plan.gemm_n, plan.burn_seconds, nvml, self.cancel
+                )
+            finally:
+                if nvml is not self.nvml:
+                    nvml.close()
+        for report in self.burns:
+            self.results += burn.burn_results(report, plan.gemm_n)
+        self.progress("burn", 1.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Sequence
 
 from gpudiag.model import Statistics
@@ -58,3 +59,11 @@ def summarize(samples: Sequence[float]) -> Statistics:
         ci95_low=values[lo],
         ci95_high=values[hi],
     )
+
+
+def progress_fraction(done: int, rounds: int, started: float, seconds: float | None) -> float:
+    """Progress: of the rounds asked for, or of the time asked for, whichever is less."""
+    by_rounds = min(1.0, done / rounds)
+    if seconds is None or seconds <= 0:
+        return by_rounds
+    return min(by_rounds, (time.monotonic() - started) / seconds, 1.0)

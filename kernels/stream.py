@@ -22,8 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from gpudiag.kernels import cpu_loops
-from gpudiag.kernels.stats import summarize
+from gpudiag.kernels.stats import progress_fraction, summarize
 from gpudiag.model import KernelResult, ProbeStatus
 
 SCALAR = 0.4
@@ -98,6 +97,8 @@ class CpuOperations:
     ) -> None:
         """`engine`: "numba" (compiled fused loops), "numpy" (NumPy in blocks) or "auto"
         (Numba where it can be imported)."""
+        from gpudiag.kernels import cpu_loops  # imports Numba: only when a kernel runs
+
         if engine == "numba" and cpu_loops.LOOPS is None:
             raise RuntimeError(cpu_loops.UNAVAILABLE)
         self.loops = cpu_loops.LOOPS if engine in ("auto", "numba") else None
@@ -269,10 +270,12 @@ def run_stream(
     warmup: int = 2,
     cancel: threading.Event | None = None,
     progress: Callable[[float], None] | None = None,
+    seconds: float | None = None,
 ) -> list[KernelResult]:
-    """Warm up, run `trials` rounds of the five operations, verify the arrays, and return
-    one result per operation in GB/s (10^9 bytes per second). A failed verification is an
-    error result for every operation: a fast wrong answer is no answer."""
+    """Warm up, run `trials` rounds of the five operations (more, until `seconds` have
+    passed, where given), verify the arrays, and return one result per operation in GB/s
+    (10^9 bytes per second). A failed verification is an error result for every
+    operation: a fast wrong answer is no answer."""
     arrays = ops.allocate()
     itemsize = ops.dtype.itemsize
     samples: dict[str, list[float]] = {op: [] for op in OPERATIONS}
@@ -287,15 +290,19 @@ def run_stream(
             for op in OPERATIONS
         ]
 
-    for round_index in range(rounds):
+    started = time.monotonic()
+    round_index = 0
+    while round_index < rounds or (seconds is not None and time.monotonic() - started < seconds):
         if cancel is not None and cancel.is_set():
             return ended(ProbeStatus.CANCELLED, "cancelled")
         for op in OPERATIONS:
-            seconds = ops.time(op, arrays)
-            if round_index >= warmup and seconds > 0:
-                samples[op].append(ARRAYS_TOUCHED[op] * itemsize * ops.n / seconds / 1e9)
+            elapsed = ops.time(op, arrays)
+            if round_index >= warmup and elapsed > 0:
+                samples[op].append(ARRAYS_TOUCHED[op] * itemsize * ops.n / elapsed / 1e9)
+        round_index += 1
         if progress is not None:
-            progress((round_index + 1) / rounds)
+            progress(progress_fraction(round_index, rounds, started, seconds))
+    rounds = round_index
     try:
         verify(arrays, rounds, ops.n, getattr(ops, "cp", np))
     except VerificationError as exc:

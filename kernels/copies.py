@@ -1,0 +1,377 @@
+"""Copies, after nvbandwidth: host-to-device, device-to-host and both at once per GPU with
+pinned host memory on the GPU's own NUMA node and on a remote one (a wrong affinity shows
+up as a slower local figure), and the endpoint-to-endpoint matrix (one way, both ways,
+and small-copy latency) with the peer-access status of every pair.
+
+One runner drives two engines. `NumaEngine` copies between NUMA nodes' memory with NumPy
+on threads pinned to the destination node's CPUs: on the CPU the peer matrix is the
+node-to-node (socket interconnect) bandwidth, and it runs for real in the tests, the
+host-copy runner's placement, verification and statistics included. `CudaEngine` copies
+between GPUs and pinned host memory through CuPy's runtime calls, timed with CUDA events;
+it has never run on a GPU in this project's CI.
+
+Every copy is checked byte for byte after the timed trials: a fast wrong copy is an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from gpudiag.kernels.stats import summarize
+from gpudiag.model import KernelResult, ProbeStatus
+
+DIRECTIONS = ("h2d", "d2h", "bidir")
+LATENCY_BYTES = 8
+LATENCY_COPIES = 100
+
+
+def fill_pattern(buffer: np.ndarray, seed: int) -> None:
+    """A cheap pattern that differs per buffer and per position (uint64 words)."""
+    words = buffer.view(np.uint64)
+    np.multiply(np.arange(words.size, dtype=np.uint64), np.uint64(2654435761), out=words)
+    words += np.uint64(seed)
+
+
+class NumaMemory:
+    """Host buffers first touched (so placed, by Linux's first-touch policy) by a thread
+    pinned to one NUMA node's CPUs."""
+
+    def __init__(self, node_cpus: dict[int, Sequence[int]]) -> None:
+        self.node_cpus = {node: list(cpus) for node, cpus in node_cpus.items()}
+
+    def on_node(self, node: int, work: Callable[[], Any]) -> Any:
+        """Run `work` on a thread pinned to the node's CPUs (unpinned where none are known)."""
+        result: list[Any] = []
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                if self.node_cpus.get(node):
+                    os.sched_setaffinity(0, self.node_cpus[node])
+                result.append(work())
+            except BaseException as exc:  # handed to the caller's thread
+                errors.append(exc)
+
+        thread = threading.Thread(target=run, name=f"numa{node}")
+        thread.start()
+        thread.join()
+        if errors:
+            raise errors[0]
+        return result[0]
+
+    def buffer(self, node: int, nbytes: int, seed: int) -> np.ndarray:
+        """nbytes (a multiple of 8) on the node, holding the pattern for `seed`."""
+
+        def make() -> np.ndarray:
+            array = np.empty(nbytes, dtype=np.uint8)
+            fill_pattern(array, seed)
+            return array
+
+        return self.on_node(node, make)
+
+
+class NumaEngine:
+    """Endpoints are NUMA nodes; a copy runs on one pinned thread per CPU of the
+    destination node, each copying its share (so it writes locally and reads remotely)."""
+
+    kind = "cpu"
+
+    def __init__(self, node_cpus: dict[int, Sequence[int]]) -> None:
+        self.memory = NumaMemory(node_cpus)
+        self.endpoints = sorted(node_cpus)
+        most = max((len(c) for c in node_cpus.values()), default=1)
+        self.pool = ThreadPoolExecutor(max_workers=2 * max(1, most), thread_name_prefix="copy")
+
+    def name(self, endpoint: int) -> str:
+        return f"cpu-numa{endpoint}"
+
+    def buffer(self, endpoint: int, nbytes: int, seed: int) -> np.ndarray:
+        return self.memory.buffer(endpoint, nbytes, seed)
+
+    host_buffer = buffer
+
+    def _jobs(self, dst: np.ndarray, src: np.ndarray, node: int) -> list[Callable[[], None]]:
+        cpus = self.memory.node_cpus.get(node) or [None]
+        bounds = np.linspace(0, dst.size, len(cpus) + 1).astype(np.int64)
+
+        def job(cpu: int | None, start: int, stop: int) -> Callable[[], None]:
+            def run() -> None:
+                if cpu is not None:
+                    os.sched_setaffinity(0, [cpu])
+                np.copyto(dst[start:stop], src[start:stop])
+
+            return run
+
+        return [job(cpu, int(bounds[i]), int(bounds[i + 1])) for i, cpu in enumerate(cpus)]
+
+    def time_copies(self, copies: Sequence[tuple[Any, Any, int]]) -> float:
+        """Seconds for all (dst, src, dst_endpoint) copies running at once."""
+        jobs = [j for dst, src, node in copies for j in self._jobs(dst, src, node)]
+        started = time.perf_counter()
+        for future in [self.pool.submit(job) for job in jobs]:
+            future.result()
+        return time.perf_counter() - started
+
+    def same(self, dst: np.ndarray, src: np.ndarray) -> bool:
+        return bool(np.array_equal(dst, src))
+
+    def peer_access(self, dst: int, src: int) -> str:
+        return "local" if dst == src else "numa"
+
+    def latency(self, dst: Any, src: Any, dst_endpoint: int) -> float | None:
+        """Not measured on the CPU: a Python call costs more than a small memcpy."""
+        return None
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+class CudaEngine:
+    """Endpoints are GPUs; host buffers are NumaMemory buffers registered with CUDA
+    (cudaHostRegister), so that their NUMA node is chosen, not left to the driver. Copies
+    are cudaMemcpyAsync/cudaMemcpyPeerAsync on one stream per copy, timed with CUDA events
+    (several at once: from an event before the first to one after the last, on a stream
+    that waits for all). Never run on a GPU in this project's CI."""
+
+    kind = "gpu"
+
+    def __init__(self, gpus: Sequence[int], node_cpus: dict[int, Sequence[int]]) -> None:
+        import cupy
+
+        self.cp = cupy
+        self.runtime = cupy.cuda.runtime
+        self.endpoints = list(gpus)
+        self.memory = NumaMemory(node_cpus)
+        self.registered: list[int] = []
+        self.streams = {}
+        for gpu in self.endpoints:
+            with cupy.cuda.Device(gpu):
+                self.streams[gpu] = (
+                    cupy.cuda.Stream(non_blocking=True),
+                    cupy.cuda.Stream(non_blocking=True),
+                )
+        for i in self.endpoints:
+            for j in self.endpoints:
+                if i != j and self.runtime.deviceCanAccessPeer(i, j):
+                    already = contextlib.suppress(cupy.cuda.runtime.CUDARuntimeError)
+                    with cupy.cuda.Device(i), already:  # an error: enabled already
+                        self.runtime.deviceEnablePeerAccess(j)
+
+    def name(self, endpoint: int) -> str:
+        return f"gpu{endpoint}"
+
+    def buffer(self, endpoint: int, nbytes: int, seed: int) -> Any:
+        host = self.memory.buffer(min(self.memory.node_cpus, default=0), nbytes, seed)
+        with self.cp.cuda.Device(endpoint):
+            device = self.cp.asarray(host)
+            self.cp.cuda.Device(endpoint).synchronize()
+        return device
+
+    def host_buffer(self, node: int, nbytes: int, seed: int) -> np.ndarray:
+        host = self.memory.buffer(node, nbytes, seed)
+        self.runtime.hostRegister(host.ctypes.data, nbytes, 0)
+        self.registered.append(host.ctypes.data)
+        return host
+
+    def _pointer(self, buffer: Any) -> tuple[int, int | None]:
+        if isinstance(buffer, np.ndarray):
+            return buffer.ctypes.data, None
+        return buffer.data.ptr, buffer.device.id
+
+    def time_copies(self, copies: Sequence[tuple[Any, Any, int]], serial: bool = False) -> float:
+        """Seconds for the copies: at once (two streams per GPU), or one after another."""
+        cp, runtime = self.cp, self.runtime
+        first = copies[0][2]
+        with cp.cuda.Device(first):
+            start, stop = cp.cuda.Event(), cp.cuda.Event()
+            start.record(self.streams[first][0])
+        used = []
+        for index, (dst, src, endpoint) in enumerate(copies):
+            stream = self.streams[endpoint][0 if serial else index % 2]
+            with cp.cuda.Device(endpoint):
+                stream.wait_event(start)
+                dst_ptr, dst_dev = self._pointer(dst)
+                src_ptr, src_dev = self._pointer(src)
+                nbytes = dst.nbytes
+                if dst_dev is not None and src_dev is not None:
+                    runtime.memcpyPeerAsync(dst_ptr, dst_dev, src_ptr, src_dev, nbytes, stream.ptr)
+                else:
+                    to_device = src_dev is None
+                    kind = runtime.memcpyHostToDevice if to_device else runtime.memcpyDeviceToHost
+                    runtime.memcpyAsync(dst_ptr, src_ptr, nbytes, kind, stream.ptr)
+                done = cp.cuda.Event()
+                done.record(stream)
+                used.append(done)
+        with cp.cuda.Device(first):
+            join = self.streams[first][0]
+            for done in used:
+                join.wait_event(done)
+            stop.record(join)
+            stop.synchronize()
+            return cp.cuda.get_elapsed_time(start, stop) / 1000.0
+
+    def same(self, dst: Any, src: Any) -> bool:
+        as_host = self.cp.asnumpy
+        return bool(np.array_equal(as_host(dst), as_host(src)))
+
+    def peer_access(self, dst: int, src: int) -> str:
+        if dst == src:
+            return "local"
+        return "enabled" if self.runtime.deviceCanAccessPeer(src, dst) else "unsupported"
+
+    def latency(self, dst: Any, src: Any, dst_endpoint: int) -> float | None:
+        """Mean seconds per small copy over LATENCY_COPIES back-to-back copies (so it
+        includes the launch cost, as a CUDA application sees it)."""
+        small_dst, small_src = dst[:LATENCY_BYTES], src[:LATENCY_BYTES]
+        copies = [(small_dst, small_src, dst_endpoint)] * LATENCY_COPIES
+        total = self.time_copies(copies, serial=True)
+        return total / LATENCY_COPIES
+
+    def close(self) -> None:
+        for pointer in self.registered:
+            self.runtime.hostUnregister(pointer)
+        self.registered.clear()
+
+
+# ------------------------------------------------------------------ the runners
+
+
+def _result(
+    kernel: str,
+    device: str,
+    metric: str,
+    unit: str,
+    samples: list[float],
+    params: tuple[tuple[str, Any], ...],
+    error: str = "",
+) -> KernelResult:
+    if error:
+        return KernelResult(
+            "copy", device, metric, unit, ProbeStatus.ERROR, error=error, params=params
+        )
+    return KernelResult(
+        kernel, device, metric, unit, ProbeStatus.OK, tuple(samples), summarize(samples), params
+    )
+
+
+def _measure(
+    engine: Any,
+    copies: Sequence[tuple[Any, Any, int]],
+    nbytes: int,
+    trials: int,
+    warmup: int,
+) -> tuple[list[float], str]:
+    """GB/s samples of the copies running together, and "" or what was wrong with them."""
+    samples = []
+    for index in range(warmup + trials):
+        seconds = engine.time_copies(copies)
+        if index >= warmup and seconds > 0:
+            samples.append(nbytes * len(copies) / seconds / 1e9)
+    for dst, src, _ in copies:
+        if not engine.same(dst, src):
+            return samples, "verification failed: the copy differs from its source"
+    if len(samples) < 2:
+        return samples, "fewer than two timed trials"
+    return samples, ""
+
+
+def run_host_copies(
+    engine: Any,
+    endpoint_nodes: dict[int, int],
+    nodes: Sequence[int],
+    *,
+    nbytes: int,
+    trials: int = 10,
+    warmup: int = 2,
+    cancel: threading.Event | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> list[KernelResult]:
+    """Per endpoint (GPU) and placement (host memory on its own node, "local", and on the
+    first other node with CPUs, "remote"): host-to-device, device-to-host and both at once,
+    in GB/s. `endpoint_nodes` maps each endpoint to its NUMA node (-1 where unknown: then
+    the first node counts as local)."""
+    nbytes -= nbytes % 8
+    results: list[KernelResult] = []
+    steps = max(1, len(endpoint_nodes) * 2)
+    done = 0
+    for endpoint, own in endpoint_nodes.items():
+        local = own if own in nodes else nodes[0]
+        remote = next((n for n in nodes if n != local), None)
+        device = engine.name(endpoint)
+        for placement, node in (("local", local), ("remote", remote)):
+            done += 1
+            if node is None:
+                continue
+            if cancel is not None and cancel.is_set():
+                return results
+            params = (("bytes", nbytes), ("numa_node", node), ("trials", trials))
+            host = engine.host_buffer(node, nbytes, 1)
+            host_back = engine.host_buffer(node, nbytes, 2)
+            target = engine.buffer(endpoint, nbytes, 3)
+            target_two = engine.buffer(endpoint, nbytes, 4)
+            plans = {
+                "h2d": [(target, host, endpoint)],
+                "d2h": [(host_back, target_two, endpoint)],
+                "bidir": [(target, host, endpoint), (host_back, target_two, endpoint)],
+            }
+            for direction in DIRECTIONS:
+                samples, error = _measure(engine, plans[direction], nbytes, trials, warmup)
+                results.append(
+                    _result(
+                        engine, device, f"{direction}.{placement}", "GB/s", samples, params, error
+                    )
+                )
+            if progress is not None:
+                progress(done / steps)
+    return results
+
+
+def run_peer_matrix(
+    engine: Any,
+    *,
+    nbytes: int,
+    trials: int = 10,
+    warmup: int = 2,
+    cancel: threading.Event | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> list[KernelResult]:
+    """For every ordered pair of endpoints (src, dst), src != dst where there are two or
+    more: one-way and both-ways GB/s and small-copy latency, each with the pair's peer
+    access status. Results belong to the source endpoint; the metric names the other."""
+    nbytes -= nbytes % 8
+    endpoints = list(engine.endpoints)
+    pairs = [(s, d) for s in endpoints for d in endpoints if s != d or len(endpoints) == 1]
+    buffers = {e: engine.buffer(e, nbytes, 10 + i) for i, e in enumerate(endpoints)}
+    targets = {e: engine.buffer(e, nbytes, 0) for e in endpoints}
+    returns = {e: engine.buffer(e, nbytes, 0) for e in endpoints}
+    results: list[KernelResult] = []
+    for index, (src, dst) in enumerate(pairs):
+        if cancel is not None and cancel.is_set():
+            break
+        device, other = engine.name(src), engine.name(dst)
+        params = (
+            ("bytes", nbytes),
+            ("peer_access", engine.peer_access(dst, src)),
+            ("trials", trials),
+        )
+        one_way = [(targets[dst], buffers[src], dst)]
+        samples, error = _measure(engine, one_way, nbytes, trials, warmup)
+        results.append(_result("peer", device, f"to.{other}", "GB/s", samples, params, error))
+        both = [(targets[dst], buffers[src], dst), (returns[src], buffers[dst], src)]
+        samples, error = _measure(engine, both, nbytes, trials, warmup)
+        results.append(_result("peer", device, f"bidir.{other}", "GB/s", samples, params, error))
+        latencies = [engine.latency(targets[dst], buffers[src], dst) for _ in range(trials)]
+        if all(v is not None for v in latencies):
+            micro = [v * 1e6 for v in latencies if v is not None]
+            results.append(_result("peer", device, f"latency.{other}", "us", micro, params))
+        if progress is not None:
+            progress((index + 1) / len(pairs))
+    return results

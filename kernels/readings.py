@@ -1,0 +1,148 @@
+"""Kernel results as readings, so that rules judge them like any other fact.
+
+The snapshot keeps the results (samples and statistics); these readings are derived from
+them whenever findings are computed, never stored twice. Keys, per device:
+
+    gpu.N.kernel.stream.triad.fp64      GB/s   (the median; numa.N.kernel... for a NUMA
+    gpu.N.kernel.gemm.bf16              TFLOP/s  node's CPUs, host.kernel... for all CPUs)
+    gpu.N.kernel.copy.h2d.local         GB/s
+    gpu.N.kernel.burn.mismatches        count, and burn.nans, burn.gflops
+    gpu.N.kernel.verified               false when any result of the device failed its check
+    gpu.N.kernel.<...>.share_of_median  the device's figure over the median of all devices
+                                        of its kind that measured the same metric (2 or more)
+    topo.gpu.I.J.copy_gbs               one-way peer copy I -> J (and copy_bidir_gbs,
+    topo.gpu.I.J.copy_share_of_median   copy_latency_us, peer_access); the share is of
+                                        the pairs with the same link type (NV18, SYS, ...)
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+
+from gpudiag.model import KernelResult, ProbeStatus, Reading, ReadingStatus
+
+_GPU = re.compile(r"^gpu(\d+)$")
+_NUMA = re.compile(r"^cpu-numa(\d+)$")
+_PEER = re.compile(r"^(to|bidir|latency)\.gpu(\d+)$")
+_PEER_KEYS = {"to": "copy_gbs", "bidir": "copy_bidir_gbs", "latency": "copy_latency_us"}
+
+
+def device_prefix(device: str) -> str | None:
+    """Where a device's kernel readings go: gpu.N., numa.N. or host.; None if unknown."""
+    if m := _GPU.match(device):
+        return f"gpu.{m.group(1)}."
+    if m := _NUMA.match(device):
+        return f"numa.{m.group(1)}."
+    return "host." if device == "cpu" else None
+
+
+def metric_key(result: KernelResult) -> str:
+    """The kernel-relative part of the key: stream.triad.fp64, gemm.bf16, copy.h2d.local."""
+    if result.kernel == "stream":
+        dtype = dict(result.params).get("dtype", "fp64")
+        return f"stream.{result.metric}.{dtype}"
+    return f"{result.kernel}.{result.metric}"
+
+
+def _reading(key: str, result: KernelResult) -> Reading:
+    source = f"kernel:{result.kernel} {result.device} {result.metric}"
+    if result.status is ProbeStatus.SKIPPED:
+        return Reading.failed(key, ReadingStatus.UNSUPPORTED, result.error, source, result.unit)
+    if result.status is not ProbeStatus.OK:
+        reason = f"{result.status.value}: {result.error}".rstrip(": ")
+        return Reading.failed(key, ReadingStatus.ERROR, reason, source, result.unit)
+    if result.stats is not None:
+        value = round(result.stats.median, 6)
+    elif result.samples:
+        value = result.samples[0]
+    else:
+        return Reading.failed(key, ReadingStatus.MISSING, "no samples", source, result.unit)
+    if result.unit == "count":
+        value = int(value)
+    return Reading(key, value, result.unit, source)
+
+
+def kernel_readings(
+    kernels: Iterable[KernelResult], readings: Mapping[str, Reading]
+) -> list[Reading]:
+    """The readings derived from kernel results (see the module docstring); `readings` are
+    the node's others (the GPU-pair link types group the peer figures)."""
+    derived: dict[str, Reading] = {}
+    verified: dict[str, bool] = {}
+    peers: dict[str, list[tuple[str, Reading]]] = defaultdict(list)
+    for result in kernels:
+        prefix = device_prefix(result.device)
+        if prefix is None:
+            continue
+        failed = result.status is ProbeStatus.ERROR and "verification failed" in result.error
+        verified[prefix] = verified.get(prefix, True) and not failed
+        peer = _PEER.match(result.metric) if result.kernel == "peer" else None
+        if peer and prefix.startswith("gpu."):
+            pair = f"topo.{prefix}{peer.group(2)}"
+            reading = _reading(f"{pair}.{_PEER_KEYS[peer.group(1)]}", result)
+            derived[reading.key] = reading
+            access = dict(result.params).get("peer_access")
+            if access is not None:
+                derived[f"{pair}.peer_access"] = Reading(
+                    f"{pair}.peer_access", str(access), source=reading.source
+                )
+            if peer.group(1) == "to":
+                peers[str(_value(readings.get(pair), "any"))].append((pair, reading))
+            continue
+        reading = _reading(f"{prefix}kernel.{metric_key(result)}", result)
+        derived[reading.key] = reading
+    for prefix, ok in verified.items():
+        derived[f"{prefix}kernel.verified"] = Reading(
+            f"{prefix}kernel.verified", ok, source="kernel results' checks"
+        )
+    derived.update(_shares(derived.values()))
+    for group in peers.values():
+        derived.update(_pair_shares(group))
+    return list(derived.values())
+
+
+def _value(reading: Reading | None, default: object) -> object:
+    return reading.value if reading is not None and reading.ok else default
+
+
+def _shares(readings: Iterable[Reading]) -> dict[str, Reading]:
+    """Each device's figure over the median of its peers' for the same metric."""
+    groups: dict[tuple[str, str], list[Reading]] = defaultdict(list)
+    for reading in readings:
+        m = re.match(r"^(gpu|numa)\.\d+\.kernel\.(.+)$", reading.key)
+        if m and reading.ok and reading.unit in ("GB/s", "TFLOP/s"):
+            groups[(m.group(1), m.group(2))].append(reading)
+    shares = {}
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        median = statistics.median(float(r.value) for r in members)  # type: ignore[arg-type]
+        if median <= 0:
+            continue
+        for r in members:
+            key = f"{r.key}.share_of_median"
+            share = round(float(r.value) / median, 4)  # type: ignore[arg-type]
+            source = f"{r.key} / median of {len(members)} ({median:.4g} {r.unit})"
+            shares[key] = Reading(key, share, "", source)
+    return shares
+
+
+def _pair_shares(group: list[tuple[str, Reading]]) -> dict[str, Reading]:
+    ok = [(pair, r) for pair, r in group if r.ok]
+    if len(ok) < 2:
+        return {}
+    median = statistics.median(float(r.value) for _, r in ok)  # type: ignore[arg-type]
+    if median <= 0:
+        return {}
+    return {
+        f"{pair}.copy_share_of_median": Reading(
+            f"{pair}.copy_share_of_median",
+            round(float(r.value) / median, 4),  # type: ignore[arg-type]
+            "",
+            f"{r.key} / median of {len(ok)} pairs of its link type ({median:.4g} GB/s)",
+        )
+        for pair, r in ok
+    }

@@ -1,0 +1,204 @@
+"""Kernel plans end to end: the runner on this machine's CPU, kernel results as readings,
+rules judging them, and `gpudiag --export --kernels` writing them into the snapshot."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gpudiag.hostfs import HostFS
+from gpudiag.kernels import burn
+from gpudiag.kernels.readings import kernel_readings
+from gpudiag.kernels.runner import PLANS, KernelPlan, KernelUnavailable, PlanRun, usable_cpus
+from gpudiag.kernels.stats import summarize
+from gpudiag.model import KernelResult, ProbeStatus, Reading, ReadingStatus
+from gpudiag.nvml import Nvml, ReplayBackend
+from gpudiag.probes import default_probes
+from gpudiag.ruleengine import load_rules
+from gpudiag.session import LiveNode, with_findings
+from gpudiag.snapshot import load
+
+from conftest import FIXTURES, REPO, run_cli
+
+SMALL = KernelPlan(("stream", "gemm", "copy", "peer"), "all", 1 << 20, trials=2, gemm_n=128)
+
+
+def _ok(kernel: str, device: str, metric: str, unit: str, values, params=()) -> KernelResult:
+    values = tuple(float(v) for v in values)
+    return KernelResult(
+        kernel, device, metric, unit, ProbeStatus.OK, values, summarize(values), params
+    )
+
+
+def test_small_plan_runs_on_this_cpu_and_says_why_gpus_are_skipped() -> None:
+    progress: list[tuple[str, float]] = []
+    results = PlanRun(SMALL, progress=lambda label, f: progress.append((label, f))).run()
+    by = {(r.kernel, r.device, r.metric): r for r in results}
+    skipped_gpu = [r for r in results if r.device == "gpu"]
+    assert [r.kernel for r in skipped_gpu] == ["stream", "gemm", "copy", "peer"]
+    assert all(r.status is ProbeStatus.SKIPPED and "CuPy" in r.error for r in skipped_gpu)
+    numa = next(d for (k, d, m) in by if k == "stream" and d != "gpu")
+    assert numa.startswith("cpu-numa") or numa == "cpu"
+    assert by[("stream", numa, "triad")].status is ProbeStatus.OK
+    assert by[("gemm", "cpu", "fp64")].status is ProbeStatus.OK
+    assert by[("copy", "cpu", "all")].status is ProbeStatus.SKIPPED  # host copies need a GPU
+    assert by[("peer", numa, f"to.{numa}")].status is ProbeStatus.OK
+    assert progress[-1][1] == pytest.approx(1.0)
+    assert {label.split()[0] for label, _ in progress} == {"stream", "gemm", "peer"}
+
+
+def test_strict_run_refuses_gpus_it_cannot_use() -> None:
+    with pytest.raises(KernelUnavailable, match="CuPy is not installed"):
+        PlanRun(replace(SMALL, device="gpu")).run(strict=True)
+    with pytest.raises(KernelUnavailable, match="cpu, gpu, all or a GPU index"):
+        PlanRun(replace(SMALL, device="tpu")).run()
+
+
+def test_cancel_before_start_runs_nothing() -> None:
+    cancel = threading.Event()
+    cancel.set()
+    assert PlanRun(replace(SMALL, device="cpu"), cancel=cancel).run() == []
+
+
+def test_seconds_keep_trials_running_until_the_time_has_passed() -> None:
+    plan = KernelPlan(("stream",), "cpu", 1 << 16, trials=2, seconds=0.4)
+    started = time.monotonic()
+    results = PlanRun(plan).run()
+    assert time.monotonic() - started >= 0.4
+    assert len(results[0].samples) > 2  # many more rounds than the two trials asked for
+
+
+def test_usable_cpus_drop_what_the_cpuset_hides() -> None:
+    assert usable_cpus({0: [10_000], 1: []}) == {-1: []}
+
+
+def test_plans_are_defined() -> None:
+    assert set(PLANS) == {"quick", "full"}
+    assert "burn" in PLANS["full"].kernels and "burn" not in PLANS["quick"].kernels
+
+
+# ------------------------------------------------------------------ results as readings
+
+
+def test_results_become_keyed_readings_with_shares_and_checks() -> None:
+    results = [
+        _ok("stream", "gpu0", "triad", "GB/s", [3000, 3010], (("dtype", "fp64"),)),
+        _ok("stream", "gpu1", "triad", "GB/s", [2000, 2010], (("dtype", "fp64"),)),
+        _ok("stream", "gpu2", "triad", "GB/s", [3020, 3030], (("dtype", "fp64"),)),
+        KernelResult(
+            "gemm",
+            "gpu1",
+            "fp16",
+            "TFLOP/s",
+            ProbeStatus.ERROR,
+            error="verification failed: relative error 1 exceeds 0.02",
+        ),
+        KernelResult(
+            "gemm",
+            "gpu0",
+            "bf16",
+            "TFLOP/s",
+            ProbeStatus.SKIPPED,
+            error="CuPy and NumPy have no bfloat16 dtype",
+        ),
+        _ok("stream", "cpu-numa1", "triad", "GB/s", [100, 101], (("dtype", "fp32"),)),
+    ]
+    derived = {r.key: r for r in kernel_readings(results, {})}
+    assert derived["gpu.0.kernel.stream.triad.fp64"].value == pytest.approx(3005)
+    assert derived["gpu.0.kernel.stream.triad.fp64"].unit == "GB/s"
+    assert derived["gpu.1.kernel.stream.triad.fp64.share_of_median"].value == pytest.approx(
+        2005 / 3005, abs=1e-4
+    )
+    assert derived["gpu.1.kernel.verified"].value is False
+    assert derived["gpu.0.kernel.verified"].value is True
+    assert derived["gpu.1.kernel.gemm.fp16"].status is ReadingStatus.ERROR
+    assert derived["gpu.0.kernel.gemm.bf16"].status is ReadingStatus.UNSUPPORTED
+    assert derived["numa.1.kernel.stream.triad.fp32"].value == pytest.approx(100.5)
+    assert "numa.1.kernel.stream.triad.fp32.share_of_median" not in derived  # only one node
+
+
+def test_peer_copies_are_compared_within_their_link_type() -> None:
+    links = {
+        "topo.gpu.0.1": Reading("topo.gpu.0.1", "NV18"),
+        "topo.gpu.1.0": Reading("topo.gpu.1.0", "NV18"),
+        "topo.gpu.0.2": Reading("topo.gpu.0.2", "NV18"),
+        "topo.gpu.2.0": Reading("topo.gpu.2.0", "SYS"),
+    }
+    access = (("peer_access", "enabled"),)
+    results = [
+        _ok("peer", "gpu0", "to.gpu1", "GB/s", [370, 372], access),
+        _ok("peer", "gpu1", "to.gpu0", "GB/s", [371, 373], access),
+        _ok("peer", "gpu0", "to.gpu2", "GB/s", [200, 202], access),
+        _ok("peer", "gpu2", "to.gpu0", "GB/s", [50, 51], (("peer_access", "unsupported"),)),
+    ]
+    derived = {r.key: r for r in kernel_readings(results, links)}
+    assert derived["topo.gpu.0.1.copy_gbs"].value == pytest.approx(371)
+    assert derived["topo.gpu.0.2.copy_share_of_median"].value == pytest.approx(201 / 371, 1e-3)
+    assert "topo.gpu.2.0.copy_share_of_median" not in derived  # the only SYS pair
+    assert derived["topo.gpu.2.0.peer_access"].value == "unsupported"
+
+
+def test_kernel_rules_fire_on_a_snapshot_with_results() -> None:
+    node = LiveNode(
+        host=HostFS(FIXTURES / "host-basic"),
+        nvml=Nvml(ReplayBackend.from_file(REPO / "snapshots" / "demo-hgx-h100-healthy.toml")),
+        probes=default_probes(),
+        rules=load_rules(),
+    )
+    snapshot = node.snapshot()
+    results = [
+        _ok("stream", f"gpu{g}", "triad", "GB/s", [v, v + 1], (("dtype", "fp64"),))
+        for g, v in enumerate([3000, 3005, 2000, 3010, 3000, 3002, 3001, 3003])
+    ]
+    judged = with_findings(replace(snapshot, kernels=tuple(results)), load_rules())
+    fired = {(f.rule_id, f.subject) for f in judged.findings if f.rule_id.startswith("KRN")}
+    assert fired == {("KRN005", "GPU 2"), ("KRN009", "GPU 2")}
+    quiet = with_findings(snapshot, load_rules())
+    assert not [f for f in quiet.findings if f.rule_id.startswith("KRN")]
+
+
+def test_burn_report_becomes_results_with_nvml_series() -> None:
+    report = burn.BurnReport("gpu0", iterations=10, mismatches=2, seconds=5.0, gflops=900.0)
+    report.samples = [{"t": 0, "temperature.gpu": 60}, {"t": 1, "temperature.gpu": 70}]
+    results = {r.metric: r for r in burn.burn_results(report, 1024)}
+    assert results["mismatches"].samples == (2.0,) and results["gflops"].samples == (900.0,)
+    assert results["temperature.gpu"].stats.maximum == 70
+    derived = {r.key: r for r in kernel_readings(list(results.values()), {})}
+    assert derived["gpu.0.kernel.burn.mismatches"].value == 2
+    failed = burn.burn_results(burn.BurnReport("gpu1", error="out of memory"), 1024)
+    assert [r.status for r in failed] == [ProbeStatus.ERROR]
+
+
+# ------------------------------------------------------------------ the command line
+
+
+def test_export_with_kernels_writes_results_into_the_snapshot(tmp_path: Path) -> None:
+    target = tmp_path / "node.toml"
+    result = run_cli("--export", str(target), "--kernels", "quick", timeout=120)
+    assert result.returncode in (0, 1, 2), result.stderr
+    snapshot = load(target)
+    kernels = {(k.kernel, k.device, k.metric): k for k in snapshot.kernels}
+    triad = [
+        k for (kernel, _, metric), k in kernels.items() if (kernel, metric) == ("stream", "triad")
+    ]
+    assert triad and all(k.status is ProbeStatus.OK and len(k.samples) == 5 for k in triad)
+    assert kernels[("gemm", "cpu", "fp64")].stats is not None
+    assert "kernel results" in result.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--kernels", "quick"), "--kernels goes with --export"),
+        (("--root", str(REPO), "--export", "-", "--kernels", "quick"), "measures this machine"),
+        (("--export", "-", "--kernels", "slow"), "invalid choice"),
+    ],
+)
+def test_kernels_option_misuse_is_one_line(args, message) -> None:
+    result = run_cli(*args)
+    assert result.returncode == 3 and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
