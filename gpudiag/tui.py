@@ -1,25 +1,48 @@
 """The terminal UI. Everything on screen is rendered from a snapshot: a live node's
 (probed in a worker thread, results streamed in as they arrive) or a saved one.
 
-So far: a health banner and four tabs: the findings (severity written as text), every
-reading with its value or status and its source, the GPU topology matrix, and each
-probe's status and duration. Keys: 1 findings, 2 readings, 3 topology, 4 probes,
-r refresh, q quit.
+Screens (tabs, keys 1-8): overview, findings (filter, sort, detail), GPUs (one row each,
+all readings of the selected one), topology, host (a tree of readings), kernels (run
+with progress and cancel, results and charts), readings, probes. Every action has a key
+(the help screen, ?, lists them) and a command-palette entry (ctrl+p). Severity is
+always written as text; colour only repeats it.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import ClassVar
 
 from rich.text import Text
-from textual import work
-from textual.app import App, ComposeResult
+from textual import on, work
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import (
+    Button,
+    DataTable,
+    Footer,
+    Header,
+    Input,
+    Label,
+    ProgressBar,
+    Static,
+    TabbedContent,
+    TabPane,
+    Tree,
+)
 from textual.worker import Worker, WorkerState
 
-from gpudiag.model import ProbeResult, Severity, Snapshot
-from gpudiag.session import LiveNode, severity_counts
+from gpudiag import views
+from gpudiag.kernels.runner import PLANS, KernelPlan, PlanRun
+from gpudiag.model import Finding, ProbeResult, Severity, Snapshot
+from gpudiag.nvml import ReplayBackend
+from gpudiag.session import LiveNode, severity_counts, with_findings
+from gpudiag.snapshot import save
 from gpudiag.views import topology_matrix
 
 SEVERITY_STYLE = {
@@ -30,6 +53,113 @@ SEVERITY_STYLE = {
 }
 
 
+@dataclass(frozen=True)
+class Tab:
+    """One screen of the app: its key, id and title."""
+
+    key: str
+    id: str
+    title: str
+
+
+TABS = (
+    Tab("1", "overview", "Overview"),
+    Tab("2", "findings", "Findings"),
+    Tab("3", "gpus", "GPUs"),
+    Tab("4", "topology", "Topology"),
+    Tab("5", "host", "Host"),
+    Tab("6", "kernels", "Kernels"),
+    Tab("7", "readings", "Readings"),
+    Tab("8", "probes", "Probes"),
+)
+# Every key the app answers to, for the bindings, the help screen and the palette.
+ACTIONS = (
+    ("q", "quit", "Quit", True),
+    ("question_mark", "help", "Help", True),
+    ("r", "refresh", "Refresh", True),
+    ("e", "export", "Export", True),
+    ("slash", "search", "Search", True),
+    ("k", "run_kernels('quick')", "Kernels", True),
+    ("K", "run_kernels('full')", "Full kernels (with a burn)", False),
+    ("x", "cancel_kernels", "Cancel kernels", False),
+    ("s", "sort_findings", "Sort findings", False),
+    ("f", "filter_severity", "Filter findings by severity", False),
+)
+KEY_NAMES = {"question_mark": "?", "slash": "/"}
+
+
+class HelpScreen(ModalScreen[None]):
+    """Every key, in one place."""
+
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("escape,q,question_mark", "dismiss", "Close"),
+    ]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    #help { width: 76; max-height: 22; border: round $accent; padding: 0 1; background: $panel; }
+    """
+
+    def compose(self) -> ComposeResult:
+        lines = ["gpudiag keys (Esc closes)", ""]
+        lines += [f"  {tab.key}      {tab.title}" for tab in TABS]
+        lines += [
+            f"  {KEY_NAMES.get(key, key):<6} {title}" for key, _action, title, _shown in ACTIONS
+        ]
+        lines += [
+            "  ctrl+p the same actions in the command palette",
+            "  arrows, tab, enter move and select; esc leaves a text field",
+        ]
+        yield VerticalScroll(Static(Text("\n".join(lines))), id="help")
+
+
+class ExportScreen(ModalScreen[Path | None]):
+    """Asks for a file name; an existing file needs Enter a second time to overwrite."""
+
+    BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "cancel", "Cancel")]
+    DEFAULT_CSS = """
+    ExportScreen { align: center middle; }
+    #export { width: 70; height: auto; border: round $accent; padding: 0 1; background: $panel; }
+    #export Input { border: none; height: 1; }
+    """
+
+    def __init__(self, default: str) -> None:
+        super().__init__()
+        self.default = default
+        self.confirming: Path | None = None
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="export"):
+            yield Label("Export the snapshot to (TOML; .json for JSON):")
+            yield Input(self.default, id="export-path", select_on_focus=False)
+            yield Label("Enter writes, Esc cancels", id="export-note")
+
+    def on_mount(self) -> None:
+        self.query_one(Input).cursor_blink = False
+
+    @on(Input.Submitted)
+    def submitted(self, event: Input.Submitted) -> None:
+        path = Path(event.value.strip()).expanduser()
+        note = self.query_one("#export-note", Label)
+        if not event.value.strip():
+            note.update("a file name is needed")
+        elif path.is_dir():
+            note.update(f"{path} is a directory")
+        elif not path.parent.is_dir():
+            note.update(f"no directory {path.parent}")
+        elif path.exists() and self.confirming != path:
+            self.confirming = path
+            note.update(f"{path} exists: Enter again overwrites it, Esc cancels")
+        else:
+            self.dismiss(path)
+
+    @on(Input.Changed)
+    def changed(self) -> None:
+        self.confirming = None
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
 class GpudiagApp(App[int]):
     """gpudiag's TUI, built from a live node or a saved snapshot."""
 
@@ -37,68 +167,228 @@ class GpudiagApp(App[int]):
     CSS = """
     #banner { height: auto; padding: 0 1; }
     TabbedContent { height: 1fr; }
+    TabPane { padding: 0; }
+    .filter { height: 1; border: none; padding: 0 1; }
+    #findings { height: 1fr; }
+    #finding-detail { height: 8; border-top: solid $accent; padding: 0 1; }
+    #gpus { height: auto; max-height: 10; }
+    #gpu-readings { height: 1fr; border-top: solid $accent; }
+    #overview { padding: 0 1; }
+    #kernel-controls { height: 1; }
+    #kernel-controls Button { margin-right: 1; }
+    #kernel-status { height: 1; padding: 0 1; }
+    #kernel-progress { height: 1; padding: 0 1; }
+    #kernel-results { height: auto; max-height: 12; }
+    #kernel-charts { height: auto; padding: 0 1; }
     """
     BINDINGS: ClassVar[list[Binding]] = [
-        Binding("q", "quit", "Quit"),
-        Binding("r", "refresh", "Refresh"),
-        Binding("1", "show_tab('findings-tab')", "Findings"),
-        Binding("2", "show_tab('readings-tab')", "Readings"),
-        Binding("3", "show_tab('topology-tab')", "Topology"),
-        Binding("4", "show_tab('probes-tab')", "Probes"),
+        *(Binding(tab.key, f"show_tab('{tab.id}')", tab.title, show=False) for tab in TABS),
+        *(Binding(key, action, title, show=shown) for key, action, title, shown in ACTIONS),
     ]
 
-    def __init__(self, source: LiveNode | Snapshot) -> None:
+    def __init__(
+        self, source: LiveNode | Snapshot, plans: dict[str, KernelPlan] | None = None
+    ) -> None:
         super().__init__()
         self.source = source
         self.snapshot: Snapshot | None = source if isinstance(source, Snapshot) else None
+        self.plans = PLANS if plans is None else plans
+        self.shown_findings: list[Finding] = []
+        self.severity_filter: Severity | None = None
+        self.sort_key = "severity"
+        self.kernel_cancel = threading.Event()
+        self.kernels_running = False
+
+    # ------------------------------------------------------------------ layout
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("", id="banner")
-        with TabbedContent(initial="findings-tab"):
+        with TabbedContent(initial="overview-tab"):
+            with TabPane("Overview", id="overview-tab"):
+                yield VerticalScroll(Static("", id="overview-text"), id="overview")
             with TabPane("Findings", id="findings-tab"):
+                yield Input(
+                    placeholder="/ filter: text in id, subject, title",
+                    id="findings-filter",
+                    classes="filter",
+                )
                 yield DataTable(id="findings", cursor_type="row", zebra_stripes=True)
-            with TabPane("Readings", id="readings-tab"):
-                yield DataTable(id="readings", cursor_type="row", zebra_stripes=True)
+                yield VerticalScroll(Static("", id="finding-text"), id="finding-detail")
+            with TabPane("GPUs", id="gpus-tab"):
+                yield DataTable(id="gpus", cursor_type="row", zebra_stripes=True)
+                yield DataTable(id="gpu-readings", cursor_type="row")
             with TabPane("Topology", id="topology-tab"):
                 yield DataTable(id="topology", cursor_type="row")
                 yield Static("", id="topology-legend")
+            with TabPane("Host", id="host-tab"):
+                yield Tree("host", id="host")
+            with TabPane("Kernels", id="kernels-tab"), VerticalScroll(id="kernels"):
+                with Horizontal(id="kernel-controls"):
+                    yield Button(Text("Quick [k]"), id="run-quick", compact=True)
+                    yield Button(Text("Full [K]"), id="run-full", compact=True)
+                    yield Button(
+                        Text("Cancel [x]"), id="cancel-kernels", compact=True, disabled=True
+                    )
+                yield Label("", id="kernel-status")
+                yield ProgressBar(total=1.0, show_eta=False, id="kernel-progress")
+                yield DataTable(id="kernel-results", cursor_type="row", zebra_stripes=True)
+                yield Static("", id="kernel-charts")
+            with TabPane("Readings", id="readings-tab"):
+                yield Input(
+                    placeholder="/ filter: text in key, value, source",
+                    id="readings-filter",
+                    classes="filter",
+                )
+                yield DataTable(id="readings", cursor_type="row", zebra_stripes=True)
             with TabPane("Probes", id="probes-tab"):
                 yield DataTable(id="probes", cursor_type="row")
         yield Footer()
 
     def on_mount(self) -> None:
-        findings = self.query_one("#findings", DataTable)
-        findings.add_columns("severity", "id", "subject", "message")
-        probes = self.query_one("#probes", DataTable)
-        probes.add_columns("probe", "status", "time", "readings", "error")
+        self.query_one("#findings", DataTable).add_columns("severity", "id", "subject", "title")
+        self.query_one("#probes", DataTable).add_columns(
+            "probe", "status", "time", "readings", "error"
+        )
         self.query_one("#readings", DataTable).add_columns("reading", "value", "source")
+        self.query_one("#gpu-readings", DataTable).add_columns("reading", "value", "source")
+        self.query_one("#kernel-results", DataTable).add_columns(*views.kernel_table([]).headers)
+        for field in self.query(Input):
+            field.cursor_blink = False
         if isinstance(self.source, Snapshot):
             self.sub_title = f"{self.source.host} (saved {self.source.created}, read-only)"
             self.show_snapshot(self.source)
+            self._kernel_status("a saved snapshot: its kernel results are shown, none run")
         else:
+            self._kernel_status("k runs the quick set, K the full set with a burn")
             self.action_refresh()
+        self.query_one("#overview", VerticalScroll).focus()
+
+    # ------------------------------------------------------------------ actions
+
+    def action_show_tab(self, tab: str) -> None:
+        """Switch to a tab and focus its main widget."""
+        self.query_one(TabbedContent).active = f"{tab}-tab"
+        target = {"overview": "#overview", "kernels": "#kernel-results"}.get(tab, f"#{tab}")
+        self.query_one(target).focus()
 
     def action_refresh(self) -> None:
         """Probe the live node again (a saved snapshot cannot be refreshed)."""
         if not isinstance(self.source, LiveNode):
             self.notify("a saved snapshot is read-only", severity="warning")
             return
-        for table in self.query(DataTable):
-            table.clear()
+        self.query_one("#probes", DataTable).clear()
         self.query_one("#banner", Static).update("probing the node ...")
         self.probe_node()
 
-    def action_show_tab(self, tab: str) -> None:
-        """Switch to a tab and focus its table."""
-        self.query_one(TabbedContent).active = tab
-        self.query_one(f"#{tab.removesuffix('-tab')}", DataTable).focus()
+    def action_help(self) -> None:
+        """Show every key."""
+        self.push_screen(HelpScreen())
+
+    def action_search(self) -> None:
+        """Focus the filter of the findings (or, on the readings screen, of the readings)."""
+        tabs = self.query_one(TabbedContent)
+        if tabs.active != "readings-tab":
+            tabs.active = "findings-tab"
+        target = "#readings-filter" if tabs.active == "readings-tab" else "#findings-filter"
+        self.query_one(target, Input).focus()
+
+    def action_sort_findings(self) -> None:
+        """Sort the findings by the next key: severity, id, subject."""
+        keys = views.SORT_KEYS
+        self.sort_key = keys[(keys.index(self.sort_key) + 1) % len(keys)]
+        self.action_show_tab("findings")
+        self.show_findings()
+        self.notify(f"findings sorted by {self.sort_key}")
+
+    def action_filter_severity(self) -> None:
+        """Show only one severity, the next each time, then all again."""
+        order: list[Severity | None] = [None, *Severity]
+        self.severity_filter = order[(order.index(self.severity_filter) + 1) % len(order)]
+        self.action_show_tab("findings")
+        self.show_findings()
+        shown = self.severity_filter.value if self.severity_filter else "every severity"
+        self.notify(f"findings: {shown}")
+
+    def action_export(self) -> None:
+        """Ask for a file name and write the snapshot there (atomically)."""
+        if self.snapshot is None:
+            self.notify("nothing to export yet: the node is still being probed", severity="warning")
+            return
+        default = f"gpudiag-{self.snapshot.host}.toml"
+        self.push_screen(ExportScreen(default), self._export_to)
+
+    def _export_to(self, path: Path | None) -> None:
+        if path is None or self.snapshot is None:
+            return
+        try:
+            save(self.snapshot, path)
+        except OSError as exc:
+            self.notify(f"cannot write {path}: {exc.strerror or exc}", severity="error")
+            return
+        self.notify(f"wrote {path}")
+
+    def action_run_kernels(self, plan_name: str) -> None:
+        """Run a kernel plan on this machine in a worker, with progress."""
+        self.action_show_tab("kernels")
+        if not isinstance(self.source, LiveNode) or self.snapshot is None:
+            why = "a saved snapshot is read-only" if self.snapshot is not None else "probing"
+            self.notify(f"kernels cannot run: {why}", severity="warning")
+            return
+        if not self.source.host.is_live or isinstance(self.source.nvml.backend, ReplayBackend):
+            self.notify(
+                "kernels measure this machine: not with --root or --nvml-replay",
+                severity="warning",
+            )
+            return
+        if self.kernels_running:
+            self.notify("kernels are running: x cancels them", severity="warning")
+            return
+        self.kernels_running = True
+        self.kernel_cancel.clear()
+        self.query_one("#cancel-kernels", Button).disabled = False
+        self._kernel_status(f"running the {plan_name} set ...")
+        self.run_kernel_plan(plan_name)
+
+    def action_cancel_kernels(self) -> None:
+        """Stop the kernels at the next chunk."""
+        if self.kernels_running:
+            self.kernel_cancel.set()
+            self._kernel_status("cancelling ...")
 
     async def action_quit(self) -> None:
-        """Stop any probing, then leave."""
+        """Stop any probing and kernels, then leave."""
+        self.kernel_cancel.set()
         if isinstance(self.source, LiveNode):
             self.source.cancel.set()
         self.exit(0)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """The command palette: Textual's own commands and every key's action."""
+        yield from super().get_system_commands(screen)
+        for tab in TABS:
+            yield SystemCommand(
+                f"Show {tab.title}", f"key {tab.key}", lambda t=tab.id: self.action_show_tab(t)
+            )
+        yield SystemCommand("Refresh", "probe the node again (r)", self.action_refresh)
+        yield SystemCommand("Export snapshot", "write it to a file (e)", self.action_export)
+        yield SystemCommand(
+            "Run quick kernels",
+            "STREAM, GEMM, copies (k)",
+            lambda: self.action_run_kernels("quick"),
+        )
+        yield SystemCommand(
+            "Run full kernels",
+            "larger, with a burn (K)",
+            lambda: self.action_run_kernels("full"),
+        )
+        yield SystemCommand("Cancel kernels", "x", self.action_cancel_kernels)
+        yield SystemCommand("Search findings", "/", self.action_search)
+        yield SystemCommand("Sort findings", "s", self.action_sort_findings)
+        yield SystemCommand("Filter findings by severity", "f", self.action_filter_severity)
+        yield SystemCommand("Keys", "every key (?)", self.action_help)
+
+    # ------------------------------------------------------------------ workers
 
     @work(thread=True, exclusive=True, group="probe", exit_on_error=False)
     def probe_node(self) -> Snapshot:
@@ -107,15 +397,76 @@ class GpudiagApp(App[int]):
         snapshot = self.source.snapshot(
             on_result=lambda result: self.call_from_thread(self.add_probe_row, result)
         )
+        if self.snapshot is not None and self.snapshot.kernels:  # keep measured results
+            snapshot = with_findings(
+                replace(snapshot, kernels=self.snapshot.kernels),
+                self.source.rules,
+                self.source.profile_name,
+            )
         self.call_from_thread(self.show_snapshot, snapshot)
         return snapshot
 
+    @work(thread=True, exclusive=True, group="kernels", exit_on_error=False)
+    def run_kernel_plan(self, plan_name: str) -> None:
+        """Run a plan off the UI thread, reporting progress; results go into the snapshot."""
+        assert isinstance(self.source, LiveNode)
+        run = PlanRun(
+            self.plans[plan_name],
+            self.source.host,
+            progress=lambda label, f: self.call_from_thread(self._kernel_progress, label, f),
+            cancel=self.kernel_cancel,
+            nvml=self.source.nvml,
+        )
+        try:
+            results = run.run()
+        finally:
+            self.call_from_thread(self._kernels_finished)
+        cancelled = self.kernel_cancel.is_set()
+        self.call_from_thread(self._kernels_done, plan_name, tuple(results), cancelled)
+
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.state is WorkerState.ERROR:
-            error = event.worker.error
-            self.query_one("#banner", Static).update(
-                Text(f"UNKNOWN: probing failed: {type(error).__name__}: {error}", "magenta")
-            )
+        if event.state is not WorkerState.ERROR:
+            return
+        error = event.worker.error
+        if event.worker.group == "kernels":
+            self._kernel_status(f"ERROR: kernels failed: {type(error).__name__}: {error}")
+            return
+        self.query_one("#banner", Static).update(
+            Text(f"UNKNOWN: probing failed: {type(error).__name__}: {error}", "magenta")
+        )
+
+    def _kernel_status(self, text: str) -> None:
+        self.query_one("#kernel-status", Label).update(Text(text))
+
+    def _kernel_progress(self, label: str, fraction: float) -> None:
+        self._kernel_status(f"{label}: {fraction:.0%}")
+        self.query_one("#kernel-progress", ProgressBar).update(progress=fraction)
+
+    def _kernels_finished(self) -> None:
+        self.kernels_running = False
+        self.query_one("#cancel-kernels", Button).disabled = True
+
+    def _kernels_done(self, plan_name: str, results: tuple, cancelled: bool) -> None:
+        assert isinstance(self.source, LiveNode) and self.snapshot is not None
+        snapshot = replace(self.snapshot, kernels=results)
+        self.show_snapshot(with_findings(snapshot, self.source.rules, self.source.profile_name))
+        ok = sum(1 for r in results if r.status.value == "ok")
+        state = "cancelled" if cancelled else "done"
+        self._kernel_status(f"{plan_name} set {state}: {ok} of {len(results)} results ok")
+
+    @on(Button.Pressed, "#run-quick")
+    def _quick_pressed(self) -> None:
+        self.action_run_kernels("quick")
+
+    @on(Button.Pressed, "#run-full")
+    def _full_pressed(self) -> None:
+        self.action_run_kernels("full")
+
+    @on(Button.Pressed, "#cancel-kernels")
+    def _cancel_pressed(self) -> None:
+        self.action_cancel_kernels()
+
+    # ------------------------------------------------------------------ rendering
 
     def add_probe_row(self, result: ProbeResult) -> None:
         """One probe's outcome in the probes table."""
@@ -127,9 +478,135 @@ class GpudiagApp(App[int]):
             Text(result.error),
         )
 
-    def show_topology(self, snapshot: Snapshot) -> None:
+    def show_snapshot(self, snapshot: Snapshot) -> None:
+        """Render a whole snapshot on every screen."""
+        self.snapshot = snapshot
+        self.query_one("#banner", Static).update(self._banner(snapshot))
+        self.show_overview()
+        self.show_findings()
+        self.show_gpus()
+        self.show_topology()
+        self.show_host()
+        self.show_kernels()
+        self.show_readings()
+        probes = self.query_one("#probes", DataTable)
+        probes.clear()
+        for result in snapshot.probes:
+            self.add_probe_row(result)
+
+    def _banner(self, snapshot: Snapshot) -> Text:
+        counts = severity_counts(snapshot.findings)
+        worst = snapshot.worst_severity()
+        health = "OK" if worst in (None, Severity.INFO) else worst.value.upper()
+        style = SEVERITY_STYLE.get(worst, "") if worst else ""
+        banner = Text(f"{snapshot.host}  health: ")
+        banner.append(health, style or "bold green")
+        banner.append("   ")
+        for severity, count in counts.items():
+            banner.append(f"{severity.value.upper()} {count}  ", SEVERITY_STYLE[severity])
+        return banner
+
+    def show_overview(self) -> None:
+        assert self.snapshot is not None
+        text = Text()
+        for label, value in views.overview(self.snapshot):
+            text.append(f"{label:<9}", "bold")
+            text.append(f"{value}\n")
+        worst = views.filter_findings(self.snapshot.findings)
+        worst = [f for f in worst if f.severity is not Severity.INFO][:6]
+        text.append(
+            "\nFix first\n" if worst else "\nNo critical, warning or unknown findings.\n", "bold"
+        )
+        for finding in worst:
+            text.append(f"{finding.severity.value.upper():<9}", SEVERITY_STYLE[finding.severity])
+            text.append(f"{finding.rule_id:<8} {finding.subject}: {finding.title}\n")
+        text.append("\n2 findings  3 GPUs  4 topology  5 host  6 kernels  ? keys", "dim")
+        self.query_one("#overview-text", Static).update(text)
+
+    def show_findings(self) -> None:
+        """The findings table, filtered and sorted, and the detail of the first."""
+        if self.snapshot is None:
+            return
+        text = self.query_one("#findings-filter", Input).value
+        self.shown_findings = views.filter_findings(
+            self.snapshot.findings, self.severity_filter, text, self.sort_key
+        )
+        table = self.query_one("#findings", DataTable)
+        table.clear()
+        for finding in self.shown_findings:
+            table.add_row(
+                Text(finding.severity.value.upper(), SEVERITY_STYLE[finding.severity]),
+                Text(finding.rule_id),
+                Text(finding.subject),
+                Text(finding.title),
+            )
+        self.show_finding_detail(0)
+
+    def show_finding_detail(self, row: int) -> None:
+        detail = self.query_one("#finding-text", Static)
+        if not 0 <= row < len(self.shown_findings):
+            detail.update(Text("no finding matches" if self.snapshot else ""))
+            return
+        text = Text()
+        for label, line in views.finding_detail(self.shown_findings[row]):
+            if label:
+                text.append(f"{label}: ", "bold")
+            text.append(f"{line}\n")
+        detail.update(text)
+
+    @on(DataTable.RowHighlighted, "#findings")
+    def _finding_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.show_finding_detail(event.cursor_row)
+
+    @on(Input.Changed, "#findings-filter")
+    def _findings_filter_changed(self) -> None:
+        self.show_findings()
+
+    @on(Input.Changed, "#readings-filter")
+    def _readings_filter_changed(self) -> None:
+        self.show_readings()
+
+    @on(Input.Submitted)
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        target = {"findings-filter": "#findings", "readings-filter": "#readings"}
+        if event.input.id in target:
+            self.query_one(target[event.input.id]).focus()
+
+    def key_escape(self) -> None:
+        """Esc in a filter field goes back to its table."""
+        focused = self.focused
+        if isinstance(focused, Input) and focused.id in ("findings-filter", "readings-filter"):
+            self.query_one(f"#{focused.id.removesuffix('-filter')}").focus()
+
+    def show_gpus(self) -> None:
+        assert self.snapshot is not None
+        matrix = views.gpu_table(self.snapshot)
+        table = self.query_one("#gpus", DataTable)
+        table.clear(columns=True)
+        table.add_columns(*matrix.headers)
+        for row in matrix.rows:
+            table.add_row(*(Text(cell) for cell in row))
+        self.show_gpu_readings(0)
+
+    def show_gpu_readings(self, row: int) -> None:
+        assert self.snapshot is not None
+        table = self.query_one("#gpu-readings", DataTable)
+        table.clear()
+        gpus = self.query_one("#gpus", DataTable)
+        if not 0 <= row < gpus.row_count:
+            return
+        gpu = int(str(gpus.get_row_at(row)[0]).removeprefix("GPU"))
+        for reading in views.gpu_readings(self.snapshot, gpu):
+            table.add_row(Text(reading.key), Text(reading.display()), Text(reading.source))
+
+    @on(DataTable.RowHighlighted, "#gpus")
+    def _gpu_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.show_gpu_readings(event.cursor_row)
+
+    def show_topology(self) -> None:
         """The GPU-by-GPU matrix with NICs and affinity, and its legend."""
-        matrix = topology_matrix(snapshot)
+        assert self.snapshot is not None
+        matrix = topology_matrix(self.snapshot)
         table = self.query_one("#topology", DataTable)
         table.clear(columns=True)
         legend = self.query_one("#topology-legend", Static)
@@ -141,32 +618,49 @@ class GpudiagApp(App[int]):
             table.add_row(*(Text(cell) for cell in row))
         legend.update(Text("\n".join(matrix.legend)))
 
-    def show_snapshot(self, snapshot: Snapshot) -> None:
-        """Render a whole snapshot: banner, findings and probes."""
-        self.snapshot = snapshot
-        counts = severity_counts(snapshot.findings)
-        worst = snapshot.worst_severity()
-        health = "OK" if worst in (None, Severity.INFO) else worst.value.upper()
-        banner = Text(f"{snapshot.host}  health: {health}   ")
-        for severity, count in counts.items():
-            banner.append(f"{severity.value.upper()} {count}  ", SEVERITY_STYLE[severity])
-        self.query_one("#banner", Static).update(banner)
-        findings = self.query_one("#findings", DataTable)
-        findings.clear()
-        for finding in snapshot.findings:
-            findings.add_row(
-                Text(finding.severity.value.upper(), SEVERITY_STYLE[finding.severity]),
-                Text(finding.rule_id),
-                Text(finding.subject),
-                Text(finding.message),
-            )
-        probes = self.query_one("#probes", DataTable)
-        probes.clear()
-        readings = self.query_one("#readings", DataTable)
-        readings.clear()
-        self.show_topology(snapshot)
-        for result in snapshot.probes:
-            self.add_probe_row(result)
+    def show_host(self) -> None:
+        assert self.snapshot is not None
+        tree = self.query_one("#host", Tree)
+        tree.clear()
+        tree.root.set_label(f"{self.snapshot.host}")
+        for head, groups in views.host_tree(self.snapshot).items():
+            count = sum(len(r) for r in groups.values())
+            branch = tree.root.add(f"{views.HOST_GROUPS[head]} ({count})")
+            for sub, readings in groups.items():
+                parent = branch if not sub else branch.add(sub)
+                for reading in readings:
+                    parent.add_leaf(Text(f"{reading.key} = {reading.display()}"))
+        tree.root.expand()
+
+    def show_kernels(self) -> None:
+        assert self.snapshot is not None
+        kernels = self.snapshot.kernels
+        table = self.query_one("#kernel-results", DataTable)
+        table.clear()
+        for row in views.kernel_table(kernels).rows:
+            table.add_row(*(Text(cell) for cell in row))
+        width = max(40, self.size.width - 4)
+        text = Text()
+        for title, items, unit in views.kernel_charts(kernels):
+            text.append(f"{title}\n", "bold")
+            text.append("\n".join(views.bar_chart(items, width, unit)) + "\n")
+        for label, samples, unit in views.burn_series(kernels):
+            text.append(f"{label} over the burn ({unit})\n", "bold")
+            text.append(views.sparkline(samples, width) + "\n")
+        if not kernels:
+            text.append("no kernel results yet")
+        self.query_one("#kernel-charts", Static).update(text)
+
+    def show_readings(self) -> None:
+        if self.snapshot is None:
+            return
+        needle = self.query_one("#readings-filter", Input).value.strip().lower()
+        table = self.query_one("#readings", DataTable)
+        table.clear()
+        for result in self.snapshot.probes:
             for reading in result.readings:
+                line = f"{reading.key} {reading.display()} {reading.source}".lower()
+                if needle and needle not in line:
+                    continue
                 # Text, not str: a str cell is Rich markup, and "[missing] ..." would vanish
-                readings.add_row(Text(reading.key), Text(reading.display()), Text(reading.source))
+                table.add_row(Text(reading.key), Text(reading.display()), Text(reading.source))

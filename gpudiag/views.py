@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpudiag.model import Snapshot
+from gpudiag.hostfs import natural_key
+from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
 
 _GPU_INDEX = re.compile(r"^gpu\.(\d+)\.")
 _NIC = re.compile(r"^topo\.gpu\.\d+\.nic\.(.+)$")
+_PAIR = re.compile(r"^topo\.gpu\.\d+\.\d+$")
+_PCI_ADDRESS = re.compile(r"^([0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])\.")
 
 
 @dataclass(frozen=True)
@@ -38,9 +42,21 @@ def topology_matrix(snapshot: Snapshot) -> Matrix:
         "CPUs",
         "NUMA",
     )
+    links = [
+        int(str(r.value)[2:])
+        for key, r in readings.items()
+        if _PAIR.match(key) and r.ok and re.fullmatch(r"NV\d+", str(r.value))
+    ]
+    usual = max(set(links), key=links.count) if links else 0
+
+    def pair(a: int, b: int) -> str:
+        text = cell(f"topo.gpu.{a}.{b}")
+        short = re.fullmatch(r"NV(\d+)", text) and int(text[2:]) < usual
+        return f"{text}!" if short else text
+
     rows = []
     for a in gpus:
-        pairs = ["X" if a == b else cell(f"topo.gpu.{a}.{b}") for b in gpus]
+        pairs = ["X" if a == b else pair(a, b) for b in gpus]
         nic_cells = [cell(f"topo.gpu.{a}.nic.{nic}") for nic in nics]
         rows.append(
             (
@@ -52,8 +68,307 @@ def topology_matrix(snapshot: Snapshot) -> Matrix:
             )
         )
     legend = [f"NIC{i}: {nic}" for i, nic in enumerate(nics)]
+    if any(cell.endswith("!") for row in rows for cell in row):
+        legend.append(f"! = fewer NVLinks than the node's usual NV{usual}")
     legend.append(
         "NV# = NVLinks; PIX, PXB, PHB, NODE, SYS = PCIe paths as in nvidia-smi "
         "topo -m; ? = not read (see Readings)"
     )
     return Matrix(tuple(headers), tuple(rows), tuple(legend))
+
+
+# ------------------------------------------------------------------ overview
+
+
+def _shown(readings: dict[str, Reading], key: str) -> str | None:
+    reading = readings.get(key)
+    return reading.display() if reading is not None and reading.ok else None
+
+
+def overview(snapshot: Snapshot) -> list[tuple[str, str]]:
+    """Label and value lines for the first screen: host, platform, GPUs, driver, CPU and
+    NUMA. A value no probe read says so ('not read') rather than vanish."""
+    r = snapshot.readings_by_key
+
+    def joined(*keys: str, sep: str = " ") -> str:
+        parts = [v for k in keys if (v := _shown(r, k))]
+        return sep.join(parts) if parts else "not read"
+
+    gpus = sorted({int(m.group(1)) for key in r if (m := _GPU_INDEX.match(key))})
+    names = sorted({str(r[f"gpu.{g}.name"].value) for g in gpus if _shown(r, f"gpu.{g}.name")})
+    lost = [g for g in gpus if (h := r.get(f"gpu.{g}.health")) is not None and not h.ok]
+    gpu_text = f"{len(gpus)} x {', '.join(names) or 'unknown model'}" if gpus else "none seen"
+    if lost:
+        gpu_text += f" ({len(lost)} not answering: GPU {', '.join(map(str, lost))})"
+    nodes = r.get("numa.nodes")
+    numa = (
+        f"{len(nodes.value)} node(s)"
+        if nodes and nodes.ok and isinstance(nodes.value, list)
+        else "not read"
+    )
+    cpu = joined("cpu.model")
+    layout = [
+        f"{_shown(r, k)} {word}"
+        for k, word in (
+            ("cpu.sockets", "socket(s)"),
+            ("cpu.cores", "cores"),
+            ("cpu.logical", "CPUs"),
+        )
+        if _shown(r, k)
+    ]
+    return [
+        (
+            "Host",
+            f"{snapshot.host}  ({joined('host.os.pretty_name')}, kernel "
+            f"{joined('host.kernel.release')})",
+        ),
+        ("Platform", joined("dmi.sys_vendor", "dmi.product_name")),
+        ("BIOS", joined("dmi.bios_vendor", "dmi.bios_version", "dmi.bios_date")),
+        ("GPUs", gpu_text),
+        ("Driver", f"{joined('nvml.driver_version')}  CUDA {joined('nvml.cuda_driver_version')}"),
+        ("CPU", f"{cpu}" + (f"  ({', '.join(layout)})" if layout else "")),
+        ("NUMA", f"{numa}  governor {joined('cpu.freq.governor')}"),
+        ("Snapshot", f"taken {snapshot.created} by gpudiag {snapshot.gpudiag_version}"),
+    ]
+
+
+# ------------------------------------------------------------------ findings
+
+
+SORT_KEYS = ("severity", "id", "subject")
+
+
+def filter_findings(
+    findings: Sequence[Finding],
+    severity: Severity | None = None,
+    text: str = "",
+    sort: str = "severity",
+) -> list[Finding]:
+    """Findings of one severity (or all), containing `text` (any case) in their id,
+    subject, title or message, sorted worst first (or by id, or by subject)."""
+    needle = text.strip().lower()
+    kept = [
+        f
+        for f in findings
+        if (severity is None or f.severity is severity)
+        and (not needle or needle in f"{f.rule_id} {f.subject} {f.title} {f.message}".lower())
+    ]
+    if sort == "id":
+        return sorted(kept, key=lambda f: (natural_key(f.rule_id), natural_key(f.subject)))
+    if sort == "subject":
+        return sorted(kept, key=lambda f: (natural_key(f.subject), -f.severity.rank))
+    return sorted(
+        kept, key=lambda f: (-f.severity.rank, natural_key(f.rule_id), natural_key(f.subject))
+    )
+
+
+def finding_detail(finding: Finding) -> list[tuple[str, str]]:
+    """What the detail pane shows: message, each evidence reading with its source, why
+    it matters and how to fix it."""
+    lines = [
+        ("", f"{finding.severity.value.upper()} {finding.rule_id}  {finding.subject}"),
+        ("", finding.message),
+    ]
+    for reading in finding.evidence:
+        source = f"  ({reading.source})" if reading.source else ""
+        lines.append(("evidence", f"{reading.key} = {reading.display()}{source}"))
+    if finding.why:
+        lines.append(("why", finding.why))
+    if finding.fix:
+        lines.append(("fix", finding.fix))
+    return lines
+
+
+# ------------------------------------------------------------------ GPUs
+
+
+def gpu_table(snapshot: Snapshot) -> Matrix:
+    """One row per GPU: bus, PCIe now/max, temperature, power and limit, clocks, ECC,
+    persistence, MIG, throttle reasons. '-' where a reading is absent or failed."""
+    r = snapshot.readings_by_key
+    gpus = sorted({int(m.group(1)) for key in r if (m := _GPU_INDEX.match(key))})
+
+    def v(gpu: int, suffix: str) -> str:
+        reading = r.get(f"gpu.{gpu}.{suffix}")
+        if reading is None or not reading.ok:
+            return "-"
+        value = reading.value
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        if isinstance(value, float):
+            return f"{value:.0f}"
+        if isinstance(value, list):
+            return ",".join(map(str, value)) or "none"
+        return str(value)
+
+    rows = []
+    for g in gpus:
+        health = r.get(f"gpu.{g}.health")
+        lost = health is not None and not health.ok
+        pcie = (
+            f"{v(g, 'pcie.link_gen')}/{v(g, 'pcie.max_link_gen')} "
+            f"x{v(g, 'pcie.link_width')}/{v(g, 'pcie.max_link_width')}"
+        )
+        rows.append(
+            (
+                f"GPU{g}",
+                v(g, "pci.bus_id").removeprefix("0000:") if not lost else "LOST",
+                pcie,
+                f"{v(g, 'temperature.gpu')} C",
+                f"{v(g, 'power.draw')}/{v(g, 'power.limit')} W",
+                f"{v(g, 'clocks.sm')}/{v(g, 'clocks.max_sm')}",
+                v(g, "ecc.current"),
+                v(g, "persistence_mode"),
+                v(g, "mig.current"),
+                v(g, "throttle_reasons"),
+            )
+        )
+    headers = (
+        "GPU",
+        "bus",
+        "PCIe gen/width",
+        "temp",
+        "power/limit",
+        "SM MHz",
+        "ECC",
+        "persist",
+        "MIG",
+        "throttle",
+    )
+    return Matrix(headers, tuple(rows), ())
+
+
+def gpu_readings(snapshot: Snapshot, gpu: int) -> list[Reading]:
+    """Every reading of one GPU, in key order."""
+    prefix = f"gpu.{gpu}."
+    return sorted(
+        (r for k, r in snapshot.readings_by_key.items() if k.startswith(prefix)),
+        key=lambda r: natural_key(r.key),
+    )
+
+
+# ------------------------------------------------------------------ host tree
+
+HOST_GROUPS = {
+    "host": "Host and OS",
+    "cpu": "CPU",
+    "numa": "NUMA",
+    "mem": "Memory",
+    "dmi": "BIOS and board",
+    "platform": "Platform",
+    "power": "Power",
+    "kernel": "Kernel",
+    "iommu": "IOMMU",
+    "pcie": "PCIe",
+    "faults": "Faults",
+    "nvml": "Driver (NVML)",
+}
+
+
+def host_tree(snapshot: Snapshot) -> dict[str, dict[str, list[Reading]]]:
+    """The host's readings (everything but per-GPU and topology ones) by group, then by
+    sub-group (a PCIe device, a NUMA node, a CPU area); '' holds the group's own."""
+    tree: dict[str, dict[str, list[Reading]]] = {}
+    for key in sorted(snapshot.readings_by_key, key=natural_key):
+        head, _, rest = key.partition(".")
+        if head not in HOST_GROUPS:
+            continue
+        address = _PCI_ADDRESS.match(rest) if head == "pcie" else None
+        sub = address.group(1) if address else rest.split(".")[0] if "." in rest else ""
+        tree.setdefault(head, {}).setdefault(sub, []).append(snapshot.readings_by_key[key])
+    return {head: tree[head] for head in HOST_GROUPS if head in tree}
+
+
+# ------------------------------------------------------------------ kernels
+
+
+def kernel_table(kernels: Sequence[KernelResult]) -> Matrix:
+    """One row per kernel result: median, min, max, CV and the 95% interval, or the
+    status and reason where there are no statistics."""
+    rows = []
+    for k in kernels:
+        name = f"{k.kernel}.{k.metric}"
+        if k.kernel == "stream":
+            name += f".{dict(k.params).get('dtype', '')}".rstrip(".")
+        if k.stats is not None:
+            s = k.stats
+            rows.append(
+                (
+                    name,
+                    k.device,
+                    f"{s.median:.4g}",
+                    f"{s.minimum:.4g}",
+                    f"{s.maximum:.4g}",
+                    f"{s.cv:.1%}",
+                    f"{s.ci95_low:.4g}-{s.ci95_high:.4g}",
+                    k.unit,
+                )
+            )
+        elif k.status.value == "ok" and k.samples:
+            rows.append((name, k.device, f"{k.samples[0]:.4g}", "", "", "", "", k.unit))
+        else:
+            rows.append((name, k.device, k.status.value.upper(), k.error, "", "", "", ""))
+    headers = ("kernel", "device", "median", "min", "max", "cv", "95% CI", "unit")
+    return Matrix(headers, tuple(rows), ())
+
+
+def bar_chart(items: Sequence[tuple[str, float]], width: int, unit: str) -> list[str]:
+    """Horizontal bars scaled to the largest value, one line each: label, bar, value."""
+    if not items:
+        return []
+    label_width = max(len(label) for label, _ in items)
+    top = max(value for _, value in items) or 1.0
+    room = max(5, width - label_width - 14)
+    lines = []
+    for label, value in items:
+        eighths = round(value / top * room * 8)
+        bar = "█" * (eighths // 8) + (" ▏▎▍▌▋▊▉"[eighths % 8] if eighths % 8 else "")
+        lines.append(f"{label:<{label_width}} {bar:<{room}} {value:.4g} {unit}")
+    return lines
+
+
+def kernel_charts(
+    kernels: Sequence[KernelResult],
+) -> list[tuple[str, list[tuple[str, float]], str]]:
+    """The charts worth drawing: triad bandwidth per device, one-way peer and host copies
+    per device and GEMM per device and precision (medians of OK results)."""
+    charts: dict[tuple[str, str], list[tuple[str, float]]] = {}
+    for k in kernels:
+        if k.stats is None:
+            continue
+        if k.kernel == "stream" and k.metric == "triad":
+            title = f"STREAM triad ({dict(k.params).get('dtype', '')})"
+            charts.setdefault((title, k.unit), []).append((k.device, k.stats.median))
+        elif k.kernel == "gemm":
+            charts.setdefault((f"GEMM {k.metric}", k.unit), []).append((k.device, k.stats.median))
+        elif k.kernel == "copy" and k.metric.startswith("h2d."):
+            charts.setdefault(("host to device", k.unit), []).append(
+                (f"{k.device} {k.metric[4:]}", k.stats.median)
+            )
+        elif k.kernel == "peer" and k.metric.startswith("to."):
+            charts.setdefault(("peer copies, one way", k.unit), []).append(
+                (f"{k.device}>{k.metric[3:]}", k.stats.median)
+            )
+    return [(title, items, unit) for (title, unit), items in charts.items()]
+
+
+def burn_series(kernels: Sequence[KernelResult]) -> list[tuple[str, tuple[float, ...], str]]:
+    """NVML series sampled during a burn, per device: (label, samples, unit)."""
+    return [
+        (f"{k.device} {k.metric}", k.samples, k.unit)
+        for k in kernels
+        if k.kernel == "burn" and k.stats is not None and len(k.samples) >= 2
+    ]
+
+
+def sparkline(samples: Sequence[float], width: int) -> str:
+    """The samples as one line of block characters (the last `width` of them), with the
+    minimum and maximum written after it."""
+    if not samples:
+        return ""
+    shown = list(samples)[-max(1, width - 24) :]
+    low, high = min(shown), max(shown)
+    span = (high - low) or 1.0
+    blocks = "▁▂▃▄▅▆▇█"
+    line = "".join(blocks[min(7, int((v - low) / span * 8))] for v in shown)
+    return f"{line}  min {low:.4g} max {high:.4g}"

@@ -1,22 +1,27 @@
-"""The minimal TUI, driven with Textual's Pilot at 80x24."""
+"""The TUI, driven with Textual's Pilot at 80x24: every screen and key, on the demo
+replays, a saved snapshot and this machine; SVG snapshots of every screen."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import replace
 from pathlib import Path
 
-from textual.widgets import DataTable, Static
+import pytest
+from textual.widgets import DataTable, Input, Label, ProgressBar, Static, TabbedContent, Tree
 
 from gpudiag.hostfs import HostFS
-from gpudiag.model import Reading
-from gpudiag.nvml import Nvml, ReplayBackend
+from gpudiag.kernels.runner import KernelPlan
+from gpudiag.kernels.stats import summarize
+from gpudiag.model import KernelResult, ProbeStatus, Reading, Snapshot
+from gpudiag.nvml import Nvml, ReplayBackend, open_nvml
 from gpudiag.probe import Cost, Probe
 from gpudiag.probes import default_probes
 from gpudiag.ruleengine import load_rules
-from gpudiag.session import LiveNode
+from gpudiag.session import LiveNode, with_findings
 from gpudiag.snapshot import load, save
-from gpudiag.tui import GpudiagApp
+from gpudiag.tui import TABS, ExportScreen, GpudiagApp, HelpScreen
 
 from conftest import REPO
 from hosttree import build_hgx_tree
@@ -56,6 +61,7 @@ def test_live_node_shows_probes_and_findings() -> None:
             assert [row[:2] for row in _cells(app, "#probes")] == NO_NVML
             findings = _cells(app, "#findings")
             assert findings[0][:3] == ["CRITICAL", "NVML001", "node"]
+            assert findings[0][3] == "NVML does not answer"  # the rule's title
             assert ["UNKNOWN", "NVML002", "node"] in [row[:3] for row in findings]
             assert "gpunode01  health: CRITICAL" in _banner(app)
             await pilot.press("q")
@@ -145,7 +151,7 @@ def test_readings_tab_lists_every_reading_with_its_source() -> None:
         app = GpudiagApp(_node("replay-2gpu.toml"))
         async with app.run_test(size=(80, 24)) as pilot:
             await app.workers.wait_for_complete()
-            await pilot.press("2")
+            await pilot.press("7")
             await pilot.pause()
             rows = {row[0]: row[1:] for row in _cells(app, "#readings")}
             assert app.snapshot is not None
@@ -155,7 +161,7 @@ def test_readings_tab_lists_every_reading_with_its_source() -> None:
             assert app.focused is app.query_one("#readings", DataTable)
             # statuses are shown as text on screen, not swallowed as markup
             assert "[missing]" in app.export_screenshot()
-            await pilot.press("4")
+            await pilot.press("8")
             assert app.focused is app.query_one("#probes", DataTable)
 
     asyncio.run(scenario())
@@ -168,7 +174,7 @@ def test_readings_of_a_real_captured_tree_are_listed(realdata_trees: dict[str, P
         app = GpudiagApp(node)
         async with app.run_test(size=(80, 24)) as pilot:
             await app.workers.wait_for_complete()
-            await pilot.press("2")
+            await pilot.press("7")
             await pilot.pause()
             rows = {row[0]: row[1] for row in _cells(app, "#readings")}
             assert rows["numa.memory_only_nodes"] == "250, 251, 252, 253, 254, 255"
@@ -185,7 +191,7 @@ def test_topology_tab_shows_the_8_gpu_matrix(tmp_path: Path) -> None:
         app = GpudiagApp(node)
         async with app.run_test(size=(80, 24)) as pilot:
             await app.workers.wait_for_complete()
-            await pilot.press("3")
+            await pilot.press("4")
             await pilot.pause()
             rows = _cells(app, "#topology")
             assert len(rows) == 8
@@ -193,7 +199,7 @@ def test_topology_tab_shows_the_8_gpu_matrix(tmp_path: Path) -> None:
                 "GPU0",
                 "X",
                 "NV18",
-                "NV17",
+                "NV17!",  # GPU 2 has a link down: fewer than the node's usual NV18
                 "NV18",
                 "NV18",
                 "NV18",
@@ -206,6 +212,339 @@ def test_topology_tab_shows_the_8_gpu_matrix(tmp_path: Path) -> None:
             assert rows[7][:3] == ["GPU7", "?", "?"]  # the lost GPU
             legend = str(app.query_one("#topology-legend", Static).render())
             assert "NIC0: 0000:19:00.0" in legend
+            assert "! = fewer NVLinks than the node's usual NV18" in legend
             assert app.focused is app.query_one("#topology", DataTable)
 
     asyncio.run(scenario())
+
+
+# ------------------------------------------------------------------ every screen and key
+
+
+def _demo(tmp_path: Path) -> LiveNode:
+    """The faulty demo: an HGX-like host tree and the faulty 8-GPU H100 replay."""
+    return _node(REPO / "snapshots" / "demo-hgx-h100-faulty.toml", root=build_hgx_tree(tmp_path))
+
+
+def _text(app: GpudiagApp, selector: str) -> str:
+    return str(app.query_one(selector, Static).render())
+
+
+def _run(app: GpudiagApp, steps, size=(80, 24)) -> None:
+    """Run the app headless, wait for probing, then `await steps(pilot)`."""
+
+    async def scenario() -> None:
+        async with app.run_test(size=size) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            await steps(pilot)
+
+    asyncio.run(scenario())
+
+
+def test_overview_says_what_to_fix_first(tmp_path: Path) -> None:
+    app = GpudiagApp(_demo(tmp_path))
+
+    async def steps(pilot) -> None:
+        text = _text(app, "#overview-text")
+        assert "GPUs     8 x NVIDIA H100 80GB HBM3 (1 not answering: GPU 7)" in text
+        assert "Driver   590.48.01  CUDA 13.1" in text
+        assert "Platform Supermicro SYS-821GE-TNHR" in text
+        fix_first = text.split("Fix first\n")[1].splitlines()
+        assert fix_first[0].startswith("CRITICAL GPU001   GPU 7: GPU lost")
+        assert all(line.startswith("CRITICAL") for line in fix_first[:5])
+        assert "CRITICAL 5  WARNING" in _banner(app)
+        assert app.query_one(TabbedContent).active == "overview-tab"
+
+    _run(app, steps)
+
+
+def test_findings_filter_sort_and_detail(tmp_path: Path) -> None:
+    app = GpudiagApp(_demo(tmp_path))
+
+    async def steps(pilot) -> None:
+        await pilot.press("2")
+        rows = _cells(app, "#findings")
+        assert rows[0] == ["CRITICAL", "GPU001", "GPU 7", "GPU lost"]
+        detail = _text(app, "#finding-text")
+        assert "evidence: gpu.7.health = [error]" in detail
+        assert "why: A lost GPU" in detail and "fix: Check dmesg" in detail
+        await pilot.press("down")
+        assert "CRITICAL GPU002" in _text(app, "#finding-text")  # follows the cursor
+        await pilot.press("s")  # by id
+        ids = [r[1] for r in _cells(app, "#findings")]
+        assert ids == sorted(ids)
+        await pilot.press("f")  # critical only
+        assert {r[0] for r in _cells(app, "#findings")} == {"CRITICAL"}
+        await pilot.press("f", "f", "f", "f")  # warning, unknown, info, every severity
+        assert len(_cells(app, "#findings")) == len(rows)
+        await pilot.press("slash")
+        assert app.focused is app.query_one("#findings-filter", Input)
+        await pilot.press("N", "V", "L")
+        filtered = _cells(app, "#findings")
+        assert filtered and all(r[1].startswith("NVL") for r in filtered)
+        assert "GPU 2" in filtered[0][2]
+        await pilot.press("escape")
+        assert app.focused is app.query_one("#findings", DataTable)
+        app.query_one("#findings-filter", Input).value = "no such thing"
+        await pilot.pause()
+        assert _cells(app, "#findings") == [] and "no finding matches" in _text(
+            app, "#finding-text"
+        )
+
+    _run(app, steps)
+
+
+def test_gpus_screen_rows_and_readings_of_the_selected(tmp_path: Path) -> None:
+    app = GpudiagApp(_demo(tmp_path))
+
+    async def steps(pilot) -> None:
+        await pilot.press("3")
+        rows = _cells(app, "#gpus")
+        assert len(rows) == 8
+        assert rows[3][:3] == ["GPU3", "5d:00.0", "5/5 x8/16"]  # the planted narrow link
+        assert rows[5][7] == "off"  # persistence off on GPU 5
+        assert rows[7][1] == "LOST"
+        assert _cells(app, "#gpu-readings")[0][0].startswith("gpu.0.")
+        await pilot.press("down", "down", "down")
+        readings = {r[0]: r[1] for r in _cells(app, "#gpu-readings")}
+        assert readings["gpu.3.pcie.link_width"] == "8 lanes"
+        assert all(key.startswith("gpu.3.") for key in readings)
+
+    _run(app, steps)
+
+
+def test_host_tree_groups_readings(tmp_path: Path) -> None:
+    app = GpudiagApp(_demo(tmp_path))
+
+    async def steps(pilot) -> None:
+        await pilot.press("5")
+        tree = app.query_one("#host", Tree)
+        assert app.focused is tree
+        groups = [str(child.label) for child in tree.root.children]
+        assert groups[0].startswith("Host and OS (") and any(g.startswith("PCIe (") for g in groups)
+        assert not any(g.startswith(("gpu", "topo")) for g in groups)
+        await pilot.press("down", "down", "enter")  # open CPU
+        cpu = tree.root.children[1]
+        assert cpu.is_expanded
+        leaves = [str(node.label) for node in cpu.children if not node.children]
+        assert "cpu.model = Intel(R) Xeon(R) Platinum 8480+" in leaves
+
+    _run(app, steps)
+
+
+def test_help_screen_lists_every_key_and_closes(tmp_path: Path) -> None:
+    app = GpudiagApp(load_or_save_snapshot(tmp_path))
+
+    async def steps(pilot) -> None:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        text = app.screen.query_one(Static).render()
+        for line in ("1      Overview", "e      Export", "x      Cancel kernels", "/      Search"):
+            assert line in str(text)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+    _run(app, steps)
+
+
+def load_or_save_snapshot(tmp_path: Path):
+    """The faulty demo probed once, saved and loaded again (a saved snapshot)."""
+    snapshot = _demo(tmp_path / "tree").snapshot()
+    save(snapshot, tmp_path / "demo.toml")
+    return load(tmp_path / "demo.toml")
+
+
+def test_export_asks_for_a_name_and_refuses_to_clobber(tmp_path: Path) -> None:
+    target = tmp_path / "out.toml"
+    target.write_text("keep me")
+    app = GpudiagApp(load_or_save_snapshot(tmp_path))
+
+    async def steps(pilot) -> None:
+        await pilot.press("e")
+        assert isinstance(app.screen, ExportScreen)
+        field = app.screen.query_one(Input)
+        assert field.value == "gpudiag-hgx-test-01.toml"
+        field.value = str(target)
+        await pilot.press("enter")
+        assert isinstance(app.screen, ExportScreen)  # not yet: the file exists
+        assert "exists: Enter again overwrites" in str(
+            app.screen.query_one("#export-note", Label).render()
+        )
+        assert target.read_text() == "keep me"
+        await pilot.press("escape")
+        assert not isinstance(app.screen, ExportScreen) and target.read_text() == "keep me"
+        await pilot.press("e")
+        app.screen.query_one(Input).value = str(target)
+        await pilot.press("enter", "enter")  # confirmed
+        await pilot.pause()
+        assert load(target).host == "hgx-test-01"
+        fresh = tmp_path / "new.json"
+        await pilot.press("e")
+        app.screen.query_one(Input).value = str(fresh)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert load(fresh).findings == app.snapshot.findings
+
+    _run(app, steps)
+
+
+def test_command_palette_offers_the_actions(tmp_path: Path) -> None:
+    app = GpudiagApp(load_or_save_snapshot(tmp_path))
+
+    async def steps(pilot) -> None:
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for title in ("Export snapshot", "Run quick kernels", "Show Findings", "Keys"):
+            assert title in titles
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        for key in "export snap":
+            await pilot.press("space" if key == " " else key)
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ExportScreen)
+
+    _run(app, steps)
+
+
+def test_saved_snapshot_cannot_run_kernels(tmp_path: Path) -> None:
+    app = GpudiagApp(load_or_save_snapshot(tmp_path))
+
+    async def steps(pilot) -> None:
+        await pilot.press("k")
+        await pilot.pause()
+        assert app.query_one(TabbedContent).active == "kernels-tab"
+        assert not app.kernels_running
+        assert "none run" in str(app.query_one("#kernel-status", Label).render())
+
+    _run(app, steps)
+
+
+def test_replayed_node_refuses_kernels(tmp_path: Path) -> None:
+    app = GpudiagApp(_demo(tmp_path))
+
+    async def steps(pilot) -> None:
+        await pilot.press("k")
+        await pilot.pause()
+        assert not app.kernels_running and not app.snapshot.kernels
+
+    _run(app, steps)
+
+
+TINY = {
+    "quick": KernelPlan(("stream", "peer"), "cpu", 1 << 16, trials=2),
+    "full": KernelPlan(("stream",), "cpu", 1 << 16, trials=2, seconds=60.0),
+}
+
+
+def _this_machine() -> LiveNode:
+    quick = Probe("quick", "Quick", Cost.INSTANT, frozenset(), lambda ctx: [Reading("y", 1)])
+    return LiveNode(host=HostFS("/"), nvml=open_nvml(None), probes=[quick], rules=load_rules())
+
+
+def test_kernels_run_on_this_machine_with_progress(tmp_path: Path) -> None:
+    app = GpudiagApp(_this_machine(), plans=TINY)
+
+    async def steps(pilot) -> None:
+        await pilot.press("k")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert not app.kernels_running
+        rows = _cells(app, "#kernel-results")
+        triad = [r for r in rows if r[0] == "stream.triad.fp64"]
+        assert triad and float(triad[0][2]) > 0 and triad[0][7] == "GB/s"
+        assert "quick set done" in str(app.query_one("#kernel-status", Label).render())
+        assert app.query_one("#kernel-progress", ProgressBar).percentage == 1.0
+        assert "STREAM triad (fp64)" in _text(app, "#kernel-charts")
+        assert {k.kernel for k in app.snapshot.kernels} == {"stream", "peer"}
+
+    _run(app, steps)
+
+
+def test_kernels_cancel_stops_a_long_run(tmp_path: Path) -> None:
+    app = GpudiagApp(_this_machine(), plans=TINY)
+
+    async def steps(pilot) -> None:
+        await pilot.press("K")  # 60 seconds of STREAM
+        await pilot.pause(0.3)
+        started = asyncio.get_running_loop().time()
+        await pilot.press("x")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert asyncio.get_running_loop().time() - started < 10
+        assert "full set cancelled" in str(app.query_one("#kernel-status", Label).render())
+        assert {k.status.value for k in app.snapshot.kernels} == {"cancelled"}
+
+    _run(app, steps)
+
+
+def test_no_color_keeps_severity_as_text(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = GpudiagApp(load_or_save_snapshot(tmp_path))
+
+    async def steps(pilot) -> None:
+        await pilot.press("2")
+        screen = app.export_screenshot()
+        assert "CRITICAL" in screen and "WARNING" in screen
+        assert app.no_color
+
+    _run(app, steps)
+
+
+# ------------------------------------------------------------------ SVG snapshots
+
+SCREEN_KEYS = [tab.key for tab in TABS] + ["question_mark", "e"]
+
+
+def _frozen(tmp_path: Path) -> Snapshot:
+    """The faulty demo with everything that varies run to run fixed: time, durations,
+    command line; and kernel results for the kernels screen (CPU devices only: no GPU
+    figure is claimed that was not measured on one)."""
+    snapshot = _demo(tmp_path).snapshot()
+    values = {"cpu-numa0": (20.1, 20.5, 19.8), "cpu-numa1": (12.3, 12.0, 12.6)}
+    kernels = tuple(
+        KernelResult(
+            "stream",
+            device,
+            "triad",
+            "GB/s",
+            ProbeStatus.OK,
+            v,
+            summarize(v),
+            (("dtype", "fp64"),),
+        )
+        for device, v in values.items()
+    )
+    kernels += (
+        KernelResult(
+            "stream", "gpu", "all", "", ProbeStatus.SKIPPED, error="CuPy is not installed"
+        ),
+    )
+    return with_findings(
+        replace(
+            snapshot,
+            created="2026-01-01T00:00:00Z",
+            command_line=("gpudiag",),
+            probes=tuple(replace(p, duration_s=0.01) for p in snapshot.probes),
+            kernels=kernels,
+        ),
+        load_rules(),
+    )
+
+
+@pytest.fixture(scope="module")
+def frozen(tmp_path_factory: pytest.TempPathFactory) -> Snapshot:
+    """One frozen demo snapshot for every SVG (probing it takes a second)."""
+    return _frozen(tmp_path_factory.mktemp("frozen"))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+@pytest.mark.parametrize("key", SCREEN_KEYS)
+def test_screen_snapshot(snap_compare, monkeypatch, frozen: Snapshot, key: str, size) -> None:
+    # the same rendering whatever the caller's terminal settings (NO_COLOR drops colours)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLORTERM", "truecolor")
+    assert snap_compare(GpudiagApp(frozen), press=[key], terminal_size=size)
