@@ -22,21 +22,11 @@ from pathlib import Path
 from typing import NoReturn
 
 from gpudiag import __version__
-from gpudiag.diff import diff_snapshots, report_json, report_text
 from gpudiag.hostfs import HostFS
-from gpudiag.kernels.runner import (
-    DTYPES,
-    KERNELS,
-    PLANS,
-    KernelPlan,
-    KernelUnavailable,
-    PlanRun,
-)
+from gpudiag.kernels.plans import DTYPE_NAMES, KERNELS, PLANS, KernelPlan
 from gpudiag.model import ProbeStatus, Snapshot
 from gpudiag.nvml import ReplayError, open_nvml
-from gpudiag.nvsmi import ImportError_, import_files
 from gpudiag.probes import default_probes
-from gpudiag.redact import Redactor
 from gpudiag.ruleengine import Rule, RuleError, load_profiles, load_rules, parse_rule_file
 from gpudiag.session import (
     EXIT_CRITICAL,
@@ -176,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long the burn runs (default 60); for STREAM and GEMM, keep running trials"
         " until S seconds have passed",
     )
-    run.add_argument("--dtype", choices=tuple(DTYPES), default="fp64", help="STREAM's element type")
+    run.add_argument("--dtype", choices=DTYPE_NAMES, default="fp64", help="STREAM's element type")
     run.add_argument(
         "--gemm-n",
         type=int,
@@ -232,10 +222,14 @@ def _export(node: LiveNode, args: argparse.Namespace) -> int:
     if args.kernels:
         plan = PLANS[args.kernels]
         print(f"gpudiag: running kernels ({args.kernels}) ...", file=sys.stderr)
+        from gpudiag.kernels.runner import PlanRun
+
         run = PlanRun(plan, node.host, nvml=node.nvml)
         snapshot = replace(snapshot, kernels=tuple(run.run()))
         snapshot = with_findings(snapshot, node.rules, node.profile_name)
     if args.redact:
+        from gpudiag.redact import Redactor
+
         snapshot = Redactor().snapshot(snapshot)
     return _write_and_report(snapshot, args.export, "--export")
 
@@ -256,6 +250,8 @@ def _run_kernels(args: argparse.Namespace) -> int:
         args.seconds,
         args.gemm_n,
     )
+    from gpudiag.kernels.runner import KernelUnavailable, PlanRun
+
     run = PlanRun(plan)
     try:
         results = run.run(strict=True)
@@ -293,6 +289,9 @@ def _run_kernels(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
+    from gpudiag.diff import diff_snapshots, report_json, report_text
+    from gpudiag.redact import Redactor
+
     a, b = load(args.snapshot_a), load(args.snapshot_b)
     if getattr(args, "redact", False):
         redactor = Redactor()
@@ -311,6 +310,8 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
+    from gpudiag.nvsmi import ImportError_, import_files
+
     try:
         snapshot = import_files(args.files)
     except ImportError_ as exc:

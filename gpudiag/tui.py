@@ -29,6 +29,7 @@ from textual.widgets import (
     Header,
     Input,
     Label,
+    OptionList,
     ProgressBar,
     Static,
     TabbedContent,
@@ -38,7 +39,7 @@ from textual.widgets import (
 from textual.worker import Worker, WorkerState
 
 from gpudiag import views
-from gpudiag.kernels.runner import PLANS, KernelPlan, PlanRun
+from gpudiag.kernels.plans import KERNELS, PLANS, KernelPlan
 from gpudiag.model import Finding, ProbeResult, Severity, Snapshot
 from gpudiag.nvml import ReplayBackend
 from gpudiag.session import LiveNode, severity_counts, with_findings
@@ -80,7 +81,7 @@ ACTIONS = (
     ("e", "export", "Export", True),
     ("slash", "search", "Search", True),
     ("k", "run_kernels('quick')", "Kernels", True),
-    ("K", "run_kernels('full')", "Full kernels (with a burn)", False),
+    ("K", "run_kernels('full')", "Kernels at full sizes (burn if ticked)", False),
     ("x", "cancel_kernels", "Cancel kernels", False),
     ("s", "sort_findings", "Sort findings", False),
     ("f", "filter_severity", "Filter findings by severity", False),
@@ -160,6 +161,37 @@ class ExportScreen(ModalScreen[Path | None]):
         self.dismiss(None)
 
 
+class KernelChoice(OptionList):
+    """The kernels to run, each ticked or not, written "[x]" or "[ ]" so that the state
+    reads without colour; space or enter toggles the highlighted one."""
+
+    BINDINGS: ClassVar[list[Binding]] = [Binding("space", "toggle", "Tick", show=False)]
+
+    def __init__(self, ticked: Iterable[str], id: str | None = None) -> None:
+        self.ticked = set(ticked)
+        super().__init__(*(self._prompt(name) for name in KERNELS), id=id)
+
+    def _prompt(self, name: str) -> Text:
+        return Text(f"[{'x' if name in self.ticked else ' '}] {name}")
+
+    @property
+    def selected(self) -> list[str]:
+        """The ticked kernels, in the order they run."""
+        return [name for name in KERNELS if name in self.ticked]
+
+    def action_toggle(self) -> None:
+        if self.highlighted is None:
+            return
+        name = KERNELS[self.highlighted]
+        self.ticked ^= {name}
+        self.replace_option_prompt_at_index(self.highlighted, self._prompt(name))
+
+    @on(OptionList.OptionSelected)
+    def _selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        self.action_toggle()
+
+
 class GpudiagApp(App[int]):
     """gpudiag's TUI, built from a live node or a saved snapshot."""
 
@@ -174,7 +206,11 @@ class GpudiagApp(App[int]):
     #gpus { height: auto; max-height: 10; }
     #gpu-readings { height: 1fr; border-top: solid $accent; }
     #overview { padding: 0 1; }
+    #kernel-top { height: 7; }
+    #kernel-choice { width: 16; height: 7; }
+    #kernel-run { height: 7; }
     #kernel-controls { height: 1; }
+    #kernel-hint { padding: 0 1; color: $text-muted; }
     #kernel-controls Button { margin-right: 1; }
     #kernel-status { height: 1; padding: 0 1; }
     #kernel-progress { height: 1; padding: 0 1; }
@@ -224,14 +260,24 @@ class GpudiagApp(App[int]):
             with TabPane("Host", id="host-tab"):
                 yield Tree("host", id="host")
             with TabPane("Kernels", id="kernels-tab"), VerticalScroll(id="kernels"):
-                with Horizontal(id="kernel-controls"):
-                    yield Button(Text("Quick [k]"), id="run-quick", compact=True)
-                    yield Button(Text("Full [K]"), id="run-full", compact=True)
-                    yield Button(
-                        Text("Cancel [x]"), id="cancel-kernels", compact=True, disabled=True
-                    )
-                yield Label("", id="kernel-status")
-                yield ProgressBar(total=1.0, show_eta=False, id="kernel-progress")
+                with Horizontal(id="kernel-top"):
+                    yield KernelChoice(self.plans["quick"].kernels, id="kernel-choice")
+                    with Vertical(id="kernel-run"):
+                        with Horizontal(id="kernel-controls"):
+                            yield Button(Text("Quick [k]"), id="run-quick", compact=True)
+                            yield Button(Text("Full [K]"), id="run-full", compact=True)
+                            yield Button(
+                                Text("Cancel [x]"),
+                                id="cancel-kernels",
+                                compact=True,
+                                disabled=True,
+                            )
+                        yield Label("", id="kernel-status")
+                        yield ProgressBar(total=1.0, show_eta=False, id="kernel-progress")
+                        yield Label(
+                            Text("space ticks a kernel; k runs them at quick sizes, K at full"),
+                            id="kernel-hint",
+                        )
                 yield DataTable(id="kernel-results", cursor_type="row", zebra_stripes=True)
                 yield Static("", id="kernel-charts")
             with TabPane("Readings", id="readings-tab"):
@@ -260,7 +306,7 @@ class GpudiagApp(App[int]):
             self.show_snapshot(self.source)
             self._kernel_status("a saved snapshot: its kernel results are shown, none run")
         else:
-            self._kernel_status("k runs the quick set, K the full set with a burn")
+            self._kernel_status("ready")
             self.action_refresh()
         self.query_one("#overview", VerticalScroll).focus()
 
@@ -269,7 +315,7 @@ class GpudiagApp(App[int]):
     def action_show_tab(self, tab: str) -> None:
         """Switch to a tab and focus its main widget."""
         self.query_one(TabbedContent).active = f"{tab}-tab"
-        target = {"overview": "#overview", "kernels": "#kernel-results"}.get(tab, f"#{tab}")
+        target = {"overview": "#overview", "kernels": "#kernel-choice"}.get(tab, f"#{tab}")
         self.query_one(target).focus()
 
     def action_refresh(self) -> None:
@@ -344,11 +390,15 @@ class GpudiagApp(App[int]):
         if self.kernels_running:
             self.notify("kernels are running: x cancels them", severity="warning")
             return
+        chosen = tuple(self.query_one("#kernel-choice", KernelChoice).selected)
+        if not chosen:
+            self.notify("no kernel is ticked (space ticks one)", severity="warning")
+            return
         self.kernels_running = True
         self.kernel_cancel.clear()
         self.query_one("#cancel-kernels", Button).disabled = False
-        self._kernel_status(f"running the {plan_name} set ...")
-        self.run_kernel_plan(plan_name)
+        self._kernel_status(f"running {', '.join(chosen)} ({plan_name} sizes) ...")
+        self.run_kernel_plan(plan_name, chosen)
 
     def action_cancel_kernels(self) -> None:
         """Stop the kernels at the next chunk."""
@@ -407,11 +457,14 @@ class GpudiagApp(App[int]):
         return snapshot
 
     @work(thread=True, exclusive=True, group="kernels", exit_on_error=False)
-    def run_kernel_plan(self, plan_name: str) -> None:
-        """Run a plan off the UI thread, reporting progress; results go into the snapshot."""
+    def run_kernel_plan(self, plan_name: str, kernels: tuple[str, ...]) -> None:
+        """Run the chosen kernels with a plan's sizes off the UI thread, reporting progress;
+        results go into the snapshot."""
+        from gpudiag.kernels.runner import PlanRun
+
         assert isinstance(self.source, LiveNode)
         run = PlanRun(
-            self.plans[plan_name],
+            replace(self.plans[plan_name], kernels=kernels),
             self.source.host,
             progress=lambda label, f: self.call_from_thread(self._kernel_progress, label, f),
             cancel=self.kernel_cancel,
@@ -450,9 +503,13 @@ class GpudiagApp(App[int]):
         assert isinstance(self.source, LiveNode) and self.snapshot is not None
         snapshot = replace(self.snapshot, kernels=results)
         self.show_snapshot(with_findings(snapshot, self.source.rules, self.source.profile_name))
-        ok = sum(1 for r in results if r.status.value == "ok")
+        counts = {s: sum(1 for r in results if r.status.value == s) for s in ("ok", "skipped")}
+        failed = len(results) - counts["ok"] - counts["skipped"]
         state = "cancelled" if cancelled else "done"
-        self._kernel_status(f"{plan_name} set {state}: {ok} of {len(results)} results ok")
+        self._kernel_status(
+            f"{plan_name} {state}: {counts['ok']} ok, {counts['skipped']} skipped, "
+            f"{failed} failed or cancelled"
+        )
 
     @on(Button.Pressed, "#run-quick")
     def _quick_pressed(self) -> None:

@@ -12,57 +12,21 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from gpudiag.hostfs import HostFS
 from gpudiag.kernels import burn, copies, gemm, stream
+from gpudiag.kernels.plans import KERNELS, KernelPlan
 from gpudiag.model import KernelResult, ProbeStatus
 from gpudiag.textparse import parse_cpulist
 
-KERNELS = ("stream", "gemm", "copy", "peer", "burn")
 DTYPES = {"fp64": np.float64, "fp32": np.float32}
 Progress = Callable[[str, float], None]
 
 
 class KernelUnavailable(Exception):
     """A kernel cannot run on the device asked for; str() says why in one line."""
-
-
-@dataclass(frozen=True)
-class KernelPlan:
-    """What to run: kernels, on which devices (cpu, gpu, all or a GPU index), array and
-    copy size in bytes, STREAM's element type, trials, the burn's seconds (and, where
-    given, a time budget for STREAM and GEMM), and the GEMM size."""
-
-    kernels: tuple[str, ...]
-    device: str = "cpu"
-    size_bytes: int = 256 * 2**20
-    dtype: str = "fp64"
-    trials: int = 10
-    seconds: float | None = None
-    gemm_n: int = 4096
-
-    @property
-    def burn_seconds(self) -> float:
-        return 60.0 if self.seconds is None else self.seconds
-
-
-PLANS = {
-    # Seconds on a GPU node; about a minute on a 2-core VM's CPU.
-    "quick": KernelPlan(
-        ("stream", "gemm", "copy", "peer"), "all", 64 * 2**20, trials=5, gemm_n=2048
-    ),
-    "full": KernelPlan(
-        ("stream", "gemm", "copy", "peer", "burn"),
-        "all",
-        256 * 2**20,
-        trials=10,
-        seconds=60.0,
-        gemm_n=8192,
-    ),
-}
 
 
 def numa_cpus(host: HostFS) -> dict[int, list[int]]:

@@ -12,8 +12,9 @@ import pytest
 
 from gpudiag.hostfs import HostFS
 from gpudiag.kernels import burn
+from gpudiag.kernels.plans import PLANS, KernelPlan
 from gpudiag.kernels.readings import kernel_readings
-from gpudiag.kernels.runner import PLANS, KernelPlan, KernelUnavailable, PlanRun, usable_cpus
+from gpudiag.kernels.runner import KernelUnavailable, PlanRun, usable_cpus
 from gpudiag.kernels.stats import summarize
 from gpudiag.model import KernelResult, ProbeStatus, Reading, ReadingStatus
 from gpudiag.nvml import Nvml, ReplayBackend

@@ -9,10 +9,18 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from textual.widgets import DataTable, Input, Label, ProgressBar, Static, TabbedContent, Tree
+from textual.widgets import (
+    DataTable,
+    Input,
+    Label,
+    ProgressBar,
+    Static,
+    TabbedContent,
+    Tree,
+)
 
 from gpudiag.hostfs import HostFS
-from gpudiag.kernels.runner import KernelPlan
+from gpudiag.kernels.plans import KernelPlan
 from gpudiag.kernels.stats import summarize
 from gpudiag.model import KernelResult, ProbeStatus, Reading, Snapshot
 from gpudiag.nvml import Nvml, ReplayBackend, open_nvml
@@ -21,7 +29,7 @@ from gpudiag.probes import default_probes
 from gpudiag.ruleengine import load_rules
 from gpudiag.session import LiveNode, with_findings
 from gpudiag.snapshot import load, save
-from gpudiag.tui import TABS, ExportScreen, GpudiagApp, HelpScreen
+from gpudiag.tui import TABS, ExportScreen, GpudiagApp, HelpScreen, KernelChoice
 
 from conftest import REPO
 from hosttree import build_hgx_tree
@@ -454,10 +462,33 @@ def test_kernels_run_on_this_machine_with_progress(tmp_path: Path) -> None:
         rows = _cells(app, "#kernel-results")
         triad = [r for r in rows if r[0] == "stream.triad.fp64"]
         assert triad and float(triad[0][2]) > 0 and triad[0][7] == "GB/s"
-        assert "quick set done" in str(app.query_one("#kernel-status", Label).render())
+        assert "quick done: " in str(app.query_one("#kernel-status", Label).render())
         assert app.query_one("#kernel-progress", ProgressBar).percentage == 1.0
         assert "STREAM triad (fp64)" in _text(app, "#kernel-charts")
         assert {k.kernel for k in app.snapshot.kernels} == {"stream", "peer"}
+
+    _run(app, steps)
+
+
+def test_kernels_are_chosen_with_space(tmp_path: Path) -> None:
+    app = GpudiagApp(_this_machine(), plans=TINY)
+
+    async def steps(pilot) -> None:
+        await pilot.press("6")
+        choice = app.query_one("#kernel-choice", KernelChoice)
+        assert app.focused is choice and choice.selected == ["stream", "peer"]
+        await pilot.press("down", "down", "down", "space")  # untick peer
+        assert choice.selected == ["stream"]
+        assert str(choice.get_option_at_index(3).prompt) == "[ ] peer"  # readable uncoloured
+        assert str(choice.get_option_at_index(0).prompt) == "[x] stream"
+        await pilot.press("k")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert {k.kernel for k in app.snapshot.kernels} == {"stream"}
+        await pilot.press("home", "space")  # untick stream: nothing left
+        await pilot.press("k")
+        await pilot.pause()
+        assert not app.kernels_running and {k.kernel for k in app.snapshot.kernels} == {"stream"}
 
     _run(app, steps)
 
@@ -473,7 +504,7 @@ def test_kernels_cancel_stops_a_long_run(tmp_path: Path) -> None:
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert asyncio.get_running_loop().time() - started < 10
-        assert "full set cancelled" in str(app.query_one("#kernel-status", Label).render())
+        assert "full cancelled" in str(app.query_one("#kernel-status", Label).render())
         assert {k.status.value for k in app.snapshot.kernels} == {"cancelled"}
 
     _run(app, steps)

@@ -1,0 +1,124 @@
+"""How fast the TUI comes up, in a real terminal (tmux, 80x24), beside a minimal Textual
+app started the same way in the same run.
+
+    python benchmarks/tui_startup.py [--runs 5]
+
+For each run: seconds from launch until the first screen is painted (the header and the
+tabs are on the pane), until the faulty demo replay is fully probed (the health banner is
+on the pane), and the resident memory (VmRSS) once probed. Targets (issue 7): first
+screen within 1 s, fully probed within 2 s, under 150 MB. The host tree is the HGX-like
+one the tests build; the replay is snapshots/demo-hgx-h100-faulty.toml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from hosttree import build_hgx_tree  # noqa: E402
+
+MINIMAL_APP = """
+from textual.app import App
+from textual.widgets import Footer, Header, Static
+class Minimal(App):
+    def compose(self):
+        yield Header()
+        yield Static("hello from a minimal Textual app")
+        yield Footer()
+Minimal().run()
+"""
+
+
+def _tmux(*args: str) -> str:
+    return subprocess.run(
+        ["tmux", *args], capture_output=True, text=True, check=False, timeout=10
+    ).stdout
+
+
+def _rss_mb(session: str) -> float:
+    """VmRSS of the process running in the session's pane (the shell execs Python)."""
+    pid = _tmux("display-message", "-p", "-t", session, "#{pane_pid}").strip()
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+def measure(command: list[str], painted: str, done: str) -> tuple[float, float, float]:
+    """(seconds to `painted` on the pane, seconds to `done`, MB resident at `done`)."""
+    session = "gpudiag-bench"
+    _tmux("kill-session", "-t", session)
+    started = time.monotonic()
+    subprocess.run(
+        [
+            "tmux",
+            "new-session",
+            "-d",
+            "-s",
+            session,
+            "-x",
+            "80",
+            "-y",
+            "24",
+            "exec " + shlex.join(command),
+        ],
+        check=True,
+    )
+    first = None
+    try:
+        while time.monotonic() - started < 30:
+            pane = _tmux("capture-pane", "-p", "-t", session)
+            now = time.monotonic() - started
+            if first is None and painted in pane:
+                first = now
+            if done in pane:
+                return first or now, now, _rss_mb(session)
+            time.sleep(0.005)
+        raise RuntimeError(f"{done!r} never appeared")
+    finally:
+        _tmux("kill-session", "-t", session)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = build_hgx_tree(Path(tmp) / "tree")
+        replay = REPO / "snapshots" / "demo-hgx-h100-faulty.toml"
+        gpudiag = [
+            sys.executable,
+            "-m",
+            "gpudiag",
+            "--root",
+            str(root),
+            "--nvml-replay",
+            str(replay),
+        ]
+        minimal = [sys.executable, "-c", MINIMAL_APP]
+        ours = [measure(gpudiag, "Overview  Findings", "health:") for _ in range(args.runs)]
+        floor = [measure(minimal, "hello from", "hello from") for _ in range(args.runs)]
+    med = statistics.median
+    print(f"TUI start-up in tmux at 80x24, median of {args.runs} runs:")
+    print(
+        f"  minimal Textual app: painted {med(f[0] for f in floor):.2f} s, "
+        f"{med(f[2] for f in floor):.0f} MB resident"
+    )
+    print(
+        f"  gpudiag (faulty demo): first screen {med(o[0] for o in ours):.2f} s "
+        f"(target 1 s), fully probed {med(o[1] for o in ours):.2f} s (target 2 s), "
+        f"{med(o[2] for o in ours):.0f} MB resident (target 150 MB)"
+    )
+
+
+if __name__ == "__main__":
+    main()
