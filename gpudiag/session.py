@@ -17,7 +17,14 @@ from gpudiag.model import Finding, ProbeResult, Reading, Severity, Snapshot
 from gpudiag.nvml import Nvml
 from gpudiag.probe import Probe, ProbeContext, run_probes
 from gpudiag.probes import topology
-from gpudiag.ruleengine import Rule, RuleError, detect_profile, evaluate, load_profiles
+from gpudiag.ruleengine import (
+    Profile,
+    Rule,
+    RuleError,
+    detect_profile,
+    evaluate,
+    load_profiles,
+)
 
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 1, 2, 3
 
@@ -77,13 +84,13 @@ def _hostname(results: Sequence[ProbeResult]) -> str:
     return "unknown"
 
 
-def with_findings(
-    snapshot: Snapshot, rules: Sequence[Rule], profile_name: str | None = None
-) -> Snapshot:
-    """The snapshot with its findings (re)computed from its readings by `rules`, against
-    the profile named, or else the one its GPUs' PCI device id selects."""
+def judged_readings(
+    snapshot: Snapshot, profile_name: str | None = None
+) -> tuple[dict[str, Reading], Profile | None, list[str]]:
+    """The readings the rules judge: the snapshot's, plus those derived from its kernel
+    results; with the profile named (or the one its GPUs' device id selects) and the
+    device ids seen."""
     readings: dict[str, Reading] = dict(snapshot.readings_by_key)
-    readings.update((r.key, r) for r in kernel_readings(snapshot.kernels, readings))
     profiles = load_profiles()
     profile, device_ids = detect_profile(readings, profiles)
     if profile_name is not None:
@@ -92,6 +99,17 @@ def with_findings(
                 f"--profile {profile_name}: no such profile (known: {', '.join(profiles)})"
             )
         profile = profiles[profile_name]
+    peaks = profile.values if profile is not None else None
+    readings.update((r.key, r) for r in kernel_readings(snapshot.kernels, readings, peaks))
+    return readings, profile, device_ids
+
+
+def with_findings(
+    snapshot: Snapshot, rules: Sequence[Rule], profile_name: str | None = None
+) -> Snapshot:
+    """The snapshot with its findings (re)computed from its readings by `rules`, against
+    the profile named, or else the one its GPUs' PCI device id selects."""
+    readings, profile, device_ids = judged_readings(snapshot, profile_name)
     findings = evaluate(rules, readings, snapshot.probes, profile, device_ids)
     return replace(snapshot, findings=tuple(findings))
 

@@ -40,9 +40,9 @@ from textual.worker import Worker, WorkerState
 
 from gpudiag import views
 from gpudiag.kernels.plans import KERNELS, PLANS, KernelPlan
-from gpudiag.model import Finding, ProbeResult, Severity, Snapshot
+from gpudiag.model import Finding, ProbeResult, Reading, Severity, Snapshot
 from gpudiag.nvml import ReplayBackend
-from gpudiag.session import LiveNode, severity_counts, with_findings
+from gpudiag.session import LiveNode, judged_readings, severity_counts, with_findings
 from gpudiag.snapshot import save
 from gpudiag.views import topology_matrix
 
@@ -230,6 +230,7 @@ class GpudiagApp(App[int]):
         self.snapshot: Snapshot | None = source if isinstance(source, Snapshot) else None
         self.plans = PLANS if plans is None else plans
         self.shown_findings: list[Finding] = []
+        self.readings: dict[str, Reading] = {}
         self.severity_filter: Severity | None = None
         self.sort_key = "severity"
         self.kernel_cancel = threading.Event()
@@ -538,6 +539,8 @@ class GpudiagApp(App[int]):
     def show_snapshot(self, snapshot: Snapshot) -> None:
         """Render a whole snapshot on every screen."""
         self.snapshot = snapshot
+        profile = self.source.profile_name if isinstance(self.source, LiveNode) else None
+        self.readings = judged_readings(snapshot, profile)[0]
         self.query_one("#banner", Static).update(self._banner(snapshot))
         self.show_overview()
         self.show_findings()
@@ -653,7 +656,7 @@ class GpudiagApp(App[int]):
         if not 0 <= row < gpus.row_count:
             return
         gpu = int(str(gpus.get_row_at(row)[0]).removeprefix("GPU"))
-        for reading in views.gpu_readings(self.snapshot, gpu):
+        for reading in views.gpu_readings(self.readings, gpu):
             table.add_row(Text(reading.key), Text(reading.display()), Text(reading.source))
 
     @on(DataTable.RowHighlighted, "#gpus")
@@ -694,7 +697,7 @@ class GpudiagApp(App[int]):
         kernels = self.snapshot.kernels
         table = self.query_one("#kernel-results", DataTable)
         table.clear()
-        for row in views.kernel_table(kernels).rows:
+        for row in views.kernel_table(kernels, self.readings).rows:
             table.add_row(*(Text(cell) for cell in row))
         width = max(40, self.size.width - 4)
         text = Text()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpudiag.hostfs import natural_key
+from gpudiag.kernels.readings import device_prefix, metric_key
 from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
 
 _GPU_INDEX = re.compile(r"^gpu\.(\d+)\.")
@@ -238,11 +239,11 @@ def gpu_table(snapshot: Snapshot) -> Matrix:
     return Matrix(headers, tuple(rows), ())
 
 
-def gpu_readings(snapshot: Snapshot, gpu: int) -> list[Reading]:
-    """Every reading of one GPU, in key order."""
+def gpu_readings(readings: Mapping[str, Reading], gpu: int) -> list[Reading]:
+    """Every reading of one GPU (kernel figures included where derived), in key order."""
     prefix = f"gpu.{gpu}."
     return sorted(
-        (r for k, r in snapshot.readings_by_key.items() if k.startswith(prefix)),
+        (r for k, r in readings.items() if k.startswith(prefix)),
         key=lambda r: natural_key(r.key),
     )
 
@@ -282,11 +283,18 @@ def host_tree(snapshot: Snapshot) -> dict[str, dict[str, list[Reading]]]:
 # ------------------------------------------------------------------ kernels
 
 
-def kernel_table(kernels: Sequence[KernelResult]) -> Matrix:
-    """One row per kernel result: median, min, max, CV and the 95% interval, or the
-    status and reason where there are no statistics."""
+def kernel_table(
+    kernels: Sequence[KernelResult], readings: Mapping[str, Reading] | None = None
+) -> Matrix:
+    """One row per kernel result: median, min, max, CV, the 95% interval and, for a GPU
+    with a known model, the share of the model's peak (from the derived `readings`); or
+    the status and reason where there are no statistics."""
+    readings = readings or {}
     rows = []
     for k in kernels:
+        prefix = device_prefix(k.device)
+        share = readings.get(f"{prefix}kernel.{metric_key(k)}.share_of_peak") if prefix else None
+        of_peak = f"{float(share.value):.0%}" if share is not None and share.ok else ""  # type: ignore[arg-type]
         name = f"{k.kernel}.{k.metric}"
         if k.kernel == "stream":
             name += f".{dict(k.params).get('dtype', '')}".rstrip(".")
@@ -302,13 +310,14 @@ def kernel_table(kernels: Sequence[KernelResult]) -> Matrix:
                     f"{s.cv:.1%}",
                     f"{s.ci95_low:.4g}-{s.ci95_high:.4g}",
                     k.unit,
+                    of_peak,
                 )
             )
         elif k.status.value == "ok" and k.samples:
-            rows.append((name, k.device, f"{k.samples[0]:.4g}", "", "", "", "", k.unit))
+            rows.append((name, k.device, f"{k.samples[0]:.4g}", "", "", "", "", k.unit, ""))
         else:
-            rows.append((name, k.device, k.status.value.upper(), k.error, "", "", "", ""))
-    headers = ("kernel", "device", "median", "min", "max", "cv", "95% CI", "unit")
+            rows.append((name, k.device, k.status.value.upper(), k.error, "", "", "", "", ""))
+    headers = ("kernel", "device", "median", "min", "max", "cv", "95% CI", "unit", "of peak")
     return Matrix(headers, tuple(rows), ())
 
 

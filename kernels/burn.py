@@ -59,6 +59,7 @@ def burn_device(
     matmul: Callable[[Any, Any], Any] | None = None,
     cancel: threading.Event | None = None,
     synchronize: Callable[[], None] = lambda: None,
+    progress: Callable[[float], None] | None = None,
 ) -> BurnReport:
     """Multiply the same two n x n matrices for `seconds`, comparing every product with
     the first bit for bit (a deterministic library gives identical results for identical
@@ -81,6 +82,8 @@ def burn_device(
         report.nans += int(xp.isnan(product).sum())
         report.mismatches += int((product != reference).sum())
         report.iterations += 1
+        if progress is not None:
+            progress(min(1.0, (time.perf_counter() - started) / seconds))
     synchronize()
     report.seconds = time.perf_counter() - started
     if report.seconds > 0:
@@ -97,6 +100,8 @@ def sample_nvml(
 ) -> None:
     """Every `period` seconds until `stop`: temperature, power, SM clock and throttle
     reasons of each GPU into its report (a reading that fails is left out of the sample)."""
+    from gpudiag.probes.gpu import decode_throttle_reasons
+
     while not stop.wait(period):
         for gpu in gpus:
             sample: dict[str, Any] = {"t": time.monotonic()}
@@ -106,6 +111,14 @@ def sample_nvml(
                 )
                 if reading.ok:
                     sample[key] = reading.value
+            reasons = nvml.reading(
+                "throttle_reasons",
+                "nvmlDeviceGetCurrentClocksEventReasons",
+                gpu,
+                convert=lambda mask: decode_throttle_reasons(int(mask)),
+            )
+            if reasons.ok:
+                sample["throttle_reasons"] = reasons.value
             reports[gpu].samples.append(sample)
 
 
@@ -156,7 +169,12 @@ def burn_gpus(
 def burn_results(report: BurnReport, n: int) -> list[KernelResult]:
     """The report as kernel results for the snapshot: throughput, mismatch and NaN counts
     (an error result when the burn could not run), and each NVML series sampled."""
+    seen = sorted(
+        {str(r) for s in report.samples for r in s.get("throttle_reasons", ())} - {"GpuIdle"}
+    )
     params = (("n", n), ("seconds", round(report.seconds, 3)), ("iterations", report.iterations))
+    if any("throttle_reasons" in s for s in report.samples):
+        params += (("throttle_reasons_seen", ", ".join(seen) or "none"),)
     if report.error:
         return [
             KernelResult(

@@ -21,6 +21,7 @@ import re
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from gpudiag.model import KernelResult, ProbeStatus, Reading, ReadingStatus
 
@@ -66,10 +67,13 @@ def _reading(key: str, result: KernelResult) -> Reading:
 
 
 def kernel_readings(
-    kernels: Iterable[KernelResult], readings: Mapping[str, Reading]
+    kernels: Iterable[KernelResult],
+    readings: Mapping[str, Reading],
+    peaks: Mapping[str, Any] | None = None,
 ) -> list[Reading]:
     """The readings derived from kernel results (see the module docstring); `readings` are
-    the node's others (the GPU-pair link types group the peer figures)."""
+    the node's others (the GPU-pair link types group the peer figures); `peaks` the GPU
+    model's profile values, for each GPU figure's share of its peak."""
     derived: dict[str, Reading] = {}
     verified: dict[str, bool] = {}
     peers: dict[str, list[tuple[str, Reading]]] = defaultdict(list)
@@ -98,10 +102,32 @@ def kernel_readings(
         derived[f"{prefix}kernel.verified"] = Reading(
             f"{prefix}kernel.verified", ok, source="kernel results' checks"
         )
+    derived.update(_peak_shares(derived.values(), peaks or {}))
     derived.update(_shares(derived.values()))
     for group in peers.values():
         derived.update(_pair_shares(group))
     return list(derived.values())
+
+
+PEAK_FIELDS = {
+    "stream.triad.fp64": "memory_bandwidth_gbs",
+    "stream.triad.fp32": "memory_bandwidth_gbs",
+    **{f"gemm.{p}": f"{p}_tflops" for p in ("fp64", "fp32", "tf32", "fp16", "bf16")},
+}
+
+
+def _peak_shares(readings: Iterable[Reading], peaks: Mapping[str, Any]) -> dict[str, Reading]:
+    """A GPU's triad and GEMM figures over the model's datasheet peak."""
+    shares = {}
+    for reading in list(readings):
+        m = re.match(r"^gpu\.\d+\.kernel\.(.+)$", reading.key)
+        field = PEAK_FIELDS.get(m.group(1)) if m else None
+        peak = peaks.get(field) if field else None
+        if reading.ok and isinstance(peak, int | float) and peak > 0:
+            key = f"{reading.key}.share_of_peak"
+            value = round(float(reading.value) / peak, 4)  # type: ignore[arg-type]
+            shares[key] = Reading(key, value, "", f"{reading.key} / profile {field} ({peak})")
+    return shares
 
 
 def _value(reading: Reading | None, default: object) -> object:

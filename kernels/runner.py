@@ -226,10 +226,12 @@ class PlanRun:
 
     def _burn(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
         plan = self.plan
-        self._step("burn")
+        step = self._step("burn")
         if on_cpu:
             self.burns.append(
-                burn.burn_device(np, plan.gemm_n, plan.burn_seconds, "cpu", cancel=self.cancel)
+                burn.burn_device(
+                    np, plan.gemm_n, plan.burn_seconds, "cpu", cancel=self.cancel, progress=step
+                )
             )
         if gpus:
             from gpudiag.nvml import Nvml, open_nvml

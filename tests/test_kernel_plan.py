@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gpudiag import views
 from gpudiag.hostfs import HostFS
 from gpudiag.kernels import burn
 from gpudiag.kernels.plans import PLANS, KernelPlan
@@ -20,7 +21,7 @@ from gpudiag.model import KernelResult, ProbeStatus, Reading, ReadingStatus
 from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.probes import default_probes
 from gpudiag.ruleengine import load_rules
-from gpudiag.session import LiveNode, with_findings
+from gpudiag.session import LiveNode, judged_readings, with_findings
 from gpudiag.snapshot import load
 
 from conftest import FIXTURES, REPO, run_cli
@@ -158,6 +159,11 @@ def test_kernel_rules_fire_on_a_snapshot_with_results() -> None:
     judged = with_findings(replace(snapshot, kernels=tuple(results)), load_rules())
     fired = {(f.rule_id, f.subject) for f in judged.findings if f.rule_id.startswith("KRN")}
     assert fired == {("KRN005", "GPU 2"), ("KRN009", "GPU 2")}
+    readings = judged_readings(judged)[0]  # against the H100 SXM5's 3350 GB/s
+    share = readings["gpu.2.kernel.stream.triad.fp64.share_of_peak"]
+    assert share.value == pytest.approx(2000.5 / 3350, abs=1e-4)
+    row = next(r for r in views.kernel_table(judged.kernels, readings).rows if r[1] == "gpu2")
+    assert row[-1] == "60%"
     quiet = with_findings(snapshot, load_rules())
     assert not [f for f in quiet.findings if f.rule_id.startswith("KRN")]
 
@@ -170,6 +176,10 @@ def test_burn_report_becomes_results_with_nvml_series() -> None:
     assert results["temperature.gpu"].stats.maximum == 70
     derived = {r.key: r for r in kernel_readings(list(results.values()), {})}
     assert derived["gpu.0.kernel.burn.mismatches"].value == 2
+    assert "throttle_reasons_seen" not in dict(results["gflops"].params)  # none sampled
+    report.samples[1]["throttle_reasons"] = ["GpuIdle", "HwSlowdown"]
+    gflops = burn.burn_results(report, 1024)[0]
+    assert dict(gflops.params)["throttle_reasons_seen"] == "HwSlowdown"
     failed = burn.burn_results(burn.BurnReport("gpu1", error="out of memory"), 1024)
     assert [r.status for r in failed] == [ProbeStatus.ERROR]
 

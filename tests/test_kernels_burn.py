@@ -45,15 +45,17 @@ def test_cancel_ends_the_burn_early() -> None:
 
 def test_nvml_is_sampled_during_the_burn() -> None:
     nvml = Nvml(ReplayBackend.from_file(REPO / "snapshots" / "demo-hgx-h100-faulty.toml"))
-    reports = {0: burn.BurnReport("gpu0"), 7: burn.BurnReport("gpu7")}
+    reports = {0: burn.BurnReport("gpu0"), 6: burn.BurnReport("gpu6"), 7: burn.BurnReport("gpu7")}
     stop = threading.Event()
-    sampler = threading.Thread(target=burn.sample_nvml, args=(nvml, [0, 7], stop, 0.05, reports))
+    sampler = threading.Thread(target=burn.sample_nvml, args=(nvml, [0, 6, 7], stop, 0.05, reports))
     sampler.start()
     threading.Event().wait(0.3)
     stop.set()
     sampler.join()
     first = reports[0].samples[0]
     assert (first["temperature.gpu"], first["power.draw"], first["clocks.sm"]) == (41, 69.0, 345)
+    assert first["throttle_reasons"] == ["GpuIdle"]
+    assert "HwSlowdown" in reports[6].samples[0]["throttle_reasons"]  # the planted slowdown
     # the lost GPU answers nothing: its samples hold only the time
     assert set(reports[7].samples[0]) == {"t"}
 
