@@ -189,18 +189,55 @@ def verdict(ratio_low: float, ratio_high: float, unit: str) -> str:
     return "faster" if increased == higher_is_better(unit) else "slower"
 
 
-def load_explanations() -> list[tuple[re.Pattern[str], list[re.Pattern[str]]]]:
-    """rules/explanations.toml: which configuration readings can move which metrics."""
+@dataclass(frozen=True)
+class Explanation:
+    """Which readings can move which metrics (rules/explanations.toml): a pattern over
+    "kernel.metric", one over the device (cpu-numa0, gpu3; any when absent), and the
+    reading-key patterns."""
+
+    metric: re.Pattern[str]
+    device: re.Pattern[str]
+    readings: tuple[re.Pattern[str], ...]
+
+
+def load_explanations() -> list[Explanation]:
+    """rules/explanations.toml, compiled."""
     text = (resources.files("gpudiag.rules") / "explanations.toml").read_text(encoding="utf-8")
     data = tomlcompat.loads(text)
-    out = []
-    for entry in data.get("explain", []):
-        out.append((re.compile(entry["metric"]), [re.compile(p) for p in entry["readings"]]))
-    return out
+    return [
+        Explanation(
+            re.compile(entry["metric"]),
+            re.compile(entry.get("device", "")),
+            tuple(re.compile(p) for p in entry["readings"]),
+        )
+        for entry in data.get("explain", [])
+    ]
 
 
-def _kernel_key(result: KernelResult) -> tuple[str, str, str]:
-    return result.kernel, result.device, result.metric
+_DEVICE_GPU = re.compile(r"^gpu(\d+)$")
+_GPU_IN = re.compile(r"(?:^|\.)gpu(\d+)$")
+_PEER_GPU = re.compile(r"\.gpu(\d+)$")
+
+
+def concerns(key: str, gpus: set[str]) -> bool:
+    """Whether a reading can bear on a metric of these GPUs: per-GPU readings of other
+    GPUs cannot; node-wide ones can."""
+    if match := _GPU_KEY.match(key):
+        return match.group(1) in gpus
+    if match := _TOPO_KEY.match(key):
+        return match.group(1) in gpus or match.group(2) in gpus
+    return True
+
+
+def _kernel_key(result: KernelResult, gpu_map: dict[str, str] | None = None) -> tuple[str, ...]:
+    """(kernel, device, metric), with B's GPU indices turned into A's where they differ."""
+    device, metric = result.device, result.metric
+    if gpu_map:
+        if match := _DEVICE_GPU.match(device):
+            device = f"gpu{gpu_map.get(match.group(1), match.group(1))}"
+        if match := _PEER_GPU.search(metric):
+            metric = f"{metric[: match.start()]}.gpu{gpu_map.get(match.group(1), match.group(1))}"
+    return result.kernel, device, metric
 
 
 def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
@@ -222,7 +259,7 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
     ids_b = {(f.rule_id, f.subject) for f in b.findings}
     result.findings_only_a = [f for f in a.findings if (f.rule_id, f.subject) not in ids_b]
     result.findings_only_b = [f for f in b.findings if (f.rule_id, f.subject) not in ids_a]
-    kernels_b = {_kernel_key(k): k for k in b.kernels}
+    kernels_b = {_kernel_key(k, result.gpu_map): k for k in b.kernels}
     explanations = load_explanations() if a.kernels else []
     config = result.differences()
     for ka in a.kernels:
@@ -234,11 +271,15 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
         except ValueError:
             continue
         name = f"{ka.kernel}.{ka.metric}"
+        gpus = {m.group(1) for text in (ka.device, ka.metric) if (m := _GPU_IN.search(text))}
         related = [
             c
             for c in config
-            for metric, patterns in explanations
-            if metric.search(name) and any(p.search(c.key) for p in patterns)
+            for e in explanations
+            if e.metric.search(name)
+            and e.device.search(ka.device)
+            and any(p.search(c.key) for p in e.readings)
+            and (not gpus or concerns(c.key, gpus))
         ]
         result.metrics.append(
             MetricChange(

@@ -93,6 +93,41 @@ def test_gpus_in_another_order_are_matched_by_bus_address() -> None:
     assert [ch.key for ch in diff_snapshots(a, c).differences()] == ["gpu.0.vbios"]
 
 
+def _samples(center: float, seed: int) -> tuple[float, ...]:
+    rng = random.Random(seed)
+    return tuple(rng.gauss(center, center / 300) for _ in range(20))
+
+
+def test_kernel_results_follow_their_gpus_when_reordered() -> None:
+    a = _gpu_snapshot([("0000:18:00.0", "v1"), ("0000:2a:00.0", "v2")])
+    b = _gpu_snapshot([("0000:2a:00.0", "v2"), ("0000:18:00.0", "v1")])
+    result = KernelResult("stream", "gpu0", "triad", "GB/s", ProbeStatus.OK, _samples(3000, 1))
+    peer = KernelResult("peer", "gpu0", "to.gpu1", "GB/s", ProbeStatus.OK, _samples(370, 2))
+    # B's GPU 1 is A's GPU 0 (bus 18:00.0): its results, and its peer's index, map over
+    moved = (replace(result, device="gpu1"), replace(peer, device="gpu1", metric="to.gpu0"))
+    diff = diff_snapshots(replace(a, kernels=(result, peer)), replace(b, kernels=moved))
+    assert [(m.kernel, m.device, m.metric, m.verdict) for m in diff.metrics] == [
+        ("stream", "gpu0", "triad", "no significant difference"),
+        ("peer", "gpu0", "to.gpu1", "no significant difference"),
+    ]
+
+
+def test_explanations_are_the_devices_own() -> None:
+    a = _gpu_snapshot([("0000:18:00.0", "v1"), ("0000:2a:00.0", "v1")])
+    b = _gpu_snapshot([("0000:18:00.0", "v1"), ("0000:2a:00.0", "v2")])  # GPU 1's VBIOS
+    cpu_a = KernelResult("stream", "cpu-numa0", "triad", "GB/s", ProbeStatus.OK, _samples(20, 3))
+    gpu_a = KernelResult("stream", "gpu0", "triad", "GB/s", ProbeStatus.OK, _samples(3000, 4))
+    slower = (
+        replace(cpu_a, samples=_samples(15, 5)),
+        replace(gpu_a, samples=_samples(2500, 6)),
+        replace(gpu_a, device="gpu1", samples=_samples(2500, 7)),
+    )
+    faster = (cpu_a, gpu_a, replace(gpu_a, device="gpu1"))
+    diff = diff_snapshots(replace(a, kernels=faster), replace(b, kernels=slower))
+    explained = {m.device: [c.key for c in m.explanations] for m in diff.metrics}
+    assert explained == {"cpu-numa0": [], "gpu0": [], "gpu1": ["gpu.1.vbios"]}
+
+
 def test_different_schema_versions_are_refused(tmp_path: Path, demo: dict[str, Path]) -> None:
     old = tmp_path / "old.toml"
     old.write_text(demo["healthy"].read_text().replace("schema_version = 1", "schema_version = 0"))
