@@ -573,7 +573,7 @@ class GpudiagApp(App[int]):
             text.append(f"{label:<9}", "bold")
             text.append(f"{value}\n")
         worst = views.filter_findings(self.snapshot.findings)
-        worst = [f for f in worst if f.severity is not Severity.INFO][:6]
+        worst = [f for f in worst if f.severity is not Severity.INFO][:5]
         text.append(
             "\nFix first\n" if worst else "\nNo critical, warning or unknown findings.\n", "bold"
         )

@@ -102,11 +102,10 @@ def overview(snapshot: Snapshot) -> list[tuple[str, str]]:
     if lost:
         gpu_text += f" ({len(lost)} not answering: GPU {', '.join(map(str, lost))})"
     nodes = r.get("numa.nodes")
-    numa = (
-        f"{len(nodes.value)} node(s)"
-        if nodes and nodes.ok and isinstance(nodes.value, list)
-        else "not read"
-    )
+    numa = "not read"
+    if nodes is not None and nodes.ok and isinstance(nodes.value, list):
+        layout_by_node = [f"{n}: cpus {_shown(r, f'numa.{n}.cpus') or 'none'}" for n in nodes.value]
+        numa = f"{len(nodes.value)} node(s) ({'; '.join(layout_by_node)})"
     cpu = joined("cpu.model")
     layout = [
         f"{_shown(r, k)} {word}"
@@ -128,7 +127,8 @@ def overview(snapshot: Snapshot) -> list[tuple[str, str]]:
         ("GPUs", gpu_text),
         ("Driver", f"{joined('nvml.driver_version')}  CUDA {joined('nvml.cuda_driver_version')}"),
         ("CPU", f"{cpu}" + (f"  ({', '.join(layout)})" if layout else "")),
-        ("NUMA", f"{numa}  governor {joined('cpu.freq.governor')}"),
+        ("NUMA", numa),
+        ("Governor", joined("cpu.freq.governor")),
         ("Snapshot", f"taken {snapshot.created} by gpudiag {snapshot.gpudiag_version}"),
     ]
 
