@@ -10,51 +10,62 @@ stream runner then falls back to NumPy in blocks and records which engine ran.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 LOOPS: Any = None
 UNAVAILABLE = ""
+
+
+def _copy(a: Any, c: Any) -> None:
+    for i in range(a.shape[0]):
+        c[i] = a[i]
+
+
+def _scale(b: Any, c: Any, scalar: Any) -> None:
+    for i in range(c.shape[0]):
+        b[i] = scalar * c[i]
+
+
+def _add(a: Any, b: Any, c: Any) -> None:
+    for i in range(a.shape[0]):
+        c[i] = a[i] + b[i]
+
+
+def _triad(a: Any, b: Any, c: Any, scalar: Any) -> None:
+    for i in range(a.shape[0]):
+        a[i] = b[i] + scalar * c[i]
+
+
+def _dot(a: Any, b: Any) -> float:
+    total = 0.0  # accumulated in float64, FP32 arrays included
+    for i in range(a.shape[0]):
+        total += a[i] * b[i]
+    return total
+
+
+class Loops:
+    """copy, scale, add, triad and dot over whole (sub)arrays, compiled on first use and
+    cached on disk (Numba's cache, next to this file or in the user's cache directory) so
+    that later runs skip the compile; where neither is writable, compiled every run."""
+
+    def __init__(self, jit: Callable[..., Any]) -> None:
+        def compiled(function: Callable[..., Any], **options: Any) -> Any:
+            try:
+                return jit(nogil=True, cache=True, boundscheck=False, **options)(function)
+            except RuntimeError:  # Numba: "cannot cache ...: no locator available"
+                return jit(nogil=True, cache=False, boundscheck=False, **options)(function)
+
+        self.copy = compiled(_copy)
+        self.scale = compiled(_scale)
+        self.add = compiled(_add)
+        self.triad = compiled(_triad)
+        self.dot = compiled(_dot, fastmath=True)
+
 
 try:
     import numba
 except ImportError as exc:  # numba ships wheels for x86_64 and aarch64 only
     UNAVAILABLE = f"numba is not importable ({exc})"
 else:
-
-    class _Loops:
-        """copy, scale, add, triad and dot over whole (sub)arrays, compiled on first use
-        and cached on disk (numba's cache) so that later runs skip the compile."""
-
-        @staticmethod
-        @numba.njit(nogil=True, cache=True, boundscheck=False)
-        def copy(a: Any, c: Any) -> None:
-            for i in range(a.shape[0]):
-                c[i] = a[i]
-
-        @staticmethod
-        @numba.njit(nogil=True, cache=True, boundscheck=False)
-        def scale(b: Any, c: Any, scalar: Any) -> None:
-            for i in range(c.shape[0]):
-                b[i] = scalar * c[i]
-
-        @staticmethod
-        @numba.njit(nogil=True, cache=True, boundscheck=False)
-        def add(a: Any, b: Any, c: Any) -> None:
-            for i in range(a.shape[0]):
-                c[i] = a[i] + b[i]
-
-        @staticmethod
-        @numba.njit(nogil=True, cache=True, boundscheck=False)
-        def triad(a: Any, b: Any, c: Any, scalar: Any) -> None:
-            for i in range(a.shape[0]):
-                a[i] = b[i] + scalar * c[i]
-
-        @staticmethod
-        @numba.njit(nogil=True, cache=True, boundscheck=False, fastmath=True)
-        def dot(a: Any, b: Any) -> float:
-            total = 0.0  # accumulated in float64, FP32 arrays included
-            for i in range(a.shape[0]):
-                total += a[i] * b[i]
-            return total
-
-    LOOPS = _Loops()
+    LOOPS = Loops(numba.njit)

@@ -155,3 +155,21 @@ def test_cli_gpu_without_cupy_says_so() -> None:
     assert "CuPy is not installed" in result.stderr and result.stderr.count("\n") == 1
     bad = run_cli("run", "stream", "--trials", "1")
     assert bad.returncode == 3 and "at least 2" in bad.stderr
+
+
+def test_loops_compile_without_a_writable_cache() -> None:
+    from gpudiag.kernels import cpu_loops
+
+    calls = []
+
+    def jit(**options):
+        calls.append(options["cache"])
+        if options["cache"]:
+            raise RuntimeError("cannot cache function: no locator available")
+        return lambda function: function  # run as Python: the logic is what is tested
+
+    loops = cpu_loops.Loops(jit)
+    a, b, c = np.ones(8), np.full(8, 2.0), np.zeros(8)
+    loops.triad(a, b, c, 0.5)
+    assert calls == [True, False] * 5 and a.tolist() == [2.0] * 8
+    assert loops.dot(a, b) == 32.0
