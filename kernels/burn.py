@@ -187,34 +187,14 @@ def burn_results(report: BurnReport, n: int) -> list[KernelResult]:
                 params=params,
             )
         ]
+    totals = (
+        ("gflops", "GFLOP/s", round(report.gflops, 3)),
+        ("mismatches", "count", float(report.mismatches)),
+        ("nans", "count", float(report.nans)),
+    )
     results = [
-        KernelResult(
-            "burn",
-            report.device,
-            "gflops",
-            "GFLOP/s",
-            ProbeStatus.OK,
-            (round(report.gflops, 3),),
-            params=params,
-        ),
-        KernelResult(
-            "burn",
-            report.device,
-            "mismatches",
-            "count",
-            ProbeStatus.OK,
-            (float(report.mismatches),),
-            params=params,
-        ),
-        KernelResult(
-            "burn",
-            report.device,
-            "nans",
-            "count",
-            ProbeStatus.OK,
-            (float(report.nans),),
-            params=params,
-        ),
+        KernelResult("burn", report.device, metric, unit, ProbeStatus.OK, (value,), params=params)
+        for metric, unit, value in totals
     ]
     for key, _function, _args, unit, _convert in SAMPLED:
         series = [float(s[key]) for s in report.samples if key in s]
