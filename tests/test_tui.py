@@ -299,6 +299,9 @@ def test_findings_filter_sort_and_detail(tmp_path: Path) -> None:
         assert _cells(app, "#findings") == [] and "no finding matches" in _text(
             app, "#finding-text"
         )
+        await pilot.press("1")
+        assert app.query_one(TabbedContent).active == "overview-tab"
+        assert app.focused is app.query_one("#overview")
 
     _run(app, steps)
 
