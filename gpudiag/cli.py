@@ -38,6 +38,7 @@ from gpudiag.session import (
     with_findings,
 )
 from gpudiag.snapshot import SnapshotError, dumps, is_json_path, load, save
+from gpudiag.views import result_name
 
 
 class UsageError(Exception):
@@ -166,7 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long the burn runs (default 60); for STREAM and GEMM, keep running trials"
         " until S seconds have passed",
     )
-    run.add_argument("--dtype", choices=DTYPE_NAMES, default="fp64", help="STREAM's element type")
+    run.add_argument(
+        "--dtype", choices=(*DTYPE_NAMES, "both"), default="fp64", help="STREAM's element type"
+    )
     run.add_argument(
         "--gemm-n",
         type=int,
@@ -245,10 +248,11 @@ def _run_kernels(args: argparse.Namespace) -> int:
         tuple(dict.fromkeys(args.kernels)),
         args.device,
         args.size,
-        args.dtype,
+        DTYPE_NAMES if args.dtype == "both" else (args.dtype,),
         args.trials,
         args.seconds,
         args.gemm_n,
+        60.0 if args.seconds is None else args.seconds,
     )
     from gpudiag.kernels.runner import KernelUnavailable, PlanRun
 
@@ -267,7 +271,7 @@ def _run_kernels(args: argparse.Namespace) -> int:
             + (f", {len(report.samples)} NVML samples" if report.samples else "")
         )
     shown = [r for r in results if r.kernel != "burn"]
-    width = max([22, *(len(f"{r.kernel}.{r.metric}") + 1 for r in shown)])
+    width = max([22, *(len(result_name(r)) + 1 for r in shown)])
     if shown:
         print(
             f"{'kernel':<{width}} {'device':<12} {'median':>10} {'min':>10} {'max':>10} "
@@ -275,7 +279,7 @@ def _run_kernels(args: argparse.Namespace) -> int:
         )
     failed = False
     for r in shown:
-        name = f"{r.kernel}.{r.metric}"
+        name = result_name(r)
         if r.stats is None:
             print(f"{name:<{width}} {r.device:<12} {r.status.value.upper()}: {r.error}")
             failed = failed or r.status is not ProbeStatus.SKIPPED

@@ -237,7 +237,7 @@ def _kernel_key(result: KernelResult, gpu_map: dict[str, str] | None = None) -> 
             device = f"gpu{gpu_map.get(match.group(1), match.group(1))}"
         if match := _PEER_GPU.search(metric):
             metric = f"{metric[: match.start()]}.gpu{gpu_map.get(match.group(1), match.group(1))}"
-    return result.kernel, device, metric
+    return result.kernel, device, metric, str(dict(result.params).get("dtype", ""))
 
 
 def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:

@@ -283,6 +283,14 @@ def host_tree(snapshot: Snapshot) -> dict[str, dict[str, list[Reading]]]:
 # ------------------------------------------------------------------ kernels
 
 
+def result_name(result: KernelResult) -> str:
+    """kernel.metric, with the element type for STREAM: stream.triad.fp64, gemm.fp16."""
+    name = f"{result.kernel}.{result.metric}"
+    if result.kernel == "stream" and dict(result.params).get("dtype"):
+        name += f".{dict(result.params)['dtype']}"
+    return name
+
+
 def kernel_table(
     kernels: Sequence[KernelResult], readings: Mapping[str, Reading] | None = None
 ) -> Matrix:
@@ -292,12 +300,10 @@ def kernel_table(
     readings = readings or {}
     rows = []
     for k in kernels:
+        name = result_name(k)
         prefix = device_prefix(k.device)
         share = readings.get(f"{prefix}kernel.{metric_key(k)}.share_of_peak") if prefix else None
         of_peak = f"{float(share.value):.0%}" if share is not None and share.ok else ""  # type: ignore[arg-type]
-        name = f"{k.kernel}.{k.metric}"
-        if k.kernel == "stream":
-            name += f".{dict(k.params).get('dtype', '')}".rstrip(".")
         if k.stats is not None:
             s = k.stats
             rows.append(

@@ -12,20 +12,18 @@ DTYPE_NAMES = ("fp64", "fp32")
 @dataclass(frozen=True)
 class KernelPlan:
     """What to run: kernels, on which devices (cpu, gpu, all or a GPU index), array and
-    copy size in bytes, STREAM's element type, trials, the burn's seconds (and, where
-    given, a time budget for STREAM and GEMM), and the GEMM size."""
+    copy size in bytes, STREAM's element types, trials, a time budget for STREAM and GEMM
+    (trials go on until it has passed; None: just the trials), the burn's seconds, and the
+    GEMM size."""
 
     kernels: tuple[str, ...]
     device: str = "cpu"
     size_bytes: int = 256 * 2**20
-    dtype: str = "fp64"
+    dtypes: tuple[str, ...] = ("fp64",)
     trials: int = 10
     seconds: float | None = None
     gemm_n: int = 4096
-
-    @property
-    def burn_seconds(self) -> float:
-        return 60.0 if self.seconds is None else self.seconds
+    burn_seconds: float = 60.0
 
 
 PLANS = {
@@ -33,12 +31,13 @@ PLANS = {
     "quick": KernelPlan(
         ("stream", "gemm", "copy", "peer"), "all", 64 * 2**20, trials=5, gemm_n=2048
     ),
+    # Minutes: both STREAM precisions, larger arrays and GEMMs, and a 60 s burn.
     "full": KernelPlan(
         ("stream", "gemm", "copy", "peer", "burn"),
         "all",
         256 * 2**20,
+        dtypes=("fp64", "fp32"),
         trials=10,
-        seconds=60.0,
         gemm_n=8192,
     ),
 }

@@ -142,24 +142,26 @@ class PlanRun:
         return self.results
 
     def _stream(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
-        plan, dtype = self.plan, DTYPES[self.plan.dtype]
-        n = max(1024, plan.size_bytes // np.dtype(dtype).itemsize)
+        plan = self.plan
         common = {"trials": plan.trials, "cancel": self.cancel, "seconds": plan.seconds}
-        if on_cpu:
-            for node, cpus in nodes.items():
-                device = "cpu" if node < 0 else f"cpu-numa{node}"
-                ops = stream.CpuOperations(n, dtype, [[cpu] for cpu in cpus])
-                try:
-                    self.results += stream.run_stream(
-                        ops, device=device, progress=self._step(f"stream {device}"), **common
-                    )
-                finally:
-                    ops.close()
-        for gpu in gpus:
-            ops = stream.CudaOperations(n, dtype, gpu)
-            self.results += stream.run_stream(
-                ops, device=f"gpu{gpu}", progress=self._step(f"stream gpu{gpu}"), **common
-            )
+        for name in plan.dtypes:
+            dtype = DTYPES[name]
+            n = max(1024, plan.size_bytes // np.dtype(dtype).itemsize)
+            if on_cpu:
+                for node, cpus in nodes.items():
+                    device = "cpu" if node < 0 else f"cpu-numa{node}"
+                    ops = stream.CpuOperations(n, dtype, [[cpu] for cpu in cpus])
+                    try:
+                        step = self._step(f"stream {name} {device}")
+                        self.results += stream.run_stream(
+                            ops, device=device, progress=step, **common
+                        )
+                    finally:
+                        ops.close()
+            for gpu in gpus:
+                ops = stream.CudaOperations(n, dtype, gpu)
+                step = self._step(f"stream {name} gpu{gpu}")
+                self.results += stream.run_stream(ops, device=f"gpu{gpu}", progress=step, **common)
 
     def _gemm(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
         plan = self.plan

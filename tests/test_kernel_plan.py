@@ -81,6 +81,21 @@ def test_usable_cpus_drop_what_the_cpuset_hides() -> None:
 def test_plans_are_defined() -> None:
     assert set(PLANS) == {"quick", "full"}
     assert "burn" in PLANS["full"].kernels and "burn" not in PLANS["quick"].kernels
+    # the full plan's minute is the burn's: STREAM and GEMM run their trials only
+    assert PLANS["full"].seconds is None and PLANS["full"].burn_seconds == 60.0
+    assert PLANS["full"].dtypes == ("fp64", "fp32")
+
+
+def test_both_stream_precisions_become_their_own_readings() -> None:
+    plan = KernelPlan(("stream",), "cpu", 1 << 16, dtypes=("fp64", "fp32"), trials=2)
+    results = PlanRun(plan).run()
+    assert [dict(r.params)["dtype"] for r in results if r.metric == "triad"] == [
+        "fp64",
+        "fp32",
+    ] * (len(results) // 10)
+    keys = {r.key for r in kernel_readings(results, {})}
+    assert any(k.endswith("kernel.stream.triad.fp32") for k in keys)
+    assert any(k.endswith("kernel.stream.triad.fp64") for k in keys)
 
 
 # ------------------------------------------------------------------ results as readings
