@@ -231,6 +231,7 @@ class GpudiagApp(App[int]):
         self.plans = PLANS if plans is None else plans
         self.shown_findings: list[Finding] = []
         self.readings: dict[str, Reading] = {}
+        self.profile_values: dict[str, object] = {}
         self.severity_filter: Severity | None = None
         self.sort_key = "severity"
         self.kernel_cancel = threading.Event()
@@ -540,7 +541,8 @@ class GpudiagApp(App[int]):
         """Render a whole snapshot on every screen."""
         self.snapshot = snapshot
         profile = self.source.profile_name if isinstance(self.source, LiveNode) else None
-        self.readings = judged_readings(snapshot, profile)[0]
+        self.readings, found, _ = judged_readings(snapshot, profile)
+        self.profile_values = found.values if found is not None else {}
         self.query_one("#banner", Static).update(self._banner(snapshot))
         self.show_overview()
         self.show_findings()
@@ -666,7 +668,7 @@ class GpudiagApp(App[int]):
     def show_topology(self) -> None:
         """The GPU-by-GPU matrix with NICs and affinity, and its legend."""
         assert self.snapshot is not None
-        matrix = topology_matrix(self.snapshot)
+        matrix = topology_matrix(self.snapshot, self.profile_values)
         table = self.query_one("#topology", DataTable)
         table.clear(columns=True)
         legend = self.query_one("#topology-legend", Static)

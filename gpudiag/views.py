@@ -25,9 +25,11 @@ class Matrix:
     legend: tuple[str, ...]
 
 
-def topology_matrix(snapshot: Snapshot) -> Matrix:
+def topology_matrix(snapshot: Snapshot, profile: Mapping[str, object] | None = None) -> Matrix:
     """The `nvidia-smi topo -m` view: GPU by GPU, then NICs, CPU and NUMA affinity. A pair
-    whose reading is missing or failed shows '?'."""
+    whose reading is missing or failed shows '?'; a pair with fewer NVLinks than the
+    node's usual count is marked '!', and so is a GPU with fewer active NVLinks than its
+    model's profile has (the legend says how many)."""
     readings = snapshot.readings_by_key
     gpus = sorted({int(m.group(1)) for key in readings if (m := _GPU_INDEX.match(key))})
     nics = sorted({m.group(1) for key in readings if (m := _NIC.match(key))})
@@ -55,13 +57,21 @@ def topology_matrix(snapshot: Snapshot) -> Matrix:
         short = re.fullmatch(r"NV(\d+)", text) and int(text[2:]) < usual
         return f"{text}!" if short else text
 
+    expected = (profile or {}).get("nvlink_count")
+    short_gpus = []
+    for g in gpus:
+        active = readings.get(f"gpu.{g}.nvlink.active")
+        count = active.value if active is not None and active.ok else None
+        if isinstance(expected, int) and isinstance(count, int) and count < expected:
+            short_gpus.append(f"GPU{g}: {count} of the model's {expected} NVLinks active")
     rows = []
     for a in gpus:
         pairs = ["X" if a == b else pair(a, b) for b in gpus]
         nic_cells = [cell(f"topo.gpu.{a}.nic.{nic}") for nic in nics]
+        short = any(line.startswith(f"GPU{a}:") for line in short_gpus)
         rows.append(
             (
-                f"GPU{a}",
+                f"GPU{a}!" if short else f"GPU{a}",
                 *pairs,
                 *nic_cells,
                 cell(f"gpu.{a}.cpu_affinity"),
@@ -69,8 +79,9 @@ def topology_matrix(snapshot: Snapshot) -> Matrix:
             )
         )
     legend = [f"NIC{i}: {nic}" for i, nic in enumerate(nics)]
-    if any(cell.endswith("!") for row in rows for cell in row):
-        legend.append(f"! = fewer NVLinks than the node's usual NV{usual}")
+    if any(cell.endswith("!") for row in rows for cell in row[1:]):
+        legend.append(f"NV#! = fewer NVLinks than the node's usual NV{usual}")
+    legend.extend(f"{line} (GPU#! above)" for line in short_gpus)
     legend.append(
         "NV# = NVLinks; PIX, PXB, PHB, NODE, SYS = PCIe paths as in nvidia-smi "
         "topo -m; ? = not read (see Readings)"

@@ -220,7 +220,9 @@ def test_topology_tab_shows_the_8_gpu_matrix(tmp_path: Path) -> None:
             assert rows[7][:3] == ["GPU7", "?", "?"]  # the lost GPU
             legend = str(app.query_one("#topology-legend", Static).render())
             assert "NIC0: 0000:19:00.0" in legend
-            assert "! = fewer NVLinks than the node's usual NV18" in legend
+            assert "NV#! = fewer NVLinks than the node's usual NV18" in legend
+            assert "GPU2: 17 of the model's 18 NVLinks active (GPU#! above)" in legend
+            assert rows[2][0] == "GPU2!"
             assert app.focused is app.query_one("#topology", DataTable)
 
     asyncio.run(scenario())
