@@ -98,7 +98,8 @@ def _skipped(kernel: str, device: str, reason: str) -> KernelResult:
 
 class PlanRun:
     """One run of a plan: results so far, progress and cancel shared with a caller's
-    thread (the TUI's worker), and the burn reports for printing."""
+    thread (the TUI's worker), and the burn reports for printing. The CPU branches run in
+    the tests; the GPU branches (CuPy) have never run on a GPU in this project's CI."""
 
     def __init__(
         self,

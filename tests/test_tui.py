@@ -515,6 +515,23 @@ def test_kernels_cancel_stops_a_long_run(tmp_path: Path) -> None:
     _run(app, steps)
 
 
+def test_quit_while_kernels_run_returns_promptly() -> None:
+    app = GpudiagApp(_this_machine(), plans=TINY)
+
+    async def scenario() -> float:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.press("K")  # 60 seconds of STREAM
+            await pilot.pause(0.3)
+            assert app.kernels_running
+            started = asyncio.get_running_loop().time()
+            await pilot.press("q")
+        return asyncio.get_running_loop().time() - started
+
+    assert asyncio.run(scenario()) < 10
+    assert app.return_code == 0
+
+
 def test_no_color_keeps_severity_as_text(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
     app = GpudiagApp(load_or_save_snapshot(tmp_path))
