@@ -1,10 +1,10 @@
 """GEMM throughput: C = A @ B on square matrices, in TFLOP/s (2 n^3 per product), every
 product checked against a float64 reference on sampled rows.
 
-One runner for NumPy (the CPU's BLAS: FP64 and FP32) and CuPy (cuBLAS: FP64, FP32, TF32
-and FP16). A precision a library cannot do is reported as skipped, with the reason (NumPy
-has no FP16 or TF32 BLAS; CuPy has no bfloat16 dtype). The CuPy path has never run on a
-GPU in this project's CI.
+One runner for NumPy (the CPU's BLAS: FP64 and FP32) and CuPy (cuBLAS: FP64, FP32, TF32,
+FP16, and BF16 through cuBLAS's gemmEx on bf16 bit patterns, since CuPy has no bfloat16
+dtype). A precision a library cannot do is reported as skipped, with the reason (NumPy has
+no FP16, TF32 or BF16 BLAS). The CuPy path has never run on a GPU in this project's CI.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -45,7 +46,9 @@ def numpy_dtype(precision: str, xp: Any) -> Any:
         if is_numpy:
             raise GemmUnsupported("NumPy's BLAS has no FP16 matrix multiply")
         return xp.float16
-    raise GemmUnsupported("CuPy and NumPy have no bfloat16 dtype")
+    if is_numpy:
+        raise GemmUnsupported("NumPy has no bfloat16 dtype or BF16 matrix multiply")
+    raise GemmUnsupported("BF16 runs through cuBLAS gemmEx (cublas_bf16_codec), not a dtype")
 
 
 def check_product(
@@ -56,6 +59,62 @@ def check_product(
     scale = np.abs(a[rows].astype(np.float64)) @ np.abs(b.astype(np.float64))
     error = np.abs(c[rows].astype(np.float64) - reference) / np.maximum(scale, 1e-30)
     return float(error.max())
+
+
+@dataclass(frozen=True)
+class Codec:
+    """How a precision's matrices reach the device and come back: `encode` a float32 host
+    matrix, `decode` a device matrix to host floats (the inputs for the reference, the
+    product for the check), and `matmul` two device matrices."""
+
+    encode: Callable[[np.ndarray], Any]
+    decode: Callable[[Any], np.ndarray]
+    matmul: Callable[[Any, Any], Any]
+
+
+def to_bf16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns (uint16), rounded to nearest even; NaN stays NaN."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    out = rounded.astype(np.uint16)
+    nan = np.isnan(values)
+    out[nan] = np.uint16(0x7FC0)
+    return out
+
+
+def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) -> float32, exactly."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def cublas_bf16_codec(cupy: Any) -> Codec:
+    """BF16 GEMM through cuBLAS's gemmEx (CuPy has no bfloat16 dtype, but its cuBLAS
+    binding takes raw pointers): bf16 inputs and output held as uint16, FP32 accumulation
+    (CUBLAS_COMPUTE_32F), as PyTorch multiplies bf16 tensors. Row-major C = A @ B is
+    column-major C^T = B^T A^T, so B goes first. Never run on a GPU in this project's CI."""
+    from cupy_backends.cuda.libs import cublas
+
+    # cudaDataType CUDA_R_16BF, cublasComputeType_t CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT,
+    # cublasOperation_t CUBLAS_OP_N (cuda_runtime and cublas_api.h)
+    cuda_r_16bf, compute_32f, default_algo, op_n = 14, 68, -1, 0
+    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+
+    def matmul(a: Any, b: Any) -> Any:
+        n = a.shape[0]
+        c = cupy.empty((n, n), dtype=cupy.uint16)
+        handle = cupy.cuda.device.get_cublas_handle()
+        cublas.gemmEx(
+            handle, op_n, op_n, n, n, n,
+            one.ctypes.data, b.data.ptr, cuda_r_16bf, n, a.data.ptr, cuda_r_16bf, n,
+            zero.ctypes.data, c.data.ptr, cuda_r_16bf, n, compute_32f, default_algo,
+        )  # fmt: skip
+        return c
+
+    return Codec(
+        encode=lambda host: cupy.asarray(to_bf16_bits(host)),
+        decode=lambda device: from_bf16_bits(cupy.asnumpy(device)),
+        matmul=matmul,
+    )
 
 
 def run_gemm(
@@ -71,23 +130,28 @@ def run_gemm(
     cancel: Any = None,
     seconds: float | None = None,
     progress: Callable[[float], None] | None = None,
+    codec: Codec | None = None,
 ) -> KernelResult:
     """Multiply two n x n matrices `warmup + trials` times (more, until `seconds` have
     passed, where given) and return TFLOP/s samples; each product is checked (sampled rows
     against float64), and a wrong product is an error."""
     params = (("n", n), ("precision", precision), ("trials", trials))
     try:
-        dtype = numpy_dtype(precision, xp)
+        dtype = numpy_dtype(precision, xp) if codec is None else None
     except GemmUnsupported as exc:
         return KernelResult(
             "gemm", device, precision, "TFLOP/s", ProbeStatus.SKIPPED, error=str(exc), params=params
         )
+    codec = codec or Codec(
+        encode=lambda host: xp.asarray(host, dtype=dtype), decode=to_host, matmul=xp.matmul
+    )
     rng = np.random.default_rng(0)
-    host_a = rng.uniform(-1, 1, (n, n)).astype(dtype if xp is np else np.float32)
-    host_b = rng.uniform(-1, 1, (n, n)).astype(dtype if xp is np else np.float32)
-    a, b = xp.asarray(host_a, dtype=dtype), xp.asarray(host_b, dtype=dtype)
+    host_dtype = dtype if xp is np and dtype is not None else np.float32
+    host_a = rng.uniform(-1, 1, (n, n)).astype(host_dtype)
+    host_b = rng.uniform(-1, 1, (n, n)).astype(host_dtype)
+    a, b = codec.encode(host_a), codec.encode(host_b)
     rows = rng.choice(n, size=min(CHECKED_ROWS, n), replace=False)
-    checked_a, checked_b = to_host(a), to_host(b)  # the inputs as the device holds them
+    checked_a, checked_b = codec.decode(a), codec.decode(b)  # as the device holds them
     time_it = timer or _wall_clock
     samples: list[float] = []
     started, rounds, round_index = time.monotonic(), warmup + trials, 0
@@ -103,8 +167,8 @@ def run_gemm(
                 params=params,
             )
         product: dict[str, Any] = {}
-        elapsed = time_it(lambda product=product: product.setdefault("c", xp.matmul(a, b)))
-        error = check_product(checked_a, checked_b, to_host(product["c"]), precision, rows)
+        elapsed = time_it(lambda product=product: product.setdefault("c", codec.matmul(a, b)))
+        error = check_product(checked_a, checked_b, codec.decode(product["c"]), precision, rows)
         if not error <= TOLERANCE[precision]:
             return KernelResult(
                 "gemm",
@@ -171,6 +235,7 @@ def run_gpu_gemm(device: int, precision: str, n: int, trials: int, **kwargs: Any
                 trials=trials,
                 timer=cuda_timer(cupy),
                 to_host=cupy.asnumpy,
+                codec=cublas_bf16_codec(cupy) if precision == "bf16" else None,
                 **kwargs,
             )
         finally:

@@ -64,3 +64,32 @@ def test_cli_runs_gemm_and_reports_skipped_precisions() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "gemm.fp64" in result.stdout and "TFLOP/s" in result.stdout
     assert re.search(r"^gemm\.fp16 +cpu +SKIPPED: NumPy's BLAS has no FP16", result.stdout, re.M)
+
+
+def test_bf16_bits_round_to_nearest_even_and_back() -> None:
+    exact = np.array([1.0, -2.5, 0.0, 3.140625], dtype=np.float32)  # bf16-representable
+    assert np.array_equal(gemm.from_bf16_bits(gemm.to_bf16_bits(exact)), exact)
+    # 1 + 2^-8 lies halfway between bf16 neighbours 1 and 1 + 2^-7: ties go to even (1.0)
+    halfway = np.array([1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8], dtype=np.float32)
+    assert gemm.from_bf16_bits(gemm.to_bf16_bits(halfway)).tolist() == [1.0, 1.0 + 2.0**-6]
+    assert np.isnan(gemm.from_bf16_bits(gemm.to_bf16_bits(np.array([np.nan], np.float32))))
+
+
+def _emulated_bf16(corrupt: bool = False) -> gemm.Codec:
+    """The BF16 codec's logic with NumPy standing in for cuBLAS: bf16 inputs, FP32
+    products rounded to bf16 (what gemmEx with a bf16 output returns)."""
+
+    def matmul(a, b):
+        c = gemm.to_bf16_bits(gemm.from_bf16_bits(a) @ gemm.from_bf16_bits(b))
+        if corrupt:
+            c[2, 3] ^= np.uint16(0x4000)  # one exponent bit flipped
+        return c
+
+    return gemm.Codec(encode=gemm.to_bf16_bits, decode=gemm.from_bf16_bits, matmul=matmul)
+
+
+def test_bf16_codec_is_checked_like_any_precision() -> None:
+    ok = gemm.run_gemm(np, "bf16", 64, device="cpu", trials=2, codec=_emulated_bf16())
+    assert ok.status is ProbeStatus.OK, ok.error
+    bad = gemm.run_gemm(np, "bf16", 8, device="cpu", trials=2, codec=_emulated_bf16(True))
+    assert bad.status is ProbeStatus.ERROR and bad.error.startswith("verification failed")
