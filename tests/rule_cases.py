@@ -174,4 +174,5 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
     "KRN013": node("topo.gpu.2.5.copy_share_of_median", 0.55, 0.97),
     "KRN014": node("topo.gpu.0.1.peer_access", "unsupported", "enabled"),
     "KRN015": node("numa.1.kernel.stream.triad.fp64.share_of_median", 0.6, 1.0),
+    "KRN016": one("kernel.gemm.bf16", 300.0, 700.0),
 }
