@@ -1,6 +1,8 @@
 """The side-by-side diff screen: two columns (A and B) of every reading that differs,
 performance metrics first with the configuration differences that explain them, then
 the findings one side has. Keys: c changed only / everything, n next difference, q quit.
+The columns share the terminal's width (long values are cut there); the highlighted row
+is shown in full below the table, so 80 columns are enough.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class DiffApp(App[int]):
     CSS = """
     #summary { height: auto; padding: 0 1; }
     #diff { height: 1fr; }
+    #row-detail { height: 4; padding: 0 1; border-top: solid $accent; }
     """
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("q", "quit", "Quit"),
@@ -38,16 +41,25 @@ class DiffApp(App[int]):
         self.include_noisy = include_noisy
         self.changed_only = True
         self.row_kinds: list[str] = []
+        self.row_texts: list[tuple[str, str, str, str]] = []
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("", id="summary")
         yield DataTable(id="diff", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="row-detail")
         yield Footer()
 
     def on_mount(self) -> None:
         self.sub_title = f"A: {self.a.host}  B: {self.b.host}"
-        self.query_one("#diff", DataTable).add_columns("what", "A", "B", "change")
+        table = self.query_one("#diff", DataTable)
+        room = max(60, self.size.width - 10)  # less the cell padding and the scrollbar
+        side = max(10, room * 17 // 100)
+        what = max(20, room * 40 // 100)
+        table.add_column("what", width=what)
+        table.add_column("A", width=side)
+        table.add_column("B", width=side)
+        table.add_column("change", width=room - what - 2 * side)
         self.render_rows()
         self.query_one("#diff", DataTable).focus()
 
@@ -69,6 +81,7 @@ class DiffApp(App[int]):
         table = self.query_one("#diff", DataTable)
         table.clear()
         self.row_kinds = []
+        self.row_texts = []
         self.query_one("#summary", Static).update(self._summary())
         for m in self.diff.metrics:
             kind = "equal" if m.verdict == "no significant difference" else "changed"
@@ -121,6 +134,16 @@ class DiffApp(App[int]):
         style = KIND_STYLE[kind]
         table.add_row(Text(what), Text(a), Text(b), Text(change, style))
         self.row_kinds.append(kind)
+        self.row_texts.append((what, a, b, change))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """The highlighted row in full, whatever the columns cut."""
+        detail = self.query_one("#row-detail", Static)
+        if not 0 <= event.cursor_row < len(self.row_texts):
+            detail.update("")
+            return
+        what, a, b, change = self.row_texts[event.cursor_row]
+        detail.update(Text(f"{what.strip()}: {change}\nA: {a}\nB: {b}"))
 
     def action_toggle_changed(self) -> None:
         """Show only differences, or every reading."""

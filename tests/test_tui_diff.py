@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import replace
 
 import pytest
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 
 from gpudiag.diff import diff_snapshots
 from gpudiag.model import KernelResult, ProbeResult, ProbeStatus, Reading, Snapshot
@@ -66,6 +66,9 @@ def test_keys_toggle_and_jump() -> None:
             table.move_cursor(row=0)
             await pilot.press("n")
             assert app.row_kinds[table.cursor_row] != "equal" and table.cursor_row > 0
+            detail = str(app.query_one("#row-detail", Static).render())
+            row = app.row_texts[table.cursor_row]
+            assert row[0].strip() in detail and f"A: {row[1]}" in detail  # in full
             await pilot.press("q")
         assert app.return_code == 2
 
