@@ -228,25 +228,36 @@ class PlanRun:
                 engine.close()
 
     def _burn(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
+        """The CPU and every GPU asked for burn at the same time, for the plan's seconds."""
         plan = self.plan
         step = self._step("burn")
-        if on_cpu:
-            self.burns.append(
+        cpu_reports: list[burn.BurnReport] = []
+        cpu = threading.Thread(
+            target=lambda: cpu_reports.append(
                 burn.burn_device(
                     np, plan.gemm_n, plan.burn_seconds, "cpu", cancel=self.cancel, progress=step
                 )
-            )
+            ),
+            name="burn-cpu",
+            daemon=True,
+        )
+        if on_cpu:
+            cpu.start()
+        gpu_reports: list[burn.BurnReport] = []
         if gpus:
             from gpudiag.nvml import Nvml, open_nvml
 
             nvml = self.nvml if isinstance(self.nvml, Nvml) else open_nvml(None)
             try:
-                self.burns += burn.burn_gpus(
+                gpu_reports = burn.burn_gpus(
                     gpus, plan.gemm_n, plan.burn_seconds, nvml, self.cancel
                 )
             finally:
                 if nvml is not self.nvml:
                     nvml.close()
+        if on_cpu:
+            cpu.join()
+        self.burns += cpu_reports + gpu_reports
         for report in self.burns:
             self.results += burn.burn_results(report, plan.gemm_n)
         self.progress("burn", 1.0)

@@ -74,6 +74,14 @@ def test_seconds_keep_trials_running_until_the_time_has_passed() -> None:
     assert len(results[0].samples) > 2  # many more rounds than the two trials asked for
 
 
+def test_burn_in_a_plan_reports_the_cpu() -> None:
+    run = PlanRun(KernelPlan(("burn",), "cpu", gemm_n=64, burn_seconds=0.3))
+    results = run.run()
+    assert [r.metric for r in results] == ["gflops", "mismatches", "nans"]
+    assert results[1].samples == (0.0,) and len(run.burns) == 1
+    assert run.burns[0].seconds >= 0.3 and run.burns[0].iterations > 0
+
+
 def test_usable_cpus_drop_what_the_cpuset_hides() -> None:
     assert usable_cpus({0: [10_000], 1: []}) == {-1: []}
 
