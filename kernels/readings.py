@@ -134,41 +134,40 @@ def _value(reading: Reading | None, default: object) -> object:
     return reading.value if reading is not None and reading.ok else default
 
 
-def _shares(readings: Iterable[Reading]) -> dict[str, Reading]:
-    """Each device's figure over the median of its peers' for the same metric."""
-    groups: dict[tuple[str, str], list[Reading]] = defaultdict(list)
-    for reading in readings:
-        m = re.match(r"^(gpu|numa)\.\d+\.kernel\.(.+)$", reading.key)
-        if m and reading.ok and reading.unit in ("GB/s", "TFLOP/s"):
-            groups[(m.group(1), m.group(2))].append(reading)
-    shares = {}
-    for members in groups.values():
-        if len(members) < 2:
-            continue
-        median = statistics.median(float(r.value) for r in members)  # type: ignore[arg-type]
-        if median <= 0:
-            continue
-        for r in members:
-            key = f"{r.key}.share_of_median"
-            share = round(float(r.value) / median, 4)  # type: ignore[arg-type]
-            source = f"{r.key} / median of {len(members)} ({median:.4g} {r.unit})"
-            shares[key] = Reading(key, share, "", source)
-    return shares
-
-
-def _pair_shares(group: list[tuple[str, Reading]]) -> dict[str, Reading]:
-    ok = [(pair, r) for pair, r in group if r.ok]
+def _median_shares(members: list[tuple[str, Reading]], of_what: str = "") -> dict[str, Reading]:
+    """Each (key to write, reading) pair's value over the median of all of them, where two
+    or more were read and the median is positive."""
+    ok = [(key, r) for key, r in members if r.ok]
     if len(ok) < 2:
         return {}
     median = statistics.median(float(r.value) for _, r in ok)  # type: ignore[arg-type]
     if median <= 0:
         return {}
     return {
-        f"{pair}.copy_share_of_median": Reading(
-            f"{pair}.copy_share_of_median",
+        key: Reading(
+            key,
             round(float(r.value) / median, 4),  # type: ignore[arg-type]
             "",
-            f"{r.key} / median of {len(ok)} pairs of its link type ({median:.4g} GB/s)",
+            f"{r.key} / median of {len(ok)}{of_what} ({median:.4g} {r.unit})",
         )
-        for pair, r in ok
+        for key, r in ok
     }
+
+
+def _shares(readings: Iterable[Reading]) -> dict[str, Reading]:
+    """Each device's figure over the median of its peers' for the same metric."""
+    groups: dict[tuple[str, str], list[tuple[str, Reading]]] = defaultdict(list)
+    for reading in readings:
+        m = re.match(r"^(gpu|numa)\.\d+\.kernel\.(.+)$", reading.key)
+        if m and reading.ok and reading.unit in ("GB/s", "TFLOP/s"):
+            groups[(m.group(1), m.group(2))].append((f"{reading.key}.share_of_median", reading))
+    shares: dict[str, Reading] = {}
+    for members in groups.values():
+        shares.update(_median_shares(members))
+    return shares
+
+
+def _pair_shares(group: list[tuple[str, Reading]]) -> dict[str, Reading]:
+    """Each GPU pair's one-way copy over the median of the pairs of its link type."""
+    members = [(f"{pair}.copy_share_of_median", r) for pair, r in group]
+    return _median_shares(members, " pairs of its link type")
