@@ -37,7 +37,7 @@ from gpudiag.session import (
     format_summary,
     with_findings,
 )
-from gpudiag.snapshot import SnapshotError, dumps, is_json_path, load, save
+from gpudiag.snapshot import SnapshotError, dumps, is_json_path, load, save, target_problem
 from gpudiag.views import result_name
 
 
@@ -332,10 +332,8 @@ def _write_and_report(snapshot: Snapshot, target: str, option: str) -> int:
         report = sys.stderr
     else:
         path = Path(target)
-        if path.is_dir():
-            raise UsageError(f"{option} {target}: is a directory")
-        if not path.parent.is_dir():
-            raise UsageError(f"{option} {target}: directory {path.parent} does not exist")
+        if problem := target_problem(path):
+            raise UsageError(f"{option} {target}: {problem}")
         try:
             save(snapshot, path)
         except OSError as exc:

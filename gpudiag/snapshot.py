@@ -146,6 +146,16 @@ def dumps(snapshot: Snapshot, as_json: bool = False) -> str:
     return tomli_w.dumps(data)
 
 
+def target_problem(path: Path) -> str | None:
+    """Why a snapshot cannot be written to `path` (a directory, or a missing parent
+    directory), or None; the command line and the TUI's export both ask this first."""
+    if path.is_dir():
+        return "is a directory"
+    if not path.parent.is_dir():
+        return f"directory {path.parent} does not exist"
+    return None
+
+
 def save(snapshot: Snapshot, path: Path) -> None:
     """Write atomically: TOML, or JSON when the name ends in .json."""
     text = dumps(snapshot, as_json=is_json_path(path))

@@ -43,8 +43,7 @@ from gpudiag.kernels.plans import KERNELS, PLANS, KernelPlan
 from gpudiag.model import Finding, ProbeResult, Reading, Severity, Snapshot
 from gpudiag.nvml import ReplayBackend
 from gpudiag.session import LiveNode, judged_readings, severity_counts, with_findings
-from gpudiag.snapshot import save
-from gpudiag.views import topology_matrix
+from gpudiag.snapshot import save, target_problem
 
 SEVERITY_STYLE = {
     Severity.CRITICAL: "bold red",
@@ -143,10 +142,8 @@ class ExportScreen(ModalScreen[Path | None]):
         note = self.query_one("#export-note", Label)
         if not event.value.strip():
             note.update("a file name is needed")
-        elif path.is_dir():
-            note.update(f"{path} is a directory")
-        elif not path.parent.is_dir():
-            note.update(f"no directory {path.parent}")
+        elif problem := target_problem(path):
+            note.update(f"{path}: {problem}")
         elif path.exists() and self.confirming != path:
             self.confirming = path
             note.update(f"{path} exists: Enter again overwrites it, Esc cancels")
@@ -668,7 +665,7 @@ class GpudiagApp(App[int]):
     def show_topology(self) -> None:
         """The GPU-by-GPU matrix with NICs and affinity, and its legend."""
         assert self.snapshot is not None
-        matrix = topology_matrix(self.snapshot, self.profile_values)
+        matrix = views.topology_matrix(self.snapshot, self.profile_values)
         table = self.query_one("#topology", DataTable)
         table.clear(columns=True)
         legend = self.query_one("#topology-legend", Static)
