@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 from hosttree import build_hgx_tree  # noqa: E402
+from tmux_pane import capture, start_session, tmux  # noqa: E402
 
 MINIMAL_APP = """
 from textual.app import App
@@ -38,15 +38,9 @@ Minimal().run()
 """
 
 
-def _tmux(*args: str) -> str:
-    return subprocess.run(
-        ["tmux", *args], capture_output=True, text=True, check=False, timeout=10
-    ).stdout
-
-
 def _rss_mb(session: str) -> float:
     """VmRSS of the process running in the session's pane (the shell execs Python)."""
-    pid = _tmux("display-message", "-p", "-t", session, "#{pane_pid}").strip()
+    pid = tmux("display-message", "-p", "-t", session, "#{pane_pid}").strip()
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
@@ -56,27 +50,12 @@ def _rss_mb(session: str) -> float:
 def measure(command: list[str], painted: str, done: str) -> tuple[float, float, float]:
     """(seconds to `painted` on the pane, seconds to `done`, MB resident at `done`)."""
     session = "gpudiag-bench"
-    _tmux("kill-session", "-t", session)
     started = time.monotonic()
-    subprocess.run(
-        [
-            "tmux",
-            "new-session",
-            "-d",
-            "-s",
-            session,
-            "-x",
-            "80",
-            "-y",
-            "24",
-            "exec " + shlex.join(command),
-        ],
-        check=True,
-    )
+    start_session(session, "exec " + shlex.join(command))
     first = None
     try:
         while time.monotonic() - started < 30:
-            pane = _tmux("capture-pane", "-p", "-t", session)
+            pane = capture(session)
             now = time.monotonic() - started
             if first is None and painted in pane:
                 first = now
@@ -85,7 +64,7 @@ def measure(command: list[str], painted: str, done: str) -> tuple[float, float, 
             time.sleep(0.005)
         raise RuntimeError(f"{done!r} never appeared")
     finally:
-        _tmux("kill-session", "-t", session)
+        tmux("kill-session", "-t", session)
 
 
 def main() -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,22 +14,16 @@ import pytest
 
 from conftest import REPO
 from hosttree import build_hgx_tree
+from tmux_pane import capture, start_session, tmux
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-
-
-def _tmux(*args: str) -> str:
-    result = subprocess.run(
-        ["tmux", *args], capture_output=True, text=True, timeout=10, check=False
-    )
-    return result.stdout
 
 
 def _wait_for(session: str, text: str, timeout: float = 30.0) -> str:
     deadline = time.monotonic() + timeout
     pane = ""
     while time.monotonic() < deadline:
-        pane = _tmux("capture-pane", "-p", "-t", session)
+        pane = capture(session)
         if text in pane:
             return pane
         time.sleep(0.1)
@@ -56,23 +49,7 @@ def test_gpudiag_in_tmux_at_80x24(tmp_path: Path) -> None:
             str(replay),
         ]
     )
-    _tmux("kill-session", "-t", session)
-    subprocess.run(
-        [
-            "tmux",
-            "new-session",
-            "-d",
-            "-s",
-            session,
-            "-x",
-            "80",
-            "-y",
-            "24",
-            f"cd {shlex.quote(str(tmp_path))} && {command}; echo EXIT=$?; sleep 30",
-        ],
-        check=True,
-        timeout=10,
-    )
+    start_session(session, f"cd {shlex.quote(str(tmp_path))} && {command}; echo EXIT=$?; sleep 30")
     try:
         pane = _wait_for(session, "health: CRITICAL")
         assert "GPUs     8 x NVIDIA H100 80GB HBM3" in pane and "Fix first" in pane
@@ -88,14 +65,14 @@ def test_gpudiag_in_tmux_at_80x24(tmp_path: Path) -> None:
             ("?", "gpudiag keys"),
         ]
         for key, expected in screens:
-            _tmux("send-keys", "-t", session, key)
+            tmux("send-keys", "-t", session, key)
             _wait_for(session, expected, timeout=10)
-        _tmux("send-keys", "-t", session, "Escape")
+        tmux("send-keys", "-t", session, "Escape")
         deadline = time.monotonic() + 10  # Esc then q at once would read as Alt+q
-        while "gpudiag keys" in _tmux("capture-pane", "-p", "-t", session):
+        while "gpudiag keys" in capture(session):
             assert time.monotonic() < deadline, "Esc did not close the help screen"
             time.sleep(0.1)
-        _tmux("send-keys", "-t", session, "q")
+        tmux("send-keys", "-t", session, "q")
         assert "EXIT=0" in _wait_for(session, "EXIT=", timeout=10)
     finally:
-        _tmux("kill-session", "-t", session)
+        tmux("kill-session", "-t", session)
