@@ -4,7 +4,6 @@ The GPUs themselves are the gpu probe's."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from importlib import metadata
 
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.nvml import Nvml, NvmlError, PynvmlBackend
@@ -41,6 +40,8 @@ def binding_branch(version: str) -> int:
 
 
 def _binding(nvml: Nvml) -> Iterator[Reading]:
+    from importlib import metadata  # 25 ms to import: only when the probe runs, not at start
+
     try:
         version = metadata.version("nvidia-ml-py")
     except metadata.PackageNotFoundError:
