@@ -26,8 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from conftest import REPO
-
 HOST_CALL_S = 5e-6  # what a Python call into CUDA costs the host
 MEMORY_GBS = 2000.0  # device memory, GB/s (bytes read + written)
 PCIE_GBS = 25.0

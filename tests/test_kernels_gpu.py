@@ -7,10 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import fakecuda
-from fakecuda import FakeCuda
 from gpudiag.kernels import device, stream
 from gpudiag.model import ProbeStatus
+
+import fakecuda
+from fakecuda import FakeCuda
 
 
 @pytest.fixture
