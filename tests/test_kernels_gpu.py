@@ -4,11 +4,15 @@ runner, with figures checked against the fake's simulated rates."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
-from gpudiag.kernels import device, gemm, stream
-from gpudiag.model import ProbeStatus
+from gpudiag.kernels import copies, device, gemm, stream
+from gpudiag.kernels.readings import kernel_readings
+from gpudiag.model import ProbeStatus, Snapshot
+from gpudiag.snapshot import dumps, loads
 
 import fakecuda
 from fakecuda import FakeCuda
@@ -111,3 +115,64 @@ def test_gemm_with_a_wrong_scalar_type_computes_garbage(cuda, monkeypatch) -> No
     monkeypatch.setattr(gemm.CublasGemm, "__init__", float64_scalars)
     result = gemm.run_gpu_gemm(0, "bf16", 64, 2, warmup=0, sample_seconds=1e-5)
     assert result.status is ProbeStatus.ERROR  # alpha read as float32 bits of a float64 1.0
+
+
+# ------------------------------------------------------------------ copies
+
+CPUS = sorted(os.sched_getaffinity(0))
+TWO_NODES = {0: CPUS[:1], 1: CPUS[1:2] or CPUS[:1]}
+NBYTES = 1 << 20
+
+
+def test_host_copies_on_gpus_are_copy_results_that_a_snapshot_keeps(cuda) -> None:
+    engine = copies.CudaEngine([0, 1], TWO_NODES)
+    try:
+        results = copies.run_host_copies(
+            engine, {0: 0, 1: 1}, [0, 1], nbytes=NBYTES, trials=2, warmup=0
+        )
+    finally:
+        engine.close()
+    assert {r.kernel for r in results} == {"copy"}  # not the engine object (issue 17, 1)
+    by = {(r.device, r.metric): r for r in results}
+    assert by[("gpu1", "h2d.local")].stats.median == pytest.approx(fakecuda.PCIE_GBS, rel=0.01)
+    assert by[("gpu0", "bidir.remote")].stats.median == pytest.approx(
+        2 * fakecuda.PCIE_GBS, rel=0.01
+    )
+    assert all(r.status is ProbeStatus.OK for r in results)
+    snap = Snapshot("node", "2026-01-01T00:00:00Z", "0", kernels=tuple(results))
+    back = loads(dumps(snap))
+    assert back.kernels == snap.kernels
+    derived = {r.key: r for r in kernel_readings(back.kernels, {})}
+    assert derived["gpu.1.kernel.copy.h2d.local"].value == pytest.approx(fakecuda.PCIE_GBS, 0.01)
+    assert not cuda.allocations and not cuda.registered
+
+
+def test_peer_copies_between_gpus_with_access_and_no_latency_claim(cuda) -> None:
+    engine = copies.CudaEngine([0, 1], TWO_NODES)
+    try:
+        results = copies.run_peer_matrix(engine, nbytes=8 * NBYTES, trials=2, warmup=0)
+    finally:
+        engine.close()
+    assert [(r.device, r.metric) for r in results] == [
+        ("gpu0", "to.gpu1"),
+        ("gpu0", "bidir.gpu1"),
+        ("gpu1", "to.gpu0"),
+        ("gpu1", "bidir.gpu0"),
+    ]  # no "latency": Python's call rate is not the link's latency (issue 17, 7)
+    assert results[0].stats.median == pytest.approx(fakecuda.NVLINK_GBS, rel=0.01)
+    assert {dict(r.params)["peer_access"] for r in results} == {"enabled"}
+
+
+def test_a_corrupted_gpu_copy_is_an_error(cuda, monkeypatch) -> None:
+    engine = copies.CudaEngine([0, 1], TWO_NODES)
+    original = cuda.memcpyPeerAsync
+
+    def flip(dst, dstDevice, src, srcDevice, size, stream):
+        original(dst, dstDevice, src, srcDevice, size - 8, stream)  # the last word is lost
+
+    monkeypatch.setattr(cuda, "memcpyPeerAsync", flip)
+    try:
+        results = copies.run_peer_matrix(engine, nbytes=NBYTES, trials=2, warmup=0)
+    finally:
+        engine.close()
+    assert results and all("verification failed" in r.error for r in results)
