@@ -24,6 +24,7 @@ class KernelPlan:
     seconds: float | None = None
     gemm_n: int = 4096
     burn_seconds: float = 60.0
+    burn_precision: str = "fp32"
 
 
 PLANS = {

@@ -10,15 +10,18 @@ result that says why (and `gpudiag run --device gpu` exits 3 with that reason).
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from gpudiag.hostfs import HostFS
-from gpudiag.kernels import burn, copies, gemm, stream
+from gpudiag.kernels import burn, copies, device, gemm, stream
 from gpudiag.kernels.plans import KERNELS, KernelPlan
 from gpudiag.model import KernelResult, ProbeStatus
+from gpudiag.probes.gpu import normalize_bus_id
 from gpudiag.textparse import parse_cpulist
 
 DTYPES = {"fp64": np.float64, "fp32": np.float32}
@@ -50,17 +53,19 @@ def usable_cpus(nodes: dict[int, list[int]]) -> dict[int, list[int]]:
 
 
 def gpu_count() -> int:
-    """GPUs CuPy sees; KernelUnavailable (with the reason) where it cannot look."""
+    """GPUs CUDA sees (through the device boundary); KernelUnavailable (with the reason)
+    where it cannot look."""
     try:
-        import cupy
+        cuda = device.api()
+        count = cuda.getDeviceCount
     except ImportError:
         raise KernelUnavailable(
             "CuPy is not installed: pip install 'gpudiag[cuda12]' (or [cuda13])"
         ) from None
     try:
-        return int(cupy.cuda.runtime.getDeviceCount())
+        return int(count())
     except Exception as exc:  # CUDA runtime errors have no common base class here
-        raise KernelUnavailable(f"no usable GPU: {exc}") from None
+        raise KernelUnavailable(f"no usable GPU (CuPy: {exc})") from None
 
 
 def plan_gpus(device: str) -> list[int]:
@@ -81,12 +86,11 @@ def plan_gpus(device: str) -> list[int]:
 
 def gpu_numa_nodes(host: HostFS, gpus: Sequence[int]) -> dict[int, int]:
     """Each GPU's NUMA node from sysfs, by the PCI address CUDA gives (-1 where unknown).
-    Never run on a GPU in this project's CI."""
-    import cupy
-
+    Never run on a GPU in this project's CI (the tests use the device fake)."""
+    cuda = device.api()
     nodes = {}
     for gpu in gpus:
-        bus = cupy.cuda.runtime.deviceGetPCIBusId(gpu).lower()
+        bus = normalize_bus_id(cuda.deviceGetPCIBusId(gpu))
         text = host.read(f"/sys/bus/pci/devices/{bus}/numa_node")
         nodes[gpu] = int(text.text) if text.ok and text.text.strip().lstrip("-").isdigit() else -1
     return nodes
@@ -94,6 +98,48 @@ def gpu_numa_nodes(host: HostFS, gpus: Sequence[int]) -> dict[int, int]:
 
 def _skipped(kernel: str, device: str, reason: str) -> KernelResult:
     return KernelResult(kernel, device, "all", "", ProbeStatus.SKIPPED, error=reason)
+
+
+def _failed(kernel: str, gpu: int, exc: Exception) -> KernelResult:
+    """A kernel that raised on a GPU: that device's result, the others carry on."""
+    reason = f"{type(exc).__name__}: {exc}".strip()[:300]
+    return KernelResult(kernel, f"gpu{gpu}", "all", "", ProbeStatus.ERROR, error=reason)
+
+
+def cuda_to_nvml(gpus: Sequence[int], nvml: object) -> dict[int, int]:
+    """NVML's index of each CUDA device, matched by UUID, else by PCI bus id: under
+    CUDA_VISIBLE_DEVICES (or CUDA's FASTEST_FIRST order) CUDA device 0 need not be NVML's
+    GPU 0, and kernel results must land on the readings of the same GPU. A device NVML
+    does not show keeps its CUDA index."""
+    from gpudiag.nvml import Nvml
+
+    if not isinstance(nvml, Nvml):
+        return {gpu: gpu for gpu in gpus}
+    cuda = device.api()
+    count = nvml.reading("count", "nvmlDeviceGetCount")
+    known: dict[str, int] = {}
+    for index in range(int(count.value) if count.ok else 0):  # type: ignore[arg-type]
+        uuid = nvml.reading("uuid", "nvmlDeviceGetUUID", index)
+        bus = nvml.reading("bus", "nvmlDeviceGetPciInfo", index, convert=lambda p: p["busId"])
+        if uuid.ok:
+            known[f"uuid:{uuid.value}"] = index
+        if bus.ok:
+            known[f"bus:{normalize_bus_id(str(bus.value))}"] = index
+    mapping = {}
+    for gpu in gpus:
+        uuid = device.device_uuid(cuda, gpu)
+        bus = normalize_bus_id(cuda.deviceGetPCIBusId(gpu))
+        mapping[gpu] = known.get(f"uuid:{uuid}", known.get(f"bus:{bus}", gpu))
+    return mapping
+
+
+def relabel(result: KernelResult, mapping: dict[int, int]) -> KernelResult:
+    """A result of CUDA devices labelled with their NVML indices (device and peer)."""
+
+    def label(text: str) -> str:
+        return re.sub(r"gpu(\d+)", lambda m: f"gpu{mapping.get(int(m.group(1)), m.group(1))}", text)
+
+    return replace(result, device=label(result.device), metric=label(result.metric))
 
 
 class PlanRun:
@@ -140,6 +186,12 @@ class PlanRun:
             if kernel not in KERNELS:
                 raise KernelUnavailable(f"no kernel {kernel} (known: {', '.join(KERNELS)})")
             getattr(self, f"_{kernel}")(on_cpu, gpus, nodes)
+        if gpus:
+            mapping = cuda_to_nvml(gpus, self.nvml)
+            if any(k != v for k, v in mapping.items()):
+                self.results = [relabel(r, mapping) for r in self.results]
+                for report in self.burns:
+                    report.device = relabel(_skipped("burn", report.device, ""), mapping).device
         return self.results
 
     def _stream(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
@@ -160,9 +212,18 @@ class PlanRun:
                     finally:
                         ops.close()
             for gpu in gpus:
-                ops = stream.CudaOperations(n, dtype, gpu)
                 step = self._step(f"stream {name} gpu{gpu}")
-                self.results += stream.run_stream(ops, device=f"gpu{gpu}", progress=step, **common)
+                try:
+                    ops = stream.CudaOperations(n, dtype, gpu)
+                    try:
+                        self.results += stream.run_stream(
+                            ops, device=f"gpu{gpu}", progress=step, **common
+                        )
+                    finally:
+                        ops.close()
+                except Exception as exc:  # a broken GPU is this GPU's result
+                    failed = _failed("stream", gpu, exc)
+                    self.results.append(replace(failed, params=(("dtype", name),)))
 
     def _gemm(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
         plan = self.plan
@@ -182,37 +243,45 @@ class PlanRun:
         for gpu in gpus:
             for precision in gemm.PRECISIONS:
                 step = self._step(f"gemm gpu{gpu} {precision}")
-                self.results.append(
-                    gemm.run_gpu_gemm(gpu, precision, plan.gemm_n, progress=step, **common)
-                )
+                try:
+                    result = gemm.run_gpu_gemm(gpu, precision, plan.gemm_n, progress=step, **common)
+                except Exception as exc:  # a broken GPU is this GPU's result
+                    result = replace(_failed("gemm", gpu, exc), metric=precision)
+                self.results.append(result)
 
     def _copy(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
         if on_cpu and not gpus:
             self.results.append(
                 _skipped("copy", "cpu", "host-to-device copies need a GPU (peer: node to node)")
             )
-        if not gpus:
-            return
-        engine = copies.CudaEngine(gpus, nodes)
-        try:
-            self.results += copies.run_host_copies(
-                engine,
-                gpu_numa_nodes(self.host, gpus),
-                sorted(nodes),
-                nbytes=self.plan.size_bytes,
-                trials=self.plan.trials,
-                cancel=self.cancel,
-                progress=self._step("copy host<->gpu"),
-            )
-        finally:
-            engine.close()
+        step = self._step("copy host<->gpu")
+        for index, gpu in enumerate(gpus):  # one engine per GPU: a broken one fails alone
+            try:
+                engine = copies.CudaEngine([gpu], nodes)
+                try:
+                    self.results += copies.run_host_copies(
+                        engine,
+                        gpu_numa_nodes(self.host, [gpu]),
+                        sorted(nodes),
+                        nbytes=self.plan.size_bytes,
+                        trials=self.plan.trials,
+                        cancel=self.cancel,
+                        progress=lambda f, i=index: step((i + f) / len(gpus)),
+                    )
+                finally:
+                    engine.close()
+            except Exception as exc:  # a broken GPU is this GPU's result
+                self.results.append(_failed("copy", gpu, exc))
 
     def _peer(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
         engines = []
         if on_cpu:
             engines.append(copies.NumaEngine({max(node, 0): cpus for node, cpus in nodes.items()}))
         if len(gpus) >= 2:
-            engines.append(copies.CudaEngine(gpus, nodes))
+            try:
+                engines.append(copies.CudaEngine(gpus, nodes))
+            except Exception as exc:
+                self.results += [_failed("peer", gpu, exc) for gpu in gpus]
         elif gpus:
             self.results.append(_skipped("peer", f"gpu{gpus[0]}", "one GPU: no peer to copy to"))
         for engine in engines:
@@ -224,18 +293,25 @@ class PlanRun:
                     cancel=self.cancel,
                     progress=self._step(f"peer {engine.kind}"),
                 )
+            except Exception as exc:  # the matrix needs every GPU: each gets the reason
+                if engine.kind != "gpu":
+                    raise
+                self.results += [_failed("peer", gpu, exc) for gpu in gpus]
             finally:
                 engine.close()
 
     def _burn(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
-        """The CPU and every GPU asked for burn at the same time, for the plan's seconds."""
+        """The CPU and every GPU asked for burn at the same time, for the plan's seconds;
+        one CPU per GPU is kept from the CPU burn for the GPUs' launcher threads."""
         plan = self.plan
         step = self._step("burn")
+        allowed = sorted(os.sched_getaffinity(0))
+        cpu_cpus, launcher_cpus = burn.split_cpus(allowed, len(gpus))
         cpu_reports: list[burn.BurnReport] = []
         cpu = threading.Thread(
             target=lambda: cpu_reports.append(
-                burn.burn_device(
-                    np, plan.gemm_n, plan.burn_seconds, "cpu", cancel=self.cancel, progress=step
+                burn.burn_cpu(
+                    plan.gemm_n, plan.burn_seconds, cpu_cpus, cancel=self.cancel, progress=step
                 )
             ),
             name="burn-cpu",
@@ -250,7 +326,14 @@ class PlanRun:
             nvml = self.nvml if isinstance(self.nvml, Nvml) else open_nvml(None)
             try:
                 gpu_reports = burn.burn_gpus(
-                    gpus, plan.gemm_n, plan.burn_seconds, nvml, self.cancel
+                    gpus,
+                    plan.gemm_n,
+                    plan.burn_seconds,
+                    nvml,
+                    self.cancel,
+                    precision=plan.burn_precision,
+                    launcher_cpus=launcher_cpus if on_cpu else (),
+                    nvml_index=cuda_to_nvml(gpus, nvml),
                 )
             finally:
                 if nvml is not self.nvml:

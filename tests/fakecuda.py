@@ -35,7 +35,7 @@ UNPEERED_GBS = 10.0
 TFLOPS = {"fp64": 1.0, "fp32": 2.0, "tf32": 8.0, "fp16": 16.0, "bf16": 15.0}
 NCCL_BUSBW_GBS = 150.0
 NCCL_LATENCY_S = 10e-6
-DEVICE_BYTES = 256 * 2**20
+DEVICE_BYTES = 64 * 2**20
 DEVICE_BASE = 0x7E00_0000_0000
 
 
@@ -580,28 +580,38 @@ class FakeCommunicator:
 # ------------------------------------------------------------------ kernels
 
 
+def _param_types(params: str, t: str = "") -> list[str]:
+    """C parameter types ("double*", "index_t", "unsigned short*") of a parameter list."""
+    types = []
+    for param in params.split(","):
+        words = param.replace("const", "").replace("__restrict__", "").replace("*", " ").split()
+        base = " ".join(words[:-1])
+        types.append((t if base == "T" else base) + ("*" if "*" in param else ""))
+    return types
+
+
 def _stream_signatures(source: str) -> dict[str, list[str]]:
-    """The kernels stream.cu defines, with their parameter types, read from its source."""
-    macro = re.search(r"#define GPUDIAG_STREAM_KERNELS\(T, SUFFIX\)(.*?)\n\n", source, re.S)
-    assert macro is not None
+    """The kernels a .cu file defines, with their parameter types, read from its source
+    (stream.cu's are instantiated through its macro)."""
     kernels: dict[str, list[str]] = {}
+    macro = re.search(r"#define GPUDIAG_STREAM_KERNELS\(T, SUFFIX\)(.*?)\n\n", source, re.S)
     for t, suffix in re.findall(r"^GPUDIAG_STREAM_KERNELS\((\w+), (\w+)\)", source, re.M):
+        assert macro is not None
         body = macro.group(1).replace("##SUFFIX", suffix).replace("\\\n", "\n")
         for name, params in re.findall(r"__global__ void (\w+)\(([^)]*)\)", body):
-            types = []
-            for param in params.split(","):
-                base = param.replace("const", "").split()[0].rstrip("*")
-                base = t if base == "T" else base
-                types.append(base + ("*" if "*" in param else ""))
-            kernels[name] = types
+            kernels[name] = _param_types(params, t)
     for name, params in re.findall(r'^extern "C" __global__ void (\w+)\(([^)]*)\)', source, re.M):
-        kernels[name] = [
-            p.replace("const", "").split()[0] + ("*" if "*" in p else "") for p in params.split(",")
-        ]
+        kernels[name] = _param_types(params)
     return kernels
 
 
-SCALARS = {"float": np.float32, "double": np.float64, "index_t": np.uint64}
+SCALARS = {
+    "float": np.float32,
+    "double": np.float64,
+    "index_t": np.uint64,
+    "unsigned short": np.uint16,
+    "unsigned int": np.uint32,
+}
 
 
 class FakeModule:
@@ -643,6 +653,9 @@ class FakeKernel:
                 if type(arg) is not expected:
                     raise TypeError(f"{self.name}: {kind} passed as {type(arg).__name__}")
                 values.append(arg)
+        if self.name.startswith("burn_compare_"):
+            self._compare(s, device, values)
+            return
         element = np.float32 if self.name.endswith("f32") else np.float64
         item = np.dtype(element).itemsize
         op = self.name.split("_")[1]
@@ -672,3 +685,20 @@ class FakeKernel:
                     partial[i] = np.dot(a[bounds[i] : bounds[i + 1]], b[bounds[i] : bounds[i + 1]])
 
         cuda._enqueue(s, run, touched * n * item / (MEMORY_GBS * 1e9))
+
+    def _compare(self, s: FakeStream, device: int, values: list[Any]) -> None:
+        """burn.cu's compare kernels: differing and NaN elements, added to counts."""
+        cuda = self.cuda
+        word = {"16": np.uint16, "32": np.uint32, "64": np.uint64}[self.name.rsplit("_", 1)[1]]
+        product, reference, n, exponent, mantissa, counts = values
+        size = int(n) * np.dtype(word).itemsize
+        got = cuda.device_view(product, size, device).view(word)
+        ref = cuda.device_view(reference, size, device).view(word)
+        total = cuda.device_view(counts, 16, device).view(np.uint64)
+
+        def run() -> None:
+            total[0] += np.count_nonzero(got != ref)
+            nan = ((got & exponent) == exponent) & ((got & mantissa) != 0)
+            total[1] += np.count_nonzero(nan)
+
+        cuda._enqueue(s, run, 2 * size / (MEMORY_GBS * 1e9))

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from gpudiag.kernels import copies, device, gemm, stream
+from gpudiag.kernels import burn, copies, device, gemm, stream
 from gpudiag.kernels.readings import kernel_readings
 from gpudiag.model import ProbeStatus, Snapshot
 from gpudiag.snapshot import dumps, loads
@@ -176,3 +176,106 @@ def test_a_corrupted_gpu_copy_is_an_error(cuda, monkeypatch) -> None:
     finally:
         engine.close()
     assert results and all("verification failed" in r.error for r in results)
+
+
+# ------------------------------------------------------------------ burn
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16", "fp64"])
+def test_burn_fills_memory_and_compares_on_the_gpu(cuda, precision) -> None:
+    report = burn.burn_gpu(0, 256, 0.01, precision=precision)
+    assert not report.faulty, report.error
+    nbytes = 256 * 256 * (8 if precision == "fp64" else 4 if precision == "fp32" else 2)
+    # as gpu-burn: result matrices in 90% of the free memory (after A, B and the reference)
+    assert report.matrices == int((fakecuda.DEVICE_BYTES - 3 * nbytes - 16) * 0.9) // nbytes
+    assert report.iterations >= report.matrices and report.gflops > 0
+    assert not cuda.allocations
+
+
+def test_burn_counts_a_wrong_product_and_a_nan(cuda, monkeypatch) -> None:
+    calls = {"n": 0}
+    original = cuda.cublas_gemmEx
+
+    def flaky(*args):
+        original(*args)
+        calls["n"] += 1
+        if calls["n"] == 5:  # the fourth result matrix: one element off, one NaN
+            stream = cuda._stream(cuda.handles[args[0]]["stream"], 0)
+            c = cuda.device_view(args[14], 8, 0).view(np.float32)
+
+            def corrupt() -> None:
+                c[0], c[1] = c[0] + np.float32(1), np.float32(np.nan)
+
+            cuda._enqueue(stream, corrupt, 0.0)
+
+    monkeypatch.setattr(cuda, "cublas_gemmEx", flaky)
+    report = burn.burn_gpu(0, 64, 0.01, fill=0.01)
+    assert report.faulty and report.nans == 1 and report.mismatches == 2
+
+
+def test_a_failing_gpu_burns_as_an_error_while_the_others_burn(cuda) -> None:
+    cuda.fail = {1}
+    reports = burn.burn_gpus([0, 1], 64, 0.05, fill=0.05)
+    assert not reports[0].faulty and reports[0].iterations > 0
+    assert reports[1].faulty and "cudaErrorLaunchFailure" in reports[1].error
+    results = burn.burn_results(reports[1], 64)
+    assert [r.status for r in results] == [ProbeStatus.ERROR]
+
+
+def test_the_cpu_burn_leaves_a_cpu_per_gpu_to_the_launchers() -> None:
+    assert burn.split_cpus([0, 1, 2, 3], 2) == ([0, 1], [2, 3])
+    assert burn.split_cpus([0, 1], 8) == ([0], [1])
+    assert burn.split_cpus([0], 1) == ([0], [])
+    seen = {}
+
+    def spy(xp, n, seconds, device, **kwargs):
+        from threadpoolctl import threadpool_info
+
+        seen["affinity"] = sorted(os.sched_getaffinity(0))
+        seen["blas"] = {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+        return burn.BurnReport(device)
+
+    import threading
+
+    original = burn.burn_device
+    burn.burn_device = spy
+    try:
+        cpus = sorted(os.sched_getaffinity(0))[:1]
+        thread = threading.Thread(target=burn.burn_cpu, args=(64, 0.01, cpus))
+        thread.start()
+        thread.join()
+    finally:
+        burn.burn_device = original
+    assert seen == {"affinity": cpus, "blas": {1}}
+
+
+def test_nvml_sampling_falls_back_to_the_throttle_reasons_call() -> None:
+    import threading
+
+    from gpudiag.nvml import Nvml, ReplayBackend
+
+    old_driver = {
+        "format": "gpudiag-nvml-replay",
+        "version": 1,
+        "system": {},
+        "devices": [
+            {
+                "nvmlDeviceGetCurrentClocksEventReasons": {"error": "FunctionNotFound"},
+                "nvmlDeviceGetCurrentClocksThrottleReasons": 8,
+            },
+            {"nvmlDeviceGetCurrentClocksEventReasons": 1},
+        ],
+    }
+    nvml = Nvml(ReplayBackend(old_driver))
+    reports = {0: burn.BurnReport("gpu0"), 1: burn.BurnReport("gpu1")}
+    stop = threading.Event()
+    # CUDA device 0 is NVML's GPU 1 and CUDA 1 NVML's 0 (CUDA_VISIBLE_DEVICES=1,0)
+    sampler = threading.Thread(
+        target=burn.sample_nvml, args=(nvml, [0, 1], stop, 0.02, reports, {0: 1, 1: 0})
+    )
+    sampler.start()
+    threading.Event().wait(0.1)
+    stop.set()
+    sampler.join()
+    assert reports[0].samples[0]["throttle_reasons"] == ["GpuIdle"]
+    assert reports[1].samples[0]["throttle_reasons"] == ["HwSlowdown"]

@@ -107,10 +107,11 @@ ARCHES = ("sm_80", "sm_90", "sm_100")
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed here (nor in /usr/local/cuda*)")
-@pytest.mark.parametrize("source", CU_FILES, ids=lambda p: p.name)
 @pytest.mark.parametrize("arch", ARCHES)
-def test_every_kernel_loads_128_bits_at_a_time(source: Path, arch: str, tmp_path: Path) -> None:
-    """Each kernel's PTX holds 16-byte vector loads (ld.global[.nc].v2.f64 / .v4.f32)."""
+def test_every_stream_kernel_loads_128_bits_at_a_time(arch: str, tmp_path: Path) -> None:
+    """Each STREAM kernel's PTX holds 16-byte vector loads (ld.global[.nc].v2.f64 /
+    .v4.f32)."""
+    source = REPO / "kernels" / "stream.cu"
     ptx = tmp_path / "out.ptx"
     result = subprocess.run(
         [str(NVCC), "-ptx", "-std=c++17", f"-arch={arch}", str(source), "-o", str(ptx)],
@@ -133,6 +134,20 @@ def test_every_kernel_loads_128_bits_at_a_time(source: Path, arch: str, tmp_path
     assert all(kernels.values()), [k for k, v in kernels.items() if not v]
 
 
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed here (nor in /usr/local/cuda*)")
+@pytest.mark.parametrize("source", CU_FILES, ids=lambda p: p.name)
+def test_every_cuda_file_compiles_for_sm80_sm90_and_sm100(source: Path, tmp_path: Path) -> None:
+    arches = [f"-gencode=arch=compute_{a[3:]},code={a}" for a in ARCHES]
+    result = subprocess.run(
+        [str(NVCC), "-c", "-std=c++17", *arches, str(source), "-o", str(tmp_path / "out.o")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
 def test_the_compiled_loops_are_used_where_numba_is_installed() -> None:
     ops = stream.CpuOperations(N, np.float64)
     ops.close()
@@ -140,7 +155,7 @@ def test_the_compiled_loops_are_used_where_numba_is_installed() -> None:
 
 
 def test_there_is_cuda_source_to_compile() -> None:
-    assert [p.name for p in CU_FILES] == ["stream.cu"]
+    assert [p.name for p in CU_FILES] == ["burn.cu", "stream.cu"]
 
 
 def test_cli_runs_cpu_stream_per_numa_node() -> None:
@@ -154,20 +169,26 @@ def test_cli_runs_cpu_stream_per_numa_node() -> None:
     assert triad and all(line.rstrip().endswith("GB/s") for line in triad)
 
 
-def test_cli_gpu_without_cupy_says_so() -> None:
+def test_cli_gpu_without_cupy_says_so(tmp_path: Path) -> None:
     from conftest import run_cli
 
-    try:
-        import cupy  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("CuPy is installed here: the message is for machines without it")
-    result = run_cli("run", "stream", "--device", "gpu")
+    for package in ("cupy", "cupy_backends"):  # shadow the installed CuPy: not importable
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("raise ImportError('shadowed')\n")
+    result = run_cli("run", "stream", "--device", "gpu", env={"PYTHONPATH": str(tmp_path)})
     assert result.returncode == 3
     assert "CuPy is not installed" in result.stderr and result.stderr.count("\n") == 1
     bad = run_cli("run", "stream", "--trials", "1")
     assert bad.returncode == 3 and "at least 2" in bad.stderr
+
+
+def test_cli_gpu_without_a_driver_says_so() -> None:
+    """The installed CuPy on this machine without a GPU driver: one line, exit 3."""
+    from conftest import run_cli
+
+    result = run_cli("run", "stream", "--device", "gpu")
+    assert result.returncode == 3, result.stderr
+    assert "no usable GPU (CuPy: " in result.stderr and result.stderr.count("\n") == 1
 
 
 def test_loops_compile_without_a_writable_cache() -> None:
