@@ -110,7 +110,7 @@ def cuda_to_nvml(gpus: Sequence[int], nvml: object) -> dict[int, int]:
     """NVML's index of each CUDA device, matched by UUID, else by PCI bus id: under
     CUDA_VISIBLE_DEVICES (or CUDA's FASTEST_FIRST order) CUDA device 0 need not be NVML's
     GPU 0, and kernel results must land on the readings of the same GPU. A device NVML
-    does not show keeps its CUDA index."""
+    does not show, or that CUDA cannot query, keeps its CUDA index."""
     from gpudiag.nvml import Nvml
 
     if not isinstance(nvml, Nvml):
@@ -127,8 +127,12 @@ def cuda_to_nvml(gpus: Sequence[int], nvml: object) -> dict[int, int]:
             known[f"bus:{normalize_bus_id(str(bus.value))}"] = index
     mapping = {}
     for gpu in gpus:
-        uuid = device.device_uuid(cuda, gpu)
-        bus = normalize_bus_id(cuda.deviceGetPCIBusId(gpu))
+        try:
+            uuid = device.device_uuid(cuda, gpu)
+            bus = normalize_bus_id(cuda.deviceGetPCIBusId(gpu))
+        except Exception:  # a GPU CUDA cannot query keeps its CUDA index
+            mapping[gpu] = gpu
+            continue
         mapping[gpu] = known.get(f"uuid:{uuid}", known.get(f"bus:{bus}", gpu))
     return mapping
 

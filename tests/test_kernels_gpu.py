@@ -5,14 +5,20 @@ runner, with figures checked against the fake's simulated rates."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gpudiag.kernels import burn, copies, device, gemm, stream
+from gpudiag.kernels.plans import KernelPlan
 from gpudiag.kernels.readings import kernel_readings
-from gpudiag.model import ProbeStatus, Snapshot
-from gpudiag.snapshot import dumps, loads
+from gpudiag.kernels.runner import PlanRun, cuda_to_nvml
+from gpudiag.model import ProbeStatus, ReadingStatus, Snapshot
+from gpudiag.nvml import Nvml, ReplayBackend
+from gpudiag.snapshot import dumps, load, loads
 
 import fakecuda
 from fakecuda import FakeCuda
@@ -279,3 +285,99 @@ def test_nvml_sampling_falls_back_to_the_throttle_reasons_call() -> None:
     sampler.join()
     assert reports[0].samples[0]["throttle_reasons"] == ["GpuIdle"]
     assert reports[1].samples[0]["throttle_reasons"] == ["HwSlowdown"]
+
+
+# ------------------------------------------------------------------ the plan runner
+
+SMALL_GPU = KernelPlan(
+    ("stream", "gemm", "copy", "peer", "burn"),
+    "gpu",
+    1 << 20,
+    trials=2,
+    gemm_n=256,
+    burn_seconds=0.02,
+)
+
+
+def test_a_failing_gpu_is_its_own_error_and_the_others_carry_on(cuda) -> None:
+    cuda.fail = {1}
+    run = PlanRun(SMALL_GPU)
+    results = run.run()
+    gpu0 = [r for r in results if r.device == "gpu0"]
+    gpu1 = [r for r in results if r.device == "gpu1"]
+    assert {r.kernel for r in gpu0 if r.status is ProbeStatus.OK} == {
+        "stream",
+        "gemm",
+        "copy",
+        "burn",
+    }
+    assert {r.kernel for r in gpu1} == {"stream", "gemm", "copy", "peer", "burn"}
+    assert all(r.status is ProbeStatus.ERROR for r in gpu1)
+    assert all("cudaErrorLaunchFailure" in r.error for r in gpu1)
+    # the peer matrix needs both GPUs: each carries the reason
+    assert {r.status for r in results if r.kernel == "peer"} == {ProbeStatus.ERROR}
+    readings = {r.key: r for r in kernel_readings(results, {})}
+    assert readings["gpu.1.kernel.gemm.fp64"].status is ReadingStatus.ERROR
+    assert readings["gpu.0.kernel.gemm.fp64"].ok
+
+
+def test_results_are_labelled_with_nvml_indices_by_uuid_or_bus_id(cuda) -> None:
+    # CUDA_VISIBLE_DEVICES=2,0: CUDA 0 is NVML 2 (same UUID), CUDA 1 is NVML 0 (found by
+    # its bus id: this NVML shows no UUID for it)
+    cuda.devices[0].uuid = bytes.fromhex("c2" * 16)
+    cuda.devices[1].bus_id = "0000:3A:00.0"
+    nvml_gpus = [
+        {"nvmlDeviceGetUUID": {"error": "NotSupported"},
+         "nvmlDeviceGetPciInfo": {"busId": "00000000:3A:00.0"}},
+        {"nvmlDeviceGetUUID": "GPU-" + "b1" * 4 + "-b1b1-b1b1-b1b1-" + "b1" * 6,
+         "nvmlDeviceGetPciInfo": {"busId": "00000000:99:00.0"}},
+        {"nvmlDeviceGetUUID": "GPU-c2c2c2c2-c2c2-c2c2-c2c2-c2c2c2c2c2c2",
+         "nvmlDeviceGetPciInfo": {"busId": "00000000:18:00.0"}},
+    ]  # fmt: skip
+    replay = {"format": "gpudiag-nvml-replay", "version": 1, "system": {}, "devices": nvml_gpus}
+    nvml = Nvml(ReplayBackend(replay))
+    assert cuda_to_nvml([0, 1], nvml) == {0: 2, 1: 0}
+    plan = KernelPlan(("gemm", "peer"), "gpu", 1 << 20, trials=2, gemm_n=64)
+    results = PlanRun(plan, nvml=nvml).run()
+    assert {r.device for r in results} == {"gpu2", "gpu0"}
+    assert {r.metric for r in results if r.kernel == "peer" and r.device == "gpu2"} == {
+        "to.gpu0",
+        "bidir.gpu0",
+    }
+    assert cuda_to_nvml([0, 1], None) == {0: 0, 1: 1}  # no NVML: CUDA's own indices
+
+
+CLI_WITH_FAKE = """
+import sys
+sys.path.insert(0, {tests!r})
+import fakecuda
+from gpudiag.kernels import device, plans
+device.use(fakecuda.FakeCuda(2, fail={{1}}))
+# the quick plan, smaller: NumPy stands in for the GPUs' speed
+plans.PLANS["quick"] = plans.KernelPlan(("stream", "gemm", "copy", "peer"), "all", 1 << 20,
+                                        trials=2, gemm_n=128)
+from gpudiag.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_export_with_kernels_writes_the_snapshot_while_a_gpu_fails(tmp_path) -> None:
+    target = tmp_path / "node.toml"
+    script = CLI_WITH_FAKE.format(tests=str(Path(__file__).parent))
+    result = subprocess.run(
+        [sys.executable, "-c", script, "--export", str(target), "--kernels", "quick"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert result.returncode in (0, 1, 2), result.stderr
+    assert "internal error" not in result.stderr
+    snapshot = load(target)
+    by = {(k.kernel, k.device, k.metric): k for k in snapshot.kernels}
+    assert by[("copy", "gpu0", "h2d.local")].status is ProbeStatus.OK
+    assert by[("gemm", "gpu0", "bf16")].status is ProbeStatus.OK
+    assert by[("gemm", "gpu1", "bf16")].status is ProbeStatus.ERROR
+    assert "cudaErrorLaunchFailure" in by[("gemm", "gpu1", "bf16")].error
+    assert snapshot.probes  # the probe readings are kept with the kernel results
