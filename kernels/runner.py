@@ -18,7 +18,7 @@ from dataclasses import replace
 import numpy as np
 
 from gpudiag.hostfs import HostFS
-from gpudiag.kernels import burn, copies, device, gemm, stream
+from gpudiag.kernels import allreduce, burn, copies, device, gemm, stream
 from gpudiag.kernels.plans import KERNELS, KernelPlan
 from gpudiag.model import KernelResult, ProbeStatus
 from gpudiag.probes.gpu import normalize_bus_id
@@ -303,6 +303,29 @@ class PlanRun:
                 self.results += [_failed("peer", gpu, exc) for gpu in gpus]
             finally:
                 engine.close()
+
+    def _allreduce(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
+        """NCCL all-reduce across every GPU asked for (two or more)."""
+        if not gpus:
+            if on_cpu:
+                self.results.append(_skipped("allreduce", "cpu", "all-reduce needs GPUs"))
+            return
+        try:
+            self.results += allreduce.run_allreduce(
+                gpus,
+                max_bytes=self.plan.size_bytes,
+                trials=self.plan.trials,
+                cancel=self.cancel,
+                progress=self._step("allreduce"),
+            )
+        except AttributeError as exc:  # cupy.cuda.nccl without its library
+            reason = f"NCCL is not available (pip install 'gpudiag[cuda12]'): {exc}"
+            self.results.append(_skipped("allreduce", "gpus", reason))
+        except Exception as exc:  # an NCCL or CUDA error: the node's result, not a crash
+            reason = f"{type(exc).__name__}: {exc}"[:300]
+            self.results.append(
+                KernelResult("allreduce", "gpus", "busbw", "GB/s", ProbeStatus.ERROR, error=reason)
+            )
 
     def _burn(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
         """The CPU and every GPU asked for burn at the same time, for the plan's seconds;

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpudiag.kernels import burn, copies, device, gemm, stream
-from gpudiag.kernels.plans import KernelPlan
+from gpudiag.kernels import allreduce, burn, copies, device, gemm, stream
+from gpudiag.kernels.plans import KERNELS, PLANS, KernelPlan
 from gpudiag.kernels.readings import kernel_readings
 from gpudiag.kernels.runner import PlanRun, cuda_to_nvml
 from gpudiag.model import ProbeStatus, ReadingStatus, Snapshot
@@ -381,3 +381,74 @@ def test_export_with_kernels_writes_the_snapshot_while_a_gpu_fails(tmp_path) -> 
     assert by[("gemm", "gpu1", "bf16")].status is ProbeStatus.ERROR
     assert "cudaErrorLaunchFailure" in by[("gemm", "gpu1", "bf16")].error
     assert snapshot.probes  # the probe readings are kept with the kernel results
+
+
+# ------------------------------------------------------------------ all-reduce
+
+
+def _busbw(size: int, ranks: int) -> float:
+    """What the fake's NCCL model gives: latency plus bytes at its bus bandwidth."""
+    factor = 2 * (ranks - 1) / ranks
+    seconds = fakecuda.NCCL_LATENCY_S + size * factor / (fakecuda.NCCL_BUSBW_GBS * 1e9)
+    return size / seconds / 1e9 * factor
+
+
+def test_allreduce_sizes_and_bus_factor_as_nccl_tests() -> None:
+    assert allreduce.sizes(64) == [8, 16, 32, 64]
+    assert allreduce.sizes(100, 10) == [8, 16, 32, 64]  # whole float32 elements
+    assert allreduce.bus_factor(8) == pytest.approx(1.75) and allreduce.bus_factor(2) == 1.0
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_allreduce_across_gpus_measures_busbw_and_checks_the_sums(ranks) -> None:
+    cuda = FakeCuda(ranks)
+    results = allreduce.run_allreduce(
+        list(range(ranks)), max_bytes=1 << 20, min_bytes=8, trials=2, warmup=0, cuda=cuda
+    )
+    by = {r.metric: r for r in results}
+    assert all(r.status is ProbeStatus.OK for r in results), [r.error for r in results]
+    assert {r.device for r in results} == {"gpus"}
+    assert len(allreduce.sizes(1 << 20)) == 18 and len(results) == 2 * 18 + 1
+    for size in (8, 1 << 12, 1 << 20):
+        assert by[f"busbw.{size}"].stats.median == pytest.approx(_busbw(size, ranks), rel=0.02)
+        algbw = by[f"algbw.{size}"].stats.median
+        assert by[f"busbw.{size}"].stats.median == pytest.approx(algbw * 2 * (ranks - 1) / ranks)
+    assert by["busbw"].stats == by[f"busbw.{1 << 20}"].stats
+    assert not cuda.allocations
+
+
+def test_a_wrong_allreduce_sum_is_an_error(monkeypatch) -> None:
+    cuda = FakeCuda(2)
+    original = fakecuda.CommGroup.submit
+
+    def drop_rank_one(self, rank, call):  # rank 1's data never arrives: sum == rank 0's
+        _send, _recv, count, datatype, op, stream = call
+        if rank == 1:
+            scratch = cuda.malloc(count * 4)  # an all-zero buffer instead
+            zeros = cuda.device_view(scratch, count * 4)
+            zeros[:] = 0
+            call = (scratch, scratch, count, datatype, op, stream)
+        original(self, rank, call)
+
+    monkeypatch.setattr(fakecuda.CommGroup, "submit", drop_rank_one)
+    results = allreduce.run_allreduce([0, 1], max_bytes=64, trials=2, warmup=0, cuda=cuda)
+    assert all(r.status is ProbeStatus.ERROR for r in results)
+    assert "verification failed: gpu0 element 0" in results[0].error
+
+
+def test_allreduce_on_one_gpu_is_skipped_with_the_reason() -> None:
+    (result,) = allreduce.run_allreduce([0], max_bytes=64, cuda=FakeCuda(1))
+    assert result.status is ProbeStatus.SKIPPED and "one GPU" in result.error
+
+
+def test_allreduce_in_a_plan_becomes_a_node_reading_that_the_rule_judges(cuda) -> None:
+    plan = KernelPlan(("allreduce",), "gpu", 1 << 20, trials=2)
+    results = PlanRun(plan).run()
+    assert results[-1].metric == "busbw" and results[-1].status is ProbeStatus.OK
+    peaks = {"nvlink_count": 18, "nvlink_gbs": 26.562}
+    derived = {r.key: r for r in kernel_readings(results, {}, peaks)}
+    busbw = derived["node.kernel.allreduce.busbw"].value
+    assert busbw == pytest.approx(_busbw(1 << 20, 2), rel=0.02)
+    share = derived["node.kernel.allreduce.busbw.share_of_nvlink"].value
+    assert share == pytest.approx(busbw / (18 * 26.562), abs=1e-4)
+    assert "allreduce" in PLANS["full"].kernels and "allreduce" in KERNELS
