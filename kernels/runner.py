@@ -258,6 +258,8 @@ class PlanRun:
             self.results.append(
                 _skipped("copy", "cpu", "host-to-device copies need a GPU (peer: node to node)")
             )
+        if not gpus:
+            return
         step = self._step("copy host<->gpu")
         for index, gpu in enumerate(gpus):  # one engine per GPU: a broken one fails alone
             try:
