@@ -452,3 +452,19 @@ def test_allreduce_in_a_plan_becomes_a_node_reading_that_the_rule_judges(cuda) -
     share = derived["node.kernel.allreduce.busbw.share_of_nvlink"].value
     assert share == pytest.approx(busbw / (18 * 26.562), abs=1e-4)
     assert "allreduce" in PLANS["full"].kernels and "allreduce" in KERNELS
+
+
+def test_cli_run_allreduce_prints_busbw_per_size() -> None:
+    script = CLI_WITH_FAKE.format(tests=str(Path(__file__).parent)).replace("fail={1}", "")
+    result = subprocess.run(
+        [sys.executable, "-c", script, "run", "allreduce", "--device", "gpu",
+         "--size", "65536", "--trials", "2"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "NO_COLOR": "1"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[:3] == ["kernel", "device", "median"]
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert rows["allreduce.busbw.8"][1] == "gpus" and rows["allreduce.busbw"][-1] == "GB/s"
+    assert "allreduce.algbw.65536" in rows and len(rows) == 2 * 14 + 1
