@@ -183,3 +183,25 @@ def test_the_fake_refuses_what_cuda_refuses() -> None:
     cuda.setDevice(1)
     with pytest.raises(RuntimeError, match="stream of device 0"):
         cuda.eventRecord(stop, stream.ptr)
+
+
+def test_the_cuda_extras_bring_cupys_toolkit_wheels_and_nccl() -> None:
+    """A driver-only node: the extra must bring cuBLAS, NVRTC and the runtime (CuPy's
+    `ctk` extra, which CuPy 13 lacks) and NCCL. Checked against the installed CuPy's own
+    metadata."""
+    from importlib.metadata import requires
+
+    from gpudiag.tomlcompat import tomllib
+
+    from conftest import REPO
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert "cupy-cuda12x[ctk]>=14" in extras["cuda12"]
+    assert "cupy-cuda13x[ctk]>=14" in extras["cuda13"]
+    assert any(r.startswith("nvidia-nccl-cu12") for r in extras["cuda12"])
+    ctk = [r for r in requires("cupy-cuda12x") or [] if 'extra == "ctk"' in r]
+    assert len(ctk) == 1
+    wanted = re.match(r"cuda-toolkit\[([\w,]+)\]", ctk[0])
+    assert wanted and {"cublas", "cudart", "nvrtc"} <= set(wanted.group(1).split(","))
