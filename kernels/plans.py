@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 KERNELS = ("stream", "gemm", "copy", "peer", "allreduce", "burn")
 DTYPE_NAMES = ("fp64", "fp32")
+BURN_PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp64")  # the GPU GEMM's (kernels/gemm.py)
 
 
 @dataclass(frozen=True)

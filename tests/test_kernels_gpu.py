@@ -474,3 +474,26 @@ def test_cli_run_allreduce_prints_busbw_per_size() -> None:
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert rows["allreduce.busbw.8"][1] == "gpus" and rows["allreduce.busbw"][-1] == "GB/s"
     assert "allreduce.algbw.65536" in rows and len(rows) == 2 * 14 + 1
+
+
+def test_cli_burns_the_gpus_in_the_precision_asked() -> None:
+    script = CLI_WITH_FAKE.format(tests=str(Path(__file__).parent)).replace("fail={1}", "")
+    script = script.replace("sys.exit(main", "code = main").replace(
+        "(sys.argv[1:]))", "(sys.argv[1:])"
+    )
+    script += "\nprint(sorted({name for name, _ in device.api().calls if 'Gemm' in name}))\n"
+    script += "print({a[3:5] for name, a in device.api().calls if name == 'cublasGemmEx'})\n"
+    script += "sys.exit(code)\n"
+    result = subprocess.run(
+        [sys.executable, "-c", script, "run", "burn", "--device", "gpu", "--seconds", "0.05",
+         "--gemm-n", "256", "--burn-precision", "bf16"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "NO_COLOR": "1"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("burn           gpu0         ok: ")
+    assert lines[1].startswith("burn           gpu1         ok: ")
+    assert lines[-2] == "['cublasGemmEx']"
+    # every GEMM on CUDA_R_16BF data with CUBLAS_COMPUTE_32F (values checked against CuPy)
+    assert lines[-1] == f"{{({FakeCuda.CUDA_R_16BF}, {FakeCuda.cublas_CUBLAS_COMPUTE_32F})}}"
