@@ -338,6 +338,8 @@ class FakeCuda:
     def eventRecord(self, event: int, stream: int) -> None:
         device = self._call("eventRecord", event, stream)
         s, e = self._stream(stream, device), self.events[event]
+        if e.device != device:
+            raise CUDARuntimeError("cudaErrorInvalidResourceHandle: event of another device")
         with self.lock:
             e.time = max(s.ready, self.host_time)
             s.ready = e.time
