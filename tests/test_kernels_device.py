@@ -205,3 +205,17 @@ def test_the_cuda_extras_bring_cupys_toolkit_wheels_and_nccl() -> None:
     assert len(ctk) == 1
     wanted = re.match(r"cuda-toolkit\[([\w,]+)\]", ctk[0])
     assert wanted and {"cublas", "cudart", "nvrtc"} <= set(wanted.group(1).split(","))
+
+
+def test_the_gpu_benchmark_says_in_one_line_that_it_needs_a_gpu() -> None:
+    from conftest import REPO
+
+    result = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gpu_kernels.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 3
+    assert result.stderr.startswith("gpu_kernels: ") and "GPU" in result.stderr
