@@ -110,7 +110,8 @@ def cuda_to_nvml(gpus: Sequence[int], nvml: object) -> dict[int, int]:
     """NVML's index of each CUDA device, matched by UUID, else by PCI bus id: under
     CUDA_VISIBLE_DEVICES (or CUDA's FASTEST_FIRST order) CUDA device 0 need not be NVML's
     GPU 0, and kernel results must land on the readings of the same GPU. A device NVML
-    does not show, or that CUDA cannot query, keeps its CUDA index."""
+    does not show, or that CUDA cannot query, keeps its CUDA index. Never run on a GPU in
+    this project's CI (the tests use the device fake and NVML replays)."""
     from gpudiag.nvml import Nvml
 
     if not isinstance(nvml, Nvml):
