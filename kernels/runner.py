@@ -192,12 +192,23 @@ class PlanRun:
                 raise KernelUnavailable(f"no kernel {kernel} (known: {', '.join(KERNELS)})")
             getattr(self, f"_{kernel}")(on_cpu, gpus, nodes)
         if gpus:
-            mapping = cuda_to_nvml(gpus, self.nvml)
+            mapping = self._nvml_indices(gpus)
             if any(k != v for k, v in mapping.items()):
                 self.results = [relabel(r, mapping) for r in self.results]
                 for report in self.burns:
                     report.device = relabel(_skipped("burn", report.device, ""), mapping).device
         return self.results
+
+    def _nvml_indices(self, gpus: list[int]) -> dict[int, int]:
+        """cuda_to_nvml with the run's NVML, or one opened for it (`gpudiag run`)."""
+        from gpudiag.nvml import Nvml, open_nvml
+
+        nvml = self.nvml if isinstance(self.nvml, Nvml) else open_nvml(None)
+        try:
+            return cuda_to_nvml(gpus, nvml)
+        finally:
+            if nvml is not self.nvml:
+                nvml.close()
 
     def _stream(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
         plan = self.plan
