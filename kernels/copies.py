@@ -1,7 +1,8 @@
 """Copies, after nvbandwidth: host-to-device, device-to-host and both at once per GPU with
 pinned host memory on the GPU's own NUMA node and on a remote one (a wrong affinity shows
 up as a slower local figure), and the endpoint-to-endpoint matrix (one way, both ways,
-and small-copy latency) with the peer-access status of every pair.
+and the latency of a pointer chase over the link) with the peer-access status of every
+pair.
 
 One runner drives two engines. `NumaEngine` copies between NUMA nodes' memory with NumPy
 on threads pinned to the destination node's CPUs: on the CPU the peer matrix is the
@@ -22,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 import numpy as np
@@ -30,8 +32,9 @@ from gpudiag.kernels.stats import summarize
 from gpudiag.model import KernelResult, ProbeStatus
 
 DIRECTIONS = ("h2d", "d2h", "bidir")
-LATENCY_BYTES = 8
-LATENCY_COPIES = 100
+CHASE_STRIDE = 4096  # bytes between the chain's links: each load another page
+CHASE_NODES = 1024
+CHASE_STEPS = 10000
 
 
 def fill_pattern(buffer: np.ndarray, seed: int) -> None:
@@ -152,10 +155,10 @@ class CudaEngine:
     are NumaMemory buffers registered with CUDA (cudaHostRegister), so that their NUMA node
     is chosen, not left to the driver. Copies are cudaMemcpyAsync/cudaMemcpyPeerAsync on
     two streams per GPU, timed with CUDA events (several at once: from an event before the
-    first to one after the last, on a stream that waits for all). No latency figure: a
-    small copy timed from Python measures Python's call rate, not the link (nvbandwidth
-    measures latency with a pointer-chasing kernel). Never run on a GPU in this project's
-    CI: the tests run it through a strict NumPy fake of the boundary."""
+    first to one after the last, on a stream that waits for all). Latency is measured on
+    the device by a pointer chase (`latency`), not by timing small copies from Python,
+    which measures Python's call rate. Never run on a GPU in this project's CI: the tests
+    run it through a strict NumPy fake of the boundary."""
 
     kind = "gpu"
 
@@ -175,6 +178,7 @@ class CudaEngine:
             cuda.setDevice(gpu)
             self.streams[gpu] = (cuda.Stream(non_blocking=True), cuda.Stream(non_blocking=True))
         self.access: dict[tuple[int, int], bool] = {}
+        self.chase: dict[int, tuple[Any, int]] = {}  # per GPU: the chase kernel, its output
         for i in self.endpoints:
             for j in self.endpoints:
                 if i != j and cuda.deviceCanAccessPeer(i, j):
@@ -286,11 +290,47 @@ class CudaEngine:
         return "enabled" if self.access.get((src, dst)) else "unsupported"
 
     def latency(self, dst: Any, src: Any, dst_endpoint: int) -> float | None:
-        """Not measured: see the class docstring."""
-        return None
+        """Seconds per step of a pointer chase that the source GPU runs through a chain
+        laid in the destination GPU's memory (kernels/copies.cu, as nvbandwidth's latency
+        test): one round trip over the link per step, no launch cost or Python in it.
+        None where the source GPU cannot access the destination's memory."""
+        from gpudiag.kernels.device import pinned
+
+        if not isinstance(dst, DeviceBuffer) or not isinstance(src, DeviceBuffer):
+            return None
+        if not self.access.get((src.device, dst.device)):
+            return None
+        cuda = self.cuda
+        nodes = max(1, min(CHASE_NODES, dst.nbytes // CHASE_STRIDE))
+        chain = np.zeros(nodes * CHASE_STRIDE // 8, np.uint64)
+        offsets = np.arange(nodes, dtype=np.uint64) * np.uint64(CHASE_STRIDE)
+        nexts = np.roll(offsets, -1) + np.uint64(dst.pointer)
+        chain[offsets // np.uint64(8)] = nexts
+        cuda.setDevice(dst.device)
+        stream = self.streams[dst.device][0]
+        with pinned(cuda, chain):
+            kind = cuda.memcpyHostToDevice
+            cuda.memcpyAsync(dst.pointer, chain.ctypes.data, chain.nbytes, kind, stream.ptr)
+            cuda.streamSynchronize(stream.ptr)
+        cuda.setDevice(src.device)
+        if src.device not in self.chase:
+            source = (resources.files("gpudiag.kernels") / "copies.cu").read_text(encoding="utf-8")
+            module = cuda.RawModule(code=source, options=("-std=c++17",))
+            self.chase[src.device] = (module.get_function("peer_latency_chase"), cuda.malloc(8))
+        kernel, out = self.chase[src.device]
+        timer, home = self.timers[src.device], self.streams[src.device][0]
+        args = (np.uint64(dst.pointer), np.uint64(CHASE_STEPS), np.uint64(out))
+        timer.start()
+        kernel((1,), (1,), args, stream=home)
+        timer.stop()
+        return timer.seconds() / CHASE_STEPS
 
     def close(self) -> None:
         cuda = self.cuda
+        for gpu, (_kernel, out) in self.chase.items():
+            cuda.setDevice(gpu)
+            cuda.free(out)
+        self.chase.clear()
         for host in self.registered:
             cuda.hostUnregister(host.ctypes.data)
         self.registered.clear()
@@ -407,7 +447,7 @@ def run_peer_matrix(
     progress: Callable[[float], None] | None = None,
 ) -> list[KernelResult]:
     """For every ordered pair of endpoints (src, dst), src != dst where there are two or
-    more: one-way and both-ways GB/s and small-copy latency, each with the pair's peer
+    more: one-way and both-ways GB/s and the engine's latency, each with the pair's peer
     access status. Results belong to the source endpoint; the metric names the other."""
     nbytes -= nbytes % 8
     endpoints = list(engine.endpoints)

@@ -33,6 +33,8 @@ NVLINK_GBS = 300.0
 UNPEERED_GBS = 10.0
 # slow rates, so that the tests' small GEMMs still outlast a call
 TFLOPS = {"fp64": 1.0, "fp32": 2.0, "tf32": 8.0, "fp16": 16.0, "bf16": 15.0}
+PEER_LATENCY_S = 2.5e-6  # one load's round trip over the link
+LOCAL_LATENCY_S = 0.6e-6
 NCCL_BUSBW_GBS = 150.0
 NCCL_LATENCY_S = 10e-6
 DEVICE_BYTES = 64 * 2**20
@@ -658,6 +660,9 @@ class FakeKernel:
         if self.name.startswith("burn_compare_"):
             self._compare(s, device, values)
             return
+        if self.name == "peer_latency_chase":
+            self._chase(s, device, values)
+            return
         element = np.float32 if self.name.endswith("f32") else np.float64
         item = np.dtype(element).itemsize
         op = self.name.split("_")[1]
@@ -704,3 +709,20 @@ class FakeKernel:
             total[1] += np.count_nonzero(nan)
 
         cuda._enqueue(s, run, 2 * size / (MEMORY_GBS * 1e9))
+
+    def _chase(self, s: FakeStream, device: int, values: list[Any]) -> None:
+        """copies.cu's pointer chase: each step one load where the last one pointed."""
+        cuda = self.cuda
+        chain, steps, out = values
+        owner = cuda._owner(chain)
+        cuda.device_view(chain, 8, device)  # the peer-access check, now as on a GPU
+        target = cuda.device_view(out, 8, device).view(np.uint64)
+
+        def run() -> None:
+            p = chain
+            for _ in range(min(int(steps), 4096)):  # the chain is a cycle: enough to walk it
+                p = int(cuda.device_view(p, 8, device).view(np.uint64)[0])
+            target[0] = p
+
+        latency = PEER_LATENCY_S if owner != device else LOCAL_LATENCY_S
+        cuda._enqueue(s, run, int(steps) * latency)

@@ -168,11 +168,32 @@ def test_peer_copies_between_gpus_with_access_and_no_latency_claim(cuda) -> None
     assert [(r.device, r.metric) for r in results] == [
         ("gpu0", "to.gpu1"),
         ("gpu0", "bidir.gpu1"),
+        ("gpu0", "latency.gpu1"),
         ("gpu1", "to.gpu0"),
         ("gpu1", "bidir.gpu0"),
-    ]  # no "latency": Python's call rate is not the link's latency (issue 17, 7)
+        ("gpu1", "latency.gpu0"),
+    ]
     assert results[0].stats.median == pytest.approx(fakecuda.NVLINK_GBS, rel=0.01)
     assert {dict(r.params)["peer_access"] for r in results} == {"enabled"}
+    # the link's round trip, measured on the device: no Python call in it (issue 17, 7)
+    latency = results[2].stats.median
+    assert results[2].unit == "us" and latency == pytest.approx(fakecuda.PEER_LATENCY_S * 1e6, 0.01)
+
+
+def test_no_latency_figure_without_peer_access() -> None:
+    cuda = FakeCuda(2, peer=False)
+    previous = device.use(cuda)
+    try:
+        engine = copies.CudaEngine([0, 1], TWO_NODES)
+        try:
+            results = copies.run_peer_matrix(engine, nbytes=NBYTES, trials=2, warmup=0)
+        finally:
+            engine.close()
+    finally:
+        device.use(previous)
+    assert [r.metric for r in results] == ["to.gpu1", "bidir.gpu1", "to.gpu0", "bidir.gpu0"]
+    assert {dict(r.params)["peer_access"] for r in results} == {"unsupported"}
+    assert results[0].stats.median == pytest.approx(fakecuda.UNPEERED_GBS, rel=0.01)
 
 
 def test_a_corrupted_gpu_copy_is_an_error(cuda, monkeypatch) -> None:
@@ -187,7 +208,8 @@ def test_a_corrupted_gpu_copy_is_an_error(cuda, monkeypatch) -> None:
         results = copies.run_peer_matrix(engine, nbytes=NBYTES, trials=2, warmup=0)
     finally:
         engine.close()
-    assert results and all("verification failed" in r.error for r in results)
+    copied = [r for r in results if r.unit == "GB/s"]
+    assert len(copied) == 4 and all("verification failed" in r.error for r in copied)
 
 
 # ------------------------------------------------------------------ burn
@@ -349,6 +371,7 @@ def test_results_are_labelled_with_nvml_indices_by_uuid_or_bus_id(cuda) -> None:
     assert {r.metric for r in results if r.kernel == "peer" and r.device == "gpu2"} == {
         "to.gpu0",
         "bidir.gpu0",
+        "latency.gpu0",
     }
     assert cuda_to_nvml([0, 1], None) == {0: 0, 1: 1}  # no NVML: CUDA's own indices
 

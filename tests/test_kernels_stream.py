@@ -155,7 +155,7 @@ def test_the_compiled_loops_are_used_where_numba_is_installed() -> None:
 
 
 def test_there_is_cuda_source_to_compile() -> None:
-    assert [p.name for p in CU_FILES] == ["burn.cu", "stream.cu"]
+    assert [p.name for p in CU_FILES] == ["burn.cu", "copies.cu", "stream.cu"]
 
 
 def test_cli_runs_cpu_stream_per_numa_node() -> None:
