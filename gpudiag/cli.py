@@ -27,7 +27,14 @@ from gpudiag.kernels.plans import DTYPE_NAMES, KERNELS, PLANS, KernelPlan
 from gpudiag.model import ProbeStatus, Snapshot
 from gpudiag.nvml import ReplayError, open_nvml
 from gpudiag.probes import default_probes
-from gpudiag.ruleengine import Rule, RuleError, load_profiles, load_rules, parse_rule_file
+from gpudiag.ruleengine import (
+    Rule,
+    RuleError,
+    action_for,
+    load_profiles,
+    load_rules,
+    parse_rule_file,
+)
 from gpudiag.session import (
     EXIT_CRITICAL,
     EXIT_UNKNOWN,
@@ -399,6 +406,8 @@ def explain_rule(rule: Rule) -> str:
         f"What it checks: {rule.reading}, on {SCOPE_WORDS[rule.applies_to]}: {expectation}.",
         f"Why it matters: {rule.why}",
         f"How to fix: {rule.fix}",
+        f"Recommended action: {action_for(rule.severity, rule.action).value}"
+        + ("" if rule.action is not None else " (the default for its severity)"),
     ]
     if rule.example:
         lines.append(f"Example that fires: {rule.example}")
