@@ -1,0 +1,136 @@
+"""`gpudiag health` in each convention: exit codes and output shape, end to end."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from test_formats import NotApplicableFinding
+
+from gpudiag.formats import applicable
+from gpudiag.health import NPD_LINE_MAX, Verdict, nagios, npd
+from gpudiag.model import Action, Finding, Severity
+
+from conftest import REPO, run_cli
+
+TREE = str(REPO / "tests" / "fixtures" / "host-basic")
+FAULTY = str(REPO / "snapshots" / "demo-hgx-h100-faulty.toml")
+HEALTHY = str(REPO / "snapshots" / "demo-hgx-h100-healthy.toml")
+NAGIOS_FIRST = re.compile(r"^(OK|WARNING|CRITICAL|UNKNOWN) - [^|\n]+ \| [^\n]*time=[0-9.]+s$")
+
+
+def site_rules(tmp_path: Path) -> str:
+    """The fixture tree has no PCIe devices: NVML's 8 GPUs would be 8 too many (GPU002)."""
+    folder = tmp_path / "rules"
+    folder.mkdir(exist_ok=True)
+    (folder / "site.toml").write_text('[[override]]\nid = "GPU002"\ndisabled = true\n')
+    return str(folder)
+
+
+def health(replay: str, *args: str, rules: str | None = None) -> subprocess.CompletedProcess:
+    options = ["--root", TREE, "--nvml-replay", replay]
+    if rules:
+        options += ["--rules", rules]
+    return run_cli(*options, "health", *args)
+
+
+def finding(rule: str, severity: Severity, action: Action) -> Finding:
+    return Finding(rule, severity, "GPU 0", f"{rule} title", f"{rule} message", action=action)
+
+
+def test_nagios_on_the_faulty_node() -> None:
+    result = health(FAULTY)
+    assert result.returncode == 2, result.stderr
+    first, *details = result.stdout.splitlines()
+    assert NAGIOS_FIRST.match(first), first
+    assert first.startswith("CRITICAL - gpunode01: 3 critical, 6 warning, 17 unknown, 12 info;")
+    assert "action service: GPU001 GPU 7: GPU lost |" in first
+    assert "critical=3;;;0 warning=6;;;0 unknown=17;;;0 info=12;;;0" in first
+    assert details[0].startswith("CRITICAL GPU001   GPU 7: GPU 7 does not answer NVML")
+    assert details[0].endswith("[action: service]")
+    assert len(details) == 3 + 6 + 17 + 12
+
+
+@pytest.mark.parametrize(
+    ("findings", "code", "word"),
+    [
+        ((), 0, "OK"),
+        ((finding("X001", Severity.INFO, Action.NONE),), 0, "OK"),
+        ((finding("X001", Severity.WARNING, Action.MONITOR),), 1, "WARNING"),
+        ((finding("X001", Severity.UNKNOWN, Action.NONE),), 3, "UNKNOWN"),
+        ((finding("X001", Severity.CRITICAL, Action.RESET),), 2, "CRITICAL"),
+    ],
+)
+def test_nagios_exit_codes(findings: tuple[Finding, ...], code: int, word: str) -> None:
+    text, exit_code = nagios(Verdict("n1", findings, seconds=0.5))
+    assert exit_code == code
+    assert NAGIOS_FIRST.match(text.splitlines()[0])
+    assert text.startswith(f"{word} - n1: ")
+
+
+def test_npd_one_short_line_and_its_exit_codes(tmp_path: Path) -> None:
+    faulty = health(FAULTY, "--for", "npd")
+    assert faulty.returncode == 1
+    assert faulty.stdout == "GPU001 GPU 7: GPU lost (service); +2 more\n"
+    # the healthy replay: nothing to act on, but checks that could not run on this tree
+    healthy = health(HEALTHY, "--for", "npd", rules=site_rules(tmp_path))
+    assert healthy.returncode == 2, healthy.stdout
+    assert healthy.stdout.startswith("gpudiag: 17 checks could not run, e.g. CPU001")
+    for result in (faulty, healthy):
+        assert result.stdout.count("\n") == 1 and len(result.stdout) - 1 <= NPD_LINE_MAX
+    warning = finding("X001", Severity.WARNING, Action.MONITOR)
+    assert npd(Verdict("n1", (warning,))) == ("gpudiag: no GPU node problem (1 warnings)\n", 0)
+    # a warning that recommends a reset is a problem; a not-applicable finding never is
+    reset = finding("GPU006", Severity.WARNING, Action.RESET)
+    assert npd(Verdict("n1", (reset,)))[1] == 1
+    long = finding("X002" + "x" * 100, Severity.CRITICAL, Action.DRAIN)
+    line, code = npd(Verdict("n1", (long,)))
+    assert code == 1 and len(line) == NPD_LINE_MAX + 1 and line.endswith("...\n")
+
+
+def test_not_applicable_findings_never_count() -> None:
+    na = NotApplicableFinding("NVL008", Severity.CRITICAL, "GPU 0", "t", "m", action=Action.DRAIN)
+    verdict = Verdict("n1", tuple(applicable([na])), not_applicable=1)
+    assert nagios(verdict)[1] == 0 and npd(verdict)[1] == 0
+    assert "1 not applicable" in nagios(verdict)[0]
+
+
+def test_json_verdict() -> None:
+    result = health(FAULTY, "--for", "json")
+    assert result.returncode == 2
+    data = json.loads(result.stdout)
+    assert data["status"] == "CRITICAL" and data["exit_code"] == 2
+    assert data["action"] == "service"
+    assert data["counts"] == {"critical": 3, "warning": 6, "unknown": 17, "info": 12}
+    assert data["findings"][0]["action"] == "service"
+    by_rule = {(f["rule_id"], f["subject"]): f["action"] for f in data["findings"]}
+    assert by_rule[("GPU011", "GPU 1")] == "reset"
+    assert by_rule[("GPU004", "GPU 5")] == "none"
+
+
+def test_a_check_that_runs_out_of_time_is_unknown() -> None:
+    result = health(FAULTY, "--timeout", "0.000001")
+    assert result.returncode == 3
+    assert result.stdout.startswith("UNKNOWN - ")
+    assert "check did not finish within 1e-06 s" in result.stdout
+    npd_result = health(FAULTY, "--for", "npd", "--timeout", "0.000001")
+    assert npd_result.returncode == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--timeout", "0"], "--timeout must be positive"),
+        (["--drain-on", "monitor"], "--drain-on monitor: each action is one of"),
+        (["--kernels", "quick"], "--kernels measures this machine: not with --root"),
+        (["--for", "pagerduty"], "invalid choice: 'pagerduty'"),
+    ],
+)
+def test_bad_health_arguments_give_one_line_and_exit_3(args: list[str], expected: str) -> None:
+    result = health(FAULTY, *args)
+    assert result.returncode == 3
+    assert result.stderr.count("\n") == 1 and expected in result.stderr, result.stderr
+    assert result.stdout == ""
