@@ -51,8 +51,8 @@ def add_format_options(parser: argparse.ArgumentParser, default: object = None) 
         "--prometheus",
         metavar="FILE",
         default=default,
-        help="with --export or check: also write FILE in node_exporter's textfile format"
-        " (atomically; name it *.prom in the collector's folder)",
+        help="with --export, check or health: also write FILE in node_exporter's textfile"
+        " format (atomically; name it *.prom in the collector's folder)",
     )
 
 

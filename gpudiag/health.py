@@ -7,6 +7,9 @@ drain must still happen).
                              [--drain-on ACTIONS] [--node NAME] [--scontrol PATH]
                              [--slurm-conf FILE]
 
+`gpudiag --prometheus FILE health ...` also writes the check's snapshot in node_exporter's
+textfile format, so a periodic health check keeps the node's metrics fresh.
+
 - nagios (default): `STATUS - summary | perfdata`, then one line per finding; exit 0 OK,
   1 WARNING, 2 CRITICAL, 3 UNKNOWN. A Nagios/Icinga plugin, and an NHC check.
 - npd (Kubernetes Node Problem Detector's custom plugin protocol): one line of at most
@@ -36,13 +39,13 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from gpudiag import tomlcompat
 from gpudiag.formats import applicable, strongest_action
-from gpudiag.model import Action, Finding, Severity
+from gpudiag.model import Action, Finding, Severity, Snapshot
 from gpudiag.session import EXIT_UNKNOWN, LiveNode, exit_code, severity_counts, with_findings
 
 CONVENTIONS = ("nagios", "npd", "slurm", "json")
@@ -115,6 +118,7 @@ class Verdict:
     not_applicable: int = 0
     seconds: float = 0.0
     error: str = ""
+    snapshot: Snapshot | None = field(default=None, repr=False, compare=False)
 
     @property
     def code(self) -> int:
@@ -172,6 +176,7 @@ def check_node(node: LiveNode, timeout: float, kernels: str | None = None) -> Ve
         tuple(counted),
         len(snapshot.findings) - len(counted),
         seconds,
+        snapshot=snapshot,
     )
 
 
@@ -376,7 +381,7 @@ def parse_actions(text: str) -> tuple[Action, ...]:
 
 def run_health(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """`gpudiag health`: check the node and report in the convention asked for."""
-    from gpudiag.cli import UsageError, _live_node
+    from gpudiag.cli import UsageError, _live_node, _write_prometheus
 
     kernels = getattr(args, "kernels", None)
     try:
@@ -399,6 +404,8 @@ def run_health(args: argparse.Namespace, argv: Sequence[str]) -> int:
             verdict = check_node(live, args.timeout, kernels)
         finally:
             live.nvml.close()
+        if args.prometheus and verdict.snapshot is not None:
+            _write_prometheus(verdict.snapshot, args.prometheus)
         if cluster is not None:
             text, code = slurm(verdict, cluster, drain_on)
         else:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from test_formats import NotApplicableFinding
 
 from gpudiag.formats import applicable
-from gpudiag.health import NPD_LINE_MAX, Verdict, nagios, npd
+from gpudiag.health import NPD_LINE_MAX, Verdict, config_arguments, nagios, npd
 from gpudiag.model import Action, Finding, Severity
 
 from conftest import REPO, run_cli
@@ -134,3 +135,25 @@ def test_bad_health_arguments_give_one_line_and_exit_3(args: list[str], expected
     assert result.returncode == 3
     assert result.stderr.count("\n") == 1 and expected in result.stderr, result.stderr
     assert result.stdout == ""
+
+
+def test_slurm_healthcheck_settings_file(tmp_path: Path) -> None:
+    settings = tmp_path / "slurm-healthcheck.toml"
+    settings.write_text(
+        'options = ["--rules", "/etc/gpudiag/site"]\ntimeout = 30\ndrain_on = ["service"]\n'
+        'slurm_conf = "/etc/slurm/slurm.conf"\n'
+    )
+    assert config_arguments(settings) == [
+        "--rules", "/etc/gpudiag/site", "health", "--for", "slurm", "--timeout", "30",
+        "--drain-on", "service", "--slurm-conf", "/etc/slurm/slurm.conf",
+    ]  # fmt: skip
+    assert config_arguments(None)[-4:] == ["--timeout", "45.0", "--drain-on", "drain,service"]
+    script = Path(sys.executable).parent / "gpudiag-slurm-healthcheck"
+    settings.write_text('timeout = 30\nnodes = "all"\n')
+    bad = subprocess.run(
+        [str(script), "--config", str(settings)], capture_output=True, text=True, env={}
+    )  # slurmd's environment: next to nothing
+    assert bad.returncode == 3
+    assert bad.stderr == f"gpudiag: {settings}: unknown key(s) nodes\n"
+    usage = subprocess.run([str(script), "extra"], capture_output=True, text=True, env={})
+    assert usage.returncode == 3 and usage.stderr.startswith("usage: gpudiag-slurm-healthcheck")
