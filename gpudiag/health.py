@@ -192,23 +192,23 @@ def _headline(finding: Finding) -> str:
 
 
 def nagios(verdict: Verdict) -> tuple[str, int]:
-    """`STATUS - summary | perfdata` on the first line, one finding per line after."""
+    """`STATUS - summary | perfdata` on the first line, one finding per line after. No
+    host name and no timing: Nagios knows the host, and `clubak -c` folds the identical
+    outputs of a fleet's healthy nodes into one."""
     code = verdict.code
     status = STATUS_WORDS[code]
     if verdict.error:
-        summary = f"{verdict.host}: {verdict.error}"
+        summary = verdict.error
     else:
         counts = severity_counts(verdict.findings)
-        summary = f"{verdict.host}: " + ", ".join(f"{n} {s.value}" for s, n in counts.items())
+        summary = ", ".join(f"{n} {s.value}" for s, n in counts.items())
         if verdict.not_applicable:
             summary += f", {verdict.not_applicable} not applicable"
         ranked = verdict.ranked()
         if ranked and ranked[0].action is not Action.NONE:
             summary += f"; action {ranked[0].action.value}: {_headline(ranked[0])}"
     perf = " ".join(f"{s.value}={n};;;0" for s, n in severity_counts(verdict.findings).items())
-    first = (
-        f"{status} - {_one_line(summary).replace('|', '/')} | {perf} time={verdict.seconds:.3f}s"
-    )
+    first = f"{status} - {_one_line(summary).replace('|', '/')} | {perf}"
     details = [
         f"{f.severity.value.upper():<8} {f.rule_id:<8} {f.subject}: {_one_line(f.message)}"
         f" [action: {f.action.value}]"
