@@ -20,6 +20,7 @@ from conftest import REPO, run_cli
 TREE = str(REPO / "tests" / "fixtures" / "host-basic")
 FAULTY = str(REPO / "snapshots" / "demo-hgx-h100-faulty.toml")
 HEALTHY = str(REPO / "snapshots" / "demo-hgx-h100-healthy.toml")
+EXAMPLES = REPO / "examples"
 NAGIOS_FIRST = re.compile(
     r"^(OK|WARNING|CRITICAL|UNKNOWN) - [^|\n]+ \| critical=\d+;;;0 warning=\d+;;;0 "
     r"unknown=\d+;;;0 info=\d+;;;0$"
@@ -160,3 +161,20 @@ def test_slurm_healthcheck_settings_file(tmp_path: Path) -> None:
     assert bad.stderr == f"gpudiag: {settings}: unknown key(s) nodes\n"
     usage = subprocess.run([str(script), "extra"], capture_output=True, text=True, env={})
     assert usage.returncode == 3 and usage.stderr.startswith("usage: gpudiag-slurm-healthcheck")
+
+
+def test_shipped_examples_match_the_conventions() -> None:
+    plugin = json.loads((EXAMPLES / "kubernetes" / "gpudiag-plugin-monitor.json").read_text())
+    assert plugin["pluginConfig"]["max_output_length"] == NPD_LINE_MAX
+    (rule,) = plugin["rules"]
+    args = rule["args"]
+    assert args[args.index("health") :][:3] == ["health", "--for", "npd"]
+    gpudiag_timeout = float(args[args.index("--timeout") + 1])
+    assert gpudiag_timeout < float(rule["timeout"].removesuffix("s"))  # answers before NPD kills
+    arguments = config_arguments(EXAMPLES / "slurm" / "slurm-healthcheck.toml")
+    assert arguments[arguments.index("health") :][:5] == [
+        "health", "--for", "slurm", "--timeout", "45",
+    ]  # fmt: skip
+    for script in ("slurm/gpudiag-fleet.sbatch", "clustershell/fleet-health.sh"):
+        syntax = subprocess.run(["bash", "-n", str(EXAMPLES / script)], capture_output=True)
+        assert syntax.returncode == 0, syntax.stderr
