@@ -119,6 +119,7 @@ class Verdict:
     seconds: float = 0.0
     error: str = ""
     snapshot: Snapshot | None = field(default=None, repr=False, compare=False)
+    timed_out: bool = False
 
     @property
     def code(self) -> int:
@@ -166,7 +167,8 @@ def check_node(node: LiveNode, timeout: float, kernels: str | None = None) -> Ve
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     if worker.is_alive():
         node.cancel.set()
-        return Verdict(host, seconds=seconds, error=f"check did not finish within {timeout:g} s")
+        error = f"check did not finish within {timeout:g} s"
+        return Verdict(host, seconds=seconds, error=error, timed_out=True)
     if "error" in box:
         return Verdict(host, seconds=seconds, error=f"check failed: {box['error']}")
     snapshot = box["snapshot"]
@@ -400,10 +402,12 @@ def run_health(args: argparse.Namespace, argv: Sequence[str]) -> int:
             node = args.node or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
             cluster = Slurm(node, find_scontrol(args.scontrol), env)
         live = _live_node(args, argv)
+        verdict = None
         try:
             verdict = check_node(live, args.timeout, kernels)
         finally:
-            live.nvml.close()
+            if verdict is None or not verdict.timed_out:
+                live.nvml.close()  # else the worker may still be inside NVML: exit frees it
         if args.prometheus and verdict.snapshot is not None:
             _write_prometheus(verdict.snapshot, args.prometheus)
         if cluster is not None:

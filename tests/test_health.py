@@ -12,7 +12,7 @@ import pytest
 from test_formats import NotApplicableFinding
 
 from gpudiag.formats import applicable
-from gpudiag.health import NPD_LINE_MAX, Verdict, config_arguments, nagios, npd
+from gpudiag.health import NPD_LINE_MAX, Verdict, check_node, config_arguments, nagios, npd
 from gpudiag.model import Action, Finding, Severity
 
 from conftest import REPO, run_cli
@@ -178,3 +178,26 @@ def test_shipped_examples_match_the_conventions() -> None:
     for script in ("slurm/gpudiag-fleet.sbatch", "clustershell/fleet-health.sh"):
         syntax = subprocess.run(["bash", "-n", str(EXAMPLES / script)], capture_output=True)
         assert syntax.returncode == 0, syntax.stderr
+
+
+def test_health_runs_the_quick_kernels_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpudiag.hostfs import HostFS
+    from gpudiag.kernels import plans
+    from gpudiag.nvml import open_nvml
+    from gpudiag.probes import default_probes
+    from gpudiag.ruleengine import load_rules
+    from gpudiag.session import LiveNode
+
+    # the quick plan takes about a minute on a 2-core CPU: a tiny GEMM stands in for it
+    tiny = plans.KernelPlan(("gemm",), "cpu", 2**16, trials=2, gemm_n=64)
+    monkeypatch.setitem(plans.PLANS, "quick", tiny)
+    node = LiveNode(HostFS(Path(TREE)), open_nvml(HEALTHY), default_probes(), load_rules())
+    try:
+        verdict = check_node(node, timeout=60, kernels="quick")
+    finally:
+        node.nvml.close()
+    assert not verdict.error
+    assert verdict.snapshot is not None
+    gemm = [k for k in verdict.snapshot.kernels if k.kernel == "gemm"]
+    assert gemm and all(k.device == "cpu" for k in gemm)
+    assert any(k.stats is not None and k.stats.median > 0 for k in gemm)
