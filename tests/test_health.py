@@ -12,7 +12,16 @@ import pytest
 from test_formats import NotApplicableFinding
 
 from gpudiag.formats import applicable
-from gpudiag.health import NPD_LINE_MAX, Verdict, check_node, config_arguments, nagios, npd
+from gpudiag.health import (
+    NPD_LINE_MAX,
+    Slurm,
+    Verdict,
+    check_node,
+    config_arguments,
+    nagios,
+    npd,
+    slurm,
+)
 from gpudiag.model import Action, Finding, Severity
 
 from conftest import REPO, run_cli
@@ -201,3 +210,54 @@ def test_health_runs_the_quick_kernels_when_asked(monkeypatch: pytest.MonkeyPatc
     gemm = [k for k in verdict.snapshot.kernels if k.kernel == "gemm"]
     assert gemm and all(k.device == "cpu" for k in gemm)
     assert any(k.stats is not None and k.stats.median > 0 for k in gemm)
+
+
+class RecordingSlurm(Slurm):
+    """The node's state held here; the real scontrol path runs in tests/test_slurm.py."""
+
+    def __init__(self, state: str, reason: str = "") -> None:
+        super().__init__("n1", "/nonexistent/scontrol", {})
+        object.__setattr__(self, "now", (state, reason))
+        object.__setattr__(self, "updates", [])
+
+    def state(self) -> tuple[str, str]:
+        return self.now
+
+    def update(self, *fields: str) -> None:
+        self.updates.append(fields)
+
+
+DRAIN_ON = (Action.DRAIN, Action.SERVICE)
+
+
+def test_slurm_decisions() -> None:
+    lost = finding("GPU001", Severity.CRITICAL, Action.SERVICE)
+    remap = finding("GPU011", Severity.CRITICAL, Action.RESET)
+    idle = RecordingSlurm("IDLE")
+    text, code = slurm(Verdict("n1", (remap, lost)), idle, DRAIN_ON)
+    assert idle.updates == [("State=DRAIN", "Reason=gpudiag: GPU001 GPU 0: GPU001 title (service)")]
+    assert code == 2 and text.startswith("gpudiag: n1: drained: gpudiag: GPU001")
+    # a reset alone drains only when asked to
+    idle = RecordingSlurm("IDLE")
+    text, _ = slurm(Verdict("n1", (remap,)), idle, DRAIN_ON)
+    assert idle.updates == [] and text == "gpudiag: n1: nothing to drain for (IDLE)\n"
+    slurm(Verdict("n1", (remap,)), idle, (Action.RESET,))
+    assert idle.updates[0][0] == "State=DRAIN"
+    # a warning never drains, whatever it recommends
+    warning = finding("NVL001", Severity.WARNING, Action.SERVICE)
+    slurm(Verdict("n1", (warning,)), idle := RecordingSlurm("IDLE"), DRAIN_ON)
+    assert idle.updates == []
+    ours = "gpudiag: GPU001 GPU 0: GPU001 title (service)"
+    # resumed once healthy, unless the check that drained it cannot be read now
+    unread = finding("GPU001", Severity.UNKNOWN, Action.NONE)
+    slurm(Verdict("n1", (unread,)), drained := RecordingSlurm("IDLE+DRAIN", ours), DRAIN_ON)
+    assert drained.updates == []
+    slurm(Verdict("n1", (warning,)), drained, DRAIN_ON)
+    assert drained.updates == [("State=RESUME",)]
+    # no verdict: nothing changes; someone else's drain: left alone
+    slurm(Verdict("n1", error="check did not finish within 45 s"), drained, DRAIN_ON)
+    other = RecordingSlurm("MIXED+DRAIN", "bad fan")
+    text, _ = slurm(Verdict("n1", (lost,)), other, DRAIN_ON)
+    assert other.updates == [] and "drained by someone else (bad fan); left alone" in text
+    slurm(Verdict("n1", ()), other, DRAIN_ON)
+    assert other.updates == [] and drained.updates == [("State=RESUME",)]

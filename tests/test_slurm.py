@@ -111,6 +111,22 @@ def test_srun_and_sbatch_collect_one_snapshot_per_node(slurm, tmp_path: Path) ->
         shutil.rmtree(out, ignore_errors=True)
 
 
+def test_health_for_slurm_run_by_hand(slurm) -> None:
+    """What slurmd runs, run here: one line, the verdict's exit code, nothing changed
+    on a healthy replay; an unknown node is a one-line error."""
+    cluster, _ = slurm
+    options = ["--root", str(TREE), "--nvml-replay", str(HEALTHY)]
+    options += ["--rules", str(cluster.folder / "rules")]  # as the health check's settings
+    args = ["health", "--for", "slurm", "--slurm-conf", str(cluster.conf)]
+    result = run_cli(*options, *args, "--node", cluster.node)
+    assert result.stdout == f"gpudiag: {cluster.node}: nothing to drain for (IDLE)\n"
+    assert result.returncode == 3  # this fixture tree leaves 17 checks unknown
+    missing = run_cli(*options, *args, "--node", "nosuchnode")
+    assert missing.returncode == 3 and missing.stdout == ""
+    assert missing.stderr.startswith("gpudiag: scontrol show node nosuchnode: ")
+    assert missing.stderr.count("\n") == 1
+
+
 def _hold(cluster: slurm_cluster.Cluster, state: str, reason: str) -> None:
     """Two more health checks run (each rewrites its --prometheus file, a new inode) and
     the node stays as it was."""
