@@ -4,6 +4,7 @@
     gpudiag [...] --export FILE                                  headless snapshot ('-': stdout)
     gpudiag check SNAPSHOT [--rules DIR]                         findings of a saved snapshot
     gpudiag view SNAPSHOT                                        a saved snapshot in the TUI
+    gpudiag [...] health [--for nagios|npd|slurm|json]           the check for fleets (health.py)
 
 Exit codes: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad input, usage error, failure).
 """
@@ -125,7 +126,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_format_options(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    add_health_parser(commands)
     check = commands.add_parser("check", help="evaluate the rules on a saved snapshot")
     check.add_argument("snapshot", metavar="SNAPSHOT")
     check.add_argument(
@@ -218,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="the snapshot to write (TOML; JSON if it ends in .json; '-' stdout)",
     )
+    add_health_parser(commands)
     return parser
 
 

@@ -90,7 +90,8 @@ def add_health_parser(commands: Any) -> None:
         "--kernels",
         choices=("quick",),
         default=argparse.SUPPRESS,
-        help="also run the quick kernels (a few seconds more)",
+        help="also run the quick kernels (seconds on a GPU node, about a minute on a"
+        " small CPU-only machine: raise --timeout there)",
     )
     health.add_argument(
         "--drain-on",
