@@ -26,7 +26,6 @@ from gpudiag import __version__
 from gpudiag.formats import (
     FORMAT_NAMES,
     add_format_options,
-    output_problem,
     render,
     write_text,
 )
@@ -361,7 +360,7 @@ def _write_and_report(
         report = sys.stderr
     else:
         path = Path(target)
-        if problem := target_problem(path) or output_problem(path):
+        if problem := target_problem(path):
             raise UsageError(f"{option} {target}: {problem}")
         try:
             if fmt in ("toml", "json") and args.format is None:
@@ -387,7 +386,7 @@ def _rules_for(rules: Sequence[Rule] | None, args: argparse.Namespace) -> Sequen
 def _write_prometheus(snapshot: Snapshot, target: str) -> None:
     """--prometheus FILE: node_exporter's textfile collector format, written atomically."""
     path = Path(target)
-    if problem := output_problem(path):
+    if problem := target_problem(path):
         raise UsageError(f"--prometheus {target}: {problem}")
     try:
         write_text(path, render(snapshot, "prometheus"))

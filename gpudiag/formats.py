@@ -83,15 +83,6 @@ def write_text(path: Path, text: str) -> None:
     write_atomic(path, write)
 
 
-def output_problem(path: Path) -> str | None:
-    """Why `path` cannot be written (not a regular file, no such folder), or None."""
-    if path.exists() and not path.is_file():
-        return "is a directory" if path.is_dir() else "exists and is not a regular file"
-    if not path.parent.is_dir():
-        return f"directory {path.parent} does not exist"
-    return None
-
-
 # ------------------------------------------------------------------ Prometheus
 
 

@@ -150,10 +150,13 @@ def dumps(snapshot: Snapshot, as_json: bool = False) -> str:
 
 
 def target_problem(path: Path) -> str | None:
-    """Why a snapshot cannot be written to `path` (a directory, or a missing parent
+    """Why a snapshot cannot be written to `path` (a directory, a device or another
+    file that is not a regular one: the rename would replace it, or a missing parent
     directory), or None; the command line and the TUI's export both ask this first."""
     if path.is_dir():
         return "is a directory"
+    if path.exists() and not path.is_file():
+        return "exists and is not a regular file"
     if not path.parent.is_dir():
         return f"directory {path.parent} does not exist"
     return None

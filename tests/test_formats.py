@@ -4,8 +4,10 @@ Prometheus' promtool and a JUnit parser (junitparser)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import stat
 import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -177,3 +179,19 @@ def test_junit_parses_with_one_case_per_rule_and_subject(faulty: Path, tmp_path:
     assert ("gpudiag.GPU004", "GPU 7") in skipped  # the lost GPU's other checks
     assert cases[("gpudiag.GPU004", "GPU 0")].is_passed
     assert cases[("gpudiag.PCIE001", "GPU 3")].result[0].message == "GPU 3 PCIe link x8 of x16"
+
+
+def test_a_target_that_is_not_a_regular_file_is_refused(faulty: Path, tmp_path: Path) -> None:
+    """The rename of an atomic write would replace a device or a pipe (as root, even
+    /dev/null): refused, and left as it was. A FIFO stands in for the device."""
+    fifo = tmp_path / "metrics.prom"
+    os.mkfifo(fifo)
+    for args in (
+        ["check", str(faulty), "--prometheus", str(fifo)],
+        [*NODE, "--export", str(fifo), "--format", "json"],
+        [*NODE, "--export", str(fifo)],
+    ):
+        result = run_cli(*args)
+        assert result.returncode == 3, result.stderr
+        assert result.stderr.endswith(f" {fifo}: exists and is not a regular file\n")
+        assert stat.S_ISFIFO(fifo.stat().st_mode)
