@@ -31,7 +31,7 @@ from typing import IO
 
 from gpudiag.atomic import write_atomic
 from gpudiag.model import Action, Finding, Severity, Snapshot
-from gpudiag.ruleengine import ReadingIndex, Rule, instances, subject_of
+from gpudiag.ruleengine import SCOPES, ReadingIndex, Rule, instances, subject_of
 
 FORMAT_NAMES = {"toml": "TOML", "json": "JSON", "prometheus": "Prometheus", "junit": "JUnit"}
 FORMATS = tuple(FORMAT_NAMES)
@@ -304,7 +304,8 @@ def _testcases(
     for rule in rules:
         if rule.disabled or rule.status == "deprecated":
             continue
-        for values in instances(rule, readings, index):
+        for placeholders, _ in instances(rule, readings, index):
+            values = dict(zip(SCOPES[rule.applies_to], placeholders, strict=True))
             key = (rule.id, subject_of(rule.applies_to, values))
             if key in seen:
                 continue
