@@ -190,6 +190,11 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _plugin_text(text: str) -> str:
+    """One line without '|', which starts a Nagios plugin's performance data."""
+    return _one_line(text).replace("|", "/")
+
+
 def _headline(finding: Finding) -> str:
     return f"{finding.rule_id} {finding.subject}: {finding.title}"
 
@@ -211,9 +216,9 @@ def nagios(verdict: Verdict) -> tuple[str, int]:
         if ranked and ranked[0].action is not Action.NONE:
             summary += f"; action {ranked[0].action.value}: {_headline(ranked[0])}"
     perf = " ".join(f"{s.value}={n};;;0" for s, n in severity_counts(verdict.findings).items())
-    first = f"{status} - {_one_line(summary).replace('|', '/')} | {perf}"
+    first = f"{status} - {_plugin_text(summary)} | {perf}"
     details = [
-        f"{f.severity.value.upper():<8} {f.rule_id:<8} {f.subject}: {_one_line(f.message)}"
+        f"{f.severity.value.upper():<8} {f.rule_id:<8} {f.subject}: {_plugin_text(f.message)}"
         f" [action: {f.action.value}]"
         for f in verdict.findings
     ]
