@@ -58,10 +58,12 @@ def add_format_options(parser: argparse.ArgumentParser, default: object = None) 
 
 def is_not_applicable(finding: Finding) -> bool:
     """A finding for a check that does not apply to this node (its severity or status
-    says `not_applicable`). Such findings never count against a node."""
+    says `not_applicable` or `not-applicable`). Such findings never count against a node.
+    The one place that decides it: the model's way of saying so is being added apart from
+    this change, so both a severity and a status field are accepted."""
     status = getattr(finding, "status", "")
-    severity = getattr(finding.severity, "value", finding.severity)
-    return "not_applicable" in (str(getattr(status, "value", status)), str(severity))
+    words = (getattr(status, "value", status), getattr(finding.severity, "value", ""))
+    return any(str(word).replace("-", "_") == "not_applicable" for word in words)
 
 
 def applicable(findings: Iterable[Finding]) -> list[Finding]:
