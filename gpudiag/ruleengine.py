@@ -17,6 +17,7 @@ string that reaches for Python internals (`__`) is refused when the file is load
     fix = "..."
     example = "gpu.3.pcie.link_width = 8 with max_link_width = 16"
     references = ["https://..."]
+    action = "reset"              # optional: none | monitor | reset | reboot | drain | service
 
 The placeholders of `reading` are the scope's: `{gpu}` for gpu, `{gpu}` and `{link}` for
 nvlink, `{gpu}` and `{peer}` for gpu_pair, `{device}` (a PCI address) for pcie_device,
@@ -46,8 +47,15 @@ comparison is skipped where no profile applies or the profile leaves that field 
 matched. Messages may use {value} {unit} {reason} {key} {expected} and the scope's
 placeholders, substituted as plain text.
 
-Site rules: any rule file may also hold `[[override]]` tables, `id` plus `severity`
-and/or `disabled = true`, which apply to a rule loaded before them (by id).
+Actions: every finding recommends one action from a closed set (model.Action), weakest
+first: none, monitor, reset (the GPU), reboot, drain (the node), service (RMA). A rule
+says which with `action`; where it says nothing, a critical finding recommends drain, a
+warning monitor, an info finding none. Warnings never drain a node: a warning's drain or
+service (after an override lowered a rule's severity) becomes monitor. Unknown and info
+findings recommend none: they are no verdict on the hardware.
+
+Site rules: any rule file may also hold `[[override]]` tables, `id` plus `severity`,
+`action` and/or `disabled = true`, which apply to a rule loaded before them (by id).
 """
 
 from __future__ import annotations
@@ -64,7 +72,15 @@ from typing import Any
 
 from gpudiag import tomlcompat
 from gpudiag.hostfs import natural_key
-from gpudiag.model import Finding, ProbeResult, ProbeStatus, Reading, ReadingStatus, Severity
+from gpudiag.model import (
+    Action,
+    Finding,
+    ProbeResult,
+    ProbeStatus,
+    Reading,
+    ReadingStatus,
+    Severity,
+)
 
 SCOPES: dict[str, tuple[str, ...]] = {
     "node": (),
@@ -112,8 +128,16 @@ RULE_KEYS = {
     "example",
     "references",
     "if_present",
+    "action",
 }
-OVERRIDE_KEYS = {"id", "severity", "disabled"}
+OVERRIDE_KEYS = {"id", "severity", "disabled", "action"}
+DEFAULT_ACTIONS = {
+    Severity.CRITICAL: Action.DRAIN,
+    Severity.WARNING: Action.MONITOR,
+    Severity.INFO: Action.NONE,
+    Severity.UNKNOWN: Action.NONE,
+}
+_ACTION_NAMES = ", ".join(a.value for a in Action)
 REQUIRED_KEYS = ("id", "severity", "title", "applies_to", "reading", "expect", "why", "fix")
 _ID_PATTERN = re.compile(r"^[A-Z]{2,8}[0-9]{3}$")
 _KEY_TEMPLATE = re.compile(r"^[A-Za-z0-9_.:{}\-]+$")
@@ -149,6 +173,28 @@ class Rule:
     example: str = ""
     disabled: bool = False
     if_present: bool = False
+    action: Action | None = None  # None: the default for the severity (DEFAULT_ACTIONS)
+
+
+def action_for(severity: Severity, declared: Action | None) -> Action:
+    """The action a finding of this severity recommends, given the rule's declared one:
+    the default where the rule says nothing; none for unknown and info findings; at most
+    monitor for a warning (warnings never drain a node)."""
+    if severity in (Severity.UNKNOWN, Severity.INFO):
+        return Action.NONE
+    action = DEFAULT_ACTIONS[severity] if declared is None else declared
+    if severity is Severity.WARNING and action.rank >= Action.DRAIN.rank:
+        return Action.MONITOR
+    return action
+
+
+def _check_action(table: dict[str, Any], where: str) -> Action | None:
+    if "action" not in table:
+        return None
+    value = table["action"]
+    if value not in {a.value for a in Action}:
+        raise RuleError(f"{where}: action must be one of {_ACTION_NAMES}")
+    return Action(value)
 
 
 # ------------------------------------------------------------------ profiles
@@ -383,6 +429,9 @@ def _check_rule(table: Any, where: str) -> Rule:
     operator, operand = _check_expectation(table, where)
     if not isinstance(table.get("if_present", False), bool):
         raise RuleError(f"{where}: if_present must be true or false")
+    action = _check_action(table, where)
+    if action is not None and action.rank >= Action.DRAIN.rank and table["severity"] != "critical":
+        raise RuleError(f"{where}: only a critical rule may recommend {action.value}")
     references = table.get("references", [])
     if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
         raise RuleError(f"{where}: references must be a list of strings")
@@ -403,6 +452,7 @@ def _check_rule(table: Any, where: str) -> Rule:
         factor=float(table.get("factor", 1.0)),
         example=table.get("example", ""),
         if_present=table.get("if_present", False),
+        action=action,
     )
 
 
@@ -436,6 +486,7 @@ def parse_rule_file(text: str, origin: str) -> tuple[list[Rule], list[tuple[dict
             raise RuleError(f"{where}: severity must be critical, warning or info")
         if "disabled" in table and not isinstance(table["disabled"], bool):
             raise RuleError(f"{where}: disabled must be true or false")
+        _check_action(table, where)
         overrides.append((table, where))
     return rules, overrides
 
@@ -486,6 +537,7 @@ def load_rules(directories: Sequence[Path] = (), site: bool = False) -> list[Rul
                 rule,
                 severity=Severity(table.get("severity", rule.severity.value)),
                 disabled=bool(table.get("disabled", rule.disabled)),
+                action=Action(table["action"]) if "action" in table else rule.action,
             )
     return list(rules.values())
 
@@ -674,7 +726,15 @@ def _finding(
     rule: Rule, subject: str, severity: Severity, message: str, evidence: Iterable[Reading]
 ) -> Finding:
     return Finding(
-        rule.id, severity, subject, rule.title, message, tuple(evidence), rule.why, rule.fix
+        rule.id,
+        severity,
+        subject,
+        rule.title,
+        message,
+        tuple(evidence),
+        rule.why,
+        rule.fix,
+        action_for(severity, rule.action),
     )
 
 
