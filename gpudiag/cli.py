@@ -4,6 +4,7 @@
     gpudiag [...] --export FILE                                  headless snapshot ('-': stdout)
     gpudiag check SNAPSHOT [--rules DIR]                         findings of a saved snapshot
     gpudiag view SNAPSHOT                                        a saved snapshot in the TUI
+    gpudiag [...] health [--for nagios|npd|slurm|json]           the check for fleets (health.py)
 
 Exit codes: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad input, usage error, failure).
 """
@@ -22,12 +23,26 @@ from pathlib import Path
 from typing import NoReturn
 
 from gpudiag import __version__
+from gpudiag.formats import (
+    FORMAT_NAMES,
+    add_format_options,
+    render,
+    write_text,
+)
+from gpudiag.health import add_health_parser, run_health
 from gpudiag.hostfs import HostFS
 from gpudiag.kernels.plans import BURN_PRECISIONS, DTYPE_NAMES, KERNELS, PLANS, KernelPlan
 from gpudiag.model import ProbeStatus, Snapshot
 from gpudiag.nvml import ReplayError, open_nvml
 from gpudiag.probes import default_probes
-from gpudiag.ruleengine import Rule, RuleError, load_profiles, load_rules, parse_rule_file
+from gpudiag.ruleengine import (
+    Rule,
+    RuleError,
+    action_for,
+    load_profiles,
+    load_rules,
+    parse_rule_file,
+)
 from gpudiag.session import (
     EXIT_CRITICAL,
     EXIT_UNKNOWN,
@@ -37,7 +52,7 @@ from gpudiag.session import (
     format_summary,
     with_findings,
 )
-from gpudiag.snapshot import SnapshotError, dumps, is_json_path, load, save, target_problem
+from gpudiag.snapshot import SnapshotError, is_json_path, load, save, target_problem
 from gpudiag.views import result_name
 
 
@@ -108,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="X",
         help="multiply every probe's timeout by X (slow or loaded nodes)",
     )
+    add_format_options(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     check = commands.add_parser("check", help="evaluate the rules on a saved snapshot")
     check.add_argument("snapshot", metavar="SNAPSHOT")
@@ -125,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help="judge against this GPU-model profile",
     )
+    add_format_options(check, argparse.SUPPRESS)
     diff = commands.add_parser("diff", help="compare two snapshots: what differs, and why")
     diff.add_argument("snapshot_a", metavar="A")
     diff.add_argument("snapshot_b", metavar="B")
@@ -203,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="the snapshot to write (TOML; JSON if it ends in .json; '-' stdout)",
     )
+    add_health_parser(commands)
     return parser
 
 
@@ -237,7 +255,7 @@ def _export(node: LiveNode, args: argparse.Namespace) -> int:
         from gpudiag.redact import Redactor
 
         snapshot = Redactor().snapshot(snapshot)
-    return _write_and_report(snapshot, args.export, "--export")
+    return _write_and_report(snapshot, args.export, "--export", args, node.rules)
 
 
 def _run_kernels(args: argparse.Namespace) -> int:
@@ -325,13 +343,23 @@ def _import(args: argparse.Namespace) -> int:
     except ImportError_ as exc:
         raise UsageError(str(exc)) from None
     snapshot = with_findings(snapshot, load_rules(args.rules, site=True), args.profile)
-    return _write_and_report(snapshot, args.output, "-o")
+    return _write_and_report(snapshot, args.output, "-o", args)
 
 
-def _write_and_report(snapshot: Snapshot, target: str, option: str) -> int:
-    """Write the snapshot (or print it for '-'), then the summary; exit code by findings."""
+def _write_and_report(
+    snapshot: Snapshot,
+    target: str,
+    option: str,
+    args: argparse.Namespace,
+    rules: Sequence[Rule] | None = None,
+) -> int:
+    """Write the snapshot (or print it for '-') in --format, and the --prometheus file;
+    then the summary; exit code by findings."""
+    fmt = args.format or ("json" if is_json_path(target) else "toml")
+    if args.prometheus:
+        _write_prometheus(snapshot, args.prometheus)
     if target == "-":
-        sys.stdout.write(dumps(snapshot))
+        sys.stdout.write(render(snapshot, fmt, _rules_for(rules, args)))
         sys.stdout.flush()
         report = sys.stderr
     else:
@@ -339,19 +367,45 @@ def _write_and_report(snapshot: Snapshot, target: str, option: str) -> int:
         if problem := target_problem(path):
             raise UsageError(f"{option} {target}: {problem}")
         try:
-            save(snapshot, path)
+            if fmt in ("toml", "json") and args.format is None:
+                save(snapshot, path)
+            else:
+                write_text(path, render(snapshot, fmt, _rules_for(rules, args)))
         except OSError as exc:
             raise UsageError(f"{option} {target}: cannot write: {exc.strerror or exc}") from None
         report = sys.stdout
     print(format_summary(snapshot), file=report)
     if target != "-":
-        kind = "JSON" if is_json_path(target) else "TOML"
-        print(f"wrote {target} ({kind})", file=report)
+        print(f"wrote {target} ({FORMAT_NAMES[fmt]})", file=report)
     return exit_code(snapshot.findings)
 
 
+def _rules_for(rules: Sequence[Rule] | None, args: argparse.Namespace) -> Sequence[Rule]:
+    """The rules the JUnit report lists as test cases."""
+    if args.format != "junit":
+        return ()
+    return rules if rules is not None else load_rules(args.rules, site=True)
+
+
+def _write_prometheus(snapshot: Snapshot, target: str) -> None:
+    """--prometheus FILE: node_exporter's textfile collector format, written atomically."""
+    path = Path(target)
+    if problem := target_problem(path):
+        raise UsageError(f"--prometheus {target}: {problem}")
+    try:
+        write_text(path, render(snapshot, "prometheus"))
+    except OSError as exc:
+        raise UsageError(f"--prometheus {target}: cannot write: {exc.strerror or exc}") from None
+
+
 def _check(args: argparse.Namespace) -> int:
-    snapshot = with_findings(load(args.snapshot), load_rules(args.rules, site=True), args.profile)
+    rules = load_rules(args.rules, site=True)
+    snapshot = with_findings(load(args.snapshot), rules, args.profile)
+    if args.prometheus:
+        _write_prometheus(snapshot, args.prometheus)
+    if args.format is not None:
+        sys.stdout.write(render(snapshot, args.format, rules))
+        return exit_code(snapshot.findings)
     print(format_summary(snapshot).splitlines()[0])
     for finding in snapshot.findings:
         print(format_finding(finding))
@@ -403,6 +457,8 @@ def explain_rule(rule: Rule) -> str:
         f"What it checks: {rule.reading}, on {SCOPE_WORDS[rule.applies_to]}: {expectation}.",
         f"Why it matters: {rule.why}",
         f"How to fix: {rule.fix}",
+        f"Recommended action: {action_for(rule.severity, rule.action).value}"
+        + ("" if rule.action is not None else " (the default for its severity)"),
     ]
     if rule.example:
         lines.append(f"Example that fires: {rule.example}")
@@ -461,6 +517,10 @@ def run(argv: Sequence[str]) -> int:
         return _diff(args)
     if args.command == "run":
         return _run_kernels(args)
+    if args.command == "health":
+        return run_health(args, argv)
+    if (args.format or args.prometheus) and not args.export:
+        raise UsageError("--format and --prometheus go with --export or check")
     if args.kernels and not args.export:
         raise UsageError("--kernels goes with --export (the TUI runs kernels on request: k)")
     if args.kernels and (args.root != "/" or args.nvml_replay):

@@ -51,6 +51,27 @@ class Severity(str, Enum):
         return {"critical": 3, "warning": 2, "unknown": 1, "info": 0}[self.value]
 
 
+class Action(str, Enum):
+    """What to do about a finding, weakest first (a closed set, as NVIDIA's health
+    validation recommends one): nothing, keep an eye on it, reset the GPU, reboot the
+    node, take the node out of service (drain), send the part back (service, RMA)."""
+
+    NONE = "none"
+    MONITOR = "monitor"
+    RESET = "reset"
+    REBOOT = "reboot"
+    DRAIN = "drain"
+    SERVICE = "service"
+
+    @property
+    def rank(self) -> int:
+        """Higher is stronger: none 0 ... service 5."""
+        return _ACTION_ORDER.index(self.value)
+
+
+_ACTION_ORDER = ("none", "monitor", "reset", "reboot", "drain", "service")
+
+
 def check_value(value: object) -> Value:
     """Return `value` if it is a storable reading value, else raise ValueError.
 
@@ -135,7 +156,8 @@ class Finding:
     """A rule's verdict on one subject (the node, a GPU, a link).
 
     `evidence` holds the readings the verdict rests on, as they were when the rule ran;
-    a reading no probe produced appears with status missing.
+    a reading no probe produced appears with status missing. `action` is what the rule
+    recommends doing about it (none for info and unknown findings).
     """
 
     rule_id: str
@@ -146,6 +168,7 @@ class Finding:
     evidence: tuple[Reading, ...] = ()
     why: str = ""
     fix: str = ""
+    action: Action = Action.NONE
 
 
 @dataclass(frozen=True)

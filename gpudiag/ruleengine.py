@@ -17,6 +17,7 @@ string that reaches for Python internals (`__`) is refused when the file is load
     fix = "..."
     example = "gpu.3.pcie.link_width = 8 with max_link_width = 16"
     references = ["https://..."]
+    action = "reset"              # optional: none | monitor | reset | reboot | drain | service
 
 The placeholders of `reading` are the scope's: `{gpu}` for gpu, `{gpu}` and `{link}` for
 nvlink, `{gpu}` and `{peer}` for gpu_pair, `{device}` (a PCI address) for pcie_device,
@@ -46,12 +47,20 @@ comparison is skipped where no profile applies or the profile leaves that field 
 matched. Messages may use {value} {unit} {reason} {key} {expected} and the scope's
 placeholders, substituted as plain text.
 
-Site rules: any rule file may also hold `[[override]]` tables, `id` plus `severity`
-and/or `disabled = true`, which apply to a rule loaded before them (by id).
+Actions: every finding recommends one action from a closed set (model.Action), weakest
+first: none, monitor, reset (the GPU), reboot, drain (the node), service (RMA). A rule
+says which with `action`; where it says nothing, a critical finding recommends drain, a
+warning monitor, an info finding none. Warnings never drain a node: a warning's drain or
+service (after an override lowered a rule's severity) becomes monitor. Unknown and info
+findings recommend none: they are no verdict on the hardware.
+
+Site rules: any rule file may also hold `[[override]]` tables, `id` plus `severity`,
+`action` and/or `disabled = true`, which apply to a rule loaded before them (by id).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections import Counter
@@ -63,7 +72,15 @@ from typing import Any
 
 from gpudiag import tomlcompat
 from gpudiag.hostfs import natural_key
-from gpudiag.model import Finding, ProbeResult, ProbeStatus, Reading, ReadingStatus, Severity
+from gpudiag.model import (
+    Action,
+    Finding,
+    ProbeResult,
+    ProbeStatus,
+    Reading,
+    ReadingStatus,
+    Severity,
+)
 
 SCOPES: dict[str, tuple[str, ...]] = {
     "node": (),
@@ -111,8 +128,16 @@ RULE_KEYS = {
     "example",
     "references",
     "if_present",
+    "action",
 }
-OVERRIDE_KEYS = {"id", "severity", "disabled"}
+OVERRIDE_KEYS = {"id", "severity", "disabled", "action"}
+DEFAULT_ACTIONS = {
+    Severity.CRITICAL: Action.DRAIN,
+    Severity.WARNING: Action.MONITOR,
+    Severity.INFO: Action.NONE,
+    Severity.UNKNOWN: Action.NONE,
+}
+_ACTION_NAMES = ", ".join(a.value for a in Action)
 REQUIRED_KEYS = ("id", "severity", "title", "applies_to", "reading", "expect", "why", "fix")
 _ID_PATTERN = re.compile(r"^[A-Z]{2,8}[0-9]{3}$")
 _KEY_TEMPLATE = re.compile(r"^[A-Za-z0-9_.:{}\-]+$")
@@ -148,6 +173,28 @@ class Rule:
     example: str = ""
     disabled: bool = False
     if_present: bool = False
+    action: Action | None = None  # None: the default for the severity (DEFAULT_ACTIONS)
+
+
+def action_for(severity: Severity, declared: Action | None) -> Action:
+    """The action a finding of this severity recommends, given the rule's declared one:
+    the default where the rule says nothing; none for unknown and info findings; at most
+    monitor for a warning (warnings never drain a node)."""
+    if severity in (Severity.UNKNOWN, Severity.INFO):
+        return Action.NONE
+    action = DEFAULT_ACTIONS[severity] if declared is None else declared
+    if severity is Severity.WARNING and action.rank >= Action.DRAIN.rank:
+        return Action.MONITOR
+    return action
+
+
+def _check_action(table: dict[str, Any], where: str) -> Action | None:
+    if "action" not in table:
+        return None
+    value = table["action"]
+    if value not in {a.value for a in Action}:
+        raise RuleError(f"{where}: action must be one of {_ACTION_NAMES}")
+    return Action(value)
 
 
 # ------------------------------------------------------------------ profiles
@@ -228,7 +275,13 @@ def parse_profiles(text: str, origin: str) -> dict[str, Profile]:
 
 
 def load_profiles() -> dict[str, Profile]:
-    """The shipped GPU-model profiles (rules/profiles.toml)."""
+    """The shipped GPU-model profiles (rules/profiles.toml), parsed once per process (every
+    judgment needs them: the TUI judges again on each refresh)."""
+    return dict(_shipped_profiles())
+
+
+@functools.cache
+def _shipped_profiles() -> dict[str, Profile]:
     text = (resources.files("gpudiag.rules") / "profiles.toml").read_text(encoding="utf-8")
     return parse_profiles(text, "rules/profiles.toml")
 
@@ -376,6 +429,9 @@ def _check_rule(table: Any, where: str) -> Rule:
     operator, operand = _check_expectation(table, where)
     if not isinstance(table.get("if_present", False), bool):
         raise RuleError(f"{where}: if_present must be true or false")
+    action = _check_action(table, where)
+    if action is not None and action.rank >= Action.DRAIN.rank and table["severity"] != "critical":
+        raise RuleError(f"{where}: only a critical rule may recommend {action.value}")
     references = table.get("references", [])
     if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
         raise RuleError(f"{where}: references must be a list of strings")
@@ -396,6 +452,7 @@ def _check_rule(table: Any, where: str) -> Rule:
         factor=float(table.get("factor", 1.0)),
         example=table.get("example", ""),
         if_present=table.get("if_present", False),
+        action=action,
     )
 
 
@@ -429,6 +486,7 @@ def parse_rule_file(text: str, origin: str) -> tuple[list[Rule], list[tuple[dict
             raise RuleError(f"{where}: severity must be critical, warning or info")
         if "disabled" in table and not isinstance(table["disabled"], bool):
             raise RuleError(f"{where}: disabled must be true or false")
+        _check_action(table, where)
         overrides.append((table, where))
     return rules, overrides
 
@@ -479,6 +537,7 @@ def load_rules(directories: Sequence[Path] = (), site: bool = False) -> list[Rul
                 rule,
                 severity=Severity(table.get("severity", rule.severity.value)),
                 disabled=bool(table.get("disabled", rule.disabled)),
+                action=Action(table["action"]) if "action" in table else rule.action,
             )
     return list(rules.values())
 
@@ -541,6 +600,9 @@ def gpu_indices(readings: dict[str, Reading]) -> list[int]:
     return sorted({int(m.group(1)) for key in readings if (m := _GPU_KEY.match(key))})
 
 
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
 def _fill(template: str, values: dict[str, str]) -> str:
     for name, value in values.items():
         template = template.replace(f"{{{name}}}", value)
@@ -556,18 +618,27 @@ class ReadingIndex:
 
     @classmethod
     def of(cls, readings: dict[str, Reading]) -> ReadingIndex:
-        # one regular-expression pass per scope over all keys at once (C speed)
-        text = "\n".join(readings)
+        # the keys by their first four characters, then one regular-expression pass per
+        # scope over the keys that can hold it, all at once (C speed)
+        groups: dict[str, list[str]] = {prefix: [] for prefix in _INDEX_PREFIX.values()}
+        for key in readings:
+            group = groups.get(key[:4])
+            if group is not None:
+                group.append(key)
+        texts = {prefix: "\n".join(keys) for prefix, keys in groups.items()}
 
-        def ordered(values: Iterable[tuple[str, ...]]) -> list[tuple[str, ...]]:
-            return sorted(set(values), key=lambda v: [int(x) if x.isdigit() else x for x in v])
+        def ordered(matches: list[Any]) -> list[tuple[str, ...]]:
+            distinct = {m if isinstance(m, tuple) else (m,) for m in set(matches)}  # few
+            return sorted(distinct, key=lambda v: [int(x) if x.isdigit() else x for x in v])
 
         by_scope = {
-            scope: ordered(
-                tuple(m) if isinstance(m, tuple) else (m,) for m in pattern.findall(text)
-            )
+            scope: ordered(pattern.findall(texts[_INDEX_PREFIX[scope]]))
             for scope, pattern in _INDEX_PATTERNS.items()
         }
+        # GPUs and their NVLinks in one pass over the GPU keys, the longest list
+        gpus_and_links = set(_GPU_OR_LINK.findall(texts["gpu."]))
+        by_scope["gpu"] = ordered([gpu for gpu, _ in gpus_and_links])
+        by_scope["nvlink"] = ordered([pair for pair in gpus_and_links if pair[1]])
         lost = frozenset(
             gpu
             for (gpu,) in by_scope["gpu"]
@@ -576,9 +647,14 @@ class ReadingIndex:
         return cls(by_scope, lost)
 
 
+_INDEX_PREFIX = {  # each pattern below can match only keys that start so
+    "gpu": "gpu.",
+    "gpu_pair": "topo",
+    "pcie_device": "pcie",
+    "numa_node": "numa",
+}
+_GPU_OR_LINK = re.compile(r"^gpu\.(\d+)\.(?:nvlink\.(\d+)\.)?", re.MULTILINE)
 _INDEX_PATTERNS = {
-    "gpu": re.compile(r"^gpu\.(\d+)\.", re.MULTILINE),
-    "nvlink": re.compile(r"^gpu\.(\d+)\.nvlink\.(\d+)\.", re.MULTILINE),
     "gpu_pair": re.compile(r"^topo\.gpu\.(\d+)\.(\d+)(?:\.|$)", re.MULTILINE),
     "pcie_device": re.compile(
         r"^pcie\.([0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])\.", re.MULTILINE
@@ -589,22 +665,39 @@ _INDEX_PATTERNS = {
 
 def instances(
     rule: Rule, readings: dict[str, Reading], index: ReadingIndex | None = None
-) -> list[dict[str, str]]:
-    """Every assignment of the rule's placeholders that the readings hold: every GPU for
-    a gpu rule (whether or not it has this reading), else the instances whose reading
-    exists."""
+) -> list[tuple[tuple[str, ...], str]]:
+    """Every assignment of the rule's placeholders (values in the order of its scope's
+    names) that the readings hold, with the key it reads: every GPU for a gpu rule
+    (whether or not it has this reading), else the instances whose reading exists."""
     names = SCOPES[rule.applies_to]
     if rule.operator == "all_equal":
-        return [{}]
+        return [((), rule.reading)]
     if not names:
-        return [{}] if not rule.if_present or rule.reading in readings else []
+        return [((), rule.reading)] if not rule.if_present or rule.reading in readings else []
     index = index or ReadingIndex.of(readings)
-    candidates = [
-        dict(zip(names, values, strict=True)) for values in index.by_scope[rule.applies_to]
-    ]
-    if rule.applies_to == "gpu" and not rule.if_present:
-        return candidates
-    return [values for values in candidates if _fill(rule.reading, values) in readings]
+    key_of = _key_format(rule.reading, names).format  # positional fields of our own only
+    keys = [(values, key_of(*values)) for values in index.by_scope[rule.applies_to]]
+    if not (rule.applies_to == "gpu" and not rule.if_present):
+        keys = [(values, key) for values, key in keys if key in readings]
+    return keys
+
+
+@functools.lru_cache(maxsize=1024)
+def _key_format(template: str, names: tuple[str, ...]) -> str:
+    """A rule's key template as a format string with positional fields only, the literal
+    text escaped: 'gpu.{gpu}.nvlink.{link}.state' -> 'gpu.{0}.nvlink.{1}.state'. Built by
+    gpudiag from the scope's names, so nothing in a rule file is looked up as an attribute;
+    a placeholder that is not the scope's stays as written."""
+    parts = _PLACEHOLDER.split(template)
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2 == 0:
+            out.append(part.replace("{", "{{").replace("}", "}}"))
+        elif part in names:
+            out.append(f"{{{names.index(part)}}}")
+        else:
+            out.append(f"{{{{{part}}}}}")
+    return "".join(out)
 
 
 def subject_of(scope: str, values: dict[str, str]) -> str:
@@ -633,7 +726,15 @@ def _finding(
     rule: Rule, subject: str, severity: Severity, message: str, evidence: Iterable[Reading]
 ) -> Finding:
     return Finding(
-        rule.id, severity, subject, rule.title, message, tuple(evidence), rule.why, rule.fix
+        rule.id,
+        severity,
+        subject,
+        rule.title,
+        message,
+        tuple(evidence),
+        rule.why,
+        rule.fix,
+        action_for(severity, rule.action),
     )
 
 
@@ -788,14 +889,15 @@ def evaluate(
         if finding is not None:
             findings.append(finding)
     ok = ReadingStatus.OK
-    for rule, values, key, check in plan.checks:
-        if lost and values.get("gpu") in lost and not rule.reading.endswith(".health"):
+    for rule, values, key, check, gpu in plan.checks:
+        if lost and gpu in lost and not rule.reading.endswith(".health"):
             continue  # a lost GPU answers nothing: GPU001 says so, once
         if check is not None:
             reading = readings.get(key)
             if reading is not None and reading.status is ok and check(reading.value):
                 continue  # the common case: read, and fine
-        finding = _evaluate_instance(rule, values, context, key)
+        assignment = dict(zip(SCOPES[rule.applies_to], values, strict=True))
+        finding = _evaluate_instance(rule, assignment, context, key)
         if finding is not None:
             findings.append(finding)
     findings.sort(key=lambda f: (-f.severity.rank, f.rule_id, natural_key(f.subject)))
@@ -835,7 +937,8 @@ class _Plan:
     """Which rule checks which key, for one set of rules and one shape of readings."""
 
     gpus: tuple[str, ...]
-    checks: tuple[tuple[Rule, dict[str, str], str, Callable[[Any], bool] | None], ...]
+    # (rule, its placeholders' values, the key it reads, its quick check, the GPU or None)
+    checks: tuple[tuple[Rule, tuple[str, ...], str, Callable[[Any], bool] | None, str | None], ...]
     all_equal: tuple[Rule, ...]
 
 
@@ -858,8 +961,12 @@ def _plan(rules: Sequence[Rule], readings: dict[str, Reading]) -> _Plan:
         if rule.operator == "all_equal":
             all_equal.append(rule)
             continue
-        for values in instances(rule, readings, index):
-            checks.append((rule, values, _fill(rule.reading, values), fast_check(rule)))
+        check = fast_check(rule)
+        on_gpu = SCOPES[rule.applies_to][:1] == ("gpu",)
+        checks.extend(
+            (rule, values, key, check, values[0] if on_gpu else None)
+            for values, key in instances(rule, readings, index)
+        )
     plan = _Plan(tuple(g for (g,) in index.by_scope["gpu"]), tuple(checks), tuple(all_equal))
     if len(_PLANS) >= 16:
         _PLANS.clear()

@@ -5,7 +5,8 @@ Layout (schema version 1), the same in both formats::
     schema_version, gpudiag_version, host, created, command_line
     [[probes]]    name, title, status, duration_s, error, [[probes.readings]]
     [[kernels]]   kernel, device, metric, unit, status, samples, stats, params, error
-    [[findings]]  rule_id, severity, subject, title, message, why, fix, [[findings.evidence]]
+    [[findings]]  rule_id, severity, subject, title, message, why, fix, action,
+                  [[findings.evidence]]
     [end]         probes, readings, kernels, findings  (counts; written last)
 
 A reading is `key, value, unit, source, status, reason`; `value` is left out when the
@@ -30,6 +31,7 @@ from gpudiag import tomlcompat
 from gpudiag.atomic import write_atomic
 from gpudiag.model import (
     SCHEMA_VERSION,
+    Action,
     Finding,
     KernelResult,
     ProbeResult,
@@ -107,6 +109,7 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
                 why=f.why,
                 fix=f.fix,
             ),
+            "action": f.action.value,
             "evidence": [_reading_to_dict(r) for r in f.evidence],
         }
         for f in snapshot.findings
@@ -147,10 +150,13 @@ def dumps(snapshot: Snapshot, as_json: bool = False) -> str:
 
 
 def target_problem(path: Path) -> str | None:
-    """Why a snapshot cannot be written to `path` (a directory, or a missing parent
+    """Why a snapshot cannot be written to `path` (a directory, a device or another
+    file that is not a regular one: the rename would replace it, or a missing parent
     directory), or None; the command line and the TUI's export both ask this first."""
     if path.is_dir():
         return "is a directory"
+    if path.exists() and not path.is_file():
+        return "exists and is not a regular file"
     if not path.parent.is_dir():
         return f"directory {path.parent} does not exist"
     return None
@@ -315,6 +321,7 @@ def _finding_from(data: object, where: str) -> Finding:
         message=f.take("message", str, ""),
         why=f.take("why", str, ""),
         fix=f.take("fix", str, ""),
+        action=f.enum("action", Action) if "action" in f.data else Action.NONE,
         evidence=tuple(_reading_from(d, w) for d, w in f.table_list("evidence")),
     )
     f.done()

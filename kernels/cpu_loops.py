@@ -1,8 +1,8 @@
 """The CPU STREAM loops compiled with Numba: one fused pass per operation, as a C loop
 would run it, and the GIL released so that gpudiag's own pinned threads run them side by
 side. NumPy cannot fuse `a = b + s * c` into one pass: its blocked form moves the same
-bytes in two passes per block and reached about 62% of a C OpenMP triad on the
-development VM (benchmarks/cpu_triad.py), against the issue's target of 90%.
+bytes in two passes per block, well short of a C OpenMP triad (benchmarks/cpu_triad.py
+measures both beside C in one run; the README gives the latest figures).
 
 `LOOPS` is None where Numba cannot be imported (a platform without its wheels); the
 stream runner then falls back to NumPy in blocks and records which engine ran.

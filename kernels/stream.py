@@ -1,5 +1,7 @@
 """STREAM (copy, scale, add, triad, dot), after BabelStream: the same runner for the CPU
-(NumPy) and the GPU (CuPy), with BabelStream's verification and STREAM's byte counts.
+(NumPy) and the GPU (CuPy), with STREAM's byte counts and BabelStream's verification made
+stricter: every element is checked, and each tolerance follows from the arithmetic (the element
+type's rounding, how many rounds ran, and how each engine forms the dot product's sum).
 
 The CPU path runs for real in the tests: one fused loop per operation compiled with Numba
 (kernels/cpu_loops.py; NumPy in cache-sized blocks where Numba is absent), on several
@@ -33,6 +35,10 @@ OPERATIONS = ("copy", "scale", "add", "triad", "dot")
 # Bytes moved per element, as STREAM counts them (reads plus writes of whole arrays).
 ARRAYS_TOUCHED = {"copy": 2, "scale": 2, "add": 3, "triad": 3, "dot": 2}
 BLOCK_BYTES = 256 * 1024  # a block of each array stays in L2 across the fused steps
+# Verify and refill the arrays every 25 rounds: the values shrink by 0.96 a round and would
+# reach subnormals (then zero, which any kernel can "compute") in a long --seconds run, and
+# the element bound (array_bound) grows with the rounds since the last refill.
+RESET_ROUNDS = 25
 
 
 class VerificationError(Exception):
@@ -62,26 +68,58 @@ def gold_values(iterations: int, dtype: Any) -> tuple[float, float, float, float
     return float(a), float(b), float(c), float(a * b)
 
 
-def verify(arrays: StreamArrays, iterations: int, n: int) -> None:
-    """BabelStream's check: the mean relative error of each array within 100 x epsilon,
-    and the dot product within 1e-8 relative (1e-4 in FP32)."""
+def summation_bound(chain: int, unit_roundoff: float) -> float:
+    """Higham's bound gamma_d = d*u / (1 - d*u) on the relative error of a sum of
+    non-negative terms in which no term passes through more than `chain` roundings
+    (Accuracy and Stability of Numerical Algorithms, 2nd ed., section 4.2). A recursive sum
+    of n terms has chain n - 1; a pairwise one about log2(n): the shape of the sum, not its
+    length, sets the bound."""
+    product = chain * unit_roundoff
+    return math.inf if product >= 1 else product / (1 - product)
+
+
+def unit_roundoff(dtype: Any) -> float:
+    """u = epsilon / 2: the largest relative error of one rounding to nearest."""
+    return float(np.finfo(dtype).eps) / 2
+
+
+def array_bound(rounds: int, dtype: Any) -> float:
+    """The largest relative difference, element by element, between an array after
+    `rounds` rounds and the scalar replay of the same recurrence in the same type.
+
+    Every value stays positive and every coefficient is at most 1 in size (a shrinks by 0.96
+    a round), so a relative error is never amplified: one round adds at most four roundings
+    to a's chain (s*c for b, a+b for c, s*c and the sum for a), 4u. The replay and the
+    device each carry at most 4u per round, and they may differ in both directions (a GPU
+    contracts b + s*c into one FMA, the replay does not): 8u = 4 eps per round. With
+    RESET_ROUNDS = 25 this is at most 100 eps, BabelStream's tolerance, but checked on
+    every element instead of on the mean, so one wrong element cannot hide among millions.
+    """
+    return max(rounds, 1) * 8 * unit_roundoff(dtype)
+
+
+def verify(arrays: StreamArrays, rounds: int, dot_bound: float) -> None:
+    """Every element of a, b and c within `array_bound` of the replay, and the dot product
+    within `dot_bound` (relative; the engine's own, from how it forms the sum) of n times the
+    replayed product."""
     dtype = arrays.a.dtype
-    gold = gold_values(iterations, dtype)
-    epsilon = float(np.finfo(dtype).eps) * 100
+    gold = gold_values(rounds, dtype)
+    bound = array_bound(rounds, dtype)
     for name, array, expected in zip("abc", (arrays.a, arrays.b, arrays.c), gold[:3], strict=True):
-        error = (
-            float(np.mean(np.abs(array - expected))) / abs(expected)
-            if expected
-            else float(np.mean(np.abs(array)))
-        )
-        if not math.isfinite(error) or error > epsilon:
+        worst = float(np.max(np.abs(array - expected)))
+        error = worst / abs(expected) if expected else worst
+        if not math.isfinite(error) or error > bound:
             raise VerificationError(
-                f"array {name}: mean relative error {error:.3g} exceeds {epsilon:.3g}"
+                f"array {name}: largest relative error {error:.3g} exceeds {bound:.3g}"
             )
+    n = int(arrays.a.shape[0])
     expected_dot = gold[3] * n
-    # BabelStream's tolerance for FP64; FP32 sums of millions of terms need a wider one
-    if not math.isclose(arrays.dot, expected_dot, rel_tol=1e-4 if dtype == np.float32 else 1e-8):
-        raise VerificationError(f"dot product {arrays.dot!r}, expected {expected_dot!r}")
+    error = abs(arrays.dot - expected_dot) / abs(expected_dot) if expected_dot else abs(arrays.dot)
+    if not math.isfinite(error) or error > dot_bound:
+        raise VerificationError(
+            f"dot product {arrays.dot!r}, expected {expected_dot!r} "
+            f"(relative error {error:.3g} exceeds {dot_bound:.3g})"
+        )
 
 
 # ------------------------------------------------------------------ CPU (NumPy)
@@ -133,6 +171,11 @@ class CpuOperations:
     def allocate(self) -> StreamArrays:
         """Arrays first touched by the threads that will use them (NUMA placement)."""
         arrays = StreamArrays(*(np.empty(self.n, dtype=self.dtype) for _ in range(3)))
+        self.reset(arrays)
+        return arrays
+
+    def reset(self, arrays: StreamArrays) -> None:
+        """The starting values, each part written by the thread that uses it."""
 
         def touch(start: int, stop: int) -> None:
             arrays.a[start:stop] = START_A
@@ -140,7 +183,24 @@ class CpuOperations:
             arrays.c[start:stop] = START_C
 
         self._each(touch)
-        return arrays
+
+    def dot_bound(self) -> float:
+        """The dot product's relative error bound for how this engine forms the sum.
+
+        Each product is rounded once in the element type (u). Numba: each thread adds its
+        part one term after another in float64 (chain: the part's length), then the
+        threads' sums are added in float64 (chain: the thread count). NumPy: each thread
+        multiplies a cache-sized block into a buffer and sums it with NumPy's pairwise sum
+        in the element type (numpy's pairwise_sum: eight running sums over blocks of at most
+        128 terms, at most 15 + 3 + 7 = 25 roundings, then halving: one more per level),
+        then adds the block sums in float64 (chain: blocks per thread plus threads)."""
+        part = -(-self.n // self.threads)
+        u, u64 = unit_roundoff(self.dtype), unit_roundoff(np.float64)
+        if self.loops is not None:
+            return u + summation_bound(part + self.threads, u64)
+        levels = max(0, math.ceil(math.log2(self.block / 128)))
+        blocks = -(-part // self.block)
+        return u + summation_bound(25 + levels, u) + summation_bound(blocks + self.threads, u64)
 
     def _blocks(self, start: int, stop: int) -> range:
         return range(start, stop, self.block)
@@ -182,7 +242,15 @@ class CpuOperations:
                 np.add(a[i:j], b[i:j], out=a[i:j])  # while it is still in cache
 
         def dot(start: int, stop: int) -> float:
-            return float(np.dot(a[start:stop], b[start:stop]))
+            # Not np.dot: BLAS sums in the element type in an order of its own, and one
+            # thread's FP32 sum of a million terms missed any fixed bound (see dot_bound).
+            products = np.empty(min(step, stop - start), dtype=self.dtype)
+            total = 0.0
+            for i in self._blocks(start, stop):
+                j = min(i + step, stop)
+                np.multiply(a[i:j], b[i:j], out=products[: j - i])
+                total += float(np.add.reduce(products[: j - i]))
+            return total
 
         work = {"copy": copy, "scale": scale, "add": add, "triad": triad, "dot": dot}[operation]
         results = self._each(work)
@@ -247,6 +315,31 @@ class CudaOperations:
         ]
         self.buffers += pointers
         return StreamArrays(*pointers)
+
+    def reset(self, arrays: StreamArrays) -> None:
+        """The starting values again (copied from the host, synchronised)."""
+        from gpudiag.kernels.device import pinned
+
+        cuda = self.cuda
+        cuda.setDevice(self.device)
+        for pointer, value in zip((arrays.a, arrays.b, arrays.c), (START_A, START_B, START_C),
+                                  strict=True):  # fmt: skip
+            host = np.full(self.n, value, dtype=self.dtype)
+            with pinned(cuda, host):
+                kind = cuda.memcpyHostToDevice
+                cuda.memcpyAsync(pointer, host.ctypes.data, host.nbytes, kind, self.stream.ptr)
+                cuda.streamSynchronize(self.stream.ptr)
+
+    def dot_bound(self) -> float:
+        """stream.cu's dot: each thread adds its grid-stride terms in the element type
+        (each vector's products fused into FMAs, so at most one rounding per term), a tree
+        over the block's threads (log2 of them), then the host adds the blocks' partial
+        sums in float64 (bounded here, generously, by one rounding of the element type per
+        partial)."""
+        u = unit_roundoff(self.dtype)
+        per_thread = -(-self.n // (self.blocks * self.THREADS))
+        tree = math.ceil(math.log2(self.THREADS))
+        return u + summation_bound(per_thread + tree + self.blocks, u)
 
     def _launch(self, operation: str, arrays: StreamArrays) -> None:
         n, scalar = np.uint64(self.n), self.dtype.type(SCALAR)
@@ -320,7 +413,8 @@ def run_stream(
     seconds: float | None = None,
 ) -> list[KernelResult]:
     """Warm up, run `trials` rounds of the five operations (more, until `seconds` have
-    passed, where given), verify the arrays, and return one result per operation in GB/s
+    passed, where given), verify the arrays every RESET_ROUNDS rounds (then refill them)
+    and at the end, and return one result per operation in GB/s
     (10^9 bytes per second). A failed verification is an error result for every
     operation: a fast wrong answer is no answer."""
     arrays = ops.allocate()
@@ -337,21 +431,28 @@ def run_stream(
             for op in OPERATIONS
         ]
 
+    dot_bound = ops.dot_bound()
     started = time.monotonic()
-    round_index = 0
-    while round_index < rounds or (seconds is not None and time.monotonic() - started < seconds):
-        if cancel is not None and cancel.is_set():
-            return ended(ProbeStatus.CANCELLED, "cancelled")
-        for op in OPERATIONS:
-            elapsed = ops.time(op, arrays)
-            if round_index >= warmup and elapsed > 0:
-                samples[op].append(ARRAYS_TOUCHED[op] * itemsize * ops.n / elapsed / 1e9)
-        round_index += 1
-        if progress is not None:
-            progress(progress_fraction(round_index, rounds, started, seconds))
-    rounds = round_index
+    round_index = since_reset = 0
     try:
-        verify(ops.fetch(arrays), rounds, ops.n)
+        while round_index < rounds or (
+            seconds is not None and time.monotonic() - started < seconds
+        ):
+            if cancel is not None and cancel.is_set():
+                return ended(ProbeStatus.CANCELLED, "cancelled")
+            if since_reset == RESET_ROUNDS:  # outside the timed operations
+                verify(ops.fetch(arrays), since_reset, dot_bound)
+                ops.reset(arrays)
+                since_reset = 0
+            for op in OPERATIONS:
+                elapsed = ops.time(op, arrays)
+                if round_index >= warmup and elapsed > 0:
+                    samples[op].append(ARRAYS_TOUCHED[op] * itemsize * ops.n / elapsed / 1e9)
+            round_index += 1
+            since_reset += 1
+            if progress is not None:
+                progress(progress_fraction(round_index, rounds, started, seconds))
+        verify(ops.fetch(arrays), since_reset, dot_bound)
     except VerificationError as exc:
         return ended(ProbeStatus.ERROR, f"verification failed: {exc}")
     return [

@@ -107,6 +107,11 @@ def _dimms(context: ProbeContext) -> Iterator[Reading]:
         for key in keys:
             yield Reading.failed(key, ReadingStatus.ERROR, f"dmidecode failed: {exc}", source)
         return
+    if run.returncode != 0:  # never zero DIMMs from a tool that failed
+        said = (run.stderr.strip().splitlines() or [f"exit status {run.returncode}"])[0]
+        for key in keys:
+            yield Reading.failed(key, ReadingStatus.ERROR, f"dmidecode failed: {said}", source)
+        return
     devices = parse_dmidecode_memory(run.stdout)
     if run.returncode != 0 or not devices:
         detail = run.stderr.strip().splitlines()[-1] if run.stderr.strip() else "no memory devices"

@@ -687,9 +687,19 @@ class FakeKernel:
             a, b, partial = arr(values[0], n), arr(values[1], n), arr(values[2], blocks)
 
             def run() -> None:
-                bounds = np.linspace(0, n, blocks + 1).astype(np.int64)
-                for i in range(blocks):
-                    partial[i] = np.dot(a[bounds[i] : bounds[i + 1]], b[bounds[i] : bounds[i + 1]])
+                # as stream.cu sums: each thread its grid-stride vectors (a vector's lanes
+                # first), then its share of the scalar tail, then a tree over the block
+                width = 16 // item
+                stride = blocks * threads
+                vectors = n // width
+                head = a[: vectors * width] * b[: vectors * width]
+                lanes = head.reshape(vectors, width).sum(axis=1, dtype=element)
+                padded = np.zeros(-(-vectors // stride) * stride, element)
+                padded[:vectors] = lanes
+                per_thread = padded.reshape(-1, stride).sum(axis=0, dtype=element)
+                tail = a[vectors * width :] * b[vectors * width :]
+                per_thread[: tail.size] += tail
+                partial[:] = per_thread.reshape(blocks, threads).sum(axis=1, dtype=element)
 
         cuda._enqueue(s, run, touched * n * item / (MEMORY_GBS * 1e9))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib.metadata
 from pathlib import Path
 
 import pytest
@@ -153,7 +154,9 @@ def test_binding_branch_and_real_backend_readings() -> None:
     assert driver.binding_branch("12.535.161") == 535
     assert driver.binding_branch("13.615.71") == 615
     readings = {r.key: r for r in driver._binding(Nvml(PynvmlBackend()))}
-    assert readings["nvml.binding_version"].ok  # the nvidia-ml-py installed here
-    assert isinstance(readings["nvml.binding_branch"].value, int)
+    # the nvidia-ml-py installed here, as its own metadata gives it
+    installed = importlib.metadata.version("nvidia-ml-py")
+    assert readings["nvml.binding_version"].value == installed
+    assert readings["nvml.binding_branch"].value == int(installed.split(".")[1])
     if ctypes.util.find_library("nvidia-ml") is None:
         assert readings["nvml.driver_branch"].status is ReadingStatus.MISSING

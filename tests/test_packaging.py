@@ -35,8 +35,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         check=False,
         timeout=300,
     )
-    if build.returncode != 0 and "No module named" in build.stderr:
-        pytest.skip(f"cannot build without isolation here: {build.stderr.strip()[-200:]}")
+    # setuptools and wheel come with the test extra: a failed build is a failure, never a skip
     assert build.returncode == 0, build.stderr
     (path,) = out.glob("gpudiag-*.whl")
     return path

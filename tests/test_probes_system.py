@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -290,16 +292,42 @@ def test_live_machine_every_host_probe_runs_without_errors() -> None:
     assert readings["cpu.logical"].ok and readings["mem.total"].ok
 
 
-def _fake_command(directory: Path, name: str, output: str) -> None:
+STANDINS = Path(__file__).parent / "standins"
+
+
+def _stand_in(directory: Path, name: str, output: str, monkeypatch) -> None:
+    """tests/standins/NAME on PATH: it parses its options as the real tool does, refuses
+    what the real one refuses, and prints `output` in the form the options ask for."""
     script = directory / name
-    script.write_text(f"#!/bin/sh\ncat <<'END'\n{output}END\n")
+    text = (STANDINS / name).read_text().split("\n", 1)[1]
+    script.write_text(f"#!{sys.executable}\n{text}")
     script.chmod(0o755)
+    (directory / f"{name}.out").write_text(output)
+    monkeypatch.setenv("STANDIN_OUTPUT", str(directory / f"{name}.out"))
+    monkeypatch.setenv("PATH", f"{directory}:/usr/bin:/bin")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "refusal"),
+    [
+        (["-t", "dimms"], "Invalid type keyword: dimms"),
+        (["--types", "17"], "option --types not recognized"),
+        (["-x"], "option -x not recognized"),
+    ],
+)
+def test_the_dmidecode_stand_in_refuses_what_dmidecode_refuses(
+    tmp_path: Path, monkeypatch, arguments: list[str], refusal: str
+) -> None:
+    _stand_in(tmp_path, "dmidecode", DMIDECODE, monkeypatch)
+    run = subprocess.run(
+        [str(tmp_path / "dmidecode"), *arguments], capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 2 and refusal in run.stderr and run.stdout == ""
 
 
 def test_dimms_from_dmidecode_on_the_live_node(tmp_path: Path, monkeypatch) -> None:
     """The dmidecode path for real, with a stand-in dmidecode on PATH printing known text."""
-    _fake_command(tmp_path, "dmidecode", DMIDECODE)
-    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    _stand_in(tmp_path, "dmidecode", DMIDECODE, monkeypatch)
     readings = {r.key: r for r in memory.collect(live_context(is_root_user=True))}
     v = ok_values(readings)
     assert (v["mem.dimm.slots"], v["mem.dimm.populated"], v["mem.dimm.empty"]) == (3, 2, 1)
@@ -311,9 +339,8 @@ def test_dimms_from_dmidecode_on_the_live_node(tmp_path: Path, monkeypatch) -> N
 
 def test_kernel_log_falls_back_to_the_journal(tmp_path: Path, monkeypatch) -> None:
     """Where /dev/kmsg refuses, `journalctl -k` (a stand-in here) is read instead."""
-    journal = "[ 42.000000] node kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=0, off the bus\n"
-    _fake_command(tmp_path, "journalctl", journal)
-    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    journal = "42.25 NVRM: Xid (PCI:0000:3b:00): 79, pid=0, off the bus\n"
+    _stand_in(tmp_path, "journalctl", journal, monkeypatch)
 
     def refuse(path: str) -> str:
         raise PermissionError(1, "Operation not permitted")
@@ -323,4 +350,16 @@ def test_kernel_log_falls_back_to_the_journal(tmp_path: Path, monkeypatch) -> No
         pytest.skip("this machine has no /dev/kmsg")
     text, source, _status, _ = faults.kernel_log(HostFS("/"))
     assert source == "command:journalctl -k -b"
-    assert [(e.code, e.pci) for e in faults.parse_xid_events(text or "")] == [(79, "0000:3b:00.0")]
+    # the time since boot comes only from the short-monotonic form the probe asks for
+    assert faults.parse_xid_events(text or "") == [faults.XidEvent(79, "0000:3b:00.0", 42.25)]
+
+
+def test_a_failing_dmidecode_is_an_error_not_zero_dimms(tmp_path: Path, monkeypatch) -> None:
+    _stand_in(tmp_path, "dmidecode", DMIDECODE, monkeypatch)
+    (tmp_path / "dmidecode").write_text(
+        f"#!{sys.executable}\nimport sys\nsys.stderr.write('No SMBIOS nor DMI entry point found')\n"
+        "sys.exit(1)\n"
+    )
+    readings = {r.key: r for r in memory.collect(live_context(is_root_user=True))}
+    assert readings["mem.dimm.slots"].status is ReadingStatus.ERROR
+    assert "No SMBIOS nor DMI entry point found" in readings["mem.dimm.slots"].reason

@@ -189,11 +189,14 @@ def test_check_reports_every_planted_fault_with_its_id_and_fix(tmp_path: Path) -
 
 def test_profile_option_after_check_and_unknown_profile(tmp_path: Path) -> None:
     target = _demo_snapshot(HEALTHY, tmp_path)
-    as_l4 = run_cli("check", str(target), "--profile", "l4")
-    # judged as an L4 (72 W, no NVLink count), the H100s' 700 W limit passes GPU017,
-    # while their 1980 MHz clock has no L4 maximum to compare with
-    assert as_l4.returncode in (0, 1, 2, 3) and "Traceback" not in as_l4.stderr
-    assert "GPU017" not in as_l4.stdout and "NVL006" not in as_l4.stdout
+    as_own = run_cli("check", str(target))
+    assert "GPU017" not in as_own.stdout  # judged by their own id (H100 SXM5): 700 W is right
+    as_b200 = run_cli("check", str(target), "--profile", "b200")
+    # judged as B200s (1,000 W, 180 GB), every H100's 700 W limit and 80 GB are too low
+    assert as_b200.returncode == 2, as_b200.stderr
+    limits = [line for line in as_b200.stdout.splitlines() if line.startswith("WARNING  GPU017")]
+    assert len(limits) == 8 and all("the model's is 1000 W" in line for line in limits)
+    assert as_b200.stdout.count("CRITICAL GPU025") == 8
     bad = run_cli("check", str(target), "--profile", "h900")
     assert bad.returncode == 3 and "--profile h900: no such profile" in bad.stderr
 

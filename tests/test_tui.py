@@ -4,6 +4,7 @@ replays, a saved snapshot and this machine; SVG snapshots of every screen."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -430,17 +431,25 @@ def test_saved_snapshot_cannot_run_kernels(tmp_path: Path) -> None:
         assert app.query_one(TabbedContent).active == "kernels-tab"
         assert not app.kernels_running
         assert "none run" in str(app.query_one("#kernel-status", Label).render())
+        assert _notices(app) == ["kernels cannot run: a saved snapshot is read-only"]
 
     _run(app, steps)
+
+
+def _notices(app: GpudiagApp) -> list[str]:
+    """The notifications the user sees, in order."""
+    return [n.message for n in app._notifications]
 
 
 def test_replayed_node_refuses_kernels(tmp_path: Path) -> None:
     app = GpudiagApp(_demo(tmp_path))
 
     async def steps(pilot) -> None:
+        await app.workers.wait_for_complete()
         await pilot.press("k")
         await pilot.pause()
         assert not app.kernels_running and not app.snapshot.kernels
+        assert _notices(app) == ["kernels measure this machine: not with --root or --nvml-replay"]
 
     _run(app, steps)
 
@@ -532,17 +541,43 @@ def test_quit_while_kernels_run_returns_promptly() -> None:
     assert app.return_code == 0
 
 
-def test_no_color_keeps_severity_as_text(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("NO_COLOR", "1")
+def _findings_screen_svg(tmp_path: Path) -> str:
     app = GpudiagApp(load_or_save_snapshot(tmp_path))
+    shot: list[str] = []
 
     async def steps(pilot) -> None:
         await pilot.press("2")
-        screen = app.export_screenshot()
-        assert "CRITICAL" in screen and "WARNING" in screen
-        assert app.no_color
+        await pilot.pause()
+        shot.append(app.export_screenshot())
 
     _run(app, steps)
+    return shot[0]
+
+
+def _colours(svg: str) -> set[tuple[int, int, int]]:
+    return {
+        (int(h[0:2], 16), int(h[2:4], 16), int(h[4:6], 16))
+        for h in re.findall(r"fill: #([0-9a-f]{6})", svg)
+    }
+
+
+def _critical_style(svg: str) -> str:
+    styles = dict(re.findall(r"\.(terminal-[\w-]+) \{ ([^}]*) \}", svg))
+    cls = re.search(r'<text class="([^"]+)"[^>]*>CRITICAL', svg)
+    assert cls, "no CRITICAL on the findings screen"
+    return styles[cls.group(1).split()[0]]
+
+
+def test_no_color_shows_severity_by_words_and_weight_only(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    coloured = _findings_screen_svg(tmp_path / "colour")
+    assert any(max(c) - min(c) > 40 for c in _colours(coloured))  # the check can tell colour
+    monkeypatch.setenv("NO_COLOR", "1")
+    plain = _findings_screen_svg(tmp_path / "plain")
+    greys = _colours(plain)
+    assert greys and all(max(c) - min(c) <= 8 for c in greys), sorted(greys)  # no hue at all
+    assert "font-weight: bold" in _critical_style(plain)  # CRITICAL stands out by weight
+    assert "CRITICAL" in plain and "WARNING" in plain
 
 
 # ------------------------------------------------------------------ SVG snapshots

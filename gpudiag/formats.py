@@ -1,0 +1,378 @@
+"""Snapshot output for the tools fleets already run: Prometheus' text format (for
+node_exporter's textfile collector) and JUnit XML (for acceptance pipelines).
+
+The Prometheus metric names and labels are an interface: the README lists them, the tests
+check them, and a change to one is made only with a note in the README.
+
+    gpudiag_info{host,version}                          1
+    gpudiag_snapshot_timestamp_seconds                  when the snapshot was taken
+    gpudiag_status                                      0 ok, 1 warning, 2 critical, 3 unknown
+    gpudiag_recommended_action{action}                  1 for the strongest action, else 0
+    gpudiag_findings{rule,subject,severity,action,status}   1 per finding
+    gpudiag_findings_by_severity{severity}              how many findings of each severity
+    gpudiag_gpu_*{gpu,uuid}                             per-GPU gauges (GPU_GAUGES)
+    gpudiag_kernel_median{kernel,device,metric,unit}    kernel results, and _cv_ratio, _ok
+
+`status` is `applicable`, or `not_applicable` for a check that does not apply to this
+node (such findings never count against it: not in gpudiag_status nor in the counts).
+A reading that could not be taken is left out, never written as a zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import IO
+
+from gpudiag.atomic import write_atomic
+from gpudiag.model import Action, Finding, Severity, Snapshot
+from gpudiag.ruleengine import SCOPES, ReadingIndex, Rule, instances, subject_of
+
+FORMAT_NAMES = {"toml": "TOML", "json": "JSON", "prometheus": "Prometheus", "junit": "JUnit"}
+FORMATS = tuple(FORMAT_NAMES)
+
+
+def add_format_options(parser: argparse.ArgumentParser, default: object = None) -> None:
+    """--format and --prometheus, for the headless export and for check."""
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=default,
+        help="with --export or check: write the snapshot in this form (default for --export:"
+        " TOML, JSON for a .json file; prometheus: node_exporter's textfile format; junit:"
+        " one test case per rule and subject)",
+    )
+    parser.add_argument(
+        "--prometheus",
+        metavar="FILE",
+        default=default,
+        help="with --export, check or health: also write FILE in node_exporter's textfile"
+        " format (atomically; name it *.prom in the collector's folder)",
+    )
+
+
+def is_not_applicable(finding: Finding) -> bool:
+    """A finding for a check that does not apply to this node (its severity or status
+    says `not_applicable` or `not-applicable`). Such findings never count against a node.
+    The one place that decides it: the model's way of saying so is being added apart from
+    this change, so both a severity and a status field are accepted."""
+    status = getattr(finding, "status", "")
+    words = (getattr(status, "value", status), getattr(finding.severity, "value", ""))
+    return any(str(word).replace("-", "_") == "not_applicable" for word in words)
+
+
+def applicable(findings: Iterable[Finding]) -> list[Finding]:
+    """The findings that count: every one except the not-applicable ones."""
+    return [f for f in findings if not is_not_applicable(f)]
+
+
+def strongest_action(findings: Iterable[Finding]) -> Action:
+    """The strongest action any applicable finding recommends (none when there are none)."""
+    return max((f.action for f in applicable(findings)), key=lambda a: a.rank, default=Action.NONE)
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically (temporary file beside it, then rename)."""
+
+    def write(stream: IO[str]) -> None:
+        stream.write(text)
+
+    write_atomic(path, write)
+
+
+# ------------------------------------------------------------------ Prometheus
+
+
+@dataclass(frozen=True)
+class Gauge:
+    """One per-GPU gauge: the metric, the reading it comes from, its help, a scale to base
+    units, and fixed labels that tell several readings of one metric apart."""
+
+    name: str
+    reading: str
+    help: str
+    scale: float = 1.0
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+MIB = 2**20
+GPU_GAUGES: tuple[Gauge, ...] = (
+    Gauge("gpudiag_gpu_up", "health", "1 when the GPU answers NVML, 0 when it is lost"),
+    Gauge("gpudiag_gpu_temperature_celsius", "temperature.gpu", "GPU temperature"),
+    Gauge("gpudiag_gpu_power_draw_watts", "power.draw", "Power draw"),
+    Gauge("gpudiag_gpu_power_limit_watts", "power.limit", "Power limit in force"),
+    Gauge("gpudiag_gpu_power_default_limit_watts", "power.default_limit", "Default power limit"),
+    Gauge("gpudiag_gpu_sm_clock_hertz", "clocks.sm", "Current SM clock", 1e6),
+    Gauge("gpudiag_gpu_sm_clock_max_hertz", "clocks.max_sm", "Maximum SM clock", 1e6),
+    Gauge("gpudiag_gpu_memory_clock_hertz", "clocks.mem", "Current memory clock", 1e6),
+    Gauge("gpudiag_gpu_memory_total_bytes", "memory.total", "GPU memory", MIB),
+    Gauge("gpudiag_gpu_memory_used_bytes", "memory.used", "GPU memory in use", MIB),
+    Gauge("gpudiag_gpu_utilization_ratio", "utilization.gpu", "GPU utilisation (0-1)", 0.01),
+    Gauge("gpudiag_gpu_persistence_mode", "persistence_mode", "1 when persistence mode is on"),
+    Gauge("gpudiag_gpu_pcie_link_width", "pcie.link_width", "PCIe link width now (lanes)"),
+    Gauge("gpudiag_gpu_pcie_link_width_max", "pcie.max_link_width", "Maximum PCIe link width"),
+    Gauge("gpudiag_gpu_pcie_link_generation", "pcie.link_gen", "PCIe generation now"),
+    Gauge("gpudiag_gpu_pcie_link_generation_max", "pcie.max_link_gen", "Maximum PCIe generation"),
+    Gauge("gpudiag_gpu_pcie_replays", "pcie.replay_counter", "PCIe replay counter"),
+    Gauge("gpudiag_gpu_nvlink_active", "nvlink.active", "Active NVLinks"),
+    *(
+        Gauge(
+            "gpudiag_gpu_ecc_errors",
+            f"ecc.{period}.{kind}",
+            "ECC error counts (period: volatile since the driver loaded, aggregate lifetime)",
+            labels=(("period", period), ("type", kind)),
+        )
+        for period in ("volatile", "aggregate")
+        for kind in ("corrected", "uncorrected")
+    ),
+    *(
+        Gauge(
+            "gpudiag_gpu_remapped_rows",
+            f"remapped_rows.{kind}",
+            "Rows remapped for correctable and uncorrectable errors",
+            labels=(("type", kind),),
+        )
+        for kind in ("correctable", "uncorrectable")
+    ),
+    Gauge("gpudiag_gpu_remapped_rows_pending", "remapped_rows.pending", "1 when a remap waits"),
+    Gauge("gpudiag_gpu_remapped_rows_failure", "remapped_rows.failure", "1 when a remap failed"),
+    *(
+        Gauge(
+            "gpudiag_gpu_retired_pages",
+            f"retired_pages.{cause}",
+            "Pages retired for single- and double-bit errors",
+            labels=(("cause", cause),),
+        )
+        for cause in ("single_bit", "double_bit")
+    ),
+)
+
+
+def _label_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _labels(pairs: Iterable[tuple[str, str]]) -> str:
+    text = ",".join(f'{k}="{_label_value(v)}"' for k, v in pairs)
+    return "{" + text + "}" if text else ""
+
+
+def _number(value: float) -> str:
+    return repr(float(value)) if isinstance(value, float) else str(value)
+
+
+class _Metrics:
+    """Samples grouped by metric, each metric with one HELP and TYPE line."""
+
+    def __init__(self) -> None:
+        self.help: dict[str, str] = {}
+        self.samples: dict[str, list[str]] = {}
+
+    def add(self, name: str, help_text: str, value: float, labels: Iterable = ()) -> None:
+        self.help.setdefault(name, help_text)
+        self.samples.setdefault(name, []).append(f"{name}{_labels(labels)} {_number(value)}")
+
+    def text(self) -> str:
+        lines = []
+        for name, samples in self.samples.items():
+            lines.append(f"# HELP {name} {self.help[name]}")
+            lines.append(f"# TYPE {name} gauge")
+            lines.extend(samples)
+        return "\n".join(lines) + "\n"
+
+
+def _status_code(findings: Sequence[Finding]) -> int:
+    from gpudiag.session import exit_code
+
+    return exit_code(applicable(findings))
+
+
+def prometheus(snapshot: Snapshot) -> str:
+    """The snapshot in Prometheus' text exposition format (node_exporter textfile)."""
+    m = _Metrics()
+    m.add(
+        "gpudiag_info",
+        "The node and the gpudiag version that took the snapshot (always 1).",
+        1,
+        [("host", snapshot.host), ("version", snapshot.gpudiag_version)],
+    )
+    created = datetime.fromisoformat(snapshot.created.replace("Z", "+00:00"))
+    m.add(
+        "gpudiag_snapshot_timestamp_seconds",
+        "When the snapshot was taken, in seconds since the Unix epoch.",
+        created.timestamp(),
+    )
+    m.add(
+        "gpudiag_status",
+        "The node's verdict as a monitoring plugin's exit code: 0 OK, 1 WARNING, "
+        "2 CRITICAL, 3 UNKNOWN.",
+        _status_code(snapshot.findings),
+    )
+    strongest = strongest_action(snapshot.findings)
+    for action in Action:
+        m.add(
+            "gpudiag_recommended_action",
+            "1 for the strongest action the findings recommend, 0 for the others.",
+            int(action is strongest),
+            [("action", action.value)],
+        )
+    for severity in Severity:
+        count = sum(1 for f in applicable(snapshot.findings) if f.severity is severity)
+        m.add(
+            "gpudiag_findings_by_severity",
+            "How many applicable findings of each severity.",
+            count,
+            [("severity", severity.value)],
+        )
+    for finding in snapshot.findings:
+        not_applicable = is_not_applicable(finding)
+        m.add(
+            "gpudiag_findings",
+            "One sample (1) per finding, by rule, subject, severity, action and status.",
+            1,
+            [
+                ("rule", finding.rule_id),
+                ("subject", finding.subject),
+                ("severity", str(getattr(finding.severity, "value", finding.severity))),
+                ("action", finding.action.value),
+                ("status", "not_applicable" if not_applicable else "applicable"),
+            ],
+        )
+    readings = snapshot.readings_by_key
+    gpus = ReadingIndex.of(readings).by_scope["gpu"]
+    for gauge in GPU_GAUGES:
+        for (gpu,) in gpus:
+            reading = readings.get(f"gpu.{gpu}.{gauge.reading}")
+            uuid = readings.get(f"gpu.{gpu}.uuid")
+            labels = [("gpu", gpu), ("uuid", str(uuid.value) if uuid and uuid.ok else "")]
+            if gauge.reading == "health" and reading is not None:
+                m.add(gauge.name, gauge.help, int(reading.ok), labels)
+                continue
+            if reading is None or not reading.ok or isinstance(reading.value, (list, str)):
+                continue  # not read: left out, never a zero
+            value = reading.value * gauge.scale if gauge.scale != 1.0 else reading.value
+            m.add(
+                gauge.name,
+                gauge.help,
+                int(value) if isinstance(value, bool) else value,
+                [
+                    *labels,
+                    *gauge.labels,
+                ],
+            )
+    for k in snapshot.kernels:
+        labels = [("kernel", k.kernel), ("device", k.device), ("metric", k.metric)]
+        m.add(
+            "gpudiag_kernel_ok",
+            "1 when the kernel ran and verified its result, 0 when it failed or was skipped.",
+            int(k.status.value == "ok"),
+            labels,
+        )
+        if k.stats is not None and math.isfinite(k.stats.median):
+            m.add(
+                "gpudiag_kernel_median",
+                "Median of the kernel's trials, in the unit the unit label names.",
+                k.stats.median,
+                [*labels, ("unit", k.unit)],
+            )
+            m.add(
+                "gpudiag_kernel_cv_ratio",
+                "Coefficient of variation of the kernel's trials.",
+                k.stats.cv,
+                labels,
+            )
+    return m.text()
+
+
+# ------------------------------------------------------------------ JUnit
+
+
+def _testcases(
+    snapshot: Snapshot, rules: Sequence[Rule], readings: dict
+) -> list[tuple[str, str, list[Finding], str]]:
+    """(rule id, subject, findings, skip reason) for every check the rules made, then
+    for findings no rule instance names (probe failures, no profile)."""
+    index = ReadingIndex.of(readings)
+    by_key: dict[tuple[str, str], list[Finding]] = {}
+    for finding in snapshot.findings:
+        by_key.setdefault((finding.rule_id, finding.subject), []).append(finding)
+    cases = []
+    seen = set()
+    for rule in rules:
+        if rule.disabled or rule.status == "deprecated":
+            continue
+        for placeholders, _ in instances(rule, readings, index):
+            values = dict(zip(SCOPES[rule.applies_to], placeholders, strict=True))
+            key = (rule.id, subject_of(rule.applies_to, values))
+            if key in seen:
+                continue
+            seen.add(key)
+            skip = ""
+            lost = values.get("gpu") in index.lost_gpus and not rule.reading.endswith(".health")
+            if lost and key not in by_key:
+                skip = f"GPU {values['gpu']} is lost (GPU001): it answers nothing"
+            cases.append((*key, by_key.get(key, []), skip))
+    for key, findings in by_key.items():
+        if key not in seen:
+            cases.append((*key, findings, ""))
+    return cases
+
+
+def junit(snapshot: Snapshot, rules: Sequence[Rule]) -> str:
+    """JUnit XML: one testcase per rule and subject; a failure for a warning or critical
+    finding, an error for one that could not be checked (unknown), skipped for a check
+    that does not apply; info findings pass with their message as output."""
+    from gpudiag.session import judged_readings
+
+    readings, _, _ = judged_readings(snapshot)
+    cases = _testcases(snapshot, rules, readings)
+    suite = ET.Element("testsuite", name=f"gpudiag {snapshot.host}", hostname=snapshot.host)
+    suite.set("timestamp", snapshot.created.replace("Z", ""))
+    counts = {"failures": 0, "errors": 0, "skipped": 0}
+    for rule_id, subject, findings, skip in cases:
+        case = ET.SubElement(suite, "testcase", classname=f"gpudiag.{rule_id}", name=subject)
+        case.set("time", "0")
+        counted = applicable(findings)
+        worst = max(counted, key=lambda f: f.severity.rank, default=None)
+        if skip or (findings and not counted):
+            reason = skip or "; ".join(f.message for f in findings) or "not applicable"
+            ET.SubElement(case, "skipped", message=reason)
+            counts["skipped"] += 1
+        elif worst is not None and worst.severity in (Severity.CRITICAL, Severity.WARNING):
+            failure = ET.SubElement(
+                case, "failure", message=worst.message, type=worst.severity.value
+            )
+            failure.text = "\n".join(
+                [f"{f.severity.value}: {f.message}" for f in counted]
+                + [f"action: {worst.action.value}", f"why: {worst.why}", f"fix: {worst.fix}"]
+            )
+            counts["failures"] += 1
+        elif worst is not None and worst.severity is Severity.UNKNOWN:
+            ET.SubElement(case, "error", message=worst.message, type="unknown")
+            counts["errors"] += 1
+        elif worst is not None:
+            ET.SubElement(case, "system-out").text = "\n".join(f.message for f in counted)
+    suite.set("tests", str(len(cases)))
+    for name, count in counts.items():
+        suite.set(name, str(count))
+    suite.set("time", "0")
+    root = ET.Element("testsuites", name="gpudiag")
+    root.append(suite)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, "unicode") + "\n"
+
+
+def render(snapshot: Snapshot, fmt: str, rules: Sequence[Rule] = ()) -> str:
+    """The snapshot as text in one of FORMATS."""
+    from gpudiag.snapshot import dumps
+
+    if fmt == "prometheus":
+        return prometheus(snapshot)
+    if fmt == "junit":
+        return junit(snapshot, rules)
+    return dumps(snapshot, as_json=fmt == "json")

@@ -1,0 +1,494 @@
+"""`gpudiag health`: the quick, safe check, spoken in the conventions of the engines
+fleets already run. Probes and rules only (the kernels only with `--kernels quick`),
+bounded by `--timeout` (45 s by default: Slurm kills a health check at 60 s, and the
+drain must still happen).
+
+    gpudiag [OPTIONS] health [--for nagios|npd|slurm|json] [--timeout S] [--kernels quick]
+                             [--drain-on ACTIONS] [--node NAME] [--scontrol PATH]
+                             [--slurm-conf FILE]
+
+`gpudiag --prometheus FILE health ...` also writes the check's snapshot in node_exporter's
+textfile format, so a periodic health check keeps the node's metrics fresh.
+
+- nagios (default): `STATUS - summary | perfdata`, then one line per finding; exit 0 OK,
+  1 WARNING, 2 CRITICAL, 3 UNKNOWN. A Nagios/Icinga plugin, and an NHC check.
+- npd (Kubernetes Node Problem Detector's custom plugin protocol): one line of at most
+  80 characters, the worst finding first; exit 0 OK, 1 a problem (a finding that
+  recommends reset, reboot, drain or service), 2 unknown.
+- slurm: for HealthCheckProgram. Drains the node (`scontrol update State=DRAIN
+  Reason="gpudiag: ..."`) when a critical finding recommends one of `--drain-on`
+  (drain, service); resumes a node only when gpudiag drained it (its reason starts with
+  `gpudiag:`) and the check now finds nothing to drain for; a node drained by anyone
+  else is left alone. `gpudiag-slurm-healthcheck` runs this with no arguments.
+- json: the verdict and the findings, for pipelines.
+
+Not-applicable findings never count against a node, warnings never drain one, unknown
+counts as unknown (no drain, no resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from gpudiag import tomlcompat
+from gpudiag.formats import applicable, strongest_action
+from gpudiag.model import Action, Finding, Severity, Snapshot
+from gpudiag.session import EXIT_UNKNOWN, LiveNode, exit_code, severity_counts, with_findings
+
+CONVENTIONS = ("nagios", "npd", "slurm", "json")
+STATUS_WORDS = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
+NPD_OK, NPD_PROBLEM, NPD_UNKNOWN = 0, 1, 2
+NPD_LINE_MAX = 80
+PROBLEM_ACTIONS = (Action.RESET, Action.REBOOT, Action.DRAIN, Action.SERVICE)
+DEFAULT_DRAIN_ON = (Action.DRAIN, Action.SERVICE)
+DEFAULT_TIMEOUT = 45.0
+REASON_PREFIX = "gpudiag:"
+REASON_MAX = 120
+# slurmd runs the health check with no PATH: look where Slurm's clients are installed
+SLURM_BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin")
+CONFIG_NAME = "slurm-healthcheck.toml"
+CONFIG_KEYS = {"options", "timeout", "kernels", "drain_on", "slurm_conf", "scontrol"}
+
+
+class HealthError(Exception):
+    """Bad health-check input; str() is the one-line message (exit 3)."""
+
+
+def add_health_parser(commands: Any) -> None:
+    """Register `health` on the command line's subcommands."""
+    health = commands.add_parser(
+        "health", help="the quick, safe check for Nagios, NPD, Slurm or a pipeline"
+    )
+    health.add_argument(
+        "--for",
+        dest="convention",
+        choices=CONVENTIONS,
+        default="nagios",
+        help="whose convention to speak (default nagios)",
+    )
+    health.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="S",
+        help=f"give up after S seconds with an UNKNOWN verdict (default {DEFAULT_TIMEOUT:g})",
+    )
+    health.add_argument(
+        "--kernels",
+        choices=("quick",),
+        default=argparse.SUPPRESS,
+        help="also run the quick kernels (seconds on a GPU node, about a minute on a"
+        " small CPU-only machine: raise --timeout there)",
+    )
+    health.add_argument(
+        "--drain-on",
+        default=",".join(a.value for a in DEFAULT_DRAIN_ON),
+        metavar="ACTIONS",
+        help="--for slurm: drain for a critical finding recommending one of these"
+        " (comma-separated; default drain,service)",
+    )
+    health.add_argument(
+        "--node", metavar="NAME", help="--for slurm: the node (default $SLURMD_NODENAME)"
+    )
+    health.add_argument("--scontrol", metavar="PATH", help="--for slurm: scontrol to use")
+    health.add_argument("--slurm-conf", metavar="FILE", help="--for slurm: SLURM_CONF for scontrol")
+
+
+# ------------------------------------------------------------------ the check
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of one check: the findings that count, worst first, or why none."""
+
+    host: str
+    findings: tuple[Finding, ...] = ()
+    not_applicable: int = 0
+    seconds: float = 0.0
+    error: str = ""
+    snapshot: Snapshot | None = field(default=None, repr=False, compare=False)
+    timed_out: bool = False
+
+    @property
+    def code(self) -> int:
+        """The monitoring-plugin exit code: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN."""
+        return EXIT_UNKNOWN if self.error else exit_code(self.findings)
+
+    @property
+    def action(self) -> Action:
+        """The strongest action the findings recommend."""
+        return strongest_action(self.findings)
+
+    def ranked(self) -> list[Finding]:
+        """Findings by strongest action, then worst severity."""
+        return sorted(self.findings, key=lambda f: (-f.action.rank, -f.severity.rank))
+
+    def problems(self) -> list[Finding]:
+        """Findings that recommend doing something to the node or a GPU (NPD's problems)."""
+        return [f for f in self.ranked() if f.action in PROBLEM_ACTIONS]
+
+
+def check_node(node: LiveNode, timeout: float, kernels: str | None = None) -> Verdict:
+    """Probe and judge the node in a worker thread; an UNKNOWN verdict saying so when it
+    does not finish within `timeout` seconds (probes are then cancelled)."""
+    started = time.monotonic()
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            snapshot = node.snapshot()
+            if kernels:
+                from gpudiag.kernels.plans import PLANS
+                from gpudiag.kernels.runner import PlanRun
+
+                run = PlanRun(PLANS[kernels], node.host, cancel=node.cancel, nvml=node.nvml)
+                snapshot = replace(snapshot, kernels=tuple(run.run()))
+                snapshot = with_findings(snapshot, node.rules, node.profile_name)
+            box["snapshot"] = snapshot
+        except Exception as exc:  # reported as an UNKNOWN verdict, never a traceback
+            box["error"] = f"{type(exc).__name__}: {exc}"
+
+    worker = threading.Thread(target=work, name="gpudiag-health", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    seconds = time.monotonic() - started
+    host = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    if worker.is_alive():
+        node.cancel.set()
+        error = f"check did not finish within {timeout:g} s"
+        return Verdict(host, seconds=seconds, error=error, timed_out=True)
+    if "error" in box:
+        return Verdict(host, seconds=seconds, error=f"check failed: {box['error']}")
+    snapshot = box["snapshot"]
+    counted = applicable(snapshot.findings)
+    return Verdict(
+        snapshot.host,
+        tuple(counted),
+        len(snapshot.findings) - len(counted),
+        seconds,
+        snapshot=snapshot,
+    )
+
+
+# ------------------------------------------------------------------ conventions
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _plugin_text(text: str) -> str:
+    """One line without '|', which starts a Nagios plugin's performance data."""
+    return _one_line(text).replace("|", "/")
+
+
+def _headline(finding: Finding) -> str:
+    return f"{finding.rule_id} {finding.subject}: {finding.title}"
+
+
+def nagios(verdict: Verdict) -> tuple[str, int]:
+    """`STATUS - summary | perfdata` on the first line, one finding per line after. No
+    host name and no timing: Nagios knows the host, and `clubak -c` folds the identical
+    outputs of a fleet's healthy nodes into one."""
+    code = verdict.code
+    status = STATUS_WORDS[code]
+    if verdict.error:
+        summary = verdict.error
+    else:
+        counts = severity_counts(verdict.findings)
+        summary = ", ".join(f"{n} {s.value}" for s, n in counts.items())
+        if verdict.not_applicable:
+            summary += f", {verdict.not_applicable} not applicable"
+        ranked = verdict.ranked()
+        if ranked and ranked[0].action is not Action.NONE:
+            summary += f"; action {ranked[0].action.value}: {_headline(ranked[0])}"
+    perf = " ".join(f"{s.value}={n};;;0" for s, n in severity_counts(verdict.findings).items())
+    first = f"{status} - {_plugin_text(summary)} | {perf}"
+    details = [
+        f"{f.severity.value.upper():<8} {f.rule_id:<8} {f.subject}: {_plugin_text(f.message)}"
+        f" [action: {f.action.value}]"
+        for f in verdict.findings
+    ]
+    return "\n".join([first, *details]) + "\n", code
+
+
+def npd(verdict: Verdict) -> tuple[str, int]:
+    """Node Problem Detector: one line (at most 80 characters), worst first; 0/1/2."""
+    problems = verdict.problems()
+    if problems:
+        line = f"{_headline(problems[0])} ({problems[0].action.value})"
+        if len(problems) > 1:
+            line += f"; +{len(problems) - 1} more"
+        code = NPD_PROBLEM
+    elif verdict.error:
+        line, code = f"gpudiag: {verdict.error}", NPD_UNKNOWN
+    elif unknown := [f for f in verdict.findings if f.severity is Severity.UNKNOWN]:
+        line = f"gpudiag: {len(unknown)} checks could not run, e.g. {_headline(unknown[0])}"
+        code = NPD_UNKNOWN
+    else:
+        warnings = sum(1 for f in verdict.findings if f.severity is Severity.WARNING)
+        line, code = f"gpudiag: no GPU node problem ({warnings} warnings)", NPD_OK
+    line = _one_line(line)
+    if len(line) > NPD_LINE_MAX:
+        line = line[: NPD_LINE_MAX - 3] + "..."
+    return line + "\n", code
+
+
+def as_json(verdict: Verdict) -> tuple[str, int]:
+    """The verdict and the findings as one JSON object."""
+    data = {
+        "host": verdict.host,
+        "status": STATUS_WORDS[verdict.code],
+        "exit_code": verdict.code,
+        "action": verdict.action.value,
+        "seconds": round(verdict.seconds, 3),
+        "error": verdict.error,
+        "counts": {s.value: n for s, n in severity_counts(verdict.findings).items()},
+        "not_applicable": verdict.not_applicable,
+        "findings": [
+            {
+                "rule_id": f.rule_id,
+                "severity": f.severity.value,
+                "subject": f.subject,
+                "title": f.title,
+                "message": f.message,
+                "action": f.action.value,
+            }
+            for f in verdict.findings
+        ],
+    }
+    return json.dumps(data, indent=1) + "\n", verdict.code
+
+
+# ------------------------------------------------------------------ Slurm
+
+
+@dataclass(frozen=True)
+class Slurm:
+    """How to reach slurmctld for one node."""
+
+    node: str
+    scontrol: str
+    env: dict[str, str]
+
+    def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.scontrol, *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=10,
+            check=False,
+        )
+
+    def state(self) -> tuple[str, str]:
+        """The node's state (IDLE+DRAIN, ...) and its reason, without the [user@time]."""
+        result = self._run("show", "node", self.node, "--oneliner")
+        if result.returncode != 0:
+            raise HealthError(f"scontrol show node {self.node}: {_one_line(result.stderr)}")
+        state = re.search(r"\bState=(\S+)", result.stdout)
+        reason = re.search(r"\bReason=(.*?)(?: \[[^\[\]]*\])?\s*$", result.stdout.strip())
+        return (state.group(1) if state else "", reason.group(1) if reason else "")
+
+    def update(self, *fields: str) -> None:
+        """scontrol update NodeName=<node> FIELDS..."""
+        result = self._run("update", f"NodeName={self.node}", *fields)
+        if result.returncode != 0:
+            raise HealthError(f"scontrol update {self.node}: {_one_line(result.stderr)}")
+
+
+def find_scontrol(explicit: str | None) -> str:
+    """scontrol's path: the one given, else Slurm's usual folders, else PATH."""
+    if explicit:
+        return explicit
+    for folder in SLURM_BIN_DIRS:
+        if os.access(f"{folder}/scontrol", os.X_OK):
+            return f"{folder}/scontrol"
+    found = shutil.which("scontrol")
+    if found is None:
+        raise HealthError(f"scontrol not found in {', '.join(SLURM_BIN_DIRS)} or PATH")
+    return found
+
+
+def drain_reason(problems: Sequence[Finding]) -> str:
+    """`gpudiag: RULE SUBJECT: title (action)`, with a count of the others."""
+    reason = f"{REASON_PREFIX} {_headline(problems[0])} ({problems[0].action.value})"
+    if len(problems) > 1:
+        reason += f" +{len(problems) - 1} more"
+    reason = _one_line(reason).replace('"', "'")
+    return reason if len(reason) <= REASON_MAX else reason[: REASON_MAX - 3] + "..."
+
+
+def slurm(verdict: Verdict, cluster: Slurm, drain_on: Sequence[Action]) -> tuple[str, int]:
+    """Drain, resume or leave the node; one line saying which."""
+    state, reason = cluster.state()
+    drained = any(flag.startswith("DRAIN") for flag in state.split("+"))
+    ours = reason.startswith(REASON_PREFIX)
+    node = cluster.node
+    problems = [
+        f for f in verdict.ranked() if f.severity is Severity.CRITICAL and f.action in drain_on
+    ]
+    if verdict.error:
+        return f"gpudiag: {node}: no verdict ({verdict.error}); left {state}\n", verdict.code
+    if problems:
+        wanted = drain_reason(problems)
+        if drained and not ours:
+            message = f"gpudiag: {node}: drained by someone else ({reason}); left alone"
+        elif drained:
+            message = f"gpudiag: {node}: still drained: {reason}"
+        else:
+            cluster.update("State=DRAIN", f"Reason={wanted}")
+            message = f"gpudiag: {node}: drained: {wanted}"
+        return message + "\n", verdict.code
+    if drained and ours:
+        # resume only once the check that drained the node reads fine again
+        unread = [
+            f
+            for f in verdict.findings
+            if f.severity is Severity.UNKNOWN and f"{f.rule_id} {f.subject}:" in reason
+        ]
+        if unread:
+            return (
+                f"gpudiag: {node}: still drained: {_headline(unread[0])} cannot be checked\n",
+                verdict.code,
+            )
+        cluster.update("State=RESUME")
+        return f"gpudiag: {node}: healthy again; resumed (was: {reason})\n", verdict.code
+    if drained:
+        return f"gpudiag: {node}: healthy; drained by someone else, left alone\n", verdict.code
+    return f"gpudiag: {node}: nothing to drain for ({state})\n", verdict.code
+
+
+def parse_actions(text: str) -> tuple[Action, ...]:
+    """`drain,service` -> the actions; HealthError for an unknown name."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    allowed = {a.value for a in PROBLEM_ACTIONS}
+    for name in names:
+        if name not in allowed:
+            raise HealthError(f"--drain-on {text}: each action is one of {', '.join(allowed)}")
+    if not names:
+        raise HealthError("--drain-on needs at least one action (drain,service)")
+    return tuple(Action(name) for name in names)
+
+
+# ------------------------------------------------------------------ entry points
+
+
+def run_health(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """`gpudiag health`: check the node and report in the convention asked for."""
+    from gpudiag.cli import UsageError, _live_node, _write_prometheus
+
+    kernels = getattr(args, "kernels", None)
+    try:
+        if args.timeout <= 0:
+            raise HealthError("--timeout must be positive")
+        if kernels not in (None, "quick"):
+            raise HealthError("health runs the quick kernels only (--kernels quick)")
+        if kernels and (args.root != "/" or args.nvml_replay):
+            raise HealthError("--kernels measures this machine: not with --root or --nvml-replay")
+        drain_on = parse_actions(args.drain_on)
+        cluster = None
+        if args.convention == "slurm":
+            env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **os.environ}
+            if args.slurm_conf:
+                env["SLURM_CONF"] = args.slurm_conf
+            node = args.node or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+            cluster = Slurm(node, find_scontrol(args.scontrol), env)
+        live = _live_node(args, argv)
+        verdict = None
+        try:
+            verdict = check_node(live, args.timeout, kernels)
+        finally:
+            if verdict is None or not verdict.timed_out:
+                live.nvml.close()  # else the worker may still be inside NVML: exit frees it
+        if args.prometheus and verdict.snapshot is not None:
+            _write_prometheus(verdict.snapshot, args.prometheus)
+        if cluster is not None:
+            text, code = slurm(verdict, cluster, drain_on)
+        else:
+            text, code = {"nagios": nagios, "npd": npd, "json": as_json}[args.convention](verdict)
+    except HealthError as exc:
+        raise UsageError(str(exc)) from None
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    return code
+
+
+def config_paths() -> list[Path]:
+    """Where `gpudiag-slurm-healthcheck` looks for its settings, first found wins."""
+    return [Path(sys.prefix) / "etc" / "gpudiag" / CONFIG_NAME, Path("/etc/gpudiag") / CONFIG_NAME]
+
+
+def config_arguments(path: Path | None) -> list[str]:
+    """The gpudiag command line a health-check settings file stands for.
+
+    options = ["--rules", "/etc/gpudiag/site"]   # gpudiag options before `health`
+    timeout = 45                                 # seconds
+    kernels = "quick"                            # also run the quick kernels
+    drain_on = ["drain", "service"]
+    slurm_conf = "/etc/slurm/slurm.conf"         # SLURM_CONF for scontrol
+    scontrol = "/usr/bin/scontrol"
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomlcompat.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise HealthError(f"{path}: cannot read: {exc}") from None
+        except tomlcompat.TOMLDecodeError as exc:
+            raise HealthError(f"{path}: not valid TOML: {exc}") from None
+    unknown = set(data) - CONFIG_KEYS
+    if unknown:
+        raise HealthError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")
+    options = data.get("options", [])
+    if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+        raise HealthError(f"{path}: options must be a list of strings")
+    drain_on = data.get("drain_on", [a.value for a in DEFAULT_DRAIN_ON])
+    if not isinstance(drain_on, list) or not all(isinstance(a, str) for a in drain_on):
+        raise HealthError(f"{path}: drain_on must be a list of actions")
+    timeout = data.get("timeout", DEFAULT_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise HealthError(f"{path}: timeout must be a number of seconds")
+    health = ["--for", "slurm", "--timeout", str(timeout), "--drain-on", ",".join(drain_on)]
+    for key in ("kernels", "slurm_conf", "scontrol"):
+        if key in data:
+            if not isinstance(data[key], str):
+                raise HealthError(f"{path}: {key} must be a string")
+            health += [f"--{key.replace('_', '-')}", data[key]]
+    return [*options, "health", *health]
+
+
+def slurm_healthcheck_main(argv: Sequence[str] | None = None) -> int:
+    """`gpudiag-slurm-healthcheck [--config FILE]`: Slurm's HealthCheckProgram, which
+    slurmd runs with no arguments and almost no environment. Settings come from FILE, or
+    the first of config_paths() that exists; without one, the defaults."""
+    from gpudiag.cli import main
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    path: Path | None = None
+    if argv[:1] == ["--config"] and len(argv) == 2:
+        path = Path(argv[1])
+    elif argv:
+        print("usage: gpudiag-slurm-healthcheck [--config FILE]", file=sys.stderr)
+        return EXIT_UNKNOWN
+    else:
+        path = next((p for p in config_paths() if p.is_file()), None)
+    try:
+        arguments = config_arguments(path)
+    except HealthError as exc:
+        print(f"gpudiag: {exc}", file=sys.stderr)
+        return EXIT_UNKNOWN
+    return main(arguments)

@@ -1,0 +1,72 @@
+"""Every script in benchmarks/ runs with its smallest settings, exits 0 and prints its figures
+beside its reference: benchmarks rot when nothing runs them. Timings are not judged here
+(a test on a shared machine cannot); the scripts print them for people."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+BENCHMARKS = REPO / "benchmarks"
+# script: (its smallest settings, what it must print: its figure and its reference)
+SMALLEST = {
+    "cpu_triad.py": (
+        ["--mib", "8", "--trials", "2", "--rounds", "1"],
+        ["C OpenMP (gcc -O3 -fopenmp):", "gpudiag CPU (Numba loops):", "NumPy blocks"],
+    ),
+    "diff_speed.py": (
+        ["--repeat", "2"],
+        ["diff step of two 8-GPU snapshots", "the whole `gpudiag diff", "reference, a Python"],
+    ),
+    "gpu_kernels.py": (  # on a GPU node only: without one it exits 3 (test_kernels_device)
+        ["--mib", "64", "--gemm-n", "1024"],
+        ["STREAM triad fp64 GB/s", "BF16 GEMM TFLOP/s", "torch.matmul", "h2d local GB/s"],
+    ),
+    "host_probes.py": (
+        ["--repeat", "2"],
+        ["host probes inside gpudiag", "as a process of its own", "reference, lscpu"],
+    ),
+    "rules_eval.py": (
+        ["--snapshots", "3"],
+        ["as a `gpudiag check` process pays it", "rule plan cached", "reference, one pass"],
+    ),
+    "tui_startup.py": (
+        ["--runs", "1"],
+        ["minimal Textual app: painted", "gpudiag (faulty demo): first screen"],
+    ),
+}
+NEEDS = {
+    "cpu_triad.py": ["gcc"],
+    "gpu_kernels.py": ["nvidia-smi"],  # a GPU node's driver
+    "host_probes.py": ["lscpu"],
+    "tui_startup.py": ["tmux"],
+}
+
+
+def test_every_benchmark_has_its_smallest_settings() -> None:
+    assert sorted(p.name for p in BENCHMARKS.glob("*.py")) == sorted(SMALLEST)
+
+
+@pytest.mark.parametrize("script", sorted(SMALLEST))
+def test_benchmark_runs_and_prints_its_figures(script: str) -> None:
+    missing = [tool for tool in NEEDS.get(script, []) if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"{script} needs {', '.join(missing)}, not installed here")
+    arguments, expected = SMALLEST[script]
+    run = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=REPO,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    for text in expected:
+        assert text in run.stdout, (text, run.stdout)
+    assert "Traceback" not in run.stderr

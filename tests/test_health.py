@@ -1,0 +1,263 @@
+"""`gpudiag health` in each convention: exit codes and output shape, end to end."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_formats import NotApplicableFinding
+
+from gpudiag.formats import applicable
+from gpudiag.health import (
+    NPD_LINE_MAX,
+    Slurm,
+    Verdict,
+    check_node,
+    config_arguments,
+    nagios,
+    npd,
+    slurm,
+)
+from gpudiag.model import Action, Finding, Severity
+
+from conftest import REPO, run_cli
+
+TREE = str(REPO / "tests" / "fixtures" / "host-basic")
+FAULTY = str(REPO / "snapshots" / "demo-hgx-h100-faulty.toml")
+HEALTHY = str(REPO / "snapshots" / "demo-hgx-h100-healthy.toml")
+EXAMPLES = REPO / "examples"
+NAGIOS_FIRST = re.compile(
+    r"^(OK|WARNING|CRITICAL|UNKNOWN) - [^|\n]+ \| critical=\d+;;;0 warning=\d+;;;0 "
+    r"unknown=\d+;;;0 info=\d+;;;0$"
+)
+
+
+def site_rules(tmp_path: Path) -> str:
+    """The fixture tree has no PCIe devices: NVML's 8 GPUs would be 8 too many (GPU002)."""
+    folder = tmp_path / "rules"
+    folder.mkdir(exist_ok=True)
+    (folder / "site.toml").write_text('[[override]]\nid = "GPU002"\ndisabled = true\n')
+    return str(folder)
+
+
+def health(replay: str, *args: str, rules: str | None = None) -> subprocess.CompletedProcess:
+    options = ["--root", TREE, "--nvml-replay", replay]
+    if rules:
+        options += ["--rules", rules]
+    return run_cli(*options, "health", *args)
+
+
+def finding(rule: str, severity: Severity, action: Action) -> Finding:
+    return Finding(rule, severity, "GPU 0", f"{rule} title", f"{rule} message", action=action)
+
+
+def test_nagios_on_the_faulty_node() -> None:
+    result = health(FAULTY)
+    assert result.returncode == 2, result.stderr
+    first, *details = result.stdout.splitlines()
+    assert NAGIOS_FIRST.match(first), first
+    assert first.startswith("CRITICAL - 3 critical, 6 warning, 17 unknown, 12 info;")
+    assert "action service: GPU001 GPU 7: GPU lost |" in first
+    assert "critical=3;;;0 warning=6;;;0 unknown=17;;;0 info=12;;;0" in first
+    assert details[0].startswith("CRITICAL GPU001   GPU 7: GPU 7 does not answer NVML")
+    assert details[0].endswith("[action: service]")
+    assert len(details) == 3 + 6 + 17 + 12
+
+
+@pytest.mark.parametrize(
+    ("findings", "code", "word"),
+    [
+        ((), 0, "OK"),
+        ((finding("X001", Severity.INFO, Action.NONE),), 0, "OK"),
+        ((finding("X001", Severity.WARNING, Action.MONITOR),), 1, "WARNING"),
+        ((finding("X001", Severity.UNKNOWN, Action.NONE),), 3, "UNKNOWN"),
+        ((finding("X001", Severity.CRITICAL, Action.RESET),), 2, "CRITICAL"),
+    ],
+)
+def test_nagios_exit_codes(findings: tuple[Finding, ...], code: int, word: str) -> None:
+    text, exit_code = nagios(Verdict("n1", findings, seconds=0.5))
+    assert exit_code == code
+    assert NAGIOS_FIRST.match(text.splitlines()[0])
+    assert text.startswith(f"{word} - ")
+
+
+def test_npd_one_short_line_and_its_exit_codes(tmp_path: Path) -> None:
+    faulty = health(FAULTY, "--for", "npd")
+    assert faulty.returncode == 1
+    assert faulty.stdout == "GPU001 GPU 7: GPU lost (service); +2 more\n"
+    # the healthy replay: nothing to act on, but checks that could not run on this tree
+    healthy = health(HEALTHY, "--for", "npd", rules=site_rules(tmp_path))
+    assert healthy.returncode == 2, healthy.stdout
+    assert healthy.stdout.startswith("gpudiag: 17 checks could not run, e.g. CPU001")
+    for result in (faulty, healthy):
+        assert result.stdout.count("\n") == 1 and len(result.stdout) - 1 <= NPD_LINE_MAX
+    warning = finding("X001", Severity.WARNING, Action.MONITOR)
+    assert npd(Verdict("n1", (warning,))) == ("gpudiag: no GPU node problem (1 warnings)\n", 0)
+    # a warning that recommends a reset is a problem; a not-applicable finding never is
+    reset = finding("GPU006", Severity.WARNING, Action.RESET)
+    assert npd(Verdict("n1", (reset,)))[1] == 1
+    long = finding("X002" + "x" * 100, Severity.CRITICAL, Action.DRAIN)
+    line, code = npd(Verdict("n1", (long,)))
+    assert code == 1 and len(line) == NPD_LINE_MAX + 1 and line.endswith("...\n")
+
+
+def test_not_applicable_findings_never_count() -> None:
+    na = NotApplicableFinding("NVL008", Severity.CRITICAL, "GPU 0", "t", "m", action=Action.DRAIN)
+    verdict = Verdict("n1", tuple(applicable([na])), not_applicable=1)
+    assert nagios(verdict)[1] == 0 and npd(verdict)[1] == 0
+    assert "1 not applicable" in nagios(verdict)[0]
+
+
+def test_json_verdict() -> None:
+    result = health(FAULTY, "--for", "json")
+    assert result.returncode == 2
+    data = json.loads(result.stdout)
+    assert data["status"] == "CRITICAL" and data["exit_code"] == 2
+    assert data["action"] == "service"
+    assert data["counts"] == {"critical": 3, "warning": 6, "unknown": 17, "info": 12}
+    assert data["findings"][0]["action"] == "service"
+    by_rule = {(f["rule_id"], f["subject"]): f["action"] for f in data["findings"]}
+    assert by_rule[("GPU011", "GPU 1")] == "reset"
+    assert by_rule[("GPU004", "GPU 5")] == "none"
+
+
+def test_a_check_that_runs_out_of_time_is_unknown() -> None:
+    result = health(FAULTY, "--timeout", "0.000001")
+    assert result.returncode == 3
+    assert result.stdout.startswith("UNKNOWN - ")
+    assert "check did not finish within 1e-06 s" in result.stdout
+    npd_result = health(FAULTY, "--for", "npd", "--timeout", "0.000001")
+    assert npd_result.returncode == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--timeout", "0"], "--timeout must be positive"),
+        (["--drain-on", "monitor"], "--drain-on monitor: each action is one of"),
+        (["--kernels", "quick"], "--kernels measures this machine: not with --root"),
+        (["--for", "pagerduty"], "invalid choice: 'pagerduty'"),
+    ],
+)
+def test_bad_health_arguments_give_one_line_and_exit_3(args: list[str], expected: str) -> None:
+    result = health(FAULTY, *args)
+    assert result.returncode == 3
+    assert result.stderr.count("\n") == 1 and expected in result.stderr, result.stderr
+    assert result.stdout == ""
+
+
+def test_slurm_healthcheck_settings_file(tmp_path: Path) -> None:
+    settings = tmp_path / "slurm-healthcheck.toml"
+    settings.write_text(
+        'options = ["--rules", "/etc/gpudiag/site"]\ntimeout = 30\ndrain_on = ["service"]\n'
+        'slurm_conf = "/etc/slurm/slurm.conf"\n'
+    )
+    assert config_arguments(settings) == [
+        "--rules", "/etc/gpudiag/site", "health", "--for", "slurm", "--timeout", "30",
+        "--drain-on", "service", "--slurm-conf", "/etc/slurm/slurm.conf",
+    ]  # fmt: skip
+    assert config_arguments(None)[-4:] == ["--timeout", "45.0", "--drain-on", "drain,service"]
+    script = Path(sys.executable).parent / "gpudiag-slurm-healthcheck"
+    settings.write_text('timeout = 30\nnodes = "all"\n')
+    bad = subprocess.run(
+        [str(script), "--config", str(settings)], capture_output=True, text=True, env={}
+    )  # slurmd's environment: next to nothing
+    assert bad.returncode == 3
+    assert bad.stderr == f"gpudiag: {settings}: unknown key(s) nodes\n"
+    usage = subprocess.run([str(script), "extra"], capture_output=True, text=True, env={})
+    assert usage.returncode == 3 and usage.stderr.startswith("usage: gpudiag-slurm-healthcheck")
+
+
+def test_shipped_examples_match_the_conventions() -> None:
+    plugin = json.loads((EXAMPLES / "kubernetes" / "gpudiag-plugin-monitor.json").read_text())
+    assert plugin["pluginConfig"]["max_output_length"] == NPD_LINE_MAX
+    (rule,) = plugin["rules"]
+    args = rule["args"]
+    assert args[args.index("health") :][:3] == ["health", "--for", "npd"]
+    gpudiag_timeout = float(args[args.index("--timeout") + 1])
+    assert gpudiag_timeout < float(rule["timeout"].removesuffix("s"))  # answers before NPD kills
+    arguments = config_arguments(EXAMPLES / "slurm" / "slurm-healthcheck.toml")
+    assert arguments[arguments.index("health") :][:5] == [
+        "health", "--for", "slurm", "--timeout", "45",
+    ]  # fmt: skip
+    for script in ("slurm/gpudiag-fleet.sbatch", "clustershell/fleet-health.sh"):
+        syntax = subprocess.run(["bash", "-n", str(EXAMPLES / script)], capture_output=True)
+        assert syntax.returncode == 0, syntax.stderr
+
+
+def test_health_runs_the_quick_kernels_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpudiag.hostfs import HostFS
+    from gpudiag.kernels import plans
+    from gpudiag.nvml import open_nvml
+    from gpudiag.probes import default_probes
+    from gpudiag.ruleengine import load_rules
+    from gpudiag.session import LiveNode
+
+    # the quick plan takes about a minute on a 2-core CPU: a tiny GEMM stands in for it
+    tiny = plans.KernelPlan(("gemm",), "cpu", 2**16, trials=2, gemm_n=64)
+    monkeypatch.setitem(plans.PLANS, "quick", tiny)
+    node = LiveNode(HostFS(Path(TREE)), open_nvml(HEALTHY), default_probes(), load_rules())
+    try:
+        verdict = check_node(node, timeout=60, kernels="quick")
+    finally:
+        node.nvml.close()
+    assert not verdict.error
+    assert verdict.snapshot is not None
+    gemm = [k for k in verdict.snapshot.kernels if k.kernel == "gemm"]
+    assert gemm and all(k.device == "cpu" for k in gemm)
+    assert any(k.stats is not None and k.stats.median > 0 for k in gemm)
+
+
+class RecordingSlurm(Slurm):
+    """The node's state held here; the real scontrol path runs in tests/test_slurm.py."""
+
+    def __init__(self, state: str, reason: str = "") -> None:
+        super().__init__("n1", "/nonexistent/scontrol", {})
+        object.__setattr__(self, "now", (state, reason))
+        object.__setattr__(self, "updates", [])
+
+    def state(self) -> tuple[str, str]:
+        return self.now
+
+    def update(self, *fields: str) -> None:
+        self.updates.append(fields)
+
+
+DRAIN_ON = (Action.DRAIN, Action.SERVICE)
+
+
+def test_slurm_decisions() -> None:
+    lost = finding("GPU001", Severity.CRITICAL, Action.SERVICE)
+    remap = finding("GPU011", Severity.CRITICAL, Action.RESET)
+    idle = RecordingSlurm("IDLE")
+    text, code = slurm(Verdict("n1", (remap, lost)), idle, DRAIN_ON)
+    assert idle.updates == [("State=DRAIN", "Reason=gpudiag: GPU001 GPU 0: GPU001 title (service)")]
+    assert code == 2 and text.startswith("gpudiag: n1: drained: gpudiag: GPU001")
+    # a reset alone drains only when asked to
+    idle = RecordingSlurm("IDLE")
+    text, _ = slurm(Verdict("n1", (remap,)), idle, DRAIN_ON)
+    assert idle.updates == [] and text == "gpudiag: n1: nothing to drain for (IDLE)\n"
+    slurm(Verdict("n1", (remap,)), idle, (Action.RESET,))
+    assert idle.updates[0][0] == "State=DRAIN"
+    # a warning never drains, whatever it recommends
+    warning = finding("NVL001", Severity.WARNING, Action.SERVICE)
+    slurm(Verdict("n1", (warning,)), idle := RecordingSlurm("IDLE"), DRAIN_ON)
+    assert idle.updates == []
+    ours = "gpudiag: GPU001 GPU 0: GPU001 title (service)"
+    # resumed once healthy, unless the check that drained it cannot be read now
+    unread = finding("GPU001", Severity.UNKNOWN, Action.NONE)
+    slurm(Verdict("n1", (unread,)), drained := RecordingSlurm("IDLE+DRAIN", ours), DRAIN_ON)
+    assert drained.updates == []
+    slurm(Verdict("n1", (warning,)), drained, DRAIN_ON)
+    assert drained.updates == [("State=RESUME",)]
+    # no verdict: nothing changes; someone else's drain: left alone
+    slurm(Verdict("n1", error="check did not finish within 45 s"), drained, DRAIN_ON)
+    other = RecordingSlurm("MIXED+DRAIN", "bad fan")
+    text, _ = slurm(Verdict("n1", (lost,)), other, DRAIN_ON)
+    assert other.updates == [] and "drained by someone else (bad fan); left alone" in text
+    slurm(Verdict("n1", ()), other, DRAIN_ON)
+    assert other.updates == [] and drained.updates == [("State=RESUME",)]
