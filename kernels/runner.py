@@ -138,13 +138,16 @@ def cuda_to_nvml(gpus: Sequence[int], nvml: object) -> dict[int, int]:
     return mapping
 
 
+def nvml_label(text: str, mapping: dict[int, int]) -> str:
+    """gpuN (a CUDA index) in a device or metric name as gpuM (NVML's index)."""
+    return re.sub(r"gpu(\d+)", lambda m: f"gpu{mapping.get(int(m.group(1)), m.group(1))}", text)
+
+
 def relabel(result: KernelResult, mapping: dict[int, int]) -> KernelResult:
     """A result of CUDA devices labelled with their NVML indices (device and peer)."""
-
-    def label(text: str) -> str:
-        return re.sub(r"gpu(\d+)", lambda m: f"gpu{mapping.get(int(m.group(1)), m.group(1))}", text)
-
-    return replace(result, device=label(result.device), metric=label(result.metric))
+    return replace(
+        result, device=nvml_label(result.device, mapping), metric=nvml_label(result.metric, mapping)
+    )
 
 
 class PlanRun:
@@ -196,7 +199,7 @@ class PlanRun:
             if any(k != v for k, v in mapping.items()):
                 self.results = [relabel(r, mapping) for r in self.results]
                 for report in self.burns:
-                    report.device = relabel(_skipped("burn", report.device, ""), mapping).device
+                    report.device = nvml_label(report.device, mapping)
         return self.results
 
     def _nvml_indices(self, gpus: list[int]) -> dict[int, int]:
