@@ -31,7 +31,7 @@ from gpudiag.formats import (
 )
 from gpudiag.health import add_health_parser, run_health
 from gpudiag.hostfs import HostFS
-from gpudiag.kernels.plans import DTYPE_NAMES, KERNELS, PLANS, KernelPlan
+from gpudiag.kernels.plans import BURN_PRECISIONS, DTYPE_NAMES, KERNELS, PLANS, KernelPlan
 from gpudiag.model import ProbeStatus, Snapshot
 from gpudiag.nvml import ReplayError, open_nvml
 from gpudiag.probes import default_probes
@@ -194,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="GEMM matrix size (N x N; default 4096)",
     )
+    run.add_argument(
+        "--burn-precision", choices=BURN_PRECISIONS, default="fp32", help="the GPU burn's GEMM"
+    )
     rules = commands.add_parser("rules", help="list, explain and lint rules; list profiles")
     rules_commands = rules.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
     rules_commands.add_parser("list", help="every rule: id, severity, status, scope, title")
@@ -271,6 +274,7 @@ def _run_kernels(args: argparse.Namespace) -> int:
         args.seconds,
         args.gemm_n,
         60.0 if args.seconds is None else args.seconds,
+        args.burn_precision,
     )
     from gpudiag.kernels.runner import KernelUnavailable, PlanRun
 

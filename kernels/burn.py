@@ -4,26 +4,36 @@ mismatches are counted per device. A GPU that computes a different answer under 
 power is broken however fast it is. NVML is sampled meanwhile (temperature, power, SM
 clock, throttle reasons) so the report shows what the GPU did under load.
 
-The runner takes the array module: the tests run it for real with NumPy on the CPU. The
-CuPy path (one thread per GPU, each with its device current) has never run on a GPU in
-this project's CI.
+`burn_device` takes the array module: the tests run it for real with NumPy on the CPU.
+The GPU path (`burn_gpu`, as gpu-burn: result matrices filling 90% of the free memory,
+GEMMs in the GEMM kernel's precisions, products compared on the GPU; one launcher thread
+per GPU) goes through the device boundary and has never run on a GPU in this project's
+CI: the tests run it through a strict NumPy fake.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
 
 import numpy as np
 
 from gpudiag.kernels.stats import summarize
-from gpudiag.model import KernelResult, ProbeStatus, Reading
+from gpudiag.model import KernelResult, ProbeStatus, Reading, ReadingStatus
 from gpudiag.nvml import Nvml
 
 SAMPLE_PERIOD_S = 1.0
+# Drivers before R535 have no clocks-event API: they answer FunctionNotFound, and the
+# throttle-reasons call of the same mask is asked instead.
+CLOCK_EVENT_FUNCTIONS = (
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetCurrentClocksThrottleReasons",
+)
 SAMPLED = (
     ("temperature.gpu", "nvmlDeviceGetTemperature", (0,), "C", None),
     ("power.draw", "nvmlDeviceGetPowerUsage", (), "W", lambda mw: int(mw) / 1000.0),
@@ -43,6 +53,8 @@ class BurnReport:
     gflops: float = 0.0
     error: str = ""
     samples: list[dict[str, Any]] = field(default_factory=list)
+    precision: str = "fp32"
+    matrices: int = 0
 
     @property
     def faulty(self) -> bool:
@@ -97,13 +109,16 @@ def sample_nvml(
     stop: threading.Event,
     period: float,
     reports: dict[int, BurnReport],
+    nvml_index: dict[int, int] | None = None,
 ) -> None:
     """Every `period` seconds until `stop`: temperature, power, SM clock and throttle
-    reasons of each GPU into its report (a reading that fails is left out of the sample)."""
+    reasons of each GPU into its report (a reading that fails is left out of the sample).
+    `nvml_index`: NVML's index of each CUDA device, where they differ."""
     from gpudiag.probes.gpu import decode_throttle_reasons
 
     while not stop.wait(period):
-        for gpu in gpus:
+        for cuda_gpu in gpus:
+            gpu = (nvml_index or {}).get(cuda_gpu, cuda_gpu)
             sample: dict[str, Any] = {"t": time.monotonic()}
             for key, function, args, unit, convert in SAMPLED:
                 reading: Reading = nvml.reading(
@@ -111,15 +126,115 @@ def sample_nvml(
                 )
                 if reading.ok:
                     sample[key] = reading.value
-            reasons = nvml.reading(
-                "throttle_reasons",
-                "nvmlDeviceGetCurrentClocksEventReasons",
-                gpu,
-                convert=lambda mask: decode_throttle_reasons(int(mask)),
-            )
+            for function in CLOCK_EVENT_FUNCTIONS:  # the newer name first, then the older
+                reasons = nvml.reading(
+                    "throttle_reasons",
+                    function,
+                    gpu,
+                    convert=lambda mask: decode_throttle_reasons(int(mask)),
+                )
+                if reasons.ok or reasons.status is not ReadingStatus.UNSUPPORTED:
+                    break
             if reasons.ok:
                 sample["throttle_reasons"] = reasons.value
-            reports[gpu].samples.append(sample)
+            reports[cuda_gpu].samples.append(sample)
+
+
+# The burn's element widths and NaN masks per precision (exponent, mantissa): the GPU
+# compares products bit for bit in words of the element's width (kernels/burn.cu).
+MASKS = {
+    "fp64": (64, 0x7FF0000000000000, 0x000FFFFFFFFFFFFF),
+    "fp32": (32, 0x7F800000, 0x007FFFFF),
+    "tf32": (32, 0x7F800000, 0x007FFFFF),
+    "fp16": (16, 0x7C00, 0x03FF),
+    "bf16": (16, 0x7F80, 0x007F),
+}
+WORDS = {16: np.uint16, 32: np.uint32, 64: np.uint64}
+FILL = 0.9  # of the GPU's free memory, in result matrices, as gpu-burn does
+COMPARE_THREADS = 256
+
+
+def burn_gpu(
+    gpu: int,
+    n: int,
+    seconds: float,
+    *,
+    precision: str = "fp32",
+    fill: float = FILL,
+    cancel: threading.Event | None = None,
+    progress: Callable[[float], None] | None = None,
+    cuda: Any = None,
+) -> BurnReport:
+    """gpu-burn on one GPU through the device boundary: A and B once, then as many n x n
+    result matrices as fill `fill` of the free memory, each written by a cuBLAS GEMM
+    (gemmEx in `precision`: BF16 and FP16 stress the tensor cores) round after round, and
+    every product compared on the GPU with the first (bit for bit, NaNs counted). Never
+    run on a GPU in this project's CI: the tests run it through a strict NumPy fake."""
+    from gpudiag.kernels.device import api, to_device, to_host
+    from gpudiag.kernels.gemm import CublasGemm
+
+    cuda = cuda or api()
+    report = BurnReport(f"gpu{gpu}", precision=precision)
+    engine = CublasGemm(cuda, gpu, precision, n)
+    reference = engine.c
+    results: list[int] = []
+    counts = 0
+    try:
+        rng = np.random.default_rng(0)
+        engine.upload(rng.uniform(-1, 1, (n, n)), rng.uniform(-1, 1, (n, n)))
+        width, exponent, mantissa = MASKS[precision]
+        word = WORDS[width]
+        words = n * n * np.dtype(engine.host_dtype).itemsize // (width // 8)
+        source = (resources.files("gpudiag.kernels") / "burn.cu").read_text(encoding="utf-8")
+        compare = cuda.RawModule(code=source, options=("-std=c++17",)).get_function(
+            f"burn_compare_{width}"
+        )
+        counts = to_device(cuda, np.zeros(2, np.uint64), engine.stream)
+        blocks = (max(1, min(1024, (words + COMPARE_THREADS - 1) // COMPARE_THREADS)),)
+
+        def check(product: int) -> None:
+            args = (np.uint64(product), np.uint64(reference), np.uint64(words),
+                    word(exponent), word(mantissa), np.uint64(counts))  # fmt: skip
+            compare(blocks, (COMPARE_THREADS,), args, stream=engine.stream)
+
+        engine.multiply()  # the reference product, into engine.c
+        check(reference)  # NaNs in the reference itself
+        first = to_host(cuda, counts, np.empty(2, np.uint64), engine.stream)
+        if first[1]:
+            report.error = "the first product already holds NaNs"
+            return report
+        cuda.setDevice(gpu)
+        free, _total = cuda.memGetInfo()
+        nbytes = n * n * np.dtype(engine.host_dtype).itemsize
+        for _ in range(max(1, int(free * fill) // nbytes)):
+            results.append(cuda.malloc(nbytes))
+        report.matrices = len(results)
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            if cancel is not None and cancel.is_set():
+                break
+            cuda.setDevice(gpu)
+            for product in results:
+                engine.c = product
+                engine.multiply()
+            engine.c = reference
+            for product in results:
+                check(product)
+            totals = to_host(cuda, counts, np.empty(2, np.uint64), engine.stream)  # a sync
+            report.iterations += len(results)
+            report.mismatches, report.nans = int(totals[0]), int(totals[1])
+            if progress is not None:
+                progress(min(1.0, (time.perf_counter() - started) / seconds))
+        report.seconds = time.perf_counter() - started
+        if report.seconds > 0:
+            report.gflops = 2.0 * n**3 * report.iterations / report.seconds / 1e9
+        return report
+    finally:
+        engine.c = reference
+        cuda.setDevice(gpu)
+        for pointer in [*results, *([counts] if counts else [])]:
+            cuda.free(pointer)
+        engine.close()
 
 
 def burn_gpus(
@@ -129,30 +244,36 @@ def burn_gpus(
     nvml: Nvml | None = None,
     cancel: threading.Event | None = None,
     period: float = SAMPLE_PERIOD_S,
+    *,
+    precision: str = "fp32",
+    fill: float = FILL,
+    launcher_cpus: Sequence[int] = (),
+    nvml_index: dict[int, int] | None = None,
 ) -> list[BurnReport]:
-    """Burn every GPU at once through CuPy, sampling NVML. Never run on a GPU in CI."""
-    import cupy
-
-    reports = {gpu: BurnReport(f"gpu{gpu}") for gpu in gpus}
+    """Burn every GPU at once, one launcher thread per GPU (pinned to `launcher_cpus`,
+    where given, so that a CPU burn beside it cannot starve it), sampling NVML. A GPU
+    whose burn raises gets an error report; the others carry on. Never run on a GPU in
+    this project's CI (the tests use the device fake)."""
+    reports = {gpu: BurnReport(f"gpu{gpu}", precision=precision) for gpu in gpus}
 
     def burn(gpu: int) -> None:
-        with cupy.cuda.Device(gpu):
-            result = burn_device(
-                cupy,
-                n,
-                seconds,
-                f"gpu{gpu}",
-                cancel=cancel,
-                synchronize=cupy.cuda.Device(gpu).synchronize,
-            )
-            result.samples = reports[gpu].samples
-            reports[gpu] = result
+        if launcher_cpus:
+            os.sched_setaffinity(0, list(launcher_cpus))
+        try:
+            result = burn_gpu(gpu, n, seconds, precision=precision, fill=fill, cancel=cancel)
+        except Exception as exc:  # a broken GPU is this GPU's result
+            result = BurnReport(f"gpu{gpu}", precision=precision)
+            result.error = f"{type(exc).__name__}: {exc}"[:300]
+        result.samples = reports[gpu].samples
+        reports[gpu] = result
 
     stop = threading.Event()
     sampler = None
     if nvml is not None:
         sampler = threading.Thread(
-            target=sample_nvml, args=(nvml, gpus, stop, period, reports), daemon=True
+            target=sample_nvml,
+            args=(nvml, gpus, stop, period, reports, nvml_index),
+            daemon=True,
         )
         sampler.start()
     workers = [threading.Thread(target=burn, args=(gpu,), daemon=True) for gpu in gpus]
@@ -166,6 +287,32 @@ def burn_gpus(
     return [reports[gpu] for gpu in gpus]
 
 
+def split_cpus(cpus: Sequence[int], gpus: int) -> tuple[list[int], list[int]]:
+    """(CPUs for the CPU burn, CPUs for the GPU launcher threads): one per GPU reserved
+    for the launchers, at least one left to the CPU burn."""
+    cpus = sorted(cpus)
+    reserve = min(gpus, max(0, len(cpus) - 1))
+    return cpus[: len(cpus) - reserve], cpus[len(cpus) - reserve :]
+
+
+def burn_cpu(
+    n: int,
+    seconds: float,
+    cpus: Sequence[int],
+    cancel: threading.Event | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> BurnReport:
+    """The CPU burn on `cpus` only: this thread pinned there and the BLAS library's
+    threads limited to their number (threadpoolctl), so that it leaves the GPU launcher
+    threads their CPUs."""
+    from threadpoolctl import threadpool_limits
+
+    if cpus:
+        os.sched_setaffinity(0, list(cpus))
+    with threadpool_limits(limits=max(1, len(cpus)) if cpus else None, user_api="blas"):
+        return burn_device(np, n, seconds, "cpu", cancel=cancel, progress=progress)
+
+
 def burn_results(report: BurnReport, n: int) -> list[KernelResult]:
     """The report as kernel results for the snapshot: throughput, mismatch and NaN counts
     (an error result when the burn could not run), and each NVML series sampled."""
@@ -173,6 +320,8 @@ def burn_results(report: BurnReport, n: int) -> list[KernelResult]:
         {str(r) for s in report.samples for r in s.get("throttle_reasons", ())} - {"GpuIdle"}
     )
     params = (("n", n), ("seconds", round(report.seconds, 3)), ("iterations", report.iterations))
+    if report.device.startswith("gpu"):
+        params += (("precision", report.precision), ("result_matrices", report.matrices))
     if any("throttle_reasons" in s for s in report.samples):
         params += (("throttle_reasons_seen", ", ".join(seen) or "none"),)
     if report.error:

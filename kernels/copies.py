@@ -1,14 +1,15 @@
 """Copies, after nvbandwidth: host-to-device, device-to-host and both at once per GPU with
 pinned host memory on the GPU's own NUMA node and on a remote one (a wrong affinity shows
 up as a slower local figure), and the endpoint-to-endpoint matrix (one way, both ways,
-and small-copy latency) with the peer-access status of every pair.
+and the latency of a pointer chase over the link) with the peer-access status of every
+pair.
 
 One runner drives two engines. `NumaEngine` copies between NUMA nodes' memory with NumPy
 on threads pinned to the destination node's CPUs: on the CPU the peer matrix is the
 node-to-node (socket interconnect) bandwidth, and it runs for real in the tests, the
 host-copy runner's placement, verification and statistics included. `CudaEngine` copies
-between GPUs and pinned host memory through CuPy's runtime calls, timed with CUDA events;
-it has never run on a GPU in this project's CI.
+between GPUs and pinned host memory through the device boundary's runtime calls, timed
+with CUDA events; it has never run on a GPU in this project's CI.
 
 Every copy is checked byte for byte after the timed trials: a fast wrong copy is an error.
 """
@@ -21,6 +22,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 import numpy as np
@@ -29,8 +32,9 @@ from gpudiag.kernels.stats import summarize
 from gpudiag.model import KernelResult, ProbeStatus
 
 DIRECTIONS = ("h2d", "d2h", "bidir")
-LATENCY_BYTES = 8
-LATENCY_COPIES = 100
+CHASE_STRIDE = 4096  # bytes between the chain's links: each load another page
+CHASE_NODES = 1024
+CHASE_STEPS = 10000
 
 
 def fill_pattern(buffer: np.ndarray, seed: int) -> None:
@@ -130,115 +134,213 @@ class NumaEngine:
         """Not measured on the CPU: a Python call costs more than a small memcpy."""
         return None
 
+    def release(self, *buffers: Any) -> None:
+        """Nothing to do: NumPy frees the buffers."""
+
     def close(self) -> None:
         self.pool.shutdown(wait=True)
 
 
+@dataclass(frozen=True)
+class DeviceBuffer:
+    """nbytes of one GPU's memory at a device pointer."""
+
+    pointer: int
+    device: int
+    nbytes: int
+
+
 class CudaEngine:
-    """Endpoints are GPUs; host buffers are NumaMemory buffers registered with CUDA
-    (cudaHostRegister), so that their NUMA node is chosen, not left to the driver. Copies
-    are cudaMemcpyAsync/cudaMemcpyPeerAsync on one stream per copy, timed with CUDA events
-    (several at once: from an event before the first to one after the last, on a stream
-    that waits for all). Never run on a GPU in this project's CI."""
+    """Endpoints are GPUs, through the device boundary (kernels/device.py); host buffers
+    are NumaMemory buffers registered with CUDA (cudaHostRegister), so that their NUMA node
+    is chosen, not left to the driver. Copies are cudaMemcpyAsync/cudaMemcpyPeerAsync on
+    two streams per GPU, timed with CUDA events (several at once: from an event before the
+    first to one after the last, on a stream that waits for all). Latency is measured on
+    the device by a pointer chase (`latency`), not by timing small copies from Python,
+    which measures Python's call rate. Never run on a GPU in this project's CI: the tests
+    run it through a strict NumPy fake of the boundary."""
 
     kind = "gpu"
 
-    def __init__(self, gpus: Sequence[int], node_cpus: dict[int, Sequence[int]]) -> None:
-        import cupy
+    def __init__(
+        self, gpus: Sequence[int], node_cpus: dict[int, Sequence[int]], cuda: Any = None
+    ) -> None:
+        from gpudiag.kernels.device import Timer, api
 
-        self.cp = cupy
-        self.runtime = cupy.cuda.runtime
+        self.cuda = cuda = cuda or api()
         self.endpoints = list(gpus)
         self.memory = NumaMemory(node_cpus)
-        self.registered: list[int] = []
-        self.streams = {}
+        self.registered: list[np.ndarray] = []
+        self.allocated: list[DeviceBuffer] = []
+        self.streams: dict[int, tuple[Any, Any]] = {}
+        self.events: list[int] = []
         for gpu in self.endpoints:
-            with cupy.cuda.Device(gpu):
-                self.streams[gpu] = (
-                    cupy.cuda.Stream(non_blocking=True),
-                    cupy.cuda.Stream(non_blocking=True),
-                )
+            cuda.setDevice(gpu)
+            self.streams[gpu] = (cuda.Stream(non_blocking=True), cuda.Stream(non_blocking=True))
+        self.access: dict[tuple[int, int], bool] = {}
+        self.chase: dict[int, tuple[Any, int]] = {}  # per GPU: the chase kernel, its output
         for i in self.endpoints:
             for j in self.endpoints:
-                if i != j and self.runtime.deviceCanAccessPeer(i, j):
-                    already = contextlib.suppress(cupy.cuda.runtime.CUDARuntimeError)
-                    with cupy.cuda.Device(i), already:  # an error: enabled already
-                        self.runtime.deviceEnablePeerAccess(j)
+                if i != j and cuda.deviceCanAccessPeer(i, j):
+                    cuda.setDevice(i)
+                    with contextlib.suppress(Exception):  # an error: enabled already
+                        cuda.deviceEnablePeerAccess(j)
+                    self.access[(i, j)] = True
+        self.timers = {}
+        for gpu in self.endpoints:
+            cuda.setDevice(gpu)
+            self.timers[gpu] = Timer(cuda, self.streams[gpu][0])
 
     def name(self, endpoint: int) -> str:
         return f"gpu{endpoint}"
 
-    def buffer(self, endpoint: int, nbytes: int, seed: int) -> Any:
-        host = self.memory.buffer(min(self.memory.node_cpus, default=0), nbytes, seed)
-        with self.cp.cuda.Device(endpoint):
-            device = self.cp.asarray(host)
-            self.cp.cuda.Device(endpoint).synchronize()
-        return device
+    def _event(self) -> int:
+        event = self.cuda.eventCreateWithFlags(self.cuda.eventDefault)
+        self.events.append(event)
+        return event
+
+    def buffer(self, endpoint: int, nbytes: int, seed: int) -> DeviceBuffer:
+        from gpudiag.kernels.device import to_device
+
+        host = np.empty(nbytes, dtype=np.uint8)
+        fill_pattern(host, seed)
+        self.cuda.setDevice(endpoint)
+        buffer = DeviceBuffer(
+            to_device(self.cuda, host, self.streams[endpoint][0]), endpoint, nbytes
+        )
+        self.allocated.append(buffer)
+        return buffer
 
     def host_buffer(self, node: int, nbytes: int, seed: int) -> np.ndarray:
         host = self.memory.buffer(node, nbytes, seed)
-        self.runtime.hostRegister(host.ctypes.data, nbytes, 0)
-        self.registered.append(host.ctypes.data)
+        self.cuda.hostRegister(host.ctypes.data, nbytes, 0)
+        self.registered.append(host)  # kept alive while registered
         return host
 
-    def _pointer(self, buffer: Any) -> tuple[int, int | None]:
-        if isinstance(buffer, np.ndarray):
-            return buffer.ctypes.data, None
-        return buffer.data.ptr, buffer.device.id
+    def release(self, *buffers: Any) -> None:
+        """Unregister host buffers and free device buffers no longer needed (host memory
+        freed while registered would leave its addresses registered for the next one)."""
+        for buffer in buffers:
+            if isinstance(buffer, DeviceBuffer):
+                self.cuda.setDevice(buffer.device)
+                self.cuda.free(buffer.pointer)
+                self.allocated.remove(buffer)
+            else:
+                self.cuda.hostUnregister(buffer.ctypes.data)
+                self.registered = [h for h in self.registered if h is not buffer]
+
+    def _copy(self, dst: Any, src: Any, stream: Any) -> None:
+        cuda = self.cuda
+        if isinstance(dst, DeviceBuffer) and isinstance(src, DeviceBuffer):
+            cuda.memcpyPeerAsync(
+                dst.pointer, dst.device, src.pointer, src.device, dst.nbytes, stream.ptr
+            )
+        elif isinstance(dst, DeviceBuffer):
+            kind = cuda.memcpyHostToDevice
+            cuda.memcpyAsync(dst.pointer, src.ctypes.data, dst.nbytes, kind, stream.ptr)
+        else:
+            kind = cuda.memcpyDeviceToHost
+            cuda.memcpyAsync(dst.ctypes.data, src.pointer, src.nbytes, kind, stream.ptr)
 
     def time_copies(self, copies: Sequence[tuple[Any, Any, int]], serial: bool = False) -> float:
-        """Seconds for the copies: at once (two streams per GPU), or one after another."""
-        cp, runtime = self.cp, self.runtime
-        first = copies[0][2]
-        with cp.cuda.Device(first):
-            start, stop = cp.cuda.Event(), cp.cuda.Event()
-            start.record(self.streams[first][0])
+        """Seconds for the copies: at once (two streams per GPU), or one after another.
+        The first copy is issued once untimed before the start event (a lead copy), so
+        that the copy engine is busy while the timed copies are queued and no host gap is
+        timed; copying the same bytes again leaves the destination as it was."""
+        cuda = self.cuda
+        lead_dst, lead_src, first = copies[0]
+        timer, home = self.timers[first], self.streams[first][0]
+        cuda.setDevice(first)
+        self._copy(lead_dst, lead_src, home)
+        timer.start()
         used = []
         for index, (dst, src, endpoint) in enumerate(copies):
             stream = self.streams[endpoint][0 if serial else index % 2]
-            with cp.cuda.Device(endpoint):
-                stream.wait_event(start)
-                dst_ptr, dst_dev = self._pointer(dst)
-                src_ptr, src_dev = self._pointer(src)
-                nbytes = dst.nbytes
-                if dst_dev is not None and src_dev is not None:
-                    runtime.memcpyPeerAsync(dst_ptr, dst_dev, src_ptr, src_dev, nbytes, stream.ptr)
-                else:
-                    to_device = src_dev is None
-                    kind = runtime.memcpyHostToDevice if to_device else runtime.memcpyDeviceToHost
-                    runtime.memcpyAsync(dst_ptr, src_ptr, nbytes, kind, stream.ptr)
-                done = cp.cuda.Event()
-                done.record(stream)
-                used.append(done)
-        with cp.cuda.Device(first):
-            join = self.streams[first][0]
-            for done in used:
-                join.wait_event(done)
-            stop.record(join)
-            stop.synchronize()
-            return cp.cuda.get_elapsed_time(start, stop) / 1000.0
+            cuda.setDevice(endpoint)
+            cuda.streamWaitEvent(stream.ptr, timer.begin, 0)
+            self._copy(dst, src, stream)
+            done = self._event()
+            cuda.eventRecord(done, stream.ptr)
+            used.append(done)
+        cuda.setDevice(first)
+        for done in used:
+            cuda.streamWaitEvent(home.ptr, done, 0)
+        timer.stop()
+        seconds = timer.seconds()
+        for event in used:
+            cuda.eventDestroy(event)
+            self.events.remove(event)
+        return seconds
+
+    def _host_copy(self, buffer: Any) -> np.ndarray:
+        if not isinstance(buffer, DeviceBuffer):
+            return buffer
+        from gpudiag.kernels.device import to_host
+
+        self.cuda.setDevice(buffer.device)
+        out = np.empty(buffer.nbytes, np.uint8)
+        return to_host(self.cuda, buffer.pointer, out, self.streams[buffer.device][0])
 
     def same(self, dst: Any, src: Any) -> bool:
-        as_host = self.cp.asnumpy
-        return bool(np.array_equal(as_host(dst), as_host(src)))
+        return bool(np.array_equal(self._host_copy(dst), self._host_copy(src)))
 
     def peer_access(self, dst: int, src: int) -> str:
         if dst == src:
             return "local"
-        return "enabled" if self.runtime.deviceCanAccessPeer(src, dst) else "unsupported"
+        return "enabled" if self.access.get((src, dst)) else "unsupported"
 
     def latency(self, dst: Any, src: Any, dst_endpoint: int) -> float | None:
-        """Mean seconds per small copy over LATENCY_COPIES back-to-back copies (so it
-        includes the launch cost, as a CUDA application sees it)."""
-        small_dst, small_src = dst[:LATENCY_BYTES], src[:LATENCY_BYTES]
-        copies = [(small_dst, small_src, dst_endpoint)] * LATENCY_COPIES
-        total = self.time_copies(copies, serial=True)
-        return total / LATENCY_COPIES
+        """Seconds per step of a pointer chase that the source GPU runs through a chain
+        laid in the destination GPU's memory (kernels/copies.cu, as nvbandwidth's latency
+        test): one round trip over the link per step, no launch cost or Python in it.
+        None where the source GPU cannot access the destination's memory."""
+        from gpudiag.kernels.device import pinned
+
+        if not isinstance(dst, DeviceBuffer) or not isinstance(src, DeviceBuffer):
+            return None
+        if not self.access.get((src.device, dst.device)):
+            return None
+        cuda = self.cuda
+        nodes = max(1, min(CHASE_NODES, dst.nbytes // CHASE_STRIDE))
+        chain = np.zeros(nodes * CHASE_STRIDE // 8, np.uint64)
+        offsets = np.arange(nodes, dtype=np.uint64) * np.uint64(CHASE_STRIDE)
+        nexts = np.roll(offsets, -1) + np.uint64(dst.pointer)
+        chain[offsets // np.uint64(8)] = nexts
+        cuda.setDevice(dst.device)
+        stream = self.streams[dst.device][0]
+        with pinned(cuda, chain):
+            kind = cuda.memcpyHostToDevice
+            cuda.memcpyAsync(dst.pointer, chain.ctypes.data, chain.nbytes, kind, stream.ptr)
+            cuda.streamSynchronize(stream.ptr)
+        cuda.setDevice(src.device)
+        if src.device not in self.chase:
+            source = (resources.files("gpudiag.kernels") / "copies.cu").read_text(encoding="utf-8")
+            module = cuda.RawModule(code=source, options=("-std=c++17",))
+            self.chase[src.device] = (module.get_function("peer_latency_chase"), cuda.malloc(8))
+        kernel, out = self.chase[src.device]
+        timer, home = self.timers[src.device], self.streams[src.device][0]
+        args = (np.uint64(dst.pointer), np.uint64(CHASE_STEPS), np.uint64(out))
+        timer.start()
+        kernel((1,), (1,), args, stream=home)
+        timer.stop()
+        return timer.seconds() / CHASE_STEPS
 
     def close(self) -> None:
-        for pointer in self.registered:
-            self.runtime.hostUnregister(pointer)
+        cuda = self.cuda
+        for gpu, (_kernel, out) in self.chase.items():
+            cuda.setDevice(gpu)
+            cuda.free(out)
+        self.chase.clear()
+        for host in self.registered:
+            cuda.hostUnregister(host.ctypes.data)
         self.registered.clear()
+        for buffer in self.allocated:
+            cuda.setDevice(buffer.device)
+            cuda.free(buffer.pointer)
+        self.allocated.clear()
+        for gpu, timer in self.timers.items():
+            cuda.setDevice(gpu)
+            timer.close()
 
 
 # ------------------------------------------------------------------ the runners
@@ -255,7 +357,7 @@ def _result(
 ) -> KernelResult:
     if error:
         return KernelResult(
-            "copy", device, metric, unit, ProbeStatus.ERROR, error=error, params=params
+            kernel, device, metric, unit, ProbeStatus.ERROR, error=error, params=params
         )
     return KernelResult(
         kernel, device, metric, unit, ProbeStatus.OK, tuple(samples), summarize(samples), params
@@ -326,9 +428,10 @@ def run_host_copies(
                 samples, error = _measure(engine, plans[direction], nbytes, trials, warmup)
                 results.append(
                     _result(
-                        engine, device, f"{direction}.{placement}", "GB/s", samples, params, error
+                        "copy", device, f"{direction}.{placement}", "GB/s", samples, params, error
                     )
                 )
+            engine.release(host, host_back, target, target_two)
             if progress is not None:
                 progress(done / steps)
     return results
@@ -344,7 +447,7 @@ def run_peer_matrix(
     progress: Callable[[float], None] | None = None,
 ) -> list[KernelResult]:
     """For every ordered pair of endpoints (src, dst), src != dst where there are two or
-    more: one-way and both-ways GB/s and small-copy latency, each with the pair's peer
+    more: one-way and both-ways GB/s and the engine's latency, each with the pair's peer
     access status. Results belong to the source endpoint; the metric names the other."""
     nbytes -= nbytes % 8
     endpoints = list(engine.endpoints)

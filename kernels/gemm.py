@@ -1,15 +1,15 @@
 """GEMM throughput: C = A @ B on square matrices, in TFLOP/s (2 n^3 per product), every
 product checked against a float64 reference on sampled rows.
 
-One runner for NumPy (the CPU's BLAS: FP64 and FP32) and CuPy (cuBLAS: FP64, FP32, TF32,
-FP16, and BF16 through cuBLAS's gemmEx on bf16 bit patterns, since CuPy has no bfloat16
-dtype). A precision a library cannot do is reported as skipped, with the reason (NumPy has
-no FP16, TF32 or BF16 BLAS). The CuPy path has never run on a GPU in this project's CI.
+`run_gemm` runs NumPy (the CPU's BLAS: FP64 and FP32); a precision NumPy cannot do is
+reported as skipped, with the reason (it has no FP16, TF32 or BF16 BLAS). `run_gpu_gemm`
+runs cuBLAS's gemmEx through the device boundary (kernels/device.py) in FP64, FP32, TF32,
+FP16 and BF16 (on bf16 bit patterns: CuPy has no bfloat16 dtype), timing batches of
+back-to-back GEMMs; it has never run on a GPU in this project's CI.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,36 +85,6 @@ def to_bf16_bits(values: np.ndarray) -> np.ndarray:
 def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
     """bfloat16 bit patterns (uint16) -> float32, exactly."""
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
-
-
-def cublas_bf16_codec(cupy: Any) -> Codec:
-    """BF16 GEMM through cuBLAS's gemmEx (CuPy has no bfloat16 dtype, but its cuBLAS
-    binding takes raw pointers): bf16 inputs and output held as uint16, FP32 accumulation
-    (CUBLAS_COMPUTE_32F), as PyTorch multiplies bf16 tensors. Row-major C = A @ B is
-    column-major C^T = B^T A^T, so B goes first. Never run on a GPU in this project's CI."""
-    from cupy_backends.cuda.libs import cublas
-
-    # cudaDataType CUDA_R_16BF, cublasComputeType_t CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT,
-    # cublasOperation_t CUBLAS_OP_N (cuda_runtime and cublas_api.h)
-    cuda_r_16bf, compute_32f, default_algo, op_n = 14, 68, -1, 0
-    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
-
-    def matmul(a: Any, b: Any) -> Any:
-        n = a.shape[0]
-        c = cupy.empty((n, n), dtype=cupy.uint16)
-        handle = cupy.cuda.device.get_cublas_handle()
-        cublas.gemmEx(
-            handle, op_n, op_n, n, n, n,
-            one.ctypes.data, b.data.ptr, cuda_r_16bf, n, a.data.ptr, cuda_r_16bf, n,
-            zero.ctypes.data, c.data.ptr, cuda_r_16bf, n, compute_32f, default_algo,
-        )  # fmt: skip
-        return c
-
-    return Codec(
-        encode=lambda host: cupy.asarray(to_bf16_bits(host)),
-        decode=lambda device: from_bf16_bits(cupy.asnumpy(device)),
-        matmul=matmul,
-    )
 
 
 def run_gemm(
@@ -203,43 +173,163 @@ def _wall_clock(work: Callable[[], Any]) -> float:
     return time.perf_counter() - started
 
 
-def cuda_timer(cupy: Any) -> Callable[[Callable[[], Any]], float]:
-    """Seconds of GPU work between two CUDA events. Never run on a GPU in CI."""
-
-    def timer(work: Callable[[], Any]) -> float:
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        work()
-        stop.record()
-        stop.synchronize()
-        return cupy.cuda.get_elapsed_time(start, stop) / 1000.0
-
-    return timer
+# precision: (cudaDataType entry, cublasComputeType_t entry, host dtype of the device data)
+CUBLAS_TYPES = {
+    "fp64": ("CUDA_R_64F", "cublas_CUBLAS_COMPUTE_64F", np.float64),
+    "fp32": ("CUDA_R_32F", "cublas_CUBLAS_COMPUTE_32F", np.float32),
+    "tf32": ("CUDA_R_32F", "cublas_CUBLAS_COMPUTE_32F_FAST_TF32", np.float32),
+    "fp16": ("CUDA_R_16F", "cublas_CUBLAS_COMPUTE_32F", np.float16),
+    "bf16": ("CUDA_R_16BF", "cublas_CUBLAS_COMPUTE_32F", np.uint16),  # bf16 bit patterns
+}
+SAMPLE_SECONDS = 0.05  # each timed sample is a batch of back-to-back GEMMs this long
+MAX_BATCH = 200
 
 
-def run_gpu_gemm(device: int, precision: str, n: int, trials: int, **kwargs: Any) -> KernelResult:
-    """GEMM on one GPU through CuPy/cuBLAS; TF32 through CuPy's CUPY_TF32 switch (keyword
-    arguments go to run_gemm: cancel, seconds, progress). Never run on a GPU in this
-    project's CI."""
-    import cupy
+class CublasGemm:
+    """n x n GEMMs of one precision on one GPU through cuBLAS's gemmEx, with the data and
+    compute types given explicitly on every call (TF32 is CUBLAS_COMPUTE_32F_FAST_TF32,
+    never a process-wide switch such as CUPY_TF32, which CuPy reads once); FP16 and BF16
+    accumulate in FP32 (CUBLAS_COMPUTE_32F), as PyTorch multiplies them. Row-major
+    C = A @ B is column-major C^T = B^T A^T, so B goes first. Never run on a GPU in this
+    project's CI: the tests run it through a strict NumPy fake of the device boundary."""
 
-    with cupy.cuda.Device(device):
-        previous = os.environ.get("CUPY_TF32")
-        os.environ["CUPY_TF32"] = "1" if precision == "tf32" else "0"
-        try:
-            return run_gemm(
-                cupy,
-                precision,
-                n,
-                device=f"gpu{device}",
-                trials=trials,
-                timer=cuda_timer(cupy),
-                to_host=cupy.asnumpy,
-                codec=cublas_bf16_codec(cupy) if precision == "bf16" else None,
-                **kwargs,
-            )
-        finally:
-            if previous is None:
-                os.environ.pop("CUPY_TF32", None)
-            else:
-                os.environ["CUPY_TF32"] = previous
+    def __init__(self, cuda: Any, device: int, precision: str, n: int) -> None:
+        from gpudiag.kernels.device import Timer
+
+        self.cuda, self.device, self.precision, self.n = cuda, device, precision, n
+        data_type, compute_type, self.host_dtype = CUBLAS_TYPES[precision]
+        self.data_type = getattr(cuda, data_type)
+        self.compute_type = getattr(cuda, compute_type)
+        cuda.setDevice(device)
+        self.stream = cuda.Stream(non_blocking=True)
+        self.handle = cuda.cublas_create()
+        cuda.cublas_setStream(self.handle, self.stream.ptr)
+        scalar = np.float64 if precision == "fp64" else np.float32  # the compute type's
+        self.alpha, self.beta = np.ones(1, scalar), np.zeros(1, scalar)
+        nbytes = n * n * np.dtype(self.host_dtype).itemsize
+        self.a, self.b, self.c = (cuda.malloc(nbytes) for _ in range(3))
+        self.timer = Timer(cuda, self.stream)
+
+    def encode(self, values: np.ndarray) -> np.ndarray:
+        """Float32/64 host values as the device holds them."""
+        if self.precision == "bf16":
+            return to_bf16_bits(values.astype(np.float32))
+        return np.ascontiguousarray(values, dtype=self.host_dtype)
+
+    def decode(self, held: np.ndarray) -> np.ndarray:
+        return from_bf16_bits(held) if self.precision == "bf16" else held
+
+    def upload(self, host_a: np.ndarray, host_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Copy A and B to the device; returns them as the device holds them, decoded."""
+        from gpudiag.kernels.device import pinned
+
+        held = [self.encode(host_a), self.encode(host_b)]
+        cuda = self.cuda
+        cuda.setDevice(self.device)
+        with pinned(cuda, *held):
+            for pointer, array in zip((self.a, self.b), held, strict=True):
+                kind = cuda.memcpyHostToDevice
+                cuda.memcpyAsync(pointer, array.ctypes.data, array.nbytes, kind, self.stream.ptr)
+            cuda.streamSynchronize(self.stream.ptr)
+        return self.decode(held[0]), self.decode(held[1])
+
+    def multiply(self) -> None:
+        n, cuda = self.n, self.cuda
+        op_n, t = cuda.cublas_CUBLAS_OP_N, self.data_type
+        cuda.cublas_gemmEx(
+            self.handle, op_n, op_n, n, n, n,
+            self.alpha.ctypes.data, self.b, t, n, self.a, t, n,
+            self.beta.ctypes.data, self.c, t, n, self.compute_type, cuda.cublas_CUBLAS_GEMM_DEFAULT,
+        )  # fmt: skip
+
+    def time(self, batch: int) -> float:
+        """Seconds per GEMM over `batch` back-to-back GEMMs, behind one untimed lead GEMM
+        (the GPU is busy when the start event is recorded: no launch gap is timed)."""
+        self.cuda.setDevice(self.device)
+        self.multiply()
+        self.timer.start()
+        for _ in range(batch):
+            self.multiply()
+        self.timer.stop()
+        return self.timer.seconds() / batch
+
+    def product(self) -> np.ndarray:
+        """C on the host, decoded to floats, after the stream's work."""
+        from gpudiag.kernels.device import to_host
+
+        self.cuda.setDevice(self.device)
+        held = np.empty((self.n, self.n), self.host_dtype)
+        return self.decode(to_host(self.cuda, self.c, held, self.stream))
+
+    def close(self) -> None:
+        cuda = self.cuda
+        cuda.setDevice(self.device)
+        self.timer.close()
+        for pointer in (self.a, self.b, self.c):
+            cuda.free(pointer)
+        cuda.cublas_destroy(self.handle)
+
+
+def run_gpu_gemm(
+    device: int,
+    precision: str,
+    n: int,
+    trials: int,
+    *,
+    warmup: int = 1,
+    cancel: Any = None,
+    seconds: float | None = None,
+    progress: Callable[[float], None] | None = None,
+    cuda: Any = None,
+    sample_seconds: float = SAMPLE_SECONDS,
+) -> KernelResult:
+    """TFLOP/s samples of batches of back-to-back GEMMs on one GPU (a batch lasts about
+    `sample_seconds`, so launch overhead is amortised and sustained clocks are seen), the
+    product checked against float64 on sampled rows after the timed trials. Never run on
+    a GPU in this project's CI."""
+    from gpudiag.kernels.device import api
+
+    cuda = cuda or api()
+    compute = CUBLAS_TYPES[precision][1].removeprefix("cublas_")
+    params: tuple[tuple[str, Any], ...] = (
+        ("n", n), ("precision", precision), ("trials", trials), ("compute_type", compute),
+    )  # fmt: skip
+
+    def result(status: ProbeStatus, samples: list[float], error: str = "") -> KernelResult:
+        stats = summarize(samples) if status is ProbeStatus.OK and len(samples) >= 2 else None
+        return KernelResult(
+            "gemm", f"gpu{device}", precision, "TFLOP/s", status, tuple(samples), stats,
+            params, error,
+        )  # fmt: skip
+
+    rng = np.random.default_rng(0)
+    host_a = rng.uniform(-1, 1, (n, n))
+    host_b = rng.uniform(-1, 1, (n, n))
+    rows = rng.choice(n, size=min(CHECKED_ROWS, n), replace=False)
+    engine = CublasGemm(cuda, device, precision, n)
+    try:
+        checked_a, checked_b = engine.upload(host_a, host_b)
+        single = engine.time(1)
+        batch = max(1, min(MAX_BATCH, int(sample_seconds / single) if single > 0 else 1))
+        params += (("batch", batch),)
+        samples: list[float] = []
+        started, rounds, index = time.monotonic(), warmup + trials, 0
+        while index < rounds or (seconds is not None and time.monotonic() - started < seconds):
+            if cancel is not None and cancel.is_set():
+                return result(ProbeStatus.CANCELLED, [], "cancelled")
+            elapsed = engine.time(batch)
+            if index >= warmup and elapsed > 0:
+                samples.append(2.0 * n**3 / elapsed / 1e12)
+            index += 1
+            if progress is not None:
+                progress(progress_fraction(index, rounds, started, seconds))
+        error = check_product(checked_a, checked_b, engine.product(), precision, rows)
+    finally:
+        engine.close()
+    if not error <= TOLERANCE[precision]:
+        return result(
+            ProbeStatus.ERROR,
+            [],
+            f"verification failed: relative error {error:.3g} exceeds {TOLERANCE[precision]:g}",
+        )
+    return result(ProbeStatus.OK, samples)

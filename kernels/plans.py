@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-KERNELS = ("stream", "gemm", "copy", "peer", "burn")
+KERNELS = ("stream", "gemm", "copy", "peer", "allreduce", "burn")
 DTYPE_NAMES = ("fp64", "fp32")
+BURN_PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp64")  # the GPU GEMM's (kernels/gemm.py)
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class KernelPlan:
     seconds: float | None = None
     gemm_n: int = 4096
     burn_seconds: float = 60.0
+    burn_precision: str = "fp32"
 
 
 PLANS = {
@@ -31,9 +33,10 @@ PLANS = {
     "quick": KernelPlan(
         ("stream", "gemm", "copy", "peer"), "all", 64 * 2**20, trials=5, gemm_n=2048
     ),
-    # Minutes: both STREAM precisions, larger arrays and GEMMs, and a 60 s burn.
+    # Minutes: both STREAM precisions, larger arrays and GEMMs, all-reduce across the GPUs
+    # (8 B up to the array size), and a 60 s burn.
     "full": KernelPlan(
-        ("stream", "gemm", "copy", "peer", "burn"),
+        ("stream", "gemm", "copy", "peer", "allreduce", "burn"),
         "all",
         256 * 2**20,
         dtypes=("fp64", "fp32"),

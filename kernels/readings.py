@@ -7,6 +7,9 @@ them whenever findings are computed, never stored twice. Keys, per device:
     gpu.N.kernel.gemm.bf16              TFLOP/s  node's CPUs, host.kernel... for all CPUs)
     gpu.N.kernel.copy.h2d.local         GB/s
     gpu.N.kernel.burn.mismatches        count, and burn.nans, burn.gflops
+    node.kernel.allreduce.busbw         GB/s: NCCL all-reduce of the largest size across
+                                        the GPUs (busbw.<bytes>, algbw.<bytes> per size);
+    node.kernel.allreduce.busbw.share_of_nvlink   over the profile's NVLink bandwidth
     gpu.N.kernel.verified               false when any result of the device failed its check
     gpu.N.kernel.<...>.share_of_median  the device's figure over the median of all devices
                                         of its kind that measured the same metric (2 or more)
@@ -37,6 +40,8 @@ def device_prefix(device: str) -> str | None:
         return f"gpu.{m.group(1)}."
     if m := _NUMA.match(device):
         return f"numa.{m.group(1)}."
+    if device == "gpus":  # all the node's GPUs together (all-reduce)
+        return "node."
     return "host." if device == "cpu" else None
 
 
@@ -103,6 +108,7 @@ def kernel_readings(
             f"{prefix}kernel.verified", ok, source="kernel results' checks"
         )
     derived.update(_peak_shares(derived.values(), peaks or {}))
+    derived.update(_nvlink_share(derived.get("node.kernel.allreduce.busbw"), peaks or {}))
     derived.update(_shares(derived.values()))
     for group in peers.values():
         derived.update(_pair_shares(group))
@@ -128,6 +134,19 @@ def _peak_shares(readings: Iterable[Reading], peaks: Mapping[str, Any]) -> dict[
             value = round(float(reading.value) / peak, 4)  # type: ignore[arg-type]
             shares[key] = Reading(key, value, "", f"{reading.key} / profile {field} ({peak})")
     return shares
+
+
+def _nvlink_share(busbw: Reading | None, peaks: Mapping[str, Any]) -> dict[str, Reading]:
+    """All-reduce bus bandwidth over a GPU's NVLink bandwidth in one direction (the
+    profile's links times each link's GB/s): busbw is defined to be comparable with it."""
+    links, per_link = peaks.get("nvlink_count"), peaks.get("nvlink_gbs")
+    if busbw is None or not busbw.ok or not links or not per_link:
+        return {}
+    total = float(links) * float(per_link)
+    key = f"{busbw.key}.share_of_nvlink"
+    value = round(float(busbw.value) / total, 4)  # type: ignore[arg-type]
+    source = f"{busbw.key} / (profile nvlink_count {links} x nvlink_gbs {per_link})"
+    return {key: Reading(key, value, "", source)}
 
 
 def _value(reading: Reading | None, default: object) -> object:

@@ -10,15 +10,18 @@ result that says why (and `gpudiag run --device gpu` exits 3 with that reason).
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from gpudiag.hostfs import HostFS
-from gpudiag.kernels import burn, copies, gemm, stream
+from gpudiag.kernels import allreduce, burn, copies, device, gemm, stream
 from gpudiag.kernels.plans import KERNELS, KernelPlan
 from gpudiag.model import KernelResult, ProbeStatus
+from gpudiag.probes.gpu import normalize_bus_id
 from gpudiag.textparse import parse_cpulist
 
 DTYPES = {"fp64": np.float64, "fp32": np.float32}
@@ -50,17 +53,19 @@ def usable_cpus(nodes: dict[int, list[int]]) -> dict[int, list[int]]:
 
 
 def gpu_count() -> int:
-    """GPUs CuPy sees; KernelUnavailable (with the reason) where it cannot look."""
+    """GPUs CUDA sees (through the device boundary); KernelUnavailable (with the reason)
+    where it cannot look."""
     try:
-        import cupy
+        cuda = device.api()
+        count = cuda.getDeviceCount
     except ImportError:
         raise KernelUnavailable(
             "CuPy is not installed: pip install 'gpudiag[cuda12]' (or [cuda13])"
         ) from None
     try:
-        return int(cupy.cuda.runtime.getDeviceCount())
+        return int(count())
     except Exception as exc:  # CUDA runtime errors have no common base class here
-        raise KernelUnavailable(f"no usable GPU: {exc}") from None
+        raise KernelUnavailable(f"no usable GPU (CuPy: {exc})") from None
 
 
 def plan_gpus(device: str) -> list[int]:
@@ -81,12 +86,11 @@ def plan_gpus(device: str) -> list[int]:
 
 def gpu_numa_nodes(host: HostFS, gpus: Sequence[int]) -> dict[int, int]:
     """Each GPU's NUMA node from sysfs, by the PCI address CUDA gives (-1 where unknown).
-    Never run on a GPU in this project's CI."""
-    import cupy
-
+    Never run on a GPU in this project's CI (the tests use the device fake)."""
+    cuda = device.api()
     nodes = {}
     for gpu in gpus:
-        bus = cupy.cuda.runtime.deviceGetPCIBusId(gpu).lower()
+        bus = normalize_bus_id(cuda.deviceGetPCIBusId(gpu))
         text = host.read(f"/sys/bus/pci/devices/{bus}/numa_node")
         nodes[gpu] = int(text.text) if text.ok and text.text.strip().lstrip("-").isdigit() else -1
     return nodes
@@ -94,6 +98,56 @@ def gpu_numa_nodes(host: HostFS, gpus: Sequence[int]) -> dict[int, int]:
 
 def _skipped(kernel: str, device: str, reason: str) -> KernelResult:
     return KernelResult(kernel, device, "all", "", ProbeStatus.SKIPPED, error=reason)
+
+
+def _failed(kernel: str, gpu: int, exc: Exception) -> KernelResult:
+    """A kernel that raised on a GPU: that device's result, the others carry on."""
+    reason = f"{type(exc).__name__}: {exc}".strip()[:300]
+    return KernelResult(kernel, f"gpu{gpu}", "all", "", ProbeStatus.ERROR, error=reason)
+
+
+def cuda_to_nvml(gpus: Sequence[int], nvml: object) -> dict[int, int]:
+    """NVML's index of each CUDA device, matched by UUID, else by PCI bus id: under
+    CUDA_VISIBLE_DEVICES (or CUDA's FASTEST_FIRST order) CUDA device 0 need not be NVML's
+    GPU 0, and kernel results must land on the readings of the same GPU. A device NVML
+    does not show, or that CUDA cannot query, keeps its CUDA index. Never run on a GPU in
+    this project's CI (the tests use the device fake and NVML replays)."""
+    from gpudiag.nvml import Nvml
+
+    if not isinstance(nvml, Nvml):
+        return {gpu: gpu for gpu in gpus}
+    cuda = device.api()
+    count = nvml.reading("count", "nvmlDeviceGetCount")
+    known: dict[str, int] = {}
+    for index in range(int(count.value) if count.ok else 0):  # type: ignore[arg-type]
+        uuid = nvml.reading("uuid", "nvmlDeviceGetUUID", index)
+        bus = nvml.reading("bus", "nvmlDeviceGetPciInfo", index, convert=lambda p: p["busId"])
+        if uuid.ok:
+            known[f"uuid:{uuid.value}"] = index
+        if bus.ok:
+            known[f"bus:{normalize_bus_id(str(bus.value))}"] = index
+    mapping = {}
+    for gpu in gpus:
+        try:
+            uuid = device.device_uuid(cuda, gpu)
+            bus = normalize_bus_id(cuda.deviceGetPCIBusId(gpu))
+        except Exception:  # a GPU CUDA cannot query keeps its CUDA index
+            mapping[gpu] = gpu
+            continue
+        mapping[gpu] = known.get(f"uuid:{uuid}", known.get(f"bus:{bus}", gpu))
+    return mapping
+
+
+def nvml_label(text: str, mapping: dict[int, int]) -> str:
+    """gpuN (a CUDA index) in a device or metric name as gpuM (NVML's index)."""
+    return re.sub(r"gpu(\d+)", lambda m: f"gpu{mapping.get(int(m.group(1)), m.group(1))}", text)
+
+
+def relabel(result: KernelResult, mapping: dict[int, int]) -> KernelResult:
+    """A result of CUDA devices labelled with their NVML indices (device and peer)."""
+    return replace(
+        result, device=nvml_label(result.device, mapping), metric=nvml_label(result.metric, mapping)
+    )
 
 
 class PlanRun:
@@ -140,7 +194,24 @@ class PlanRun:
             if kernel not in KERNELS:
                 raise KernelUnavailable(f"no kernel {kernel} (known: {', '.join(KERNELS)})")
             getattr(self, f"_{kernel}")(on_cpu, gpus, nodes)
+        if gpus:
+            mapping = self._nvml_indices(gpus)
+            if any(k != v for k, v in mapping.items()):
+                self.results = [relabel(r, mapping) for r in self.results]
+                for report in self.burns:
+                    report.device = nvml_label(report.device, mapping)
         return self.results
+
+    def _nvml_indices(self, gpus: list[int]) -> dict[int, int]:
+        """cuda_to_nvml with the run's NVML, or one opened for it (`gpudiag run`)."""
+        from gpudiag.nvml import Nvml, open_nvml
+
+        nvml = self.nvml if isinstance(self.nvml, Nvml) else open_nvml(None)
+        try:
+            return cuda_to_nvml(gpus, nvml)
+        finally:
+            if nvml is not self.nvml:
+                nvml.close()
 
     def _stream(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
         plan = self.plan
@@ -160,9 +231,18 @@ class PlanRun:
                     finally:
                         ops.close()
             for gpu in gpus:
-                ops = stream.CudaOperations(n, dtype, gpu)
                 step = self._step(f"stream {name} gpu{gpu}")
-                self.results += stream.run_stream(ops, device=f"gpu{gpu}", progress=step, **common)
+                try:
+                    ops = stream.CudaOperations(n, dtype, gpu)
+                    try:
+                        self.results += stream.run_stream(
+                            ops, device=f"gpu{gpu}", progress=step, **common
+                        )
+                    finally:
+                        ops.close()
+                except Exception as exc:  # a broken GPU is this GPU's result
+                    failed = _failed("stream", gpu, exc)
+                    self.results.append(replace(failed, params=(("dtype", name),)))
 
     def _gemm(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
         plan = self.plan
@@ -182,9 +262,11 @@ class PlanRun:
         for gpu in gpus:
             for precision in gemm.PRECISIONS:
                 step = self._step(f"gemm gpu{gpu} {precision}")
-                self.results.append(
-                    gemm.run_gpu_gemm(gpu, precision, plan.gemm_n, progress=step, **common)
-                )
+                try:
+                    result = gemm.run_gpu_gemm(gpu, precision, plan.gemm_n, progress=step, **common)
+                except Exception as exc:  # a broken GPU is this GPU's result
+                    result = replace(_failed("gemm", gpu, exc), metric=precision)
+                self.results.append(result)
 
     def _copy(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
         if on_cpu and not gpus:
@@ -193,26 +275,34 @@ class PlanRun:
             )
         if not gpus:
             return
-        engine = copies.CudaEngine(gpus, nodes)
-        try:
-            self.results += copies.run_host_copies(
-                engine,
-                gpu_numa_nodes(self.host, gpus),
-                sorted(nodes),
-                nbytes=self.plan.size_bytes,
-                trials=self.plan.trials,
-                cancel=self.cancel,
-                progress=self._step("copy host<->gpu"),
-            )
-        finally:
-            engine.close()
+        step = self._step("copy host<->gpu")
+        for index, gpu in enumerate(gpus):  # one engine per GPU: a broken one fails alone
+            try:
+                engine = copies.CudaEngine([gpu], nodes)
+                try:
+                    self.results += copies.run_host_copies(
+                        engine,
+                        gpu_numa_nodes(self.host, [gpu]),
+                        sorted(nodes),
+                        nbytes=self.plan.size_bytes,
+                        trials=self.plan.trials,
+                        cancel=self.cancel,
+                        progress=lambda f, i=index: step((i + f) / len(gpus)),
+                    )
+                finally:
+                    engine.close()
+            except Exception as exc:  # a broken GPU is this GPU's result
+                self.results.append(_failed("copy", gpu, exc))
 
     def _peer(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
         engines = []
         if on_cpu:
             engines.append(copies.NumaEngine({max(node, 0): cpus for node, cpus in nodes.items()}))
         if len(gpus) >= 2:
-            engines.append(copies.CudaEngine(gpus, nodes))
+            try:
+                engines.append(copies.CudaEngine(gpus, nodes))
+            except Exception as exc:
+                self.results += [_failed("peer", gpu, exc) for gpu in gpus]
         elif gpus:
             self.results.append(_skipped("peer", f"gpu{gpus[0]}", "one GPU: no peer to copy to"))
         for engine in engines:
@@ -224,18 +314,48 @@ class PlanRun:
                     cancel=self.cancel,
                     progress=self._step(f"peer {engine.kind}"),
                 )
+            except Exception as exc:  # the matrix needs every GPU: each gets the reason
+                if engine.kind != "gpu":
+                    raise
+                self.results += [_failed("peer", gpu, exc) for gpu in gpus]
             finally:
                 engine.close()
 
+    def _allreduce(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
+        """NCCL all-reduce across every GPU asked for (two or more)."""
+        if not gpus:
+            if on_cpu:
+                self.results.append(_skipped("allreduce", "cpu", "all-reduce needs GPUs"))
+            return
+        try:
+            self.results += allreduce.run_allreduce(
+                gpus,
+                max_bytes=self.plan.size_bytes,
+                trials=self.plan.trials,
+                cancel=self.cancel,
+                progress=self._step("allreduce"),
+            )
+        except AttributeError as exc:  # cupy.cuda.nccl without its library
+            reason = f"NCCL is not available (pip install 'gpudiag[cuda12]'): {exc}"
+            self.results.append(_skipped("allreduce", "gpus", reason))
+        except Exception as exc:  # an NCCL or CUDA error: the node's result, not a crash
+            reason = f"{type(exc).__name__}: {exc}"[:300]
+            self.results.append(
+                KernelResult("allreduce", "gpus", "busbw", "GB/s", ProbeStatus.ERROR, error=reason)
+            )
+
     def _burn(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
-        """The CPU and every GPU asked for burn at the same time, for the plan's seconds."""
+        """The CPU and every GPU asked for burn at the same time, for the plan's seconds;
+        one CPU per GPU is kept from the CPU burn for the GPUs' launcher threads."""
         plan = self.plan
         step = self._step("burn")
+        allowed = sorted(os.sched_getaffinity(0))
+        cpu_cpus, launcher_cpus = burn.split_cpus(allowed, len(gpus))
         cpu_reports: list[burn.BurnReport] = []
         cpu = threading.Thread(
             target=lambda: cpu_reports.append(
-                burn.burn_device(
-                    np, plan.gemm_n, plan.burn_seconds, "cpu", cancel=self.cancel, progress=step
+                burn.burn_cpu(
+                    plan.gemm_n, plan.burn_seconds, cpu_cpus, cancel=self.cancel, progress=step
                 )
             ),
             name="burn-cpu",
@@ -250,7 +370,14 @@ class PlanRun:
             nvml = self.nvml if isinstance(self.nvml, Nvml) else open_nvml(None)
             try:
                 gpu_reports = burn.burn_gpus(
-                    gpus, plan.gemm_n, plan.burn_seconds, nvml, self.cancel
+                    gpus,
+                    plan.gemm_n,
+                    plan.burn_seconds,
+                    nvml,
+                    self.cancel,
+                    precision=plan.burn_precision,
+                    launcher_cpus=launcher_cpus if on_cpu else (),
+                    nvml_index=cuda_to_nvml(gpus, nvml),
                 )
             finally:
                 if nvml is not self.nvml:

@@ -175,4 +175,5 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
     "KRN014": node("topo.gpu.0.1.peer_access", "unsupported", "enabled"),
     "KRN015": node("numa.1.kernel.stream.triad.fp64.share_of_median", 0.6, 1.0),
     "KRN016": one("kernel.gemm.bf16", 300.0, 700.0),
+    "KRN017": node("node.kernel.allreduce.busbw.share_of_nvlink", 0.3, 0.85),
 }

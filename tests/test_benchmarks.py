@@ -23,6 +23,10 @@ SMALLEST = {
         ["--repeat", "2"],
         ["diff step of two 8-GPU snapshots", "the whole `gpudiag diff", "reference, a Python"],
     ),
+    "gpu_kernels.py": (  # on a GPU node only: without one it exits 3 (test_kernels_device)
+        ["--mib", "64", "--gemm-n", "1024"],
+        ["STREAM triad fp64 GB/s", "BF16 GEMM TFLOP/s", "torch.matmul", "h2d local GB/s"],
+    ),
     "host_probes.py": (
         ["--repeat", "2"],
         ["host probes inside gpudiag", "as a process of its own", "reference, lscpu"],
@@ -36,7 +40,12 @@ SMALLEST = {
         ["minimal Textual app: painted", "gpudiag (faulty demo): first screen"],
     ),
 }
-NEEDS = {"cpu_triad.py": ["gcc"], "host_probes.py": ["lscpu"], "tui_startup.py": ["tmux"]}
+NEEDS = {
+    "cpu_triad.py": ["gcc"],
+    "gpu_kernels.py": ["nvidia-smi"],  # a GPU node's driver
+    "host_probes.py": ["lscpu"],
+    "tui_startup.py": ["tmux"],
+}
 
 
 def test_every_benchmark_has_its_smallest_settings() -> None:

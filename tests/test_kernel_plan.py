@@ -54,7 +54,7 @@ def test_small_plan_runs_on_this_cpu_and_says_why_gpus_are_skipped() -> None:
 
 
 def test_strict_run_refuses_gpus_it_cannot_use() -> None:
-    with pytest.raises(KernelUnavailable, match="CuPy is not installed"):
+    with pytest.raises(KernelUnavailable, match="CuPy"):  # not installed, or no GPU driver
         PlanRun(replace(SMALL, device="gpu")).run(strict=True)
     with pytest.raises(KernelUnavailable, match="cpu, gpu, all or a GPU index"):
         PlanRun(replace(SMALL, device="tpu")).run()

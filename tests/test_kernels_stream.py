@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -166,29 +167,56 @@ def test_threads_are_pinned_to_their_cpus() -> None:
 CU_FILES = sorted((REPO / "kernels").glob("*.cu"))
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed here")
-@pytest.mark.parametrize("source", CU_FILES, ids=lambda p: p.name)
-def test_every_cuda_file_compiles_for_sm80_and_sm90(source: Path, tmp_path: Path) -> None:
+def _nvcc() -> str | None:
+    found = shutil.which("nvcc")
+    candidates = sorted(Path("/usr/local").glob("cuda*/bin/nvcc"), reverse=True)
+    return found or (str(candidates[0]) if candidates else None)
+
+
+NVCC = _nvcc()
+ARCHES = ("sm_80", "sm_90", "sm_100")
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed here (nor in /usr/local/cuda*)")
+@pytest.mark.parametrize("arch", ARCHES)
+def test_every_stream_kernel_loads_128_bits_at_a_time(arch: str, tmp_path: Path) -> None:
+    """Each STREAM kernel's PTX holds 16-byte vector loads (ld.global[.nc].v2.f64 /
+    .v4.f32)."""
+    source = REPO / "kernels" / "stream.cu"
+    ptx = tmp_path / "out.ptx"
     result = subprocess.run(
-        [
-            "nvcc",
-            "-c",
-            "-std=c++17",
-            "-gencode",
-            "arch=compute_80,code=sm_80",
-            "-gencode",
-            "arch=compute_90,code=sm_90",
-            str(source),
-            "-o",
-            str(tmp_path / "out.o"),
-        ],
+        [str(NVCC), "-ptx", "-std=c++17", f"-arch={arch}", str(source), "-o", str(ptx)],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "out.o").stat().st_size > 0
+    vector = re.compile(r"ld\.global(\.nc)?\.v(2\.f64|4\.f32|2\.u64|4\.u32|2\.b64|4\.b32)")
+    kernels: dict[str, bool] = {}
+    name = ""
+    for line in ptx.read_text().splitlines():
+        if m := re.match(r"^\.visible \.entry (\w+)\(", line.strip()):
+            name = m.group(1)
+            kernels[name] = False
+        elif name and vector.search(line):
+            kernels[name] = True
+    assert len(kernels) == 10, sorted(kernels)
+    assert all(kernels.values()), [k for k, v in kernels.items() if not v]
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed here (nor in /usr/local/cuda*)")
+@pytest.mark.parametrize("source", CU_FILES, ids=lambda p: p.name)
+def test_every_cuda_file_compiles_for_sm80_sm90_and_sm100(source: Path, tmp_path: Path) -> None:
+    arches = [f"-gencode=arch=compute_{a[3:]},code={a}" for a in ARCHES]
+    result = subprocess.run(
+        [str(NVCC), "-c", "-std=c++17", *arches, str(source), "-o", str(tmp_path / "out.o")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
 
 
 def test_the_compiled_loops_are_used_where_numba_is_installed() -> None:
@@ -198,7 +226,7 @@ def test_the_compiled_loops_are_used_where_numba_is_installed() -> None:
 
 
 def test_there_is_cuda_source_to_compile() -> None:
-    assert [p.name for p in CU_FILES] == ["stream.cu"]
+    assert [p.name for p in CU_FILES] == ["burn.cu", "copies.cu", "stream.cu"]
 
 
 def test_cli_runs_cpu_stream_per_numa_node() -> None:
@@ -212,20 +240,26 @@ def test_cli_runs_cpu_stream_per_numa_node() -> None:
     assert triad and all(line.rstrip().endswith("GB/s") for line in triad)
 
 
-def test_cli_gpu_without_cupy_says_so() -> None:
+def test_cli_gpu_without_cupy_says_so(tmp_path: Path) -> None:
     from conftest import run_cli
 
-    try:
-        import cupy  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("CuPy is installed here: the message is for machines without it")
-    result = run_cli("run", "stream", "--device", "gpu")
+    for package in ("cupy", "cupy_backends"):  # shadow the installed CuPy: not importable
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("raise ImportError('shadowed')\n")
+    result = run_cli("run", "stream", "--device", "gpu", env={"PYTHONPATH": str(tmp_path)})
     assert result.returncode == 3
     assert "CuPy is not installed" in result.stderr and result.stderr.count("\n") == 1
     bad = run_cli("run", "stream", "--trials", "1")
     assert bad.returncode == 3 and "at least 2" in bad.stderr
+
+
+def test_cli_gpu_without_a_driver_says_so() -> None:
+    """The installed CuPy on this machine without a GPU driver: one line, exit 3."""
+    from conftest import run_cli
+
+    result = run_cli("run", "stream", "--device", "gpu")
+    assert result.returncode == 3, result.stderr
+    assert "no usable GPU (CuPy: " in result.stderr and result.stderr.count("\n") == 1
 
 
 def test_loops_compile_without_a_writable_cache() -> None:

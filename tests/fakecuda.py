@@ -1,0 +1,738 @@
+"""A strict NumPy stand-in for gpudiag's device boundary (gpudiag.kernels.device).
+
+Every entry has the real CuPy function's name and parameters (tests/test_kernels_device.py
+checks each against the installed CuPy) and fails where CUDA would:
+- work is queued per stream and only runs when something waits for it (a stream, event or
+  device synchronisation): a result read before a sync is stale, and an event's elapsed
+  time before its completion raises cudaErrorNotReady;
+- memory belongs to a device; a copy's kind must match its pointers, a host pointer must
+  be registered (pinned), a peer copy or kernel reading another GPU needs peer access,
+  work on a stream of another device than the current one is refused;
+- gemmEx interprets its buffers by the data-type and compute-type enums, in cuBLAS's
+  column-major order, with alpha and beta read as the compute type's scalars; TF32 rounds
+  its inputs to TF32; a wrong enum is refused or computes a visibly wrong product;
+- time is simulated: each call costs the host HOST_CALL_S, each piece of work its bytes
+  or flops at the device's rates, and a stream idles until the host has submitted.
+`fail` makes every call on a device raise, as a broken GPU does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+HOST_CALL_S = 1e-6  # what a Python call into CUDA costs the host
+MEMORY_GBS = 2000.0  # device memory, GB/s (bytes read + written)
+PCIE_GBS = 25.0
+NVLINK_GBS = 300.0
+UNPEERED_GBS = 10.0
+# slow rates, so that the tests' small GEMMs still outlast a call
+TFLOPS = {"fp64": 1.0, "fp32": 2.0, "tf32": 8.0, "fp16": 16.0, "bf16": 15.0}
+PEER_LATENCY_S = 2.5e-6  # one load's round trip over the link
+LOCAL_LATENCY_S = 0.6e-6
+NCCL_BUSBW_GBS = 150.0
+NCCL_LATENCY_S = 10e-6
+DEVICE_BYTES = 64 * 2**20
+DEVICE_BASE = 0x7E00_0000_0000
+
+
+class CUDARuntimeError(RuntimeError):
+    """What CuPy raises for a failed runtime call."""
+
+
+@dataclass
+class Op:
+    run: Any
+    deps: list[Op]
+    done: bool = False
+
+    def finish(self) -> None:
+        stack = [self]
+        order: list[Op] = []
+        seen: set[int] = set()
+        while stack:  # dependencies first, each once
+            op = stack.pop()
+            if op.done or id(op) in seen:
+                continue
+            seen.add(id(op))
+            order.append(op)
+            stack.extend(op.deps)
+        for op in reversed(order):
+            if not op.done:
+                op.run()
+                op.done = True
+
+
+@dataclass
+class FakeStream:
+    device: int
+    ptr: int
+    last: Op | None = None
+    ready: float = 0.0  # simulated time its last work ends
+
+
+@dataclass
+class FakeEvent:
+    device: int
+    op: Op | None = None
+    time: float = 0.0
+
+
+@dataclass
+class Allocation:
+    device: int
+    memory: np.ndarray
+
+
+@dataclass
+class Device:
+    index: int
+    uuid: bytes
+    bus_id: str
+    sms: int = 4
+    free_bytes: int = DEVICE_BYTES
+    peers: set[int] = field(default_factory=set)
+
+
+def tf32(values: np.ndarray) -> np.ndarray:
+    """float32 rounded to TF32 (10 mantissa bits), as tensor cores read FP32 inputs."""
+    bits = np.ascontiguousarray(values, np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0xFFF) + ((bits >> np.uint32(13)) & np.uint32(1))) & np.uint32(
+        0xFFFFE000
+    )
+    return rounded.view(np.float32)
+
+
+class FakeCuda:
+    """Several fake GPUs; see the module docstring. Constants have the real values (checked)."""
+
+    # cudaMemcpyKind, event flags, attributes, cudaDataType, cuBLAS and NCCL enums
+    memcpyHostToDevice, memcpyDeviceToHost, memcpyDeviceToDevice = 1, 2, 3
+    eventDefault = 0
+    cudaDevAttrMultiProcessorCount = 16
+    CUDA_R_64F, CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF = 1, 0, 2, 14
+    cublas_CUBLAS_OP_N = 0
+    cublas_CUBLAS_GEMM_DEFAULT = -1
+    cublas_CUBLAS_COMPUTE_64F, cublas_CUBLAS_COMPUTE_32F = 70, 68
+    cublas_CUBLAS_COMPUTE_32F_FAST_TF32 = 77
+    nccl_NCCL_SUM, nccl_NCCL_FLOAT32, nccl_NCCL_FLOAT64 = 0, 7, 8
+
+    def __init__(self, count: int = 2, fail: set[int] | None = None, peer: bool = True) -> None:
+        self.devices = [
+            Device(i, bytes([0xA0 + i] * 16), f"0000:{0x18 + i:02x}:00.0") for i in range(count)
+        ]
+        self.peer_capable = peer
+        self.fail = set(fail or ())
+        self.local = threading.local()
+        self.lock = threading.RLock()
+        self.host_time = 0.0
+        self.allocations: dict[int, Allocation] = {}
+        self.next_pointer = DEVICE_BASE
+        self.registered: dict[int, int] = {}
+        self.streams: dict[int, FakeStream] = {}
+        self.events: dict[int, FakeEvent] = {}
+        self.handles: dict[int, dict[str, int]] = {}
+        self.calls: list[tuple[str, Any]] = []
+        self.next_handle = 0x1000
+        self.in_group = False
+        self.gemm_cache: dict[tuple[Any, ...], np.ndarray] = {}
+
+    # ------------------------------------------------------------ bookkeeping
+
+    def _call(self, name: str, *args: Any, device: int | None = None) -> int:
+        with self.lock:
+            self.host_time += HOST_CALL_S
+            self.calls.append((name, args))
+        current = self.getDevice() if device is None else device
+        if current in self.fail:
+            raise CUDARuntimeError(f"cudaErrorLaunchFailure: {name} on device {current}")
+        return current
+
+    def _handle(self) -> int:
+        with self.lock:
+            self.next_handle += 16
+            return self.next_handle
+
+    def _stream(self, ptr: int, device: int) -> FakeStream:
+        stream = self.streams.get(ptr)
+        if stream is None:
+            raise CUDARuntimeError("cudaErrorInvalidResourceHandle: not a stream")
+        if stream.device != device:
+            raise CUDARuntimeError(
+                f"cudaErrorInvalidResourceHandle: stream of device {stream.device} used on "
+                f"device {device}"
+            )
+        return stream
+
+    def _enqueue(self, stream: FakeStream, run: Any, seconds: float, extra: list[Op] = ()) -> Op:
+        with self.lock:
+            start = max(stream.ready, self.host_time)
+            stream.ready = start + seconds
+            deps = [d for d in (stream.last, *extra) if d is not None]
+            op = Op(run, deps)
+            stream.last = op
+            return op
+
+    def device_view(self, pointer: int, nbytes: int, device: int | None = None) -> np.ndarray:
+        """The bytes at a device pointer (any offset into an allocation)."""
+        for base, allocation in self.allocations.items():
+            if base <= pointer and pointer + nbytes <= base + allocation.memory.size:
+                peers = self.devices[device].peers if device is not None else set()
+                if device is not None and allocation.device not in (device, *peers):
+                    raise CUDARuntimeError(
+                        f"cudaErrorIllegalAddress: device {device} reads device "
+                        f"{allocation.device}'s memory without peer access"
+                    )
+                return allocation.memory[pointer - base : pointer - base + nbytes]
+        raise CUDARuntimeError(f"cudaErrorInvalidValue: {pointer:#x}+{nbytes} is not device memory")
+
+    def _is_device(self, pointer: int) -> bool:
+        return any(b <= pointer < b + a.memory.size for b, a in self.allocations.items())
+
+    def host_view(self, pointer: int, nbytes: int) -> np.ndarray:
+        for base, size in self.registered.items():
+            if base <= pointer and pointer + nbytes <= base + size:
+                return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(pointer))
+        raise CUDARuntimeError(f"host pointer {pointer:#x}+{nbytes} is not registered (pinned)")
+
+    # ------------------------------------------------------------ runtime
+
+    def getDeviceCount(self) -> int:
+        return len(self.devices)
+
+    def setDevice(self, device: int) -> None:
+        if not 0 <= device < len(self.devices):
+            raise CUDARuntimeError("cudaErrorInvalidDevice")
+        self.local.device = device
+        self._call("setDevice", device)
+
+    def getDevice(self) -> int:
+        return getattr(self.local, "device", 0)
+
+    def deviceGetPCIBusId(self, device: int) -> str:
+        self._call("deviceGetPCIBusId", device, device=device)
+        return self.devices[device].bus_id.upper()
+
+    def getDeviceProperties(self, device: int) -> dict[str, Any]:
+        self._call("getDeviceProperties", device, device=device)
+        return {"uuid": self.devices[device].uuid, "name": b"Fake GPU"}
+
+    def deviceGetAttribute(self, attrib: int, device: int) -> int:
+        self._call("deviceGetAttribute", attrib, device, device=device)
+        if attrib != self.cudaDevAttrMultiProcessorCount:
+            raise CUDARuntimeError("cudaErrorInvalidValue: attribute not faked")
+        return self.devices[device].sms
+
+    def memGetInfo(self) -> tuple[int, int]:
+        device = self._call("memGetInfo")
+        return self.devices[device].free_bytes, DEVICE_BYTES
+
+    def malloc(self, size: int) -> int:
+        device = self._call("malloc", size)
+        with self.lock:
+            if size > self.devices[device].free_bytes:
+                raise CUDARuntimeError("cudaErrorMemoryAllocation: out of memory")
+            self.devices[device].free_bytes -= size
+            pointer = self.next_pointer
+            self.next_pointer += (size + 0xFFFF) & ~0xFFFF or 0x10000
+            garbage = np.full(size, 0xFF, np.uint8)  # uninitialised memory is not zero
+            self.allocations[pointer] = Allocation(device, garbage)
+            return pointer
+
+    def free(self, ptr: int) -> None:
+        allocation = self.allocations.get(ptr)
+        if allocation is None:
+            raise CUDARuntimeError("cudaErrorInvalidValue: free of a pointer not allocated")
+        self.deviceSynchronize()  # cudaFree waits for the device
+        with self.lock:
+            del self.allocations[ptr]
+            self.devices[allocation.device].free_bytes += allocation.memory.size
+
+    def hostRegister(self, ptr: int, size: int, flags: int) -> None:
+        self._call("hostRegister", ptr, size, flags, device=0)
+        if ptr in self.registered:
+            raise CUDARuntimeError("cudaErrorHostMemoryAlreadyRegistered")
+        self.registered[ptr] = size
+
+    def hostUnregister(self, ptr: int) -> None:
+        self._call("hostUnregister", ptr, device=0)
+        if self.registered.pop(ptr, None) is None:
+            raise CUDARuntimeError("cudaErrorHostMemoryNotRegistered")
+
+    def memcpyAsync(self, dst: int, src: int, size: int, kind: int, stream: int) -> None:
+        device = self._call("memcpyAsync", dst, src, size, kind, stream)
+        s = self._stream(stream, device)
+        if kind == self.memcpyHostToDevice:
+            source, target = self.host_view(src, size), self.device_view(dst, size, device)
+            rate = PCIE_GBS
+        elif kind == self.memcpyDeviceToHost:
+            source, target = self.device_view(src, size, device), self.host_view(dst, size)
+            rate = PCIE_GBS
+        elif kind == self.memcpyDeviceToDevice:
+            source, target = self.device_view(src, size, device), self.device_view(dst, size)
+            rate = MEMORY_GBS / 2
+        else:
+            raise CUDARuntimeError(f"cudaErrorInvalidMemcpyDirection: {kind}")
+
+        def run() -> None:
+            target[:] = source
+
+        self._enqueue(s, run, size / rate / 1e9)
+
+    def memcpyPeerAsync(
+        self, dst: int, dstDevice: int, src: int, srcDevice: int, size: int, stream: int
+    ) -> None:
+        device = self._call("memcpyPeerAsync", dst, dstDevice, src, srcDevice, size, stream)
+        s = self._stream(stream, device)
+        target, source = self.device_view(dst, size), self.device_view(src, size)
+        for pointer, owner in ((dst, dstDevice), (src, srcDevice)):
+            if self._owner(pointer) != owner:
+                raise CUDARuntimeError("cudaErrorInvalidValue: pointer not on that device")
+        peered = dstDevice in self.devices[srcDevice].peers or srcDevice in (
+            self.devices[dstDevice].peers
+        )
+
+        def run() -> None:
+            target[:] = source
+
+        self._enqueue(s, run, size / (NVLINK_GBS if peered else UNPEERED_GBS) / 1e9)
+
+    def _owner(self, pointer: int) -> int:
+        for base, allocation in self.allocations.items():
+            if base <= pointer < base + allocation.memory.size:
+                return allocation.device
+        return -1
+
+    def streamSynchronize(self, stream: int) -> None:
+        device = self._call("streamSynchronize", stream)
+        s = self.streams.get(stream)
+        if s is None:
+            raise CUDARuntimeError("cudaErrorInvalidResourceHandle")
+        del device
+        self._wait(s.last, s.ready)
+
+    def _wait(self, op: Op | None, until: float) -> None:
+        if op is not None:
+            op.finish()
+        with self.lock:
+            self.host_time = max(self.host_time, until)
+
+    def streamWaitEvent(self, stream: int, event: int, flags: int = 0) -> None:
+        device = self._call("streamWaitEvent", stream, event, flags)
+        s, e = self._stream(stream, device), self.events[event]
+        with self.lock:
+            s.ready = max(s.ready, e.time)
+            s.last = Op(lambda: None, [d for d in (s.last, e.op) if d is not None])
+
+    def eventCreateWithFlags(self, flags: int) -> int:
+        device = self._call("eventCreateWithFlags", flags)
+        if flags != self.eventDefault:
+            raise CUDARuntimeError("the fake times only events created with eventDefault")
+        handle = self._handle()
+        self.events[handle] = FakeEvent(device)
+        return handle
+
+    def eventRecord(self, event: int, stream: int) -> None:
+        device = self._call("eventRecord", event, stream)
+        s, e = self._stream(stream, device), self.events[event]
+        if e.device != device:
+            raise CUDARuntimeError("cudaErrorInvalidResourceHandle: event of another device")
+        with self.lock:
+            e.time = max(s.ready, self.host_time)
+            s.ready = e.time
+            e.op = Op(lambda: None, [s.last] if s.last is not None else [])
+            s.last = e.op
+
+    def eventSynchronize(self, event: int) -> None:
+        self._call("eventSynchronize", event, device=self.events[event].device)
+        e = self.events[event]
+        self._wait(e.op, e.time)
+
+    def eventElapsedTime(self, start: int, end: int) -> float:
+        self._call("eventElapsedTime", start, end, device=self.events[end].device)
+        a, b = self.events[start], self.events[end]
+        for e in (a, b):
+            if e.op is None or not e.op.done:
+                raise CUDARuntimeError("cudaErrorNotReady: event not completed")
+        return (b.time - a.time) * 1000.0
+
+    def eventDestroy(self, event: int) -> None:
+        self.events.pop(event)
+
+    def deviceSynchronize(self) -> None:
+        device = self._call("deviceSynchronize")
+        for s in list(self.streams.values()):
+            if s.device == device:
+                self._wait(s.last, s.ready)
+
+    def deviceCanAccessPeer(self, device: int, peerDevice: int) -> int:
+        self._call("deviceCanAccessPeer", device, peerDevice, device=device)
+        return int(self.peer_capable and device != peerDevice)
+
+    def deviceEnablePeerAccess(self, peerDevice: int) -> None:
+        device = self._call("deviceEnablePeerAccess", peerDevice)
+        if not self.peer_capable or peerDevice in self.devices[device].peers:
+            raise CUDARuntimeError("cudaErrorPeerAccessAlreadyEnabled or unsupported")
+        self.devices[device].peers.add(peerDevice)
+
+    # ------------------------------------------------------------ CuPy objects
+
+    def Stream(self, null: bool = False, non_blocking: bool = False, ptds: bool = False,
+               priority: Any = None) -> FakeStream:  # fmt: skip
+        device = self._call("Stream", non_blocking)
+        stream = FakeStream(device, self._handle())
+        self.streams[stream.ptr] = stream
+        return stream
+
+    def RawModule(self, code: str | None = None, *, path: str | None = None,
+                  options: tuple[str, ...] = (), backend: str = "nvrtc",
+                  translate_cucomplex: bool = False, enable_cooperative_groups: bool = False,
+                  name_expressions: Any = None, jitify: Any = None) -> FakeModule:  # fmt: skip
+        self._call("RawModule", options)
+        if code is None:
+            raise ValueError("the fake compiles source only")
+        return FakeModule(self, code)
+
+    # ------------------------------------------------------------ cuBLAS
+
+    def cublas_create(self) -> int:
+        device = self._call("cublasCreate")
+        handle = self._handle()
+        self.handles[handle] = {"device": device, "stream": 0}
+        return handle
+
+    def cublas_destroy(self, handle: int) -> None:
+        self.handles.pop(handle)
+
+    def cublas_setStream(self, handle: int, stream: int) -> None:
+        self._call("cublasSetStream", handle, stream)
+        self.handles[handle]["stream"] = stream
+
+    def cublas_gemmEx(
+        self, handle: int, transa: int, transb: int, m: int, n: int, k: int,
+        alpha: int, A: int, Atype: int, lda: int, B: int, Btype: int, ldb: int,
+        beta: int, C: int, Ctype: int, ldc: int, computeType: int, algo: int,
+    ) -> None:  # fmt: skip
+        device = self._call("cublasGemmEx", m, n, k, Atype, computeType)
+        state = self.handles[handle]
+        if state["device"] != device:
+            raise RuntimeError("CUBLAS_STATUS_EXECUTION_FAILED: handle of another device")
+        if not state["stream"]:
+            raise RuntimeError("gpudiag sets the handle's stream: the fake refuses the default")
+        if (transa, transb) != (self.cublas_CUBLAS_OP_N,) * 2:
+            raise RuntimeError("the fake multiplies untransposed matrices only")
+        if not (Atype == Btype == Ctype):
+            raise RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED: mixed data types")
+        allowed = {
+            self.cublas_CUBLAS_COMPUTE_64F: {self.CUDA_R_64F: "fp64"},
+            self.cublas_CUBLAS_COMPUTE_32F: {
+                self.CUDA_R_32F: "fp32", self.CUDA_R_16F: "fp16", self.CUDA_R_16BF: "bf16",
+            },
+            self.cublas_CUBLAS_COMPUTE_32F_FAST_TF32: {self.CUDA_R_32F: "tf32"},
+        }  # fmt: skip
+        precision = allowed.get(computeType, {}).get(Atype)
+        if precision is None or algo != self.cublas_CUBLAS_GEMM_DEFAULT:
+            raise RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED: type/compute/algo combination")
+        if min(lda, ldb, ldc) < max(m, k, 1) or ldb < k:
+            raise RuntimeError("CUBLAS_STATUS_INVALID_VALUE: leading dimension")
+        item = {"fp64": 8, "fp32": 4, "tf32": 4}.get(precision, 2)
+        scalar = np.float64 if precision == "fp64" else np.float32
+        a_alpha = np.ctypeslib.as_array((ctypes.c_uint8 * 8).from_address(alpha)).copy()
+        a_beta = np.ctypeslib.as_array((ctypes.c_uint8 * 8).from_address(beta)).copy()
+        al = float(a_alpha[: np.dtype(scalar).itemsize].view(scalar)[0])
+        be = float(a_beta[: np.dtype(scalar).itemsize].view(scalar)[0])
+        a_mem = self.device_view(A, lda * k * item, device)
+        b_mem = self.device_view(B, ldb * n * item, device)
+        c_mem = self.device_view(C, ldc * n * item, device)
+
+        def decode(raw: np.ndarray, ld: int, rows: int, cols: int) -> np.ndarray:
+            if Atype == self.CUDA_R_16BF:
+                values = (raw.view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+            else:
+                kind = {"fp64": np.float64, "fp16": np.float16}.get(precision, np.float32)
+                values = raw.view(kind)
+            return values.reshape(cols, ld).T[:rows, :cols]  # column-major
+
+        def run() -> None:
+            key = (precision, al, be, m, n, k, hash(a_mem.tobytes()), hash(b_mem.tobytes()))
+            if not be and key in self.gemm_cache:  # the same product again: no NumPy work
+                c_mem[:] = self.gemm_cache[key]
+                return
+            compute()
+            if not be:
+                self.gemm_cache[key] = c_mem.copy()
+
+        def compute() -> None:
+            a = decode(a_mem, lda, m, k).astype(np.float64)
+            b = decode(b_mem, ldb, k, n).astype(np.float64)
+            if precision == "tf32":
+                a, b = tf32(a.astype(np.float32)), tf32(b.astype(np.float32))
+            if precision != "fp64":
+                product = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float64)
+            else:
+                product = a @ b
+            c_old = decode(c_mem, ldc, m, n).astype(np.float64)
+            c = al * product + (be * c_old if be else 0.0)
+            if precision == "bf16":
+                from gpudiag.kernels.gemm import to_bf16_bits
+
+                out: np.ndarray = to_bf16_bits(c.astype(np.float32))
+            else:
+                out = c.astype({"fp64": np.float64, "fp16": np.float16}.get(precision, np.float32))
+            c_mem.view(out.dtype).reshape(n, ldc)[:, :m] = out.T
+
+        self._enqueue(
+            self._stream(state["stream"], device),
+            run,
+            2.0 * m * n * k / (TFLOPS[precision] * 1e12),
+        )
+
+    # ------------------------------------------------------------ NCCL
+
+    def nccl_initAll(self, devices: Any) -> list[FakeCommunicator]:
+        devices = list(range(devices)) if isinstance(devices, int) else list(devices)
+        for device in devices:
+            self._call("ncclCommInitAll", device, device=device)
+        group = CommGroup(self, devices)
+        return [FakeCommunicator(group, rank) for rank in range(len(devices))]
+
+    def nccl_groupStart(self) -> None:
+        self._call("ncclGroupStart", device=0)
+        self.in_group = True
+
+    def nccl_groupEnd(self) -> None:
+        self._call("ncclGroupEnd", device=0)
+        self.in_group = False
+
+
+class CommGroup:
+    """The communicators of one initAll: an all-reduce runs when every rank has called."""
+
+    def __init__(self, cuda: FakeCuda, devices: list[int]) -> None:
+        self.cuda, self.devices = cuda, devices
+        self.pending: dict[int, tuple[Any, ...]] = {}
+
+    def submit(self, rank: int, call: tuple[Any, ...]) -> None:
+        if rank in self.pending:
+            raise RuntimeError("NCCL: rank called twice before the others (deadlock)")
+        self.pending[rank] = call
+        if len(self.pending) < len(self.devices):
+            return
+        calls, self.pending = self.pending, {}
+        cuda = self.cuda
+        counts = {c[2] for c in calls.values()}
+        types = {c[3] for c in calls.values()}
+        if len(counts) != 1 or len(types) != 1:
+            raise RuntimeError("NCCL: ranks disagree on count or datatype (hangs on a GPU)")
+        count, datatype = counts.pop(), types.pop()
+        dtype = {cuda.nccl_NCCL_FLOAT32: np.float32, cuda.nccl_NCCL_FLOAT64: np.float64}[datatype]
+        nbytes = count * np.dtype(dtype).itemsize
+        views = []
+        ops = []
+        ready = 0.0
+        for rank, (send, recv, _c, _d, op, stream) in sorted(calls.items()):
+            if op != cuda.nccl_NCCL_SUM:
+                raise RuntimeError("the fake sums only")
+            device = self.devices[rank]
+            s = cuda._stream(stream, device)
+            views.append(
+                (cuda.device_view(send, nbytes, device), cuda.device_view(recv, nbytes, device))
+            )
+            ready = max(ready, s.ready, cuda.host_time)
+            ops.append(s)
+        n = len(self.devices)
+        seconds = NCCL_LATENCY_S + nbytes * 2 * (n - 1) / n / (NCCL_BUSBW_GBS * 1e9)
+        done: dict[str, bool] = {}
+
+        def run() -> None:
+            if done:
+                return
+            done["yes"] = True
+            total = sum(v[0].view(dtype).astype(np.float64) for v in views)
+            for _send, recv in views:
+                recv.view(dtype)[:] = total.astype(dtype)
+
+        last = [s.last for s in ops]
+        for s, previous in zip(ops, last, strict=True):
+            s.ready = ready
+            s.last = None
+            cuda._enqueue(s, run, seconds, [p for p in last if p is not None] + [previous])
+
+
+class FakeCommunicator:
+    def __init__(self, group: CommGroup, rank: int) -> None:
+        self.group, self.rank = group, rank
+
+    def allReduce(
+        self, sendbuf: int, recvbuf: int, count: int, datatype: int, op: int, stream: int
+    ) -> None:
+        device = self.group.devices[self.rank]
+        self.group.cuda._call("ncclAllReduce", count, datatype, device=device)
+        if self.group.cuda.getDevice() != device and not self.group.cuda.in_group:
+            raise RuntimeError("NCCL: one thread driving several GPUs must use groupStart/End")
+        self.group.submit(self.rank, (sendbuf, recvbuf, count, datatype, op, stream))
+
+    def destroy(self) -> None:
+        return None
+
+
+# ------------------------------------------------------------------ kernels
+
+
+def _param_types(params: str, t: str = "") -> list[str]:
+    """C parameter types ("double*", "index_t", "unsigned short*") of a parameter list."""
+    types = []
+    for param in params.split(","):
+        words = param.replace("const", "").replace("__restrict__", "").replace("*", " ").split()
+        base = " ".join(words[:-1])
+        types.append((t if base == "T" else base) + ("*" if "*" in param else ""))
+    return types
+
+
+def _stream_signatures(source: str) -> dict[str, list[str]]:
+    """The kernels a .cu file defines, with their parameter types, read from its source
+    (stream.cu's are instantiated through its macro)."""
+    kernels: dict[str, list[str]] = {}
+    macro = re.search(r"#define GPUDIAG_STREAM_KERNELS\(T, SUFFIX\)(.*?)\n\n", source, re.S)
+    for t, suffix in re.findall(r"^GPUDIAG_STREAM_KERNELS\((\w+), (\w+)\)", source, re.M):
+        assert macro is not None
+        body = macro.group(1).replace("##SUFFIX", suffix).replace("\\\n", "\n")
+        for name, params in re.findall(r"__global__ void (\w+)\(([^)]*)\)", body):
+            kernels[name] = _param_types(params, t)
+    for name, params in re.findall(r'^extern "C" __global__ void (\w+)\(([^)]*)\)', source, re.M):
+        kernels[name] = _param_types(params)
+    return kernels
+
+
+SCALARS = {
+    "float": np.float32,
+    "double": np.float64,
+    "index_t": np.uint64,
+    "unsigned short": np.uint16,
+    "unsigned int": np.uint32,
+}
+
+
+class FakeModule:
+    def __init__(self, cuda: FakeCuda, code: str) -> None:
+        self.cuda, self.code = cuda, code
+        self.signatures = _stream_signatures(code)
+
+    def get_function(self, name: str) -> FakeKernel:
+        if name not in self.signatures:
+            raise RuntimeError(f"CUDA_ERROR_NOT_FOUND: no kernel named {name}")
+        return FakeKernel(self.cuda, name, self.signatures[name])
+
+
+class FakeKernel:
+    def __init__(self, cuda: FakeCuda, name: str, types: list[str]) -> None:
+        self.cuda, self.name, self.types = cuda, name, types
+
+    def __call__(self, grid: Any, block: Any, args: Any, *, shared_mem: int = 0,
+                 stream: Any = None) -> None:  # fmt: skip
+        cuda = self.cuda
+        device = cuda._call(f"launch {self.name}", grid, block)
+        if stream is None:
+            raise RuntimeError("gpudiag launches on its own stream: the fake refuses the default")
+        s = cuda._stream(stream.ptr, device)
+        if len(args) != len(self.types):
+            raise TypeError(f"{self.name}: {len(args)} arguments for {len(self.types)} parameters")
+        blocks, threads = int(grid[0]), int(block[0])
+        if threads > 1024 or threads & (threads - 1):
+            raise RuntimeError("block size must be a power of two up to 1024")
+        values: list[Any] = []
+        n = int(args[-1])
+        for arg, kind in zip(args, self.types, strict=True):
+            if kind.endswith("*"):
+                if type(arg) is not np.uint64:
+                    raise TypeError(f"{self.name}: pointer passed as {type(arg).__name__}")
+                values.append(int(arg))
+            else:
+                expected = SCALARS[kind]
+                if type(arg) is not expected:
+                    raise TypeError(f"{self.name}: {kind} passed as {type(arg).__name__}")
+                values.append(arg)
+        if self.name.startswith("burn_compare_"):
+            self._compare(s, device, values)
+            return
+        if self.name == "peer_latency_chase":
+            self._chase(s, device, values)
+            return
+        element = np.float32 if self.name.endswith("f32") else np.float64
+        item = np.dtype(element).itemsize
+        op = self.name.split("_")[1]
+
+        def arr(pointer: int, count: int) -> np.ndarray:
+            return cuda.device_view(pointer, count * item, device).view(element)
+
+        touched = {"copy": 2, "scale": 2, "add": 3, "triad": 3, "dot": 2}[op]
+        if op == "copy":
+            a, c = arr(values[0], n), arr(values[1], n)
+            run = lambda: np.copyto(c, a)  # noqa: E731
+        elif op == "scale":
+            b, c, k = arr(values[0], n), arr(values[1], n), values[2]
+            run = lambda: np.multiply(c, k, out=b)  # noqa: E731
+        elif op == "add":
+            a, b, c = (arr(v, n) for v in values[:3])
+            run = lambda: np.add(a, b, out=c)  # noqa: E731
+        elif op == "triad":
+            a, b, c, k = arr(values[0], n), arr(values[1], n), arr(values[2], n), values[3]
+            run = lambda: np.add(b, k * c, out=a)  # noqa: E731
+        else:
+            a, b, partial = arr(values[0], n), arr(values[1], n), arr(values[2], blocks)
+
+            def run() -> None:
+                # as stream.cu sums: each thread its grid-stride vectors (a vector's lanes
+                # first), then its share of the scalar tail, then a tree over the block
+                width = 16 // item
+                stride = blocks * threads
+                vectors = n // width
+                head = a[: vectors * width] * b[: vectors * width]
+                lanes = head.reshape(vectors, width).sum(axis=1, dtype=element)
+                padded = np.zeros(-(-vectors // stride) * stride, element)
+                padded[:vectors] = lanes
+                per_thread = padded.reshape(-1, stride).sum(axis=0, dtype=element)
+                tail = a[vectors * width :] * b[vectors * width :]
+                per_thread[: tail.size] += tail
+                partial[:] = per_thread.reshape(blocks, threads).sum(axis=1, dtype=element)
+
+        cuda._enqueue(s, run, touched * n * item / (MEMORY_GBS * 1e9))
+
+    def _compare(self, s: FakeStream, device: int, values: list[Any]) -> None:
+        """burn.cu's compare kernels: differing and NaN elements, added to counts."""
+        cuda = self.cuda
+        word = {"16": np.uint16, "32": np.uint32, "64": np.uint64}[self.name.rsplit("_", 1)[1]]
+        product, reference, n, exponent, mantissa, counts = values
+        size = int(n) * np.dtype(word).itemsize
+        got = cuda.device_view(product, size, device).view(word)
+        ref = cuda.device_view(reference, size, device).view(word)
+        total = cuda.device_view(counts, 16, device).view(np.uint64)
+
+        def run() -> None:
+            total[0] += np.count_nonzero(got != ref)
+            nan = ((got & exponent) == exponent) & ((got & mantissa) != 0)
+            total[1] += np.count_nonzero(nan)
+
+        cuda._enqueue(s, run, 2 * size / (MEMORY_GBS * 1e9))
+
+    def _chase(self, s: FakeStream, device: int, values: list[Any]) -> None:
+        """copies.cu's pointer chase: each step one load where the last one pointed."""
+        cuda = self.cuda
+        chain, steps, out = values
+        owner = cuda._owner(chain)
+        cuda.device_view(chain, 8, device)  # the peer-access check, now as on a GPU
+        target = cuda.device_view(out, 8, device).view(np.uint64)
+
+        def run() -> None:
+            p = chain
+            for _ in range(min(int(steps), 4096)):  # the chain is a cycle: enough to walk it
+                p = int(cuda.device_view(p, 8, device).view(np.uint64)[0])
+            target[0] = p
+
+        latency = PEER_LATENCY_S if owner != device else LOCAL_LATENCY_S
+        cuda._enqueue(s, run, int(steps) * latency)
