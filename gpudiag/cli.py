@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import traceback
@@ -21,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import NoReturn
 
-from gpudiag import __version__
+from gpudiag import __version__, inputs
 from gpudiag.hostfs import HostFS
 from gpudiag.kernels.plans import DTYPE_NAMES, KERNELS, PLANS, KernelPlan
 from gpudiag.model import ProbeStatus, Snapshot
@@ -43,6 +44,25 @@ from gpudiag.views import result_name
 
 class UsageError(Exception):
     """Bad arguments; str() is the one-line message."""
+
+
+def _finite_float(text: str) -> float:
+    """An argparse type: a finite number (NaN and infinity are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def _size(text: str) -> int:
+    """An argparse type: a size in bytes ('512M', '2G')."""
+    try:
+        return inputs.parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -91,6 +111,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --export: replace host names, serials, UUIDs, MAC and IP addresses",
     )
     parser.add_argument(
+        "--redact-key",
+        metavar="FILE",
+        help="with --redact: placeholders are a keyed hash (HMAC) of each value with the key"
+        " in FILE, the same in every export made with the same key",
+    )
+    parser.add_argument(
+        "--max-input",
+        metavar="SIZE",
+        type=_size,
+        default=inputs.DEFAULT_MAX_INPUT,
+        help="largest snapshot, import, replay or rule file read (default 256M)",
+    )
+    parser.add_argument(
         "--profile",
         metavar="NAME",
         help="judge against this GPU-model profile instead of the detected one",
@@ -103,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--timeout-scale",
-        type=float,
+        type=_finite_float,
         default=1.0,
         metavar="X",
         help="multiply every probe's timeout by X (slow or loaded nodes)",
@@ -162,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--trials", type=int, default=10, help="measured rounds after warm-up")
     run.add_argument(
         "--seconds",
-        type=float,
+        type=_finite_float,
         metavar="S",
         help="how long the burn runs (default 60); for STREAM and GEMM, keep running trials"
         " until S seconds have passed",
@@ -230,11 +263,29 @@ def _export(node: LiveNode, args: argparse.Namespace) -> int:
         run = PlanRun(plan, node.host, nvml=node.nvml)
         snapshot = replace(snapshot, kernels=tuple(run.run()))
         snapshot = with_findings(snapshot, node.rules, node.profile_name)
-    if args.redact:
-        from gpudiag.redact import Redactor
-
-        snapshot = Redactor().snapshot(snapshot)
+    snapshot = _redacted(snapshot, args)
     return _write_and_report(snapshot, args.export, "--export")
+
+
+def _redactor(args: argparse.Namespace) -> object:
+    from gpudiag.redact import Redactor, read_key
+
+    key = None
+    if getattr(args, "redact_key", None):
+        try:
+            key = read_key(args.redact_key)
+        except inputs.InputError as exc:
+            raise UsageError(f"--redact-key {exc}") from None
+    return Redactor(key=key)
+
+
+def _redacted(snapshot: Snapshot, args: argparse.Namespace) -> Snapshot:
+    """The snapshot, redacted when --redact was given."""
+    if not getattr(args, "redact", False):
+        if getattr(args, "redact_key", None):
+            raise UsageError("--redact-key goes with --redact")
+        return snapshot
+    return _redactor(args).snapshot(snapshot)
 
 
 def _run_kernels(args: argparse.Namespace) -> int:
@@ -244,6 +295,21 @@ def _run_kernels(args: argparse.Namespace) -> int:
         raise UsageError("--seconds must be positive")
     if args.size < 4096:
         raise UsageError("--size must be at least 4096 bytes")
+    if args.gemm_n < 1:
+        raise UsageError("--gemm-n must be at least 1")
+    import psutil
+
+    memory = psutil.virtual_memory().total
+    if 3 * args.size > memory:
+        raise UsageError(
+            f"--size {args.size}: three arrays of that size exceed this machine's memory"
+            f" ({memory / 2**30:.1f} GiB)"
+        )
+    if 3 * 8 * args.gemm_n**2 > memory:
+        raise UsageError(
+            f"--gemm-n {args.gemm_n}: three {args.gemm_n} x {args.gemm_n} matrices exceed"
+            f" this machine's memory ({memory / 2**30:.1f} GiB)"
+        )
     plan = KernelPlan(
         tuple(dict.fromkeys(args.kernels)),
         args.device,
@@ -294,11 +360,10 @@ def _run_kernels(args: argparse.Namespace) -> int:
 
 def _diff(args: argparse.Namespace) -> int:
     from gpudiag.diff import diff_snapshots, report_json, report_text
-    from gpudiag.redact import Redactor
 
     a, b = load(args.snapshot_a), load(args.snapshot_b)
     if getattr(args, "redact", False):
-        redactor = Redactor()
+        redactor = _redactor(args)
         a, b = redactor.snapshot(a), redactor.snapshot(b)
     result = diff_snapshots(a, b)
     if args.format is None and sys.stdout.isatty() and sys.stdin.isatty():
@@ -321,14 +386,23 @@ def _import(args: argparse.Namespace) -> int:
     except ImportError_ as exc:
         raise UsageError(str(exc)) from None
     snapshot = with_findings(snapshot, load_rules(args.rules, site=True), args.profile)
-    return _write_and_report(snapshot, args.output, "-o")
+    return _write_and_report(_redacted(snapshot, args), args.output, "-o")
 
 
 def _write_and_report(snapshot: Snapshot, target: str, option: str) -> int:
     """Write the snapshot (or print it for '-'), then the summary; exit code by findings."""
     if target == "-":
-        sys.stdout.write(dumps(snapshot))
-        sys.stdout.flush()
+        if sys.stdout is None:
+            raise UsageError(f"{option} -: standard output is closed")
+        try:
+            sys.stdout.write(dumps(snapshot))
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise UsageError(
+                f"{option} -: cannot write to standard output: {exc.strerror or exc}"
+            ) from None
         report = sys.stderr
     else:
         path = Path(target)
@@ -445,6 +519,9 @@ def _tui(app_source: object) -> int:
 def run(argv: Sequence[str]) -> int:
     """Run the command line; returns the exit code. Raises only for internal errors."""
     args = build_parser().parse_args(list(argv))
+    inputs.set_limit(args.max_input)
+    if args.command == "view" and args.snapshot == "-":
+        raise UsageError("view reads the keyboard on standard input: name a snapshot file")
     if args.command == "check":
         return _check(args)
     if args.command == "view":
@@ -477,8 +554,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         return run(argv)
-    except (UsageError, SnapshotError, ReplayError, RuleError) as exc:
-        print(f"gpudiag: {exc}", file=sys.stderr)
+    except (UsageError, SnapshotError, ReplayError, RuleError, inputs.InputError) as exc:
+        print(f"gpudiag: {inputs.printable(str(exc))}", file=sys.stderr)
         return EXIT_UNKNOWN
     except KeyboardInterrupt:
         print("gpudiag: interrupted", file=sys.stderr)
