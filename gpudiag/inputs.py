@@ -220,12 +220,17 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())[:300]
 
 
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(
+    "\x1b\\[[0-?]*[ -/]*[@-~]"  # CSI sequences: colours, cursor moves, modes
+    "|\x1b\\][^\x07\x1b]*(?:\x07|\x1b\\\\)?"  # OSC sequences: titles, hyperlinks
+    "|\x1b[@-_]?"  # other escapes
+    "|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # other C0 and C1 controls but tab and newline
+)
 
 
 def printable(text: str) -> str:
-    """Text with control characters (escape sequences' ESC, CR, C1 codes) removed;
-    tabs and newlines stay."""
+    """Text with terminal escape sequences and control characters removed (tabs and
+    newlines stay): what a file says reaches the terminal as text, never as commands."""
     return _CONTROL.sub("", text) if _CONTROL.search(text) else text
 
 
