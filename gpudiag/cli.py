@@ -507,6 +507,10 @@ def run(argv: Sequence[str]) -> int:
     """Run the command line; returns the exit code. Raises only for internal errors."""
     args = build_parser().parse_args(list(argv))
     inputs.set_limit(args.max_input)
+    if getattr(args, "redact", False) and not (
+        args.command in ("import", "diff") or (args.command is None and args.export)
+    ):
+        raise UsageError("--redact goes with --export, import or diff (nothing else writes)")
     if args.command == "view" and args.snapshot == "-":
         raise UsageError("view reads the keyboard on standard input: name a snapshot file")
     if args.command == "check":
