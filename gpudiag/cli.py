@@ -322,10 +322,14 @@ def _run_kernels(args: argparse.Namespace) -> int:
     from gpudiag.kernels.runner import KernelUnavailable, PlanRun
 
     run = PlanRun(plan)
+    interrupted = False
     try:
         results = run.run(strict=True)
     except KernelUnavailable as exc:
         raise UsageError(f"--device {args.device}: {exc}") from None
+    except KeyboardInterrupt:  # Ctrl-C: the results so far, then exit 130
+        run.cancel.set()
+        results, interrupted = run.results, True
     for report in run.burns:
         verdict = "FAULTY" if report.faulty else "ok"
         print(
@@ -354,6 +358,9 @@ def _run_kernels(args: argparse.Namespace) -> int:
             f"{name:<{width}} {r.device:<12} {s.median:>10.4g} {s.minimum:>10.4g} "
             f"{s.maximum:>10.4g} {s.cv:>6.1%}  {s.ci95_low:.4g}-{s.ci95_high:.4g} {r.unit}"
         )
+    if interrupted:
+        print("gpudiag: interrupted (the results above are partial)", file=sys.stderr)
+        return 130
     return EXIT_CRITICAL if failed or any(b.faulty for b in run.burns) else 0
 
 
