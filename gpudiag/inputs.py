@@ -81,8 +81,16 @@ def _describe(mode: int) -> str:
     return "is not a regular file"
 
 
+def size_text(n: int) -> str:
+    """1024 -> '1 KiB', 268435456 -> '256 MiB'."""
+    for unit, scale in (("GiB", 1024 * MiB), ("MiB", MiB), ("KiB", 1024)):
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n} bytes"
+
+
 def _too_large(max_bytes: int) -> str:
-    return f"larger than {max_bytes / MiB:g} MiB (--max-input raises the limit)"
+    return f"larger than {size_text(max_bytes)} (--max-input raises the limit)"
 
 
 def _read_fd(fd: int, max_bytes: int, name: str) -> bytes:
