@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from gpudiag import __version__, inputs
 from gpudiag.hostfs import HostFS
@@ -39,6 +39,9 @@ from gpudiag.session import (
 )
 from gpudiag.snapshot import SnapshotError, dumps, is_json_path, load, save, target_problem
 from gpudiag.views import result_name
+
+if TYPE_CHECKING:
+    from gpudiag.redact import Redactor
 
 
 class UsageError(Exception):
@@ -266,7 +269,7 @@ def _export(node: LiveNode, args: argparse.Namespace) -> int:
     return _write_and_report(snapshot, args.export, "--export")
 
 
-def _redactor(args: argparse.Namespace) -> object:
+def _redactor(args: argparse.Namespace) -> Redactor:
     from gpudiag.redact import Redactor, read_key
 
     key = None

@@ -165,10 +165,13 @@ def target_problem(path: Path) -> str | None:
             return "is a directory"
         if stat.S_ISLNK(mode):
             return "is a symbolic link; name the file it points to"
-        kind = "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else (
-            "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
-        )
-        return f"is {kind}, not a regular file; refusing to replace it ('-' writes to stdout)"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+            kind = "is a device"
+        elif stat.S_ISFIFO(mode):
+            kind = "is a FIFO"
+        else:
+            kind = "is a socket or another special file"
+        return f"{kind}, not a regular file; refusing to replace it ('-' writes to stdout)"
     if not path.parent.is_dir():
         return f"directory {path.parent} does not exist"
     return None
