@@ -9,6 +9,7 @@ joined onto the root in exactly one place, `HostFS.path`.
 from __future__ import annotations
 
 import errno
+import fnmatch
 import os
 import re
 import stat
@@ -224,10 +225,21 @@ class HostFS:
         return "/" + str(real.relative_to(self.root)) if real != self.root else "/"
 
     def glob(self, host_pattern: str) -> list[str]:
-        """Host paths matching a glob pattern, sorted naturally (cpu2 before cpu10)."""
-        base = self.path("/")
-        matches = base.glob(host_pattern.lstrip("/"))
-        return sorted(("/" + str(m.relative_to(base)) for m in matches), key=natural_key)
+        """Host paths matching a glob pattern (wildcards within one path component),
+        sorted naturally (cpu2 before cpu10); every step resolved inside the root."""
+        matches = ["/"]
+        for part in PurePosixPath(host_pattern).parts[1:]:
+            if not any(c in part for c in "*?["):
+                matches = [str(PurePosixPath(m) / part) for m in matches]
+                matches = [m for m in matches if os.path.lexists(self.path(m))]
+                continue
+            matches = [
+                str(PurePosixPath(m) / name)
+                for m in matches
+                for name in self.listdir(m)
+                if fnmatch.fnmatchcase(name, part)
+            ]
+        return sorted(matches, key=natural_key)
 
     def exists(self, host_path: str) -> bool:
         """True when the path exists under the root (a dangling link counts as absent)."""

@@ -448,6 +448,11 @@ def test_root_symlinks_resolve_inside_the_root(tmp_path: Path, capsys) -> None:
     loop = root / "loop"
     loop.symlink_to("/loop")
     assert not host.read("/loop/x").ok
+    (root / "sys/outside").symlink_to("/etc")  # globbing and listing stay inside too
+    inside = sorted(p.name for p in (root / "etc").iterdir())
+    assert set(host.listdir("/sys/outside")) == set(inside)
+    assert [p.rsplit("/", 1)[1] for p in host.glob("/sys/outside/*")] == host.listdir("/etc")
+    assert "passwd" not in host.listdir("/sys/outside") or "passwd" in inside
 
 
 # ------------------------------------------------------------------ 7: parsers bound
