@@ -21,6 +21,9 @@ from gpudiag.inputs import printable
 from gpudiag.model import Reading, ReadingStatus, Value
 
 MAX_HOST_FILE = 1024 * 1024  # a sysfs or procfs file larger than this is corrupt
+# ... except the files that grow with the CPU count (/proc/cpuinfo, /proc/interrupts: a
+# few MiB on a node with hundreds of CPUs), which callers read with this bound
+LARGE_HOST_FILE = 16 * 1024 * 1024
 _MAX_LINKS = 40  # as the kernel's path walk (ELOOP)
 _LOOP_MARKER = ".gpudiag-symlink-loop"
 _UNSUPPORTED_ERRNOS = {errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENODEV, errno.EINVAL, errno.ENXIO}

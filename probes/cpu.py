@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gpudiag.hostfs import HostFS
+from gpudiag.hostfs import LARGE_HOST_FILE, HostFS
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
 from gpudiag.probes.common import node_ids, per_cpu_reading
@@ -213,7 +213,7 @@ def _idle(host: HostFS, cpus: list[int]) -> Iterator[Reading]:
 def collect(context: ProbeContext) -> Iterator[Reading]:
     """CPU readings."""
     host = context.host
-    cpuinfo = host.read("/proc/cpuinfo")
+    cpuinfo = host.read("/proc/cpuinfo", LARGE_HOST_FILE)
     blocks = parse_cpuinfo(cpuinfo.text or "")
     identity: dict[str, str] = {}
     failure = ""
