@@ -706,3 +706,29 @@ def test_export_to_a_closed_stdout(tmp_path: Path) -> None:
 def test_reading_value_check_still_holds() -> None:
     with pytest.raises(ValueError):
         Reading("x", float("nan"))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # '_' cannot be in a host name, so it ends a token: gpu01_snap.toml is redacted too
+        ("nvml:nvmlDeviceGetName kvm-clock vm_1", "nvml:nvmlDeviceGetName kvm-clock host-1_1"),
+        ("vm ip=10.1.2.3::10.1.2.1:255.255.255.0:vm:eth0", "host-1 ip=ip-1::ip-2:255.255.255.0:"
+         "host-1:eth0"),
+        ("BOOTIF=01-0c-42-a1-00-11-22 hw 0c:42:a1:00:11:22", "BOOTIF=mac-2 hw mac-1"),
+        ("ib 80:00:00:48:fe:80:00:00:00:00:00:00:0c:42:a1:03:00:11:22:33", "ib mac-1"),
+        ("fe80::e42:a1ff:fe00:1122%ib0 2001:db8::1 ::1 127.0.0.1", "ip-1%ib0 ip-2 ::1 127.0.0.1"),
+        ("root=UUID=0a1b2c3d-1111-2222-3333-444455556666", "root=UUID=uuid-1"),
+        ("GPU-01234567-89ab-cdef-0123-456789abcdef", "uuid-1"),
+        ("/home/alice/x.toml /Users/bob", "/home/user-1/x.toml /Users/user-2"),
+        ("0::/user.slice/user-1000.slice/session-3.scope", "0::/user.slice/user-uid-1.slice/"
+         "session-3.scope"),
+        ("/slurm/uid_4242/job_17", "/slurm/uid_uid-1/job_17"),
+        ("0000:1b:00.0 12:30:45 535.104.05 96.00.74.00.01", "0000:1b:00.0 12:30:45 535.104.05 "
+         "96.00.74.00.01"),
+    ],
+)
+def test_redaction_by_example(text: str, expected: str) -> None:
+    r = Redactor()
+    r.learn("vm", [])
+    assert r.text(text) == expected
