@@ -47,7 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpudiag.inputs import InputError, parse_data, printable_data, read_text
+from gpudiag.inputs import InputError, parse_data, printable, printable_data, read_text
 from gpudiag.model import Reading, ReadingStatus, Value, check_value
 
 # NVML's return codes (nvml.h), by number, as the names used in replay files.
@@ -161,8 +161,10 @@ class NvmlBackend(Protocol):
 
 def plain(value: Any) -> Any:
     """Turn what pynvml returns (ctypes structures, arrays, bytes) into plain data."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace").rstrip("\x00")
+    if isinstance(value, bytes):  # control characters removed, as from any file
+        return printable(value.decode("utf-8", errors="replace").rstrip("\x00"))
+    if isinstance(value, str):
+        return printable(value)
     if isinstance(value, ctypes.Structure):
         return {name: plain(getattr(value, name)) for name, *_ in value._fields_}
     if isinstance(value, (ctypes.Array, list, tuple)):

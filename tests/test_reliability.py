@@ -635,6 +635,9 @@ def test_escape_sequences_never_reach_the_terminal(good_snapshot: Path, tmp_path
         assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", out + err), repr(out + err)
         assert "evil" in out
     assert "red" in load(bad).host and "\x1b" not in load(bad).host
+    from gpudiag.nvml import plain
+
+    assert plain(b"NVIDIA\x1b[2J H100\x00\x00") == "NVIDIA H100"  # from the driver, too
 
 
 # ------------------------------------------------------------------ 12: internal errors
