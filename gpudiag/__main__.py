@@ -2,6 +2,6 @@
 
 import sys
 
-from gpudiag.cli import main
+from gpudiag.entry import main
 
 sys.exit(main())

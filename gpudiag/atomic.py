@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -12,11 +14,20 @@ from typing import IO
 
 def write_atomic(path: Path, write: Callable[[IO[str]], None]) -> None:
     """Write a text file by calling `write(stream)` on a temporary file beside `path`,
-    then renaming it over `path`. On any error the temporary file is removed and an
-    existing `path` is left as it was. The new file gets the usual 0666 & ~umask mode.
+    then renaming it over `path`, which must be absent or a regular file. On any error
+    the temporary file is removed and an existing `path` is left as it was. The new file
+    gets the usual 0666 & ~umask mode.
     """
     directory = path.parent if str(path.parent) else Path(".")
-    fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        # never replace a device (/dev/null), a FIFO, a symlink or a directory
+        raise OSError(errno.EEXIST, "exists and is not a regular file", str(path))
+    # a short temporary name: a legal 255-byte target name must still be writable
+    fd, temp_name = tempfile.mkstemp(prefix=".gpudiag-", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as stream:
             write(stream)

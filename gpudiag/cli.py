@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import traceback
 from collections.abc import Sequence
 from dataclasses import replace
-from importlib import resources
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from gpudiag import __version__
+from gpudiag import __version__, inputs
 from gpudiag.formats import (
     FORMAT_NAMES,
     add_format_options,
@@ -39,9 +39,9 @@ from gpudiag.ruleengine import (
     Rule,
     RuleError,
     action_for,
+    lint_rule_file,
     load_profiles,
     load_rules,
-    parse_rule_file,
 )
 from gpudiag.session import (
     EXIT_CRITICAL,
@@ -55,9 +55,31 @@ from gpudiag.session import (
 from gpudiag.snapshot import SnapshotError, is_json_path, load, save, target_problem
 from gpudiag.views import result_name
 
+if TYPE_CHECKING:
+    from gpudiag.redact import Redactor
+
 
 class UsageError(Exception):
     """Bad arguments; str() is the one-line message."""
+
+
+def _finite_float(text: str) -> float:
+    """An argparse type: a finite number (NaN and infinity are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def _size(text: str) -> int:
+    """An argparse type: a size in bytes ('512M', '2G')."""
+    try:
+        return inputs.parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -106,6 +128,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --export: replace host names, serials, UUIDs, MAC and IP addresses",
     )
     parser.add_argument(
+        "--redact-key",
+        metavar="FILE",
+        help="with --redact: placeholders are a keyed hash (HMAC) of each value with the key"
+        " in FILE, the same in every export made with the same key",
+    )
+    parser.add_argument(
+        "--max-input",
+        metavar="SIZE",
+        type=_size,
+        default=inputs.DEFAULT_MAX_INPUT,
+        help="largest snapshot, import, replay or rule file read (default 256M)",
+    )
+    parser.add_argument(
         "--profile",
         metavar="NAME",
         help="judge against this GPU-model profile instead of the detected one",
@@ -118,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--timeout-scale",
-        type=float,
+        type=_finite_float,
         default=1.0,
         metavar="X",
         help="multiply every probe's timeout by X (slow or loaded nodes)",
@@ -179,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--trials", type=int, default=10, help="measured rounds after warm-up")
     run.add_argument(
         "--seconds",
-        type=float,
+        type=_finite_float,
         metavar="S",
         help="how long the burn runs (default 60); for STREAM and GEMM, keep running trials"
         " until S seconds have passed",
@@ -251,11 +286,29 @@ def _export(node: LiveNode, args: argparse.Namespace) -> int:
         run = PlanRun(plan, node.host, nvml=node.nvml)
         snapshot = replace(snapshot, kernels=tuple(run.run()))
         snapshot = with_findings(snapshot, node.rules, node.profile_name)
-    if args.redact:
-        from gpudiag.redact import Redactor
-
-        snapshot = Redactor().snapshot(snapshot)
+    snapshot = _redacted(snapshot, args)
     return _write_and_report(snapshot, args.export, "--export", args, node.rules)
+
+
+def _redactor(args: argparse.Namespace) -> Redactor:
+    from gpudiag.redact import Redactor, read_key
+
+    key = None
+    if getattr(args, "redact_key", None):
+        try:
+            key = read_key(args.redact_key)
+        except inputs.InputError as exc:
+            raise UsageError(f"--redact-key {exc}") from None
+    return Redactor(key=key)
+
+
+def _redacted(snapshot: Snapshot, args: argparse.Namespace) -> Snapshot:
+    """The snapshot, redacted when --redact was given."""
+    if not getattr(args, "redact", False):
+        if getattr(args, "redact_key", None):
+            raise UsageError("--redact-key goes with --redact")
+        return snapshot
+    return _redactor(args).snapshot(snapshot)
 
 
 def _run_kernels(args: argparse.Namespace) -> int:
@@ -265,6 +318,21 @@ def _run_kernels(args: argparse.Namespace) -> int:
         raise UsageError("--seconds must be positive")
     if args.size < 4096:
         raise UsageError("--size must be at least 4096 bytes")
+    if args.gemm_n < 1:
+        raise UsageError("--gemm-n must be at least 1")
+    import psutil
+
+    memory = psutil.virtual_memory().total
+    if 3 * args.size > memory:
+        raise UsageError(
+            f"--size {args.size}: three arrays of that size exceed this machine's memory"
+            f" ({memory / 2**30:.1f} GiB)"
+        )
+    if 3 * 8 * args.gemm_n**2 > memory:
+        raise UsageError(
+            f"--gemm-n {args.gemm_n}: three {args.gemm_n} x {args.gemm_n} matrices exceed"
+            f" this machine's memory ({memory / 2**30:.1f} GiB)"
+        )
     plan = KernelPlan(
         tuple(dict.fromkeys(args.kernels)),
         args.device,
@@ -279,10 +347,14 @@ def _run_kernels(args: argparse.Namespace) -> int:
     from gpudiag.kernels.runner import KernelUnavailable, PlanRun
 
     run = PlanRun(plan)
+    interrupted = False
     try:
         results = run.run(strict=True)
     except KernelUnavailable as exc:
         raise UsageError(f"--device {args.device}: {exc}") from None
+    except KeyboardInterrupt:  # Ctrl-C: the results so far, then exit 130
+        run.cancel.set()
+        results, interrupted = run.results, True
     for report in run.burns:
         verdict = "FAULTY" if report.faulty else "ok"
         print(
@@ -311,16 +383,18 @@ def _run_kernels(args: argparse.Namespace) -> int:
             f"{name:<{width}} {r.device:<12} {s.median:>10.4g} {s.minimum:>10.4g} "
             f"{s.maximum:>10.4g} {s.cv:>6.1%}  {s.ci95_low:.4g}-{s.ci95_high:.4g} {r.unit}"
         )
+    if interrupted:
+        print("gpudiag: interrupted (the results above are partial)", file=sys.stderr)
+        return 130
     return EXIT_CRITICAL if failed or any(b.faulty for b in run.burns) else 0
 
 
 def _diff(args: argparse.Namespace) -> int:
     from gpudiag.diff import diff_snapshots, report_json, report_text
-    from gpudiag.redact import Redactor
 
     a, b = load(args.snapshot_a), load(args.snapshot_b)
     if getattr(args, "redact", False):
-        redactor = Redactor()
+        redactor = _redactor(args)
         a, b = redactor.snapshot(a), redactor.snapshot(b)
     result = diff_snapshots(a, b)
     if args.format is None and sys.stdout.isatty() and sys.stdin.isatty():
@@ -343,7 +417,7 @@ def _import(args: argparse.Namespace) -> int:
     except ImportError_ as exc:
         raise UsageError(str(exc)) from None
     snapshot = with_findings(snapshot, load_rules(args.rules, site=True), args.profile)
-    return _write_and_report(snapshot, args.output, "-o", args)
+    return _write_and_report(_redacted(snapshot, args), args.output, "-o", args)
 
 
 def _write_and_report(
@@ -359,8 +433,17 @@ def _write_and_report(
     if args.prometheus:
         _write_prometheus(snapshot, args.prometheus)
     if target == "-":
-        sys.stdout.write(render(snapshot, fmt, _rules_for(rules, args)))
-        sys.stdout.flush()
+        if sys.stdout is None:
+            raise UsageError(f"{option} -: standard output is closed")
+        try:
+            sys.stdout.write(render(snapshot, fmt, _rules_for(rules, args)))
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise UsageError(
+                f"{option} -: cannot write to standard output: {exc.strerror or exc}"
+            ) from None
         report = sys.stderr
     else:
         path = Path(target)
@@ -468,29 +551,17 @@ def explain_rule(rule: Rule) -> str:
 
 
 def _lint(paths: Sequence[Path]) -> int:
-    """Load each rule file on its own and with the shipped rules; one line per file."""
+    """Check each rule file as loading it beside the shipped rules would (the same code
+    path, ruleengine.lint_rule_file); one line per file."""
     failed = False
-    shipped = {rule.id for rule in load_rules()}
-    shipped_dir = Path(str(resources.files("gpudiag.rules"))).resolve()
     for path in paths:
         try:
-            text = path.read_text(encoding="utf-8")
-            rules, overrides = parse_rule_file(text, str(path))
-        except (OSError, UnicodeDecodeError) as exc:
-            print(f"{path}: cannot read: {exc}")
-            failed = True
-            continue
+            rules, overrides = lint_rule_file(path)
         except RuleError as exc:
-            print(exc)
+            print(inputs.printable(str(exc)))
             failed = True
             continue
-        is_shipped = path.resolve().parent == shipped_dir
-        clashes = [] if is_shipped else [r.id for r in rules if r.id in shipped]
-        if clashes:
-            print(f"{path}: id(s) {', '.join(clashes)} are shipped rules; use [[override]]")
-            failed = True
-            continue
-        print(f"{path}: ok ({len(rules)} rules, {len(overrides)} overrides)")
+        print(f"{path}: ok ({rules} rules, {overrides} overrides)")
     return EXIT_UNKNOWN if failed else 0
 
 
@@ -505,6 +576,13 @@ def _tui(app_source: object) -> int:
 def run(argv: Sequence[str]) -> int:
     """Run the command line; returns the exit code. Raises only for internal errors."""
     args = build_parser().parse_args(list(argv))
+    inputs.set_limit(args.max_input)
+    if getattr(args, "redact", False) and not (
+        args.command in ("import", "diff") or (args.command is None and args.export)
+    ):
+        raise UsageError("--redact goes with --export, import or diff (nothing else writes)")
+    if args.command == "view" and args.snapshot == "-":
+        raise UsageError("view reads the keyboard on standard input: name a snapshot file")
     if args.command == "check":
         return _check(args)
     if args.command == "view":
@@ -541,8 +619,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         return run(argv)
-    except (UsageError, SnapshotError, ReplayError, RuleError) as exc:
-        print(f"gpudiag: {exc}", file=sys.stderr)
+    except (UsageError, SnapshotError, ReplayError, RuleError, inputs.InputError) as exc:
+        print(f"gpudiag: {inputs.printable(str(exc))}", file=sys.stderr)
         return EXIT_UNKNOWN
     except KeyboardInterrupt:
         print("gpudiag: interrupted", file=sys.stderr)

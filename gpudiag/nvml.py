@@ -42,13 +42,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpudiag import tomlcompat
+from gpudiag.inputs import InputError, parse_data, printable, printable_data, read_text
 from gpudiag.model import Reading, ReadingStatus, Value, check_value
 
 # NVML's return codes (nvml.h), by number, as the names used in replay files.
@@ -162,8 +161,10 @@ class NvmlBackend(Protocol):
 
 def plain(value: Any) -> Any:
     """Turn what pynvml returns (ctypes structures, arrays, bytes) into plain data."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace").rstrip("\x00")
+    if isinstance(value, bytes):  # control characters removed, as from any file
+        return printable(value.decode("utf-8", errors="replace").rstrip("\x00"))
+    if isinstance(value, str):
+        return printable(value)
     if isinstance(value, ctypes.Structure):
         return {name: plain(getattr(value, name)) for name, *_ in value._fields_}
     if isinstance(value, (ctypes.Array, list, tuple)):
@@ -277,7 +278,7 @@ def _check_recorded(value: Any, where: str) -> None:
     if isinstance(value, dict):
         if "error" in value:
             code = value["error"]
-            if code not in KNOWN_ERROR_NAMES:
+            if not isinstance(code, str) or code not in KNOWN_ERROR_NAMES:
                 raise ReplayError(f"{where}: unknown NVML error code {code!r}")
             if set(value) - {"error", "detail"}:
                 raise ReplayError(f"{where}: an error entry holds only 'error' and 'detail'")
@@ -327,20 +328,18 @@ class ReplayBackend:
         """Load a replay file, TOML or JSON; raises ReplayError with a one-line reason."""
         name = str(path)
         try:
-            text = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ReplayError(f"{name}: no such file") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ReplayError(f"{name}: cannot read: {exc}") from None
-        if not text.strip():
-            raise ReplayError(f"{name}: file is empty")
-        try:
-            data = json.loads(text) if text.lstrip().startswith("{") else tomlcompat.loads(text)
-        except (json.JSONDecodeError, tomlcompat.TOMLDecodeError) as exc:
-            raise ReplayError(f"{name}: not valid TOML or JSON: {exc}") from None
+            text = read_text(path, "an NVML replay file")
+            data = printable_data(parse_data(text, name, as_json=None))
+        except InputError as exc:
+            raise ReplayError(str(exc)) from None
+        except RecursionError:
+            raise ReplayError(f"{name}: nested too deeply") from None
         if not isinstance(data, dict):
             raise ReplayError(f"{name}: not an NVML replay file")
-        return cls(data, name)
+        try:
+            return cls(data, name)
+        except RecursionError:
+            raise ReplayError(f"{name}: nested too deeply") from None
 
     def init(self) -> None:
         if "error" in self._init:

@@ -17,6 +17,7 @@ from pathlib import Path
 import defusedxml.ElementTree as SafeET
 
 from gpudiag import __version__
+from gpudiag.inputs import InputError, printable, read_input
 from gpudiag.model import ProbeResult, ProbeStatus, Reading, ReadingStatus, Snapshot, Value
 from gpudiag.probes.gpu import normalize_bus_id
 
@@ -47,11 +48,15 @@ def status_of(raw: str) -> tuple[ReadingStatus, str] | None:
     return None
 
 
+MAX_DIGITS = 40  # nvidia-smi prints 64-bit counters: 20 digits at most
+_NUMBER = re.compile(rf"^\s*(-?[0-9]{{1,{MAX_DIGITS}}}(\.[0-9]{{1,{MAX_DIGITS}}})?)")
+
+
 def number(text: str) -> float:
-    """'700.00 W', '1980 MHz', '16x', '41 C' -> the number."""
-    match = re.match(r"^\s*(-?[0-9]+(?:\.[0-9]+)?)", text)
-    if not match:
-        raise ValueError(f"no number in {text.strip()!r}")
+    """'700.00 W', '1980 MHz', '16x', '41 C' -> the number (a finite float)."""
+    match = _NUMBER.match(text)
+    if not match or (len(text) > match.end() and text[match.end()].isdigit()):
+        raise ValueError(f"no number in {text.strip()[:60]!r}")
     return float(match.group(1))
 
 
@@ -59,8 +64,21 @@ def integer(text: str) -> int:
     """An integer field: '16x' -> 16, '81559 MiB' -> 81559, '0x00' -> 0."""
     stripped = text.strip()
     if stripped.lower().startswith("0x"):
+        if len(stripped) > MAX_DIGITS:
+            raise ValueError(f"hex number too long: {stripped[:60]!r}")
         return int(stripped, 16)
-    return int(number(text))
+    number(text)  # bounded and well-formed, or ValueError
+    match = _NUMBER.match(text)
+    assert match is not None
+    return int(match.group(1)) if match.group(2) is None else int(float(match.group(1)))
+
+
+def _pid(text: str) -> int:
+    """A process id: a decimal integer."""
+    stripped = text.strip()
+    if not stripped.isdigit() or len(stripped) > MAX_DIGITS:
+        raise ValueError(f"not a process id: {stripped[:60]!r}")
+    return int(stripped)
 
 
 def enabled(text: str) -> bool:
@@ -499,11 +517,22 @@ def _xml_readings(text: str) -> list[Reading]:
         if processes is not None:
             infos = processes.findall("process_info")
             for suffix, letter in (("compute", "C"), ("graphics", "G")):
-                pids = [
-                    int(p.findtext("pid") or 0)
-                    for p in infos
-                    if letter in (p.findtext("type") or "")
-                ]
+                try:
+                    pids = [
+                        _pid(p.findtext("pid") or "")
+                        for p in infos
+                        if letter in (p.findtext("type") or "")
+                    ]
+                except ValueError as exc:
+                    readings.append(
+                        Reading.failed(
+                            f"gpu.{index}.processes.{suffix}",
+                            ReadingStatus.ERROR,
+                            f"cannot parse a process id: {exc}",
+                            f"{prefix}/processes",
+                        )
+                    )
+                    continue
                 readings.append(
                     Reading(f"gpu.{index}.processes.{suffix}", pids, source=f"{prefix}/processes")
                 )
@@ -660,19 +689,21 @@ def import_files(paths: list[str]) -> Snapshot:
     results = []
     host = "imported"
     for path in paths:
-        try:
-            raw = Path(path).read_bytes()
-        except OSError as exc:
-            raise ImportError_(f"{path}: cannot read: {exc.strerror or exc}") from None
+        try:  # '-' is standard input; an nvidia-bug-report.log.gz is unpacked
+            raw = read_input(path, stdin_ok=True, gzip_ok=True)
+        except InputError as exc:
+            raise ImportError_(str(exc)) from None
         if not raw.strip():
             raise ImportError_(f"{path}: file is empty")
         if b"\x00" in raw:
             raise ImportError_(f"{path}: binary data, not an nvidia-smi output")
-        text = raw.decode("utf-8", errors="replace")
+        text = printable(raw.decode("utf-8", errors="replace"))
         try:
             kind, readings = import_text(text)
-        except ImportError_ as exc:
+        except ValueError as exc:  # ImportError_, or a malformed number in a table
             raise ImportError_(f"{path}: {exc}") from None
+        except RecursionError:
+            raise ImportError_(f"{path}: nested too deeply") from None
         if match := re.search(r"<hostname>([^<]+)</hostname>", text):
             host = match.group(1).strip()
         results.append(

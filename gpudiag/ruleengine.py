@@ -72,6 +72,7 @@ from typing import Any
 
 from gpudiag import tomlcompat
 from gpudiag.hostfs import natural_key
+from gpudiag.inputs import InputError, parse_data, printable_data, read_input
 from gpudiag.model import (
     Action,
     Finding,
@@ -457,11 +458,20 @@ def _check_rule(table: Any, where: str) -> Rule:
 
 
 def parse_rule_file(text: str, origin: str) -> tuple[list[Rule], list[tuple[dict[str, Any], str]]]:
-    """Rules and overrides of one file; raises RuleError naming the file and line."""
+    """Rules and overrides of one file; raises RuleError naming the file and line.
+    NaN and infinity are refused; control characters are removed from its strings."""
     try:
-        data = tomlcompat.loads(text)
-    except tomlcompat.TOMLDecodeError as exc:
-        raise RuleError(f"{origin}: not valid TOML: {exc}") from None
+        data = printable_data(parse_data(text, origin, as_json=False))
+        return _rules_of(data, text, origin)
+    except InputError as exc:
+        raise RuleError(str(exc)) from None
+    except RecursionError:
+        raise RuleError(f"{origin}: nested too deeply") from None
+
+
+def _rules_of(
+    data: dict[str, Any], text: str, origin: str
+) -> tuple[list[Rule], list[tuple[dict[str, Any], str]]]:
     extra = set(data) - {"rule", "override"}
     if extra:
         raise RuleError(f"{origin}: unknown top-level key(s) {', '.join(sorted(extra))}")
@@ -496,15 +506,33 @@ def parse_rules(text: str, origin: str) -> list[Rule]:
     return parse_rule_file(text, origin)[0]
 
 
-def load_rules(directories: Sequence[Path] = (), site: bool = False) -> list[Rule]:
-    """The shipped rules, then every `*.toml` in `directories` (and, with `site`, in
-    /etc/gpudiag/rules.d and ~/.config/gpudiag/rules.d), by file name. Rule ids must be
-    unique; `[[override]]` tables change a rule already loaded."""
-    sources: list[tuple[str, str]] = []
+def read_rule_file(path: Path) -> str:
+    """The text of one rule file: a regular file, bounded (gpudiag.inputs), UTF-8."""
+    try:
+        data = read_input(path)
+    except InputError as exc:
+        raise RuleError(str(exc)) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RuleError(f"{path}: not UTF-8 text (binary?) at byte {exc.start}") from None
+
+
+def shipped_sources() -> list[tuple[str, str]]:
+    """(origin, text) of every shipped rule file, by name."""
+    sources = []
     shipped = resources.files("gpudiag.rules")
     for entry in sorted(shipped.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".toml") and entry.name not in DATA_FILES:
             sources.append((f"rules/{entry.name}", entry.read_text(encoding="utf-8")))
+    return sources
+
+
+def load_rules(directories: Sequence[Path] = (), site: bool = False) -> list[Rule]:
+    """The shipped rules, then every `*.toml` in `directories` (and, with `site`, in
+    /etc/gpudiag/rules.d and ~/.config/gpudiag/rules.d), by file name. Rule ids must be
+    unique; `[[override]]` tables change a rule already loaded."""
+    sources = shipped_sources()
     folders = list(directories)
     if site:
         folders = [
@@ -516,18 +544,23 @@ def load_rules(directories: Sequence[Path] = (), site: bool = False) -> list[Rul
         if not directory.is_dir():
             raise RuleError(f"{directory}: not a directory of rule files")
         for path in sorted(directory.glob("*.toml")):
-            try:
-                sources.append((str(path), path.read_text(encoding="utf-8")))
-            except (OSError, UnicodeDecodeError) as exc:
-                raise RuleError(f"{path}: cannot read: {exc}") from None
+            sources.append((str(path), read_rule_file(path)))
+    return merge_rules(sources)
+
+
+def merge_rules(sources: Sequence[tuple[str, str]]) -> list[Rule]:
+    """The rules of these (origin, text) files in order, overrides applied: the one
+    path both loading and `gpudiag rules lint` take."""
     rules: dict[str, Rule] = {}
     for origin, text in sources:
         new_rules, overrides = parse_rule_file(text, origin)
         for rule in new_rules:
             if rule.id in rules:
-                raise RuleError(
-                    f"{rule.origin}: duplicate id, first defined at {rules[rule.id].origin}"
-                )
+                first = rules[rule.id].origin
+                hint = "; to change a shipped rule use [[override]]" if first.startswith(
+                    "rules/"
+                ) and not origin.startswith("rules/") else ""
+                raise RuleError(f"{rule.origin}: duplicate id, first defined at {first}{hint}")
             rules[rule.id] = rule
         for table, where in overrides:
             if table["id"] not in rules:
@@ -540,6 +573,19 @@ def load_rules(directories: Sequence[Path] = (), site: bool = False) -> list[Rul
                 action=Action(table["action"]) if "action" in table else rule.action,
             )
     return list(rules.values())
+
+
+def lint_rule_file(path: Path) -> tuple[int, int]:
+    """Check one rule file as loading it beside the shipped rules would (a shipped file
+    in place of itself): (rules, overrides) it holds, or RuleError."""
+    text = read_rule_file(path)
+    rules, overrides = parse_rule_file(text, str(path))
+    shipped = shipped_sources()
+    shipped_dir = Path(str(resources.files("gpudiag.rules"))).resolve()
+    if path.resolve().parent == shipped_dir:
+        shipped = [(o, t) for o, t in shipped if o != f"rules/{path.name}"]
+    merge_rules([*shipped, (str(path), text)])
+    return len(rules), len(overrides)
 
 
 # ------------------------------------------------------------------ evaluation

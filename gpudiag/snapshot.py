@@ -19,6 +19,9 @@ the problem in one line.
 from __future__ import annotations
 
 import json
+import math
+import os
+import stat
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime
@@ -27,8 +30,8 @@ from typing import IO, Any, TypeVar
 
 import tomli_w
 
-from gpudiag import tomlcompat
 from gpudiag.atomic import write_atomic
+from gpudiag.inputs import InputError, parse_data, printable_data, read_text
 from gpudiag.model import (
     SCHEMA_VERSION,
     Action,
@@ -150,13 +153,28 @@ def dumps(snapshot: Snapshot, as_json: bool = False) -> str:
 
 
 def target_problem(path: Path) -> str | None:
-    """Why a snapshot cannot be written to `path` (a directory, a device or another
-    file that is not a regular one: the rename would replace it, or a missing parent
-    directory), or None; the command line and the TUI's export both ask this first."""
-    if path.is_dir():
-        return "is a directory"
-    if path.exists() and not path.is_file():
-        return "exists and is not a regular file"
+    """Why a snapshot cannot be written to `path`, or None. The target must be absent or
+    a regular file: a directory, a symlink, a device (/dev/null, /dev/full), a FIFO or a
+    socket is refused, never replaced ('-' is how to write to standard output). The
+    command line and the TUI's export both ask this first."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        return f"cannot check the target: {exc.strerror or exc}"
+    if mode is not None and not stat.S_ISREG(mode):
+        if stat.S_ISDIR(mode):
+            return "is a directory"
+        if stat.S_ISLNK(mode):
+            return "is a symbolic link; name the file it points to"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+            kind = "is a device"
+        elif stat.S_ISFIFO(mode):
+            kind = "is a FIFO"
+        else:
+            kind = "is a socket or another special file"
+        return f"{kind}, not a regular file; refusing to replace it ('-' writes to stdout)"
     if not path.parent.is_dir():
         return f"directory {path.parent} does not exist"
     return None
@@ -198,12 +216,17 @@ class _Fields:
         if isinstance(value, bool) and bool not in kinds:
             ok = False
         elif kinds == (float,) and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)  # a float field written as 3 by hand
+            try:
+                return float(value)  # a float field written as 3 by hand
+            except OverflowError:
+                raise ValueError(f"{self.where}.{name}: number out of range") from None
         else:
             ok = isinstance(value, kinds)
         if not ok:
             expected = " or ".join(k.__name__ for k in kinds)
             raise ValueError(f"{self.where}.{name}: expected {expected}, got {_type_name(value)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{self.where}.{name}: non-finite number {value!r} is not allowed")
         return value
 
     def enum(self, name: str, enum_type: Callable[[str], T]) -> T:
@@ -385,23 +408,18 @@ def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
 
 
 def loads(text: str, name: str = "<snapshot>") -> Snapshot:
-    """Parse snapshot text, TOML or JSON (told apart by a leading '{')."""
+    """Parse snapshot text, TOML or JSON (told apart by a leading '{'). Control
+    characters in its strings are removed (they would reach a terminal)."""
     try:
         if text.lstrip().startswith("{"):
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ValueError(
-                    f"not valid JSON (truncated?): {exc.msg} at line {exc.lineno}"
-                ) from None
+            data = parse_data(text, name, as_json=True)
             if not isinstance(data, dict):
                 raise ValueError("not a gpudiag snapshot (JSON top level is not an object)")
         else:
-            try:
-                data = tomlcompat.loads(text)
-            except tomlcompat.TOMLDecodeError as exc:
-                raise ValueError(f"not valid TOML (truncated?): {exc}") from None
-        return snapshot_from_dict(data)
+            data = parse_data(text, name, as_json=False)
+        return snapshot_from_dict(printable_data(data))
+    except InputError as exc:
+        raise SnapshotError(name, exc.problem) from None
     except ValueError as exc:
         raise SnapshotError(name, str(exc)) from None
     except RecursionError:
@@ -409,22 +427,11 @@ def loads(text: str, name: str = "<snapshot>") -> Snapshot:
 
 
 def load(path: str | Path) -> Snapshot:
-    """Read a snapshot file, or raise SnapshotError with a one-line reason."""
-    name = str(path)
+    """Read a snapshot file ('-': standard input), bounded (gpudiag.inputs), or raise
+    SnapshotError with a one-line reason."""
+    name = "<stdin>" if str(path) == "-" else str(path)
     try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise SnapshotError(name, "no such file") from None
-    except IsADirectoryError:
-        raise SnapshotError(name, "is a directory, not a snapshot file") from None
-    except OSError as exc:
-        raise SnapshotError(name, f"cannot read: {exc.strerror}") from None
-    if not raw.strip():
-        raise SnapshotError(name, "file is empty")
-    if b"\x00" in raw:
-        raise SnapshotError(name, "binary data, not a snapshot")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SnapshotError(name, f"not UTF-8 text (binary?) at byte {exc.start}") from None
+        text = read_text(path, "a snapshot", stdin_ok=True)
+    except InputError as exc:
+        raise SnapshotError(name, exc.problem) from None
     return loads(text, name)

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import re
 
+# The most CPUs a Linux kernel is built for (NR_CPUS with x86-64's MAXSMP): a CPU list or
+# mask naming more is corrupt, and is refused before it is materialised.
+MAX_CPUS = 8192
+
 
 def parse_cpulist(text: str) -> list[int]:
-    """'0-3,8,10-11' -> [0, 1, 2, 3, 8, 10, 11]; '' -> []."""
+    """'0-3,8,10-11' -> [0, 1, 2, 3, 8, 10, 11]; '' -> []. A list naming more than
+    MAX_CPUS CPUs (`0-100000000` in a corrupt cpu/online) is a ValueError."""
     cpus: list[int] = []
     for part in text.strip().split(","):
         part = part.strip()
@@ -15,9 +20,14 @@ def parse_cpulist(text: str) -> list[int]:
         if "-" in part:
             first, _, last = part.partition("-")
             last, _, stride = last.partition(":")  # 0-15:2 (rare, from cmdline syntax)
-            cpus.extend(range(int(first), int(last) + 1, int(stride) if stride else 1))
+            span = range(int(first), int(last) + 1, int(stride) if stride else 1)
+            if len(cpus) + len(span) > MAX_CPUS:
+                raise ValueError(f"names more than {MAX_CPUS} CPUs: {text.strip()[:60]!r}")
+            cpus.extend(span)
         else:
             cpus.append(int(part))
+            if len(cpus) > MAX_CPUS:
+                raise ValueError(f"names more than {MAX_CPUS} CPUs: {text.strip()[:60]!r}")
     return sorted(set(cpus))
 
 
@@ -37,8 +47,12 @@ def format_cpulist(cpus: list[int]) -> str:
 
 
 def parse_cpumask(text: str) -> list[int]:
-    """A sysfs hex CPU mask ('ffff,00000000' as in local_cpus) -> CPU numbers."""
-    value = int(text.strip().replace(",", ""), 16)
+    """A sysfs hex CPU mask ('ffff,00000000' as in local_cpus) -> CPU numbers; a mask
+    wider than MAX_CPUS bits is a ValueError."""
+    digits = text.strip().replace(",", "")
+    if len(digits) > MAX_CPUS // 4:
+        raise ValueError(f"a CPU mask wider than {MAX_CPUS} bits: {digits[:60]!r}...")
+    value = int(digits, 16)
     return [bit for bit in range(value.bit_length()) if value >> bit & 1]
 
 

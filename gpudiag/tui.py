@@ -10,8 +10,11 @@ always written as text; colour only repeats it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
@@ -189,6 +192,21 @@ class KernelChoice(OptionList):
         self.action_toggle()
 
 
+def leave_on_signals(app: App[int], before: Callable[[], None] = lambda: None) -> None:
+    """SIGTERM and SIGHUP leave the app as `q` does, so Textual restores the terminal
+    (alternate screen, mouse tracking, cursor); the exit code is 128 + the signal's
+    number, as a shell reports a process the signal ended. Call from on_mount."""
+    loop = asyncio.get_running_loop()
+
+    def leave(signum: int) -> None:
+        before()
+        app.exit(return_code=128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, leave, signum)
+
+
 class GpudiagApp(App[int]):
     """gpudiag's TUI, built from a live node or a saved snapshot."""
 
@@ -291,6 +309,7 @@ class GpudiagApp(App[int]):
         yield Footer()
 
     def on_mount(self) -> None:
+        leave_on_signals(self, self._stop_work)
         self.query_one("#findings", DataTable).add_columns("severity", "id", "subject", "title")
         self.query_one("#probes", DataTable).add_columns(
             "probe", "status", "time", "readings", "error"
@@ -407,10 +426,13 @@ class GpudiagApp(App[int]):
 
     async def action_quit(self) -> None:
         """Stop any probing and kernels, then leave."""
+        self._stop_work()
+        self.exit(0)
+
+    def _stop_work(self) -> None:
         self.kernel_cancel.set()
         if isinstance(self.source, LiveNode):
             self.source.cancel.set()
-        self.exit(0)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """The command palette: Textual's own commands and every key's action."""

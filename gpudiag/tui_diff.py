@@ -51,6 +51,9 @@ class DiffApp(App[int]):
         yield Footer()
 
     def on_mount(self) -> None:
+        from gpudiag.tui import leave_on_signals
+
+        leave_on_signals(self)
         self.sub_title = f"A: {self.a.host}  B: {self.b.host}"
         table = self.query_one("#diff", DataTable)
         room = max(60, self.size.width - 10)  # less the cell padding and the scrollbar

@@ -96,6 +96,16 @@ def gpu_numa_nodes(host: HostFS, gpus: Sequence[int]) -> dict[int, int]:
     return nodes
 
 
+def _wait_through_interrupts(done: threading.Event) -> None:
+    """Wait for `done`, a further Ctrl-C notwithstanding. (An Event, not Thread.join:
+    a join that Ctrl-C interrupts marks a running thread as ended on Python 3.11.)"""
+    while not done.is_set():
+        try:
+            done.wait()
+        except KeyboardInterrupt:
+            continue
+
+
 def _skipped(kernel: str, device: str, reason: str) -> KernelResult:
     return KernelResult(kernel, device, "all", "", ProbeStatus.SKIPPED, error=reason)
 
@@ -352,38 +362,56 @@ class PlanRun:
         allowed = sorted(os.sched_getaffinity(0))
         cpu_cpus, launcher_cpus = burn.split_cpus(allowed, len(gpus))
         cpu_reports: list[burn.BurnReport] = []
-        cpu = threading.Thread(
-            target=lambda: cpu_reports.append(
-                burn.burn_cpu(
-                    plan.gemm_n, plan.burn_seconds, cpu_cpus, cancel=self.cancel, progress=step
+        cpu_done = threading.Event()
+
+        def burn_cpu() -> None:
+            try:
+                cpu_reports.append(
+                    burn.burn_cpu(
+                        plan.gemm_n,
+                        plan.burn_seconds,
+                        cpu_cpus,
+                        cancel=self.cancel,
+                        progress=step,
+                    )
                 )
-            ),
-            name="burn-cpu",
-            daemon=True,
-        )
+            finally:
+                cpu_done.set()
+
+        cpu = threading.Thread(target=burn_cpu, name="burn-cpu", daemon=True)
         if on_cpu:
             cpu.start()
         gpu_reports: list[burn.BurnReport] = []
-        if gpus:
-            from gpudiag.nvml import Nvml, open_nvml
+        try:
+            if gpus:
+                from gpudiag.nvml import Nvml, open_nvml
 
-            nvml = self.nvml if isinstance(self.nvml, Nvml) else open_nvml(None)
-            try:
-                gpu_reports = burn.burn_gpus(
-                    gpus,
-                    plan.gemm_n,
-                    plan.burn_seconds,
-                    nvml,
-                    self.cancel,
-                    precision=plan.burn_precision,
-                    launcher_cpus=launcher_cpus if on_cpu else (),
-                    nvml_index=cuda_to_nvml(gpus, nvml),
-                )
-            finally:
-                if nvml is not self.nvml:
-                    nvml.close()
-        if on_cpu:
-            cpu.join()
+                nvml = self.nvml if isinstance(self.nvml, Nvml) else open_nvml(None)
+                try:
+                    gpu_reports = burn.burn_gpus(
+                        gpus,
+                        plan.gemm_n,
+                        plan.burn_seconds,
+                        nvml,
+                        self.cancel,
+                        precision=plan.burn_precision,
+                        launcher_cpus=launcher_cpus if on_cpu else (),
+                        nvml_index=cuda_to_nvml(gpus, nvml),
+                    )
+                finally:
+                    if nvml is not self.nvml:
+                        nvml.close()
+            if on_cpu:
+                cpu_done.wait()
+        except KeyboardInterrupt:
+            # Ctrl-C: stop the CPU burn after its current product and keep what it did.
+            # Leaving it running would hang the exit: OpenBLAS's shutdown waits for the
+            # BLAS workers of the product the frozen thread started.
+            self.cancel.set()
+            if on_cpu:
+                _wait_through_interrupts(cpu_done)
+            self.burns += cpu_reports + gpu_reports
+            raise
         self.burns += cpu_reports + gpu_reports
         for report in self.burns:
             self.results += burn.burn_results(report, plan.gemm_n)

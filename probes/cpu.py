@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gpudiag.hostfs import HostFS
+from gpudiag.hostfs import LARGE_HOST_FILE, HostFS
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
 from gpudiag.probes.common import node_ids, per_cpu_reading
@@ -213,7 +213,7 @@ def _idle(host: HostFS, cpus: list[int]) -> Iterator[Reading]:
 def collect(context: ProbeContext) -> Iterator[Reading]:
     """CPU readings."""
     host = context.host
-    cpuinfo = host.read("/proc/cpuinfo")
+    cpuinfo = host.read("/proc/cpuinfo", LARGE_HOST_FILE)
     blocks = parse_cpuinfo(cpuinfo.text or "")
     identity: dict[str, str] = {}
     failure = ""
@@ -258,11 +258,17 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
 
     online = host.read(f"{CPU_DIR}/online")
     yield online.parsed("cpu.online", lambda t: format_cpulist(parse_cpulist(t)))
-    cpus = parse_cpulist(online.text or "") if online.ok else node_ids(host, CPU_DIR, "cpu")
+    try:
+        cpus = parse_cpulist(online.text or "") if online.ok else None
+    except ValueError:  # corrupt (the cpu.online reading says so): count the directories
+        cpus = None
+    online_ok = cpus is not None
+    if cpus is None:
+        cpus = node_ids(host, CPU_DIR, "cpu")
     yield Reading(
         "cpu.logical",
         len(cpus),
-        source=online.source if online.ok else "sysfs:devices/system/cpu/cpu*",
+        source=online.source if online_ok else "sysfs:devices/system/cpu/cpu*",
     )
     for name in ("offline", "isolated"):
         yield host.reading(

@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gpudiag.hostfs import HostFS
+from gpudiag.hostfs import LARGE_HOST_FILE, HostFS
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
 from gpudiag.probes.common import node_ids
@@ -97,7 +97,7 @@ def kernel_log(host: HostFS) -> tuple[str | None, str, ReadingStatus, str]:
     except OSError:
         return None, "file:/dev/kmsg", ReadingStatus.MISSING, "/dev/kmsg not found"
     if not stat.S_ISCHR(mode):
-        result = host.read("/dev/kmsg")
+        result = host.read("/dev/kmsg", KMSG_MAX_BYTES)
         return result.text, "file:/dev/kmsg", result.status, result.reason
     try:
         return _read_kmsg_device(str(path)), "file:/dev/kmsg", ReadingStatus.OK, ""
@@ -171,7 +171,7 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     """Fault readings."""
     host = context.host
     yield from _xids(host)
-    interrupts = host.read("/proc/interrupts")
+    interrupts = host.read("/proc/interrupts", LARGE_HOST_FILE)
     if interrupts.ok and not re.search(r"^\s*MCE:", interrupts.text or "", re.MULTILINE):
         yield Reading.failed(
             "faults.mce.count",

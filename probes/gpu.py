@@ -20,6 +20,7 @@ from gpudiag.probe import Cost, Need, Probe, ProbeContext
 from gpudiag.textparse import format_cpulist
 
 NVLINK_MAX_LINKS = 18
+MAX_GPUS = 1024  # a larger device count from NVML (or a replay) is corrupt
 # nvml.h enums
 CLOCK_SM, CLOCK_MEM = 1, 2
 TEMPERATURE_GPU = 0
@@ -409,6 +410,14 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
         count = int(nvml.call("nvmlDeviceGetCount"))
     except NvmlError as exc:
         yield Reading.failed("gpu.count", exc.status, exc.reason, "nvml:nvmlDeviceGetCount")
+        return
+    if not 0 <= count <= MAX_GPUS:
+        yield Reading.failed(
+            "gpu.count",
+            ReadingStatus.ERROR,
+            f"nvmlDeviceGetCount returned {count}: not a GPU count (0 to {MAX_GPUS})",
+            "nvml:nvmlDeviceGetCount",
+        )
         return
     yield Reading("gpu.count", count, source="nvml:nvmlDeviceGetCount")
     bus_ids: dict[int, str] = {}

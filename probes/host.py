@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterator
 
-from gpudiag.hostfs import FileText, HostFS
+from gpudiag.hostfs import LARGE_HOST_FILE, FileText, HostFS
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
 
@@ -83,7 +83,7 @@ def _first_ok(host: HostFS, *paths: str) -> FileText:
 
 
 def _virtualisation(host: HostFS) -> Iterator[Reading]:
-    cpuinfo = host.read("/proc/cpuinfo")
+    cpuinfo = host.read("/proc/cpuinfo", LARGE_HOST_FILE)
     flag: bool | None = None
     if cpuinfo.ok:
         flag = cpuinfo_has_flag(cpuinfo.text or "", "hypervisor")

@@ -42,7 +42,10 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     for node in nodes:
         base = f"{NODE_DIR}/node{node}"
         cpulist = host.read(f"{base}/cpulist")
-        cpus = parse_cpulist(cpulist.text or "") if cpulist.ok else []
+        try:
+            cpus = parse_cpulist(cpulist.text or "") if cpulist.ok else []
+        except ValueError:  # corrupt: the numa.N.cpus reading says so
+            cpus = []
         yield cpulist.parsed(f"numa.{node}.cpus", lambda t: format_cpulist(parse_cpulist(t)))
         meminfo = host.read(f"{base}/meminfo")
         fields = parse_meminfo(meminfo.text or "") if meminfo.ok else {}

@@ -27,6 +27,10 @@ SMALLEST = {
         ["--mib", "64", "--gemm-n", "1024"],
         ["STREAM triad fp64 GB/s", "BF16 GEMM TFLOP/s", "torch.matmul", "h2d local GB/s"],
     ),
+    "fuzz_loaders.py": (  # a fuzzing run, not a timing: iterations and crashes
+        ["--seconds", "0.5"],
+        ["iterations", "0 crashes"],
+    ),
     "host_probes.py": (
         ["--repeat", "2"],
         ["host probes inside gpudiag", "as a process of its own", "reference, lscpu"],

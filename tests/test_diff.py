@@ -254,6 +254,6 @@ def test_redaction_is_stable_and_complete(demo: dict[str, Path], tmp_path: Path)
 
 def test_mac_and_ip_addresses_are_replaced() -> None:
     redactor = Redactor()
-    assert redactor._text("ip=10.1.2.3 mac 0c:42:a1:00:11:22 again 10.1.2.3") == (
+    assert redactor.text("ip=10.1.2.3 mac 0c:42:a1:00:11:22 again 10.1.2.3") == (
         "ip=ip-1 mac mac-1 again ip-1"
     )

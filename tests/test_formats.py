@@ -193,5 +193,8 @@ def test_a_target_that_is_not_a_regular_file_is_refused(faulty: Path, tmp_path: 
     ):
         result = run_cli(*args)
         assert result.returncode == 3, result.stderr
-        assert result.stderr.endswith(f" {fifo}: exists and is not a regular file\n")
+        assert result.stderr.endswith(
+            f" {fifo}: is a FIFO, not a regular file; refusing to replace it ('-' writes to"
+            " stdout)\n"
+        ), result.stderr
         assert stat.S_ISFIFO(fifo.stat().st_mode)

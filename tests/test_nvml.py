@@ -103,7 +103,7 @@ def test_json_replay_loads() -> None:
             "nvmlDeviceGetName = { error = 'Exploded' }\n",
             "unknown NVML error code 'Exploded'",
         ),
-        ("format = = 1", "not valid TOML or JSON"),
+        ("format = = 1", "not valid TOML"),
     ],
 )
 def test_bad_replay_files_give_one_line(tmp_path: Path, content: str, expected: str) -> None:

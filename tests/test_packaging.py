@@ -57,7 +57,7 @@ def test_wheel_holds_subpackages_and_rule_files(wheel: Path) -> None:
     top_level = {name.split("/")[0] for name in names}
     assert {t for t in top_level if not t.endswith(".dist-info")} == {"gpudiag"}
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "gpudiag = gpudiag.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "gpudiag = gpudiag.entry:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_installed_wheel_runs_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:

@@ -257,4 +257,5 @@ def test_rules_lint(tmp_path: Path) -> None:
     assert result.returncode == 3
     lines = result.stdout.splitlines()
     assert lines[1].startswith(f"{hostile}:1: rule SITE002: '__' is not allowed")
-    assert "GPU004 are shipped rules; use [[override]]" in lines[2]
+    assert "rule GPU004: duplicate id, first defined at rules/gpu.toml" in lines[2]
+    assert "to change a shipped rule use [[override]]" in lines[2]

@@ -1,0 +1,227 @@
+"""Mutation fuzzing of gpudiag's loaders: valid seed files, mutated by a list of edits
+(insert a hostile token, delete, duplicate, truncate, flip a byte), fed to each loader.
+A loader may accept the input or refuse it with its own one-line error; anything else
+(another exception, a hang) is a crash. Each loader here returns True when the input
+was accepted, False when it was refused. Used by tests/test_fuzz_loaders.py (hypothesis,
+a bounded budget) and benchmarks/fuzz_loaders.py (a longer random run)."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+TOKENS = (
+    "nan", "inf", "-inf", "1e309", "-0", "1" * 5000, "9" * 400, "0x", "0xffffffffffffffffff",
+    "[" * 1500, "{" * 1500, "<a>" * 1500, "\x1b[2J\x1b]0;t\x07", "\x00", "\xff", "\r\n", "\t",
+    '"', "'''", '"""', "{", "}", "[", "]", "[[", "]]", "=", "==", ",", ".", ":", "\n", " " * 9,
+    "true", "false", "-1", "0", "4294967296", "18446744073709551616", "GPU 0:", "Link 0: ",
+    "GPU0\tGPU1\tCPU Affinity", "NV12", "X", "<pid>abc</pid>", "<gpu>", "</gpu>",
+    "<?xml version='1.0'?>", "<!DOCTYPE x [<!ENTITY e SYSTEM 'file:///etc/passwd'>]>", "&e;",
+    "==============NVSMI LOG==============", "GPU 00000000:01:00.0", "    Clocks Event Reasons",
+    "error = 'GpuIsLost'", "all_calls", "schema_version = 1", "[end]", "[[probes]]",
+    "[[rule]]", "[[override]]", "expect = { min = nan }", "__class__", "{gpu}", "{value}",
+    "status = 'ok'", "value = []", "\u202e", "\ud7ff", "é",
+)
+EDITS = ("insert", "delete", "duplicate", "truncate", "flip", "replace")
+
+Edit = tuple[str, float, int]
+
+
+def mutate(text: str, edits: list[Edit]) -> str:
+    """Apply the edits (kind, position as a fraction of the length, a number) in order."""
+    for kind, where, number in edits:
+        at = int(where * len(text))
+        if kind == "insert":
+            text = text[:at] + TOKENS[number % len(TOKENS)] + text[at:]
+        elif kind == "delete":
+            text = text[:at] + text[at + 1 + number % 64 :]
+        elif kind == "duplicate":
+            text = text[:at] + text[at : at + 1 + number % 256] * 2 + text[at + 1 + number % 256 :]
+        elif kind == "truncate":
+            text = text[:at]
+        elif kind == "flip" and text:
+            at = min(at, len(text) - 1)
+            text = text[:at] + chr((ord(text[at]) ^ (1 << number % 7)) or 32) + text[at + 1 :]
+        elif kind == "replace":
+            end = at + 1 + number % 32
+            text = text[:at] + TOKENS[number % len(TOKENS)] + text[end:]
+    return text
+
+
+def random_edits(rng: random.Random) -> list[Edit]:
+    """1 to 6 random edits (the benchmark's source of inputs)."""
+    return [
+        (rng.choice(EDITS), rng.random(), rng.randrange(1 << 16)) for _ in range(rng.randint(1, 6))
+    ]
+
+
+# ------------------------------------------------------------------ seeds
+
+XML_SEED = """<?xml version="1.0" ?>
+<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">
+<nvidia_smi_log>
+  <driver_version>550.54.15</driver_version>
+  <cuda_version>12.4</cuda_version>
+  <attached_gpus>1</attached_gpus>
+  <gpu id="00000000:18:00.0">
+    <product_name>NVIDIA H100 80GB HBM3</product_name>
+    <uuid>GPU-0123abcd-0000-1111-2222-333344445555</uuid>
+    <pci><pci_bus_id>00000000:18:00.0</pci_bus_id><pci_device_id>233010DE</pci_device_id></pci>
+    <fb_memory_usage><total>81559 MiB</total><used>0 MiB</used></fb_memory_usage>
+    <persistence_mode>Enabled</persistence_mode>
+    <clocks_event_reasons><clocks_event_reason_gpu_idle>Active</clocks_event_reason_gpu_idle>
+    </clocks_event_reasons>
+    <gpu_power_readings><instant_power_draw>70.12 W</instant_power_draw></gpu_power_readings>
+    <processes><process_info><pid>1234</pid><type>C</type></process_info></processes>
+  </gpu>
+</nvidia_smi_log>
+"""
+Q_SEED = """==============NVSMI LOG==============
+
+Driver Version                            : 550.54.15
+CUDA Version                              : 12.4
+Attached GPUs                             : 1
+GPU 00000000:18:00.0
+    Product Name                          : NVIDIA H100 80GB HBM3
+    Persistence Mode                      : Enabled
+    PCI
+        Bus Id                            : 00000000:18:00.0
+        Device Id                         : 0x233010DE
+    FB Memory Usage
+        Total                             : 81559 MiB
+    Clocks Event Reasons
+        Idle                              : Active
+        HW Slowdown                       : Not Active
+    ECC Errors
+        Volatile
+            DRAM Correctable              : 0
+"""
+TOPO_SEED = (
+    "\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+    "GPU0\t X \tNV18\tPXB\t0-55\t0\t\tN/A\n"
+    "GPU1\tNV18\t X \tSYS\t56-111\t1\t\tN/A\n"
+    "NIC0\tPXB\tSYS\t X \t\t\t\t\n\nLegend:\n\n  X    = Self\n\nNIC Legend:\n\n  NIC0: mlx5_0\n"
+)
+NVLINK_SEED = (
+    "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0123abcd-0000-1111-2222-333344445555)\n"
+    "\t Link 0: 26.562 GB/s\n\t Link 1: <inactive>\n"
+)
+
+
+def snapshot_seed() -> str:
+    """A small snapshot made by the code that writes them (a reading of each kind)."""
+    from gpudiag.model import (
+        Finding,
+        KernelResult,
+        ProbeResult,
+        ProbeStatus,
+        Reading,
+        ReadingStatus,
+        Severity,
+        Snapshot,
+    )
+    from gpudiag.snapshot import dumps
+
+    readings = (
+        Reading("host.hostname", "node-1", source="procfs:sys/kernel/hostname"),
+        Reading("cpu.logical", 8, source="sysfs:devices/system/cpu/online"),
+        Reading("gpu.0.power.draw", 70.5, "W", "nvml:nvmlDeviceGetPowerUsage"),
+        Reading("gpu.0.throttle_reasons", ["idle", "sw_power_cap"]),
+        Reading.failed("gpu.0.serial", ReadingStatus.NEEDS_ROOT, "run as root"),
+    )
+    return dumps(
+        Snapshot(
+            host="node-1",
+            created="2026-11-23T00:00:00Z",
+            gpudiag_version="0.1.0",
+            command_line=("gpudiag", "--export", "x.toml"),
+            probes=(ProbeResult("host", ProbeStatus.OK, 0.01, readings),),
+            kernels=(KernelResult("stream", "cpu", "triad", "GB/s", ProbeStatus.OK, (1.0, 2.0)),),
+            findings=(Finding("GPU001", Severity.WARNING, "gpu0", "t", "m", readings[:1]),),
+        )
+    )
+
+
+def _head(path: Path, rules: int = 8) -> str:
+    """The first rules of a rule file (whole tables)."""
+    return "\n[[rule]]".join(path.read_text().split("\n[[rule]]")[: rules + 1]) + "\n"
+
+
+def seeds() -> dict[str, list[str]]:
+    """Seed texts per loader, all from this repository."""
+    fixtures = REPO / "tests" / "fixtures"
+    return {
+        "snapshot": [snapshot_seed(), snapshot_seed().replace("\n", "\n ")],
+        "import": [XML_SEED, Q_SEED, TOPO_SEED, NVLINK_SEED],
+        "rules": [_head(REPO / "rules" / name) for name in ("gpu.toml", "host.toml")],
+        "replay": [p.read_text() for p in sorted(fixtures.glob("replay-*"))],
+    }
+
+
+# ------------------------------------------------------------------ the loaders
+
+
+def _snapshot(text: str, work: Path) -> bool:
+    from gpudiag.snapshot import SnapshotError, loads
+
+    try:
+        loads(text, "fuzz.toml")
+    except SnapshotError:
+        return False
+    return True
+
+
+def _import(text: str, work: Path) -> bool:
+    from gpudiag.nvsmi import ImportError_, import_files
+
+    path = work / "fuzz.txt"
+    path.write_bytes(text.encode("utf-8", errors="surrogatepass"))
+    try:
+        import_files([str(path)])
+    except ImportError_:
+        return False
+    return True
+
+
+def _rules(text: str, work: Path) -> bool:
+    from gpudiag.ruleengine import RuleError, merge_rules
+
+    try:
+        merge_rules([("fuzz.toml", text)])
+    except RuleError:
+        return False
+    return True
+
+
+def _replay(text: str, work: Path) -> bool:
+    from gpudiag.nvml import NvmlError, ReplayBackend, ReplayError
+
+    path = work / ("fuzz.json" if text.lstrip().startswith("{") else "fuzz.toml")
+    path.write_bytes(text.encode("utf-8", errors="surrogatepass"))
+    try:
+        backend = ReplayBackend.from_file(path)
+    except ReplayError:
+        return False
+    for device in (None, 0, 1):  # what the probes ask first: answered or an NvmlError
+        for function in ("nvmlDeviceGetCount", "nvmlDeviceGetName", "nvmlDeviceGetClockInfo"):
+            with contextlib.suppress(NvmlError):
+                backend.call(function, device, *((0,) if function.endswith("Info") else ()))
+    return True
+
+
+LOADERS: dict[str, Callable[[str, Path], bool]] = {
+    "snapshot": _snapshot,
+    "import": _import,
+    "rules": _rules,
+    "replay": _replay,
+}
+
+
+def work_dir() -> Path:
+    """A scratch folder for loaders that read files."""
+    return Path(tempfile.mkdtemp(prefix="gpudiag-fuzz-"))
