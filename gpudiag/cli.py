@@ -24,7 +24,7 @@ from typing import NoReturn
 from gpudiag import __version__
 from gpudiag.hostfs import HostFS
 from gpudiag.kernels.plans import DTYPE_NAMES, KERNELS, PLANS, KernelPlan
-from gpudiag.model import ProbeStatus, Snapshot
+from gpudiag.model import ProbeStatus, Severity, Snapshot
 from gpudiag.nvml import ReplayError, open_nvml
 from gpudiag.probes import default_probes
 from gpudiag.ruleengine import Rule, RuleError, load_profiles, load_rules, parse_rule_file
@@ -34,6 +34,7 @@ from gpudiag.session import (
     LiveNode,
     exit_code,
     format_finding,
+    format_not_applicable,
     format_summary,
     with_findings,
 )
@@ -234,7 +235,7 @@ def _export(node: LiveNode, args: argparse.Namespace) -> int:
         from gpudiag.redact import Redactor
 
         snapshot = Redactor().snapshot(snapshot)
-    return _write_and_report(snapshot, args.export, "--export")
+    return _write_and_report(snapshot, args.export, "--export", node.rules)
 
 
 def _run_kernels(args: argparse.Namespace) -> int:
@@ -320,11 +321,14 @@ def _import(args: argparse.Namespace) -> int:
         snapshot = import_files(args.files)
     except ImportError_ as exc:
         raise UsageError(str(exc)) from None
-    snapshot = with_findings(snapshot, load_rules(args.rules, site=True), args.profile)
-    return _write_and_report(snapshot, args.output, "-o")
+    rules = load_rules(args.rules, site=True)
+    snapshot = with_findings(snapshot, rules, args.profile)
+    return _write_and_report(snapshot, args.output, "-o", rules)
 
 
-def _write_and_report(snapshot: Snapshot, target: str, option: str) -> int:
+def _write_and_report(
+    snapshot: Snapshot, target: str, option: str, rules: Sequence[Rule] | None = None
+) -> int:
     """Write the snapshot (or print it for '-'), then the summary; exit code by findings."""
     if target == "-":
         sys.stdout.write(dumps(snapshot))
@@ -339,7 +343,7 @@ def _write_and_report(snapshot: Snapshot, target: str, option: str) -> int:
         except OSError as exc:
             raise UsageError(f"{option} {target}: cannot write: {exc.strerror or exc}") from None
         report = sys.stdout
-    print(format_summary(snapshot), file=report)
+    print(format_summary(snapshot, rules), file=report)
     if target != "-":
         kind = "JSON" if is_json_path(target) else "TOML"
         print(f"wrote {target} ({kind})", file=report)
@@ -347,10 +351,14 @@ def _write_and_report(snapshot: Snapshot, target: str, option: str) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    snapshot = with_findings(load(args.snapshot), load_rules(args.rules, site=True), args.profile)
-    print(format_summary(snapshot).splitlines()[0])
+    rules = load_rules(args.rules, site=True)
+    snapshot = with_findings(load(args.snapshot), rules, args.profile)
+    print(format_summary(snapshot, rules).splitlines()[0])
     for finding in snapshot.findings:
-        print(format_finding(finding))
+        if finding.severity is not Severity.NOT_APPLICABLE:
+            print(format_finding(finding))
+    for line in format_not_applicable(snapshot.findings):
+        print(line)
     return exit_code(snapshot.findings)
 
 

@@ -12,7 +12,9 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import defusedxml.ElementTree as SafeET
 
@@ -87,6 +89,17 @@ def text_value(text: str) -> str:
     return text.strip()
 
 
+# (counter, kind, XML word, -q word, pre-R450 XML group) of each ECC count
+ECC_COUNTERS = tuple(
+    (counter, kind, xml_kind, text_kind, old)
+    for counter in ("volatile", "aggregate")
+    for kind, xml_kind, text_kind, old in (
+        ("corrected", "correctable", "Correctable", "single_bit"),
+        ("uncorrected", "uncorrectable", "Uncorrectable", "double_bit"),
+    )
+)
+
+
 @dataclass(frozen=True)
 class Field:
     """One GPU reading and where each format keeps it (first path found wins)."""
@@ -125,21 +138,13 @@ FIELDS = (
     _f("ecc.pending", "ecc_mode/pending_ecc", "ECC Mode/Pending", enabled),
     *(
         _f(
-            f"ecc.{counter}.{kind}.{where}",
-            f"ecc_errors/{counter}/{where}_{xml_kind}|ecc_errors/{counter}/{old}/{old_where}",
-            f"ECC Errors/{counter.title()}/{where.upper()} {text_kind}"
-            f"|ECC Errors/{counter.title()}/{old.replace('_', ' ').title()}/{old_text_where}",
+            f"ecc.{counter}.{kind}.dram",
+            f"ecc_errors/{counter}/dram_{xml_kind}|ecc_errors/{counter}/{old}/device_memory",
+            f"ECC Errors/{counter.title()}/DRAM {text_kind}"
+            f"|ECC Errors/{counter.title()}/{old.replace('_', ' ').title()}/Device Memory",
             integer,
         )
-        for counter in ("volatile", "aggregate")
-        for kind, xml_kind, text_kind, old in (
-            ("corrected", "correctable", "Correctable", "single_bit"),
-            ("uncorrected", "uncorrectable", "Uncorrectable", "double_bit"),
-        )
-        for where, old_where, old_text_where in (
-            ("dram", "device_memory", "Device Memory"),
-            ("sram", "register_file", "Register File"),
-        )
+        for counter, kind, xml_kind, text_kind, old in ECC_COUNTERS
     ),
     _f(
         "retired_pages.single_bit",
@@ -314,6 +319,7 @@ FIELDS = (
     _f("pcie.replay_counter", "pci/replay_counter", "PCI/Replays Since Reset", integer),
     _f("utilization.gpu", "utilization/gpu_util", "Utilization/GPU|Utilization/Gpu", integer, "%"),
     _f("utilization.memory", "utilization/memory_util", "Utilization/Memory", integer, "%"),
+    _f("fabric.state", "fabric/state", "Fabric/State", compute_mode),
 )
 
 THROTTLE_NAMES = {
@@ -361,6 +367,80 @@ def _reading(
         )
 
 
+# ------------------------------------------------------------------ ECC counts
+
+Lookup = Callable[[str], "str | None"]
+
+
+def _sum_readings(key: str, parts: list[Reading], source: str) -> Reading:
+    """The sum of counts: the ones taken, when the others are counters the GPU does not
+    have (unsupported); unsupported when none is; the first failure when one could not
+    be read (a sum without it would be a guess)."""
+    failed = [p for p in parts if not p.ok and p.status is not ReadingStatus.UNSUPPORTED]
+    if failed:
+        return Reading.failed(key, failed[0].status, failed[0].reason, source)
+    taken = [p for p in parts if p.ok]
+    if not taken:
+        return Reading.failed(key, ReadingStatus.UNSUPPORTED, parts[0].reason, source)
+    return Reading(key, sum(int(p.value) for p in taken), source=source)  # type: ignore[arg-type]
+
+
+def _ecc_readings(index: int, find: Lookup, xml: bool, prefix: str) -> list[Reading]:
+    """gpu.N.ecc.{volatile,aggregate}.{corrected,uncorrected}.sram, and the totals where
+    the file prints them. The SRAM count: from driver 535 on the uncorrectable one is
+    printed split into parity and SEC-DED errors, which are summed (NVML's SRAM location
+    counts both). Files from drivers before R450 count by unit (register file, L1, L2),
+    not SRAM: the SRAM count is missing there, and their printed total is the total."""
+    readings = []
+    for counter, kind, xml_kind, text_kind, old in ECC_COUNTERS:
+        key = f"gpu.{index}.ecc.{counter}.{kind}.sram"
+        if xml:
+            base = f"ecc_errors/{counter}/sram_{xml_kind}"
+            split = (f"{base}_parity", f"{base}_secded")
+            old_total = f"ecc_errors/{counter}/{old}/total"
+        else:
+            base = f"ECC Errors/{counter.title()}/SRAM {text_kind}"
+            split = (f"{base} Parity", f"{base} SEC-DED")
+            old_total = f"ECC Errors/{counter.title()}/{old.replace('_', ' ').title()}/Total"
+        if find(base) is not None:
+            readings.append(_reading(key, find(base), integer, "", f"{prefix}/{base}"))
+        elif any(find(path) is not None for path in split):
+            parts = [_reading(key, find(path), integer, "", f"{prefix}/{path}") for path in split]
+            readings.append(_sum_readings(key, parts, f"{prefix}/{split[0]}+{split[1]}"))
+        else:
+            reason = "not in the imported file (drivers before R450 count by unit, not SRAM)"
+            readings.append(Reading.failed(key, ReadingStatus.MISSING, reason, f"{prefix}/{base}"))
+        if find(old_total) is not None:
+            total_key = f"gpu.{index}.ecc.{counter}.{kind}"
+            readings.append(
+                _reading(total_key, find(old_total), integer, "", f"{prefix}/{old_total}")
+            )
+    return readings
+
+
+_ECC_DRAM = re.compile(r"^gpu\.\d+\.ecc\.(volatile|aggregate)\.(corrected|uncorrected)\.dram$")
+
+
+def with_ecc_totals(readings: tuple[Reading, ...]) -> tuple[Reading, ...]:
+    """`readings` plus gpu.N.ecc.{volatile,aggregate}.{corrected,uncorrected} where only
+    the DRAM and SRAM counts are there: their sum, the same count NVML's
+    nvmlDeviceGetTotalEccErrors gives the live probe (every location; nvidia-smi splits
+    it into DRAM and SRAM). Used by the importer and to migrate version 1 snapshots."""
+    by_key = {r.key: r for r in readings}
+    added = []
+    for reading in readings:
+        if _ECC_DRAM.match(reading.key) is None:
+            continue
+        total_key = reading.key[: -len(".dram")]
+        if total_key in by_key:
+            continue
+        sram = by_key.get(f"{total_key}.sram")
+        parts = [reading] if sram is None else [reading, sram]
+        sources = "+".join(p.source for p in parts)
+        added.append(_sum_readings(total_key, parts, f"sum of {sources}"))
+    return (*readings, *added)
+
+
 # ------------------------------------------------------------------ the two GPU formats
 
 
@@ -370,6 +450,7 @@ class Node:
 
     value: str | None = None
     children: dict[str, Node] = field(default_factory=dict)
+    entries: list[tuple[str, Node]] = field(default_factory=list)  # in order, repeats kept
 
     def find(self, path: str) -> Node | None:
         node: Node | None = self
@@ -416,8 +497,106 @@ def parse_q_text(text: str) -> tuple[dict[str, str], list[tuple[str, Node]]]:
             continue
         node = Node(value.strip() if sep else None)
         stack[-1][1].children.setdefault(label, node)
+        stack[-1][1].entries.append((label, node))
         stack.append((indent, node))
     return header, gpus
+
+
+def _q_value(tree: Node, path: str) -> str | None:
+    """The value at `path`, or the placeholder a whole section was printed as
+    ('Remapped Rows : N/A' holds no fields: each is N/A), or None when absent."""
+    node = tree
+    for part in path.split("/"):
+        child = node.children.get(part)
+        if child is None:
+            placeholder = node is not tree and node.value and status_of(node.value)
+            return node.value if placeholder else None
+        node = child
+    return node.value
+
+
+def _xml_value(gpu: Any, path: str) -> str | None:
+    """As _q_value, for one <gpu> element: `<remapped_rows>N/A</remapped_rows>`."""
+    element = gpu
+    for part in path.split("/"):
+        child = element.find(part)
+        if child is None:
+            text = (element.text or "").strip()
+            return text if element is not gpu and text and status_of(text) else None
+        element = child
+    return element.text or ""
+
+
+# thresholds that drivers from R570 on print only relative to T.Limit (as the live probe
+# reads them: NVML answers NotSupported for the absolute value)
+RELATIVE_THRESHOLDS = {
+    "temperature.slowdown": (
+        "temperature/gpu_temp_slow_tlimit_threshold",
+        "Temperature/GPU Slowdown T.Limit Temp",
+    ),
+    "temperature.shutdown": (
+        "temperature/gpu_temp_max_tlimit_threshold",
+        "Temperature/GPU Shutdown T.Limit Temp",
+    ),
+    "temperature.gpu_max": (
+        "temperature/gpu_temp_max_gpu_tlimit_threshold",
+        "Temperature/GPU Max Operating T.Limit Temp",
+    ),
+}
+
+
+def _field_readings(
+    index: int, find: Lookup, xml: bool, prefix: str, sections: set[str] | None
+) -> list[Reading]:
+    """The FIELDS of one GPU. `sections`: the top-level sections a file made with
+    `nvidia-smi -q -d ...` holds (None: a full output); fields of other sections are
+    left out, as a source that cannot hold them (not missing from it)."""
+    readings = []
+    for spec in FIELDS:
+        paths = spec.xml if xml else spec.text
+        if sections is not None and not any(p.split("/")[0] in sections for p in paths):
+            continue
+        path = next((p for p in paths if find(p) is not None), paths[0])
+        key = f"gpu.{index}.{spec.suffix}"
+        raw = find(path)
+        relative = RELATIVE_THRESHOLDS.get(spec.suffix, ("", ""))[0 if xml else 1]
+        if raw is None and relative and (shown := find(relative)) is not None:
+            reason = f"nvidia-smi prints it only relative to T.Limit ({shown.strip()})"
+            reading = Reading.failed(
+                key, ReadingStatus.UNSUPPORTED, reason, f"{prefix}/{relative}", spec.unit
+            )
+        else:
+            reading = _reading(key, raw, spec.parse, spec.unit, f"{prefix}/{path}")
+        readings.append(reading)
+    return readings
+
+
+def _sections(tops: list[str], full_marker: str) -> set[str] | None:
+    """None for a full output (it has the product name), else the sections it holds."""
+    return None if full_marker in tops else set(tops)
+
+
+def _q_processes(index: int, tree: Node, prefix: str) -> list[Reading]:
+    """gpu.N.processes.{compute,graphics}: the PIDs by type ('C', 'G', 'C+G')."""
+    processes = tree.children.get("Processes")
+    if processes is None:
+        return []
+    source = f"{prefix}/Processes"
+    if processes.value is not None and status_of(processes.value):
+        return [
+            _reading(f"gpu.{index}.processes.{kind}", processes.value, text_value, "", source)
+            for kind in ("compute", "graphics")
+        ]
+    entries = [
+        (int(node.value), node)
+        for label, node in processes.entries
+        if label == "Process ID" and node.value and node.value.strip().isdigit()
+    ]
+    readings = []
+    for kind, letter in (("compute", "C"), ("graphics", "G")):
+        pids = [pid for pid, node in entries if letter in (_q_value(node, "Type") or "")]
+        readings.append(Reading(f"gpu.{index}.processes.{kind}", pids, source=source))
+    return readings
 
 
 def _q_readings(text: str) -> list[Reading]:
@@ -431,19 +610,15 @@ def _q_readings(text: str) -> list[Reading]:
     for index, (bus_id, tree) in enumerate(gpus):
         source_prefix = f"nvidia-smi-q:GPU {bus_id}"
         readings.append(Reading(f"gpu.{index}.health", "ok", source=source_prefix))
-        for spec in FIELDS:
-            path = next((p for p in spec.text if tree.find(p) is not None), spec.text[0])
-            node = tree.find(path)
-            readings.append(
-                _reading(
-                    f"gpu.{index}.{spec.suffix}",
-                    node.value if node is not None else None,
-                    spec.parse,
-                    spec.unit,
-                    f"{source_prefix}/{path}",
-                )
-            )
+        sections = _sections(list(tree.children), "Product Name")
+        find = partial(_q_value, tree)
+        readings.extend(_field_readings(index, find, False, source_prefix, sections))
+        if sections is None or "ECC Errors" in sections:
+            readings.extend(_ecc_readings(index, find, False, source_prefix))
+        readings.extend(_q_processes(index, tree, source_prefix))
         reasons = tree.find("Clocks Event Reasons") or tree.find("Clocks Throttle Reasons")
+        if reasons is None and sections is not None:
+            continue
         active = (
             None
             if reasons is None
@@ -454,7 +629,7 @@ def _q_readings(text: str) -> list[Reading]:
             ]
         )
         readings.append(_throttle_reading(index, active, f"{source_prefix}/Clocks Event Reasons"))
-    return readings
+    return list(with_ecc_totals(tuple(readings)))
 
 
 def _xml_readings(text: str) -> list[Reading]:
@@ -473,15 +648,11 @@ def _xml_readings(text: str) -> list[Reading]:
     for index, gpu in enumerate(root.findall("gpu")):
         prefix = f"nvidia-smi-xml:gpu[{index}]"
         readings.append(Reading(f"gpu.{index}.health", "ok", source=prefix))
-        for spec in FIELDS:
-            path = next((p for p in spec.xml if gpu.find(p) is not None), spec.xml[0])
-            element = gpu.find(path)
-            raw = None if element is None else (element.text or "")
-            readings.append(
-                _reading(
-                    f"gpu.{index}.{spec.suffix}", raw, spec.parse, spec.unit, f"{prefix}/{path}"
-                )
-            )
+        sections = _sections([child.tag for child in gpu], "product_name")
+        find = partial(_xml_value, gpu)
+        readings.extend(_field_readings(index, find, True, prefix, sections))
+        if sections is None or "ecc_errors" in sections:
+            readings.extend(_ecc_readings(index, find, True, prefix))
         reasons = gpu.find("clocks_event_reasons")
         if reasons is None:
             reasons = gpu.find("clocks_throttle_reasons")
@@ -494,7 +665,8 @@ def _xml_readings(text: str) -> list[Reading]:
                 if (child.text or "").strip() == "Active" and (name := _throttle_name(child.tag))
             ]
         )
-        readings.append(_throttle_reading(index, active, f"{prefix}/clocks_event_reasons"))
+        if reasons is not None or sections is None:  # a -d file without them cannot hold them
+            readings.append(_throttle_reading(index, active, f"{prefix}/clocks_event_reasons"))
         processes = gpu.find("processes")
         if processes is not None:
             infos = processes.findall("process_info")
@@ -507,7 +679,7 @@ def _xml_readings(text: str) -> list[Reading]:
                 readings.append(
                     Reading(f"gpu.{index}.processes.{suffix}", pids, source=f"{prefix}/processes")
                 )
-    return readings
+    return list(with_ecc_totals(tuple(readings)))
 
 
 def _node_readings(

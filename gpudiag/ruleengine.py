@@ -38,7 +38,10 @@ Operators (`expect` holds exactly one):
 A rule fires when the reading does not meet the expectation. A reading the device says
 it does not support (ECC on a GeForce card) is not judged. Evidence that is absent or
 could not be read gives an `unknown` finding that says which and why (an info rule's
-stays info: it cannot hide a problem). The `present` operator fires with the rule's own
+stays info: it cannot hide a problem). Evidence that none of the snapshot's sources can
+hold (a host reading in an nvidia-smi import; gpudiag.coverage says which source holds
+what) gives a `not-applicable` finding instead: shown apart, never counted as unknown,
+never setting the exit code. The `present` operator fires with the rule's own
 severity when the reading was attempted and failed; when no probe produced it at all
 (an import of a partial file), that is unknown like any missing evidence. A profile
 comparison is skipped where no profile applies or the profile leaves that field out
@@ -61,7 +64,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpudiag import tomlcompat
+from gpudiag import coverage, tomlcompat
 from gpudiag.hostfs import natural_key
 from gpudiag.model import Finding, ProbeResult, ProbeStatus, Reading, ReadingStatus, Severity
 
@@ -627,6 +630,15 @@ def _missing(key: str) -> Reading:
 class _Context:
     readings: dict[str, Reading]
     profile: Profile | None
+    sources: tuple[str, ...] = ()  # the snapshot's probe names; () judges without coverage
+
+    def cannot_hold(self, key: str) -> bool:
+        """True when `key` is absent and none of the snapshot's sources could hold it."""
+        return (
+            bool(self.sources)
+            and key not in self.readings
+            and not coverage.can_hold(self.sources, key)
+        )
 
 
 def _finding(
@@ -643,6 +655,11 @@ def _unknown(rule: Rule, subject: str, reading: Reading, evidence: Iterable[Read
     return _finding(rule, subject, severity, message, evidence)
 
 
+def _not_applicable(rule: Rule, subject: str, key: str, context: _Context) -> Finding:
+    message = f"does not apply: {key} is not something {coverage.describe(context.sources)} holds"
+    return _finding(rule, subject, Severity.NOT_APPLICABLE, message, [_missing(key)])
+
+
 def _all_equal(
     rule: Rule, context: _Context, gpus: tuple[str, ...], lost: set[str]
 ) -> Finding | None:
@@ -650,6 +667,8 @@ def _all_equal(
     readings = [context.readings.get(k) or _missing(k) for k in keys]
     if not readings:
         return None
+    if all(context.cannot_hold(k) for k in keys):
+        return _not_applicable(rule, "node", keys[0], context)
     failed = next((r for r in readings if not r.ok), None)
     if failed is not None:
         return _unknown(rule, "node", failed, readings)
@@ -669,6 +688,8 @@ def _evaluate_instance(
     rule: Rule, values: dict[str, str], context: _Context, key: str
 ) -> Finding | None:
     reading = context.readings.get(key)
+    if reading is None and context.cannot_hold(key):
+        return _not_applicable(rule, subject_of(rule.applies_to, values), key, context)
     status = reading.status if reading is not None else ReadingStatus.MISSING
     if status is ReadingStatus.UNSUPPORTED and rule.operator != "present":
         return None  # the device answered that it has no such thing: nothing to judge
@@ -680,6 +701,9 @@ def _evaluate_instance(
     if status is ReadingStatus.OK:
         if operator in READING_OPERATORS:
             other_key = _fill(rule.operand, values)
+            if context.cannot_hold(other_key):
+                subject = subject_of(rule.applies_to, values)
+                return _not_applicable(rule, subject, other_key, context)
             other = context.readings.get(other_key) or _missing(other_key)
             evidence.append(other)
             if other.status is ReadingStatus.UNSUPPORTED:
@@ -775,7 +799,7 @@ def evaluate(
     device_ids: Sequence[str] = (),
 ) -> list[Finding]:
     """All findings, worst first (then by rule id and subject)."""
-    context = _Context(readings, profile)
+    context = _Context(readings, profile, tuple(dict.fromkeys(p.name for p in probes)))
     findings = probe_findings(probes) + profile_finding(profile, list(device_ids), rules)
     plan = _plan(rules, readings)
     lost = {
@@ -800,6 +824,16 @@ def evaluate(
             findings.append(finding)
     findings.sort(key=lambda f: (-f.severity.rank, f.rule_id, natural_key(f.subject)))
     return findings
+
+
+def rules_with_instances(rules: Sequence[Rule], readings: dict[str, Reading]) -> set[str]:
+    """The ids of the enabled rules that have something to check in these readings (a
+    GPU, a link, a device...); the others do not apply to them."""
+    plan = _plan(rules, readings)
+    ids = {rule.id for rule, _, _, _ in plan.checks}
+    if plan.gpus:
+        ids.update(rule.id for rule in plan.all_equal)
+    return ids
 
 
 def _is_number(value: Any) -> bool:

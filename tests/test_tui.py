@@ -286,7 +286,7 @@ def test_findings_filter_sort_and_detail(tmp_path: Path) -> None:
         assert ids == sorted(ids)
         await pilot.press("f")  # critical only
         assert {r[0] for r in _cells(app, "#findings")} == {"CRITICAL"}
-        await pilot.press("f", "f", "f", "f")  # warning, unknown, info, every severity
+        await pilot.press("f", "f", "f", "f", "f")  # warning, unknown, info, n/a, all
         assert len(_cells(app, "#findings")) == len(rows)
         await pilot.press("slash")
         assert app.focused is app.query_one("#findings-filter", Input)
