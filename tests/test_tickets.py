@@ -157,3 +157,133 @@ def test_host_rules_do_not_apply_to_an_import_and_a_healthy_one_exits_0(tmp_path
         for f in snapshot.findings
         if f.severity is not Severity.NOT_APPLICABLE
     )
+
+
+# ------------------------------------------------------------------ topo -m as pasted
+
+TOPO_DIR = "topo"
+
+
+def _topo_files() -> list[Path]:
+    return [
+        p
+        for p in sorted((realdata_dir() / TOPO_DIR).glob("*.txt"))
+        if "ERROR:" not in p.read_text(errors="replace")
+    ]
+
+
+def _values(text: str) -> dict:
+    return {r.key: (r.value, r.status) for r in import_text(text)[1]}
+
+
+def test_real_topo_files_read_the_same_in_every_pasted_form() -> None:
+    files = _topo_files()
+    assert len(files) == 8
+    for path in files:
+        text = path.read_text()
+        original = _values(text)
+        plain = text.replace("\x1b[4m", "").replace("\x1b[0m", "")
+        forms = {
+            "space-aligned": plain.expandtabs(8),
+            "prompt line": "user@node:~$ nvidia-smi topo -m\n" + text,
+            "ANSI, space-aligned, CRLF": text.expandtabs(8).replace("\n", "\r\n"),
+            "indented": "\n".join("    " + line for line in plain.expandtabs(8).split("\n")),
+        }
+        for name, form in forms.items():
+            assert _values(form) == original, (path.name, name)
+
+
+def test_real_topo_values() -> None:
+    expected = {  # read off each file: its CPU Affinity and NUMA Affinity cells
+        "rtx-2080-super__595.71.05": ("0-23", 0),
+        "rtx-2080-super__610.57.04": ("0-23", 0),
+        "rtx-4080-super": ("0-15", 0),
+        "h100-80gb-hbm3": ("0-19", 0),
+        "h100-mig": ("0-19", 0),
+        "h200-mig": ("0-23", 0),
+        "l40s": ("0-7", 0),
+    }
+    for path in _topo_files():
+        text = path.read_text()
+        r = _readings(text)
+        match = [v for k, v in expected.items() if k in path.name and "windows" not in path.name]
+        if not match:  # the Windows capture prints both cells empty
+            assert "\nGPU0\t X \t\t\t\tN/A\n" in text
+            assert r["gpu.0.cpu_affinity"].status is ReadingStatus.UNSUPPORTED
+            assert r["gpu.0.numa_node"].status is ReadingStatus.UNSUPPORTED
+            continue
+        ((cpus, node),) = match
+        assert f"GPU0\t X \t{cpus}\t{node}\t" in text
+        assert r["gpu.0.cpu_affinity"].value == cpus
+        assert r["gpu.0.numa_node"].value == node
+        assert not any(k.startswith("topo.gpu.0.") for k in r)  # one GPU: no pairs
+
+
+# An 8-GPU matrix with two NICs in the shape nvidia-smi prints on a 2 x 46-core node with
+# SMT (made up for this test, not a capture): the CPU affinity of every GPU is wider than
+# its column, so CPU and NUMA affinity run together as they do in pasted tickets.
+HEADER = (
+    "\tGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\tNIC0\tNIC1\t"
+    "CPU Affinity\tNUMA Affinity\tGPU NUMA ID"
+)
+
+
+def _eight_gpu_tabs() -> str:
+    rows = []
+    for gpu in range(8):
+        links = ["X" if peer == gpu else "NV12" for peer in range(8)]
+        nics = ["PXB", "SYS"] if gpu < 4 else ["SYS", "PXB"]
+        cpus = "0-45,92-137" if gpu < 4 else "46-91,138-183"
+        rows.append("\t".join([f"GPU{gpu}", *links, *nics, cpus, str(gpu // 4), "N/A"]))
+    for nic in range(2):
+        rows.append(
+            "\t".join([f"NIC{nic}", *(["PXB"] * 4 + ["SYS"] * 4)[:: 1 if nic == 0 else -1]])
+        )
+    legend = (
+        "\n\nLegend:\n\n  X    = Self\n  NV#  = Connection traversing a bonded set of # NVLinks"
+    )
+    nics = "\n\nNIC Legend:\n\n  NIC0: mlx5_0\n  NIC1: mlx5_1\n"
+    return HEADER + "\n" + "\n".join(rows) + legend + nics
+
+
+def _glued(text: str) -> str:
+    """Space-aligned with 8-wide columns, and the CPU and NUMA affinity without a gap."""
+    lines = []
+    for line in text.split("\n"):
+        if line.startswith("GPU"):
+            cells = line.split("\t")
+            cells[11:13] = [cells[11] + cells[12]]
+            line = "".join(c.ljust(8) for c in cells[:11]) + cells[11].ljust(16) + cells[12]
+        lines.append(line.expandtabs(8))
+    return "\n".join(lines)
+
+
+def test_eight_gpu_matrix_with_nics_in_every_form() -> None:
+    tabs = _eight_gpu_tabs()
+    glued = _glued(tabs)
+    assert "GPU0    X       NV12" in glued and "0-45,92-1370" in glued
+    assert "46-91,138-1831" in glued
+    ansi = "\x1b[1m" + glued.replace("GPU0 ", "\x1b[4mGPU0\x1b[0m ", 1)
+    forms = {"tabs": tabs, "glued": glued, "prompt+ANSI": "$ nvidia-smi topo -m\n" + ansi}
+    for name, text in forms.items():
+        r = _readings(text)
+        assert r["topo.gpu.0.1"].value == "NV12", name
+        assert r["topo.gpu.7.6"].value == "NV12", name
+        assert r["topo.gpu.0.nic.mlx5_0"].value == "PXB", name
+        assert r["topo.gpu.0.nic.mlx5_1"].value == "SYS", name
+        assert r["topo.gpu.5.nic.mlx5_1"].value == "PXB", name
+        assert r["gpu.0.cpu_affinity"].value == "0-45,92-137", name
+        assert r["gpu.0.numa_node"].value == 0, name
+        assert r["gpu.7.cpu_affinity"].value == "46-91,138-183", name
+        assert r["gpu.7.numa_node"].value == 1, name
+        assert len([k for k in r if k.startswith("topo.gpu.")]) == 8 * 7 + 8 * 2, name
+
+
+def test_glued_affinity_split() -> None:
+    from gpudiag.nvsmi import split_glued_affinity
+
+    assert split_glued_affinity("0-45,92-1370") == ("0-45,92-137", "0")
+    assert split_glued_affinity("46-91,138-1831") == ("46-91,138-183", "1")
+    assert split_glued_affinity("0-2312") == ("0-231", "2")  # no symmetry: one digit
+    assert split_glued_affinity("0-11,24-3510") == ("0-11,24-35", "10")  # NUMA node 10
+    assert split_glued_affinity("N/A") is None
