@@ -193,7 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="turn nvidia-smi outputs (-q -x XML, -q text, a bug report, topo -m, nvlink -s) "
         "into a snapshot",
     )
-    imports.add_argument("files", metavar="FILE", nargs="+")
+    imports.add_argument(
+        "files",
+        metavar="FILE",
+        nargs="+",
+        help="an nvidia-smi output; '-' reads standard input; gzip data (an "
+        "nvidia-bug-report.log.gz) is unpacked",
+    )
     imports.add_argument(
         "-o",
         "--output",

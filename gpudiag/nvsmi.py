@@ -8,7 +8,11 @@ unsupported; '[Insufficient Permissions]' is needs-root; an error text is an err
 
 from __future__ import annotations
 
+import gzip
+import io
 import re
+import sys
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -891,16 +895,39 @@ def extract_from_bug_report(text: str) -> str:
     return text
 
 
+MAX_INPUT_BYTES = 256 * 1024 * 1024  # a bug report of a large node is tens of MiB
+
+
+def read_input(path: str) -> bytes:
+    """The bytes of one input: a file, or standard input for '-'; gunzipped when it is
+    gzip data (nvidia-bug-report.log.gz as nvidia-bug-report.sh writes it). Bounded:
+    more than MAX_INPUT_BYTES (after decompression) is refused."""
+    try:
+        if path == "-":
+            raw = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        else:
+            with open(path, "rb") as stream:
+                raw = stream.read(MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        raise ImportError_(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if raw.startswith(b"\x1f\x8b"):
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as unzipped:
+                raw = unzipped.read(MAX_INPUT_BYTES + 1)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ImportError_(f"{path}: broken gzip data: {exc}") from None
+    if len(raw) > MAX_INPUT_BYTES:
+        raise ImportError_(f"{path}: more than {MAX_INPUT_BYTES // 2**20} MiB, refused")
+    return raw
+
+
 def import_files(paths: list[str]) -> Snapshot:
     """A snapshot (without findings) of the nvidia-smi outputs in `paths`: one pseudo-probe
     result per file. Raises ImportError_ naming the file and the problem."""
     results = []
     host = "imported"
     for path in paths:
-        try:
-            raw = Path(path).read_bytes()
-        except OSError as exc:
-            raise ImportError_(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raw = read_input(path)
         if not raw.strip():
             raise ImportError_(f"{path}: file is empty")
         if b"\x00" in raw:
@@ -915,7 +942,7 @@ def import_files(paths: list[str]) -> Snapshot:
         results.append(
             ProbeResult(
                 name=f"import-{kind}",
-                title=f"imported {Path(path).name}",
+                title=f"imported {'standard input' if path == '-' else Path(path).name}",
                 status=ProbeStatus.OK,
                 duration_s=0.0,
                 readings=tuple(readings),

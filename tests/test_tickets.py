@@ -287,3 +287,75 @@ def test_glued_affinity_split() -> None:
     assert split_glued_affinity("0-2312") == ("0-231", "2")  # no symmetry: one digit
     assert split_glued_affinity("0-11,24-3510") == ("0-11,24-35", "10")  # NUMA node 10
     assert split_glued_affinity("N/A") is None
+
+
+# ------------------------------------------------------------------ bug reports and stdin
+
+
+def _bug_report(q_text: str) -> str:
+    """The layout nvidia-bug-report.sh writes around each command's output (a made-up
+    frame; the -q text inside is the real capture)."""
+    return (
+        "____________________________________________\n\n"
+        "Start of NVIDIA bug report log file.\n"
+        "nvidia-bug-report.sh Version: 35586341\n\n"
+        "____________________________________________\n\n"
+        "/usr/bin/nvidia-smi --query\n\n"
+        + q_text
+        + "\n____________________________________________\n\n"
+        "/usr/bin/nvidia-smi --query --unit\n\nNo units found.\n"
+    )
+
+
+def test_bug_report_log_gz_imports_as_it_is(tmp_path: Path) -> None:
+    import gzip
+
+    report = tmp_path / "nvidia-bug-report.log.gz"
+    report.write_bytes(gzip.compress(_bug_report(_text(H100_Q)).encode()))
+    out = tmp_path / "s.toml"
+    result = run_cli("import", str(report), "-o", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    snapshot = load(out)
+    assert snapshot.reading("gpu.0.name").value == "NVIDIA H100 80GB HBM3"
+    assert snapshot.reading("nvml.driver_version").value == "590.48.01"
+    assert snapshot.probes[0].title == "imported nvidia-bug-report.log.gz"
+
+
+def test_broken_gzip_is_one_line(tmp_path: Path) -> None:
+    import gzip
+
+    report = tmp_path / "nvidia-bug-report.log.gz"
+    report.write_bytes(gzip.compress(b"x" * 1000)[:20])
+    result = run_cli("import", str(report), "-o", str(tmp_path / "s.toml"))
+    assert result.returncode == 3
+    assert result.stderr.count("\n") == 1 and "broken gzip data" in result.stderr
+    assert not (tmp_path / "s.toml").exists()
+
+
+def test_import_from_standard_input(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "pasted.toml"
+    pasted = "$ nvidia-smi -q\n" + _text(H100_Q)
+    result = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "import", "-", "-o", str(out)],
+        input=pasted,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    snapshot = load(out)
+    assert snapshot.reading("gpu.0.pci.bus_id").value == "0000:00:09.0"  # file: 00000000:00:09.0
+    assert snapshot.probes[0].title == "imported standard input"
+    empty = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "import", "-", "-o", str(tmp_path / "e.toml")],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert empty.returncode == 3 and "-: file is empty" in empty.stderr
