@@ -47,7 +47,8 @@ severity when the reading was attempted and failed; when no probe produced it at
 comparison is skipped where no profile applies or the profile leaves that field out
 (a PCIe card's NVLink count depends on its bridges); PROF001 says when no profile
 matched. Messages may use {value} {unit} {reason} {key} {expected} and the scope's
-placeholders, substituted as plain text.
+placeholders, substituted as plain text; {s} is 's' unless the value is 1 ('{value}
+row{s}'). A rule's `fix` may use the scope's placeholders (`nvidia-smi -pm 1 -i {gpu}`).
 
 Site rules: any rule file may also hold `[[override]]` tables, `id` plus `severity`
 and/or `disabled = true`, which apply to a rule loaded before them (by id).
@@ -121,7 +122,7 @@ _ID_PATTERN = re.compile(r"^[A-Z]{2,8}[0-9]{3}$")
 _KEY_TEMPLATE = re.compile(r"^[A-Za-z0-9_.:{}\-]+$")
 _MESSAGE_FIELD = re.compile(r"\{([a-z_]+)\}")
 _GPU_KEY = re.compile(r"^gpu\.(\d+)\.")
-MESSAGE_FIELDS = {"value", "unit", "reason", "key", "expected", *_PLACEHOLDERS}
+MESSAGE_FIELDS = {"value", "unit", "reason", "key", "expected", "s", *_PLACEHOLDERS}
 DATA_FILES = {"profiles.toml", "explanations.toml"}  # rules/ files that hold no rules
 DEFAULT_SITE_DIRS = (Path("/etc/gpudiag/rules.d"), Path("~/.config/gpudiag/rules.d"))
 
@@ -376,6 +377,12 @@ def _check_rule(table: Any, where: str) -> Rule:
                 f"{where}: message field {{{name}}} is not one of "
                 f"{', '.join(sorted(MESSAGE_FIELDS))}"
             )
+    for name in _MESSAGE_FIELD.findall(table["fix"]):
+        if name not in SCOPES[scope]:
+            raise RuleError(
+                f"{where}: fix field {{{name}}} is not one of the scope's "
+                f"({', '.join(SCOPES[scope]) or 'none'})"
+            )
     operator, operand = _check_expectation(table, where)
     if not isinstance(table.get("if_present", False), bool):
         raise RuleError(f"{where}: if_present must be true or false")
@@ -526,12 +533,15 @@ def meets(reading: Reading, operator: str, operand: Any) -> bool:
 
 
 def plain_value(reading: Reading) -> str:
-    """A reading's value for a message, without its unit: 700.0 -> '700', lists joined."""
+    """A reading's value for a message, without its unit: 700.0 -> '700', lists joined,
+    an empty list 'none'."""
 
     def text(value: Any) -> str:
         return f"{value:g}" if isinstance(value, float) else str(value)
 
     value = reading.value
+    if value == []:
+        return "none"
     return ", ".join(map(text, value)) if isinstance(value, list) else text(value)
 
 
@@ -642,22 +652,34 @@ class _Context:
 
 
 def _finding(
-    rule: Rule, subject: str, severity: Severity, message: str, evidence: Iterable[Reading]
+    rule: Rule,
+    subject: str,
+    severity: Severity,
+    message: str,
+    evidence: Iterable[Reading],
+    values: dict[str, str] | None = None,
 ) -> Finding:
-    return Finding(
-        rule.id, severity, subject, rule.title, message, tuple(evidence), rule.why, rule.fix
-    )
+    """A finding of `rule`; its fix names the instance (`nvidia-smi -pm 1 -i {gpu}`)."""
+    fix = _render(rule.fix, values) if values else rule.fix
+    return Finding(rule.id, severity, subject, rule.title, message, tuple(evidence), rule.why, fix)
 
 
-def _unknown(rule: Rule, subject: str, reading: Reading, evidence: Iterable[Reading]) -> Finding:
+def _unknown(
+    rule: Rule,
+    subject: str,
+    reading: Reading,
+    evidence: Iterable[Reading],
+    values: dict[str, str] | None = None,
+) -> Finding:
     severity = Severity.INFO if rule.severity is Severity.INFO else Severity.UNKNOWN
     message = f"cannot check: {reading.key} is {reading.status.value} ({reading.reason})"
-    return _finding(rule, subject, severity, message, evidence)
+    return _finding(rule, subject, severity, message, evidence, values)
 
 
-def _not_applicable(rule: Rule, subject: str, key: str, context: _Context) -> Finding:
+def _not_applicable(rule: Rule, values: dict[str, str], key: str, context: _Context) -> Finding:
     message = f"does not apply: {key} is not something {coverage.describe(context.sources)} holds"
-    return _finding(rule, subject, Severity.NOT_APPLICABLE, message, [_missing(key)])
+    subject = subject_of(rule.applies_to, values)
+    return _finding(rule, subject, Severity.NOT_APPLICABLE, message, [_missing(key)], values)
 
 
 def _all_equal(
@@ -668,7 +690,7 @@ def _all_equal(
     if not readings:
         return None
     if all(context.cannot_hold(k) for k in keys):
-        return _not_applicable(rule, "node", keys[0], context)
+        return _not_applicable(rule, {}, keys[0], context)
     failed = next((r for r in readings if not r.ok), None)
     if failed is not None:
         return _unknown(rule, "node", failed, readings)
@@ -689,7 +711,7 @@ def _evaluate_instance(
 ) -> Finding | None:
     reading = context.readings.get(key)
     if reading is None and context.cannot_hold(key):
-        return _not_applicable(rule, subject_of(rule.applies_to, values), key, context)
+        return _not_applicable(rule, values, key, context)
     status = reading.status if reading is not None else ReadingStatus.MISSING
     if status is ReadingStatus.UNSUPPORTED and rule.operator != "present":
         return None  # the device answered that it has no such thing: nothing to judge
@@ -702,14 +724,13 @@ def _evaluate_instance(
         if operator in READING_OPERATORS:
             other_key = _fill(rule.operand, values)
             if context.cannot_hold(other_key):
-                subject = subject_of(rule.applies_to, values)
-                return _not_applicable(rule, subject, other_key, context)
+                return _not_applicable(rule, values, other_key, context)
             other = context.readings.get(other_key) or _missing(other_key)
             evidence.append(other)
             if other.status is ReadingStatus.UNSUPPORTED:
                 return None  # nothing to compare with on this device
             if not other.ok:
-                return _unknown(rule, subject_of(rule.applies_to, values), other, evidence)
+                return _unknown(rule, subject_of(rule.applies_to, values), other, evidence, values)
             expected = other.value
         elif operator in PROFILE_OPERATORS:
             if context.profile is None or rule.operand not in context.profile.values:
@@ -727,12 +748,13 @@ def _evaluate_instance(
                 Severity.UNKNOWN,
                 f"cannot check: {exc}",
                 evidence,
+                values,
             )
     # from here on something will be reported: build its words
     reading = evidence[0]
     subject = subject_of(rule.applies_to, values)
     if not reading.ok and not (operator == "present" and key in context.readings):
-        return _unknown(rule, subject, reading, evidence)
+        return _unknown(rule, subject, reading, evidence, values)
     fields = {
         **values,
         "key": key,
@@ -740,6 +762,7 @@ def _evaluate_instance(
         "reason": reading.reason,
         "value": plain_value(reading) if reading.ok else reading.status.value,
         "expected": f"{expected:g}" if isinstance(expected, float) else str(expected),
+        "s": "" if reading.ok and reading.value == 1 else "s",  # '1 row', '2 rows'
     }
     if operator == "present":  # read, and the read failed
         message = _render(rule.message, fields) if rule.message else reading.reason
@@ -750,7 +773,7 @@ def _evaluate_instance(
             f"{key} is {reading.display()}, expected {operator.replace('_', ' ')} "
             f"{fields['expected']}"
         )
-    return _finding(rule, subject, rule.severity, message, evidence)
+    return _finding(rule, subject, rule.severity, message, evidence, values)
 
 
 def probe_findings(probes: Iterable[ProbeResult]) -> list[Finding]:

@@ -359,3 +359,76 @@ def test_import_from_standard_input(tmp_path: Path) -> None:
         check=False,
     )
     assert empty.returncode == 3 and "-: file is empty" in empty.stderr
+
+
+# ------------------------------------------------------------------ message texts
+
+
+def _findings(*readings):
+    from gpudiag.ruleengine import evaluate
+
+    return {
+        (f.rule_id, f.subject): f
+        for f in evaluate(load_rules(), {r.key: r for r in readings})
+        if f.severity is not Severity.UNKNOWN
+    }
+
+
+def test_counts_read_in_the_singular_and_plural() -> None:
+    from gpudiag.model import Reading
+
+    one = _findings(Reading("gpu.1.remapped_rows.uncorrectable", 1))
+    assert one["GPU013", "GPU 1"].message == "GPU 1: 1 row remapped for uncorrectable errors"
+    two = _findings(Reading("gpu.1.remapped_rows.uncorrectable", 2))
+    assert two["GPU013", "GPU 1"].message == "GPU 1: 2 rows remapped for uncorrectable errors"
+    ecc = _findings(Reading("gpu.0.ecc.volatile.uncorrected", 1))
+    assert ecc["GPU007", "GPU 0"].message.startswith("GPU 0: 1 uncorrectable ECC error since")
+
+
+def test_pcie011_names_no_empty_parentheses() -> None:
+    from gpudiag.model import Reading
+
+    finding = _findings(Reading("iommu.cmdline", []))["PCIE011", "node"]
+    assert finding.message == (
+        "the kernel command line sets no IOMMU passthrough (its IOMMU options: none)"
+    )
+    assert "()" not in finding.message
+
+
+def test_pcie010_names_the_address_once(tmp_path: Path) -> None:
+    from gpudiag.hostfs import HostFS
+    from gpudiag.model import Reading
+    from gpudiag.session import format_finding
+
+    # the reading as the pcie probe takes it from a tree without the numa_node file
+    host = HostFS(tmp_path)
+    reading = host.reading(
+        "pcie.0000:18:00.0.numa_node", "/sys/bus/pci/devices/0000:18:00.0/numa_node"
+    )
+    assert not reading.ok
+    line = format_finding(_findings(reading)["PCIE010", "PCIe 0000:18:00.0"])
+    assert line.count("0000:18:00.0") <= 2  # the subject, and at most the file's path
+    unsupported = Reading.failed(
+        "pcie.0000:18:00.0.numa_node",
+        ReadingStatus.UNSUPPORTED,
+        "the platform reports no NUMA affinity (-1)",
+    )
+    line = format_finding(_findings(unsupported)["PCIE010", "PCIe 0000:18:00.0"])
+    assert line.endswith(
+        "PCIe 0000:18:00.0: no NUMA node: the platform reports no NUMA affinity (-1)"
+    )
+    assert line.count("0000:18:00.0") == 1
+
+
+def test_fix_commands_name_the_gpu() -> None:
+    from gpudiag.model import Reading
+
+    found = _findings(
+        Reading("gpu.3.ecc.current", False),
+        Reading("gpu.5.compute_mode", "exclusive-process"),
+        Reading("gpu.6.health", "ok"),
+    )
+    assert found["GPU005", "GPU 3"].fix == "nvidia-smi -e 1 -i 3, then reboot."
+    assert "nvidia-smi -c DEFAULT -i 5" in found["GPU028", "GPU 5"].fix
+    for rule in load_rules():
+        assert "-i N" not in rule.fix, rule.id
