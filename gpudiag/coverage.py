@@ -1,7 +1,7 @@
 """Which readings each source of a snapshot can hold: the live probes by their name; an
 nvidia-smi import (a probe named import-KIND) holds what it wrote: the importer writes
-every field its file's format holds, missing where the file lacks it, and leaves out
-what the format (or a file made with `nvidia-smi -q -d ...`) cannot hold.
+every field of the sections its file holds, missing where a section lacks it, and
+leaves out the sections the file does not print (see nvsmi._field_readings).
 
 A rule whose evidence is absent is `unknown` when some source of the snapshot should
 have produced it, and `not-applicable` when none of its sources can hold it (host rules

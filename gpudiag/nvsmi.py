@@ -123,6 +123,7 @@ def _f(
 
 FIELDS = (
     _f("name", "product_name", "Product Name"),
+    _f("brand", "product_brand", "Product Brand"),
     _f("pci.bus_id", "pci/pci_bus_id", "PCI/Bus Id", normalize_bus_id),
     _f("pci.device_id", "pci/pci_device_id", "PCI/Device Id", device_id),
     _f("uuid", "uuid", "GPU UUID"),
@@ -550,15 +551,17 @@ RELATIVE_THRESHOLDS = {
 
 
 def _field_readings(
-    index: int, find: Lookup, xml: bool, prefix: str, sections: set[str] | None
+    index: int, find: Lookup, xml: bool, prefix: str, sections: set[str]
 ) -> list[Reading]:
-    """The FIELDS of one GPU. `sections`: the top-level sections a file made with
-    `nvidia-smi -q -d ...` holds (None: a full output); fields of other sections are
-    left out, as a source that cannot hold them (not missing from it)."""
+    """The FIELDS of one GPU. `sections`: the top-level sections the file holds for it.
+    A field whose whole section is absent is left out, as something the file cannot
+    hold (a `nvidia-smi -q -d ...` file holds one section; a driver older than a
+    section, such as Remapped Rows before R450, does not print it); a field absent from
+    a section that is there is missing."""
     readings = []
     for spec in FIELDS:
         paths = spec.xml if xml else spec.text
-        if sections is not None and not any(p.split("/")[0] in sections for p in paths):
+        if not any(p.split("/")[0] in sections for p in paths):
             continue
         path = next((p for p in paths if find(p) is not None), paths[0])
         key = f"gpu.{index}.{spec.suffix}"
@@ -573,11 +576,6 @@ def _field_readings(
             reading = _reading(key, raw, spec.parse, spec.unit, f"{prefix}/{path}")
         readings.append(reading)
     return readings
-
-
-def _sections(tops: list[str], full_marker: str) -> set[str] | None:
-    """None for a full output (it has the product name), else the sections it holds."""
-    return None if full_marker in tops else set(tops)
 
 
 def _q_processes(index: int, tree: Node, prefix: str) -> list[Reading]:
@@ -610,18 +608,19 @@ def _q_readings(text: str) -> list[Reading]:
         header.get("CUDA Version"),
         header.get("Attached GPUs"),
         "nvidia-smi-q",
+        len(gpus),
     )
     for index, (bus_id, tree) in enumerate(gpus):
         source_prefix = f"nvidia-smi-q:GPU {bus_id}"
         readings.append(Reading(f"gpu.{index}.health", "ok", source=source_prefix))
-        sections = _sections(list(tree.children), "Product Name")
+        sections = set(tree.children)
         find = partial(_q_value, tree)
         readings.extend(_field_readings(index, find, False, source_prefix, sections))
-        if sections is None or "ECC Errors" in sections:
+        if "ECC Errors" in sections:
             readings.extend(_ecc_readings(index, find, False, source_prefix))
         readings.extend(_q_processes(index, tree, source_prefix))
         reasons = tree.find("Clocks Event Reasons") or tree.find("Clocks Throttle Reasons")
-        if reasons is None and sections is not None:
+        if reasons is None:
             continue
         active = (
             None
@@ -648,14 +647,15 @@ def _xml_readings(text: str) -> list[Reading]:
         root.findtext("cuda_version"),
         root.findtext("attached_gpus"),
         "nvidia-smi-xml",
+        len(root.findall("gpu")),
     )
     for index, gpu in enumerate(root.findall("gpu")):
         prefix = f"nvidia-smi-xml:gpu[{index}]"
         readings.append(Reading(f"gpu.{index}.health", "ok", source=prefix))
-        sections = _sections([child.tag for child in gpu], "product_name")
+        sections = {child.tag for child in gpu}
         find = partial(_xml_value, gpu)
         readings.extend(_field_readings(index, find, True, prefix, sections))
-        if sections is None or "ecc_errors" in sections:
+        if "ecc_errors" in sections:
             readings.extend(_ecc_readings(index, find, True, prefix))
         reasons = gpu.find("clocks_event_reasons")
         if reasons is None:
@@ -669,7 +669,7 @@ def _xml_readings(text: str) -> list[Reading]:
                 if (child.text or "").strip() == "Active" and (name := _throttle_name(child.tag))
             ]
         )
-        if reasons is not None or sections is None:  # a -d file without them cannot hold them
+        if reasons is not None:  # a file without them cannot hold them
             readings.append(_throttle_reading(index, active, f"{prefix}/clocks_event_reasons"))
         processes = gpu.find("processes")
         if processes is not None:
@@ -687,13 +687,19 @@ def _xml_readings(text: str) -> list[Reading]:
 
 
 def _node_readings(
-    driver: str | None, cuda: str | None, count: str | None, source: str
+    driver: str | None, cuda: str | None, count: str | None, source: str, listed: int
 ) -> list[Reading]:
+    """The node's NVML readings; a file without 'Attached GPUs' (a trimmed paste) counts
+    the GPUs it lists."""
+    if count is None and listed:
+        gpu_count = Reading("nvml.gpu_count", listed, "GPUs", f"{source}:count of GPUs listed")
+    else:
+        gpu_count = _reading("nvml.gpu_count", count, integer, "GPUs", f"{source}:attached_gpus")
     return [
         Reading("nvml.init", "ok", source=source),
         _reading("nvml.driver_version", driver, text_value, "", f"{source}:driver_version"),
         _reading("nvml.cuda_driver_version", cuda, text_value, "", f"{source}:cuda_version"),
-        _reading("nvml.gpu_count", count, integer, "GPUs", f"{source}:attached_gpus"),
+        gpu_count,
     ]
 
 

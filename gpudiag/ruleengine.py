@@ -36,7 +36,8 @@ Operators (`expect` holds exactly one):
 - all_equal = true: a node rule over `gpu.{gpu}...`: the same value on every GPU.
 
 A rule fires when the reading does not meet the expectation. A reading the device says
-it does not support (ECC on a GeForce card) is not judged. Evidence that is absent or
+it does not support (ECC on a GeForce card) is not judged: the rule does not apply there
+(a `not-applicable` finding, counted apart). Evidence that is absent or
 could not be read gives an `unknown` finding that says which and why (an info rule's
 stays info: it cannot hide a problem). Evidence that none of the snapshot's sources can
 hold (a host reading in an nvidia-smi import; gpudiag.coverage says which source holds
@@ -115,6 +116,7 @@ RULE_KEYS = {
     "example",
     "references",
     "if_present",
+    "applies_if",
 }
 OVERRIDE_KEYS = {"id", "severity", "disabled"}
 REQUIRED_KEYS = ("id", "severity", "title", "applies_to", "reading", "expect", "why", "fix")
@@ -152,6 +154,7 @@ class Rule:
     example: str = ""
     disabled: bool = False
     if_present: bool = False
+    applies_if: tuple[tuple[str, str, Any], ...] = ()  # (reading|profile, key or field, equal)
 
 
 # ------------------------------------------------------------------ profiles
@@ -159,14 +162,20 @@ class Rule:
 
 @dataclass(frozen=True)
 class Profile:
-    """Expected values for one GPU model, keyed by PCI device id."""
+    """Expected values for one GPU model, keyed by PCI device id; or for a class of GPU
+    (GeForce, workstation cards), matched by brand or by words of the product name when
+    no model's device id matches."""
 
     name: str
     title: str
     device_ids: tuple[str, ...]
     values: dict[str, Any] = field(default_factory=dict)
+    brands: tuple[str, ...] = ()
+    name_words: tuple[str, ...] = ()
 
 
+# what a class of GPU has, true or false (a GeForce card has no ECC memory)
+PROFILE_FLAGS = {"ecc", "persistence_mode"}
 PROFILE_FIELDS = {
     "memory_gb",
     "nvlink_count",
@@ -205,7 +214,12 @@ def parse_profiles(text: str, origin: str) -> dict[str, Profile]:
         table = raw.get(name)
         if not isinstance(table, dict):
             raise RuleError(f"{origin}: no profile named {name!r}")
-        unknown = set(table) - PROFILE_FIELDS - {"title", "device_ids", "inherits"}
+        unknown = (
+            set(table)
+            - PROFILE_FIELDS
+            - PROFILE_FLAGS
+            - {"title", "device_ids", "inherits", "brands", "name_words"}
+        )
         if unknown:
             raise RuleError(
                 f"{origin}: profile {name}: unknown key(s) {', '.join(sorted(unknown))}"
@@ -218,12 +232,28 @@ def parse_profiles(text: str, origin: str) -> dict[str, Profile]:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise RuleError(f"{origin}: profile {name}: {key} must be a number")
             values[key] = value
+        for key in PROFILE_FLAGS & set(table):
+            if not isinstance(table[key], bool):
+                raise RuleError(f"{origin}: profile {name}: {key} must be true or false")
+            values[key] = table[key]
+        words = {}
+        for key in ("brands", "name_words"):
+            words[key] = table.get(key, [])
+            if not isinstance(words[key], list) or not all(isinstance(w, str) for w in words[key]):
+                raise RuleError(f"{origin}: profile {name}: {key} is a list of strings")
         ids = table.get("device_ids", [])
         if not isinstance(ids, list) or not all(
             isinstance(i, str) and re.fullmatch(r"0x[0-9a-f]{4}", i) for i in ids
         ):
             raise RuleError(f"{origin}: profile {name}: device_ids are like '0x2330'")
-        profiles[name] = Profile(name, str(table.get("title", name)), tuple(ids), values)
+        profiles[name] = Profile(
+            name,
+            str(table.get("title", name)),
+            tuple(ids),
+            values,
+            tuple(words["brands"]),
+            tuple(words["name_words"]),
+        )
         return profiles[name]
 
     for name in raw:
@@ -252,7 +282,22 @@ def detect_profile(
     for profile in profiles.values():
         if common in profile.device_ids:
             return profile, sorted(set(ids))
-    return None, sorted(set(ids))
+    return class_profile(readings, profiles), sorted(set(ids))
+
+
+def class_profile(readings: dict[str, Reading], profiles: dict[str, Profile]) -> Profile | None:
+    """The class profile (GeForce, workstation) of GPU 0's brand, or else of a word of
+    its product name; None when none matches."""
+    brand, name = readings.get("gpu.0.brand"), readings.get("gpu.0.name")
+    for profile in profiles.values():
+        if brand is not None and brand.ok and str(brand.value) in profile.brands:
+            return profile
+    for profile in profiles.values():
+        if name is not None and name.ok:
+            words = str(name.value).lower().split()
+            if any(w.lower() in words for w in profile.name_words):
+                return profile
+    return None
 
 
 # ------------------------------------------------------------------ loading
@@ -326,6 +371,35 @@ def _check_expectation(table: dict[str, Any], where: str) -> tuple[str, Any]:
     return operator, operand
 
 
+def _check_applies_if(table: Any, scope: str, where: str) -> tuple[tuple[str, str, Any], ...]:
+    """`applies_if = { reading = "KEY", equal = V }` or `{ profile = "FIELD", equal = V }`:
+    the rule does not apply where that reading (or the GPU model's profile field) is
+    known and differs (persistence mode on a workstation card). Unknown: it applies."""
+    if table == {}:
+        return ()
+    if not isinstance(table, dict) or set(table) not in (
+        {"reading", "equal"},
+        {"profile", "equal"},
+    ):
+        raise RuleError(
+            f"{where}: applies_if is {{ reading = KEY, equal = V }} or "
+            "{ profile = FIELD, equal = V }"
+        )
+    equal = table["equal"]
+    if not isinstance(equal, (bool, int, float, str)):
+        raise RuleError(f"{where}: applies_if's equal takes a string, number or boolean")
+    if "reading" in table:
+        key = table["reading"]
+        if not isinstance(key, str) or not _KEY_TEMPLATE.match(key):
+            raise RuleError(f"{where}: applies_if's reading must be a key")
+        if _placeholders(key) - set(SCOPES[scope]):
+            raise RuleError(f"{where}: applies_if uses placeholders its scope does not have")
+        return (("reading", key, equal),)
+    if table["profile"] not in PROFILE_FIELDS | PROFILE_FLAGS:
+        raise RuleError(f"{where}: applies_if's profile is a profile field")
+    return (("profile", table["profile"], equal),)
+
+
 def _check_rule(table: Any, where: str) -> Rule:
     if not isinstance(table, dict):
         raise RuleError(f"{where}: a rule must be a table")
@@ -386,6 +460,7 @@ def _check_rule(table: Any, where: str) -> Rule:
     operator, operand = _check_expectation(table, where)
     if not isinstance(table.get("if_present", False), bool):
         raise RuleError(f"{where}: if_present must be true or false")
+    applies_if = _check_applies_if(table.get("applies_if", {}), scope, where)
     references = table.get("references", [])
     if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
         raise RuleError(f"{where}: references must be a list of strings")
@@ -406,6 +481,7 @@ def _check_rule(table: Any, where: str) -> Rule:
         factor=float(table.get("factor", 1.0)),
         example=table.get("example", ""),
         if_present=table.get("if_present", False),
+        applies_if=applies_if,
     )
 
 
@@ -682,9 +758,18 @@ def _not_applicable(rule: Rule, values: dict[str, str], key: str, context: _Cont
     return _finding(rule, subject, Severity.NOT_APPLICABLE, message, [_missing(key)], values)
 
 
+def _unsupported(rule: Rule, values: dict[str, str], reading: Reading) -> Finding:
+    """The device (or host) answered that it has no such thing: the rule does not apply."""
+    message = f"does not apply: {reading.key} is unsupported ({reading.reason})"
+    subject = subject_of(rule.applies_to, values)
+    return _finding(rule, subject, Severity.NOT_APPLICABLE, message, (reading,), values)
+
+
 def _all_equal(
     rule: Rule, context: _Context, gpus: tuple[str, ...], lost: set[str]
 ) -> Finding | None:
+    if rule.applies_if and (finding := _does_not_apply(rule, {}, context)) is not None:
+        return finding
     keys = [rule.reading.replace("{gpu}", gpu) for gpu in gpus if gpu not in lost]
     readings = [context.readings.get(k) or _missing(k) for k in keys]
     if not readings:
@@ -706,15 +791,57 @@ def _all_equal(
     return _finding(rule, "node", rule.severity, message, readings)
 
 
+def _does_not_apply(rule: Rule, values: dict[str, str], context: _Context) -> Finding | None:
+    """A not-applicable finding when the rule's applies_if is known and not met."""
+    for kind, name, equal in rule.applies_if:
+        if kind == "profile":
+            if context.profile is None or name not in context.profile.values:
+                continue
+            actual = context.profile.values[name]
+            if actual != equal:
+                message = (
+                    f"does not apply: the {context.profile.title} profile has {name} = "
+                    f"{str(actual).lower()}"
+                )
+                return _finding(
+                    rule,
+                    subject_of(rule.applies_to, values),
+                    Severity.NOT_APPLICABLE,
+                    message,
+                    (),
+                    values,
+                )
+            continue
+        key = _fill(name, values)
+        reading = context.readings.get(key)
+        if reading is not None and reading.ok and reading.value != equal:
+            shown = str(reading.value).lower() if isinstance(reading.value, bool) else None
+            message = f"does not apply: {key} is {shown or plain_value(reading)}"
+            if reading.reason:
+                message += f" ({reading.reason})"
+            return _finding(
+                rule,
+                subject_of(rule.applies_to, values),
+                Severity.NOT_APPLICABLE,
+                message,
+                (reading,),
+                values,
+            )
+    return None
+
+
 def _evaluate_instance(
     rule: Rule, values: dict[str, str], context: _Context, key: str
 ) -> Finding | None:
+    if rule.applies_if and (finding := _does_not_apply(rule, values, context)) is not None:
+        return finding
     reading = context.readings.get(key)
     if reading is None and context.cannot_hold(key):
         return _not_applicable(rule, values, key, context)
     status = reading.status if reading is not None else ReadingStatus.MISSING
     if status is ReadingStatus.UNSUPPORTED and rule.operator != "present":
-        return None  # the device answered that it has no such thing: nothing to judge
+        assert reading is not None  # the device answered it has no such thing: does not apply
+        return _unsupported(rule, values, reading)
     operator = rule.operator
     if status is ReadingStatus.OK and operator == "present":
         return None
@@ -728,7 +855,7 @@ def _evaluate_instance(
             other = context.readings.get(other_key) or _missing(other_key)
             evidence.append(other)
             if other.status is ReadingStatus.UNSUPPORTED:
-                return None  # nothing to compare with on this device
+                return _unsupported(rule, values, other)  # nothing to compare with here
             if not other.ok:
                 return _unknown(rule, subject_of(rule.applies_to, values), other, evidence, values)
             expected = other.value
@@ -916,7 +1043,8 @@ def _plan(rules: Sequence[Rule], readings: dict[str, Reading]) -> _Plan:
             all_equal.append(rule)
             continue
         for values in instances(rule, readings, index):
-            checks.append((rule, values, _fill(rule.reading, values), fast_check(rule)))
+            check = None if rule.applies_if else fast_check(rule)  # applies_if: full path
+            checks.append((rule, values, _fill(rule.reading, values), check))
     plan = _Plan(tuple(g for (g,) in index.by_scope["gpu"]), tuple(checks), tuple(all_equal))
     if len(_PLANS) >= 16:
         _PLANS.clear()

@@ -432,3 +432,149 @@ def test_fix_commands_name_the_gpu() -> None:
     assert "nvidia-smi -c DEFAULT -i 5" in found["GPU028", "GPU 5"].fix
     for rule in load_rules():
         assert "-i N" not in rule.fix, rule.id
+
+
+# ------------------------------------------------------------------ classes of GPU, demos
+
+
+def _import_findings(name: str) -> dict:
+    snapshot = _snapshot_of(_text(name))
+    return {(f.rule_id, f.subject): f for f in snapshot.findings}
+
+
+def test_geforce_cards_are_judged_by_what_they_have() -> None:
+    # the RTX 3090 capture: brand GeForce, ECC Mode N/A, persistence mode Enabled
+    found = _import_findings("nvidia-smi-xml/telegraf__3090-v13.xml")
+    ecc, persistence = found["GPU005", "GPU 0"], found["GPU004", "GPU 0"]
+    assert ecc.severity is Severity.NOT_APPLICABLE
+    assert ecc.message == "does not apply: the GeForce (consumer) card profile has ecc = false"
+    assert persistence.severity is Severity.NOT_APPLICABLE
+    # the GTX 1660 Ti names itself 'Graphics Device': its brand says GeForce
+    found = _import_findings("nvidia-smi-xml/telegraf__gtx-1660-ti.xml")
+    assert found["GPU005", "GPU 0"].severity is Severity.NOT_APPLICABLE
+    assert "GeForce" in found["GPU005", "GPU 0"].message
+
+
+def test_workstation_cards_are_not_asked_for_persistence_mode() -> None:
+    # the Quadro P400 capture: persistence mode Disabled, which a data-centre card is
+    # warned about (GPU004); on a workstation card it does not apply
+    text = _text("nvidia-smi-xml/telegraf__quadro-p400.xml")
+    assert "<persistence_mode>Disabled</persistence_mode>" in text
+    found = _import_findings("nvidia-smi-xml/telegraf__quadro-p400.xml")
+    assert found["GPU004", "GPU 0"].severity is Severity.NOT_APPLICABLE
+    assert "Workstation" in found["GPU004", "GPU 0"].message
+    # a data-centre card with persistence mode off is still warned (the A10G capture)
+    found = _import_findings(A10G)
+    assert found["GPU004", "GPU 0"].severity is Severity.WARNING
+
+
+def test_profiles_file_declares_the_classes() -> None:
+    from gpudiag.ruleengine import load_profiles
+
+    profiles = load_profiles()
+    assert profiles["geforce"].values == {"ecc": False, "persistence_mode": False}
+    assert profiles["workstation"].values == {"ecc": True, "persistence_mode": False}
+    assert "NVIDIA RTX" in profiles["workstation"].brands
+
+
+def test_replay_beside_this_machine_is_not_judged_against_its_bus(tmp_path: Path) -> None:
+    from conftest import REPO
+
+    healthy = REPO / "snapshots" / "demo-hgx-h100-healthy.toml"
+    out = tmp_path / "healthy.toml"
+    result = run_cli("--nvml-replay", str(healthy), "--export", str(out))
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    assert "CRITICAL" not in result.stdout
+    snapshot = load(out)
+    match = snapshot.reading("nvml.host_files_match")
+    assert match.value is False and "replay" in match.reason
+    for rule_id in ("GPU002", "GPU003", "GPU031"):
+        (finding,) = [f for f in snapshot.findings if f.rule_id == rule_id]
+        assert finding.severity is Severity.NOT_APPLICABLE, rule_id
+        assert "nvml.host_files_match is false" in finding.message
+    # the healthy demo's warnings are this machine's, with their reasons
+    for line in result.stdout.splitlines():
+        if line.startswith("WARNING"):
+            assert not line.split()[1].startswith(("GPU", "NVL")), line
+
+
+def test_faulty_demo_shows_its_planted_faults(tmp_path: Path) -> None:
+    from conftest import REPO
+
+    faulty = REPO / "snapshots" / "demo-hgx-h100-faulty.toml"
+    result = run_cli("--nvml-replay", str(faulty), "--export", str(tmp_path / "f.toml"))
+    assert result.returncode == 2
+    for planted in (
+        "CRITICAL GPU001   GPU 7:",
+        "CRITICAL GPU011   GPU 1: GPU 1 has a row remap pending",
+        "WARNING  GPU004   GPU 5: GPU 5 persistence mode is off",
+        "WARNING  GPU014   GPU 6: GPU 6 clocks limited by HwSlowdown",
+        "WARNING  NVL001   GPU 2 NVLink 5: GPU 2 NVLink 5 is inactive",
+        "WARNING  PCIE001  GPU 3: GPU 3 PCIe link x8 of x16",
+    ):
+        assert planted in result.stdout, planted
+    assert "GPU002" not in result.stdout.split("did not apply here")[0]
+
+
+def test_gpu002_words_fit_each_direction() -> None:
+    from gpudiag.model import Reading
+
+    fewer = _findings(Reading("nvml.gpu_count", 7), Reading("pcie.gpu_count", 8))
+    assert fewer["GPU002", "node"].message == (
+        "NVML sees 7 GPUs, the PCIe bus holds 8: the driver did not initialise the others"
+    )
+    assert ("GPU031", "node") not in fewer
+    more = _findings(Reading("nvml.gpu_count", 8), Reading("pcie.gpu_count", 0))
+    assert more["GPU031", "node"].message == (
+        "NVML sees 8 GPUs, the PCIe listing under /sys shows only 0"
+    )
+    assert ("GPU002", "node") not in more
+    assert "reseat" not in more["GPU031", "node"].fix
+
+
+def _one_node_tree(root: Path) -> Path:
+    """A 2-CPU, one-NUMA-node machine whose CPUs have the idle states POLL and C1 only
+    (made up for this test)."""
+    files = {
+        "sys/devices/system/node/node0/cpulist": "0-1\n",
+        "sys/devices/system/node/node0/meminfo": "Node 0 MemTotal:       16384000 kB\n",
+        "sys/devices/system/cpu/online": "0-1\n",
+        "sys/devices/system/cpu/present": "0-1\n",
+    }
+    for cpu in (0, 1):
+        for state, name in ((0, "POLL"), (1, "C1")):
+            base = f"sys/devices/system/cpu/cpu{cpu}/cpuidle/state{state}"
+            files[f"{base}/name"] = f"{name}\n"
+            files[f"{base}/disable"] = "0\n"
+            files[f"{base}/latency"] = "2\n"
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    return root
+
+
+def test_one_numa_node_and_no_c6_do_not_apply(tmp_path: Path) -> None:
+    from conftest import FIXTURES
+
+    tree = _one_node_tree(tmp_path / "tree")
+    out = tmp_path / "n.toml"
+    result = run_cli(
+        "--root",
+        str(tree),
+        "--nvml-replay",
+        str(FIXTURES / "replay-2gpu.toml"),
+        "--export",
+        str(out),
+    )
+    snapshot = load(out)
+    imbalance = snapshot.reading("numa.memory_imbalance")
+    assert imbalance.status is ReadingStatus.UNSUPPORTED, imbalance
+    assert snapshot.reading("cpu.idle.states").value == ["POLL", "C1"]
+    c6 = snapshot.reading("cpu.idle.C6.disabled")
+    assert c6.status is ReadingStatus.UNSUPPORTED
+    assert c6.reason == "this CPU has no C6 idle state (POLL, C1)"
+    by_id = {f.rule_id: f for f in snapshot.findings}
+    assert by_id["CPU008"].severity is Severity.NOT_APPLICABLE
+    assert by_id["CPU003"].severity is Severity.NOT_APPLICABLE
+    applied_apart = result.stdout.split("did not apply here")[1]
+    assert "CPU003" in applied_apart and "CPU008" in applied_apart
