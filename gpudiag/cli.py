@@ -383,7 +383,9 @@ def _rules(args: argparse.Namespace) -> int:
         return _lint(args.lint_files)
     if args.rules_command == "profiles":
         for profile in load_profiles().values():
-            ids = ", ".join(profile.device_ids) or "(select with --profile)"
+            words = [*profile.brands, *profile.name_words]
+            classes = f"(brand or name: {', '.join(dict.fromkeys(words))})" if words else ""
+            ids = ", ".join(profile.device_ids) or classes or "(select with --profile)"
             print(f"{profile.name:<16} {profile.title:<44} {ids}")
         return 0
     rules = load_rules(args.rules, site=True)
@@ -411,6 +413,10 @@ def explain_rule(rule: Rule) -> str:
         f"{rule.id} ({rule.severity.value}, {rule.status}): {rule.title}",
         "",
         f"What it checks: {rule.reading}, on {SCOPE_WORDS[rule.applies_to]}: {expectation}.",
+        *(
+            f"Applies only where: {kind} {name} is {value!r} (elsewhere: not applicable)."
+            for kind, name, value in rule.applies_if
+        ),
         f"Why it matters: {rule.why}",
         f"How to fix: {rule.fix}",
     ]

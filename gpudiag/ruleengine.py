@@ -25,6 +25,11 @@ has in the readings (every GPU, for gpu rules, even one with no such reading, un
 `if_present = true`: then only where the reading exists, for readings that only some
 nodes have, like the GPU-to-NIC topology).
 
+`applies_if = { reading = "KEY", equal = V }` (or `{ profile = "FIELD", equal = V }`,
+a GPU-class flag such as `ecc` or `persistence_mode`) limits a rule to where that holds:
+where the reading or profile field is known and differs, the rule gives a
+`not-applicable` finding; where it is not known, the rule applies.
+
 Operators (`expect` holds exactly one):
 - present = true: the reading was taken.
 - equal, not_equal, in, not_in, min, max, between = [lo, hi]: the value against constants.

@@ -578,3 +578,11 @@ def test_one_numa_node_and_no_c6_do_not_apply(tmp_path: Path) -> None:
     assert by_id["CPU003"].severity is Severity.NOT_APPLICABLE
     applied_apart = result.stdout.split("did not apply here")[1]
     assert "CPU003" in applied_apart and "CPU008" in applied_apart
+
+
+def test_explain_and_profiles_say_where_a_rule_applies() -> None:
+    explain = run_cli("rules", "explain", "GPU004")
+    assert explain.returncode == 0
+    assert "Applies only where: profile persistence_mode is True" in explain.stdout
+    profiles = run_cli("rules", "profiles")
+    assert "(brand or name: GeForce, Titan, TITAN)" in profiles.stdout
