@@ -284,3 +284,102 @@ def test_q_text_agrees_with_nvidia_smis_own_csv_of_the_same_moment() -> None:
         checked += 1
     assert checked == len(pairs)
     assert r["gpu.0.ecc.volatile.uncorrected.sram"].status is ReadingStatus.OK
+
+
+# ------------------------------------------------------------------ every value a rule reads
+
+
+def _xml_raw(text: str, where: str) -> str | None:
+    import defusedxml.ElementTree as SafeET
+
+    match = re.match(r"^gpu\[(\d+)\]/(.+)$", where)
+    assert match, where
+    gpu = SafeET.fromstring(text.encode()).findall("gpu")[int(match.group(1))]
+    element = gpu.find(match.group(2))
+    return None if element is None else (element.text or "")
+
+
+def _q_raw(text: str, where: str) -> str | None:
+    """The value at GPU BUS/Label/Label... of a -q text, by walking its indentation."""
+    head, *labels = where.split("/")
+    lines = text.replace("\r\n", "\n").split("\n")
+    at = lines.index(head)
+    indent = 0
+    for label in labels:
+        for i in range(at + 1, len(lines)):
+            line = lines[i]
+            depth = len(line) - len(line.lstrip(" "))
+            if line.strip() and depth <= indent and not line.startswith(" " * (indent + 1)):
+                return None  # left the section
+            if depth > indent and line.strip().partition(":")[0].strip() == label:
+                at, indent = i, depth
+                break
+        else:
+            return None
+    return lines[at].partition(":")[2].strip()
+
+
+def _agrees(value: object, raw: str) -> bool:
+    if isinstance(value, bool):
+        return (
+            raw.strip() in ("Enabled", "Yes", "Active")
+            if value
+            else raw.strip()
+            in (
+                "Disabled",
+                "No",
+                "Not Active",
+            )
+        )
+    if isinstance(value, (int, float)):
+        number = re.match(r"^\s*(-?\d+(?:\.\d+)?)", raw)
+        return number is not None and float(number.group(1)) == float(value)
+    plain = re.sub(r"[^a-z0-9]", "", str(value).lower())
+    return plain in re.sub(r"[^a-z0-9]", "", raw.lower())
+
+
+REAL_GPU_FILES = [
+    *(f"nvidia-smi-xml/{p.name}" for p in sorted((realdata_dir() / "nvidia-smi-xml").glob("*"))),
+    *(f"nvidia-smi-q/{p.name}" for p in sorted((realdata_dir() / "nvidia-smi-q").glob("*"))),
+]
+
+
+@pytest.mark.parametrize("name", REAL_GPU_FILES)
+def test_every_value_a_rule_reads_is_the_files(name: str) -> None:
+    """For each real file: every reading a rule reads that the import took is the value
+    the file prints at the place the reading names as its source (sums: of the places)."""
+    text = (realdata_dir() / name).read_text(errors="replace")
+    templates = [_template(t) for t in _keys_rules_read()]
+    checked = 0
+    for reading in import_text(text)[1]:
+        if not reading.ok or not any(t.match(reading.key) for t in templates):
+            continue
+        if isinstance(reading.value, list) or reading.key.endswith(".health"):
+            continue  # lists (throttle reasons, processes) gather many lines: test_import
+        source = reading.source.removeprefix("sum of ")
+        fmt, _, where = source.partition(":")
+        if not where.startswith(("gpu[", "GPU ")):
+            continue  # the header's fields (driver, GPU count): test_import
+        raw_of = _xml_raw if fmt == "nvidia-smi-xml" else _q_raw
+        if "+" in where:  # a sum: DRAM + SRAM, or SRAM parity + SEC-DED
+            parts = [re.sub(r"^nvidia-smi-(xml|q):", "", p) for p in where.split("+")]
+            total = 0
+            for part in parts:
+                if not part.startswith(("gpu[", "GPU ")):  # relative to the first part's GPU
+                    part = f"{parts[0].split('/')[0]}/{part}"
+                raw = raw_of(text, part)
+                if raw is not None and re.match(r"^\s*\d", raw):
+                    total += int(re.match(r"^\s*(\d+)", raw).group(1))
+            assert total == reading.value, (reading.key, where)
+        else:
+            raw = raw_of(text, where)
+            assert raw is not None, (reading.key, where)
+            assert _agrees(reading.value, raw), (reading.key, reading.value, raw)
+        checked += 1
+    assert checked >= 4, (name, checked)  # 4 to 40 per file
+
+
+def test_the_value_check_can_fail() -> None:
+    assert not _agrees(5, "4 MiB") and _agrees(4, "4 MiB")
+    assert not _agrees(True, "Disabled") and _agrees(False, "Disabled")
+    assert not _agrees("completed", "In Progress") and _agrees("in-progress", "In Progress")
