@@ -440,6 +440,11 @@ def with_ecc_totals(readings: tuple[Reading, ...]) -> tuple[Reading, ...]:
         if total_key in by_key:
             continue
         sram = by_key.get(f"{total_key}.sram")
+        if sram is not None and sram.source.endswith(("/register_file", "/Register File")):
+            # a version 1 import of a pre-R450 file took the register file for SRAM
+            reason = "a pre-R450 file counts by unit; import it again for its printed total"
+            added.append(Reading.failed(total_key, ReadingStatus.MISSING, reason, sram.source))
+            continue
         parts = [reading] if sram is None else [reading, sram]
         sources = "+".join(p.source for p in parts)
         added.append(_sum_readings(total_key, parts, f"sum of {sources}"))

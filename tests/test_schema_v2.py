@@ -111,3 +111,17 @@ def test_unknown_versions_are_refused() -> None:
     text = V1_EXPORT.read_text().replace("schema_version = 1", "schema_version = 3", 1)
     with pytest.raises(snapfile.SnapshotError, match="this gpudiag reads 1 and 2"):
         snapfile.loads(text, "future.toml")
+
+
+def test_version_1_import_of_a_pre_r450_file_gets_no_guessed_total() -> None:
+    from gpudiag.model import Reading
+    from gpudiag.nvsmi import with_ecc_totals
+
+    base = "nvidia-smi-xml:gpu[0]/ecc_errors/volatile/double_bit"
+    v1 = (
+        Reading("gpu.0.ecc.volatile.uncorrected.dram", 0, source=f"{base}/device_memory"),
+        Reading("gpu.0.ecc.volatile.uncorrected.sram", 3, source=f"{base}/register_file"),
+    )
+    (total,) = with_ecc_totals(v1)[2:]
+    assert total.key == "gpu.0.ecc.volatile.uncorrected" and total.value is None
+    assert "pre-R450" in total.reason
