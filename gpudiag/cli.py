@@ -32,7 +32,7 @@ from gpudiag.formats import (
 from gpudiag.health import add_health_parser, run_health
 from gpudiag.hostfs import HostFS
 from gpudiag.kernels.plans import BURN_PRECISIONS, DTYPE_NAMES, KERNELS, PLANS, KernelPlan
-from gpudiag.model import ProbeStatus, Snapshot
+from gpudiag.model import ProbeStatus, Severity, Snapshot
 from gpudiag.nvml import ReplayError, open_nvml
 from gpudiag.probes import default_probes
 from gpudiag.ruleengine import (
@@ -49,6 +49,7 @@ from gpudiag.session import (
     LiveNode,
     exit_code,
     format_finding,
+    format_not_applicable,
     format_summary,
     with_findings,
 )
@@ -247,7 +248,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="turn nvidia-smi outputs (-q -x XML, -q text, a bug report, topo -m, nvlink -s) "
         "into a snapshot",
     )
-    imports.add_argument("files", metavar="FILE", nargs="+")
+    imports.add_argument(
+        "files",
+        metavar="FILE",
+        nargs="+",
+        help="an nvidia-smi output; '-' reads standard input; gzip data (an "
+        "nvidia-bug-report.log.gz) is unpacked",
+    )
     imports.add_argument(
         "-o",
         "--output",
@@ -416,8 +423,9 @@ def _import(args: argparse.Namespace) -> int:
         snapshot = import_files(args.files)
     except ImportError_ as exc:
         raise UsageError(str(exc)) from None
-    snapshot = with_findings(snapshot, load_rules(args.rules, site=True), args.profile)
-    return _write_and_report(_redacted(snapshot, args), args.output, "-o", args)
+    rules = load_rules(args.rules, site=True)
+    snapshot = with_findings(snapshot, rules, args.profile)
+    return _write_and_report(_redacted(snapshot, args), args.output, "-o", args, rules)
 
 
 def _write_and_report(
@@ -457,7 +465,7 @@ def _write_and_report(
         except OSError as exc:
             raise UsageError(f"{option} {target}: cannot write: {exc.strerror or exc}") from None
         report = sys.stdout
-    print(format_summary(snapshot), file=report)
+    print(format_summary(snapshot, rules), file=report)
     if target != "-":
         print(f"wrote {target} ({FORMAT_NAMES[fmt]})", file=report)
     return exit_code(snapshot.findings)
@@ -489,9 +497,12 @@ def _check(args: argparse.Namespace) -> int:
     if args.format is not None:
         sys.stdout.write(render(snapshot, args.format, rules))
         return exit_code(snapshot.findings)
-    print(format_summary(snapshot).splitlines()[0])
+    print(format_summary(snapshot, rules).splitlines()[0])
     for finding in snapshot.findings:
-        print(format_finding(finding))
+        if finding.severity is not Severity.NOT_APPLICABLE:
+            print(format_finding(finding))
+    for line in format_not_applicable(snapshot.findings):
+        print(line)
     return exit_code(snapshot.findings)
 
 
@@ -510,7 +521,9 @@ def _rules(args: argparse.Namespace) -> int:
         return _lint(args.lint_files)
     if args.rules_command == "profiles":
         for profile in load_profiles().values():
-            ids = ", ".join(profile.device_ids) or "(select with --profile)"
+            words = [*profile.brands, *profile.name_words]
+            classes = f"(brand or name: {', '.join(dict.fromkeys(words))})" if words else ""
+            ids = ", ".join(profile.device_ids) or classes or "(select with --profile)"
             print(f"{profile.name:<16} {profile.title:<44} {ids}")
         return 0
     rules = load_rules(args.rules, site=True)
@@ -538,6 +551,10 @@ def explain_rule(rule: Rule) -> str:
         f"{rule.id} ({rule.severity.value}, {rule.status}): {rule.title}",
         "",
         f"What it checks: {rule.reading}, on {SCOPE_WORDS[rule.applies_to]}: {expectation}.",
+        *(
+            f"Applies only where: {kind} {name} is {value!r} (elsewhere: not applicable)."
+            for kind, name, value in rule.applies_if
+        ),
         f"Why it matters: {rule.why}",
         f"How to fix: {rule.fix}",
         f"Recommended action: {action_for(rule.severity, rule.action).value}"

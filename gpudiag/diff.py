@@ -255,10 +255,13 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
         else:
             kind = "equal" if _same(ra, rb) else "changed"
         result.readings.append(ReadingChange(key, kind, ra, rb, bool(NOISY.search(key))))
-    ids_a = {(f.rule_id, f.subject) for f in a.findings}
-    ids_b = {(f.rule_id, f.subject) for f in b.findings}
-    result.findings_only_a = [f for f in a.findings if (f.rule_id, f.subject) not in ids_b]
-    result.findings_only_b = [f for f in b.findings if (f.rule_id, f.subject) not in ids_a]
+    # rules that did not apply on one side are no finding there (schema version 2)
+    found_a = [f for f in a.findings if f.severity is not Severity.NOT_APPLICABLE]
+    found_b = [f for f in b.findings if f.severity is not Severity.NOT_APPLICABLE]
+    ids_a = {(f.rule_id, f.subject) for f in found_a}
+    ids_b = {(f.rule_id, f.subject) for f in found_b}
+    result.findings_only_a = [f for f in found_a if (f.rule_id, f.subject) not in ids_b]
+    result.findings_only_b = [f for f in found_b if (f.rule_id, f.subject) not in ids_a]
     kernels_b = {_kernel_key(k, result.gpu_map): k for k in b.kernels}
     explanations = load_explanations() if a.kernels else []
     config = result.differences()

@@ -32,6 +32,7 @@ from typing import IO
 from gpudiag.atomic import write_atomic
 from gpudiag.model import Action, Finding, Severity, Snapshot
 from gpudiag.ruleengine import SCOPES, ReadingIndex, Rule, instances, subject_of
+from gpudiag.session import exit_code, severity_counts
 
 FORMAT_NAMES = {"toml": "TOML", "json": "JSON", "prometheus": "Prometheus", "junit": "JUnit"}
 FORMATS = tuple(FORMAT_NAMES)
@@ -57,13 +58,9 @@ def add_format_options(parser: argparse.ArgumentParser, default: object = None) 
 
 
 def is_not_applicable(finding: Finding) -> bool:
-    """A finding for a check that does not apply to this node (its severity or status
-    says `not_applicable` or `not-applicable`). Such findings never count against a node.
-    The one place that decides it: the model's way of saying so is being added apart from
-    this change, so both a severity and a status field are accepted."""
-    status = getattr(finding, "status", "")
-    words = (getattr(status, "value", status), getattr(finding.severity, "value", ""))
-    return any(str(word).replace("-", "_") == "not_applicable" for word in words)
+    """A finding for a check that does not apply to this node. Such findings never count
+    against a node (JUnit: skipped; Prometheus: a status label; NPD and Slurm: ignored)."""
+    return finding.severity is Severity.NOT_APPLICABLE
 
 
 def applicable(findings: Iterable[Finding]) -> list[Finding]:
@@ -187,7 +184,6 @@ class _Metrics:
 
 
 def _status_code(findings: Sequence[Finding]) -> int:
-    from gpudiag.session import exit_code
 
     return exit_code(applicable(findings))
 
@@ -221,8 +217,7 @@ def prometheus(snapshot: Snapshot) -> str:
             int(action is strongest),
             [("action", action.value)],
         )
-    for severity in Severity:
-        count = sum(1 for f in applicable(snapshot.findings) if f.severity is severity)
+    for severity, count in severity_counts(snapshot.findings).items():
         m.add(
             "gpudiag_findings_by_severity",
             "How many applicable findings of each severity.",

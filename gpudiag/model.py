@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 Scalar = bool | int | float | str
 Value = Scalar | list[Scalar]
@@ -38,17 +38,24 @@ class ProbeStatus(str, Enum):
 
 
 class Severity(str, Enum):
-    """A finding's severity; `unknown` means the evidence could not be read."""
+    """A finding's severity; `unknown` means evidence that should be there could not be
+    read; `not-applicable` (schema version 2) means the rule's evidence is of a kind the
+    source can never hold (host rules on an nvidia-smi import): shown apart, never counted
+    as unknown, never setting the exit code."""
 
     CRITICAL = "critical"
     WARNING = "warning"
     UNKNOWN = "unknown"
     INFO = "info"
+    NOT_APPLICABLE = "not-applicable"
 
     @property
     def rank(self) -> int:
-        """Higher is worse: critical 3, warning 2, unknown 1, info 0."""
-        return {"critical": 3, "warning": 2, "unknown": 1, "info": 0}[self.value]
+        """Higher is worse: critical 3, warning 2, unknown 1, info 0, not-applicable -1."""
+        return _SEVERITY_RANK[self.value]
+
+
+_SEVERITY_RANK = {"critical": 3, "warning": 2, "unknown": 1, "info": 0, "not-applicable": -1}
 
 
 class Action(str, Enum):
@@ -227,7 +234,10 @@ class Snapshot:
         return self.readings_by_key.get(key)
 
     def worst_severity(self) -> Severity | None:
-        """The worst severity among the findings, or None when there are none."""
-        if not self.findings:
+        """The worst severity among the findings that apply, or None when there are none."""
+        applicable = [
+            f.severity for f in self.findings if f.severity is not Severity.NOT_APPLICABLE
+        ]
+        if not applicable:
             return None
-        return max((f.severity for f in self.findings), key=lambda s: s.rank)
+        return max(applicable, key=lambda s: s.rank)

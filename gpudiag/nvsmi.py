@@ -12,7 +12,9 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import defusedxml.ElementTree as SafeET
 
@@ -105,6 +107,17 @@ def text_value(text: str) -> str:
     return text.strip()
 
 
+# (counter, kind, XML word, -q word, pre-R450 XML group) of each ECC count
+ECC_COUNTERS = tuple(
+    (counter, kind, xml_kind, text_kind, old)
+    for counter in ("volatile", "aggregate")
+    for kind, xml_kind, text_kind, old in (
+        ("corrected", "correctable", "Correctable", "single_bit"),
+        ("uncorrected", "uncorrectable", "Uncorrectable", "double_bit"),
+    )
+)
+
+
 @dataclass(frozen=True)
 class Field:
     """One GPU reading and where each format keeps it (first path found wins)."""
@@ -124,6 +137,7 @@ def _f(
 
 FIELDS = (
     _f("name", "product_name", "Product Name"),
+    _f("brand", "product_brand", "Product Brand"),
     _f("pci.bus_id", "pci/pci_bus_id", "PCI/Bus Id", normalize_bus_id),
     _f("pci.device_id", "pci/pci_device_id", "PCI/Device Id", device_id),
     _f("uuid", "uuid", "GPU UUID"),
@@ -143,21 +157,13 @@ FIELDS = (
     _f("ecc.pending", "ecc_mode/pending_ecc", "ECC Mode/Pending", enabled),
     *(
         _f(
-            f"ecc.{counter}.{kind}.{where}",
-            f"ecc_errors/{counter}/{where}_{xml_kind}|ecc_errors/{counter}/{old}/{old_where}",
-            f"ECC Errors/{counter.title()}/{where.upper()} {text_kind}"
-            f"|ECC Errors/{counter.title()}/{old.replace('_', ' ').title()}/{old_text_where}",
+            f"ecc.{counter}.{kind}.dram",
+            f"ecc_errors/{counter}/dram_{xml_kind}|ecc_errors/{counter}/{old}/device_memory",
+            f"ECC Errors/{counter.title()}/DRAM {text_kind}"
+            f"|ECC Errors/{counter.title()}/{old.replace('_', ' ').title()}/Device Memory",
             integer,
         )
-        for counter in ("volatile", "aggregate")
-        for kind, xml_kind, text_kind, old in (
-            ("corrected", "correctable", "Correctable", "single_bit"),
-            ("uncorrected", "uncorrectable", "Uncorrectable", "double_bit"),
-        )
-        for where, old_where, old_text_where in (
-            ("dram", "device_memory", "Device Memory"),
-            ("sram", "register_file", "Register File"),
-        )
+        for counter, kind, xml_kind, text_kind, old in ECC_COUNTERS
     ),
     _f(
         "retired_pages.single_bit",
@@ -332,6 +338,7 @@ FIELDS = (
     _f("pcie.replay_counter", "pci/replay_counter", "PCI/Replays Since Reset", integer),
     _f("utilization.gpu", "utilization/gpu_util", "Utilization/GPU|Utilization/Gpu", integer, "%"),
     _f("utilization.memory", "utilization/memory_util", "Utilization/Memory", integer, "%"),
+    _f("fabric.state", "fabric/state", "Fabric/State", compute_mode),
 )
 
 THROTTLE_NAMES = {
@@ -379,6 +386,85 @@ def _reading(
         )
 
 
+# ------------------------------------------------------------------ ECC counts
+
+Lookup = Callable[[str], "str | None"]
+
+
+def _sum_readings(key: str, parts: list[Reading], source: str) -> Reading:
+    """The sum of counts: the ones taken, when the others are counters the GPU does not
+    have (unsupported); unsupported when none is; the first failure when one could not
+    be read (a sum without it would be a guess)."""
+    failed = [p for p in parts if not p.ok and p.status is not ReadingStatus.UNSUPPORTED]
+    if failed:
+        return Reading.failed(key, failed[0].status, failed[0].reason, source)
+    taken = [p for p in parts if p.ok]
+    if not taken:
+        return Reading.failed(key, ReadingStatus.UNSUPPORTED, parts[0].reason, source)
+    return Reading(key, sum(int(p.value) for p in taken), source=source)  # type: ignore[arg-type]
+
+
+def _ecc_readings(index: int, find: Lookup, xml: bool, prefix: str) -> list[Reading]:
+    """gpu.N.ecc.{volatile,aggregate}.{corrected,uncorrected}.sram, and the totals where
+    the file prints them. The SRAM count: from driver 535 on the uncorrectable one is
+    printed split into parity and SEC-DED errors, which are summed (NVML's SRAM location
+    counts both). Files from drivers before R450 count by unit (register file, L1, L2),
+    not SRAM: the SRAM count is missing there, and their printed total is the total."""
+    readings = []
+    for counter, kind, xml_kind, text_kind, old in ECC_COUNTERS:
+        key = f"gpu.{index}.ecc.{counter}.{kind}.sram"
+        if xml:
+            base = f"ecc_errors/{counter}/sram_{xml_kind}"
+            split = (f"{base}_parity", f"{base}_secded")
+            old_total = f"ecc_errors/{counter}/{old}/total"
+        else:
+            base = f"ECC Errors/{counter.title()}/SRAM {text_kind}"
+            split = (f"{base} Parity", f"{base} SEC-DED")
+            old_total = f"ECC Errors/{counter.title()}/{old.replace('_', ' ').title()}/Total"
+        if find(base) is not None:
+            readings.append(_reading(key, find(base), integer, "", f"{prefix}/{base}"))
+        elif any(find(path) is not None for path in split):
+            parts = [_reading(key, find(path), integer, "", f"{prefix}/{path}") for path in split]
+            readings.append(_sum_readings(key, parts, f"{prefix}/{split[0]}+{split[1]}"))
+        else:
+            reason = "not in the imported file (drivers before R450 count by unit, not SRAM)"
+            readings.append(Reading.failed(key, ReadingStatus.MISSING, reason, f"{prefix}/{base}"))
+        if find(old_total) is not None:
+            total_key = f"gpu.{index}.ecc.{counter}.{kind}"
+            readings.append(
+                _reading(total_key, find(old_total), integer, "", f"{prefix}/{old_total}")
+            )
+    return readings
+
+
+_ECC_DRAM = re.compile(r"^gpu\.\d+\.ecc\.(volatile|aggregate)\.(corrected|uncorrected)\.dram$")
+
+
+def with_ecc_totals(readings: tuple[Reading, ...]) -> tuple[Reading, ...]:
+    """`readings` plus gpu.N.ecc.{volatile,aggregate}.{corrected,uncorrected} where only
+    the DRAM and SRAM counts are there: their sum, the same count NVML's
+    nvmlDeviceGetTotalEccErrors gives the live probe (every location; nvidia-smi splits
+    it into DRAM and SRAM). Used by the importer and to migrate version 1 snapshots."""
+    by_key = {r.key: r for r in readings}
+    added = []
+    for reading in readings:
+        if _ECC_DRAM.match(reading.key) is None:
+            continue
+        total_key = reading.key[: -len(".dram")]
+        if total_key in by_key:
+            continue
+        sram = by_key.get(f"{total_key}.sram")
+        if sram is not None and sram.source.endswith(("/register_file", "/Register File")):
+            # a version 1 import of a pre-R450 file took the register file for SRAM
+            reason = "a pre-R450 file counts by unit; import it again for its printed total"
+            added.append(Reading.failed(total_key, ReadingStatus.MISSING, reason, sram.source))
+            continue
+        parts = [reading] if sram is None else [reading, sram]
+        sources = "+".join(p.source for p in parts)
+        added.append(_sum_readings(total_key, parts, f"sum of {sources}"))
+    return (*readings, *added)
+
+
 # ------------------------------------------------------------------ the two GPU formats
 
 
@@ -388,6 +474,7 @@ class Node:
 
     value: str | None = None
     children: dict[str, Node] = field(default_factory=dict)
+    entries: list[tuple[str, Node]] = field(default_factory=list)  # in order, repeats kept
 
     def find(self, path: str) -> Node | None:
         node: Node | None = self
@@ -434,8 +521,103 @@ def parse_q_text(text: str) -> tuple[dict[str, str], list[tuple[str, Node]]]:
             continue
         node = Node(value.strip() if sep else None)
         stack[-1][1].children.setdefault(label, node)
+        stack[-1][1].entries.append((label, node))
         stack.append((indent, node))
     return header, gpus
+
+
+def _q_value(tree: Node, path: str) -> str | None:
+    """The value at `path`, or the placeholder a whole section was printed as
+    ('Remapped Rows : N/A' holds no fields: each is N/A), or None when absent."""
+    node = tree
+    for part in path.split("/"):
+        child = node.children.get(part)
+        if child is None:
+            placeholder = node is not tree and node.value and status_of(node.value)
+            return node.value if placeholder else None
+        node = child
+    return node.value
+
+
+def _xml_value(gpu: Any, path: str) -> str | None:
+    """As _q_value, for one <gpu> element: `<remapped_rows>N/A</remapped_rows>`."""
+    element = gpu
+    for part in path.split("/"):
+        child = element.find(part)
+        if child is None:
+            text = (element.text or "").strip()
+            return text if element is not gpu and text and status_of(text) else None
+        element = child
+    return element.text or ""
+
+
+# thresholds that drivers from R570 on print only relative to T.Limit (as the live probe
+# reads them: NVML answers NotSupported for the absolute value)
+RELATIVE_THRESHOLDS = {
+    "temperature.slowdown": (
+        "temperature/gpu_temp_slow_tlimit_threshold",
+        "Temperature/GPU Slowdown T.Limit Temp",
+    ),
+    "temperature.shutdown": (
+        "temperature/gpu_temp_max_tlimit_threshold",
+        "Temperature/GPU Shutdown T.Limit Temp",
+    ),
+    "temperature.gpu_max": (
+        "temperature/gpu_temp_max_gpu_tlimit_threshold",
+        "Temperature/GPU Max Operating T.Limit Temp",
+    ),
+}
+
+
+def _field_readings(
+    index: int, find: Lookup, xml: bool, prefix: str, sections: set[str]
+) -> list[Reading]:
+    """The FIELDS of one GPU. `sections`: the top-level sections the file holds for it.
+    A field whose whole section is absent is left out, as something the file cannot
+    hold (a `nvidia-smi -q -d ...` file holds one section; a driver older than a
+    section, such as Remapped Rows before R450, does not print it); a field absent from
+    a section that is there is missing."""
+    readings = []
+    for spec in FIELDS:
+        paths = spec.xml if xml else spec.text
+        if not any(p.split("/")[0] in sections for p in paths):
+            continue
+        path = next((p for p in paths if find(p) is not None), paths[0])
+        key = f"gpu.{index}.{spec.suffix}"
+        raw = find(path)
+        relative = RELATIVE_THRESHOLDS.get(spec.suffix, ("", ""))[0 if xml else 1]
+        if raw is None and relative and (shown := find(relative)) is not None:
+            reason = f"nvidia-smi prints it only relative to T.Limit ({shown.strip()})"
+            reading = Reading.failed(
+                key, ReadingStatus.UNSUPPORTED, reason, f"{prefix}/{relative}", spec.unit
+            )
+        else:
+            reading = _reading(key, raw, spec.parse, spec.unit, f"{prefix}/{path}")
+        readings.append(reading)
+    return readings
+
+
+def _q_processes(index: int, tree: Node, prefix: str) -> list[Reading]:
+    """gpu.N.processes.{compute,graphics}: the PIDs by type ('C', 'G', 'C+G')."""
+    processes = tree.children.get("Processes")
+    if processes is None:
+        return []
+    source = f"{prefix}/Processes"
+    if processes.value is not None and status_of(processes.value):
+        return [
+            _reading(f"gpu.{index}.processes.{kind}", processes.value, text_value, "", source)
+            for kind in ("compute", "graphics")
+        ]
+    entries = [
+        (int(node.value), node)
+        for label, node in processes.entries
+        if label == "Process ID" and node.value and node.value.strip().isdigit()
+    ]
+    readings = []
+    for kind, letter in (("compute", "C"), ("graphics", "G")):
+        pids = [pid for pid, node in entries if letter in (_q_value(node, "Type") or "")]
+        readings.append(Reading(f"gpu.{index}.processes.{kind}", pids, source=source))
+    return readings
 
 
 def _q_readings(text: str) -> list[Reading]:
@@ -445,23 +627,20 @@ def _q_readings(text: str) -> list[Reading]:
         header.get("CUDA Version"),
         header.get("Attached GPUs"),
         "nvidia-smi-q",
+        len(gpus),
     )
     for index, (bus_id, tree) in enumerate(gpus):
         source_prefix = f"nvidia-smi-q:GPU {bus_id}"
         readings.append(Reading(f"gpu.{index}.health", "ok", source=source_prefix))
-        for spec in FIELDS:
-            path = next((p for p in spec.text if tree.find(p) is not None), spec.text[0])
-            node = tree.find(path)
-            readings.append(
-                _reading(
-                    f"gpu.{index}.{spec.suffix}",
-                    node.value if node is not None else None,
-                    spec.parse,
-                    spec.unit,
-                    f"{source_prefix}/{path}",
-                )
-            )
+        sections = set(tree.children)
+        find = partial(_q_value, tree)
+        readings.extend(_field_readings(index, find, False, source_prefix, sections))
+        if "ECC Errors" in sections:
+            readings.extend(_ecc_readings(index, find, False, source_prefix))
+        readings.extend(_q_processes(index, tree, source_prefix))
         reasons = tree.find("Clocks Event Reasons") or tree.find("Clocks Throttle Reasons")
+        if reasons is None:
+            continue
         active = (
             None
             if reasons is None
@@ -472,7 +651,7 @@ def _q_readings(text: str) -> list[Reading]:
             ]
         )
         readings.append(_throttle_reading(index, active, f"{source_prefix}/Clocks Event Reasons"))
-    return readings
+    return list(with_ecc_totals(tuple(readings)))
 
 
 def _xml_readings(text: str) -> list[Reading]:
@@ -487,19 +666,16 @@ def _xml_readings(text: str) -> list[Reading]:
         root.findtext("cuda_version"),
         root.findtext("attached_gpus"),
         "nvidia-smi-xml",
+        len(root.findall("gpu")),
     )
     for index, gpu in enumerate(root.findall("gpu")):
         prefix = f"nvidia-smi-xml:gpu[{index}]"
         readings.append(Reading(f"gpu.{index}.health", "ok", source=prefix))
-        for spec in FIELDS:
-            path = next((p for p in spec.xml if gpu.find(p) is not None), spec.xml[0])
-            element = gpu.find(path)
-            raw = None if element is None else (element.text or "")
-            readings.append(
-                _reading(
-                    f"gpu.{index}.{spec.suffix}", raw, spec.parse, spec.unit, f"{prefix}/{path}"
-                )
-            )
+        sections = {child.tag for child in gpu}
+        find = partial(_xml_value, gpu)
+        readings.extend(_field_readings(index, find, True, prefix, sections))
+        if "ecc_errors" in sections:
+            readings.extend(_ecc_readings(index, find, True, prefix))
         reasons = gpu.find("clocks_event_reasons")
         if reasons is None:
             reasons = gpu.find("clocks_throttle_reasons")
@@ -512,7 +688,8 @@ def _xml_readings(text: str) -> list[Reading]:
                 if (child.text or "").strip() == "Active" and (name := _throttle_name(child.tag))
             ]
         )
-        readings.append(_throttle_reading(index, active, f"{prefix}/clocks_event_reasons"))
+        if reasons is not None:  # a file without them cannot hold them
+            readings.append(_throttle_reading(index, active, f"{prefix}/clocks_event_reasons"))
         processes = gpu.find("processes")
         if processes is not None:
             infos = processes.findall("process_info")
@@ -536,34 +713,105 @@ def _xml_readings(text: str) -> list[Reading]:
                 readings.append(
                     Reading(f"gpu.{index}.processes.{suffix}", pids, source=f"{prefix}/processes")
                 )
-    return readings
+    return list(with_ecc_totals(tuple(readings)))
 
 
 def _node_readings(
-    driver: str | None, cuda: str | None, count: str | None, source: str
+    driver: str | None, cuda: str | None, count: str | None, source: str, listed: int
 ) -> list[Reading]:
+    """The node's NVML readings; a file without 'Attached GPUs' (a trimmed paste) counts
+    the GPUs it lists."""
+    if count is None and listed:
+        gpu_count = Reading("nvml.gpu_count", listed, "GPUs", f"{source}:count of GPUs listed")
+    else:
+        gpu_count = _reading("nvml.gpu_count", count, integer, "GPUs", f"{source}:attached_gpus")
     return [
         Reading("nvml.init", "ok", source=source),
         _reading("nvml.driver_version", driver, text_value, "", f"{source}:driver_version"),
         _reading("nvml.cuda_driver_version", cuda, text_value, "", f"{source}:cuda_version"),
-        _reading("nvml.gpu_count", count, integer, "GPUs", f"{source}:attached_gpus"),
+        gpu_count,
     ]
 
 
 # ------------------------------------------------------------------ topology and NVLink
 
 
+_TOPO_COLUMN = re.compile(r"GPU NUMA ID|CPU Affinity|NUMA Affinity|\S+")
+_CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+
+
+def split_glued_affinity(cell: str) -> tuple[str, str] | None:
+    """'0-45,92-1370' (CPU affinity and NUMA node printed without a gap) -> ('0-45,92-137',
+    '0'); None when no split gives a CPU list. The NUMA node is the last one or two digits;
+    where both splits give a list, the one whose ranges are all the same size wins (a
+    GPU's CPUs are its socket's cores and their SMT siblings), else the one-digit node."""
+    candidates = []
+    for digits in (1, 2):
+        cpus, node = cell[:-digits], cell[-digits:]
+        if not node.isdigit() or not _CPU_LIST.match(cpus):
+            continue
+        sizes = []
+        for part in cpus.split(","):
+            low, _, high = part.partition("-")
+            if high and int(high) < int(low):
+                break
+            sizes.append(int(high or low) - int(low) + 1)
+        else:
+            candidates.append((len(set(sizes)) == 1, -digits, cpus, node))
+    if not candidates:
+        return None
+    _, _, cpus, node = max(candidates)
+    return cpus, str(int(node))
+
+
+def _topo_cells(line: str, header: str, columns: list[str]) -> list[str]:
+    """The cells of one matrix row after its label, one per column: tab-separated as
+    nvidia-smi prints them (empty cells kept), or space-aligned as pasted. Space-aligned
+    cells go to the column they stand under; where that is not clear (spaces lost in the
+    paste) they are taken in order. A CPU affinity glued to its NUMA node is split."""
+    if "\t" in line:
+        cells = [c.strip() for c in line.split("\t")[1:]]
+        while len(cells) > len(columns) and "" in cells:
+            del cells[len(cells) - 1 - cells[::-1].index("")]  # nvidia-smi's extra tab
+        return cells
+    tokens = [(m.start(), m.group()) for m in re.finditer(r"\S+", line)][1:]
+    if "CPU Affinity" in columns and "NUMA Affinity" in columns and len(tokens) == len(columns) - 1:
+        # one cell short: the CPU affinity ran into the NUMA node; take the cells in order
+        cells = [token for _, token in tokens]
+        cpu = columns.index("CPU Affinity")
+        if cpu < len(cells) and (split := split_glued_affinity(cells[cpu])) is not None:
+            cells[cpu : cpu + 1] = list(split)
+            return cells
+    starts = [m.start() for m in _TOPO_COLUMN.finditer(header)]
+    placed: dict[int, str] = {}
+    for start, token in tokens:
+        # the column it starts under (' X ' and NV18 may start a character or two late)
+        at = max((i for i, s in enumerate(starts) if s <= start + 2), default=-1)
+        if at < 0 or at in placed:
+            return [token for _, token in tokens]  # not aligned: in order
+        placed[at] = token
+    return [placed.get(i, "") for i in range(len(columns))]
+
+
 def parse_topo_matrix(text: str) -> list[Reading]:
     """`nvidia-smi topo -m` -> topo.gpu.I.J, topo.gpu.I.nic.NAME, gpu.I.cpu_affinity and
-    gpu.I.numa_node readings."""
-    lines = [ANSI.sub("", line).rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    gpu.I.numa_node readings. Reads what nvidia-smi prints (tab-separated, with ANSI
+    underlining) and what people paste: space-aligned, after a prompt line, with the
+    NIC legend, and with the CPU and NUMA affinity glued together on wide CPU lists."""
+    lines = [
+        ANSI.sub("", line).replace("\r", "").rstrip()
+        for line in text.replace("\r\n", "\n").split("\n")
+    ]
     header_index = next(
-        (i for i, line in enumerate(lines) if line.lstrip().startswith("GPU0")), None
+        (i for i, line in enumerate(lines) if re.match(r"^\s*GPU0(\s|$)", line)), None
     )
     if header_index is None:
         raise ImportError_("no topology matrix (a header line starting with GPU0)")
-    columns = lines[header_index].split("\t")
-    columns = [c.strip() for c in columns if c.strip()]
+    header = lines[header_index]
+    if "\t" in header:
+        columns = [c.strip() for c in header.split("\t") if c.strip()]
+    else:
+        columns = _TOPO_COLUMN.findall(header)
     nic_names = {}
     for line in lines:
         if match := re.match(r"^\s*(NIC\d+):\s*(\S+)\s*$", line):
@@ -571,13 +819,13 @@ def parse_topo_matrix(text: str) -> list[Reading]:
     readings: list[Reading] = []
     source = "nvidia-smi-topo"
     for line in lines[header_index + 1 :]:
-        cells = [c.strip() for c in line.split("\t")]
-        if not cells or not re.match(r"^GPU\d+$", cells[0]):
-            if cells and cells[0] and not cells[0].startswith(("NIC", "GPU")):
+        label = line.strip().split("\t")[0].split(" ")[0] if line.strip() else ""
+        if not re.match(r"^GPU\d+$", label):
+            if label and not label.startswith(("NIC", "GPU")):  # the legend: the matrix ended
                 break
             continue
-        gpu = int(cells[0][3:])
-        values = cells[1:]
+        gpu = int(label[3:])
+        values = _topo_cells(line, header, columns)
         for column, value in zip(columns, values, strict=False):
             if column.startswith("GPU") and column[3:].isdigit():
                 other = int(column[3:])
@@ -683,6 +931,8 @@ def extract_from_bug_report(text: str) -> str:
     return text
 
 
+
+
 def import_files(paths: list[str]) -> Snapshot:
     """A snapshot (without findings) of the nvidia-smi outputs in `paths`: one pseudo-probe
     result per file. Raises ImportError_ naming the file and the problem."""
@@ -709,7 +959,7 @@ def import_files(paths: list[str]) -> Snapshot:
         results.append(
             ProbeResult(
                 name=f"import-{kind}",
-                title=f"imported {Path(path).name}",
+                title=f"imported {'standard input' if path == '-' else Path(path).name}",
                 status=ProbeStatus.OK,
                 duration_s=0.0,
                 readings=tuple(readings),

@@ -26,6 +26,11 @@ has in the readings (every GPU, for gpu rules, even one with no such reading, un
 `if_present = true`: then only where the reading exists, for readings that only some
 nodes have, like the GPU-to-NIC topology).
 
+`applies_if = { reading = "KEY", equal = V }` (or `{ profile = "FIELD", equal = V }`,
+a GPU-class flag such as `ecc` or `persistence_mode`) limits a rule to where that holds:
+where the reading or profile field is known and differs, the rule gives a
+`not-applicable` finding; where it is not known, the rule applies.
+
 Operators (`expect` holds exactly one):
 - present = true: the reading was taken.
 - equal, not_equal, in, not_in, min, max, between = [lo, hi]: the value against constants.
@@ -37,15 +42,20 @@ Operators (`expect` holds exactly one):
 - all_equal = true: a node rule over `gpu.{gpu}...`: the same value on every GPU.
 
 A rule fires when the reading does not meet the expectation. A reading the device says
-it does not support (ECC on a GeForce card) is not judged. Evidence that is absent or
+it does not support (ECC on a GeForce card) is not judged: the rule does not apply there
+(a `not-applicable` finding, counted apart). Evidence that is absent or
 could not be read gives an `unknown` finding that says which and why (an info rule's
-stays info: it cannot hide a problem). The `present` operator fires with the rule's own
+stays info: it cannot hide a problem). Evidence that none of the snapshot's sources can
+hold (a host reading in an nvidia-smi import; gpudiag.coverage says which source holds
+what) gives a `not-applicable` finding instead: shown apart, never counted as unknown,
+never setting the exit code. The `present` operator fires with the rule's own
 severity when the reading was attempted and failed; when no probe produced it at all
 (an import of a partial file), that is unknown like any missing evidence. A profile
 comparison is skipped where no profile applies or the profile leaves that field out
 (a PCIe card's NVLink count depends on its bridges); PROF001 says when no profile
 matched. Messages may use {value} {unit} {reason} {key} {expected} and the scope's
-placeholders, substituted as plain text.
+placeholders, substituted as plain text; {s} is 's' unless the value is 1 ('{value}
+row{s}'). A rule's `fix` may use the scope's placeholders (`nvidia-smi -pm 1 -i {gpu}`).
 
 Actions: every finding recommends one action from a closed set (model.Action), weakest
 first: none, monitor, reset (the GPU), reboot, drain (the node), service (RMA). A rule
@@ -70,7 +80,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpudiag import tomlcompat
+from gpudiag import coverage, tomlcompat
 from gpudiag.hostfs import natural_key
 from gpudiag.inputs import InputError, parse_data, printable_data, read_input
 from gpudiag.model import (
@@ -130,6 +140,7 @@ RULE_KEYS = {
     "references",
     "if_present",
     "action",
+    "applies_if",
 }
 OVERRIDE_KEYS = {"id", "severity", "disabled", "action"}
 DEFAULT_ACTIONS = {
@@ -144,7 +155,7 @@ _ID_PATTERN = re.compile(r"^[A-Z]{2,8}[0-9]{3}$")
 _KEY_TEMPLATE = re.compile(r"^[A-Za-z0-9_.:{}\-]+$")
 _MESSAGE_FIELD = re.compile(r"\{([a-z_]+)\}")
 _GPU_KEY = re.compile(r"^gpu\.(\d+)\.")
-MESSAGE_FIELDS = {"value", "unit", "reason", "key", "expected", *_PLACEHOLDERS}
+MESSAGE_FIELDS = {"value", "unit", "reason", "key", "expected", "s", *_PLACEHOLDERS}
 DATA_FILES = {"profiles.toml", "explanations.toml"}  # rules/ files that hold no rules
 DEFAULT_SITE_DIRS = (Path("/etc/gpudiag/rules.d"), Path("~/.config/gpudiag/rules.d"))
 
@@ -175,13 +186,15 @@ class Rule:
     disabled: bool = False
     if_present: bool = False
     action: Action | None = None  # None: the default for the severity (DEFAULT_ACTIONS)
+    applies_if: tuple[tuple[str, str, Any], ...] = ()  # (reading|profile, key or field, equal)
 
 
 def action_for(severity: Severity, declared: Action | None) -> Action:
     """The action a finding of this severity recommends, given the rule's declared one:
-    the default where the rule says nothing; none for unknown and info findings; at most
+    the default where the rule says nothing; none for unknown, info and not-applicable
+    findings; at most
     monitor for a warning (warnings never drain a node)."""
-    if severity in (Severity.UNKNOWN, Severity.INFO):
+    if severity in (Severity.UNKNOWN, Severity.INFO, Severity.NOT_APPLICABLE):
         return Action.NONE
     action = DEFAULT_ACTIONS[severity] if declared is None else declared
     if severity is Severity.WARNING and action.rank >= Action.DRAIN.rank:
@@ -203,14 +216,20 @@ def _check_action(table: dict[str, Any], where: str) -> Action | None:
 
 @dataclass(frozen=True)
 class Profile:
-    """Expected values for one GPU model, keyed by PCI device id."""
+    """Expected values for one GPU model, keyed by PCI device id; or for a class of GPU
+    (GeForce, workstation cards), matched by brand or by words of the product name when
+    no model's device id matches."""
 
     name: str
     title: str
     device_ids: tuple[str, ...]
     values: dict[str, Any] = field(default_factory=dict)
+    brands: tuple[str, ...] = ()
+    name_words: tuple[str, ...] = ()
 
 
+# what a class of GPU has, true or false (a GeForce card has no ECC memory)
+PROFILE_FLAGS = {"ecc", "persistence_mode"}
 PROFILE_FIELDS = {
     "memory_gb",
     "nvlink_count",
@@ -249,7 +268,12 @@ def parse_profiles(text: str, origin: str) -> dict[str, Profile]:
         table = raw.get(name)
         if not isinstance(table, dict):
             raise RuleError(f"{origin}: no profile named {name!r}")
-        unknown = set(table) - PROFILE_FIELDS - {"title", "device_ids", "inherits"}
+        unknown = (
+            set(table)
+            - PROFILE_FIELDS
+            - PROFILE_FLAGS
+            - {"title", "device_ids", "inherits", "brands", "name_words"}
+        )
         if unknown:
             raise RuleError(
                 f"{origin}: profile {name}: unknown key(s) {', '.join(sorted(unknown))}"
@@ -262,12 +286,28 @@ def parse_profiles(text: str, origin: str) -> dict[str, Profile]:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise RuleError(f"{origin}: profile {name}: {key} must be a number")
             values[key] = value
+        for key in PROFILE_FLAGS & set(table):
+            if not isinstance(table[key], bool):
+                raise RuleError(f"{origin}: profile {name}: {key} must be true or false")
+            values[key] = table[key]
+        words = {}
+        for key in ("brands", "name_words"):
+            words[key] = table.get(key, [])
+            if not isinstance(words[key], list) or not all(isinstance(w, str) for w in words[key]):
+                raise RuleError(f"{origin}: profile {name}: {key} is a list of strings")
         ids = table.get("device_ids", [])
         if not isinstance(ids, list) or not all(
             isinstance(i, str) and re.fullmatch(r"0x[0-9a-f]{4}", i) for i in ids
         ):
             raise RuleError(f"{origin}: profile {name}: device_ids are like '0x2330'")
-        profiles[name] = Profile(name, str(table.get("title", name)), tuple(ids), values)
+        profiles[name] = Profile(
+            name,
+            str(table.get("title", name)),
+            tuple(ids),
+            values,
+            tuple(words["brands"]),
+            tuple(words["name_words"]),
+        )
         return profiles[name]
 
     for name in raw:
@@ -302,7 +342,22 @@ def detect_profile(
     for profile in profiles.values():
         if common in profile.device_ids:
             return profile, sorted(set(ids))
-    return None, sorted(set(ids))
+    return class_profile(readings, profiles), sorted(set(ids))
+
+
+def class_profile(readings: dict[str, Reading], profiles: dict[str, Profile]) -> Profile | None:
+    """The class profile (GeForce, workstation) of GPU 0's brand, or else of a word of
+    its product name; None when none matches."""
+    brand, name = readings.get("gpu.0.brand"), readings.get("gpu.0.name")
+    for profile in profiles.values():
+        if brand is not None and brand.ok and str(brand.value) in profile.brands:
+            return profile
+    for profile in profiles.values():
+        if name is not None and name.ok:
+            words = str(name.value).lower().split()
+            if any(w.lower() in words for w in profile.name_words):
+                return profile
+    return None
 
 
 # ------------------------------------------------------------------ loading
@@ -376,6 +431,35 @@ def _check_expectation(table: dict[str, Any], where: str) -> tuple[str, Any]:
     return operator, operand
 
 
+def _check_applies_if(table: Any, scope: str, where: str) -> tuple[tuple[str, str, Any], ...]:
+    """`applies_if = { reading = "KEY", equal = V }` or `{ profile = "FIELD", equal = V }`:
+    the rule does not apply where that reading (or the GPU model's profile field) is
+    known and differs (persistence mode on a workstation card). Unknown: it applies."""
+    if table == {}:
+        return ()
+    if not isinstance(table, dict) or set(table) not in (
+        {"reading", "equal"},
+        {"profile", "equal"},
+    ):
+        raise RuleError(
+            f"{where}: applies_if is {{ reading = KEY, equal = V }} or "
+            "{ profile = FIELD, equal = V }"
+        )
+    equal = table["equal"]
+    if not isinstance(equal, (bool, int, float, str)):
+        raise RuleError(f"{where}: applies_if's equal takes a string, number or boolean")
+    if "reading" in table:
+        key = table["reading"]
+        if not isinstance(key, str) or not _KEY_TEMPLATE.match(key):
+            raise RuleError(f"{where}: applies_if's reading must be a key")
+        if _placeholders(key) - set(SCOPES[scope]):
+            raise RuleError(f"{where}: applies_if uses placeholders its scope does not have")
+        return (("reading", key, equal),)
+    if table["profile"] not in PROFILE_FIELDS | PROFILE_FLAGS:
+        raise RuleError(f"{where}: applies_if's profile is a profile field")
+    return (("profile", table["profile"], equal),)
+
+
 def _check_rule(table: Any, where: str) -> Rule:
     if not isinstance(table, dict):
         raise RuleError(f"{where}: a rule must be a table")
@@ -427,12 +511,19 @@ def _check_rule(table: Any, where: str) -> Rule:
                 f"{where}: message field {{{name}}} is not one of "
                 f"{', '.join(sorted(MESSAGE_FIELDS))}"
             )
+    for name in _MESSAGE_FIELD.findall(table["fix"]):
+        if name not in SCOPES[scope]:
+            raise RuleError(
+                f"{where}: fix field {{{name}}} is not one of the scope's "
+                f"({', '.join(SCOPES[scope]) or 'none'})"
+            )
     operator, operand = _check_expectation(table, where)
     if not isinstance(table.get("if_present", False), bool):
         raise RuleError(f"{where}: if_present must be true or false")
     action = _check_action(table, where)
     if action is not None and action.rank >= Action.DRAIN.rank and table["severity"] != "critical":
         raise RuleError(f"{where}: only a critical rule may recommend {action.value}")
+    applies_if = _check_applies_if(table.get("applies_if", {}), scope, where)
     references = table.get("references", [])
     if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
         raise RuleError(f"{where}: references must be a list of strings")
@@ -454,6 +545,7 @@ def _check_rule(table: Any, where: str) -> Rule:
         example=table.get("example", ""),
         if_present=table.get("if_present", False),
         action=action,
+        applies_if=applies_if,
     )
 
 
@@ -628,12 +720,15 @@ def meets(reading: Reading, operator: str, operand: Any) -> bool:
 
 
 def plain_value(reading: Reading) -> str:
-    """A reading's value for a message, without its unit: 700.0 -> '700', lists joined."""
+    """A reading's value for a message, without its unit: 700.0 -> '700', lists joined,
+    an empty list 'none'."""
 
     def text(value: Any) -> str:
         return f"{value:g}" if isinstance(value, float) else str(value)
 
     value = reading.value
+    if value == []:
+        return "none"
     return ", ".join(map(text, value)) if isinstance(value, list) else text(value)
 
 
@@ -766,11 +861,27 @@ def _missing(key: str) -> Reading:
 class _Context:
     readings: dict[str, Reading]
     profile: Profile | None
+    sources: tuple[str, ...] = ()  # the snapshot's probe names; () judges without coverage
+
+    def cannot_hold(self, key: str) -> bool:
+        """True when `key` is absent and none of the snapshot's sources could hold it."""
+        return (
+            bool(self.sources)
+            and key not in self.readings
+            and not coverage.can_hold(self.sources, key)
+        )
 
 
 def _finding(
-    rule: Rule, subject: str, severity: Severity, message: str, evidence: Iterable[Reading]
+    rule: Rule,
+    subject: str,
+    severity: Severity,
+    message: str,
+    evidence: Iterable[Reading],
+    values: dict[str, str] | None = None,
 ) -> Finding:
+    """A finding of `rule`; its fix names the instance (`nvidia-smi -pm 1 -i {gpu}`)."""
+    fix = _render(rule.fix, values) if values else rule.fix
     return Finding(
         rule.id,
         severity,
@@ -779,24 +890,47 @@ def _finding(
         message,
         tuple(evidence),
         rule.why,
-        rule.fix,
+        fix,
         action_for(severity, rule.action),
     )
 
 
-def _unknown(rule: Rule, subject: str, reading: Reading, evidence: Iterable[Reading]) -> Finding:
+def _unknown(
+    rule: Rule,
+    subject: str,
+    reading: Reading,
+    evidence: Iterable[Reading],
+    values: dict[str, str] | None = None,
+) -> Finding:
     severity = Severity.INFO if rule.severity is Severity.INFO else Severity.UNKNOWN
     message = f"cannot check: {reading.key} is {reading.status.value} ({reading.reason})"
-    return _finding(rule, subject, severity, message, evidence)
+    return _finding(rule, subject, severity, message, evidence, values)
+
+
+def _not_applicable(rule: Rule, values: dict[str, str], key: str, context: _Context) -> Finding:
+    message = f"does not apply: {key} is not something {coverage.describe(context.sources)} holds"
+    subject = subject_of(rule.applies_to, values)
+    return _finding(rule, subject, Severity.NOT_APPLICABLE, message, [_missing(key)], values)
+
+
+def _unsupported(rule: Rule, values: dict[str, str], reading: Reading) -> Finding:
+    """The device (or host) answered that it has no such thing: the rule does not apply."""
+    message = f"does not apply: {reading.key} is unsupported ({reading.reason})"
+    subject = subject_of(rule.applies_to, values)
+    return _finding(rule, subject, Severity.NOT_APPLICABLE, message, (reading,), values)
 
 
 def _all_equal(
     rule: Rule, context: _Context, gpus: tuple[str, ...], lost: set[str]
 ) -> Finding | None:
+    if rule.applies_if and (finding := _does_not_apply(rule, {}, context)) is not None:
+        return finding
     keys = [rule.reading.replace("{gpu}", gpu) for gpu in gpus if gpu not in lost]
     readings = [context.readings.get(k) or _missing(k) for k in keys]
     if not readings:
         return None
+    if all(context.cannot_hold(k) for k in keys):
+        return _not_applicable(rule, {}, keys[0], context)
     failed = next((r for r in readings if not r.ok), None)
     if failed is not None:
         return _unknown(rule, "node", failed, readings)
@@ -812,13 +946,57 @@ def _all_equal(
     return _finding(rule, "node", rule.severity, message, readings)
 
 
+def _does_not_apply(rule: Rule, values: dict[str, str], context: _Context) -> Finding | None:
+    """A not-applicable finding when the rule's applies_if is known and not met."""
+    for kind, name, equal in rule.applies_if:
+        if kind == "profile":
+            if context.profile is None or name not in context.profile.values:
+                continue
+            actual = context.profile.values[name]
+            if actual != equal:
+                message = (
+                    f"does not apply: the {context.profile.title} profile has {name} = "
+                    f"{str(actual).lower()}"
+                )
+                return _finding(
+                    rule,
+                    subject_of(rule.applies_to, values),
+                    Severity.NOT_APPLICABLE,
+                    message,
+                    (),
+                    values,
+                )
+            continue
+        key = _fill(name, values)
+        reading = context.readings.get(key)
+        if reading is not None and reading.ok and reading.value != equal:
+            shown = str(reading.value).lower() if isinstance(reading.value, bool) else None
+            message = f"does not apply: {key} is {shown or plain_value(reading)}"
+            if reading.reason:
+                message += f" ({reading.reason})"
+            return _finding(
+                rule,
+                subject_of(rule.applies_to, values),
+                Severity.NOT_APPLICABLE,
+                message,
+                (reading,),
+                values,
+            )
+    return None
+
+
 def _evaluate_instance(
     rule: Rule, values: dict[str, str], context: _Context, key: str
 ) -> Finding | None:
+    if rule.applies_if and (finding := _does_not_apply(rule, values, context)) is not None:
+        return finding
     reading = context.readings.get(key)
+    if reading is None and context.cannot_hold(key):
+        return _not_applicable(rule, values, key, context)
     status = reading.status if reading is not None else ReadingStatus.MISSING
     if status is ReadingStatus.UNSUPPORTED and rule.operator != "present":
-        return None  # the device answered that it has no such thing: nothing to judge
+        assert reading is not None  # the device answered it has no such thing: does not apply
+        return _unsupported(rule, values, reading)
     operator = rule.operator
     if status is ReadingStatus.OK and operator == "present":
         return None
@@ -827,12 +1005,14 @@ def _evaluate_instance(
     if status is ReadingStatus.OK:
         if operator in READING_OPERATORS:
             other_key = _fill(rule.operand, values)
+            if context.cannot_hold(other_key):
+                return _not_applicable(rule, values, other_key, context)
             other = context.readings.get(other_key) or _missing(other_key)
             evidence.append(other)
             if other.status is ReadingStatus.UNSUPPORTED:
-                return None  # nothing to compare with on this device
+                return _unsupported(rule, values, other)  # nothing to compare with here
             if not other.ok:
-                return _unknown(rule, subject_of(rule.applies_to, values), other, evidence)
+                return _unknown(rule, subject_of(rule.applies_to, values), other, evidence, values)
             expected = other.value
         elif operator in PROFILE_OPERATORS:
             if context.profile is None or rule.operand not in context.profile.values:
@@ -850,12 +1030,13 @@ def _evaluate_instance(
                 Severity.UNKNOWN,
                 f"cannot check: {exc}",
                 evidence,
+                values,
             )
     # from here on something will be reported: build its words
     reading = evidence[0]
     subject = subject_of(rule.applies_to, values)
     if not reading.ok and not (operator == "present" and key in context.readings):
-        return _unknown(rule, subject, reading, evidence)
+        return _unknown(rule, subject, reading, evidence, values)
     fields = {
         **values,
         "key": key,
@@ -863,6 +1044,7 @@ def _evaluate_instance(
         "reason": reading.reason,
         "value": plain_value(reading) if reading.ok else reading.status.value,
         "expected": f"{expected:g}" if isinstance(expected, float) else str(expected),
+        "s": "" if reading.ok and reading.value == 1 else "s",  # '1 row', '2 rows'
     }
     if operator == "present":  # read, and the read failed
         message = _render(rule.message, fields) if rule.message else reading.reason
@@ -873,7 +1055,7 @@ def _evaluate_instance(
             f"{key} is {reading.display()}, expected {operator.replace('_', ' ')} "
             f"{fields['expected']}"
         )
-    return _finding(rule, subject, rule.severity, message, evidence)
+    return _finding(rule, subject, rule.severity, message, evidence, values)
 
 
 def probe_findings(probes: Iterable[ProbeResult]) -> list[Finding]:
@@ -922,7 +1104,7 @@ def evaluate(
     device_ids: Sequence[str] = (),
 ) -> list[Finding]:
     """All findings, worst first (then by rule id and subject)."""
-    context = _Context(readings, profile)
+    context = _Context(readings, profile, tuple(dict.fromkeys(p.name for p in probes)))
     findings = probe_findings(probes) + profile_finding(profile, list(device_ids), rules)
     plan = _plan(rules, readings)
     lost = {
@@ -948,6 +1130,16 @@ def evaluate(
             findings.append(finding)
     findings.sort(key=lambda f: (-f.severity.rank, f.rule_id, natural_key(f.subject)))
     return findings
+
+
+def rules_with_instances(rules: Sequence[Rule], readings: dict[str, Reading]) -> set[str]:
+    """The ids of the enabled rules that have something to check in these readings (a
+    GPU, a link, a device...); the others do not apply to them."""
+    plan = _plan(rules, readings)
+    ids = {rule.id for rule, *_ in plan.checks}
+    if plan.gpus:
+        ids.update(rule.id for rule in plan.all_equal)
+    return ids
 
 
 def _is_number(value: Any) -> bool:
@@ -1007,7 +1199,7 @@ def _plan(rules: Sequence[Rule], readings: dict[str, Reading]) -> _Plan:
         if rule.operator == "all_equal":
             all_equal.append(rule)
             continue
-        check = fast_check(rule)
+        check = None if rule.applies_if else fast_check(rule)  # applies_if: full path
         on_gpu = SCOPES[rule.applies_to][:1] == ("gpu",)
         checks.extend(
             (rule, values, key, check, values[0] if on_gpu else None)

@@ -24,6 +24,7 @@ from gpudiag.ruleengine import (
     detect_profile,
     evaluate,
     load_profiles,
+    rules_with_instances,
 )
 
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 1, 2, 3
@@ -127,8 +128,13 @@ def exit_code(findings: Sequence[Finding]) -> int:
 
 
 def severity_counts(findings: Sequence[Finding]) -> dict[Severity, int]:
-    """How many findings of each severity, worst first."""
-    return {s: sum(1 for f in findings if f.severity is s) for s in Severity}
+    """How many findings of each severity that counts against a node, worst first; the
+    not-applicable ones are never counted with them (each view counts them apart)."""
+    return {
+        s: sum(1 for f in findings if f.severity is s)
+        for s in Severity
+        if s is not Severity.NOT_APPLICABLE
+    }
 
 
 def format_finding(finding: Finding) -> str:
@@ -137,8 +143,58 @@ def format_finding(finding: Finding) -> str:
     return f"{severity:<8} {finding.rule_id:<8} {finding.subject}: {finding.message}"
 
 
-def format_summary(snapshot: Snapshot) -> str:
-    """A short report: host, probe outcomes, finding counts and the findings."""
+@dataclass(frozen=True)
+class RuleTally:
+    """How many rules ran, did not apply, and could not be checked."""
+
+    ran: int
+    not_applicable: int
+    unknown: int
+
+    def text(self) -> str:
+        ran = f"{self.ran} ran, " if self.ran >= 0 else ""
+        return (
+            f"rules: {ran}{self.not_applicable} did not apply, {self.unknown} could not be checked"
+        )
+
+
+def _cannot_check(finding: Finding) -> bool:
+    return finding.severity is Severity.UNKNOWN or (
+        finding.severity is Severity.INFO and finding.message.startswith("cannot check:")
+    )
+
+
+def rule_tally(
+    findings: Sequence[Finding],
+    rules: Sequence[Rule] | None = None,
+    readings: dict[str, Reading] | None = None,
+) -> RuleTally:
+    """A rule could not be checked when any of its findings is unknown (an info rule's
+    'cannot check'); it did not apply when all of its findings are not-applicable, or
+    when the `readings` hold nothing for it to check (no NVLink on a PCIe card); it ran
+    otherwise (checked, whether or not it fired). Without `rules` and `readings` the
+    number that ran is not known (-1)."""
+    by_rule: dict[str, list[Finding]] = {}
+    for finding in findings:
+        by_rule.setdefault(finding.rule_id, []).append(finding)
+    unknown = {r for r, fs in by_rule.items() if any(_cannot_check(f) for f in fs)}
+    not_applicable = {
+        r
+        for r, fs in by_rule.items()
+        if r not in unknown and all(f.severity is Severity.NOT_APPLICABLE for f in fs)
+    }
+    if rules is None or readings is None:
+        return RuleTally(-1, len(not_applicable), len(unknown))
+    active = {r.id for r in rules if r.status != "deprecated" and not r.disabled}
+    not_applicable |= active - rules_with_instances(rules, readings) - unknown
+    ran = len(active - unknown - not_applicable)
+    return RuleTally(ran, len(not_applicable & active), len(unknown & active))
+
+
+def format_summary(snapshot: Snapshot, rules: Sequence[Rule] | None = None) -> str:
+    """A short report: host, probe outcomes, finding counts, how many rules ran, did not
+    apply and could not be checked, the findings, and the rules that did not apply
+    (apart, by id)."""
     probes_ok = sum(1 for p in snapshot.probes if p.status.value == "ok")
     readings = len(snapshot.readings_by_key)
     counts = severity_counts(snapshot.findings)
@@ -146,10 +202,23 @@ def format_summary(snapshot: Snapshot) -> str:
     kernels = f", {len(snapshot.kernels)} kernel results" if snapshot.kernels else ""
     lines = [
         f"{snapshot.host}: {len(snapshot.probes)} probes ({probes_ok} ok), "
-        f"{readings} readings{kernels}; findings: {count_text}",
+        f"{readings} readings{kernels}; findings: {count_text}; "
+        + rule_tally(
+            snapshot.findings, rules, judged_readings(snapshot)[0] if rules else None
+        ).text(),
     ]
     for probe in snapshot.probes:
         if probe.status.value != "ok":
             lines.append(f"probe {probe.name}: {probe.status.value}: {probe.error}")
-    lines.extend(format_finding(f) for f in snapshot.findings)
+    applicable = [f for f in snapshot.findings if f.severity is not Severity.NOT_APPLICABLE]
+    lines.extend(format_finding(f) for f in applicable)
+    lines.extend(format_not_applicable(snapshot.findings))
     return "\n".join(lines)
+
+
+def format_not_applicable(findings: Sequence[Finding]) -> list[str]:
+    """The rules that did not apply, apart from the findings: one line of ids, or none."""
+    ids = sorted({f.rule_id for f in findings if f.severity is Severity.NOT_APPLICABLE})
+    if not ids:
+        return []
+    return [f"did not apply here (no such evidence in the source): {' '.join(ids)}"]

@@ -1,6 +1,6 @@
 """Snapshot files: one versioned schema, written as TOML (default) or JSON.
 
-Layout (schema version 1), the same in both formats::
+Layout (schema version 2), the same in both formats::
 
     schema_version, gpudiag_version, host, created, command_line
     [[probes]]    name, title, status, duration_s, error, [[probes.readings]]
@@ -14,6 +14,10 @@ reading could not be taken, and empty strings are left out. The `[end]` table co
 last in the file, so a file cut short is caught even where the cut falls between two
 tables. The loader refuses anything else with a `SnapshotError` naming the file and
 the problem in one line.
+
+Version 2 adds the `not-applicable` finding severity (a rule whose evidence the source
+can never hold). Version 1 files keep loading: they are migrated on load (see
+`migrate_v1`) and come back as version 2; only version 2 is written.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import math
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -366,9 +370,10 @@ def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
     version = data["schema_version"]
     if isinstance(version, bool) or not isinstance(version, int):
         raise ValueError(f"schema_version: expected an integer, got {_type_name(version)}")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS:
+        readable = " and ".join(map(str, READABLE_VERSIONS))
         raise ValueError(
-            f"schema version {version} is not supported (this gpudiag reads {SCHEMA_VERSION})"
+            f"schema version {version} is not supported (this gpudiag reads {readable})"
         )
     if "end" not in data:
         raise ValueError("truncated: the closing [end] table is missing")
@@ -389,7 +394,7 @@ def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
     end.done()
     f.done()
     snapshot = Snapshot(
-        schema_version=version,
+        schema_version=SCHEMA_VERSION,
         gpudiag_version=gpudiag_version,
         host=host,
         created=created,
@@ -404,7 +409,29 @@ def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
             raise ValueError(
                 f"truncated or edited: [end] declares {count} {name}, the file holds {actual[name]}"
             )
+    if version == 1:
+        for finding in snapshot.findings:
+            if finding.severity is Severity.NOT_APPLICABLE:
+                raise ValueError(f"schema version 1 has no '{finding.severity.value}' findings")
+        snapshot = migrate_v1(snapshot)
     return snapshot
+
+
+READABLE_VERSIONS = (1, SCHEMA_VERSION)
+
+
+def migrate_v1(snapshot: Snapshot) -> Snapshot:
+    """A version 1 snapshot as version 2: the same probes, kernels and findings, plus the
+    readings version 1 imports lacked and the rules read (the uncorrectable ECC totals,
+    summed from the per-location counts the importer wrote). Findings stay as recorded;
+    `gpudiag check` judges them again."""
+    from gpudiag.nvsmi import with_ecc_totals  # the importer's own derivation
+
+    probes = tuple(
+        replace(p, readings=with_ecc_totals(p.readings)) if p.name.startswith("import-") else p
+        for p in snapshot.probes
+    )
+    return replace(snapshot, probes=probes)
 
 
 def loads(text: str, name: str = "<snapshot>") -> Snapshot:

@@ -53,6 +53,7 @@ SEVERITY_STYLE = {
     Severity.WARNING: "yellow",
     Severity.UNKNOWN: "magenta",
     Severity.INFO: "",
+    Severity.NOT_APPLICABLE: "dim",
 }
 
 
@@ -583,18 +584,19 @@ class GpudiagApp(App[int]):
         banner = Text(f"{snapshot.host}  health: ")
         banner.append(health, style or "bold green")
         banner.append("   ")
-        for severity, count in counts.items():
+        for severity, count in counts.items():  # not-applicable: the overview's Rules line
             banner.append(f"{severity.value.upper()} {count}  ", SEVERITY_STYLE[severity])
         return banner
 
     def show_overview(self) -> None:
         assert self.snapshot is not None
         text = Text()
-        for label, value in views.overview(self.snapshot):
+        rules = self.source.rules if isinstance(self.source, LiveNode) else None
+        for label, value in views.overview(self.snapshot, rules, self.readings):
             text.append(f"{label:<9}", "bold")
             text.append(f"{value}\n")
         worst = views.filter_findings(self.snapshot.findings)
-        worst = [f for f in worst if f.severity is not Severity.INFO][:5]
+        worst = [f for f in worst if f.severity.rank > Severity.INFO.rank][:5]
         text.append(
             "\nFix first\n" if worst else "\nNo critical, warning or unknown findings.\n", "bold"
         )

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from gpudiag.hostfs import natural_key
 from gpudiag.kernels.readings import device_prefix, metric_key
 from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
+from gpudiag.ruleengine import Rule
+from gpudiag.session import rule_tally
 
 _GPU_INDEX = re.compile(r"^gpu\.(\d+)\.")
 _NIC = re.compile(r"^topo\.gpu\.\d+\.nic\.(.+)$")
@@ -97,9 +99,15 @@ def _shown(readings: dict[str, Reading], key: str) -> str | None:
     return reading.display() if reading is not None and reading.ok else None
 
 
-def overview(snapshot: Snapshot) -> list[tuple[str, str]]:
+def overview(
+    snapshot: Snapshot,
+    rules: Sequence[Rule] | None = None,
+    readings: dict[str, Reading] | None = None,
+) -> list[tuple[str, str]]:
     """Label and value lines for the first screen: host, platform, GPUs, driver, CPU and
-    NUMA. A value no probe read says so ('not read') rather than vanish."""
+    NUMA, and how many rules ran, did not apply and could not be checked (how many ran
+    only when the `rules` and the judged `readings` are given). A value no probe read
+    says so ('not read') rather than vanish."""
     r = snapshot.readings_by_key
 
     def joined(*keys: str, sep: str = " ") -> str:
@@ -140,6 +148,7 @@ def overview(snapshot: Snapshot) -> list[tuple[str, str]]:
         ("CPU", f"{cpu}" + (f"  ({', '.join(layout)})" if layout else "")),
         ("NUMA", numa),
         ("Governor", joined("cpu.freq.governor")),
+        ("Rules", rule_tally(snapshot.findings, rules, readings).text().removeprefix("rules: ")),
         ("Snapshot", f"taken {snapshot.created} by gpudiag {snapshot.gpudiag_version}"),
     ]
 

@@ -208,6 +208,9 @@ def _idle(host: HostFS, cpus: list[int]) -> Iterator[Reading]:
             "us",
         )
     yield Reading("cpu.idle.states", names, source=source)
+    if "C6" not in names:  # CPU003 judges C6: on this CPU there is none to judge
+        reason = f"this CPU has no C6 idle state ({', '.join(names)})"
+        yield Reading.failed("cpu.idle.C6.disabled", ReadingStatus.UNSUPPORTED, reason, source)
 
 
 def collect(context: ProbeContext) -> Iterator[Reading]:

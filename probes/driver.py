@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gpudiag.model import Reading, ReadingStatus
-from gpudiag.nvml import Nvml, NvmlError, PynvmlBackend
+from gpudiag.nvml import Nvml, NvmlError, PynvmlBackend, ReplayBackend
 from gpudiag.probe import Cost, Probe, ProbeContext
 
 
@@ -30,8 +30,21 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
         "nvml.cuda_driver_version", "nvmlSystemGetCudaDriverVersion_v2", convert=cuda_version_text
     )
     yield nvml.reading("nvml.gpu_count", "nvmlDeviceGetCount", unit="GPUs")
+    yield host_files_match(context)
     if isinstance(nvml.backend, PynvmlBackend):  # a replay says nothing of this binding
         yield from _binding(nvml)
+
+
+def host_files_match(context: ProbeContext) -> Reading:
+    """nvml.host_files_match: whether NVML and the host files describe the same node.
+    False only for an NVML replay read beside this machine's own files (`--nvml-replay`
+    without `--root`): then the rules that compare the two (GPU002, GPU003) do not apply.
+    A replay with a captured tree (--root) is taken as that node's whole capture."""
+    source = "gpudiag:--nvml-replay and --root"
+    if isinstance(context.nvml.backend, ReplayBackend) and context.host.is_live:
+        reason = "NVML answers from a replay file, the host files are this machine's"
+        return Reading("nvml.host_files_match", False, source=source, reason=reason)
+    return Reading("nvml.host_files_match", True, source=source)
 
 
 def binding_branch(version: str) -> int:

@@ -74,6 +74,14 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
             "%",
             source="sysfs:devices/system/node/node*/meminfo",
         )
+    elif len(cpu_nodes) == 1:
+        yield Reading.failed(
+            "numa.memory_imbalance",
+            ReadingStatus.UNSUPPORTED,
+            "one NUMA node with CPUs: no imbalance between nodes",
+            "sysfs:devices/system/node",
+            "%",
+        )
     topology = "sysfs:devices/system/cpu/cpu*/topology/physical_package_id"
     sockets = set(socket_of_node.values())
     if sockets and None not in sockets:

@@ -53,6 +53,10 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
         [R("nvml.gpu_count", 7), R("pcie.gpu_count", 8)],
         [R("nvml.gpu_count", 8), R("pcie.gpu_count", 8)],
     ),
+    "GPU031": (
+        [R("nvml.gpu_count", 8), R("pcie.gpu_count", 0)],
+        [R("nvml.gpu_count", 8), R("pcie.gpu_count", 8)],
+    ),
     "GPU003": (
         [R("kernel.dev_nvidia_count", 7), R("nvml.gpu_count", 8)],
         [R("kernel.dev_nvidia_count", 8), R("nvml.gpu_count", 8)],

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import NO_BUS_RULES, REPO
 
 TREE = REPO / "tests" / "fixtures" / "host-basic"
 FAULTY = REPO / "snapshots" / "demo-hgx-h100-faulty.toml"
@@ -31,7 +31,7 @@ def test_clush_fan_out_and_clubak_folds_identical_nodes(tmp_path: Path) -> None:
         shutil.copyfile(replay, tmp_path / f"{node}.toml")
     rules = tmp_path / "rules"
     rules.mkdir()
-    (rules / "site.toml").write_text('[[override]]\nid = "GPU002"\ndisabled = true\n')
+    (rules / "site.toml").write_text(NO_BUS_RULES)
     command = [
         clush, "-S", "-R", "exec", "-w", "node[1-3]",
         str(BIN / "gpudiag"), "--root", str(TREE), "--nvml-replay", f"{tmp_path}/%h.toml",

@@ -130,7 +130,7 @@ def test_explanations_are_the_devices_own() -> None:
 
 def test_different_schema_versions_are_refused(tmp_path: Path, demo: dict[str, Path]) -> None:
     old = tmp_path / "old.toml"
-    old.write_text(demo["healthy"].read_text().replace("schema_version = 1", "schema_version = 0"))
+    old.write_text(demo["healthy"].read_text().replace("schema_version = 2", "schema_version = 0"))
     result = run_cli("diff", str(demo["healthy"]), str(old))
     assert result.returncode == 3
     assert "schema version 0 is not supported" in result.stderr

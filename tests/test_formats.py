@@ -9,7 +9,7 @@ import re
 import shutil
 import stat
 import subprocess
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -39,13 +39,6 @@ def promtool_check(text: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [promtool(), "check", "metrics"], input=text, capture_output=True, text=True, check=False
     )
-
-
-@dataclass(frozen=True)
-class NotApplicableFinding(Finding):
-    """A finding with the not-applicable status another change adds to the model."""
-
-    status: str = "not_applicable"
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +79,7 @@ def test_prometheus_passes_promtool_and_names_what_a_dashboard_needs(faulty: Pat
     assert "gpudiag_status 2\n" in text
     assert 'gpudiag_recommended_action{action="service"} 1\n' in text
     assert 'gpudiag_recommended_action{action="drain"} 0\n' in text
-    assert 'gpudiag_findings_by_severity{severity="critical"} 3\n' in text
+    assert 'gpudiag_findings_by_severity{severity="critical"} 2\n' in text  # GPU001, GPU011
     assert 'gpudiag_gpu_temperature_celsius{gpu="7"' not in text  # a lost GPU: no zero
     created = load(faulty).created
     stamp = re.search(r"^gpudiag_snapshot_timestamp_seconds (\S+)$", text, re.M)
@@ -107,7 +100,7 @@ def test_prometheus_kernel_results_and_not_applicable_findings(
         ),
         KernelResult("copy", "cpu", "h2d", "GB/s", ProbeStatus.SKIPPED, error="needs a GPU"),
     )
-    na = NotApplicableFinding("NVL008", Severity.INFO, "GPU 0", "t", "no NVSwitch")
+    na = Finding("NVL008", Severity.NOT_APPLICABLE, "GPU 0", "t", "no NVSwitch")
     assert is_not_applicable(na)
     snapshot = replace(snapshot, kernels=kernels, findings=(*snapshot.findings, na))
     text = prometheus(snapshot)
@@ -120,7 +113,8 @@ def test_prometheus_kernel_results_and_not_applicable_findings(
     assert 'gpudiag_kernel_ok{kernel="copy",device="cpu",metric="h2d"} 0' in text
     assert 'gpudiag_kernel_median{kernel="copy"' not in text  # skipped: no number
     assert (
-        'rule="NVL008",subject="GPU 0",severity="info",action="none",status="not_applicable"'
+        'rule="NVL008",subject="GPU 0",severity="not-applicable",action="none",'
+        'status="not_applicable"'
     ) in text
     assert 'gpudiag_findings_by_severity{severity="info"} 12\n' in text  # not counted
     report = tmp_path / "na.xml"

@@ -163,7 +163,9 @@ def test_a_lost_gpu_is_reported_once_not_by_every_rule() -> None:
 
 def test_unsupported_readings_are_not_judged() -> None:
     readings = _by_key(Reading.failed("gpu.0.ecc.current", ReadingStatus.UNSUPPORTED, "N/A"))
-    assert [f for f in evaluate(load_rules(), readings) if f.rule_id == "GPU005"] == []
+    (finding,) = [f for f in evaluate(load_rules(), readings) if f.rule_id == "GPU005"]
+    assert finding.severity is Severity.NOT_APPLICABLE  # counted apart, no exit code
+    assert finding.message == "does not apply: gpu.0.ecc.current is unsupported (N/A)"
 
 
 def _demo_snapshot(replay: Path, tmp_path: Path):

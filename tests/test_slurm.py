@@ -20,7 +20,7 @@ import slurm_cluster
 from gpudiag.health import CONFIG_NAME, config_paths
 from gpudiag.snapshot import load
 
-from conftest import REPO, run_cli
+from conftest import NO_BUS_RULES, REPO, run_cli
 
 TREE = REPO / "tests" / "fixtures" / "host-basic"
 FAULTY = REPO / "snapshots" / "demo-hgx-h100-faulty.toml"
@@ -68,7 +68,7 @@ def slurm() -> Iterator[tuple[slurm_cluster.Cluster, Path]]:
     rules = folder / "rules"
     rules.mkdir()
     # the fixture tree has no PCIe devices, so NVML's 8 GPUs would be 8 too many
-    (rules / "site.toml").write_text('[[override]]\nid = "GPU002"\ndisabled = true\n')
+    (rules / "site.toml").write_text(NO_BUS_RULES)
     settings = (
         f'options = ["--root", "{TREE}", "--nvml-replay", "{replay}", "--rules", "{rules}",'
         f' "--prometheus", "{folder / "health.prom"}"]\n'

@@ -129,8 +129,8 @@ def test_save_picks_format_by_name_and_loads_back(tmp_path: Path) -> None:
     snap = _example()
     snapfile.save(snap, tmp_path / "a.toml")
     snapfile.save(snap, tmp_path / "a.json")
-    assert (tmp_path / "a.toml").read_text().startswith("schema_version = 1")
-    assert json.loads((tmp_path / "a.json").read_text())["schema_version"] == 1
+    assert (tmp_path / "a.toml").read_text().startswith("schema_version = 2")
+    assert json.loads((tmp_path / "a.json").read_text())["schema_version"] == 2
     assert snapfile.load(tmp_path / "a.toml") == snapfile.load(tmp_path / "a.json") == snap
 
 
@@ -153,7 +153,7 @@ def test_failed_serialisation_leaves_existing_file_untouched(tmp_path: Path) -> 
     target.write_text("precious\n")
 
     def half_then_fail(stream) -> None:
-        stream.write("schema_version = 1\n")
+        stream.write("schema_version = 2\n")
         raise RuntimeError("serialiser failed half-way")
 
     with pytest.raises(RuntimeError):
@@ -174,11 +174,11 @@ BAD_FILES = {
     "not_toml": (b"this is not = = toml", "not valid TOML"),
     "no_version": (b'host = "x"\n', "no schema_version"),
     "future_version": (
-        _good_toml().replace("schema_version = 1", "schema_version = 99").encode(),
+        _good_toml().replace("schema_version = 2", "schema_version = 99").encode(),
         "schema version 99 is not supported",
     ),
     "string_version": (
-        _good_toml().replace("schema_version = 1", 'schema_version = "1"').encode(),
+        _good_toml().replace("schema_version = 2", 'schema_version = "1"').encode(),
         "schema_version: expected an integer",
     ),
     "wrong_type": (

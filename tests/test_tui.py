@@ -263,8 +263,10 @@ def test_overview_says_what_to_fix_first(tmp_path: Path) -> None:
         assert "Platform Supermicro SYS-821GE-TNHR" in text
         fix_first = text.split("Fix first\n")[1].splitlines()
         assert fix_first[0].startswith("CRITICAL GPU001   GPU 7: GPU lost")
-        assert all(line.startswith("CRITICAL") for line in fix_first[:5])
-        assert "CRITICAL 5  WARNING" in _banner(app)
+        assert all(line.startswith("CRITICAL") for line in fix_first[:4])
+        assert fix_first[4].startswith("WARNING")
+        assert "CRITICAL 4  WARNING" in _banner(app)
+        assert "Rules    " in text and " did not apply, " in text
         assert app.query_one(TabbedContent).active == "overview-tab"
 
     _run(app, steps)
@@ -281,13 +283,13 @@ def test_findings_filter_sort_and_detail(tmp_path: Path) -> None:
         assert "evidence: gpu.7.health = [error]" in detail
         assert "why: A lost GPU" in detail and "fix: Check dmesg" in detail
         await pilot.press("down")
-        assert "CRITICAL GPU002" in _text(app, "#finding-text")  # follows the cursor
+        assert "CRITICAL GPU011" in _text(app, "#finding-text")  # follows the cursor
         await pilot.press("s")  # by id
         ids = [r[1] for r in _cells(app, "#findings")]
         assert ids == sorted(ids)
         await pilot.press("f")  # critical only
         assert {r[0] for r in _cells(app, "#findings")} == {"CRITICAL"}
-        await pilot.press("f", "f", "f", "f")  # warning, unknown, info, every severity
+        await pilot.press("f", "f", "f", "f", "f")  # warning, unknown, info, n/a, all
         assert len(_cells(app, "#findings")) == len(rows)
         await pilot.press("slash")
         assert app.focused is app.query_one("#findings-filter", Input)

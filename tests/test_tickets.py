@@ -1,0 +1,588 @@
+"""Issue 15, tickets tell the truth: ECC counts in imports, rules that do not apply to
+an import, what a healthy import exits with. Values are asserted against the real files
+in ../shared/realdata; where a fault is needed, a real file is edited in the test and
+the edit is named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpudiag.model import ReadingStatus, Severity
+from gpudiag.nvsmi import import_text
+from gpudiag.ruleengine import load_rules
+from gpudiag.session import with_findings
+from gpudiag.snapshot import load
+
+from conftest import realdata_dir, run_cli
+
+A10G = "nvidia-smi-xml/telegraf__a10g.xml"
+H100_Q = "nvidia-smi-q/nvgpuexp__linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01__idle.txt"
+V100_XML = "nvidia-smi-xml/datakit__gtx-1card__V100-PCIE-32GB.xml"
+BLACKWELL_XML = "nvidia-smi-xml/telegraf__pro-6000-maxq-blackwell-v13.xml"
+
+
+def _text(name: str) -> str:
+    return (realdata_dir() / name).read_text()
+
+
+def _readings(text: str) -> dict:
+    return {r.key: r for r in import_text(text)[1]}
+
+
+def test_xml_ecc_counts_and_totals_of_the_a10g() -> None:
+    r = _readings(_text(A10G))
+    for counter in ("volatile", "aggregate"):
+        for kind in ("corrected", "uncorrected"):
+            assert r[f"gpu.0.ecc.{counter}.{kind}.dram"].value == 0
+            assert r[f"gpu.0.ecc.{counter}.{kind}.sram"].value == 0
+            assert r[f"gpu.0.ecc.{counter}.{kind}"].value == 0  # what GPU007/GPU008 read
+
+
+def test_xml_uncorrectable_dram_errors_are_critical(tmp_path: Path) -> None:
+    # edit: the A10G capture with 2 volatile DRAM uncorrectable errors (issue 15's case)
+    text = _text(A10G)
+    volatile = text.index("<volatile>")
+    edited = text[:volatile] + text[volatile:].replace(
+        "<dram_uncorrectable>0</dram_uncorrectable>",
+        "<dram_uncorrectable>2</dram_uncorrectable>",
+        1,
+    )
+    assert edited != text
+    r = _readings(edited)
+    assert r["gpu.0.ecc.volatile.uncorrected"].value == 2
+    assert r["gpu.0.ecc.aggregate.uncorrected"].value == 0
+    source = tmp_path / "a10g.xml"
+    source.write_text(edited)
+    result = run_cli("import", str(source), "-o", str(tmp_path / "s.toml"))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert (
+        "CRITICAL GPU007   GPU 0: GPU 0: 2 uncorrectable ECC errors since the driver loaded"
+        in result.stdout
+    )
+
+
+def test_q_text_sram_parity_and_sec_ded_are_both_counted() -> None:
+    text = _text(H100_Q)
+    # the real file: every count 0, SRAM uncorrectable printed split (driver 590)
+    r = _readings(text)
+    assert r["gpu.0.ecc.volatile.uncorrected.sram"].value == 0
+    assert r["gpu.0.ecc.volatile.uncorrected"].value == 0
+    assert "SRAM Uncorrectable Parity" in r["gpu.0.ecc.volatile.uncorrected.sram"].source
+    # edit: 1 parity and 2 SEC-DED volatile errors
+    volatile = text.index("        Volatile\n")
+    head, tail = text[:volatile], text[volatile:]
+    tail = tail.replace(
+        "SRAM Uncorrectable Parity                  : 0",
+        "SRAM Uncorrectable Parity                  : 1",
+        1,
+    )
+    tail = tail.replace(
+        "SRAM Uncorrectable SEC-DED                 : 0",
+        "SRAM Uncorrectable SEC-DED                 : 2",
+        1,
+    )
+    r = _readings(head + tail)
+    assert r["gpu.0.ecc.volatile.uncorrected.sram"].value == 3
+    assert r["gpu.0.ecc.volatile.uncorrected"].value == 3
+    assert r["gpu.0.ecc.aggregate.uncorrected"].value == 0
+    snapshot = _snapshot_of(head + tail)
+    (ecc,) = [f for f in snapshot.findings if f.rule_id == "GPU007"]
+    assert ecc.severity is Severity.CRITICAL and "3 uncorrectable" in ecc.message
+
+
+def _snapshot_of(text: str):
+    from datetime import datetime, timezone
+
+    from gpudiag.model import ProbeResult, ProbeStatus, Snapshot
+
+    kind, readings = import_text(text)
+    probe = ProbeResult(f"import-{kind}", ProbeStatus.OK, 0.0, tuple(readings))
+    now = datetime.now(timezone.utc).isoformat()
+    return with_findings(Snapshot("imported", now, "test", probes=(probe,)), load_rules())
+
+
+def test_pre_r450_xml_counts_by_unit_and_prints_its_total() -> None:
+    r = _readings(_text(V100_XML))
+    assert r["gpu.0.ecc.volatile.uncorrected"].value == 0
+    assert r["gpu.0.ecc.volatile.uncorrected"].source.endswith("volatile/double_bit/total")
+    assert r["gpu.0.ecc.volatile.uncorrected.dram"].value == 0
+    assert r["gpu.0.ecc.volatile.uncorrected.sram"].status is ReadingStatus.MISSING
+
+
+def test_ecc_off_card_counts_are_unsupported_not_zero() -> None:
+    r = _readings(_text(BLACKWELL_XML))
+    assert r["gpu.0.ecc.current"].value is False
+    total = r["gpu.0.ecc.volatile.uncorrected"]
+    assert total.status is ReadingStatus.UNSUPPORTED and total.value is None
+
+
+def test_remapped_rows_printed_as_one_placeholder_are_unsupported() -> None:
+    text = _text(
+        "nvidia-smi-q/nvgpuexp__linux-x86_64__nvidia-geforce-rtx-2080-super__595.71.05__idle.txt"
+    )
+    assert "    Remapped Rows                                      : N/A" in text
+    r = _readings(text)
+    for name in ("correctable", "uncorrectable", "pending", "failure"):
+        assert r[f"gpu.0.remapped_rows.{name}"].status is ReadingStatus.UNSUPPORTED
+
+
+def test_thresholds_printed_only_relative_to_t_limit_are_unsupported() -> None:
+    r = _readings(_text(H100_Q))
+    slowdown = r["gpu.0.temperature.slowdown"]
+    assert slowdown.status is ReadingStatus.UNSUPPORTED
+    assert slowdown.reason == "nvidia-smi prints it only relative to T.Limit (-2 C)"
+
+
+def test_q_text_processes_by_type() -> None:
+    name = "nvidia-smi-q/nvgpuexp__linux-x86_64__nvidia-geforce-rtx-2080-super__595.71.05__load.txt"
+    r = _readings(_text(name))
+    assert r["gpu.0.processes.graphics"].value[:2] == [1696, 4584]
+    assert 5267 in r["gpu.0.processes.compute"].value
+    assert 5267 not in r["gpu.0.processes.graphics"].value
+    assert _readings(_text(H100_Q))["gpu.0.processes.compute"].value == []
+
+
+def test_host_rules_do_not_apply_to_an_import_and_a_healthy_one_exits_0(tmp_path: Path) -> None:
+    out = tmp_path / "h100.toml"
+    result = run_cli("import", str(realdata_dir() / H100_Q), "-o", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    first = result.stdout.splitlines()[0]
+    assert "findings: 0 critical, 0 warning, 0 unknown, 1 info; rules: " in first
+    assert "UNKNOWN" not in result.stdout and "NOT-APPLICABLE" not in result.stdout
+    snapshot = load(out)
+    na = {f.rule_id for f in snapshot.findings if f.severity is Severity.NOT_APPLICABLE}
+    assert {"CPU001", "MEM001", "OS001", "GPU002", "HOST001", "NVL006"} <= na
+    assert all(
+        not f.rule_id.startswith(("CPU", "MEM", "OS", "HOST"))
+        for f in snapshot.findings
+        if f.severity is not Severity.NOT_APPLICABLE
+    )
+
+
+# ------------------------------------------------------------------ topo -m as pasted
+
+TOPO_DIR = "topo"
+
+
+def _topo_files() -> list[Path]:
+    return [
+        p
+        for p in sorted((realdata_dir() / TOPO_DIR).glob("*.txt"))
+        if "ERROR:" not in p.read_text(errors="replace")
+    ]
+
+
+def _values(text: str) -> dict:
+    return {r.key: (r.value, r.status) for r in import_text(text)[1]}
+
+
+def test_real_topo_files_read_the_same_in_every_pasted_form() -> None:
+    files = _topo_files()
+    assert len(files) == 8
+    for path in files:
+        text = path.read_text()
+        original = _values(text)
+        plain = text.replace("\x1b[4m", "").replace("\x1b[0m", "")
+        forms = {
+            "space-aligned": plain.expandtabs(8),
+            "prompt line": "user@node:~$ nvidia-smi topo -m\n" + text,
+            "ANSI, space-aligned, CRLF": text.expandtabs(8).replace("\n", "\r\n"),
+            "indented": "\n".join("    " + line for line in plain.expandtabs(8).split("\n")),
+        }
+        for name, form in forms.items():
+            assert _values(form) == original, (path.name, name)
+
+
+def test_real_topo_values() -> None:
+    expected = {  # read off each file: its CPU Affinity and NUMA Affinity cells
+        "rtx-2080-super__595.71.05": ("0-23", 0),
+        "rtx-2080-super__610.57.04": ("0-23", 0),
+        "rtx-4080-super": ("0-15", 0),
+        "h100-80gb-hbm3": ("0-19", 0),
+        "h100-mig": ("0-19", 0),
+        "h200-mig": ("0-23", 0),
+        "l40s": ("0-7", 0),
+    }
+    for path in _topo_files():
+        text = path.read_text()
+        r = _readings(text)
+        match = [v for k, v in expected.items() if k in path.name and "windows" not in path.name]
+        if not match:  # the Windows capture prints both cells empty
+            assert "\nGPU0\t X \t\t\t\tN/A\n" in text
+            assert r["gpu.0.cpu_affinity"].status is ReadingStatus.UNSUPPORTED
+            assert r["gpu.0.numa_node"].status is ReadingStatus.UNSUPPORTED
+            continue
+        ((cpus, node),) = match
+        assert f"GPU0\t X \t{cpus}\t{node}\t" in text
+        assert r["gpu.0.cpu_affinity"].value == cpus
+        assert r["gpu.0.numa_node"].value == node
+        assert not any(k.startswith("topo.gpu.0.") for k in r)  # one GPU: no pairs
+
+
+# An 8-GPU matrix with two NICs in the shape nvidia-smi prints on a 2 x 46-core node with
+# SMT (made up for this test, not a capture): the CPU affinity of every GPU is wider than
+# its column, so CPU and NUMA affinity run together as they do in pasted tickets.
+HEADER = (
+    "\tGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\tNIC0\tNIC1\t"
+    "CPU Affinity\tNUMA Affinity\tGPU NUMA ID"
+)
+
+
+def _eight_gpu_tabs() -> str:
+    rows = []
+    for gpu in range(8):
+        links = ["X" if peer == gpu else "NV12" for peer in range(8)]
+        nics = ["PXB", "SYS"] if gpu < 4 else ["SYS", "PXB"]
+        cpus = "0-45,92-137" if gpu < 4 else "46-91,138-183"
+        rows.append("\t".join([f"GPU{gpu}", *links, *nics, cpus, str(gpu // 4), "N/A"]))
+    for nic in range(2):
+        rows.append(
+            "\t".join([f"NIC{nic}", *(["PXB"] * 4 + ["SYS"] * 4)[:: 1 if nic == 0 else -1]])
+        )
+    legend = (
+        "\n\nLegend:\n\n  X    = Self\n  NV#  = Connection traversing a bonded set of # NVLinks"
+    )
+    nics = "\n\nNIC Legend:\n\n  NIC0: mlx5_0\n  NIC1: mlx5_1\n"
+    return HEADER + "\n" + "\n".join(rows) + legend + nics
+
+
+def _glued(text: str) -> str:
+    """Space-aligned with 8-wide columns, and the CPU and NUMA affinity without a gap."""
+    lines = []
+    for line in text.split("\n"):
+        if line.startswith("GPU"):
+            cells = line.split("\t")
+            cells[11:13] = [cells[11] + cells[12]]
+            line = "".join(c.ljust(8) for c in cells[:11]) + cells[11].ljust(16) + cells[12]
+        lines.append(line.expandtabs(8))
+    return "\n".join(lines)
+
+
+def test_eight_gpu_matrix_with_nics_in_every_form() -> None:
+    tabs = _eight_gpu_tabs()
+    glued = _glued(tabs)
+    assert "GPU0    X       NV12" in glued and "0-45,92-1370" in glued
+    assert "46-91,138-1831" in glued
+    ansi = "\x1b[1m" + glued.replace("GPU0 ", "\x1b[4mGPU0\x1b[0m ", 1)
+    forms = {"tabs": tabs, "glued": glued, "prompt+ANSI": "$ nvidia-smi topo -m\n" + ansi}
+    for name, text in forms.items():
+        r = _readings(text)
+        assert r["topo.gpu.0.1"].value == "NV12", name
+        assert r["topo.gpu.7.6"].value == "NV12", name
+        assert r["topo.gpu.0.nic.mlx5_0"].value == "PXB", name
+        assert r["topo.gpu.0.nic.mlx5_1"].value == "SYS", name
+        assert r["topo.gpu.5.nic.mlx5_1"].value == "PXB", name
+        assert r["gpu.0.cpu_affinity"].value == "0-45,92-137", name
+        assert r["gpu.0.numa_node"].value == 0, name
+        assert r["gpu.7.cpu_affinity"].value == "46-91,138-183", name
+        assert r["gpu.7.numa_node"].value == 1, name
+        assert len([k for k in r if k.startswith("topo.gpu.")]) == 8 * 7 + 8 * 2, name
+
+
+def test_glued_affinity_split() -> None:
+    from gpudiag.nvsmi import split_glued_affinity
+
+    assert split_glued_affinity("0-45,92-1370") == ("0-45,92-137", "0")
+    assert split_glued_affinity("46-91,138-1831") == ("46-91,138-183", "1")
+    assert split_glued_affinity("0-2312") == ("0-231", "2")  # no symmetry: one digit
+    assert split_glued_affinity("0-11,24-3510") == ("0-11,24-35", "10")  # NUMA node 10
+    assert split_glued_affinity("N/A") is None
+
+
+# ------------------------------------------------------------------ bug reports and stdin
+
+
+def _bug_report(q_text: str) -> str:
+    """The layout nvidia-bug-report.sh writes around each command's output (a made-up
+    frame; the -q text inside is the real capture)."""
+    return (
+        "____________________________________________\n\n"
+        "Start of NVIDIA bug report log file.\n"
+        "nvidia-bug-report.sh Version: 35586341\n\n"
+        "____________________________________________\n\n"
+        "/usr/bin/nvidia-smi --query\n\n"
+        + q_text
+        + "\n____________________________________________\n\n"
+        "/usr/bin/nvidia-smi --query --unit\n\nNo units found.\n"
+    )
+
+
+def test_bug_report_log_gz_imports_as_it_is(tmp_path: Path) -> None:
+    import gzip
+
+    report = tmp_path / "nvidia-bug-report.log.gz"
+    report.write_bytes(gzip.compress(_bug_report(_text(H100_Q)).encode()))
+    out = tmp_path / "s.toml"
+    result = run_cli("import", str(report), "-o", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    snapshot = load(out)
+    assert snapshot.reading("gpu.0.name").value == "NVIDIA H100 80GB HBM3"
+    assert snapshot.reading("nvml.driver_version").value == "590.48.01"
+    assert snapshot.probes[0].title == "imported nvidia-bug-report.log.gz"
+
+
+def test_broken_gzip_is_one_line(tmp_path: Path) -> None:
+    import gzip
+
+    report = tmp_path / "nvidia-bug-report.log.gz"
+    report.write_bytes(gzip.compress(b"x" * 1000)[:20])
+    result = run_cli("import", str(report), "-o", str(tmp_path / "s.toml"))
+    assert result.returncode == 3
+    assert result.stderr.count("\n") == 1 and "truncated gzip data" in result.stderr
+    assert not (tmp_path / "s.toml").exists()
+
+
+def test_import_from_standard_input(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "pasted.toml"
+    pasted = "$ nvidia-smi -q\n" + _text(H100_Q)
+    result = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "import", "-", "-o", str(out)],
+        input=pasted,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    snapshot = load(out)
+    assert snapshot.reading("gpu.0.pci.bus_id").value == "0000:00:09.0"  # file: 00000000:00:09.0
+    assert snapshot.probes[0].title == "imported standard input"
+    empty = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "import", "-", "-o", str(tmp_path / "e.toml")],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert empty.returncode == 3 and "-: file is empty" in empty.stderr
+
+
+# ------------------------------------------------------------------ message texts
+
+
+def _findings(*readings):
+    from gpudiag.ruleengine import evaluate
+
+    return {
+        (f.rule_id, f.subject): f
+        for f in evaluate(load_rules(), {r.key: r for r in readings})
+        if f.severity is not Severity.UNKNOWN
+    }
+
+
+def test_counts_read_in_the_singular_and_plural() -> None:
+    from gpudiag.model import Reading
+
+    one = _findings(Reading("gpu.1.remapped_rows.uncorrectable", 1))
+    assert one["GPU013", "GPU 1"].message == "GPU 1: 1 row remapped for uncorrectable errors"
+    two = _findings(Reading("gpu.1.remapped_rows.uncorrectable", 2))
+    assert two["GPU013", "GPU 1"].message == "GPU 1: 2 rows remapped for uncorrectable errors"
+    ecc = _findings(Reading("gpu.0.ecc.volatile.uncorrected", 1))
+    assert ecc["GPU007", "GPU 0"].message.startswith("GPU 0: 1 uncorrectable ECC error since")
+
+
+def test_pcie011_names_no_empty_parentheses() -> None:
+    from gpudiag.model import Reading
+
+    finding = _findings(Reading("iommu.cmdline", []))["PCIE011", "node"]
+    assert finding.message == (
+        "the kernel command line sets no IOMMU passthrough (its IOMMU options: none)"
+    )
+    assert "()" not in finding.message
+
+
+def test_pcie010_names_the_address_once(tmp_path: Path) -> None:
+    from gpudiag.hostfs import HostFS
+    from gpudiag.model import Reading
+    from gpudiag.session import format_finding
+
+    # the reading as the pcie probe takes it from a tree without the numa_node file
+    host = HostFS(tmp_path)
+    reading = host.reading(
+        "pcie.0000:18:00.0.numa_node", "/sys/bus/pci/devices/0000:18:00.0/numa_node"
+    )
+    assert not reading.ok
+    line = format_finding(_findings(reading)["PCIE010", "PCIe 0000:18:00.0"])
+    assert line.count("0000:18:00.0") <= 2  # the subject, and at most the file's path
+    unsupported = Reading.failed(
+        "pcie.0000:18:00.0.numa_node",
+        ReadingStatus.UNSUPPORTED,
+        "the platform reports no NUMA affinity (-1)",
+    )
+    line = format_finding(_findings(unsupported)["PCIE010", "PCIe 0000:18:00.0"])
+    assert line.endswith(
+        "PCIe 0000:18:00.0: no NUMA node: the platform reports no NUMA affinity (-1)"
+    )
+    assert line.count("0000:18:00.0") == 1
+
+
+def test_fix_commands_name_the_gpu() -> None:
+    from gpudiag.model import Reading
+
+    found = _findings(
+        Reading("gpu.3.ecc.current", False),
+        Reading("gpu.5.compute_mode", "exclusive-process"),
+        Reading("gpu.6.health", "ok"),
+    )
+    assert found["GPU005", "GPU 3"].fix == "nvidia-smi -e 1 -i 3, then reboot."
+    assert "nvidia-smi -c DEFAULT -i 5" in found["GPU028", "GPU 5"].fix
+    for rule in load_rules():
+        assert "-i N" not in rule.fix, rule.id
+
+
+# ------------------------------------------------------------------ classes of GPU, demos
+
+
+def _import_findings(name: str) -> dict:
+    snapshot = _snapshot_of(_text(name))
+    return {(f.rule_id, f.subject): f for f in snapshot.findings}
+
+
+def test_geforce_cards_are_judged_by_what_they_have() -> None:
+    # the RTX 3090 capture: brand GeForce, ECC Mode N/A, persistence mode Enabled
+    found = _import_findings("nvidia-smi-xml/telegraf__3090-v13.xml")
+    ecc, persistence = found["GPU005", "GPU 0"], found["GPU004", "GPU 0"]
+    assert ecc.severity is Severity.NOT_APPLICABLE
+    assert ecc.message == "does not apply: the GeForce (consumer) card profile has ecc = false"
+    assert persistence.severity is Severity.NOT_APPLICABLE
+    # the GTX 1660 Ti names itself 'Graphics Device': its brand says GeForce
+    found = _import_findings("nvidia-smi-xml/telegraf__gtx-1660-ti.xml")
+    assert found["GPU005", "GPU 0"].severity is Severity.NOT_APPLICABLE
+    assert "GeForce" in found["GPU005", "GPU 0"].message
+
+
+def test_workstation_cards_are_not_asked_for_persistence_mode() -> None:
+    # the Quadro P400 capture: persistence mode Disabled, which a data-centre card is
+    # warned about (GPU004); on a workstation card it does not apply
+    text = _text("nvidia-smi-xml/telegraf__quadro-p400.xml")
+    assert "<persistence_mode>Disabled</persistence_mode>" in text
+    found = _import_findings("nvidia-smi-xml/telegraf__quadro-p400.xml")
+    assert found["GPU004", "GPU 0"].severity is Severity.NOT_APPLICABLE
+    assert "Workstation" in found["GPU004", "GPU 0"].message
+    # a data-centre card with persistence mode off is still warned (the A10G capture)
+    found = _import_findings(A10G)
+    assert found["GPU004", "GPU 0"].severity is Severity.WARNING
+
+
+def test_profiles_file_declares_the_classes() -> None:
+    from gpudiag.ruleengine import load_profiles
+
+    profiles = load_profiles()
+    assert profiles["geforce"].values == {"ecc": False, "persistence_mode": False}
+    assert profiles["workstation"].values == {"ecc": True, "persistence_mode": False}
+    assert "NVIDIA RTX" in profiles["workstation"].brands
+
+
+def test_replay_beside_this_machine_is_not_judged_against_its_bus(tmp_path: Path) -> None:
+    from conftest import REPO
+
+    healthy = REPO / "snapshots" / "demo-hgx-h100-healthy.toml"
+    out = tmp_path / "healthy.toml"
+    result = run_cli("--nvml-replay", str(healthy), "--export", str(out))
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    assert "CRITICAL" not in result.stdout
+    snapshot = load(out)
+    match = snapshot.reading("nvml.host_files_match")
+    assert match.value is False and "replay" in match.reason
+    for rule_id in ("GPU002", "GPU003", "GPU031"):
+        (finding,) = [f for f in snapshot.findings if f.rule_id == rule_id]
+        assert finding.severity is Severity.NOT_APPLICABLE, rule_id
+        assert "nvml.host_files_match is false" in finding.message
+    # the healthy demo's warnings are this machine's, with their reasons
+    for line in result.stdout.splitlines():
+        if line.startswith("WARNING"):
+            assert not line.split()[1].startswith(("GPU", "NVL")), line
+
+
+def test_faulty_demo_shows_its_planted_faults(tmp_path: Path) -> None:
+    from conftest import REPO
+
+    faulty = REPO / "snapshots" / "demo-hgx-h100-faulty.toml"
+    result = run_cli("--nvml-replay", str(faulty), "--export", str(tmp_path / "f.toml"))
+    assert result.returncode == 2
+    for planted in (
+        "CRITICAL GPU001   GPU 7:",
+        "CRITICAL GPU011   GPU 1: GPU 1 has a row remap pending",
+        "WARNING  GPU004   GPU 5: GPU 5 persistence mode is off",
+        "WARNING  GPU014   GPU 6: GPU 6 clocks limited by HwSlowdown",
+        "WARNING  NVL001   GPU 2 NVLink 5: GPU 2 NVLink 5 is inactive",
+        "WARNING  PCIE001  GPU 3: GPU 3 PCIe link x8 of x16",
+    ):
+        assert planted in result.stdout, planted
+    assert "GPU002" not in result.stdout.split("did not apply here")[0]
+
+
+def test_gpu002_words_fit_each_direction() -> None:
+    from gpudiag.model import Reading
+
+    fewer = _findings(Reading("nvml.gpu_count", 7), Reading("pcie.gpu_count", 8))
+    assert fewer["GPU002", "node"].message == (
+        "NVML sees 7 GPUs, the PCIe bus holds 8: the driver did not initialise the others"
+    )
+    assert ("GPU031", "node") not in fewer
+    more = _findings(Reading("nvml.gpu_count", 8), Reading("pcie.gpu_count", 0))
+    assert more["GPU031", "node"].message == (
+        "NVML sees 8 GPUs, the PCIe listing under /sys shows only 0"
+    )
+    assert ("GPU002", "node") not in more
+    assert "reseat" not in more["GPU031", "node"].fix
+
+
+def _one_node_tree(root: Path) -> Path:
+    """A 2-CPU, one-NUMA-node machine whose CPUs have the idle states POLL and C1 only
+    (made up for this test)."""
+    files = {
+        "sys/devices/system/node/node0/cpulist": "0-1\n",
+        "sys/devices/system/node/node0/meminfo": "Node 0 MemTotal:       16384000 kB\n",
+        "sys/devices/system/cpu/online": "0-1\n",
+        "sys/devices/system/cpu/present": "0-1\n",
+    }
+    for cpu in (0, 1):
+        for state, name in ((0, "POLL"), (1, "C1")):
+            base = f"sys/devices/system/cpu/cpu{cpu}/cpuidle/state{state}"
+            files[f"{base}/name"] = f"{name}\n"
+            files[f"{base}/disable"] = "0\n"
+            files[f"{base}/latency"] = "2\n"
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    return root
+
+
+def test_one_numa_node_and_no_c6_do_not_apply(tmp_path: Path) -> None:
+    from conftest import FIXTURES
+
+    tree = _one_node_tree(tmp_path / "tree")
+    out = tmp_path / "n.toml"
+    result = run_cli(
+        "--root",
+        str(tree),
+        "--nvml-replay",
+        str(FIXTURES / "replay-2gpu.toml"),
+        "--export",
+        str(out),
+    )
+    snapshot = load(out)
+    imbalance = snapshot.reading("numa.memory_imbalance")
+    assert imbalance.status is ReadingStatus.UNSUPPORTED, imbalance
+    assert snapshot.reading("cpu.idle.states").value == ["POLL", "C1"]
+    c6 = snapshot.reading("cpu.idle.C6.disabled")
+    assert c6.status is ReadingStatus.UNSUPPORTED
+    assert c6.reason == "this CPU has no C6 idle state (POLL, C1)"
+    by_id = {f.rule_id: f for f in snapshot.findings}
+    assert by_id["CPU008"].severity is Severity.NOT_APPLICABLE
+    assert by_id["CPU003"].severity is Severity.NOT_APPLICABLE
+    applied_apart = result.stdout.split("did not apply here")[1]
+    assert "CPU003" in applied_apart and "CPU008" in applied_apart
+
+
+def test_explain_and_profiles_say_where_a_rule_applies() -> None:
+    explain = run_cli("rules", "explain", "GPU004")
+    assert explain.returncode == 0
+    assert "Applies only where: profile persistence_mode is True" in explain.stdout
+    profiles = run_cli("rules", "profiles")
+    assert "(brand or name: GeForce, Titan, TITAN)" in profiles.stdout
