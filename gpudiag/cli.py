@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from gpudiag import __version__
+from gpudiag.fleetcli import FLEET_COMMANDS, add_fleet_commands
 from gpudiag.hostfs import HostFS
 from gpudiag.kernels.plans import DTYPE_NAMES, KERNELS, PLANS, KernelPlan
 from gpudiag.model import ProbeStatus, Snapshot
@@ -200,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="the snapshot to write (TOML; JSON if it ends in .json; '-' stdout)",
     )
+    add_fleet_commands(commands)
     return parser
 
 
@@ -457,6 +459,8 @@ def run(argv: Sequence[str]) -> int:
         return _diff(args)
     if args.command == "run":
         return _run_kernels(args)
+    if args.command in FLEET_COMMANDS:
+        return FLEET_COMMANDS[args.command](args)
     if args.kernels and not args.export:
         raise UsageError("--kernels goes with --export (the TUI runs kernels on request: k)")
     if args.kernels and (args.root != "/" or args.nvml_replay):
