@@ -46,6 +46,9 @@ comparison is skipped where no profile applies or the profile leaves that field 
 matched. Messages may use {value} {unit} {reason} {key} {expected} and the scope's
 placeholders, substituted as plain text.
 
+`gpu_models = ["0x2330"]` (PCI device ids) limits a rule to nodes with a GPU of one of
+these models: a site's expected values differ per model (`gpudiag baseline` writes them).
+
 Site rules: any rule file may also hold `[[override]]` tables, `id` plus `severity`
 and/or `disabled = true`, which apply to a rule loaded before them (by id).
 """
@@ -111,6 +114,7 @@ RULE_KEYS = {
     "example",
     "references",
     "if_present",
+    "gpu_models",
 }
 OVERRIDE_KEYS = {"id", "severity", "disabled"}
 REQUIRED_KEYS = ("id", "severity", "title", "applies_to", "reading", "expect", "why", "fix")
@@ -148,6 +152,7 @@ class Rule:
     example: str = ""
     disabled: bool = False
     if_present: bool = False
+    gpu_models: tuple[str, ...] = ()
 
 
 # ------------------------------------------------------------------ profiles
@@ -379,6 +384,11 @@ def _check_rule(table: Any, where: str) -> Rule:
     references = table.get("references", [])
     if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
         raise RuleError(f"{where}: references must be a list of strings")
+    models = table.get("gpu_models", [])
+    if not isinstance(models, list) or not all(
+        isinstance(m, str) and re.fullmatch(r"0x[0-9a-f]{4}", m) for m in models
+    ):
+        raise RuleError(f"{where}: gpu_models are PCI device ids like '0x2330'")
     return Rule(
         id=table["id"],
         severity=Severity(table["severity"]),
@@ -396,6 +406,7 @@ def _check_rule(table: Any, where: str) -> Rule:
         factor=float(table.get("factor", 1.0)),
         example=table.get("example", ""),
         if_present=table.get("if_present", False),
+        gpu_models=tuple(models),
     )
 
 
@@ -776,6 +787,9 @@ def evaluate(
 ) -> list[Finding]:
     """All findings, worst first (then by rule id and subject)."""
     context = _Context(readings, profile)
+    if any(rule.gpu_models for rule in rules):
+        seen = set(device_ids)
+        rules = [r for r in rules if not r.gpu_models or seen.intersection(r.gpu_models)]
     findings = probe_findings(probes) + profile_finding(profile, list(device_ids), rules)
     plan = _plan(rules, readings)
     lost = {

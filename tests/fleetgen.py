@@ -11,12 +11,16 @@ node's configuration and, where it would, its kernel figures.
 
 from __future__ import annotations
 
+import functools
 import random
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from gpudiag.hostfs import HostFS
 from gpudiag.model import KernelResult, ProbeStatus, Reading, Snapshot
@@ -24,7 +28,7 @@ from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.probes import default_probes
 from gpudiag.ruleengine import load_rules
 from gpudiag.session import LiveNode, with_findings
-from gpudiag.snapshot import save
+from gpudiag.snapshot import load, save
 
 from hosttree import build_hgx_tree
 
@@ -33,6 +37,7 @@ GPUS = 8
 TRIAD_GBS, H2D_GBS, CPU_TRIAD_GBS = 3000.0, 55.0, 120.0
 
 
+@functools.cache
 def base_snapshot() -> Snapshot:
     """One probed node: the healthy demo replay on the HGX-like host tree, with rules."""
     with tempfile.TemporaryDirectory() as tree:
@@ -208,3 +213,48 @@ def write_fleet(
 def reading(snapshot: Snapshot, key: str) -> Reading | None:
     """A reading of a snapshot, by key."""
     return snapshot.readings_by_key.get(key)
+
+
+# ------------------------------------------------------------------ shared fixtures
+
+PLANTS = {
+    3: (power_cap(2),),
+    7: (driver("570.86.15"),),
+    8: (driver("570.86.15"),),
+    11: (hot_gpu(5),),
+    14: (powersave(),),
+    15: (powersave(),),
+    19: (pcie_x8(3),),
+}
+COUNT = 20
+
+
+@pytest.fixture(scope="session")
+def fleet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """20 nodes (every 5th TOML), the plants above, and node005 snapshotted twice: its
+    second run (later) has GPU 1's triad 10% lower."""
+    directory = tmp_path_factory.mktemp("fleet")
+    write_fleet(directory, COUNT, PLANTS)
+    first = load(directory / "node005.toml")
+    later = make_node(base_snapshot(), "node005", 5, created="2026-11-20T00:00:00Z")
+    slower = tuple(
+        replace(k, samples=tuple(s * 0.9 for s in k.samples))
+        if (k.kernel, k.device) == ("stream", "gpu1")
+        else k
+        for k in later.kernels
+    )
+    (directory / "history").mkdir()
+    save(replace(later, kernels=slower), directory / "history" / "node005-later.json")
+    assert first.created < later.created
+    return directory
+
+
+@pytest.fixture(scope="session")
+def clean_dir(fleet_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Only the nodes nothing was planted on, one run each."""
+    directory = tmp_path_factory.mktemp("clean")
+    for path in fleet_dir.glob("node*.*"):
+        number = int(path.stem.removeprefix("node"))
+        if number not in PLANTS and number != 5:
+            shutil.copy(path, directory / path.name)
+    return directory

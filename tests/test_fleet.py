@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -23,58 +21,9 @@ from gpudiag.snapshot import load, save
 from gpudiag.tui_fleet import FleetApp
 
 from conftest import run_cli
-from fleetgen import (
-    base_snapshot,
-    driver,
-    hot_gpu,
-    make_node,
-    pcie_x8,
-    power_cap,
-    powersave,
-    write_fleet,
-)
+from fleetgen import clean_dir, fleet_dir
 
-PLANTS = {
-    3: (power_cap(2),),
-    7: (driver("570.86.15"),),
-    8: (driver("570.86.15"),),
-    11: (hot_gpu(5),),
-    14: (powersave(),),
-    15: (powersave(),),
-    19: (pcie_x8(3),),
-}
-COUNT = 20
-
-
-@pytest.fixture(scope="module")
-def fleet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """20 nodes (every 5th TOML), the plants above, and node005 snapshotted twice: its
-    second run (later) has GPU 1's triad 10% lower."""
-    directory = tmp_path_factory.mktemp("fleet")
-    write_fleet(directory, COUNT, PLANTS)
-    first = load(directory / "node005.toml")
-    later = make_node(base_snapshot(), "node005", 5, created="2026-11-20T00:00:00Z")
-    slower = tuple(
-        replace(k, samples=tuple(s * 0.9 for s in k.samples))
-        if (k.kernel, k.device) == ("stream", "gpu1")
-        else k
-        for k in later.kernels
-    )
-    (directory / "history").mkdir()
-    save(replace(later, kernels=slower), directory / "history" / "node005-later.json")
-    assert first.created < later.created
-    return directory
-
-
-@pytest.fixture(scope="module")
-def clean_dir(fleet_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Only the nodes nothing was planted on, one run each."""
-    directory = tmp_path_factory.mktemp("clean")
-    for path in fleet_dir.glob("node*.*"):
-        number = int(path.stem.removeprefix("node"))
-        if number not in PLANTS and number != 5:
-            shutil.copy(path, directory / path.name)
-    return directory
+__all__ = ["clean_dir", "fleet_dir"]  # the fixtures, shared with test_fleet_baseline.py
 
 
 @pytest.fixture(scope="module")
