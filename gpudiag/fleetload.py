@@ -5,12 +5,13 @@ does (`snapshot.load`, 8.5 ms per 8-GPU snapshot here), would take 85 s for 10,0
 So JSON snapshots of the current schema version take a fast path that validates the same
 way without building objects:
 
-- the file is parsed with orjson; everything but the readings (top-level fields, probes,
-  kernels, findings, the [end] counts) goes through `snapshot.snapshot_from_dict` itself;
-- the readings' shape (keys, statuses, units) is checked by the full loader the first
-  time it is seen; later files of the same shape only have their values checked (types,
-  a value exactly where the status is ok, flat lists of scalars, no unknown fields);
-  orjson refuses NaN and infinity as the loader does;
+- msgspec parses the file straight into typed structs that mirror the schema
+  (snapshot.py): unknown fields, wrong types, a JSON null, NaN, infinity, nested lists and
+  unknown statuses are refused in C while parsing; what types cannot say (the [end]
+  counts, a value exactly where the status is ok, finite samples, an ISO time, a key) is
+  checked after;
+- the first file of each readings shape (keys, statuses, units) also goes through the
+  loader itself (`snapshot.snapshot_from_dict`), so the two cannot drift apart unnoticed;
 - anything else (TOML, another schema version, whatever the fast checks refuse) goes
   through `snapshot.load`, which migrates older versions and words the error.
 
@@ -28,24 +29,33 @@ import re
 import statistics
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from datetime import datetime
 from multiprocessing import get_context
+from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Union
 
+import msgspec
 import numpy as np
-import orjson
+from msgspec import UNSET, UnsetType
 
 from gpudiag.kernels.readings import device_prefix, metric_key
-from gpudiag.model import SCHEMA_VERSION, KernelResult, ProbeStatus, Snapshot
+from gpudiag.model import (
+    SCHEMA_VERSION,
+    KernelResult,
+    ProbeStatus,
+    ReadingStatus,
+    Severity,
+    Snapshot,
+    Statistics,
+)
 from gpudiag.readingkind import is_configuration
 from gpudiag.snapshot import SnapshotError, load, snapshot_from_dict
 
 MAX_FILE_BYTES = 256 * 2**20
 SNAPSHOT_SUFFIXES = (".json", ".toml")
-READING_FIELDS = frozenset(("key", "value", "unit", "source", "status", "reason"))
-_SCALARS = (bool, int, float, str)
-_VALUE_TYPES = frozenset((type(None), bool, int, float, str, list))
 _PEER = re.compile(r"^(to|bidir|latency)\.gpu(\d+)$")
 _PEER_KEYS = {"to": "copy_gbs", "bidir": "copy_bidir_gbs", "latency": "copy_latency_us"}
 PARALLEL_FROM = 64  # files; fewer are read in this process
@@ -133,8 +143,120 @@ def snapshot_paths(paths: Iterable[str | Path]) -> tuple[list[Path], list[str]]:
 
 # ------------------------------------------------------------------ one file
 
+_Scalar = Union[bool, int, float, str]  # noqa: UP007 - msgspec reads the typing form
+_ReadingStatus = Literal[tuple(s.value for s in ReadingStatus)]  # type: ignore[valid-type]
+_ProbeStatus = Literal[tuple(s.value for s in ProbeStatus)]  # type: ignore[valid-type]
+_Severity = Literal[tuple(s.value for s in Severity)]  # type: ignore[valid-type]
 
-def _hashable(value: Any) -> Any:
+
+class _Reading(msgspec.Struct, forbid_unknown_fields=True):
+    """A reading as the schema has it (snapshot.py); lists read as tuples, and a value
+    left out is UNSET (a JSON null is refused, as the loader refuses it)."""
+
+    key: str
+    status: _ReadingStatus
+    value: Union[_Scalar, tuple[_Scalar, ...], UnsetType] = UNSET  # noqa: UP007
+    unit: str = ""
+    source: str = ""
+    reason: str = ""
+
+
+class _Probe(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    status: _ProbeStatus
+    duration_s: float
+    title: str = ""
+    error: str = ""
+    readings: list[_Reading] = msgspec.field(default_factory=list)
+
+
+class _Stats(msgspec.Struct, forbid_unknown_fields=True):
+    count: int
+    median: float
+    minimum: float
+    maximum: float
+    mean: float
+    cv: float
+    ci95_low: float
+    ci95_high: float
+
+
+class _Kernel(msgspec.Struct, forbid_unknown_fields=True):
+    kernel: str
+    device: str
+    metric: str
+    status: _ProbeStatus
+    unit: str = ""
+    error: str = ""
+    samples: list[float] = msgspec.field(default_factory=list)
+    params: dict[str, _Scalar] = msgspec.field(default_factory=dict)
+    stats: Union[_Stats, UnsetType] = UNSET  # noqa: UP007
+
+
+class _Finding(msgspec.Struct, forbid_unknown_fields=True):
+    rule_id: str
+    severity: _Severity
+    subject: str
+    title: str = ""
+    message: str = ""
+    why: str = ""
+    fix: str = ""
+    evidence: list[_Reading] = msgspec.field(default_factory=list)
+
+
+class _End(msgspec.Struct, forbid_unknown_fields=True):
+    probes: int
+    readings: int
+    kernels: int
+    findings: int
+
+
+class _Snapshot(msgspec.Struct, forbid_unknown_fields=True):
+    schema_version: int
+    gpudiag_version: str
+    host: str
+    created: str
+    end: _End
+    command_line: list[str] = msgspec.field(default_factory=list)
+    probes: list[_Probe] = msgspec.field(default_factory=list)
+    kernels: list[_Kernel] = msgspec.field(default_factory=list)
+    findings: list[_Finding] = msgspec.field(default_factory=list)
+
+
+_DECODER = msgspec.json.Decoder(_Snapshot)
+_PROBE_STATUSES = {s.value: s for s in ProbeStatus}
+_KEY, _STATUS, _UNIT, _VALUE = (attrgetter(name) for name in ("key", "status", "unit", "value"))
+
+
+def _readings_ok(readings: list[_Reading]) -> bool:
+    """What the schema's types cannot say: a key, and a value exactly when read."""
+    return all(r.key and ((r.status == "ok") != (r.value is UNSET)) for r in readings)
+
+
+def _kernel(k: _Kernel) -> KernelResult:
+    stats = None
+    if k.stats is not UNSET:
+        s = k.stats
+        stats = Statistics(
+            s.count, s.median, s.minimum, s.maximum, s.mean, s.cv, s.ci95_low, s.ci95_high
+        )
+    return KernelResult(
+        kernel=k.kernel,
+        device=k.device,
+        metric=k.metric,
+        unit=k.unit,
+        status=_PROBE_STATUSES[k.status],
+        samples=tuple(k.samples),
+        stats=stats,
+        params=tuple(k.params.items()),
+        error=k.error,
+    )
+
+
+def _value(value: Any) -> Any:
+    """A loaded reading value as the fast path holds it: lists as tuples, None as UNSET."""
+    if value is None:
+        return UNSET
     return tuple(value) if type(value) is list else value
 
 
@@ -146,6 +268,7 @@ class _Reader:
         self.validated: dict[tuple[Any, ...], int] = {}
         self.layouts: list[Layout] = []
         self.none_masks: list[tuple[bool, ...]] = []
+        self.getters: list[tuple[Any, Any]] = []
         self.configs: dict[tuple[int, tuple[Any, ...]], int] = {}
 
     def read(self, path: Path) -> NodeRun:
@@ -161,65 +284,60 @@ class _Reader:
             raw = path.read_bytes()
         except OSError as exc:
             raise SnapshotError(name, f"cannot read: {exc.strerror}") from None
-        if raw[:1] == b"{" or raw.lstrip()[:1] == b"{":
-            try:
-                data = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                data = None
-            if isinstance(data, dict) and data.get("schema_version") == SCHEMA_VERSION:
-                run = self._fast(name, data)
-                if run is not None:
-                    return run
+        if raw[:4096].lstrip()[:1] == b"{":
+            run = self._fast(name, raw)
+            if run is not None:
+                return run
         return self._from_snapshot(name, load(path))
 
-    def _fast(self, name: str, data: dict[str, Any]) -> NodeRun | None:
+    def _fast(self, name: str, raw: bytes) -> NodeRun | None:
         """The fast path; None where it cannot vouch for the file (the loader decides)."""
         try:
-            probes = data["probes"]
-            readings = [r for p in probes for r in p["readings"]]
-            keys = tuple([r["key"] for r in readings])
-            statuses = tuple([r["status"] for r in readings])
-            units = tuple([r.get("unit", "") for r in readings])
-            values = [r.get("value") for r in readings]
-            end = data["end"]
-            rest = {k: v for k, v in data.items() if k != "probes"}
-            rest["probes"] = [{k: v for k, v in p.items() if k != "readings"} for p in probes]
-            rest["end"] = {**end, "readings": 0}
-            declared = end["readings"]
-        except (KeyError, TypeError, AttributeError):
+            data = _DECODER.decode(raw)
+        except (msgspec.ValidationError, msgspec.DecodeError):
             return None
-        if type(declared) is not int or declared != len(readings) or len(set(keys)) != len(keys):
-            return None  # a key twice: the loader keeps the last, as readings_by_key
+        if data.schema_version != SCHEMA_VERSION:
+            return None  # another version: the loader migrates it or says why not
+        readings = [r for p in data.probes for r in p.readings]
+        evidence = [r for f in data.findings for r in f.evidence]
+        end = data.end
+        counts = (len(data.probes), len(readings), len(data.kernels), len(data.findings))
+        if (end.probes, end.readings, end.kernels, end.findings) != counts:
+            return None
+        if not _readings_ok(evidence) or not all(
+            all(map(math.isfinite, k.samples)) for k in data.kernels
+        ):
+            return None
+        try:
+            datetime.fromisoformat(data.created.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        keys = tuple(map(_KEY, readings))
+        statuses = tuple(map(_STATUS, readings))
+        units = tuple(map(_UNIT, readings))
+        values = list(map(_VALUE, readings))
         signature = (keys, statuses, units)
         layout_id = self.validated.get(signature)
         if layout_id is None:
+            if len(set(keys)) != len(keys) or not _readings_ok(readings):
+                return None  # a key twice: the loader keeps the last, as readings_by_key
             try:
-                snapshot_from_dict(data)  # the loader's own checks, once per shape
-            except ValueError:
+                snapshot_from_dict(msgspec.json.decode(raw))  # the loader, once per shape
+            except (ValueError, msgspec.DecodeError):
                 return None
             layout_id = self._layout(keys, statuses, units, values)
             self.validated[signature] = layout_id
-        elif not self._values_ok(readings, values, layout_id):
-            return None
-        try:
-            head = snapshot_from_dict(rest)
-        except ValueError:
-            return None
-        return self._run(name, head, layout_id, values)
-
-    def _values_ok(self, readings: list[dict[str, Any]], values: list[Any], layout: int) -> bool:
-        if not set().union(*readings) <= READING_FIELDS:
-            return False
-        if not {type(v) for v in values} <= _VALUE_TYPES:
-            return False
-        if tuple([v is None for v in values]) != self.none_masks[layout]:
-            return False
-        for v in values:
-            if type(v) is list and not all(type(x) in _SCALARS for x in v):
-                return False
-        texts = {type(r.get("source", "")) for r in readings}
-        texts |= {type(r.get("reason", "")) for r in readings}
-        return texts <= {str}
+        elif tuple([v is UNSET for v in values]) != self.none_masks[layout_id]:
+            return None  # the statuses are the layout's, so a value where none was read
+        return self._run(
+            name,
+            data.host,
+            data.created,
+            layout_id,
+            values,
+            tuple(_kernel(k) for k in data.kernels),
+            tuple((f.rule_id, f.severity, f.subject) for f in data.findings),
+        )
 
     def _layout(
         self,
@@ -228,16 +346,11 @@ class _Reader:
         units: tuple[str, ...],
         values: Sequence[Any],
     ) -> int:
-        self.layouts.append(
-            Layout(
-                keys,
-                statuses,
-                units,
-                tuple(i for i, v in enumerate(values) if type(v) in (int, float)),
-                tuple(i for i, k in enumerate(keys) if is_configuration(k)),
-            )
-        )
-        self.none_masks.append(tuple(v is None for v in values))
+        numeric = tuple(i for i, v in enumerate(values) if type(v) in (int, float))
+        config = tuple(i for i, k in enumerate(keys) if is_configuration(k))
+        self.layouts.append(Layout(keys, statuses, units, numeric, config))
+        self.none_masks.append(tuple(v is UNSET for v in values))
+        self.getters.append((_getter(numeric), _getter(config)))
         return len(self.layouts) - 1
 
     def _from_snapshot(self, name: str, snapshot: Snapshot) -> NodeRun:
@@ -246,33 +359,58 @@ class _Reader:
         keys = tuple(r.key for r in readings)
         statuses = tuple(r.status.value for r in readings)
         units = tuple(r.unit for r in readings)
-        values = [r.value for r in readings]
+        values = [_value(r.value) for r in readings]
         signature = (keys, statuses, units)
         layout_id = self.validated.get(signature)
         if layout_id is None:
             layout_id = self._layout(keys, statuses, units, values)
             self.validated[signature] = layout_id
-        return self._run(name, snapshot, layout_id, values)
-
-    def _run(self, name: str, head: Snapshot, layout_id: int, values: list[Any]) -> NodeRun:
-        layout = self.layouts[layout_id]
-        config = tuple([_hashable(values[i]) for i in layout.config])
-        config_id = self.configs.setdefault((layout_id, config), len(self.configs))
-        numbers = np.array(
-            [values[i] if type(values[i]) in (int, float) else math.nan for i in layout.numeric],
-            dtype=np.float64,
+        findings = tuple((f.rule_id, f.severity.value, f.subject) for f in snapshot.findings)
+        return self._run(
+            name, snapshot.host, snapshot.created, layout_id, values, snapshot.kernels, findings
         )
+
+    def _run(
+        self,
+        name: str,
+        host: str,
+        created: str,
+        layout_id: int,
+        values: list[Any],
+        kernels: tuple[KernelResult, ...],
+        findings: tuple[tuple[str, str, str], ...],
+    ) -> NodeRun:
+        numeric_of, config_of = self.getters[layout_id]
+        config = config_of(values)
+        config_id = self.configs.setdefault((layout_id, config), len(self.configs))
+        numbers = numeric_of(values)
+        if {type(v) for v in numbers} <= {int, float}:
+            array = np.array(numbers, dtype=np.float64)
+        else:
+            array = np.array(
+                [v if type(v) in (int, float) else math.nan for v in numbers], dtype=np.float64
+            )
         return NodeRun(
             path=name,
-            host=head.host,
-            created=head.created,
+            host=host,
+            created=created,
             layout=layout_id,
             config=config_id,
-            numbers=numbers,
-            kernel_values=kernel_values(head.kernels),
-            kernels=head.kernels,
-            findings=tuple((f.rule_id, f.severity.value, f.subject) for f in head.findings),
+            numbers=array,
+            kernel_values=kernel_values(kernels),
+            kernels=kernels,
+            findings=findings,
         )
+
+
+def _getter(positions: tuple[int, ...]) -> Any:
+    """A function that picks these positions out of a list, as a tuple (in C)."""
+    if not positions:
+        return lambda values: ()
+    if len(positions) == 1:
+        position = positions[0]
+        return lambda values: (values[position],)
+    return itemgetter(*positions)
 
 
 def kernel_values(kernels: Iterable[KernelResult]) -> tuple[KernelValue, ...]:
@@ -336,7 +474,8 @@ def _read_chunk(paths: list[Path]) -> _Chunk:
 def load_fleet(paths: Iterable[str | Path], workers: int | None = None) -> LoadedFleet:
     """Read every snapshot below `paths`; unreadable ones are listed in `bad`, never fatal.
     `workers`: processes to read with (default: one per CPU; 1 reads in this process)."""
-    files, bad = snapshot_paths(paths)
+    paths_given = list(paths)
+    files, bad = snapshot_paths(paths_given)
     fleet = LoadedFleet(bad=bad)
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
@@ -377,10 +516,15 @@ def load_fleet(paths: Iterable[str | Path], workers: int | None = None) -> Loade
     # merged per worker: a chunk is tagged with the worker's pid.
     maps: dict[int, tuple[list[int], list[int]]] = {}
     context = get_context("spawn")  # never fork a process that may hold Polars' threads
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        for pid, chunk in pool.map(_read_chunk_tagged, chunks):
-            layout_map, config_map = maps.setdefault(pid, ([], []))
-            merge(chunk, layout_map, config_map)
+    try:
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            for pid, chunk in pool.map(_read_chunk_tagged, chunks):
+                layout_map, config_map = maps.setdefault(pid, ([], []))
+                merge(chunk, layout_map, config_map)
+    except (BrokenProcessPool, OSError):
+        # no worker processes here (a sandbox, a __main__ that cannot be re-imported):
+        # read everything in this process instead
+        return load_fleet(paths_given, workers=1)
     return fleet
 
 

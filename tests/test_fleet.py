@@ -8,7 +8,7 @@ import asyncio
 import json
 from pathlib import Path
 
-import orjson
+import msgspec
 import polars as pl
 import pytest
 from textual.widgets import Static, TabbedContent
@@ -30,29 +30,29 @@ __all__ = ["clean_dir", "fleet_dir"]  # the fixtures, shared with test_fleet_bas
 def bad_dir(fleet_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Files the loader refuses, each for its own reason."""
     directory = tmp_path_factory.mktemp("bad")
-    good = orjson.loads((fleet_dir / "node001.json").read_bytes())
+    good = msgspec.json.decode((fleet_dir / "node001.json").read_bytes())
     (directory / "empty.json").write_text("")
     (directory / "truncated.json").write_bytes((fleet_dir / "node001.json").read_bytes()[:5000])
     (directory / "binary.json").write_bytes(b"{\x00\x01")
     (directory / "other.json").write_text('{"hello": "world"}')
     version = {**good, "schema_version": 99}
-    (directory / "version.json").write_bytes(orjson.dumps(version))
+    (directory / "version.json").write_bytes(msgspec.json.encode(version))
     # a reading with a value although its status says it could not be read
     odd = json.loads(json.dumps(good))
     first_missing = next(r for p in odd["probes"] for r in p["readings"] if r["status"] != "ok")
     first_missing["value"] = 3
-    (directory / "value-not-read.json").write_bytes(orjson.dumps(odd))
+    (directory / "value-not-read.json").write_bytes(msgspec.json.encode(odd))
     # an unknown field in one reading
     odd = json.loads(json.dumps(good))
     odd["probes"][0]["readings"][0]["colour"] = "blue"
-    (directory / "unknown-field.json").write_bytes(orjson.dumps(odd))
+    (directory / "unknown-field.json").write_bytes(msgspec.json.encode(odd))
     # a list of lists
     odd = json.loads(json.dumps(good))
     lists = next(
         r for p in odd["probes"] for r in p["readings"] if isinstance(r.get("value"), list)
     )
     lists["value"] = [[1]]
-    (directory / "nested.json").write_bytes(orjson.dumps(odd))
+    (directory / "nested.json").write_bytes(msgspec.json.encode(odd))
     return directory
 
 
