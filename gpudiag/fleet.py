@@ -28,6 +28,7 @@ node's configuration group) for pandas, DuckDB or a dashboard.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter, defaultdict
@@ -57,9 +58,10 @@ _HEALTH = re.compile(r"^gpu\.\d+\.health$")
 
 def fold(names: list[str] | set[str]) -> str:
     """Node names folded as ClusterShell folds them: node[0001-0016,0018]."""
-    return str(NodeSet.fromlist(sorted(names))) if names else ""
+    return str(NodeSet.fromlist(list(names))) if names else ""
 
 
+@functools.lru_cache(maxsize=65536)
 def template(key: str) -> tuple[str, str]:
     """A reading key as (template, device): gpu.3.power.limit -> (gpu.{gpu}.power.limit,
     'GPU 3'); topo.gpu.0.1.copy_gbs -> (topo.gpu.{gpu}.{peer}.copy_gbs, 'GPU 0-1');
@@ -184,6 +186,8 @@ class FleetReport:
     findings: list[FleetFinding]
     threshold: float
     table: pl.DataFrame | None = None
+    names: TableNames | None = None
+    node_names: list[str] = field(default_factory=list)
 
     @property
     def odd(self) -> bool:
@@ -277,133 +281,157 @@ def _config_slot(layout: Layout) -> dict[int, int]:
     return slots
 
 
-def numeric_table(fleet: _Fleet) -> pl.DataFrame:
+class Names:
+    """Strings held once, numbered: the table stores the numbers (UInt32 columns group,
+    join and filter faster than strings, and take 4 bytes a row)."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.ids: dict[str, int] = {}
+
+    def id(self, name: str) -> int:
+        """The number of `name`, giving it the next one if new."""
+        found = self.ids.get(name)
+        if found is None:
+            found = self.ids[name] = len(self.items)
+            self.items.append(name)
+        return found
+
+    def frame(self, column: str) -> pl.DataFrame:
+        """id -> name, for turning a column back into strings."""
+        return pl.DataFrame(
+            {f"{column}_id": range(len(self.items)), column: self.items},
+            schema={f"{column}_id": pl.UInt32, column: pl.String},
+        )
+
+
+@dataclass
+class TableNames:
+    """What the numbers in the fleet table stand for."""
+
+    readings: Names = field(default_factory=Names)
+    devices: Names = field(default_factory=Names)
+    models: Names = field(default_factory=Names)
+    units: dict[int, str] = field(default_factory=dict)  # reading id -> unit
+
+
+def numeric_table(fleet: _Fleet, names: TableNames) -> pl.DataFrame:
     """The long table of every numeric reading and kernel figure of the latest runs:
-    node, model, config (group), reading (template), device, value, unit."""
+    node_id, reading_id (template), device_id, value, model_id, config (group); the ids
+    are numbers in `names` (and node_id an index into fleet.current)."""
     loaded = fleet.loaded
-    node_names = [run.host for run in fleet.current]
-    models = [fleet.model(run.config) for run in fleet.current]
+    model_of = np.asarray(
+        [names.models.id(fleet.model(run.config)) for run in fleet.current], dtype=np.uint32
+    )
+    config_of = np.asarray([run.config for run in fleet.current], dtype=np.uint32)
     by_layout: dict[int, list[int]] = defaultdict(list)
     for i, run in enumerate(fleet.current):
         by_layout[run.layout].append(i)
-    frames = []
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     for layout_id, members in by_layout.items():
         layout = loaded.layouts[layout_id]
         if not layout.numeric:
             continue
-        names = [template(layout.keys[p]) for p in layout.numeric]
+        reading_ids, device_ids = [], []
+        for p in layout.numeric:
+            name, device = template(layout.keys[p])
+            reading_ids.append(names.readings.id(name))
+            device_ids.append(names.devices.id(device))
+            names.units.setdefault(reading_ids[-1], layout.units[p])
         matrix = np.vstack([fleet.current[i].numbers for i in members])
         count, width = matrix.shape
-        frames.append(
-            pl.DataFrame(
-                {
-                    "node_id": np.repeat(np.asarray(members, dtype=np.uint32), width),
-                    "reading": np.tile(np.asarray([n for n, _ in names], dtype=object), count),
-                    "device": np.tile(np.asarray([d for _, d in names], dtype=object), count),
-                    "unit": np.tile(
-                        np.asarray([layout.units[p] for p in layout.numeric], dtype=object), count
-                    ),
-                    "value": matrix.ravel(),
-                },
-                schema={
-                    "node_id": pl.UInt32,
-                    "reading": pl.Categorical,
-                    "device": pl.Categorical,
-                    "unit": pl.Categorical,
-                    "value": pl.Float64,
-                },
+        parts.append(
+            (
+                np.repeat(np.asarray(members, dtype=np.uint32), width),
+                np.tile(np.asarray(reading_ids, dtype=np.uint32), count),
+                np.tile(np.asarray(device_ids, dtype=np.uint32), count),
+                matrix.ravel(),
             )
         )
-    kernel_rows: dict[str, list[Any]] = defaultdict(list)
+    kernel_rows: tuple[list[int], list[int], list[int], list[float]] = ([], [], [], [])
+    ids: dict[str, tuple[int, int]] = {}
     for i, run in enumerate(fleet.current):
         for kv in run.kernel_values:
-            name, device = template(kv.key)
-            kernel_rows["node_id"].append(i)
-            kernel_rows["reading"].append(name)
-            kernel_rows["device"].append(device)
-            kernel_rows["unit"].append(kv.unit)
-            kernel_rows["value"].append(kv.value)
-    if kernel_rows:
-        frames.append(
-            pl.DataFrame(
-                kernel_rows,
-                schema={
-                    "node_id": pl.UInt32,
-                    "reading": pl.Categorical,
-                    "device": pl.Categorical,
-                    "unit": pl.Categorical,
-                    "value": pl.Float64,
-                },
-            )
+            found = ids.get(kv.key)
+            if found is None:
+                name, device = template(kv.key)
+                found = ids[kv.key] = (names.readings.id(name), names.devices.id(device))
+                names.units.setdefault(found[0], kv.unit)
+            kernel_rows[0].append(i)
+            kernel_rows[1].append(found[0])
+            kernel_rows[2].append(found[1])
+            kernel_rows[3].append(kv.value)
+    parts.append(
+        (
+            np.asarray(kernel_rows[0], dtype=np.uint32),
+            np.asarray(kernel_rows[1], dtype=np.uint32),
+            np.asarray(kernel_rows[2], dtype=np.uint32),
+            np.asarray(kernel_rows[3], dtype=np.float64),
         )
-    schema = {
-        "node_id": pl.UInt32,
-        "reading": pl.Categorical,
-        "device": pl.Categorical,
-        "unit": pl.Categorical,
-        "value": pl.Float64,
-    }
-    table = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=schema)
-    nodes = pl.DataFrame(
-        {
-            "node_id": np.arange(len(node_names), dtype=np.uint32),
-            "node": node_names,
-            "model": models,
-            "config": [run.config for run in fleet.current],
-        },
-        schema={
-            "node_id": pl.UInt32,
-            "node": pl.String,
-            "model": pl.Categorical,
-            "config": pl.UInt32,
-        },
     )
-    return table.filter(pl.col("value").is_not_nan()).join(nodes, on="node_id", how="left")
+    node_id, reading_id, device_id, value = (np.concatenate(c) for c in zip(*parts, strict=True))
+    keep = ~np.isnan(value)
+    node_id = node_id[keep]
+    return pl.DataFrame(
+        {
+            "node_id": node_id,
+            "reading_id": reading_id[keep],
+            "device_id": device_id[keep],
+            "value": value[keep],
+            "model_id": model_of[node_id],
+            "config": config_of[node_id],
+        }
+    )
 
 
-def robust_outliers(table: pl.DataFrame, threshold: float) -> pl.DataFrame:
+def robust_outliers(table: pl.DataFrame, threshold: float, names: TableNames) -> pl.DataFrame:
     """Rows far from the median of their (model, reading): robust z beyond `threshold`,
     or, where the MAD is 0, any value off the median by more than 1% (or off 0)."""
-    group = ["model", "reading", "position"]
-    stats = (
-        table.with_columns(
-            # NUMA nodes differ within a node (a CPU-less memory node): each is compared with
-            # the same NUMA node elsewhere; GPUs of one model are alike, so they are pooled
-            pl.when(pl.col("reading").cast(pl.String).str.starts_with("numa."))
-            .then(pl.col("device").cast(pl.String))
-            .otherwise(pl.lit(""))
-            .alias("position")
-        )
-        .with_columns(
-            pl.col("value").median().over(group).alias("median"),
-            pl.len().over(group).alias("comparable"),
-        )
-        .with_columns((pl.col("value") - pl.col("median")).alias("dev"))
+    group = ["model_id", "reading_id", "position"]
+    # NUMA nodes differ within a node (a CPU-less memory node): each is compared with the
+    # same NUMA node elsewhere; GPUs of one model are alike, so they are pooled
+    numa = [i for i, name in enumerate(names.readings.items) if name.startswith("numa.")]
+    rows = table.lazy().with_columns(
+        pl.when(pl.col("reading_id").is_in(numa))
+        .then(pl.col("device_id"))
+        .otherwise(pl.lit(0, dtype=pl.UInt32))
+        .alias("position")
     )
-    stats = stats.with_columns(pl.col("dev").abs().median().over(group).alias("mad"))
+    medians = rows.group_by(group).agg(
+        pl.col("value").median().alias("median"), pl.len().alias("comparable")
+    )
+    rows = rows.join(medians, on=group, how="left").with_columns(
+        (pl.col("value") - pl.col("median")).alias("dev")
+    )
+    mads = rows.group_by(group).agg(pl.col("dev").abs().median().alias("mad"))
     scale = pl.col("mad") * MAD_SCALE
-    off = pl.col("dev").abs() > pl.max_horizontal(pl.col("median").abs() * 0.01, pl.lit(0.0))
-    stats = stats.with_columns(
+    z = (
         pl.when(scale > 0)
         .then(pl.col("dev") / scale)
         .otherwise(pl.when(pl.col("dev") > 0).then(math.inf).otherwise(-math.inf))
-        .alias("z")
     )
-    odd = (pl.col("comparable") >= MIN_COMPARABLE) & off & (pl.col("z").abs() > threshold)
-    return stats.filter(odd)
+    off = pl.col("dev").abs() > pl.col("median").abs() * 0.01  # most rows are not: drop them
+    return (
+        rows.filter(off & (pl.col("comparable") >= MIN_COMPARABLE))
+        .join(mads, on=group, how="left")
+        .filter(z.abs() > threshold)
+        .with_columns(z.alias("z"))
+        .drop("position")
+        .collect()
+    )
 
 
-def _outlier(row: dict[str, Any]) -> Outlier:
+def _outlier(row: dict[str, Any], fleet: _Fleet, names: TableNames) -> Outlier:
     return Outlier(
-        reading=str(row["reading"]),
-        node=row["node"],
-        device=str(row["device"]),
+        reading=names.readings.items[row["reading_id"]],
+        node=fleet.current[row["node_id"]].host,
+        device=names.devices.items[row["device_id"]],
         value=row["value"],
-        unit=str(row["unit"]),
+        unit=names.units.get(row["reading_id"], ""),
         median=row["median"],
         mad=row["mad"],
         z=row["z"],
-        model=str(row["model"]),
+        model=names.models.items[row["model_id"]],
     )
 
 
@@ -422,7 +450,9 @@ def _candidate_key(candidate: str, device: str) -> str:
     return key
 
 
-def explain_slow(fleet: _Fleet, units: pl.DataFrame, name: str, kernel_device: str) -> list[Cause]:
+def explain_slow(
+    fleet: _Fleet, units: pl.DataFrame, name: str, kernel_device: str, devices: Names
+) -> list[Cause]:
     """The configuration readings that separate slow units (node, device) from the
     others, among those the explanations say can move metric `name` on `kernel_device`,
     best first."""
@@ -434,8 +464,12 @@ def explain_slow(fleet: _Fleet, units: pl.DataFrame, name: str, kernel_device: s
     patterns = [p for e in explanations for p in e.readings]
     # units with one configuration and device behave alike: count them together
     counts: Counter[tuple[int, str, bool]] = Counter(
-        (row["config"], row["device"], row["slow"])
-        for row in units.select("config", "device", "slow").iter_rows(named=True)
+        {
+            (config, devices.items[device], slow): n
+            for config, device, slow, n in units.group_by(["config", "device_id", "slow"])
+            .len()
+            .iter_rows()
+        }
     )
     candidates: set[str] = set()
     for config in {c for c, _, _ in counts}:
@@ -463,8 +497,8 @@ def explain_slow(fleet: _Fleet, units: pl.DataFrame, name: str, kernel_device: s
             Cause(
                 candidate,
                 f1,
-                sorted(((v, s) for v, (s, _) in tally.items() if s), key=lambda x: -x[1]),
-                sorted(((v, o) for v, (_, o) in tally.items() if o), key=lambda x: -x[1]),
+                sorted(((v, s) for v, (s, _) in tally.items() if s), key=lambda x: (-x[1], x[0])),
+                sorted(((v, o) for v, (_, o) in tally.items() if o), key=lambda x: (-x[1], x[0])),
             )
         )
     causes.sort(key=lambda c: (-c.f1, c.reading))
@@ -534,15 +568,24 @@ def regressions(fleet: _Fleet) -> list[Regression]:
 
 
 def fleet_findings(fleet: _Fleet) -> list[FleetFinding]:
-    """Per rule (and severity), the nodes whose latest snapshot has it."""
-    nodes: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for run in fleet.current:
-        for rule_id, severity, _subject in run.findings:
-            nodes[(rule_id, severity)].add(run.host)
+    """Per rule (and severity), the nodes whose latest snapshot has it, in node order.
+    Identical findings tuples (most nodes of a fleet) are looked at once."""
+    by_findings: dict[tuple[tuple[str, str, str], ...], list[str]] = defaultdict(list)
+    for run in fleet.current:  # already in natural order of host names
+        by_findings[run.findings].append(run.host)
+    nodes: dict[tuple[str, str], list[list[str]]] = defaultdict(list)
+    for findings, hosts in by_findings.items():
+        for rule in dict.fromkeys((rule_id, severity) for rule_id, severity, _ in findings):
+            nodes[rule].append(hosts)
+    order = {run.host: i for i, run in enumerate(fleet.current)}
     rank = {"critical": 0, "warning": 1, "unknown": 2, "info": 3}
     return [
-        FleetFinding(rule_id, severity, sorted(names, key=natural_key))
-        for (rule_id, severity), names in sorted(
+        FleetFinding(
+            rule_id,
+            severity,
+            lists[0] if len(lists) == 1 else sorted((h for hs in lists for h in hs), key=order.get),
+        )
+        for (rule_id, severity), lists in sorted(
             nodes.items(), key=lambda item: (rank.get(item[0][1], 4), item[0][0])
         )
     ]
@@ -551,11 +594,14 @@ def fleet_findings(fleet: _Fleet) -> list[FleetFinding]:
 def analyse(loaded: LoadedFleet, threshold: float = DEFAULT_THRESHOLD) -> FleetReport:
     """The fleet report of loaded snapshots."""
     fleet = _Fleet(loaded)
-    table = numeric_table(fleet)
-    odd = robust_outliers(table, threshold).sort(
-        pl.col("z").abs(), "reading", "node", descending=[True, False, False]
+    names = TableNames()
+    table = numeric_table(fleet, names)
+    ids = {run.host: i for i, run in enumerate(fleet.current)}
+    odd = robust_outliers(table, threshold, names)
+    outliers = sorted(
+        (_outlier(row, fleet, names) for row in odd.iter_rows(named=True)),
+        key=lambda o: (-abs(o.z), o.reading, natural_key(o.node), natural_key(o.device)),
     )
-    outliers = [_outlier(row) for row in odd.iter_rows(named=True)]
     kernel_names: dict[str, tuple[str, str]] = {}
     for run in fleet.current:
         for kv in run.kernel_values:
@@ -570,13 +616,19 @@ def analyse(loaded: LoadedFleet, threshold: float = DEFAULT_THRESHOLD) -> FleetR
     for (model, reading), slow in sorted(by_metric.items()):
         name, device = kernel_names[reading]
         marked = pl.DataFrame(
-            {"node": [o.node for o in slow], "device": [o.device for o in slow]},
-            schema={"node": pl.String, "device": pl.String},
+            {
+                "node_id": [ids[o.node] for o in slow],
+                "device_id": [names.devices.ids[o.device] for o in slow],
+            },
+            schema={"node_id": pl.UInt32, "device_id": pl.UInt32},
         ).with_columns(pl.lit(True).alias("slow"))
         units = (
-            table.filter((pl.col("model") == model) & (pl.col("reading") == reading))
-            .select("node", pl.col("device").cast(pl.String), "config")
-            .join(marked, on=["node", "device"], how="left")
+            table.filter(
+                (pl.col("model_id") == names.models.ids[model])
+                & (pl.col("reading_id") == names.readings.ids[reading])
+            )
+            .select("node_id", "device_id", "config")
+            .join(marked, on=["node_id", "device_id"], how="left")
             .with_columns(pl.col("slow").fill_null(False))
         )
         slow_metrics.append(
@@ -587,7 +639,7 @@ def analyse(loaded: LoadedFleet, threshold: float = DEFAULT_THRESHOLD) -> FleetR
                 slow[0].median,
                 sorted(slow, key=lambda o: (natural_key(o.node), o.device)),
                 units.height,
-                explain_slow(fleet, units, name, device),
+                explain_slow(fleet, units, name, device, names.devices),
             )
         )
     return FleetReport(
@@ -601,6 +653,8 @@ def analyse(loaded: LoadedFleet, threshold: float = DEFAULT_THRESHOLD) -> FleetR
         findings=fleet_findings(fleet),
         threshold=threshold,
         table=table,
+        names=names,
+        node_names=[run.host for run in fleet.current],
     )
 
 
@@ -647,7 +701,8 @@ def report_text(report: FleetReport, markdown: bool = False) -> str:
     bullet = "- " if markdown else "  "
     lines = [
         ("# gpudiag fleet\n\n" if markdown else "")
-        + f"{report.nodes} nodes, {report.snapshots} snapshots"
+        + f"{report.nodes} node{'s' if report.nodes != 1 else ''}, {report.snapshots} "
+        + f"snapshot{'s' if report.snapshots != 1 else ''}"
         + (f", {len(report.bad)} unreadable files (named on stderr)" if report.bad else "")
         + f"; outliers beyond robust z {report.threshold:g}"
     ]
@@ -789,7 +844,27 @@ def write_parquet(report: FleetReport, path: str) -> None:
     handle, temporary = tempfile.mkstemp(dir=os.path.dirname(target), suffix=".parquet.tmp")
     os.close(handle)
     try:
-        report.table.drop("node_id").write_parquet(temporary)
+        names = report.names
+        assert names is not None
+        nodes = pl.DataFrame(
+            {"node_id": range(len(report.node_names)), "node": report.node_names},
+            schema={"node_id": pl.UInt32, "node": pl.String},
+        )
+        units = pl.DataFrame(
+            {"reading_id": list(names.units), "unit": list(names.units.values())},
+            schema={"reading_id": pl.UInt32, "unit": pl.String},
+        )
+        table = report.table
+        for frame, key in (
+            (nodes, "node_id"),
+            (names.readings.frame("reading"), "reading_id"),
+            (names.devices.frame("device"), "device_id"),
+            (names.models.frame("model"), "model_id"),
+            (units, "reading_id"),
+        ):
+            table = table.join(frame, on=key, how="left")
+        columns = ["node", "model", "config", "reading", "device", "unit", "value"]
+        table.select(columns).write_parquet(temporary)
         os.replace(temporary, target)
     except BaseException:
         os.unlink(temporary)

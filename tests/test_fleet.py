@@ -73,7 +73,7 @@ def test_the_report_names_the_plants_and_their_causes(fleet_dir: Path) -> None:
         why
     )
     assert (
-        "because gpu.{gpu}.power.enforced_limit (F1 0.67): slow 700.0 W x1, 500.0 W x1; "
+        "because gpu.{gpu}.power.enforced_limit (F1 0.67): slow 500.0 W x1, 700.0 W x1; "
         "others 700.0 W x158"
     ) in why
     assert "numa.{node}.kernel.stream.triad.fp64 (h100-sxm5 x8): 4 of 40 slow on node[014-015]" in (
