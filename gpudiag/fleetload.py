@@ -18,7 +18,8 @@ way without building objects:
 Each node then becomes its readings' shape (interned: a fleet of one SKU has one or a
 few), its configuration values (interned too: identical nodes share one tuple), an array
 of its numeric values and its kernel results. Files are read by worker processes (one
-per CPU) in chunks; the workers never import the analysis (Polars), so they start fast.
+per CPU) in chunks, forked where Polars has not been imported yet (the command line loads
+first and analyses after), spawned otherwise.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import math
 import os
 import re
 import statistics
+import sys
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -515,7 +517,9 @@ def load_fleet(paths: Iterable[str | Path], workers: int | None = None) -> Loade
     # Each worker numbers layouts and configurations in its own reader, so results are
     # merged per worker: a chunk is tagged with the worker's pid.
     maps: dict[int, tuple[list[int], list[int]]] = {}
-    context = get_context("spawn")  # never fork a process that may hold Polars' threads
+    # fork is cheapest (the workers need not import anything again), but a process that
+    # holds Polars' thread pool must not fork (its locks may be held): spawn there
+    context = get_context("spawn" if "polars" in sys.modules else "fork")
     try:
         with ProcessPoolExecutor(workers, mp_context=context) as pool:
             for pid, chunk in pool.map(_read_chunk_tagged, chunks):
