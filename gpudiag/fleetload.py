@@ -103,7 +103,7 @@ class NodeRun:
     config: int
     numbers: np.ndarray
     kernel_values: tuple[KernelValue, ...]
-    kernels: tuple[KernelResult, ...]
+    kernels: tuple[Any, ...]  # KernelResult, or the fast path's parsed form of one
     findings: tuple[tuple[str, str, str], ...]  # rule id, severity, subject
 
 
@@ -235,7 +235,11 @@ def _readings_ok(readings: list[_Reading]) -> bool:
     return all(r.key and ((r.status == "ok") != (r.value is UNSET)) for r in readings)
 
 
-def _kernel(k: _Kernel) -> KernelResult:
+def as_kernel_result(k: _Kernel | KernelResult) -> KernelResult:
+    """A kernel result as the model has it (the fast path keeps what it parsed: the
+    history needs only the fields both share)."""
+    if isinstance(k, KernelResult):
+        return k
     stats = None
     if k.stats is not UNSET:
         s = k.stats
@@ -337,7 +341,7 @@ class _Reader:
             data.created,
             layout_id,
             values,
-            tuple(_kernel(k) for k in data.kernels),
+            tuple(data.kernels),  # as parsed: KernelResults are built only if needed
             tuple((f.rule_id, f.severity, f.subject) for f in data.findings),
         )
 
@@ -379,7 +383,7 @@ class _Reader:
         created: str,
         layout_id: int,
         values: list[Any],
-        kernels: tuple[KernelResult, ...],
+        kernels: tuple[Any, ...],
         findings: tuple[tuple[str, str, str], ...],
     ) -> NodeRun:
         numeric_of, config_of = self.getters[layout_id]
@@ -415,13 +419,13 @@ def _getter(positions: tuple[int, ...]) -> Any:
     return itemgetter(*positions)
 
 
-def kernel_values(kernels: Iterable[KernelResult]) -> tuple[KernelValue, ...]:
+def kernel_values(kernels: Iterable[Any]) -> tuple[KernelValue, ...]:
     """Each measured kernel result's median under the key its derived reading has
     (kernels/readings.py): gpu.N.kernel.stream.triad.fp64, topo.gpu.I.J.copy_gbs, ..."""
     out = []
     for result in kernels:
         prefix = device_prefix(result.device)
-        if prefix is None or result.status is not ProbeStatus.OK or not result.samples:
+        if prefix is None or result.status != "ok" or not result.samples:
             continue
         peer = _PEER.match(result.metric) if result.kernel == "peer" else None
         if peer and prefix.startswith("gpu."):
