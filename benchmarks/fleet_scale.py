@@ -11,11 +11,14 @@ temperatures and power draw; 1% of the nodes get a 500 W power cap on one GPU an
 triad there, 1% another driver. For fewer GPUs per node the readings of the other GPUs
 (and their GPU pairs) are left out.
 
-Each command runs as a subprocess, as a user runs it; the peak memory is the largest sum
-of the resident sizes of the process and its children (the reading workers), sampled
-every 20 ms. Targets (issue 19) on a 2-core machine: 10,000 8-GPU snapshots in under 30 s
-and 4 GB, 1,000 in under 5 s. The reading floor is also printed: msgspec parsing alone (untyped),
-measured on the first 200 files and scaled to all of them, on one core.
+The files are synced to disk and read once before anything is timed, so both sides read
+them from the page cache (writing 2.5 GB and reading it back at once otherwise times the
+disk's write-back). Each command runs as a subprocess, as a user runs it; the peak memory
+is the largest sum of the resident sizes of the process and its children (the reading
+workers), sampled every 20 ms. Targets (issue 19) on a 2-core machine: 10,000 8-GPU
+snapshots in under 30 s and 4 GB, 1,000 in under 5 s. The reading floor is also printed:
+msgspec parsing alone (untyped), measured on the first 200 files and scaled to all of them,
+on one core.
 """
 
 from __future__ import annotations
@@ -180,6 +183,9 @@ def run(nodes: int, gpus: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="gpudiag-fleet-") as tmp:
         directory = Path(tmp)
         size = generate(directory, nodes, gpus)
+        os.sync()  # the written files reach the disk before anything is timed
+        for path in directory.iterdir():  # and both sides read them from the page cache
+            path.read_bytes()
         floor = parse_floor(directory, nodes)
         fleet_s, fleet_peak, report = measure(
             [sys.executable, "-m", "gpudiag", "fleet", str(directory), "--format", "json"]
