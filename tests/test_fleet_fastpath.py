@@ -15,10 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpudiag.fleetload import _Reader, _value, as_kernel_result
+from gpudiag.model import SCHEMA_VERSION
 from gpudiag.snapshot import SnapshotError, loads
 
 GOOD: dict[str, Any] = {
-    "schema_version": 1,
+    "schema_version": SCHEMA_VERSION,  # a schema change that moves fields needs GOOD updated
     "gpudiag_version": "0.1.0",
     "host": "node1",
     "created": "2026-11-01T00:00:00Z",
