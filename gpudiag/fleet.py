@@ -56,9 +56,18 @@ _DEVICE_ID = re.compile(r"^gpu\.\d+\.pci\.device_id$")
 _HEALTH = re.compile(r"^gpu\.\d+\.health$")
 
 
+_FOLDABLE = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
 def fold(names: list[str] | set[str]) -> str:
-    """Node names folded as ClusterShell folds them: node[0001-0016,0018]."""
-    return str(NodeSet.fromlist(list(names))) if names else ""
+    """Node names folded as ClusterShell folds them: node[0001-0016,0018]. Names that are
+    not plain host names (ClusterShell would read `,` `[` `@` as its own syntax) are listed
+    as they are, comma-separated."""
+    if not names:
+        return ""
+    if all(_FOLDABLE.match(name) for name in names):
+        return str(NodeSet.fromlist(list(names)))
+    return ",".join(sorted(names, key=natural_key))
 
 
 @functools.lru_cache(maxsize=65536)

@@ -191,6 +191,8 @@ def test_reading_kinds() -> None:
 def test_fold_is_clustershell() -> None:
     names = [f"node{i:04d}" for i in [*range(1, 17), *range(18, 42)]]
     assert fold(names) == "node[0001-0016,0018-0041]"
+    assert fold(["host-2", "host-1", "host-3"]) == "host-[1-3]"  # redacted placeholders
+    assert fold(["x[1]", "a,b", "n@1"]) == "a,b,n@1,x[1]"  # not read as NodeSet syntax
 
 
 def test_screen_shows_the_sections(fleet_dir: Path) -> None:
