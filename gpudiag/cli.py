@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from gpudiag import __version__, inputs
+from gpudiag.fleetcli import FLEET_COMMANDS, add_fleet_commands
 from gpudiag.formats import (
     FORMAT_NAMES,
     add_format_options,
@@ -263,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the snapshot to write (TOML; JSON if it ends in .json; '-' stdout)",
     )
     add_health_parser(commands)
+    add_fleet_commands(commands)
     return parser
 
 
@@ -614,6 +616,8 @@ def run(argv: Sequence[str]) -> int:
         return _run_kernels(args)
     if args.command == "health":
         return run_health(args, argv)
+    if args.command in FLEET_COMMANDS:
+        return FLEET_COMMANDS[args.command](args)
     if (args.format or args.prometheus) and not args.export:
         raise UsageError("--format and --prometheus go with --export or check")
     if args.kernels and not args.export:

@@ -64,6 +64,9 @@ warning monitor, an info finding none. Warnings never drain a node: a warning's 
 service (after an override lowered a rule's severity) becomes monitor. Unknown and info
 findings recommend none: they are no verdict on the hardware.
 
+`gpu_models = ["0x2330"]` (PCI device ids) limits a rule to nodes with a GPU of one of
+these models: a site's expected values differ per model (`gpudiag baseline` writes them).
+
 Site rules: any rule file may also hold `[[override]]` tables, `id` plus `severity`,
 `action` and/or `disabled = true`, which apply to a rule loaded before them (by id).
 """
@@ -141,6 +144,7 @@ RULE_KEYS = {
     "if_present",
     "action",
     "applies_if",
+    "gpu_models",
 }
 OVERRIDE_KEYS = {"id", "severity", "disabled", "action"}
 DEFAULT_ACTIONS = {
@@ -187,13 +191,13 @@ class Rule:
     if_present: bool = False
     action: Action | None = None  # None: the default for the severity (DEFAULT_ACTIONS)
     applies_if: tuple[tuple[str, str, Any], ...] = ()  # (reading|profile, key or field, equal)
+    gpu_models: tuple[str, ...] = ()  # PCI device ids; empty: every model
 
 
 def action_for(severity: Severity, declared: Action | None) -> Action:
     """The action a finding of this severity recommends, given the rule's declared one:
     the default where the rule says nothing; none for unknown, info and not-applicable
-    findings; at most
-    monitor for a warning (warnings never drain a node)."""
+    findings; at most monitor for a warning (warnings never drain a node)."""
     if severity in (Severity.UNKNOWN, Severity.INFO, Severity.NOT_APPLICABLE):
         return Action.NONE
     action = DEFAULT_ACTIONS[severity] if declared is None else declared
@@ -527,6 +531,11 @@ def _check_rule(table: Any, where: str) -> Rule:
     references = table.get("references", [])
     if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
         raise RuleError(f"{where}: references must be a list of strings")
+    models = table.get("gpu_models", [])
+    if not isinstance(models, list) or not all(
+        isinstance(m, str) and re.fullmatch(r"0x[0-9a-f]{4}", m) for m in models
+    ):
+        raise RuleError(f"{where}: gpu_models are PCI device ids like '0x2330'")
     return Rule(
         id=table["id"],
         severity=Severity(table["severity"]),
@@ -546,6 +555,7 @@ def _check_rule(table: Any, where: str) -> Rule:
         if_present=table.get("if_present", False),
         action=action,
         applies_if=applies_if,
+        gpu_models=tuple(models),
     )
 
 
@@ -1105,6 +1115,9 @@ def evaluate(
 ) -> list[Finding]:
     """All findings, worst first (then by rule id and subject)."""
     context = _Context(readings, profile, tuple(dict.fromkeys(p.name for p in probes)))
+    if any(rule.gpu_models for rule in rules):
+        seen = set(device_ids)
+        rules = [r for r in rules if not r.gpu_models or seen.intersection(r.gpu_models)]
     findings = probe_findings(probes) + profile_finding(profile, list(device_ids), rules)
     plan = _plan(rules, readings)
     lost = {

@@ -1,0 +1,880 @@
+"""`gpudiag fleet PATH...`: what is odd across N nodes, and why the slow ones are slow.
+
+One snapshot is one node at one moment; a node is its host name (or, in redacted
+snapshots, its placeholder); several snapshots of one node are its history, and its
+latest is the node. The report has, headline first:
+
+- Why slow: for each kernel metric with slow outliers, the configuration readings that
+  separate the slow nodes (or GPUs) from the others, among those rules/explanations.toml
+  says can move that metric (the diff's explanations, over N nodes instead of two),
+  ranked by how well they separate (F1 of "differs from the fast majority's value" as a
+  predictor of "slow").
+- Configuration groups: nodes whose configuration readings (gpudiag/readingkind.py) are
+  all equal, each node set folded by ClusterShell's NodeSet, and what differs from the
+  largest group.
+- Outliers: every numeric reading and kernel figure, per GPU (or NUMA node, GPU pair)
+  and per node, against the median and MAD of comparable nodes (same GPU model and GPU
+  count): robust z = (value - median) / (1.4826 MAD) beyond the threshold; where the MAD
+  is zero (all alike), any value off the median by more than 1%.
+- History: a node snapshotted more than once gets each kernel metric compared run to
+  run with the diff's interval test (bootstrap ratio of medians, 95% CI excluding 1);
+  the first run where it got slower is when the regression started.
+- Findings: per rule, how many nodes and which.
+
+The numeric data is one long table (node, model, reading, device, value) in Polars:
+statistics are group-wise medians over it, and `--parquet FILE` writes it (with each
+node's configuration group) for pandas, DuckDB or a dashboard.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+import polars as pl
+from ClusterShell.NodeSet import NodeSet
+
+from gpudiag.diff import _kernel_key, bootstrap_ratio, higher_is_better, load_explanations, verdict
+from gpudiag.fleetload import Layout, LoadedFleet, NodeRun
+from gpudiag.hostfs import natural_key
+from gpudiag.ruleengine import load_profiles
+
+EXIT_SAME, EXIT_ODD, EXIT_BAD_INPUT = 0, 1, 3
+DEFAULT_THRESHOLD = 5.0
+MAD_SCALE = 1.4826  # MAD of a normal distribution -> its standard deviation
+MIN_COMPARABLE = 3
+_GPU_KEY = re.compile(r"^gpu\.(\d+)\.(.+)$")
+_TOPO_KEY = re.compile(r"^topo\.gpu\.(\d+)\.(\d+)(.*)$")
+_NUMA_KEY = re.compile(r"^numa\.(\d+)\.(.+)$")
+_DEVICE_ID = re.compile(r"^gpu\.\d+\.pci\.device_id$")
+_HEALTH = re.compile(r"^gpu\.\d+\.health$")
+
+
+_FOLDABLE = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def fold(names: list[str] | set[str]) -> str:
+    """Node names folded as ClusterShell folds them: node[0001-0016,0018]. Names that are
+    not plain host names (ClusterShell would read `,` `[` `@` as its own syntax) are listed
+    as they are, comma-separated."""
+    if not names:
+        return ""
+    if all(_FOLDABLE.match(name) for name in names):
+        return str(NodeSet.fromlist(list(names)))
+    return ",".join(sorted(names, key=natural_key))
+
+
+@functools.lru_cache(maxsize=65536)
+def template(key: str) -> tuple[str, str]:
+    """A reading key as (template, device): gpu.3.power.limit -> (gpu.{gpu}.power.limit,
+    'GPU 3'); topo.gpu.0.1.copy_gbs -> (topo.gpu.{gpu}.{peer}.copy_gbs, 'GPU 0-1');
+    numa.1.kernel... -> (numa.{node}.kernel..., 'NUMA 1'); node-wide keys -> (key, '')."""
+    if match := _GPU_KEY.match(key):
+        return f"gpu.{{gpu}}.{match.group(2)}", f"GPU {match.group(1)}"
+    if match := _TOPO_KEY.match(key):
+        return "topo.gpu.{gpu}.{peer}" + match.group(3), f"GPU {match.group(1)}-{match.group(2)}"
+    if match := _NUMA_KEY.match(key):
+        return f"numa.{{node}}.{match.group(2)}", f"NUMA {match.group(1)}"
+    return key, ""
+
+
+def _display(value: Any, unit: str, status: str) -> str:
+    if status != "ok":
+        return f"[{status}]"
+    if isinstance(value, tuple):
+        value = ", ".join(map(str, value))
+    return f"{value} {unit}".rstrip() if unit else str(value)
+
+
+def _number(value: float) -> str:
+    return f"{value:.4g}"
+
+
+# ------------------------------------------------------------------ results
+
+
+@dataclass
+class ConfigGroup:
+    """Nodes with identical configuration readings."""
+
+    nodes: list[str]
+    model: str
+    differences: list[tuple[str, str, str]] = field(default_factory=list)  # key, ref, this
+
+    @property
+    def folded(self) -> str:
+        return fold(self.nodes)
+
+
+@dataclass
+class Outlier:
+    """A reading (or kernel figure) of one node's device far from comparable ones."""
+
+    reading: str
+    node: str
+    device: str
+    value: float
+    unit: str
+    median: float
+    mad: float
+    z: float
+    model: str
+
+    @property
+    def off(self) -> str:
+        """How far off: a percentage of the median, or the difference where it is 0."""
+        if self.median:
+            return f"{(self.value - self.median) / abs(self.median):+.1%}"
+        return f"{self.value - self.median:+g}"
+
+
+@dataclass
+class Cause:
+    """A configuration reading that separates slow units from the others."""
+
+    reading: str
+    f1: float
+    slow_values: list[tuple[str, int]]
+    other_values: list[tuple[str, int]]
+
+
+@dataclass
+class SlowMetric:
+    """A kernel metric with slow outliers, and the readings that explain them."""
+
+    metric: str
+    model: str
+    unit: str
+    median: float
+    slow: list[Outlier]
+    comparable: int
+    causes: list[Cause]
+
+
+@dataclass
+class Regression:
+    """A node's kernel metric that got slower between two of its runs."""
+
+    node: str
+    metric: str
+    device: str
+    unit: str
+    started: str
+    previous: str
+    ratio: float
+    ci_low: float
+    ci_high: float
+
+
+@dataclass
+class FleetFinding:
+    """A rule that fired on some nodes of the fleet."""
+
+    rule_id: str
+    severity: str
+    nodes: list[str]
+
+
+@dataclass
+class FleetReport:
+    """Everything `gpudiag fleet` reports."""
+
+    nodes: int
+    snapshots: int
+    bad: list[str]
+    slow: list[SlowMetric]
+    groups: list[ConfigGroup]
+    outliers: list[Outlier]
+    regressions: list[Regression]
+    findings: list[FleetFinding]
+    threshold: float
+    table: pl.DataFrame | None = None
+    names: TableNames | None = None
+    node_names: list[str] = field(default_factory=list)
+
+    @property
+    def odd(self) -> bool:
+        """Whether anything differs: groups, outliers, regressions, findings on some
+        nodes only (warning or worse)."""
+        partial = any(
+            f.severity in ("critical", "warning") and len(f.nodes) < self.nodes
+            for f in self.findings
+        )
+        return bool(len(self.groups) > 1 or self.outliers or self.regressions or partial)
+
+    def exit_code(self) -> int:
+        """0 nothing odd, 1 something odd, 3 nothing odd but some input was bad."""
+        if self.odd:
+            return EXIT_ODD
+        return EXIT_BAD_INPUT if self.bad else EXIT_SAME
+
+
+# ------------------------------------------------------------------ analysis
+
+
+class _Fleet:
+    """The loaded fleet's latest run per node, with per-node model labels and lookups."""
+
+    def __init__(self, loaded: LoadedFleet) -> None:
+        self.loaded = loaded
+        history: dict[str, list[NodeRun]] = defaultdict(list)
+        for run in loaded.runs:
+            history[run.host].append(run)
+        for runs in history.values():
+            runs.sort(key=lambda r: (r.created, r.path))
+        self.history = dict(sorted(history.items(), key=lambda item: natural_key(item[0])))
+        self.current = [runs[-1] for runs in self.history.values()]
+        self.positions = [layout.position() for layout in loaded.layouts]
+        self._models: dict[int, str] = {}
+        self.profiles = load_profiles()
+
+    def config_value(self, config: int, key: str) -> tuple[Any, str, str] | None:
+        """(value, unit, status) of a configuration reading in a configuration tuple."""
+        layout_id = self.loaded.config_layout[config]
+        layout = self.loaded.layouts[layout_id]
+        position = self.positions[layout_id].get(key)
+        if position is None:
+            return None
+        slot = _config_slot(layout).get(position)
+        if slot is None:
+            return None
+        return self.loaded.configs[config][slot], layout.units[position], layout.statuses[position]
+
+    def config_dict(self, config: int) -> dict[str, str]:
+        """Every configuration reading of a configuration, displayed."""
+        layout = self.loaded.layouts[self.loaded.config_layout[config]]
+        values = self.loaded.configs[config]
+        return {
+            layout.keys[p]: _display(values[i], layout.units[p], layout.statuses[p])
+            for i, p in enumerate(layout.config)
+        }
+
+    def model(self, config: int) -> str:
+        """The node's GPU model (its profile's name, else its PCI device id) and GPU count:
+        nodes are compared only with nodes of the same model."""
+        if config not in self._models:
+            layout = self.loaded.layouts[self.loaded.config_layout[config]]
+            ids = []
+            for key in layout.keys:
+                if _DEVICE_ID.match(key):
+                    found = self.config_value(config, key)
+                    if found and found[2] == "ok":
+                        ids.append(str(found[0]))
+            gpus = sum(1 for key in layout.keys if _HEALTH.match(key))
+            label = "no GPUs"
+            if ids:
+                common = Counter(ids).most_common(1)[0][0]
+                name = next(
+                    (p.name for p in self.profiles.values() if common in p.device_ids), common
+                )
+                label = f"{name} x{gpus}"
+            self._models[config] = label
+        return self._models[config]
+
+
+_SLOTS: dict[int, dict[int, int]] = {}
+
+
+def _config_slot(layout: Layout) -> dict[int, int]:
+    """position in the layout -> index in its configuration tuple."""
+    slots = _SLOTS.get(id(layout))
+    if slots is None:
+        slots = {p: i for i, p in enumerate(layout.config)}
+        _SLOTS[id(layout)] = slots
+    return slots
+
+
+class Names:
+    """Strings held once, numbered: the table stores the numbers (UInt32 columns group,
+    join and filter faster than strings, and take 4 bytes a row)."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.ids: dict[str, int] = {}
+
+    def id(self, name: str) -> int:
+        """The number of `name`, giving it the next one if new."""
+        found = self.ids.get(name)
+        if found is None:
+            found = self.ids[name] = len(self.items)
+            self.items.append(name)
+        return found
+
+    def frame(self, column: str) -> pl.DataFrame:
+        """id -> name, for turning a column back into strings."""
+        return pl.DataFrame(
+            {f"{column}_id": range(len(self.items)), column: self.items},
+            schema={f"{column}_id": pl.UInt32, column: pl.String},
+        )
+
+
+@dataclass
+class TableNames:
+    """What the numbers in the fleet table stand for."""
+
+    readings: Names = field(default_factory=Names)
+    devices: Names = field(default_factory=Names)
+    models: Names = field(default_factory=Names)
+    units: dict[int, str] = field(default_factory=dict)  # reading id -> unit
+
+
+def numeric_table(fleet: _Fleet, names: TableNames) -> pl.DataFrame:
+    """The long table of every numeric reading and kernel figure of the latest runs:
+    node_id, reading_id (template), device_id, value, model_id, config (group); the ids
+    are numbers in `names` (and node_id an index into fleet.current)."""
+    loaded = fleet.loaded
+    model_of = np.asarray(
+        [names.models.id(fleet.model(run.config)) for run in fleet.current], dtype=np.uint32
+    )
+    config_of = np.asarray([run.config for run in fleet.current], dtype=np.uint32)
+    by_layout: dict[int, list[int]] = defaultdict(list)
+    for i, run in enumerate(fleet.current):
+        by_layout[run.layout].append(i)
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    for layout_id, members in by_layout.items():
+        layout = loaded.layouts[layout_id]
+        if not layout.numeric:
+            continue
+        reading_ids, device_ids = [], []
+        for p in layout.numeric:
+            name, device = template(layout.keys[p])
+            reading_ids.append(names.readings.id(name))
+            device_ids.append(names.devices.id(device))
+            names.units.setdefault(reading_ids[-1], layout.units[p])
+        matrix = np.vstack([fleet.current[i].numbers for i in members])
+        count, width = matrix.shape
+        parts.append(
+            (
+                np.repeat(np.asarray(members, dtype=np.uint32), width),
+                np.tile(np.asarray(reading_ids, dtype=np.uint32), count),
+                np.tile(np.asarray(device_ids, dtype=np.uint32), count),
+                matrix.ravel(),
+            )
+        )
+    kernel_rows: tuple[list[int], list[int], list[int], list[float]] = ([], [], [], [])
+    ids: dict[str, tuple[int, int]] = {}
+    for i, run in enumerate(fleet.current):
+        for kv in run.kernel_values:
+            found = ids.get(kv.key)
+            if found is None:
+                name, device = template(kv.key)
+                found = ids[kv.key] = (names.readings.id(name), names.devices.id(device))
+                names.units.setdefault(found[0], kv.unit)
+            kernel_rows[0].append(i)
+            kernel_rows[1].append(found[0])
+            kernel_rows[2].append(found[1])
+            kernel_rows[3].append(kv.value)
+    parts.append(
+        (
+            np.asarray(kernel_rows[0], dtype=np.uint32),
+            np.asarray(kernel_rows[1], dtype=np.uint32),
+            np.asarray(kernel_rows[2], dtype=np.uint32),
+            np.asarray(kernel_rows[3], dtype=np.float64),
+        )
+    )
+    node_id, reading_id, device_id, value = (np.concatenate(c) for c in zip(*parts, strict=True))
+    keep = ~np.isnan(value)
+    node_id = node_id[keep]
+    return pl.DataFrame(
+        {
+            "node_id": node_id,
+            "reading_id": reading_id[keep],
+            "device_id": device_id[keep],
+            "value": value[keep],
+            "model_id": model_of[node_id],
+            "config": config_of[node_id],
+        }
+    )
+
+
+def robust_outliers(table: pl.DataFrame, threshold: float, names: TableNames) -> pl.DataFrame:
+    """Rows far from the median of their (model, reading): robust z beyond `threshold`,
+    or, where the MAD is 0, any value off the median by more than 1% (or off 0)."""
+    group = ["model_id", "reading_id", "position"]
+    # NUMA nodes differ within a node (a CPU-less memory node): each is compared with the
+    # same NUMA node elsewhere; GPUs of one model are alike, so they are pooled
+    numa = [i for i, name in enumerate(names.readings.items) if name.startswith("numa.")]
+    rows = table.lazy().with_columns(
+        pl.when(pl.col("reading_id").is_in(numa))
+        .then(pl.col("device_id"))
+        .otherwise(pl.lit(0, dtype=pl.UInt32))
+        .alias("position")
+    )
+    medians = rows.group_by(group).agg(
+        pl.col("value").median().alias("median"), pl.len().alias("comparable")
+    )
+    rows = rows.join(medians, on=group, how="left").with_columns(
+        (pl.col("value") - pl.col("median")).alias("dev")
+    )
+    mads = rows.group_by(group).agg(pl.col("dev").abs().median().alias("mad"))
+    scale = pl.col("mad") * MAD_SCALE
+    z = (
+        pl.when(scale > 0)
+        .then(pl.col("dev") / scale)
+        .otherwise(pl.when(pl.col("dev") > 0).then(math.inf).otherwise(-math.inf))
+    )
+    off = pl.col("dev").abs() > pl.col("median").abs() * 0.01  # most rows are not: drop them
+    return (
+        rows.filter(off & (pl.col("comparable") >= MIN_COMPARABLE))
+        .join(mads, on=group, how="left")
+        .filter(z.abs() > threshold)
+        .with_columns(z.alias("z"))
+        .drop("position")
+        .collect()
+    )
+
+
+def _outlier(row: dict[str, Any], fleet: _Fleet, names: TableNames) -> Outlier:
+    return Outlier(
+        reading=names.readings.items[row["reading_id"]],
+        node=fleet.current[row["node_id"]].host,
+        device=names.devices.items[row["device_id"]],
+        value=row["value"],
+        unit=names.units.get(row["reading_id"], ""),
+        median=row["median"],
+        mad=row["mad"],
+        z=row["z"],
+        model=names.models.items[row["model_id"]],
+    )
+
+
+def _candidate_key(candidate: str, device: str) -> str:
+    """A candidate reading template for one unit's device (GPU 3, GPU 0-1)."""
+    numbers = re.findall(r"\d+", device)
+    key = candidate
+    if "{gpu}" in key:
+        if not numbers:
+            return ""
+        key = key.replace("{gpu}", numbers[0])
+    if "{peer}" in key:
+        if len(numbers) < 2:
+            return ""
+        key = key.replace("{peer}", numbers[1])
+    return key
+
+
+def explain_slow(
+    fleet: _Fleet, units: pl.DataFrame, name: str, kernel_device: str, devices: Names
+) -> list[Cause]:
+    """The configuration readings that separate slow units (node, device) from the
+    others, among those the explanations say can move metric `name` on `kernel_device`,
+    best first."""
+    explanations = [
+        e for e in load_explanations() if e.metric.search(name) and e.device.search(kernel_device)
+    ]
+    if not explanations:
+        return []
+    patterns = [p for e in explanations for p in e.readings]
+    # units with one configuration and device behave alike: count them together
+    counts: Counter[tuple[int, str, bool]] = Counter(
+        {
+            (config, devices.items[device], slow): n
+            for config, device, slow, n in units.group_by(["config", "device_id", "slow"])
+            .len()
+            .iter_rows()
+        }
+    )
+    candidates: set[str] = set()
+    for config in {c for c, _, _ in counts}:
+        layout = fleet.loaded.layouts[fleet.loaded.config_layout[config]]
+        for p in layout.config:
+            key = layout.keys[p]
+            if any(pattern.search(key) for pattern in patterns):
+                candidates.add(template(key)[0])
+    causes = []
+    for candidate in sorted(candidates):
+        tally: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # value -> [slow, other]
+        for (config, device, slow), n in counts.items():
+            key = _candidate_key(candidate, device)
+            found = fleet.config_value(config, key) if key else None
+            shown = _display(*found) if found else "-"
+            tally[shown][0 if slow else 1] += n
+        usual = max(tally.items(), key=lambda item: item[1][1])[0]
+        tp = sum(s for v, (s, _) in tally.items() if v != usual)
+        fp = sum(o for v, (_, o) in tally.items() if v != usual)
+        fn = tally[usual][0]
+        if tp == 0:
+            continue
+        f1 = 2 * tp / (2 * tp + fp + fn)
+        causes.append(
+            Cause(
+                candidate,
+                f1,
+                sorted(((v, s) for v, (s, _) in tally.items() if s), key=lambda x: (-x[1], x[0])),
+                sorted(((v, o) for v, (_, o) in tally.items() if o), key=lambda x: (-x[1], x[0])),
+            )
+        )
+    causes.sort(key=lambda c: (-c.f1, c.reading))
+    return causes
+
+
+def config_groups(fleet: _Fleet) -> list[ConfigGroup]:
+    """Nodes by identical configuration, largest group first, each with what differs
+    from the largest group of its model."""
+    members: dict[int, list[str]] = defaultdict(list)
+    for run in fleet.current:
+        members[run.config].append(run.host)
+    ordered = sorted(members.items(), key=lambda item: (-len(item[1]), natural_key(item[1][0])))
+    groups = []
+    reference: dict[str, dict[str, str]] = {}
+    for config, nodes in ordered:
+        model = fleet.model(config)
+        values = fleet.config_dict(config)
+        group = ConfigGroup(nodes, model)
+        if model in reference:
+            ref = reference[model]
+            for key in sorted(set(ref) | set(values), key=natural_key):
+                if ref.get(key) != values.get(key):
+                    group.differences.append((key, ref.get(key, "-"), values.get(key, "-")))
+        else:
+            reference[model] = values
+        groups.append(group)
+    return groups
+
+
+def regressions(fleet: _Fleet) -> list[Regression]:
+    """Kernel metrics that got slower between consecutive runs of a node (the diff's
+    interval test); the first such run is when it started."""
+    found = []
+    for host, runs in fleet.history.items():
+        if len(runs) < 2:
+            continue
+        reported: set[tuple[str, ...]] = set()
+        for before, after in pairwise(runs):
+            earlier = {_kernel_key(k): k for k in before.kernels}
+            for k in after.kernels:
+                key = _kernel_key(k)
+                old = earlier.get(key)
+                if key in reported or old is None or len(old.samples) < 2 or len(k.samples) < 2:
+                    continue
+                try:
+                    ratio, low, high = bootstrap_ratio(list(old.samples), list(k.samples))
+                except ValueError:
+                    continue
+                if verdict(low, high, k.unit) == "slower":
+                    reported.add(key)
+                    dtype = dict(k.params).get("dtype")
+                    found.append(
+                        Regression(
+                            host,
+                            f"{k.kernel}.{k.metric}" + (f".{dtype}" if dtype else ""),
+                            k.device,
+                            k.unit,
+                            after.created,
+                            before.created,
+                            ratio,
+                            low,
+                            high,
+                        )
+                    )
+    return found
+
+
+def fleet_findings(fleet: _Fleet) -> list[FleetFinding]:
+    """Per rule (and severity), the nodes whose latest snapshot has it, in node order.
+    Identical findings tuples (most nodes of a fleet) are looked at once."""
+    by_findings: dict[tuple[tuple[str, str, str], ...], list[str]] = defaultdict(list)
+    for run in fleet.current:  # already in natural order of host names
+        by_findings[run.findings].append(run.host)
+    nodes: dict[tuple[str, str], list[list[str]]] = defaultdict(list)
+    for findings, hosts in by_findings.items():
+        for rule in dict.fromkeys((rule_id, severity) for rule_id, severity, _ in findings):
+            nodes[rule].append(hosts)
+    order = {run.host: i for i, run in enumerate(fleet.current)}
+    rank = {"critical": 0, "warning": 1, "unknown": 2, "info": 3}
+    return [
+        FleetFinding(
+            rule_id,
+            severity,
+            lists[0] if len(lists) == 1 else sorted((h for hs in lists for h in hs), key=order.get),
+        )
+        for (rule_id, severity), lists in sorted(
+            nodes.items(), key=lambda item: (rank.get(item[0][1], 4), item[0][0])
+        )
+    ]
+
+
+def analyse(loaded: LoadedFleet, threshold: float = DEFAULT_THRESHOLD) -> FleetReport:
+    """The fleet report of loaded snapshots."""
+    fleet = _Fleet(loaded)
+    names = TableNames()
+    table = numeric_table(fleet, names)
+    ids = {run.host: i for i, run in enumerate(fleet.current)}
+    odd = robust_outliers(table, threshold, names)
+    outliers = sorted(
+        (_outlier(row, fleet, names) for row in odd.iter_rows(named=True)),
+        key=lambda o: (-abs(o.z), o.reading, natural_key(o.node), natural_key(o.device)),
+    )
+    kernel_names: dict[str, tuple[str, str]] = {}
+    for run in fleet.current:
+        for kv in run.kernel_values:
+            kernel_names.setdefault(template(kv.key)[0], (kv.name, kv.device))
+    slow_metrics = []
+    slow_rows = [
+        o for o in outliers if o.reading in kernel_names and (o.z < 0) == higher_is_better(o.unit)
+    ]
+    by_metric: dict[tuple[str, str], list[Outlier]] = defaultdict(list)
+    for o in slow_rows:
+        by_metric[(o.model, o.reading)].append(o)
+    for (model, reading), slow in sorted(by_metric.items()):
+        name, device = kernel_names[reading]
+        marked = pl.DataFrame(
+            {
+                "node_id": [ids[o.node] for o in slow],
+                "device_id": [names.devices.ids[o.device] for o in slow],
+            },
+            schema={"node_id": pl.UInt32, "device_id": pl.UInt32},
+        ).with_columns(pl.lit(True).alias("slow"))
+        units = (
+            table.filter(
+                (pl.col("model_id") == names.models.ids[model])
+                & (pl.col("reading_id") == names.readings.ids[reading])
+            )
+            .select("node_id", "device_id", "config")
+            .join(marked, on=["node_id", "device_id"], how="left")
+            .with_columns(pl.col("slow").fill_null(False))
+        )
+        slow_metrics.append(
+            SlowMetric(
+                reading,
+                model,
+                slow[0].unit,
+                slow[0].median,
+                sorted(slow, key=lambda o: (natural_key(o.node), o.device)),
+                units.height,
+                explain_slow(fleet, units, name, device, names.devices),
+            )
+        )
+    return FleetReport(
+        nodes=len(fleet.current),
+        snapshots=len(loaded.runs),
+        bad=list(loaded.bad),
+        slow=slow_metrics,
+        groups=config_groups(fleet),
+        outliers=outliers,
+        regressions=regressions(fleet),
+        findings=fleet_findings(fleet),
+        threshold=threshold,
+        table=table,
+        names=names,
+        node_names=[run.host for run in fleet.current],
+    )
+
+
+# ------------------------------------------------------------------ reports
+
+MAX_LISTED = 8
+MIN_F1 = 0.5  # a cause shown must separate at least this well
+
+
+def _odd_lines(report: FleetReport, markdown: bool) -> list[str]:
+    """Outliers grouped by reading: the fleet's median and MAD, then the odd units."""
+    lines = []
+    by_reading: dict[tuple[str, str], list[Outlier]] = defaultdict(list)
+    for o in report.outliers:
+        by_reading[(o.model, o.reading)].append(o)
+    bullet = "- " if markdown else "  "
+    for (model, reading), odd in by_reading.items():
+        first = odd[0]
+        unit = f" {first.unit}" if first.unit else ""
+        lines.append(
+            f"{bullet}{reading} ({model}): median {_number(first.median)}{unit}, "
+            f"MAD {_number(first.mad)}; {len(odd)} odd"
+        )
+        for o in odd[:MAX_LISTED]:
+            where = f"{o.node} {o.device}".rstrip()
+            z = "MAD 0" if math.isinf(o.z) else f"z {o.z:+.1f}"
+            unit = f" {o.unit}" if o.unit else ""
+            lines.append(
+                f"{'  - ' if markdown else '      '}{where}: {_number(o.value)}{unit} "
+                f"({o.off}, {z})"
+            )
+        if len(odd) > MAX_LISTED:
+            rest = {o.node for o in odd[MAX_LISTED:]}
+            lines.append(
+                f"{'  - ' if markdown else '      '}and {len(odd) - MAX_LISTED} more on "
+                f"{fold(rest)}"
+            )
+    return lines
+
+
+def report_text(report: FleetReport, markdown: bool = False) -> str:
+    """The report for a terminal, or as markdown."""
+    h = (lambda t: f"\n## {t}\n") if markdown else (lambda t: f"\n{t}")
+    bullet = "- " if markdown else "  "
+    lines = [
+        ("# gpudiag fleet\n\n" if markdown else "")
+        + f"{report.nodes} node{'s' if report.nodes != 1 else ''}, {report.snapshots} "
+        + f"snapshot{'s' if report.snapshots != 1 else ''}"
+        + (f", {len(report.bad)} unreadable files (named on stderr)" if report.bad else "")
+        + f"; outliers beyond robust z {report.threshold:g}"
+    ]
+    lines.append(h("Why slow"))
+    if not report.slow:
+        lines.append(f"{bullet}no kernel metric has slow outliers")
+    for s in report.slow:
+        nodes = fold({o.node for o in s.slow})
+        lines.append(
+            f"{bullet}{s.metric} ({s.model}): {len(s.slow)} of {s.comparable} slow on {nodes}; "
+            f"fleet median {_number(s.median)} {s.unit}"
+        )
+        for o in s.slow[:MAX_LISTED]:
+            lines.append(
+                f"{'  - ' if markdown else '      '}{o.node} {o.device}: "
+                f"{_number(o.value)} {o.unit} ({o.off})".replace(" :", ":")
+            )
+        causes = [c for c in s.causes if c.f1 >= MIN_F1]
+        if not causes:
+            lines.append(
+                f"{'  - ' if markdown else '      '}no configuration reading known to move it "
+                "separates them"
+            )
+        for c in causes[:3]:
+            slow_values = ", ".join(f"{v} x{n}" for v, n in c.slow_values)
+            other_values = ", ".join(f"{v} x{n}" for v, n in c.other_values[:3])
+            lines.append(
+                f"{'  - ' if markdown else '      because '}{c.reading} (F1 {c.f1:.2f}): "
+                f"slow {slow_values}; others {other_values}"
+            )
+    lines.append(h("Configuration groups"))
+    for i, g in enumerate(report.groups, 1):
+        count = f"{len(g.nodes)} node{'s' if len(g.nodes) != 1 else ''}"
+        lines.append(f"{bullet}group {i}: {g.folded} ({count}, {g.model})")
+        if i == 1 and len(report.groups) > 1:
+            lines.append(f"{'  - ' if markdown else '      '}the reference for the others")
+        for key, ref, this in g.differences[:12]:
+            lines.append(f"{'  - ' if markdown else '      '}{key}: {ref} -> {this}")
+        if len(g.differences) > 12:
+            lines.append(
+                f"{'  - ' if markdown else '      '}and {len(g.differences) - 12} more differences"
+            )
+    lines.append(h("Outliers"))
+    lines.extend(_odd_lines(report, markdown) or [f"{bullet}none"])
+    lines.append(h("History"))
+    if not report.regressions:
+        lines.append(f"{bullet}no regression between runs of a node")
+    for r in report.regressions:
+        lines.append(
+            f"{bullet}{r.node} {r.device} {r.metric}: slower since {r.started} "
+            f"(x{r.ratio:.3f}, 95% CI {r.ci_low:.3f}-{r.ci_high:.3f}, against {r.previous})"
+        )
+    lines.append(h("Findings"))
+    if not report.findings:
+        lines.append(f"{bullet}none")
+    for f in report.findings:
+        count = "all" if len(f.nodes) == report.nodes else f"{len(f.nodes)} of {report.nodes}"
+        lines.append(
+            f"{bullet}{f.severity.upper()} {f.rule_id}: {count} nodes: {fold(set(f.nodes))}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def report_json(report: FleetReport) -> dict[str, Any]:
+    """The report as plain data for pipelines."""
+
+    def outlier(o: Outlier) -> dict[str, Any]:
+        return {
+            "reading": o.reading,
+            "node": o.node,
+            "device": o.device,
+            "value": o.value,
+            "unit": o.unit,
+            "median": o.median,
+            "mad": o.mad,
+            "z": None if math.isinf(o.z) else o.z,
+            "model": o.model,
+        }
+
+    return {
+        "nodes": report.nodes,
+        "snapshots": report.snapshots,
+        "bad_files": report.bad,
+        "threshold": report.threshold,
+        "odd": report.odd,
+        "why_slow": [
+            {
+                "metric": s.metric,
+                "model": s.model,
+                "unit": s.unit,
+                "median": s.median,
+                "comparable": s.comparable,
+                "slow": [outlier(o) for o in s.slow],
+                "causes": [
+                    {
+                        "reading": c.reading,
+                        "f1": c.f1,
+                        "slow_values": dict(c.slow_values),
+                        "other_values": dict(c.other_values),
+                    }
+                    for c in s.causes
+                ],
+            }
+            for s in report.slow
+        ],
+        "groups": [
+            {
+                "nodes": g.folded,
+                "count": len(g.nodes),
+                "model": g.model,
+                "differences": [
+                    {"reading": k, "reference": a, "value": b} for k, a, b in g.differences
+                ],
+            }
+            for g in report.groups
+        ],
+        "outliers": [outlier(o) for o in report.outliers],
+        "regressions": [r.__dict__ for r in report.regressions],
+        "findings": [
+            {
+                "rule_id": f.rule_id,
+                "severity": f.severity,
+                "nodes": fold(set(f.nodes)),
+                "count": len(f.nodes),
+            }
+            for f in report.findings
+        ],
+    }
+
+
+def write_parquet(report: FleetReport, path: str) -> None:
+    """The numeric table (node, model, config group, reading, device, unit, value) as
+    Parquet, written to a temporary file and renamed."""
+    import os
+    import tempfile
+
+    assert report.table is not None
+    target = os.path.abspath(path)
+    handle, temporary = tempfile.mkstemp(dir=os.path.dirname(target), suffix=".parquet.tmp")
+    os.close(handle)
+    try:
+        names = report.names
+        assert names is not None
+        nodes = pl.DataFrame(
+            {"node_id": range(len(report.node_names)), "node": report.node_names},
+            schema={"node_id": pl.UInt32, "node": pl.String},
+        )
+        units = pl.DataFrame(
+            {"reading_id": list(names.units), "unit": list(names.units.values())},
+            schema={"reading_id": pl.UInt32, "unit": pl.String},
+        )
+        table = report.table
+        for frame, key in (
+            (nodes, "node_id"),
+            (names.readings.frame("reading"), "reading_id"),
+            (names.devices.frame("device"), "device_id"),
+            (names.models.frame("model"), "model_id"),
+            (units, "reading_id"),
+        ):
+            table = table.join(frame, on=key, how="left")
+        columns = ["node", "model", "config", "reading", "device", "unit", "value"]
+        table.select(columns).write_parquet(temporary)
+        os.replace(temporary, target)
+    except BaseException:
+        os.unlink(temporary)
+        raise

@@ -1,0 +1,540 @@
+"""Loading many snapshots at once, for `gpudiag fleet` and `gpudiag baseline`.
+
+A snapshot is about 2,000 readings; building a Reading object for each, as the loader
+does (`snapshot.load`, 8.5 ms per 8-GPU snapshot here), would take 85 s for 10,000 nodes.
+So JSON snapshots of the current schema version take a fast path that validates the same
+way without building objects:
+
+- msgspec parses the file straight into typed structs that mirror the schema
+  (snapshot.py): unknown fields, wrong types, a JSON null, NaN, infinity, nested lists and
+  unknown statuses are refused in C while parsing; what types cannot say (the [end]
+  counts, a value exactly where the status is ok, finite samples, an ISO time, a key) is
+  checked after;
+- the first file of each readings shape (keys, statuses, units) also goes through the
+  loader itself (`snapshot.snapshot_from_dict`), so the two cannot drift apart unnoticed;
+- anything else (TOML, another schema version, whatever the fast checks refuse) goes
+  through `snapshot.load`, which migrates older versions and words the error.
+
+Each node then becomes its readings' shape (interned: a fleet of one SKU has one or a
+few), its configuration values (interned too: identical nodes share one tuple), an array
+of its numeric values and its kernel results. Files are read by worker processes (one
+per CPU) in chunks, forked where Polars has not been imported yet (the command line loads
+first and analyses after), spawned otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import statistics
+import sys
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from datetime import datetime
+from multiprocessing import get_context
+from operator import attrgetter, itemgetter
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import msgspec
+import numpy as np
+from msgspec import UNSET, UnsetType
+
+from gpudiag.kernels.readings import device_prefix, metric_key
+from gpudiag.model import (
+    SCHEMA_VERSION,
+    KernelResult,
+    ProbeStatus,
+    ReadingStatus,
+    Severity,
+    Snapshot,
+    Statistics,
+)
+from gpudiag.readingkind import is_configuration
+from gpudiag.snapshot import SnapshotError, load, snapshot_from_dict
+
+MAX_FILE_BYTES = 256 * 2**20
+SNAPSHOT_SUFFIXES = (".json", ".toml")
+_PEER = re.compile(r"^(to|bidir|latency)\.gpu(\d+)$")
+_PEER_KEYS = {"to": "copy_gbs", "bidir": "copy_bidir_gbs", "latency": "copy_latency_us"}
+PARALLEL_FROM = 64  # files; fewer are read in this process
+CHUNK = 64
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The shape of a node's readings: which keys, with which status and unit. Nodes of
+    one SKU share one. `numeric` and `config` index into `keys`."""
+
+    keys: tuple[str, ...]
+    statuses: tuple[str, ...]
+    units: tuple[str, ...]
+    numeric: tuple[int, ...]
+    config: tuple[int, ...]
+
+    def position(self) -> dict[str, int]:
+        """key -> index."""
+        return {key: i for i, key in enumerate(self.keys)}
+
+
+@dataclass(frozen=True)
+class KernelValue:
+    """One kernel figure of a node as a reading-like key (gpu.3.kernel.stream.triad.fp64,
+    topo.gpu.0.1.copy_gbs), with what explains it: the kernel's name and device."""
+
+    key: str
+    value: float
+    unit: str
+    name: str
+    device: str
+
+
+@dataclass
+class NodeRun:
+    """One snapshot of one node, in compact form."""
+
+    path: str
+    host: str
+    created: str
+    layout: int
+    config: int
+    numbers: np.ndarray
+    kernel_values: tuple[KernelValue, ...]
+    kernels: tuple[Any, ...]  # KernelResult, or the fast path's parsed form of one
+    findings: tuple[tuple[str, str, str], ...]  # rule id, severity, subject
+
+
+@dataclass
+class LoadedFleet:
+    """Every snapshot read, with the layouts and configuration tuples they refer to,
+    and the files that could not be read (path: reason)."""
+
+    layouts: list[Layout] = field(default_factory=list)
+    configs: list[tuple[Any, ...]] = field(default_factory=list)
+    config_layout: list[int] = field(default_factory=list)
+    runs: list[NodeRun] = field(default_factory=list)
+    bad: list[str] = field(default_factory=list)
+
+
+def snapshot_paths(paths: Iterable[str | Path]) -> tuple[list[Path], list[str]]:
+    """The snapshot files named, folders expanded to the *.json and *.toml files below
+    them (sorted); and the paths that are neither (as 'path: reason')."""
+    found: list[Path] = []
+    bad: list[str] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found.extend(
+                sorted(
+                    p
+                    for p in path.rglob("*")
+                    if p.suffix.lower() in SNAPSHOT_SUFFIXES and p.is_file()
+                )
+            )
+        elif path.is_file():
+            found.append(path)
+        elif path.exists():
+            bad.append(f"{path}: not a regular file")
+        else:
+            bad.append(f"{path}: no such file or directory")
+    return found, bad
+
+
+# ------------------------------------------------------------------ one file
+
+_Scalar = Union[bool, int, float, str]  # noqa: UP007 - msgspec reads the typing form
+_ReadingStatus = Literal[tuple(s.value for s in ReadingStatus)]  # type: ignore[valid-type]
+_ProbeStatus = Literal[tuple(s.value for s in ProbeStatus)]  # type: ignore[valid-type]
+_Severity = Literal[tuple(s.value for s in Severity)]  # type: ignore[valid-type]
+
+
+class _Reading(msgspec.Struct, forbid_unknown_fields=True):
+    """A reading as the schema has it (snapshot.py); lists read as tuples, and a value
+    left out is UNSET (a JSON null is refused, as the loader refuses it)."""
+
+    key: str
+    status: _ReadingStatus
+    value: Union[_Scalar, tuple[_Scalar, ...], UnsetType] = UNSET  # noqa: UP007
+    unit: str = ""
+    source: str = ""
+    reason: str = ""
+
+
+class _Probe(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    status: _ProbeStatus
+    duration_s: float
+    title: str = ""
+    error: str = ""
+    readings: list[_Reading] = msgspec.field(default_factory=list)
+
+
+class _Stats(msgspec.Struct, forbid_unknown_fields=True):
+    count: int
+    median: float
+    minimum: float
+    maximum: float
+    mean: float
+    cv: float
+    ci95_low: float
+    ci95_high: float
+
+
+class _Kernel(msgspec.Struct, forbid_unknown_fields=True):
+    kernel: str
+    device: str
+    metric: str
+    status: _ProbeStatus
+    unit: str = ""
+    error: str = ""
+    samples: list[float] = msgspec.field(default_factory=list)
+    params: dict[str, _Scalar] = msgspec.field(default_factory=dict)
+    stats: Union[_Stats, UnsetType] = UNSET  # noqa: UP007
+
+
+class _Finding(msgspec.Struct, forbid_unknown_fields=True):
+    rule_id: str
+    severity: _Severity
+    subject: str
+    title: str = ""
+    message: str = ""
+    why: str = ""
+    fix: str = ""
+    evidence: list[_Reading] = msgspec.field(default_factory=list)
+
+
+class _End(msgspec.Struct, forbid_unknown_fields=True):
+    probes: int
+    readings: int
+    kernels: int
+    findings: int
+
+
+class _Snapshot(msgspec.Struct, forbid_unknown_fields=True):
+    schema_version: int
+    gpudiag_version: str
+    host: str
+    created: str
+    end: _End
+    command_line: list[str] = msgspec.field(default_factory=list)
+    probes: list[_Probe] = msgspec.field(default_factory=list)
+    kernels: list[_Kernel] = msgspec.field(default_factory=list)
+    findings: list[_Finding] = msgspec.field(default_factory=list)
+
+
+_DECODER = msgspec.json.Decoder(_Snapshot)
+_PROBE_STATUSES = {s.value: s for s in ProbeStatus}
+_KEY, _STATUS, _UNIT, _VALUE = (attrgetter(name) for name in ("key", "status", "unit", "value"))
+
+
+def _readings_ok(readings: list[_Reading]) -> bool:
+    """What the schema's types cannot say: a key, and a value exactly when read."""
+    return all(r.key and ((r.status == "ok") != (r.value is UNSET)) for r in readings)
+
+
+def as_kernel_result(k: _Kernel | KernelResult) -> KernelResult:
+    """A kernel result as the model has it (the fast path keeps what it parsed: the
+    history needs only the fields both share)."""
+    if isinstance(k, KernelResult):
+        return k
+    stats = None
+    if k.stats is not UNSET:
+        s = k.stats
+        stats = Statistics(
+            s.count, s.median, s.minimum, s.maximum, s.mean, s.cv, s.ci95_low, s.ci95_high
+        )
+    return KernelResult(
+        kernel=k.kernel,
+        device=k.device,
+        metric=k.metric,
+        unit=k.unit,
+        status=_PROBE_STATUSES[k.status],
+        samples=tuple(k.samples),
+        stats=stats,
+        params=tuple(k.params.items()),
+        error=k.error,
+    )
+
+
+def _value(value: Any) -> Any:
+    """A loaded reading value as the fast path holds it: lists as tuples, None as UNSET."""
+    if value is None:
+        return UNSET
+    return tuple(value) if type(value) is list else value
+
+
+class _Reader:
+    """Reads files into NodeRuns; remembers the layouts it has validated and interns
+    layouts and configuration tuples (per process)."""
+
+    def __init__(self) -> None:
+        self.validated: dict[tuple[Any, ...], int] = {}
+        self.layouts: list[Layout] = []
+        self.none_masks: list[tuple[bool, ...]] = []
+        self.getters: list[tuple[Any, Any]] = []
+        self.configs: dict[tuple[int, tuple[Any, ...]], int] = {}
+
+    def read(self, path: Path) -> NodeRun:
+        """One snapshot file, or SnapshotError."""
+        name = str(path)
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            raise SnapshotError(name, f"cannot read: {exc.strerror}") from None
+        if size > MAX_FILE_BYTES:
+            raise SnapshotError(name, f"{size} bytes: larger than a snapshot can be")
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise SnapshotError(name, f"cannot read: {exc.strerror}") from None
+        if raw[:4096].lstrip()[:1] == b"{":
+            run = self._fast(name, raw)
+            if run is not None:
+                return run
+        return self._from_snapshot(name, load(path))
+
+    def _fast(self, name: str, raw: bytes) -> NodeRun | None:
+        """The fast path; None where it cannot vouch for the file (the loader decides)."""
+        try:
+            data = _DECODER.decode(raw)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return None
+        if data.schema_version != SCHEMA_VERSION:
+            return None  # another version: the loader migrates it or says why not
+        readings = [r for p in data.probes for r in p.readings]
+        evidence = [r for f in data.findings for r in f.evidence]
+        end = data.end
+        counts = (len(data.probes), len(readings), len(data.kernels), len(data.findings))
+        if (end.probes, end.readings, end.kernels, end.findings) != counts:
+            return None
+        if not _readings_ok(evidence) or not all(
+            all(map(math.isfinite, k.samples)) for k in data.kernels
+        ):
+            return None
+        try:
+            datetime.fromisoformat(data.created.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        keys = tuple(map(_KEY, readings))
+        statuses = tuple(map(_STATUS, readings))
+        units = tuple(map(_UNIT, readings))
+        values = list(map(_VALUE, readings))
+        signature = (keys, statuses, units)
+        layout_id = self.validated.get(signature)
+        if layout_id is None:
+            if len(set(keys)) != len(keys) or not _readings_ok(readings):
+                return None  # a key twice: the loader keeps the last, as readings_by_key
+            try:
+                snapshot_from_dict(msgspec.json.decode(raw))  # the loader, once per shape
+            except (ValueError, msgspec.DecodeError):
+                return None
+            layout_id = self._layout(keys, statuses, units, values)
+            self.validated[signature] = layout_id
+        elif tuple([v is UNSET for v in values]) != self.none_masks[layout_id]:
+            return None  # the statuses are the layout's, so a value where none was read
+        return self._run(
+            name,
+            data.host,
+            data.created,
+            layout_id,
+            values,
+            tuple(data.kernels),  # as parsed: KernelResults are built only if needed
+            tuple((f.rule_id, f.severity, f.subject) for f in data.findings),
+        )
+
+    def _layout(
+        self,
+        keys: tuple[str, ...],
+        statuses: tuple[str, ...],
+        units: tuple[str, ...],
+        values: Sequence[Any],
+    ) -> int:
+        numeric = tuple(i for i, v in enumerate(values) if type(v) in (int, float))
+        config = tuple(i for i, k in enumerate(keys) if is_configuration(k))
+        self.layouts.append(Layout(keys, statuses, units, numeric, config))
+        self.none_masks.append(tuple(v is UNSET for v in values))
+        self.getters.append((_getter(numeric), _getter(config)))
+        return len(self.layouts) - 1
+
+    def _from_snapshot(self, name: str, snapshot: Snapshot) -> NodeRun:
+        """The slow path: a snapshot the loader built (TOML, older versions, ...)."""
+        readings = list(snapshot.readings_by_key.values())
+        keys = tuple(r.key for r in readings)
+        statuses = tuple(r.status.value for r in readings)
+        units = tuple(r.unit for r in readings)
+        values = [_value(r.value) for r in readings]
+        signature = (keys, statuses, units)
+        layout_id = self.validated.get(signature)
+        if layout_id is None:
+            layout_id = self._layout(keys, statuses, units, values)
+            self.validated[signature] = layout_id
+        findings = tuple((f.rule_id, f.severity.value, f.subject) for f in snapshot.findings)
+        return self._run(
+            name, snapshot.host, snapshot.created, layout_id, values, snapshot.kernels, findings
+        )
+
+    def _run(
+        self,
+        name: str,
+        host: str,
+        created: str,
+        layout_id: int,
+        values: list[Any],
+        kernels: tuple[Any, ...],
+        findings: tuple[tuple[str, str, str], ...],
+    ) -> NodeRun:
+        numeric_of, config_of = self.getters[layout_id]
+        config = config_of(values)
+        config_id = self.configs.setdefault((layout_id, config), len(self.configs))
+        numbers = numeric_of(values)
+        if {type(v) for v in numbers} <= {int, float}:
+            array = np.array(numbers, dtype=np.float64)
+        else:
+            array = np.array(
+                [v if type(v) in (int, float) else math.nan for v in numbers], dtype=np.float64
+            )
+        return NodeRun(
+            path=name,
+            host=host,
+            created=created,
+            layout=layout_id,
+            config=config_id,
+            numbers=array,
+            kernel_values=kernel_values(kernels),
+            kernels=kernels,
+            findings=findings,
+        )
+
+
+def _getter(positions: tuple[int, ...]) -> Any:
+    """A function that picks these positions out of a list, as a tuple (in C)."""
+    if not positions:
+        return lambda values: ()
+    if len(positions) == 1:
+        position = positions[0]
+        return lambda values: (values[position],)
+    return itemgetter(*positions)
+
+
+def kernel_values(kernels: Iterable[Any]) -> tuple[KernelValue, ...]:
+    """Each measured kernel result's median under the key its derived reading has
+    (kernels/readings.py): gpu.N.kernel.stream.triad.fp64, topo.gpu.I.J.copy_gbs, ..."""
+    out = []
+    for result in kernels:
+        prefix = device_prefix(result.device)
+        if prefix is None or result.status != "ok" or not result.samples:
+            continue
+        peer = _PEER.match(result.metric) if result.kernel == "peer" else None
+        if peer and prefix.startswith("gpu."):
+            key = f"topo.{prefix}{peer.group(2)}.{_PEER_KEYS[peer.group(1)]}"
+        else:
+            key = f"{prefix}kernel.{metric_key(result)}"
+        median = result.stats.median if result.stats else statistics.median(result.samples)
+        name = f"{result.kernel}.{result.metric}"
+        out.append(KernelValue(key, float(median), result.unit, name, result.device))
+    return tuple(out)
+
+
+# ------------------------------------------------------------------ many files
+
+
+@dataclass
+class _Chunk:
+    layouts: list[Layout]
+    configs: list[tuple[int, tuple[Any, ...]]]
+    runs: list[NodeRun]
+    bad: list[str]
+
+
+_WORKER_READER: _Reader | None = None
+
+
+def _read_chunk(paths: list[Path]) -> _Chunk:
+    """Read some files (in a worker process, or here); layouts and configurations are
+    numbered within the chunk's reader."""
+    global _WORKER_READER
+    if _WORKER_READER is None:
+        _WORKER_READER = _Reader()
+    reader = _WORKER_READER
+    seen_layouts, seen_configs = len(reader.layouts), len(reader.configs)
+    runs, bad = [], []
+    for path in paths:
+        try:
+            runs.append(reader.read(path))
+        except SnapshotError as exc:
+            bad.append(str(exc))
+        except (OSError, ValueError, RecursionError, MemoryError) as exc:
+            bad.append(f"{path}: {type(exc).__name__}: {exc}")
+    configs = sorted(reader.configs.items(), key=lambda item: item[1])
+    return _Chunk(
+        reader.layouts[seen_layouts:],
+        [c for c, _ in configs[seen_configs:]],
+        runs,
+        bad,
+    )
+
+
+def load_fleet(paths: Iterable[str | Path], workers: int | None = None) -> LoadedFleet:
+    """Read every snapshot below `paths`; unreadable ones are listed in `bad`, never fatal.
+    `workers`: processes to read with (default: one per CPU; 1 reads in this process)."""
+    paths_given = list(paths)
+    files, bad = snapshot_paths(paths_given)
+    fleet = LoadedFleet(bad=bad)
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    layout_ids: dict[tuple[Any, ...], int] = {}
+    config_ids: dict[tuple[int, tuple[Any, ...]], int] = {}
+
+    def merge(chunk: _Chunk, layout_map: list[int], config_map: list[int]) -> None:
+        for layout in chunk.layouts:
+            signature = (layout.keys, layout.statuses, layout.units)
+            if signature not in layout_ids:
+                layout_ids[signature] = len(fleet.layouts)
+                fleet.layouts.append(layout)
+            layout_map.append(layout_ids[signature])
+        for local_layout, config in chunk.configs:
+            key = (layout_map[local_layout], config)
+            if key not in config_ids:
+                config_ids[key] = len(fleet.configs)
+                fleet.configs.append(config)
+                fleet.config_layout.append(key[0])
+            config_map.append(config_ids[key])
+        for run in chunk.runs:
+            run.layout = layout_map[run.layout]
+            run.config = config_map[run.config]
+            fleet.runs.append(run)
+        fleet.bad.extend(chunk.bad)
+
+    chunks = [files[i : i + CHUNK] for i in range(0, len(files), CHUNK)]
+    if workers <= 1 or len(files) < PARALLEL_FROM:
+        global _WORKER_READER
+        _WORKER_READER = None
+        layout_map: list[int] = []
+        config_map: list[int] = []
+        for chunk_paths in chunks:
+            merge(_read_chunk(chunk_paths), layout_map, config_map)
+        _WORKER_READER = None
+        return fleet
+    # Each worker numbers layouts and configurations in its own reader, so results are
+    # merged per worker: a chunk is tagged with the worker's pid.
+    maps: dict[int, tuple[list[int], list[int]]] = {}
+    # fork is cheapest (the workers need not import anything again), but a process that
+    # holds Polars' thread pool must not fork (its locks may be held): spawn there
+    context = get_context("spawn" if "polars" in sys.modules else "fork")
+    try:
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            for pid, chunk in pool.map(_read_chunk_tagged, chunks):
+                layout_map, config_map = maps.setdefault(pid, ([], []))
+                merge(chunk, layout_map, config_map)
+    except (BrokenProcessPool, OSError):
+        # no worker processes here (a sandbox, a __main__ that cannot be re-imported):
+        # read everything in this process instead
+        return load_fleet(paths_given, workers=1)
+    return fleet
+
+
+def _read_chunk_tagged(paths: list[Path]) -> tuple[int, _Chunk]:
+    return os.getpid(), _read_chunk(paths)

@@ -1,0 +1,61 @@
+"""The fleet report on a screen: the sections of `gpudiag fleet` (why slow first), one
+tab each (keys 1-5, or the arrow keys on the tabs), scrollable with the keyboard; fits
+80x24 and works with NO_COLOR. q quits."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+
+from gpudiag.fleet import FleetReport, report_text
+
+SECTIONS = ("Why slow", "Configuration groups", "Outliers", "History", "Findings")
+
+
+def sections(report: FleetReport) -> dict[str, str]:
+    """The text report cut into its sections, by title."""
+    text = report_text(report)
+    out: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line in SECTIONS:
+            current = line
+            out[current] = []
+        elif current is not None and line:
+            out[current].append(line.strip() if not line.startswith("      ") else line[4:])
+    return {title: "\n".join(lines) for title, lines in out.items()}
+
+
+class FleetApp(App[int]):
+    """One fleet report, read-only."""
+
+    TITLE = "gpudiag fleet"
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("q", "quit", "Quit"),
+        *(Binding(str(i), f"show({i})", title, show=False) for i, title in enumerate(SECTIONS, 1)),
+    ]
+
+    def __init__(self, report: FleetReport) -> None:
+        super().__init__()
+        self.report = report
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        texts = sections(self.report)
+        with TabbedContent():
+            for i, title in enumerate(SECTIONS, 1):
+                with TabPane(f"{i} {title}", id=f"section-{i}"), VerticalScroll():
+                    yield Static(texts.get(title, ""), markup=False, id=f"text-{i}")
+        yield Footer()
+
+    def action_show(self, number: int) -> None:
+        """Show section `number` (1-5)."""
+        self.query_one(TabbedContent).active = f"section-{number}"
+
+    def on_mount(self) -> None:
+        r = self.report
+        self.sub_title = f"{r.nodes} nodes, {r.snapshots} snapshots, {len(r.bad)} unreadable"
