@@ -17,7 +17,13 @@ from textual.widgets import DataTable, Footer, Header, Static
 from gpudiag.diff import Diff, ReadingChange, _value
 from gpudiag.model import Snapshot
 
-KIND_STYLE = {"changed": "yellow", "only_a": "red", "only_b": "green", "equal": ""}
+KIND_STYLE = {
+    "changed": "yellow",
+    "only_a": "red",
+    "only_b": "green",
+    "equal": "",
+    "inconclusive": "italic",
+}
 
 
 class DiffApp(App[int]):
@@ -84,13 +90,16 @@ class DiffApp(App[int]):
         self.row_texts = []
         self.query_one("#summary", Static).update(self._summary())
         for m in self.diff.metrics:
-            kind = "equal" if m.verdict == "no significant difference" else "changed"
+            kind = {"faster": "changed", "slower": "changed", "inconclusive": "inconclusive"}.get(
+                m.verdict, "equal"
+            )
+            said = f"{m.verdict} ({m.reason})" if m.reason else m.verdict
             self._add(
                 table,
                 f"{m.kernel}.{m.metric} {m.device}",
                 f"{m.median_a:g} {m.unit}",
                 f"{m.median_b:g} {m.unit}",
-                f"{m.ratio:.3f} [{m.ci_low:.3f}-{m.ci_high:.3f}] {m.verdict}",
+                f"{m.ratio:.3f} [{m.ci_low:.3f}-{m.ci_high:.3f}] {said}",
                 kind,
             )
             for change in m.explanations:
@@ -155,7 +164,7 @@ class DiffApp(App[int]):
         table = self.query_one("#diff", DataTable)
         start = table.cursor_row
         for row in range(start + 1, len(self.row_kinds)):
-            if self.row_kinds[row] != "equal":
+            if self.row_kinds[row] not in ("equal", "inconclusive"):
                 table.move_cursor(row=row)
                 return
         self.notify("no further difference")
