@@ -185,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     lint = rules_commands.add_parser("lint", help="check rule files without running them")
     lint.add_argument("lint_files", metavar="FILE", nargs="+", type=Path)
     rules_commands.add_parser("profiles", help="the GPU-model profiles and their device ids")
+    from gpudiag.watch_cli import add_parsers as add_watch_parsers
+
+    add_watch_parsers(commands)  # watch and demo (gpudiag/watch_cli.py)
     view = commands.add_parser("view", help="open a saved snapshot in the TUI (read-only)")
     view.add_argument("snapshot", metavar="SNAPSHOT")
     imports = commands.add_parser(
@@ -457,6 +460,10 @@ def run(argv: Sequence[str]) -> int:
         return _diff(args)
     if args.command == "run":
         return _run_kernels(args)
+    if args.command in ("watch", "demo"):
+        from gpudiag.watch_cli import run_command
+
+        return run_command(args, argv)
     if args.kernels and not args.export:
         raise UsageError("--kernels goes with --export (the TUI runs kernels on request: k)")
     if args.kernels and (args.root != "/" or args.nvml_replay):
