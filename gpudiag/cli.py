@@ -258,10 +258,11 @@ def _run_kernels(args: argparse.Namespace) -> int:
         60.0 if args.seconds is None else args.seconds,
     )
     from gpudiag.kernels.runner import KernelUnavailable, PlanRun
+    from gpudiag.run_report import busy_note, run_with_progress, trust_note
 
     run = PlanRun(plan)
     try:
-        results = run.run(strict=True)
+        results, interrupted, others = run_with_progress(run)
     except KernelUnavailable as exc:
         raise UsageError(f"--device {args.device}: {exc}") from None
     for report in run.burns:
@@ -292,6 +293,15 @@ def _run_kernels(args: argparse.Namespace) -> int:
             f"{name:<{width}} {r.device:<12} {s.median:>10.4g} {s.minimum:>10.4g} "
             f"{s.maximum:>10.4g} {s.cv:>6.1%}  {s.ci95_low:.4g}-{s.ci95_high:.4g} {r.unit}"
         )
+        if r.status is ProbeStatus.CANCELLED:
+            print(f"{'':<{width}} partial: {r.error}")
+        if note := trust_note(r):
+            print(f"{'':<{width}} {note}")
+    if note := busy_note(others):
+        print(note)
+    if interrupted:
+        print("interrupted: the results above are those measured before Ctrl-C")
+        return 130
     return EXIT_CRITICAL if failed or any(b.faulty for b in run.burns) else 0
 
 

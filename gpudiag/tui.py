@@ -45,11 +45,19 @@ from gpudiag.nvml import ReplayBackend
 from gpudiag.session import LiveNode, judged_readings, severity_counts, with_findings
 from gpudiag.snapshot import save, target_problem
 
+# Severity reads by words and weight first, colour second: CRITICAL is the strongest mark
+# on screen (bold, reversed: a block under NO_COLOR too), WARNING bold, INFO dim.
 SEVERITY_STYLE = {
-    Severity.CRITICAL: "bold red",
-    Severity.WARNING: "yellow",
+    Severity.CRITICAL: "bold reverse red",
+    Severity.WARNING: "bold yellow",
     Severity.UNKNOWN: "magenta",
-    Severity.INFO: "",
+    Severity.INFO: "dim",
+}
+HEALTH_STYLE = {
+    "CRIT": SEVERITY_STYLE[Severity.CRITICAL],
+    "WARN": SEVERITY_STYLE[Severity.WARNING],
+    "UNKN": SEVERITY_STYLE[Severity.UNKNOWN],
+    "OK": "green",
 }
 
 
@@ -81,35 +89,71 @@ ACTIONS = (
     ("slash", "search", "Search", True),
     ("k", "run_kernels('quick')", "Kernels", True),
     ("K", "run_kernels('full')", "Kernels at full sizes (burn if ticked)", False),
-    ("x", "cancel_kernels", "Cancel kernels", False),
-    ("s", "sort_findings", "Sort findings", False),
-    ("f", "filter_severity", "Filter findings by severity", False),
+    ("x", "cancel_kernels", "Cancel kernels", True),
+    ("s", "sort_findings", "Sort", True),
+    ("f", "filter_severity", "Filter findings by severity", True),
 )
 KEY_NAMES = {"question_mark": "?", "slash": "/"}
+HELP_TITLES = {"K": "Kernels, full sizes", "f": "Filter by severity"}
+# Actions that act on one screen only (shown in the footer there) and actions a saved
+# snapshot or a replay refuses (not shown for them).
+SCREEN_ACTIONS = {"sort_findings": "findings-tab", "filter_severity": "findings-tab"}
+LIVE_ACTIONS = ("refresh", "run_kernels", "cancel_kernels")
+MEASURING_ACTIONS = ("run_kernels", "cancel_kernels")
 
 
 class HelpScreen(ModalScreen[None]):
-    """Every key, in one place."""
+    """Every key, in one place: two columns (screens, actions), so that it fits 80x24
+    without scrolling and 60x20 without clipping."""
 
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("escape,q,question_mark", "dismiss", "Close"),
     ]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    #help { width: 76; max-height: 22; border: round $accent; padding: 0 1; background: $panel; }
+    #help { width: auto; max-width: 100%; height: auto; max-height: 100%;
+            border: round $accent; padding: 0 1; background: $panel; }
     """
 
     def compose(self) -> ComposeResult:
-        lines = ["gpudiag keys (Esc closes)", ""]
-        lines += [f"  {tab.key}      {tab.title}" for tab in TABS]
-        lines += [
-            f"  {KEY_NAMES.get(key, key):<6} {title}" for key, _action, title, _shown in ACTIONS
+        screens = [f"{tab.key}  {tab.title}" for tab in TABS]
+        actions = [
+            f"{KEY_NAMES.get(key, key):<2} {HELP_TITLES.get(key, title)}"
+            for key, _action, title, _shown in ACTIONS
         ]
-        lines += [
-            "  ctrl+p the same actions in the command palette",
-            "  arrows, tab, enter move and select; esc leaves a text field",
-        ]
+        left = max(len(line) for line in screens) + 2
+        rows = max(len(screens), len(actions))
+        screens += [""] * (rows - len(screens))
+        actions += [""] * (rows - len(actions))
+        lines = ["gpudiag keys (Esc closes)"]
+        lines += [f"{a:<{left}}{b}".rstrip() for a, b in zip(screens, actions, strict=True)]
+        lines += ["ctrl+p: the same in the command palette", "Esc leaves a text field"]
         yield VerticalScroll(Static(Text("\n".join(lines))), id="help")
+
+
+class ConfirmKernels(ModalScreen[bool]):
+    """Kernels load every GPU and CPU they run on: ask first, saying which GPUs have
+    processes (a node may be running jobs). y or Enter runs, n or Esc does not."""
+
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("y,enter", "answer(True)", "Run"),
+        Binding("n,escape", "answer(False)", "Cancel"),
+    ]
+    DEFAULT_CSS = """
+    ConfirmKernels { align: center middle; }
+    #confirm { width: 100%; max-width: 76; height: auto; max-height: 100%;
+               border: round $accent; padding: 0 1; background: $panel; }
+    """
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        yield VerticalScroll(Static(Text(self.question)), id="confirm")
+
+    def action_answer(self, run: bool) -> None:
+        self.dismiss(run)
 
 
 class ExportScreen(ModalScreen[Path | None]):
@@ -118,7 +162,8 @@ class ExportScreen(ModalScreen[Path | None]):
     BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "cancel", "Cancel")]
     DEFAULT_CSS = """
     ExportScreen { align: center middle; }
-    #export { width: 70; height: auto; border: round $accent; padding: 0 1; background: $panel; }
+    #export { width: 100%; max-width: 70; height: auto; border: round $accent; padding: 0 1;
+              background: $panel; }
     #export Input { border: none; height: 1; }
     """
 
@@ -201,6 +246,7 @@ class GpudiagApp(App[int]):
     #findings { height: 1fr; }
     #finding-detail { height: 8; border-top: solid $accent; padding: 0 1; }
     #gpus { height: auto; max-height: 10; }
+    #gpu-note { height: auto; padding: 0 1; display: none; }
     #gpu-readings { height: 1fr; border-top: solid $accent; }
     #overview { padding: 0 1; }
     #kernel-top { height: 7; }
@@ -248,10 +294,13 @@ class GpudiagApp(App[int]):
                     id="findings-filter",
                     classes="filter",
                 )
-                yield DataTable(id="findings", cursor_type="row", zebra_stripes=True)
+                yield DataTable(
+                    id="findings", cursor_type="row", zebra_stripes=True, fixed_columns=1
+                )
                 yield VerticalScroll(Static("", id="finding-text"), id="finding-detail")
             with TabPane("GPUs", id="gpus-tab"):
-                yield DataTable(id="gpus", cursor_type="row", zebra_stripes=True)
+                yield Static("", id="gpu-note")
+                yield DataTable(id="gpus", cursor_type="row", zebra_stripes=True, fixed_columns=2)
                 yield DataTable(id="gpu-readings", cursor_type="row")
             with TabPane("Topology", id="topology-tab"):
                 yield DataTable(id="topology", cursor_type="row")
@@ -393,11 +442,71 @@ class GpudiagApp(App[int]):
         if not chosen:
             self.notify("no kernel is ticked (space ticks one)", severity="warning")
             return
+        question = self._kernel_question(plan_name, chosen)
+
+        def answered(run: bool | None) -> None:
+            if run and not self.kernels_running:
+                self._start_kernels(plan_name, chosen)
+            elif not run:
+                self._kernel_status("not run (k asks again)")
+
+        self.push_screen(ConfirmKernels(question), answered)
+
+    def _kernel_question(self, plan_name: str, chosen: tuple[str, ...]) -> str:
+        """What the confirmation says: what runs, and which GPUs have processes."""
+        from gpudiag.processes import gpu_processes
+
+        lines = [
+            f"Run {', '.join(chosen)} at {plan_name} sizes on this machine?",
+            "They load every device they run on until done (x cancels).",
+            "",
+        ]
+        gpus = views.gpu_table(self.snapshot).rows if self.snapshot else ()
+        busy = gpu_processes(self.readings)
+        if not gpus:
+            lines.append("No GPU seen: only the CPU kernels will run.")
+        elif busy:
+            lines.append("GPUs with processes (their jobs will slow, and the figures too):")
+            lines += [f"  GPU {p.gpu}: {p.text}" for p in busy[:8]]
+            if len(busy) > 8:
+                lines.append(f"  ... and {len(busy) - 8} more")
+        else:
+            lines.append(f"NVML lists no process on any of the {len(gpus)} GPUs.")
+        lines += ["", "y or Enter runs them, n or Esc does not"]
+        return "\n".join(lines)
+
+    def _start_kernels(self, plan_name: str, chosen: tuple[str, ...]) -> None:
         self.kernels_running = True
         self.kernel_cancel.clear()
         self.query_one("#cancel-kernels", Button).disabled = False
         self._kernel_status(f"running {', '.join(chosen)} ({plan_name} sizes) ...")
+        self.refresh_bindings()
         self.run_kernel_plan(plan_name, chosen)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Hide (and refuse) what this source or screen cannot do, so that the footer
+        shows only the keys that work here."""
+        if action in LIVE_ACTIONS and not isinstance(self.source, LiveNode):
+            return False
+        if action in MEASURING_ACTIONS and not self._measurable():
+            return False
+        if action == "cancel_kernels" and not self.kernels_running:
+            return False
+        if action in SCREEN_ACTIONS and self.is_mounted:
+            tabs = self.query(TabbedContent)
+            return bool(tabs) and tabs.first().active == SCREEN_ACTIONS[action]
+        return True
+
+    def _measurable(self) -> bool:
+        return (
+            isinstance(self.source, LiveNode)
+            and self.source.host.is_live
+            and not isinstance(self.source.nvml.backend, ReplayBackend)
+        )
+
+    @on(TabbedContent.TabActivated)
+    def _tab_changed(self) -> None:
+        self.refresh_bindings()
 
     def action_cancel_kernels(self) -> None:
         """Stop the kernels at the next chunk."""
@@ -435,7 +544,7 @@ class GpudiagApp(App[int]):
         yield SystemCommand("Search findings", "/", self.action_search)
         yield SystemCommand("Sort findings", "s", self.action_sort_findings)
         yield SystemCommand("Filter findings by severity", "f", self.action_filter_severity)
-        yield SystemCommand("Keys", "every key (?)", self.action_help)
+        yield SystemCommand("Help: every key", "?", self.action_help)
 
     # ------------------------------------------------------------------ workers
 
@@ -496,6 +605,7 @@ class GpudiagApp(App[int]):
 
     def _kernels_finished(self) -> None:
         self.kernels_running = False
+        self.refresh_bindings()
         self.query_one("#cancel-kernels", Button).disabled = True
 
     def _kernels_done(self, plan_name: str, results: tuple, cancelled: bool) -> None:
@@ -579,6 +689,9 @@ class GpudiagApp(App[int]):
         for finding in worst:
             text.append(f"{finding.severity.value.upper():<9}", SEVERITY_STYLE[finding.severity])
             text.append(f"{finding.rule_id:<8} {finding.subject}: {finding.title}\n")
+        if not views.gpu_table(self.snapshot).rows:
+            text.append("\nNo GPU\n", "bold")
+            text.append(views.no_gpu_reason(self.snapshot) + "\n")
         text.append("\n2 findings  3 GPUs  4 topology  5 host  6 kernels  ? keys", "dim")
         self.query_one("#overview-text", Static).update(text)
 
@@ -642,9 +755,16 @@ class GpudiagApp(App[int]):
         matrix = views.gpu_table(self.snapshot)
         table = self.query_one("#gpus", DataTable)
         table.clear(columns=True)
+        note = self.query_one("#gpu-note", Static)
+        note.display = not matrix.rows
+        table.display = bool(matrix.rows)
+        if not matrix.rows:
+            note.update(Text(views.no_gpu_reason(self.snapshot)))
         table.add_columns(*matrix.headers)
         for row in matrix.rows:
-            table.add_row(*(Text(cell) for cell in row))
+            table.add_row(
+                Text(row[0]), Text(row[1], HEALTH_STYLE[row[1]]), *(Text(cell) for cell in row[2:])
+            )
         self.show_gpu_readings(0)
 
     def show_gpu_readings(self, row: int) -> None:
@@ -670,7 +790,7 @@ class GpudiagApp(App[int]):
         table.clear(columns=True)
         legend = self.query_one("#topology-legend", Static)
         if not matrix.rows:
-            legend.update(Text("no GPU readings in this snapshot"))
+            legend.update(Text(f"No GPU readings.\n{views.no_gpu_reason(self.snapshot)}"))
             return
         table.add_columns(*matrix.headers)
         for row in matrix.rows:

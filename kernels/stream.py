@@ -382,7 +382,26 @@ def run_stream(
             seconds is not None and time.monotonic() - started < seconds
         ):
             if cancel is not None and cancel.is_set():
-                return ended(ProbeStatus.CANCELLED, "cancelled")
+                if round_index >= rounds:  # the trials asked for are done: keep them
+                    break
+                measured = max(0, round_index - warmup)
+                if measured < 2:
+                    return ended(ProbeStatus.CANCELLED, "cancelled")
+                verify(arrays, since_reset, dot_bound, xp)  # partial, but checked
+                return [  # what was measured before the cancel, said so
+                    KernelResult(
+                        "stream",
+                        device,
+                        op,
+                        "GB/s",
+                        ProbeStatus.CANCELLED,
+                        tuple(samples[op]),
+                        summarize(samples[op]),
+                        params,
+                        f"cancelled after {measured} of {trials} trials",
+                    )
+                    for op in OPERATIONS
+                ]
             if since_reset == RESET_ROUNDS:  # outside the timed operations
                 verify(arrays, since_reset, dot_bound, xp)
                 ops.reset(arrays)

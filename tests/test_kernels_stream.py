@@ -151,6 +151,28 @@ def test_cancel_stops_between_rounds() -> None:
         ops.close()
     assert len(seen) == 1
     assert all(r.status is ProbeStatus.CANCELLED for r in results)
+    assert all(r.stats is None and not r.samples for r in results)  # one trial: no figure
+
+
+def test_cancel_keeps_the_trials_measured_and_says_so() -> None:
+    cancel = threading.Event()
+    seen = []
+
+    def progress(fraction: float) -> None:
+        seen.append(fraction)
+        if len(seen) == 3:
+            cancel.set()
+
+    ops = stream.CpuOperations(N, np.float64)
+    try:
+        results = stream.run_stream(
+            ops, device="cpu", trials=50, warmup=1, cancel=cancel, progress=progress
+        )
+    finally:
+        ops.close()
+    assert all(r.status is ProbeStatus.CANCELLED for r in results)
+    assert all(len(r.samples) == 2 and r.stats is not None for r in results)
+    assert results[0].error == "cancelled after 2 of 50 trials"
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="pinning two threads needs two CPUs")
