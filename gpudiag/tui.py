@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -249,6 +249,8 @@ class GpudiagApp(App[int]):
     #gpu-note { height: auto; padding: 0 1; display: none; }
     #gpu-readings { height: 1fr; border-top: solid $accent; }
     #overview { padding: 0 1; }
+    #readings { height: 1fr; }
+    #reading-detail { height: 3; padding: 0 1; border-top: solid $accent; }
     #kernel-top { height: 7; }
     #kernel-choice { width: 16; height: 7; }
     #kernel-run { height: 7; }
@@ -269,6 +271,7 @@ class GpudiagApp(App[int]):
         self, source: LiveNode | Snapshot, plans: dict[str, KernelPlan] | None = None
     ) -> None:
         super().__init__()
+        self._width = 0  # the terminal's, from the last resize
         self.source = source
         self.snapshot: Snapshot | None = source if isinstance(source, Snapshot) else None
         self.plans = PLANS if plans is None else plans
@@ -335,6 +338,7 @@ class GpudiagApp(App[int]):
                     classes="filter",
                 )
                 yield DataTable(id="readings", cursor_type="row", zebra_stripes=True)
+                yield Static("", id="reading-detail")
             with TabPane("Probes", id="probes-tab"):
                 yield DataTable(id="probes", cursor_type="row")
         yield Footer()
@@ -344,8 +348,7 @@ class GpudiagApp(App[int]):
         self.query_one("#probes", DataTable).add_columns(
             "probe", "status", "time", "readings", "error"
         )
-        self.query_one("#readings", DataTable).add_columns("reading", "value", "source")
-        self.query_one("#gpu-readings", DataTable).add_columns("reading", "value", "source")
+        self._size_reading_columns()
         self.query_one("#kernel-results", DataTable).add_columns(*views.kernel_table([]).headers)
         for field in self.query(Input):
             field.cursor_blink = False
@@ -829,6 +832,32 @@ class GpudiagApp(App[int]):
         if not kernels:
             text.append("no kernel results yet")
         self.query_one("#kernel-charts", Static).update(text)
+
+    def _size_reading_columns(self) -> None:
+        """Reading, value and source share the terminal's width (key 40%, value 35%):
+        long ones are cut there, and the highlighted one is shown in full below."""
+        room = max(40, (self._width or self.size.width) - 8)  # less padding, scrollbar
+        key, value = room * 40 // 100, room * 35 // 100
+        for table_id in ("#readings", "#gpu-readings"):
+            table = self.query_one(table_id, DataTable)
+            rows = [table.get_row_at(i) for i in range(table.row_count)]
+            table.clear(columns=True)
+            table.add_column("reading", width=key)
+            table.add_column("value", width=value)
+            table.add_column("source", width=room - key - value)
+            for row in rows:
+                table.add_row(*row)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._width = event.size.width
+        if self.is_mounted and self.query("#readings"):
+            self._size_reading_columns()
+
+    @on(DataTable.RowHighlighted, "#readings")
+    def _reading_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        table = self.query_one("#readings", DataTable)
+        key, value, source = (str(c) for c in table.get_row_at(event.cursor_row))
+        self.query_one("#reading-detail", Static).update(Text(f"{key} = {value}\n{source}"))
 
     def show_readings(self) -> None:
         if self.snapshot is None:

@@ -385,9 +385,9 @@ def result_name(result: KernelResult) -> str:
 def kernel_table(
     kernels: Sequence[KernelResult], readings: Mapping[str, Reading] | None = None
 ) -> Matrix:
-    """One row per kernel result: median, min, max, CV, the 95% interval and, for a GPU
-    with a known model, the share of the model's peak (from the derived `readings`); or
-    the status and reason where there are no statistics."""
+    """One row per kernel result: median with its unit, CV, the 95% interval, for a GPU
+    with a known model the share of the model's peak (from the derived `readings`), then
+    min-max; or the status, and the reason last, where there are no statistics."""
     readings = readings or {}
     rows = []
     for k in kernels:
@@ -401,20 +401,19 @@ def kernel_table(
                 (
                     name,
                     k.device,
-                    f"{s.median:.4g}",
-                    f"{s.minimum:.4g}",
-                    f"{s.maximum:.4g}",
-                    f"{s.cv:.1%}",
+                    f"{s.median:.4g} {k.unit}",
+                    f"{s.cv:.0%}",
                     f"{s.ci95_low:.4g}-{s.ci95_high:.4g}",
-                    k.unit,
                     of_peak,
+                    f"{s.minimum:.4g}-{s.maximum:.4g}",
                 )
             )
         elif k.status.value == "ok" and k.samples:
-            rows.append((name, k.device, f"{k.samples[0]:.4g}", "", "", "", "", k.unit, ""))
+            rows.append((name, k.device, f"{k.samples[0]:.4g} {k.unit}", "", "", "", ""))
         else:
-            rows.append((name, k.device, k.status.value.upper(), k.error, "", "", "", "", ""))
-    headers = ("kernel", "device", "median", "min", "max", "cv", "95% CI", "unit", "of peak")
+            rows.append((name, k.device, k.status.value.upper(), "", "", "", k.error))
+    # what matters first, so that 80 columns show it: the range (and a reason) go last
+    headers = ("kernel", "device", "median", "cv", "95% CI", "of peak", "min-max")
     return Matrix(headers, tuple(rows), ())
 
 

@@ -10,7 +10,7 @@ from textual.widgets import DataTable, Static
 
 from gpudiag.diff import diff_snapshots
 from gpudiag.model import KernelResult, ProbeResult, ProbeStatus, Reading, Snapshot
-from gpudiag.tui_diff import DiffApp
+from gpudiag.tui_diff import DiffApp, DiffHelp
 
 CREATED = "2026-11-22T06:00:00Z"
 
@@ -94,5 +94,58 @@ def test_equivalent_snapshots_say_so() -> None:
         async with app.run_test(size=(80, 24)):
             assert app.row_kinds == ["equal"]  # only the unchanged metric
             assert "equivalent" in str(app.query_one("#summary").render())
+
+    asyncio.run(scenario())
+
+
+def test_header_names_the_files_and_help_and_filter_work() -> None:
+    a, b = _pair()
+
+    async def scenario() -> None:
+        app = DiffApp(diff_snapshots(a, b), a, b, names=("before.toml", "after.toml"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            assert app.sub_title == "A: before.toml (node-a)  B: after.toml (node-b)"
+            await pilot.press("question_mark")
+            assert isinstance(app.screen, DiffHelp)
+            await pilot.press("escape")
+            assert not isinstance(app.screen, DiffHelp)
+            await pilot.press("slash", "p", "o", "w", "e", "r", "enter")
+            rows = _rows(app)
+            assert rows and all("power" in " ".join(r) for r in rows)
+            assert app.focused is app.query_one("#diff", DataTable)  # Enter left the field
+            await pilot.press("c")  # a key again, not typed into the filter
+            assert not app.changed_only
+
+    asyncio.run(scenario())
+
+
+def test_a_lost_gpu_is_one_row() -> None:
+    a, b = _pair()
+    extra = tuple(Reading(f"gpu.2.x{i}", i) for i in range(300))  # GPU 2 only in A
+    probe = replace(a.probes[0], readings=a.probes[0].readings + extra)
+    a = replace(a, probes=(probe,))
+
+    async def scenario() -> None:
+        app = DiffApp(diff_snapshots(a, b), a, b)
+        async with app.run_test(size=(80, 24)):
+            rows = _rows(app)
+            lost = [r for r in rows if r[0].startswith("GPU 2")]
+            assert lost == [
+                ["GPU 2: every reading", "300 readings", "-", "GPU only in A (lost or removed)"]
+            ]
+            assert not [r for r in rows if r[0].startswith("gpu.2.")]
+
+    asyncio.run(scenario())
+
+
+def test_columns_follow_the_terminal_width() -> None:
+    async def scenario() -> None:
+        app = _app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            narrow = [c.width for c in app.query_one("#diff", DataTable).columns.values()]
+            await pilot.resize_terminal(120, 40)
+            await pilot.pause()
+            wide = [c.width for c in app.query_one("#diff", DataTable).columns.values()]
+            assert sum(narrow) <= 80 - 10 and sum(wide) > sum(narrow) + 30
 
     asyncio.run(scenario())
