@@ -44,6 +44,7 @@ from gpudiag.model import Finding, ProbeResult, Reading, Severity, Snapshot
 from gpudiag.nvml import ReplayBackend
 from gpudiag.session import LiveNode, judged_readings, severity_counts, with_findings
 from gpudiag.snapshot import save, target_problem
+from gpudiag.watch import History
 
 # Severity reads by words and weight first, colour second: CRITICAL is the strongest mark
 # on screen (bold, reversed: a block under NO_COLOR too), WARNING bold, INFO dim.
@@ -79,7 +80,9 @@ TABS = (
     Tab("6", "kernels", "Kernels"),
     Tab("7", "readings", "Readings"),
     Tab("8", "probes", "Probes"),
+    Tab("9", "watch", "Watch"),
 )
+WATCH_INTERVAL_S = 1.0
 # Every key the app answers to, for the bindings, the help screen and the palette.
 ACTIONS = (
     ("q", "quit", "Quit", True),
@@ -261,6 +264,8 @@ class GpudiagApp(App[int]):
     #kernel-progress { height: 1; padding: 0 1; }
     #kernel-results { height: auto; max-height: 12; }
     #kernel-charts { height: auto; padding: 0 1; }
+    #watch-status { height: 1; padding: 0 1; }
+    #watch { padding: 0 1; }
     """
     BINDINGS: ClassVar[list[Binding]] = [
         *(Binding(tab.key, f"show_tab('{tab.id}')", tab.title, show=False) for tab in TABS),
@@ -281,6 +286,8 @@ class GpudiagApp(App[int]):
         self.severity_filter: Severity | None = None
         self.sort_key = "severity"
         self.kernel_cancel = threading.Event()
+        self.watch_history = History(length=300)  # 5 minutes at 1 s
+        self.watch_gpus: int | None = None
         self.kernels_running = False
 
     # ------------------------------------------------------------------ layout
@@ -341,6 +348,9 @@ class GpudiagApp(App[int]):
                 yield Static("", id="reading-detail")
             with TabPane("Probes", id="probes-tab"):
                 yield DataTable(id="probes", cursor_type="row")
+            with TabPane("Watch", id="watch-tab"):
+                yield Label("", id="watch-status")
+                yield VerticalScroll(Static("", id="watch-text"), id="watch")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -360,6 +370,7 @@ class GpudiagApp(App[int]):
             self._kernel_status("ready")
             self.action_refresh()
         self.query_one("#overview", VerticalScroll).focus()
+        self.set_interval(WATCH_INTERVAL_S, self._watch_tick)
 
     # ------------------------------------------------------------------ actions
 
@@ -510,6 +521,53 @@ class GpudiagApp(App[int]):
     @on(TabbedContent.TabActivated)
     def _tab_changed(self) -> None:
         self.refresh_bindings()
+        if self.query_one(TabbedContent).active == "watch-tab":
+            self._watch_tick()
+
+    # ------------------------------------------------------------------ watch
+
+    def _watch_tick(self) -> None:
+        """Sample every GPU once, off the UI thread, while the watch screen is shown."""
+        if self.query_one(TabbedContent).active != "watch-tab":
+            return
+        if not isinstance(self.source, LiveNode):
+            self._watch_status(
+                "a saved snapshot has no live readings: `gpudiag watch` on the node, "
+                "or `gpudiag demo` for a recorded one"
+            )
+            return
+        self.sample_gpus()
+
+    @work(thread=True, exclusive=True, group="watch", exit_on_error=False)
+    def sample_gpus(self) -> None:
+        from gpudiag.nvml import NvmlError
+        from gpudiag.watch import gpu_count, sample_node
+
+        assert isinstance(self.source, LiveNode)
+        try:
+            if self.watch_gpus is None:
+                self.watch_gpus = gpu_count(self.source.nvml)
+            samples = sample_node(self.source.nvml, self.watch_gpus)
+        except NvmlError as exc:
+            self.call_from_thread(self._watch_status, f"no GPU can be sampled: {exc.reason}")
+            return
+        self.call_from_thread(self._watch_show, samples)
+
+    def _watch_status(self, text: str) -> None:
+        self.query_one("#watch-status", Label).update(Text(text))
+
+    def _watch_show(self, samples: list) -> None:
+        from gpudiag.watch import screen_lines
+
+        for sample in samples:
+            self.watch_history.add(sample)
+        count = len(self.watch_history.series.get((0, "power"), ()))
+        self._watch_status(
+            f"{self.watch_gpus} GPUs, every {WATCH_INTERVAL_S:g} s, {count} samples kept "
+            f"(the last {self.watch_history.length})"
+        )
+        lines = screen_lines(self.watch_history, self.watch_gpus or 0, self.size.width - 3)
+        self.query_one("#watch-text", Static).update(Text("\n".join(lines)))
 
     def action_cancel_kernels(self) -> None:
         """Stop the kernels at the next chunk."""
@@ -695,7 +753,7 @@ class GpudiagApp(App[int]):
         if not views.gpu_table(self.snapshot).rows:
             text.append("\nNo GPU\n", "bold")
             text.append(views.no_gpu_reason(self.snapshot) + "\n")
-        text.append("\n2 findings  3 GPUs  4 topology  5 host  6 kernels  ? keys", "dim")
+        text.append("\n2 findings  3 GPUs  4 topology  5 host  6 kernels  9 watch  ? keys", "dim")
         self.query_one("#overview-text", Static).update(text)
 
     def show_findings(self) -> None:

@@ -221,3 +221,41 @@ def watch(
         next_at = max(next_at + interval, clock())  # behind (suspended): start afresh
         sleep(max(0.0, next_at - clock()))
     return rounds
+
+
+# ------------------------------------------------------------------ the TUI's watch screen
+
+_BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def spark(values: list[float], width: int) -> str:
+    """The last `width` values as block characters, scaled from 0 to their maximum (a
+    flat line at the bottom when all are equal to 0)."""
+    shown = values[-width:] if width > 0 else []
+    top = max(shown, default=0.0) or 1.0
+    return "".join(_BLOCKS[min(7, max(0, int(v / top * 7.999)))] for v in shown)
+
+
+def screen_lines(history: History, gpus: int, width: int) -> list[str]:
+    """The watch screen: per GPU, a line of the latest values and a line of sparklines of
+    power and utilisation over the history, sized to `width` columns."""
+    from gpudiag.views import THROTTLE_SHORT
+
+    lines = []
+    spark_width = max(8, (width - 24) // 2)
+    for gpu in range(gpus):
+        sample = history.latest.get(gpu)
+        if sample is None:
+            lines.append(f"GPU{gpu:<2} not sampled yet")
+            continue
+        cell = {c.name: _cell(sample, c.name) for c in COLUMNS}
+        throttle = ",".join(THROTTLE_SHORT.get(n, n) for n in cell["throttle"].split(","))
+        lines.append(
+            f"GPU{gpu:<2} {cell['power']:>5}W {cell['temp']:>4}C  sm {cell['sm']:>4}  "
+            f"mem {cell['mem']:>4}  util {cell['util']:>4}%  fb {cell['fb']:>6}M  "
+            f"{throttle}"[: max(20, width)]
+        )
+        power = spark(history.values(gpu, "power"), spark_width)
+        util = spark(history.values(gpu, "util"), spark_width)
+        lines.append(f"      power {power:<{spark_width}}  util {util}")
+    return lines

@@ -675,3 +675,32 @@ def test_screen_snapshot(snap_compare, monkeypatch, frozen: Snapshot, key: str, 
     monkeypatch.setenv("TERM", "xterm-256color")
     monkeypatch.setenv("COLORTERM", "truecolor")
     assert snap_compare(GpudiagApp(frozen), press=[key], terminal_size=size)
+
+
+def test_watch_screen_samples_the_demo_node(tmp_path: Path) -> None:
+    app = GpudiagApp(_demo(tmp_path))
+
+    async def steps(pilot) -> None:
+        await pilot.press("9")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        text = _text(app, "#watch-text")
+        lines = text.splitlines()
+        assert lines[0] == "GPU0     69W   41C  sm  345  mem 2619  util    0%  fb      0M  idle"
+        assert lines[12].endswith("HwSlow,HwTherm")  # GPU 6's slowdowns, in full at 80
+        assert lines[14].startswith("GPU7   LOSTW LOSTC")
+        assert str(app.query_one("#watch-status", Label).render()).startswith("8 GPUs, every 1 s")
+
+    _run(app, steps)
+
+
+def test_watch_screen_of_a_saved_snapshot_says_why_it_is_empty(tmp_path: Path) -> None:
+    app = GpudiagApp(load_or_save_snapshot(tmp_path))
+
+    async def steps(pilot) -> None:
+        await pilot.press("9")
+        await pilot.pause()
+        status = str(app.query_one("#watch-status", Label).render())
+        assert status.startswith("a saved snapshot has no live readings")
+
+    _run(app, steps)

@@ -96,3 +96,22 @@ def test_watch_without_nvml_says_why_in_one_line(tmp_path) -> None:
     (line,) = run.stderr.splitlines()
     assert "DriverNotLoaded" in line and "gpudiag watch --demo faulty" in line
     assert run_cli("watch", "--interval", "0").returncode == 3
+
+
+def test_screen_lines_show_latest_values_and_sparklines() -> None:
+    from gpudiag.watch import screen_lines, spark
+
+    history = History(length=10)
+    for i in range(12):
+        for sample in sample_node(_demo(), 8):
+            values = dict(sample.values)
+            if sample.gpu == 0:
+                values["power"] = float(100 + 50 * i)  # a rising load on GPU 0
+            history.add(Sample(float(i), sample.gpu, values, sample.errors))
+    lines = screen_lines(history, 8, 76)
+    assert len(lines) == 16
+    assert lines[0].startswith("GPU0    650W   41C  sm  345")
+    assert lines[1].split()[1] == spark([float(100 + 50 * i) for i in range(2, 12)], 26)
+    assert lines[1].split()[1][-1] == "█" and lines[1].split()[1][0] < "▆"
+    assert "LOST" in lines[14]
+    assert spark([0.0, 0.0], 4) == "▁▁"
