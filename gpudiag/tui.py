@@ -94,10 +94,10 @@ ACTIONS = (
     ("K", "run_kernels('full')", "Kernels at full sizes (burn if ticked)", False),
     ("x", "cancel_kernels", "Cancel kernels", True),
     ("s", "sort_findings", "Sort", True),
-    ("f", "filter_severity", "Filter findings by severity", True),
+    ("f", "filter_severity", "Severity", True),
 )
 KEY_NAMES = {"question_mark": "?", "slash": "/"}
-HELP_TITLES = {"K": "Kernels, full sizes", "f": "Filter by severity"}
+HELP_TITLES = {"K": "Kernels, full sizes", "f": "Filter by severity", "s": "Sort findings"}
 # Actions that act on one screen only (shown in the footer there) and actions a saved
 # snapshot or a replay refuses (not shown for them).
 SCREEN_ACTIONS = {"sort_findings": "findings-tab", "filter_severity": "findings-tab"}
@@ -114,7 +114,7 @@ class HelpScreen(ModalScreen[None]):
     ]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    #help { width: auto; max-width: 100%; height: auto; max-height: 100%;
+    #help { width: 46; max-width: 100%; height: auto; max-height: 100%;
             border: round $accent; padding: 0 1; background: $panel; }
     """
 
@@ -531,10 +531,7 @@ class GpudiagApp(App[int]):
         if self.query_one(TabbedContent).active != "watch-tab":
             return
         if not isinstance(self.source, LiveNode):
-            self._watch_status(
-                "a saved snapshot has no live readings: `gpudiag watch` on the node, "
-                "or `gpudiag demo` for a recorded one"
-            )
+            self._watch_status("a saved snapshot has no live readings (gpudiag watch; demo)")
             return
         self.sample_gpus()
 

@@ -40,7 +40,7 @@ class DiffHelp(ModalScreen[None]):
     BINDINGS: ClassVar[list[Binding]] = [Binding("escape,q,question_mark", "dismiss", "Close")]
     DEFAULT_CSS = """
     DiffHelp { align: center middle; }
-    #diff-help { width: auto; max-width: 100%; height: auto; max-height: 100%;
+    #diff-help { width: 56; max-width: 100%; height: auto; max-height: 100%;
                  border: round $accent; padding: 0 1; background: $panel; }
     """
 
@@ -155,9 +155,9 @@ class DiffApp(App[int]):
             self._add(
                 table,
                 f"{m.kernel}.{m.metric} {m.device}",
-                f"{m.median_a:g} {m.unit}",
-                f"{m.median_b:g} {m.unit}",
-                f"{m.ratio:.3f} [{m.ci_low:.3f}-{m.ci_high:.3f}] {said}",
+                f"{m.median_a:.4g} {m.unit}",
+                f"{m.median_b:.4g} {m.unit}",
+                f"{said} {m.ratio:.3f} [{m.ci_low:.3f}-{m.ci_high:.3f}]",  # the verdict first
                 kind,
             )
             for change in m.explanations:

@@ -229,8 +229,9 @@ def gpu_health(findings: Sequence[Finding]) -> dict[int, Severity]:
 
 def gpu_table(snapshot: Snapshot) -> Matrix:
     """One row per GPU: its health (OK, WARN, CRIT, UNKN: its worst finding), bus, PCIe
-    now/max, temperature, power and limit, SM clock and its maximum, ECC, persistence, MIG,
-    throttle reasons (short names). '-' where a reading is absent or failed."""
+    now (and max where below it), temperature, power and limit, SM clock and its maximum,
+    throttle reasons (short names), ECC, persistence, MIG. '-' where a reading is absent
+    or failed."""
     r = snapshot.readings_by_key
     gpus = sorted({int(m.group(1)) for key in r if (m := _GPU_INDEX.match(key))})
     health = gpu_health(snapshot.findings)
@@ -252,9 +253,13 @@ def gpu_table(snapshot: Snapshot) -> Matrix:
     for g in gpus:
         lost_reading = r.get(f"gpu.{g}.health")
         lost = lost_reading is not None and not lost_reading.ok
+        gen, width = v(g, "pcie.link_gen"), v(g, "pcie.link_width")
+        max_gen, max_width = v(g, "pcie.max_link_gen"), v(g, "pcie.max_link_width")
+        # "5 x16" at the maximum; "5/5 x8/16" where the link trained below it
         pcie = (
-            f"{v(g, 'pcie.link_gen')}/{v(g, 'pcie.max_link_gen')} "
-            f"x{v(g, 'pcie.link_width')}/{v(g, 'pcie.max_link_width')}"
+            f"{gen} x{width}"
+            if (gen, width) == (max_gen, max_width) and gen != "-"
+            else f"{gen}/{max_gen} x{width}/{max_width}"
         )
         rows.append(
             (
@@ -265,12 +270,13 @@ def gpu_table(snapshot: Snapshot) -> Matrix:
                 f"{v(g, 'temperature.gpu')}C",
                 f"{v(g, 'power.draw')}/{v(g, 'power.limit')}W",
                 f"{v(g, 'clocks.sm')}/{v(g, 'clocks.max_sm')}",
+                v(g, "throttle_reasons"),
                 v(g, "ecc.current"),
                 v(g, "persistence_mode"),
                 v(g, "mig.current"),
-                v(g, "throttle_reasons"),
             )
         )
+    # throttle before ECC, persistence and MIG: at 80 columns it is the last one shown
     headers = (
         "GPU",
         "health",
@@ -279,10 +285,10 @@ def gpu_table(snapshot: Snapshot) -> Matrix:
         "temp",
         "power",
         "SM MHz",
+        "throttle",
         "ECC",
         "pers",
         "MIG",
-        "throttle",
     )
     return Matrix(headers, tuple(rows), ())
 

@@ -115,16 +115,16 @@ def test_hanging_probe_does_not_freeze_the_screen() -> None:
         Cost.INSTANT,
         frozenset(),
         lambda ctx: [release.wait(30) and Reading("x", 1)],
-        timeout_s=0.5,
+        timeout_s=2.0,  # longer than a first paint on a loaded 2-core machine
     )
     quick = Probe("quick", "Quick", Cost.INSTANT, frozenset(), lambda ctx: [Reading("y", 1)])
 
     async def scenario() -> None:
         app = GpudiagApp(_node(probes=[hang, quick]))
         async with app.run_test(size=(80, 24)) as pilot:
-            # the quick probe is shown while the other still runs (the hang lasts 0.5 s;
+            # the quick probe is shown while the other still runs (the hang lasts 2 s;
             # poll rather than sleep a fixed time, so a loaded machine does not fail this)
-            for _ in range(40):
+            for _ in range(150):
                 await pilot.pause(0.01)
                 if _cells(app, "#probes"):
                     break
@@ -330,8 +330,9 @@ def test_gpus_screen_rows_and_readings_of_the_selected(tmp_path: Path) -> None:
             "OK", "CRIT", "WARN", "WARN", "OK", "WARN", "WARN", "CRIT"
         ]
         assert rows[3][:4] == ["GPU3", "WARN", "5d:00.0", "5/5 x8/16"]  # the narrow link
-        assert rows[5][8] == "off"  # persistence off on GPU 5
-        assert rows[6][10] == "HwSlow,HwTherm"  # short names: the row fits 80 columns
+        assert rows[5][9] == "off"  # persistence off on GPU 5
+        assert rows[0][3] == "5 x16"  # at its maximum
+        assert rows[6][7] == "HwSlow,HwTherm"  # short names: shown at 80 columns
         assert rows[7][2] == "LOST"
         assert _cells(app, "#gpu-readings")[0][0].startswith("gpu.0.")
         await pilot.press("down", "down", "down")
@@ -704,3 +705,13 @@ def test_watch_screen_of_a_saved_snapshot_says_why_it_is_empty(tmp_path: Path) -
         assert status.startswith("a saved snapshot has no live readings")
 
     _run(app, steps)
+
+
+@pytest.mark.parametrize("key", ["question_mark", "e"])
+def test_dialog_snapshot_at_60x20(snap_compare, monkeypatch, frozen: Snapshot, key: str) -> None:
+    # help and export fit a 60x20 terminal whole (no clipping)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLORTERM", "truecolor")
+    assert snap_compare(GpudiagApp(frozen), press=[key], terminal_size=(60, 20))
