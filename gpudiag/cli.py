@@ -171,6 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype", choices=(*DTYPE_NAMES, "both"), default="fp64", help="STREAM's element type"
     )
     run.add_argument(
+        "--until-confident",
+        type=float,
+        metavar="S",
+        help="STREAM: after the trials, go on until every interval of the median is within"
+        " 3%% of it (enough for diff to judge), or S seconds have passed",
+    )
+    run.add_argument(
         "--gemm-n",
         type=int,
         default=4096,
@@ -245,6 +252,8 @@ def _run_kernels(args: argparse.Namespace) -> int:
         raise UsageError("--trials must be at least 2 (statistics need two samples)")
     if args.seconds is not None and args.seconds <= 0:
         raise UsageError("--seconds must be positive")
+    if args.until_confident is not None and args.until_confident <= 0:
+        raise UsageError("--until-confident must be positive")
     if args.size < 4096:
         raise UsageError("--size must be at least 4096 bytes")
     plan = KernelPlan(
@@ -256,6 +265,7 @@ def _run_kernels(args: argparse.Namespace) -> int:
         args.seconds,
         args.gemm_n,
         60.0 if args.seconds is None else args.seconds,
+        args.until_confident,
     )
     from gpudiag.kernels.runner import KernelUnavailable, PlanRun
     from gpudiag.run_report import busy_note, run_with_progress, trust_note
@@ -295,6 +305,8 @@ def _run_kernels(args: argparse.Namespace) -> int:
         )
         if r.status is ProbeStatus.CANCELLED:
             print(f"{'':<{width}} partial: {r.error}")
+        if dict(r.params).get("confident") is False:
+            print(f"{'':<{width}} not confident: the --until-confident budget ran out first")
         if note := trust_note(r):
             print(f"{'':<{width}} {note}")
     if note := busy_note(others):

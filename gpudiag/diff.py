@@ -37,6 +37,7 @@ MIN_EFFECT = 0.03
 # by more than the effects worth calling (two idle quick runs 12 s apart gave 0.37x).
 MIN_SAMPLES = 5
 MAX_CV = 0.10
+RELIABLE_SAMPLES = 30  # from this many a side, the interval itself carries the spread
 SIGNIFICANT = ("faster", "slower")
 
 # Readings that differ between any two runs, or any two healthy nodes: hidden by default.
@@ -217,7 +218,8 @@ def judge_metric(
 ) -> tuple[str, str]:
     """(verdict, reason) for samples A and B whose ratio of medians has the interval
     [ratio_low, ratio_high]: faster or slower only when the interval lies beyond
-    1 +- min_effect and both sides have MIN_SAMPLES samples with a CV under MAX_CV;
+    1 +- min_effect and both sides have MIN_SAMPLES samples with a CV under MAX_CV (a
+    higher CV is allowed from RELIABLE_SAMPLES samples a side, as --until-confident gives);
     "no significant difference" when it lies within 1 +- min_effect; else "inconclusive"
     with the reason. `verdict` (the bare interval test) is unchanged beside it."""
     too_few = [f"{side} has {len(s)}" for side, s in (("A", a), ("B", b)) if len(s) < MIN_SAMPLES]
@@ -226,7 +228,9 @@ def judge_metric(
             f"too few samples ({', '.join(too_few)}; {MIN_SAMPLES} a side needed)"
         )
     noisy = [
-        f"{side} cv {cv:.0%}" for side, s in (("A", a), ("B", b)) if (cv := _cv(s)) > MAX_CV
+        f"{side} cv {cv:.0%}"
+        for side, s in (("A", a), ("B", b))
+        if (cv := _cv(s)) > MAX_CV and len(s) < RELIABLE_SAMPLES
     ]
     if noisy:
         return "inconclusive", f"too noisy ({', '.join(noisy)}; over {MAX_CV:.0%})"

@@ -93,14 +93,25 @@ def run_with_progress(
     return run.results, interrupted, max(0.0, total - ours)
 
 
+TIGHT = 0.03  # an interval of the median within +-3% of it is tight enough to judge
+
+
 def trust_note(result: KernelResult) -> str:
-    """Why a result's median should not be trusted, or ''."""
-    if result.stats is not None and result.stats.cv > CV_LIMIT:
+    """Why a result's median should not be trusted, or what its spread means; '' when
+    the trials agree."""
+    s = result.stats
+    if s is None or s.cv <= CV_LIMIT:
+        return ""
+    half = (s.ci95_high - s.ci95_low) / 2 / s.median if s.median > 0 else float("inf")
+    if half <= TIGHT:
         return (
-            f"WARNING: cv {result.stats.cv:.0%} over {CV_LIMIT:.0%}: the spread is too large "
-            "to trust the median (an idle machine, more --trials or --seconds)"
+            f"note: trials vary (cv {s.cv:.0%}), but over {s.count} of them the median is "
+            f"known to +-{half:.1%}"
         )
-    return ""
+    return (
+        f"WARNING: cv {s.cv:.0%} over {CV_LIMIT:.0%}: the spread is too large to trust the "
+        "median (an idle machine, more --trials, or --until-confident S)"
+    )
 
 
 def busy_note(others: float | None) -> str:

@@ -67,3 +67,13 @@ def test_ctrl_c_prints_the_partial_results() -> None:
     triad = [line for line in out.splitlines() if line.startswith("stream.triad.fp64")]
     assert triad and float(triad[0].split()[2]) > 0  # a measured median, not a zero
     assert out.rstrip().endswith("interrupted: the results above are those measured before Ctrl-C")
+
+
+def test_varying_trials_with_a_tight_median_are_noted_not_condemned() -> None:
+    rng = random.Random(2)
+    samples = tuple(100 * (1 + rng.gauss(0, 0.2)) for _ in range(2000))
+    result = KernelResult(
+        "stream", "cpu", "triad", "GB/s", ProbeStatus.OK, samples, summarize(samples)
+    )
+    note = trust_note(result)
+    assert note.startswith("note: trials vary (cv 20%), but over 2000 of them the median")
