@@ -7,6 +7,8 @@ through the one NVML interface, so a replay (`--nvml-replay`, the demo) answers 
 live node does. A call that fails leaves its cell empty ("-") with the reason kept in
 `Sample.errors`; a lost GPU says so in every cell, never a zero.
 
+On a live node, device events (a GPU, NIC or NVMe drive removed or added, a driver
+unbound) are printed as they arrive, from pyudev (gpudiag/device_events.py).
 NVLink throughput is not sampled: NVML gives it only through nvmlDeviceGetFieldValues,
 which the one-primitive NVML interface (integer arguments) does not carry yet. Xid events
 are not streamed either; the faults probe reads them from the kernel log once per snapshot.
@@ -30,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudiag.device_events import DeviceEvent
 from gpudiag.nvml import Nvml, NvmlError
 
 CLOCK_SM, CLOCK_MEM, TEMPERATURE_GPU = 1, 2, 0
@@ -196,6 +199,15 @@ def format_rows(samples: list[Sample], fmt: str, first: bool) -> Iterator[str]:
         yield line([stamp, str(s.gpu), *(_cell(s, c.name) for c in COLUMNS)])
 
 
+def format_event(event: DeviceEvent, fmt: str) -> str:
+    """A device event in the output's form (a csv comment line for csv)."""
+    stamp = time.strftime("%H:%M:%S", time.localtime(event.time))
+    if fmt == "jsonl":
+        record = {"time": round(event.time, 3), "event": event.action, "kind": event.kind}
+        return json.dumps(record | {"device": event.name, "text": event.text})
+    return f"# {stamp} {event.text}" if fmt == "csv" else f"{stamp}  EVENT  {event.text}"
+
+
 def watch(
     nvml: Nvml,
     interval: float,
@@ -204,13 +216,17 @@ def watch(
     write: Callable[[str], None],
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    events: Callable[[], list[DeviceEvent]] | None = None,
 ) -> int:
     """Sample every GPU `count` times (forever when None), `interval` seconds apart,
-    writing each line through `write`. Returns the number of rounds taken."""
+    writing each line through `write`, and before each round the device events since
+    the last (`events`, a DeviceWatch's poll on a live node). Returns the rounds taken."""
     gpus = gpu_count(nvml)
     rounds = 0
     next_at = clock()
     while count is None or rounds < count:
+        for event in events() if events is not None else ():
+            write(format_event(event, fmt))
         samples = sample_node(nvml, gpus)
         header_due = rounds % 20 == 0 if fmt == "table" else rounds == 0
         for line in format_rows(samples, fmt, first=header_due):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from gpudiag.demo import DEMOS, demo_file
@@ -40,8 +41,24 @@ def run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     replay = demo_file(args.demo) if args.demo else args.nvml_replay
     nvml = open_nvml(replay)
+    events = None
+    if replay is None and args.root == "/":  # a live node: its device events too
+        from gpudiag.device_events import DeviceWatch
+
+        device_watch, why = DeviceWatch.open()
+        if device_watch is None:
+            print(f"gpudiag: {why}", file=sys.stderr)
+        else:
+            events = device_watch.poll
     try:
-        watch(nvml, args.interval, args.count, args.format, lambda line: print(line, flush=True))
+        watch(
+            nvml,
+            args.interval,
+            args.count,
+            args.format,
+            lambda line: print(line, flush=True),
+            events=events,
+        )
     except NvmlError as exc:
         raise UsageError(
             f"watch: no GPU can be sampled: {exc.reason}; "
