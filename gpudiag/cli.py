@@ -102,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
         " (quick: STREAM, GEMM, copies; full: larger, and a 60 s burn)",
     )
     parser.add_argument(
+        "--until-confident",
+        type=float,
+        metavar="S",
+        help="with --kernels: STREAM goes on until its intervals are within 3%% or S seconds",
+    )
+    parser.add_argument(
         "--timeout-scale",
         type=float,
         default=1.0,
@@ -233,7 +239,7 @@ def _live_node(args: argparse.Namespace, argv: Sequence[str]) -> LiveNode:
 def _export(node: LiveNode, args: argparse.Namespace) -> int:
     snapshot = node.snapshot()
     if args.kernels:
-        plan = PLANS[args.kernels]
+        plan = replace(PLANS[args.kernels], until_confident=args.until_confident)
         print(f"gpudiag: running kernels ({args.kernels}) ...", file=sys.stderr)
         from gpudiag.kernels.runner import PlanRun
 
@@ -486,6 +492,8 @@ def run(argv: Sequence[str]) -> int:
         from gpudiag.watch_cli import run_command
 
         return run_command(args, argv)
+    if args.until_confident is not None and (not args.kernels or args.until_confident <= 0):
+        raise UsageError("--until-confident takes positive seconds and goes with --kernels")
     if args.kernels and not args.export:
         raise UsageError("--kernels goes with --export (the TUI runs kernels on request: k)")
     if args.kernels and (args.root != "/" or args.nvml_replay):

@@ -833,6 +833,13 @@ class GpudiagApp(App[int]):
         if not 0 <= row < gpus.row_count:
             return
         gpu = int(str(gpus.get_row_at(row)[0]).removeprefix("GPU"))
+        if isinstance(self.source, LiveNode) and self.source.host.is_live:
+            from gpudiag.processes import gpu_processes
+
+            # who runs there, as nvitop shows it (psutil; only on the live node itself)
+            for process in gpu_processes(self.readings):
+                if process.gpu == gpu:
+                    table.add_row(Text("process"), Text(process.text), Text("nvml, psutil"))
         for reading in views.gpu_readings(self.readings, gpu):
             table.add_row(Text(reading.key), Text(reading.display()), Text(reading.source))
 

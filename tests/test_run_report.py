@@ -77,3 +77,13 @@ def test_varying_trials_with_a_tight_median_are_noted_not_condemned() -> None:
     )
     note = trust_note(result)
     assert note.startswith("note: trials vary (cv 20%), but over 2000 of them the median")
+
+
+def test_until_confident_goes_with_kernels() -> None:
+    from conftest import run_cli
+
+    run = run_cli("--until-confident", "3")
+    assert run.returncode == 3
+    assert run.stderr.strip() == (
+        "gpudiag: --until-confident takes positive seconds and goes with --kernels"
+    )

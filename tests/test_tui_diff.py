@@ -149,3 +149,22 @@ def test_columns_follow_the_terminal_width() -> None:
             assert sum(narrow) <= 80 - 10 and sum(wide) > sum(narrow) + 30
 
     asyncio.run(scenario())
+
+
+def test_help_and_filter_work_over_hundreds_of_rows() -> None:
+    a, b = _pair()
+    many_a = tuple(Reading(f"node.thing{i}", i) for i in range(400))
+    many_b = tuple(Reading(f"node.thing{i}", i + 1) for i in range(400))
+    a = replace(a, probes=(replace(a.probes[0], readings=a.probes[0].readings + many_a),))
+    b = replace(b, probes=(replace(b.probes[0], readings=b.probes[0].readings + many_b),))
+
+    async def scenario() -> None:
+        app = DiffApp(diff_snapshots(a, b), a, b)
+        async with app.run_test(size=(80, 24)) as pilot:
+            assert len(_rows(app)) > 400
+            await pilot.press("end", "question_mark")
+            assert isinstance(app.screen, DiffHelp)
+            await pilot.press("escape", "slash", "t", "h", "i", "n", "g", "3", "9", "9")
+            assert [r[0] for r in _rows(app)] == ["node.thing399"]
+
+    asyncio.run(scenario())
