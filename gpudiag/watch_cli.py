@@ -73,20 +73,9 @@ def run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def _demo(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from gpudiag.cli import _tui
-    from gpudiag.demo import demo_host_root
-    from gpudiag.hostfs import HostFS
-    from gpudiag.nvml import open_nvml
-    from gpudiag.probes import default_probes
-    from gpudiag.ruleengine import load_rules
-    from gpudiag.session import LiveNode
+    from gpudiag.demo import demo_node
 
-    node = LiveNode(
-        host=HostFS(demo_host_root()),
-        nvml=open_nvml(demo_file(args.demo_name)),
-        probes=default_probes(),
-        rules=load_rules(),
-        command_line=("gpudiag", *argv),
-    )
+    node = demo_node(args.demo_name, ("gpudiag", *argv))
     try:
         return _tui(node)
     finally:

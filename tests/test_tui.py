@@ -715,3 +715,17 @@ def test_dialog_snapshot_at_60x20(snap_compare, monkeypatch, frozen: Snapshot, k
     monkeypatch.setenv("TERM", "xterm-256color")
     monkeypatch.setenv("COLORTERM", "truecolor")
     assert snap_compare(GpudiagApp(frozen), press=[key], terminal_size=(60, 20))
+
+
+def test_demo_opens_the_recorded_node() -> None:
+    from gpudiag.demo import demo_node
+
+    app = GpudiagApp(demo_node("faulty"))
+
+    async def steps(pilot) -> None:
+        assert "health: CRITICAL" in _banner(app)
+        await pilot.press("3")
+        assert [row[0] for row in _cells(app, "#gpus")] == [f"GPU{g}" for g in range(8)]
+        assert _cells(app, "#gpus")[7][1:3] == ["CRIT", "LOST"]
+
+    _run(app, steps)
