@@ -48,6 +48,21 @@ class Progress:
             self.stream.flush()
 
 
+class HostLoad:
+    """The share of the host's CPUs other processes used between start and `others()`
+    (psutil: the whole machine's use less this process's)."""
+
+    def __init__(self) -> None:
+        self.me = psutil.Process()
+        psutil.cpu_percent(interval=None)
+        self.me.cpu_percent(interval=None)
+
+    def others(self) -> float:
+        total = psutil.cpu_percent(interval=None)
+        ours = self.me.cpu_percent(interval=None) / (os.cpu_count() or 1)
+        return max(0.0, total - ours)
+
+
 def run_with_progress(
     run: PlanRun, stream: TextIO = sys.stderr
 ) -> tuple[list[KernelResult], bool, float | None]:
@@ -67,9 +82,7 @@ def run_with_progress(
         finally:
             finished.set()
 
-    me = psutil.Process()
-    psutil.cpu_percent(interval=None)
-    me.cpu_percent(interval=None)
+    load = HostLoad()
     worker = threading.Thread(target=target, name="gpudiag-run", daemon=True)
     worker.start()
     interrupted = False
@@ -88,9 +101,7 @@ def run_with_progress(
     progress.done()
     if failure:
         raise failure[0]
-    total = psutil.cpu_percent(interval=None)
-    ours = me.cpu_percent(interval=None) / (os.cpu_count() or 1)
-    return run.results, interrupted, max(0.0, total - ours)
+    return run.results, interrupted, load.others()
 
 
 TIGHT = 0.03  # an interval of the median within +-3% of it is tight enough to judge

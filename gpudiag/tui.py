@@ -296,6 +296,7 @@ class GpudiagApp(App[int]):
         self.watch_history = History(length=300)  # 5 minutes at 1 s
         self.watch_gpus: int | None = None
         self.stale: set[str] = set()
+        self.host_load = None
         self.kernels_running = False
 
     # ------------------------------------------------------------------ layout
@@ -505,6 +506,9 @@ class GpudiagApp(App[int]):
         return "\n".join(lines)
 
     def _start_kernels(self, plan_name: str, chosen: tuple[str, ...]) -> None:
+        from gpudiag.run_report import HostLoad
+
+        self.host_load = HostLoad()  # a busy host makes the figures untrustworthy: said
         self.kernels_running = True
         self.kernel_cancel.clear()
         self.query_one("#cancel-kernels", Button).disabled = False
@@ -689,9 +693,12 @@ class GpudiagApp(App[int]):
         counts = {s: sum(1 for r in results if r.status.value == s) for s in ("ok", "skipped")}
         failed = len(results) - counts["ok"] - counts["skipped"]
         state = "cancelled" if cancelled else "done"
+        from gpudiag.run_report import busy_note
+
+        busy = busy_note(self.host_load.others()) if self.host_load is not None else ""
         self._kernel_status(
             f"{plan_name} {state}: {counts['ok']} ok, {counts['skipped']} skipped, "
-            f"{failed} failed or cancelled"
+            f"{failed} failed or cancelled" + (f"; {busy}" if busy else "")
         )
 
     @on(Button.Pressed, "#run-quick")

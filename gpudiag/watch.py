@@ -2,7 +2,8 @@
 `nvidia-smi dmon` prints it; and the history the TUI's watch screen draws sparklines from.
 
 Each sample is a few NVML calls per GPU (power, temperature, SM and memory clocks,
-utilisation, memory used, throttle reasons, volatile uncorrected ECC, PCIe replays),
+utilisation, memory used, throttle reasons, volatile uncorrected ECC, PCIe replays, the
+number of compute processes),
 through the one NVML interface, so a replay (`--nvml-replay`, the demo) answers it as a
 live node does. A call that fails leaves its cell empty ("-") with the reason kept in
 `Sample.errors`; a lost GPU says so in every cell, never a zero.
@@ -79,6 +80,7 @@ COLUMNS = (
         int,
     ),
     Column("replay", "", "nvmlDeviceGetPcieReplayCounter", (), int),
+    Column("procs", "", "nvmlDeviceGetComputeRunningProcesses", (), len),
     Column("throttle", "", "nvmlDeviceGetCurrentClocksEventReasons", (), _throttle),
 )
 NUMERIC = tuple(c.name for c in COLUMNS if c.name != "throttle")

@@ -23,7 +23,7 @@ def test_a_sample_reads_what_the_replay_records() -> None:
     assert first.values["power"] == 69.0  # 69000 mW in the replay
     assert first.values["temp"] == 41 and first.values["sm"] == 345
     assert first.values["mem"] == 2619 and first.values["throttle"] == "idle"
-    assert first.errors == {}
+    assert first.errors == {} and first.values["procs"] == 0
     assert samples[6].values["throttle"] == "HwSlowdown,HwThermalSlowdown"
 
 
@@ -32,7 +32,7 @@ def test_a_lost_gpu_is_lost_in_every_cell_never_zero() -> None:
     assert set(lost.values.values()) == {None}
     assert set(lost.errors.values()) == {"GpuIsLost"}
     (row,) = format_rows([lost], "table", first=False)
-    assert row.split()[2:] == ["LOST"] * 10
+    assert row.split()[2:] == ["LOST"] * 11
 
 
 def test_one_failing_call_leaves_one_gap() -> None:
