@@ -729,3 +729,23 @@ def test_demo_opens_the_recorded_node() -> None:
         assert _cells(app, "#gpus")[7][1:3] == ["CRIT", "LOST"]
 
     _run(app, steps)
+
+
+def test_first_columns_stay_when_tables_scroll_sideways(tmp_path: Path) -> None:
+    app = GpudiagApp(load_or_save_snapshot(tmp_path))
+
+    async def steps(pilot) -> None:
+        await pilot.press("2")
+        table = app.query_one("#findings", DataTable)
+        table.scroll_to(x=table.max_scroll_x, animate=False)
+        await pilot.pause()
+        assert table.scroll_x > 0  # it did scroll
+        assert table.render_line(1).text.split()[0] == "CRITICAL"  # whole, not "L"
+        await pilot.press("3")
+        gpus = app.query_one("#gpus", DataTable)
+        gpus.scroll_to(x=gpus.max_scroll_x, animate=False)
+        await pilot.pause()
+        assert gpus.scroll_x > 0
+        assert gpus.render_line(8).text.split()[:2] == ["GPU7", "CRIT"]  # id, health stay
+
+    _run(app, steps, size=(60, 20))
