@@ -13,6 +13,8 @@ removed; replays and captures have no live events and fall back to what sysfs sh
 
 from __future__ import annotations
 
+import errno
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -107,3 +109,53 @@ class DeviceWatch:
             if (event := describe(device)) is not None:
                 events.append(event)
         return events
+
+
+class XidFollower:
+    """Xid events as the kernel logs them: /dev/kmsg opened without blocking, moved to its
+    end (the history is the faults probe's), and read to its end once per round. Records
+    are parsed by the faults probe's parser. On this machine the real /dev/kmsg is opened
+    and followed (it holds no Xid); the events themselves are tested through a FIFO that
+    behaves as kmsg does (one record per read, EAGAIN when none waits): no Xid was raised."""
+
+    def __init__(self, path: str = "/dev/kmsg") -> None:
+        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            os.lseek(self.fd, 0, os.SEEK_END)
+        except OSError as exc:  # a FIFO cannot seek; kmsg can
+            if exc.errno != errno.ESPIPE:
+                raise
+
+    @classmethod
+    def open(cls, path: str = "/dev/kmsg") -> tuple[XidFollower | None, str]:
+        """A follower of the kernel log, or None and why not (it needs root, usually)."""
+        try:
+            return cls(path), ""
+        except OSError as exc:
+            return None, f"Xid events unavailable: {path}: {exc.strerror}"
+
+    def poll(self, limit: int = 1000) -> list[DeviceEvent]:
+        """The Xid events logged since the last poll."""
+        from gpudiag.probes.faults import parse_xid_events
+
+        records = []
+        for _ in range(limit):
+            try:
+                record = os.read(self.fd, 8192)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:  # records overwritten meanwhile: go on
+                    continue
+                raise
+            if not record:
+                break
+            records.append(record.decode("utf-8", errors="replace"))
+        now = time.time()
+        return [
+            DeviceEvent(now, "xid", "GPU", xid.pci, f"Xid {xid.code} on GPU {xid.pci}")
+            for xid in parse_xid_events("".join(records))
+        ]
+
+    def close(self) -> None:
+        os.close(self.fd)

@@ -9,10 +9,10 @@ live node does. A call that fails leaves its cell empty ("-") with the reason ke
 `Sample.errors`; a lost GPU says so in every cell, never a zero.
 
 On a live node, device events (a GPU, NIC or NVMe drive removed or added, a driver
-unbound) are printed as they arrive, from pyudev (gpudiag/device_events.py).
+unbound; from pyudev) and Xid events (from /dev/kmsg) are printed as they arrive
+(gpudiag/device_events.py).
 NVLink throughput is not sampled: NVML gives it only through nvmlDeviceGetFieldValues,
-which the one-primitive NVML interface (integer arguments) does not carry yet. Xid events
-are not streamed either; the faults probe reads them from the kernel log once per snapshot.
+which the one-primitive NVML interface (integer arguments) does not carry yet.
 
 History is a ring buffer per GPU and column (`History`, `collections.deque` with a
 maximum length), so memory stays bounded however long watch runs

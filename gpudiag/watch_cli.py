@@ -43,13 +43,15 @@ def run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     nvml = open_nvml(replay)
     events = None
     if replay is None and args.root == "/":  # a live node: its device events too
-        from gpudiag.device_events import DeviceWatch
+        from gpudiag.device_events import DeviceWatch, XidFollower
 
         device_watch, why = DeviceWatch.open()
-        if device_watch is None:
-            print(f"gpudiag: {why}", file=sys.stderr)
-        else:
-            events = device_watch.poll
+        xids, why_not_xids = XidFollower.open()
+        for reason in (why, why_not_xids):
+            if reason:
+                print(f"gpudiag: {reason}", file=sys.stderr)
+        sources = [source.poll for source in (device_watch, xids) if source is not None]
+        events = (lambda: [event for poll in sources for event in poll()]) if sources else None
     try:
         watch(
             nvml,

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
+import pytest
+
 from gpudiag.demo import demo_file
 from gpudiag.device_events import DeviceWatch
 from gpudiag.nvml import Nvml, ReplayBackend
@@ -98,3 +100,43 @@ def test_watch_prints_events_before_the_round() -> None:
     first = json.loads(lines[0])
     assert (first["event"], first["kind"], first["device"]) == ("remove", "GPU", "0000:18:00.0")
     assert len(lines) == 1 + 2 * 8  # the event once, then two rounds of 8 GPUs
+
+
+def test_xid_events_are_followed_as_the_kernel_logs_them(tmp_path) -> None:
+    from gpudiag.device_events import XidFollower
+
+    kmsg = tmp_path / "kmsg"
+    os.mkfifo(kmsg)  # non-blocking reads, EAGAIN while nothing waits: as /dev/kmsg
+    follower = XidFollower(str(kmsg))
+    writer = os.open(kmsg, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        assert follower.poll() == []
+        os.write(writer, b"6,100,5000000,-;nvidia-nvswitch: probe\n")
+        os.write(
+            writer,
+            b"3,101,6000000,-;NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>',"
+            b" name=<unknown>, GPU has fallen off the bus.\n",
+        )
+        os.write(
+            writer,
+            b"4,102,7000000,-;NVRM: Xid (PCI:0000:2a:00): 48, An uncorrectable double bit error\n",
+        )
+        texts = [e.text for e in follower.poll()]
+        assert texts == ["Xid 79 on GPU 0000:18:00.0", "Xid 48 on GPU 0000:2a:00.0"]
+        assert follower.poll() == []  # each record once
+    finally:
+        os.close(writer)
+        follower.close()
+
+
+def test_the_real_kernel_log_can_be_followed() -> None:
+    from gpudiag.device_events import XidFollower
+
+    follower, why = XidFollower.open()
+    if follower is None:
+        pytest.skip(f"this user cannot read the kernel log: {why}")
+    try:
+        # from its end: the history (the faults probe's) is not repeated, and no GPU here
+        assert follower.poll() == []
+    finally:
+        follower.close()
