@@ -749,3 +749,16 @@ def test_first_columns_stay_when_tables_scroll_sideways(tmp_path: Path) -> None:
         assert gpus.render_line(8).text.split()[:2] == ["GPU7", "CRIT"]  # id, health stay
 
     _run(app, steps, size=(60, 20))
+
+
+def test_watch_screen_without_nvml_says_why() -> None:
+    app = GpudiagApp(_node())
+
+    async def steps(pilot) -> None:
+        await pilot.press("9")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        status = str(app.query_one("#watch-status", Label).render())
+        assert status.startswith("no GPU can be sampled: nvmlInit: DriverNotLoaded")
+
+    _run(app, steps)
