@@ -100,16 +100,27 @@ ACTIONS = (
     ("k", "run_kernels('quick')", "Kernels", True),
     ("K", "run_kernels('full')", "Kernels at full sizes (burn if ticked)", False),
     ("x", "cancel_kernels", "Cancel kernels", True),
+    ("u", "toggle_until_confident", "Until confident", True),
     ("s", "sort_findings", "Sort", True),
     ("f", "filter_severity", "Severity", True),
 )
 KEY_NAMES = {"question_mark": "?", "slash": "/"}
-HELP_TITLES = {"K": "Kernels, full sizes", "f": "Filter by severity", "s": "Sort findings"}
+HELP_TITLES = {
+    "K": "Kernels, full sizes",
+    "f": "Filter by severity",
+    "s": "Sort findings",
+    "u": "Kernels until confident",
+}
 # Actions that act on one screen only (shown in the footer there) and actions a saved
 # snapshot or a replay refuses (not shown for them).
-SCREEN_ACTIONS = {"sort_findings": "findings-tab", "filter_severity": "findings-tab"}
-LIVE_ACTIONS = ("refresh", "run_kernels", "cancel_kernels")
-MEASURING_ACTIONS = ("run_kernels", "cancel_kernels")
+SCREEN_ACTIONS = {
+    "sort_findings": "findings-tab",
+    "filter_severity": "findings-tab",
+    "toggle_until_confident": "kernels-tab",
+}
+UNTIL_CONFIDENT_S = 60.0  # the budget `u` gives STREAM to tighten its intervals
+LIVE_ACTIONS = ("refresh", "run_kernels", "cancel_kernels", "toggle_until_confident")
+MEASURING_ACTIONS = ("run_kernels", "cancel_kernels", "toggle_until_confident")
 
 
 class HelpScreen(ModalScreen[None]):
@@ -297,6 +308,7 @@ class GpudiagApp(App[int]):
         self.watch_gpus: int | None = None
         self.stale: set[str] = set()
         self.host_load = None
+        self.until_confident: float | None = None
         self.kernels_running = False
 
     # ------------------------------------------------------------------ layout
@@ -586,6 +598,15 @@ class GpudiagApp(App[int]):
         lines = screen_lines(self.watch_history, self.watch_gpus or 0, self.size.width - 3)
         self.query_one("#watch-text", Static).update(Text("\n".join(lines)))
 
+    def action_toggle_until_confident(self) -> None:
+        """STREAM runs its trials, or goes on until its intervals are tight (60 s at most)."""
+        self.until_confident = None if self.until_confident else UNTIL_CONFIDENT_S
+        self._kernel_status(
+            f"STREAM goes on until its intervals are within 3% ({UNTIL_CONFIDENT_S:g} s at most)"
+            if self.until_confident
+            else "STREAM runs its trials only"
+        )
+
     def action_cancel_kernels(self) -> None:
         """Stop the kernels at the next chunk."""
         if self.kernels_running:
@@ -650,7 +671,7 @@ class GpudiagApp(App[int]):
 
         assert isinstance(self.source, LiveNode)
         run = PlanRun(
-            replace(self.plans[plan_name], kernels=kernels),
+            replace(self.plans[plan_name], kernels=kernels, until_confident=self.until_confident),
             self.source.host,
             progress=lambda label, f: self.call_from_thread(self._kernel_progress, label, f),
             cancel=self.kernel_cancel,

@@ -762,3 +762,25 @@ def test_watch_screen_without_nvml_says_why() -> None:
         assert status.startswith("no GPU can be sampled: nvmlInit: DriverNotLoaded")
 
     _run(app, steps)
+
+
+def test_kernels_until_confident_from_the_tui(tmp_path: Path) -> None:
+    app = GpudiagApp(_this_machine(), plans=TINY)
+
+    async def steps(pilot) -> None:
+        await app.workers.wait_for_complete()
+        await pilot.press("6")
+        assert "Until confident" in _footer(app)
+        await pilot.press("u")
+        assert "until its intervals are within 3%" in _text(app, "#kernel-status")
+        choice = app.query_one("#kernel-choice", KernelChoice)
+        await pilot.press("down", "down", "down", "space")  # STREAM only
+        assert choice.selected == ["stream"]
+        await pilot.press("k", "y")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        triad = next(k for k in app.snapshot.kernels if k.metric == "triad")
+        assert "confident" in dict(triad.params)  # the sequential test ran
+        assert triad.stats is not None and triad.stats.count >= 2
+
+    _run(app, steps)
