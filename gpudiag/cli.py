@@ -154,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
         " (quick: STREAM, GEMM, copies; full: larger, and a 60 s burn)",
     )
     parser.add_argument(
+        "--until-confident",
+        type=float,
+        metavar="S",
+        help="with --kernels: STREAM goes on until its intervals are within 3%% or S seconds",
+    )
+    parser.add_argument(
         "--timeout-scale",
         type=_finite_float,
         default=1.0,
@@ -225,6 +231,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype", choices=(*DTYPE_NAMES, "both"), default="fp64", help="STREAM's element type"
     )
     run.add_argument(
+        "--until-confident",
+        type=float,
+        metavar="S",
+        help="STREAM: after the trials, go on until every interval of the median is within"
+        " 3%% of it (enough for diff to judge), or S seconds have passed",
+    )
+    run.add_argument(
         "--gemm-n",
         type=int,
         default=4096,
@@ -242,6 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     lint = rules_commands.add_parser("lint", help="check rule files without running them")
     lint.add_argument("lint_files", metavar="FILE", nargs="+", type=Path)
     rules_commands.add_parser("profiles", help="the GPU-model profiles and their device ids")
+    from gpudiag.watch_cli import add_parsers as add_watch_parsers
+
+    add_watch_parsers(commands)  # watch and demo (gpudiag/watch_cli.py)
     view = commands.add_parser("view", help="open a saved snapshot in the TUI (read-only)")
     view.add_argument("snapshot", metavar="SNAPSHOT")
     imports = commands.add_parser(
@@ -288,7 +304,7 @@ def _live_node(args: argparse.Namespace, argv: Sequence[str]) -> LiveNode:
 def _export(node: LiveNode, args: argparse.Namespace) -> int:
     snapshot = node.snapshot()
     if args.kernels:
-        plan = PLANS[args.kernels]
+        plan = replace(PLANS[args.kernels], until_confident=args.until_confident)
         print(f"gpudiag: running kernels ({args.kernels}) ...", file=sys.stderr)
         from gpudiag.kernels.runner import PlanRun
 
@@ -325,6 +341,8 @@ def _run_kernels(args: argparse.Namespace) -> int:
         raise UsageError("--trials must be at least 2 (statistics need two samples)")
     if args.seconds is not None and args.seconds <= 0:
         raise UsageError("--seconds must be positive")
+    if args.until_confident is not None and args.until_confident <= 0:
+        raise UsageError("--until-confident must be positive")
     if args.size < 4096:
         raise UsageError("--size must be at least 4096 bytes")
     if args.gemm_n < 1:
@@ -352,13 +370,15 @@ def _run_kernels(args: argparse.Namespace) -> int:
         args.gemm_n,
         60.0 if args.seconds is None else args.seconds,
         args.burn_precision,
+        args.until_confident,
     )
     from gpudiag.kernels.runner import KernelUnavailable, PlanRun
+    from gpudiag.run_report import busy_note, run_with_progress, trust_note
 
     run = PlanRun(plan)
     interrupted = False
     try:
-        results = run.run(strict=True)
+        results, interrupted, others = run_with_progress(run)
     except KernelUnavailable as exc:
         raise UsageError(f"--device {args.device}: {exc}") from None
     except KeyboardInterrupt:  # Ctrl-C: the results so far, then exit 130
@@ -392,6 +412,14 @@ def _run_kernels(args: argparse.Namespace) -> int:
             f"{name:<{width}} {r.device:<12} {s.median:>10.4g} {s.minimum:>10.4g} "
             f"{s.maximum:>10.4g} {s.cv:>6.1%}  {s.ci95_low:.4g}-{s.ci95_high:.4g} {r.unit}"
         )
+        if r.status is ProbeStatus.CANCELLED:
+            print(f"{'':<{width}} partial: {r.error}")
+        if dict(r.params).get("confident") is False:
+            print(f"{'':<{width}} not confident: the --until-confident budget ran out first")
+        if note := trust_note(r):
+            print(f"{'':<{width}} {note}")
+    if note := busy_note(others):
+        print(note)
     if interrupted:
         print("gpudiag: interrupted (the results above are partial)", file=sys.stderr)
         return 130
@@ -409,7 +437,7 @@ def _diff(args: argparse.Namespace) -> int:
     if args.format is None and sys.stdout.isatty() and sys.stdin.isatty():
         from gpudiag.tui_diff import DiffApp
 
-        DiffApp(result, a, b, args.all).run()
+        DiffApp(result, a, b, args.all, (args.snapshot_a, args.snapshot_b)).run()
         return result.exit_code()
     if args.format == "json":
         print(json.dumps(report_json(result, args.all), indent=1))
@@ -618,8 +646,14 @@ def run(argv: Sequence[str]) -> int:
         return run_health(args, argv)
     if args.command in FLEET_COMMANDS:
         return FLEET_COMMANDS[args.command](args)
+    if args.command in ("watch", "demo"):
+        from gpudiag.watch_cli import run_command
+
+        return run_command(args, argv)
     if (args.format or args.prometheus) and not args.export:
         raise UsageError("--format and --prometheus go with --export or check")
+    if args.until_confident is not None and (not args.kernels or args.until_confident <= 0):
+        raise UsageError("--until-confident takes positive seconds and goes with --kernels")
     if args.kernels and not args.export:
         raise UsageError("--kernels goes with --export (the TUI runs kernels on request: k)")
     if args.kernels and (args.root != "/" or args.nvml_replay):

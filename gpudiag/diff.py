@@ -4,8 +4,12 @@ differences explain it?"
 Readings are matched by key, with GPUs matched by PCI bus address where both sides have
 one (so a node whose GPUs enumerate in another order still lines up). Findings present on
 one side only are listed. Kernel metrics with samples on both sides get the ratio of
-medians B/A with a 95% bootstrap confidence interval, and a verdict that only calls a
-difference significant when the interval excludes 1. Configuration differences known to
+medians B/A with a 95% bootstrap confidence interval, and a verdict (`judge_metric`) that
+calls a difference only when the interval excludes 1 by more than MIN_EFFECT and both
+sides have enough samples with a small enough spread; "no significant difference" only
+when the whole interval lies within MIN_EFFECT of 1; otherwise "inconclusive", with the
+reason (too few samples, too noisy, interval too wide). Inconclusive never raises the
+exit code. Configuration differences known to
 move a metric (rules/explanations.toml) are listed beside it. Readings that always differ
 (serials, UUIDs, clocks at idle, free memory) are hidden unless asked for.
 """
@@ -26,6 +30,15 @@ from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
 
 EXIT_EQUIVALENT, EXIT_CONFIG, EXIT_PERFORMANCE = 0, 1, 2
 BOOTSTRAP_ROUNDS = 2000
+# A difference smaller than this share of A is not called, however tight the interval.
+MIN_EFFECT = 0.03
+# Fewer samples a side than this, or a coefficient of variation above MAX_CV on either
+# side, and no verdict is given: the interval of a median from a few noisy trials moves
+# by more than the effects worth calling (two idle quick runs 12 s apart gave 0.37x).
+MIN_SAMPLES = 5
+MAX_CV = 0.10
+RELIABLE_SAMPLES = 30  # from this many a side, the interval itself carries the spread
+SIGNIFICANT = ("faster", "slower")
 
 # Readings that differ between any two runs, or any two healthy nodes: hidden by default.
 NOISY = re.compile(
@@ -88,6 +101,7 @@ class MetricChange:
     ci_high: float
     verdict: str
     explanations: tuple[ReadingChange, ...] = ()
+    reason: str = ""  # why a verdict is "inconclusive"
 
 
 @dataclass
@@ -107,7 +121,7 @@ class Diff:
     def exit_code(self) -> int:
         """0 equivalent, 1 configuration differs only, 2 a performance metric differs
         significantly or one side has a critical finding the other lacks."""
-        if any(m.verdict != "no significant difference" for m in self.metrics):
+        if any(m.verdict in SIGNIFICANT for m in self.metrics):
             return EXIT_PERFORMANCE
         critical = Severity.CRITICAL
         if any(f.severity is critical for f in self.findings_only_a + self.findings_only_b):
@@ -187,6 +201,47 @@ def verdict(ratio_low: float, ratio_high: float, unit: str) -> str:
         return "no significant difference"
     increased = ratio_low > 1.0
     return "faster" if increased == higher_is_better(unit) else "slower"
+
+
+def _cv(samples: list[float]) -> float:
+    mean = statistics.fmean(samples)
+    return statistics.stdev(samples) / abs(mean) if mean else float("inf")
+
+
+def judge_metric(
+    a: list[float],
+    b: list[float],
+    ratio_low: float,
+    ratio_high: float,
+    unit: str,
+    min_effect: float = MIN_EFFECT,
+) -> tuple[str, str]:
+    """(verdict, reason) for samples A and B whose ratio of medians has the interval
+    [ratio_low, ratio_high]: faster or slower only when the interval lies beyond
+    1 +- min_effect and both sides have MIN_SAMPLES samples with a CV under MAX_CV (a
+    higher CV is allowed from RELIABLE_SAMPLES samples a side, as --until-confident gives);
+    "no significant difference" when it lies within 1 +- min_effect; else "inconclusive"
+    with the reason. `verdict` (the bare interval test) is unchanged beside it."""
+    too_few = [f"{side} has {len(s)}" for side, s in (("A", a), ("B", b)) if len(s) < MIN_SAMPLES]
+    if too_few:
+        return "inconclusive", (
+            f"too few samples ({', '.join(too_few)}; {MIN_SAMPLES} a side needed)"
+        )
+    noisy = [
+        f"{side} cv {cv:.0%}"
+        for side, s in (("A", a), ("B", b))
+        if (cv := _cv(s)) > MAX_CV and len(s) < RELIABLE_SAMPLES
+    ]
+    if noisy:
+        return "inconclusive", f"too noisy ({', '.join(noisy)}; over {MAX_CV:.0%})"
+    if ratio_low > 1.0 + min_effect or ratio_high < 1.0 - min_effect:
+        return verdict(ratio_low, ratio_high, unit), ""
+    if 1.0 - min_effect <= ratio_low and ratio_high <= 1.0 + min_effect:
+        return "no significant difference", ""
+    return "inconclusive", (
+        f"the interval {ratio_low:.3f}-{ratio_high:.3f} neither excludes nor stays within "
+        f"{min_effect:.0%} of 1: more trials would tell"
+    )
 
 
 @dataclass(frozen=True)
@@ -284,6 +339,7 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
             and any(p.search(c.key) for p in e.readings)
             and (not gpus or concerns(c.key, gpus))
         ]
+        judged, reason = judge_metric(list(ka.samples), list(kb.samples), low, high, ka.unit)
         result.metrics.append(
             MetricChange(
                 ka.kernel,
@@ -295,8 +351,9 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
                 ratio,
                 low,
                 high,
-                verdict(low, high, ka.unit),
+                judged,
                 tuple({c.key: c for c in related}.values()),  # each reading once
+                reason,
             )
         )
     return result
@@ -320,7 +377,8 @@ def report_text(
         pairs = ", ".join(f"B GPU {k} = A GPU {v}" for k, v in sorted(diff.gpu_map.items()))
         lines.append(f"GPUs matched by bus address: {pairs}")
     if diff.metrics:
-        lines.append("\n## Performance\n" if markdown else "\nPerformance (B/A, 95% CI):")
+        heading = f"\nPerformance (B/A, 95% CI; under {MIN_EFFECT:.0%} not called):"
+        lines.append("\n## Performance\n" if markdown else heading)
         if markdown:
             lines.append("| metric | device | A | B | B/A | 95% CI | verdict |")
             lines.append("| --- | --- | --- | --- | --- | --- | --- |")
@@ -332,7 +390,7 @@ def report_text(
                 f"{m.median_b:g} {m.unit}",
                 f"{m.ratio:.3f}",
                 f"{m.ci_low:.3f}-{m.ci_high:.3f}",
-                m.verdict,
+                f"{m.verdict}: {m.reason}" if m.reason else m.verdict,
             )
             lines.append("| " + " | ".join(cells) + " |" if markdown else "  " + "  ".join(cells))
             for change in m.explanations:
@@ -415,6 +473,7 @@ def report_json(diff: Diff, include_noisy: bool = False) -> dict[str, Any]:
                 "ratio": m.ratio,
                 "ci95": [m.ci_low, m.ci_high],
                 "verdict": m.verdict,
+                "reason": m.reason,
                 "explanations": [c.key for c in m.explanations],
             }
             for m in diff.metrics

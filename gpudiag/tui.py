@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -47,13 +47,22 @@ from gpudiag.model import Finding, ProbeResult, Reading, Severity, Snapshot
 from gpudiag.nvml import ReplayBackend
 from gpudiag.session import LiveNode, judged_readings, severity_counts, with_findings
 from gpudiag.snapshot import save, target_problem
+from gpudiag.watch import History
 
+# Severity reads by words and weight first, colour second: CRITICAL is the strongest mark
+# on screen (bold, reversed: a block under NO_COLOR too), WARNING bold, INFO dim.
 SEVERITY_STYLE = {
-    Severity.CRITICAL: "bold red",
-    Severity.WARNING: "yellow",
+    Severity.CRITICAL: "bold reverse red",
+    Severity.WARNING: "bold yellow",
     Severity.UNKNOWN: "magenta",
-    Severity.INFO: "",
+    Severity.INFO: "dim",
     Severity.NOT_APPLICABLE: "dim",
+}
+HEALTH_STYLE = {
+    "CRIT": SEVERITY_STYLE[Severity.CRITICAL],
+    "WARN": SEVERITY_STYLE[Severity.WARNING],
+    "UNKN": SEVERITY_STYLE[Severity.UNKNOWN],
+    "OK": "green",
 }
 
 
@@ -75,7 +84,16 @@ TABS = (
     Tab("6", "kernels", "Kernels"),
     Tab("7", "readings", "Readings"),
     Tab("8", "probes", "Probes"),
+    Tab("9", "watch", "Watch"),
 )
+WATCH_INTERVAL_S = 1.0
+# Screens drawn when first shown after a snapshot arrives (tab id: drawing method).
+LAZY_SCREENS = {
+    "topology-tab": "show_topology",
+    "host-tab": "show_host",
+    "kernels-tab": "show_kernels",
+    "readings-tab": "show_readings",
+}
 # Every key the app answers to, for the bindings, the help screen and the palette.
 ACTIONS = (
     ("q", "quit", "Quit", True),
@@ -85,35 +103,82 @@ ACTIONS = (
     ("slash", "search", "Search", True),
     ("k", "run_kernels('quick')", "Kernels", True),
     ("K", "run_kernels('full')", "Kernels at full sizes (burn if ticked)", False),
-    ("x", "cancel_kernels", "Cancel kernels", False),
-    ("s", "sort_findings", "Sort findings", False),
-    ("f", "filter_severity", "Filter findings by severity", False),
+    ("x", "cancel_kernels", "Cancel kernels", True),
+    ("u", "toggle_until_confident", "Until confident", True),
+    ("s", "sort_findings", "Sort", True),
+    ("f", "filter_severity", "Severity", True),
 )
 KEY_NAMES = {"question_mark": "?", "slash": "/"}
+HELP_TITLES = {
+    "K": "Kernels, full sizes",
+    "f": "Filter by severity",
+    "s": "Sort findings",
+    "u": "Kernels until confident",
+}
+# Actions that act on one screen only (shown in the footer there) and actions a saved
+# snapshot or a replay refuses (not shown for them).
+SCREEN_ACTIONS = {
+    "sort_findings": "findings-tab",
+    "filter_severity": "findings-tab",
+    "toggle_until_confident": "kernels-tab",
+}
+UNTIL_CONFIDENT_S = 60.0  # the budget `u` gives STREAM to tighten its intervals
+LIVE_ACTIONS = ("refresh", "run_kernels", "cancel_kernels", "toggle_until_confident")
+MEASURING_ACTIONS = ("run_kernels", "cancel_kernels", "toggle_until_confident")
 
 
 class HelpScreen(ModalScreen[None]):
-    """Every key, in one place."""
+    """Every key, in one place: two columns (screens, actions), so that it fits 80x24
+    without scrolling and 60x20 without clipping."""
 
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("escape,q,question_mark", "dismiss", "Close"),
     ]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    #help { width: 76; max-height: 22; border: round $accent; padding: 0 1; background: $panel; }
+    #help { width: 46; max-width: 100%; height: auto; max-height: 100%;
+            border: round $accent; padding: 0 1; background: $panel; }
     """
 
     def compose(self) -> ComposeResult:
-        lines = ["gpudiag keys (Esc closes)", ""]
-        lines += [f"  {tab.key}      {tab.title}" for tab in TABS]
-        lines += [
-            f"  {KEY_NAMES.get(key, key):<6} {title}" for key, _action, title, _shown in ACTIONS
+        screens = [f"{tab.key}  {tab.title}" for tab in TABS]
+        actions = [
+            f"{KEY_NAMES.get(key, key):<2} {HELP_TITLES.get(key, title)}"
+            for key, _action, title, _shown in ACTIONS
         ]
-        lines += [
-            "  ctrl+p the same actions in the command palette",
-            "  arrows, tab, enter move and select; esc leaves a text field",
-        ]
+        left = max(len(line) for line in screens) + 2
+        rows = max(len(screens), len(actions))
+        screens += [""] * (rows - len(screens))
+        actions += [""] * (rows - len(actions))
+        lines = ["gpudiag keys (Esc closes)"]
+        lines += [f"{a:<{left}}{b}".rstrip() for a, b in zip(screens, actions, strict=True)]
+        lines += ["ctrl+p: the same in the command palette", "Esc leaves a text field"]
         yield VerticalScroll(Static(Text("\n".join(lines))), id="help")
+
+
+class ConfirmKernels(ModalScreen[bool]):
+    """Kernels load every GPU and CPU they run on: ask first, saying which GPUs have
+    processes (a node may be running jobs). y or Enter runs, n or Esc does not."""
+
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("y,enter", "answer(True)", "Run"),
+        Binding("n,escape", "answer(False)", "Cancel"),
+    ]
+    DEFAULT_CSS = """
+    ConfirmKernels { align: center middle; }
+    #confirm { width: 100%; max-width: 76; height: auto; max-height: 100%;
+               border: round $accent; padding: 0 1; background: $panel; }
+    """
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        yield VerticalScroll(Static(Text(self.question)), id="confirm")
+
+    def action_answer(self, run: bool) -> None:
+        self.dismiss(run)
 
 
 class ExportScreen(ModalScreen[Path | None]):
@@ -122,7 +187,8 @@ class ExportScreen(ModalScreen[Path | None]):
     BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "cancel", "Cancel")]
     DEFAULT_CSS = """
     ExportScreen { align: center middle; }
-    #export { width: 70; height: auto; border: round $accent; padding: 0 1; background: $panel; }
+    #export { width: 100%; max-width: 70; height: auto; border: round $accent; padding: 0 1;
+              background: $panel; }
     #export Input { border: none; height: 1; }
     """
 
@@ -220,8 +286,11 @@ class GpudiagApp(App[int]):
     #findings { height: 1fr; }
     #finding-detail { height: 8; border-top: solid $accent; padding: 0 1; }
     #gpus { height: auto; max-height: 10; }
+    #gpu-note { height: auto; padding: 0 1; display: none; }
     #gpu-readings { height: 1fr; border-top: solid $accent; }
     #overview { padding: 0 1; }
+    #readings { height: 1fr; }
+    #reading-detail { height: 3; padding: 0 1; border-top: solid $accent; }
     #kernel-top { height: 7; }
     #kernel-choice { width: 16; height: 7; }
     #kernel-run { height: 7; }
@@ -232,6 +301,8 @@ class GpudiagApp(App[int]):
     #kernel-progress { height: 1; padding: 0 1; }
     #kernel-results { height: auto; max-height: 12; }
     #kernel-charts { height: auto; padding: 0 1; }
+    #watch-status { height: 1; padding: 0 1; }
+    #watch { padding: 0 1; }
     """
     BINDINGS: ClassVar[list[Binding]] = [
         *(Binding(tab.key, f"show_tab('{tab.id}')", tab.title, show=False) for tab in TABS),
@@ -242,6 +313,7 @@ class GpudiagApp(App[int]):
         self, source: LiveNode | Snapshot, plans: dict[str, KernelPlan] | None = None
     ) -> None:
         super().__init__()
+        self._width = 0  # the terminal's, from the last resize
         self.source = source
         self.snapshot: Snapshot | None = source if isinstance(source, Snapshot) else None
         self.plans = PLANS if plans is None else plans
@@ -251,6 +323,11 @@ class GpudiagApp(App[int]):
         self.severity_filter: Severity | None = None
         self.sort_key = "severity"
         self.kernel_cancel = threading.Event()
+        self.watch_history = History(length=300)  # 5 minutes at 1 s
+        self.watch_gpus: int | None = None
+        self.stale: set[str] = set()
+        self.host_load = None
+        self.until_confident: float | None = None
         self.kernels_running = False
 
     # ------------------------------------------------------------------ layout
@@ -267,10 +344,13 @@ class GpudiagApp(App[int]):
                     id="findings-filter",
                     classes="filter",
                 )
-                yield DataTable(id="findings", cursor_type="row", zebra_stripes=True)
+                yield DataTable(
+                    id="findings", cursor_type="row", zebra_stripes=True, fixed_columns=1
+                )
                 yield VerticalScroll(Static("", id="finding-text"), id="finding-detail")
             with TabPane("GPUs", id="gpus-tab"):
-                yield DataTable(id="gpus", cursor_type="row", zebra_stripes=True)
+                yield Static("", id="gpu-note")
+                yield DataTable(id="gpus", cursor_type="row", zebra_stripes=True, fixed_columns=2)
                 yield DataTable(id="gpu-readings", cursor_type="row")
             with TabPane("Topology", id="topology-tab"):
                 yield DataTable(id="topology", cursor_type="row")
@@ -305,8 +385,12 @@ class GpudiagApp(App[int]):
                     classes="filter",
                 )
                 yield DataTable(id="readings", cursor_type="row", zebra_stripes=True)
+                yield Static("", id="reading-detail")
             with TabPane("Probes", id="probes-tab"):
                 yield DataTable(id="probes", cursor_type="row")
+            with TabPane("Watch", id="watch-tab"):
+                yield Label("", id="watch-status")
+                yield VerticalScroll(Static("", id="watch-text"), id="watch")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -315,8 +399,7 @@ class GpudiagApp(App[int]):
         self.query_one("#probes", DataTable).add_columns(
             "probe", "status", "time", "readings", "error"
         )
-        self.query_one("#readings", DataTable).add_columns("reading", "value", "source")
-        self.query_one("#gpu-readings", DataTable).add_columns("reading", "value", "source")
+        self._size_reading_columns()
         self.query_one("#kernel-results", DataTable).add_columns(*views.kernel_table([]).headers)
         for field in self.query(Input):
             field.cursor_blink = False
@@ -328,12 +411,20 @@ class GpudiagApp(App[int]):
             self._kernel_status("ready")
             self.action_refresh()
         self.query_one("#overview", VerticalScroll).focus()
+        self.set_interval(WATCH_INTERVAL_S, self._watch_tick)
 
     # ------------------------------------------------------------------ actions
+
+    def _draw_if_stale(self, tab_id: str) -> None:
+        """Draw a screen whose snapshot changed while it was hidden."""
+        if tab_id in self.stale and self.snapshot is not None:
+            self.stale.discard(tab_id)
+            getattr(self, LAZY_SCREENS[tab_id])()
 
     def action_show_tab(self, tab: str) -> None:
         """Switch to a tab and focus its main widget."""
         self.query_one(TabbedContent).active = f"{tab}-tab"
+        self._draw_if_stale(f"{tab}-tab")
         target = {"overview": "#overview", "kernels": "#kernel-choice"}.get(tab, f"#{tab}")
         self.query_one(target).focus()
 
@@ -413,11 +504,128 @@ class GpudiagApp(App[int]):
         if not chosen:
             self.notify("no kernel is ticked (space ticks one)", severity="warning")
             return
+        question = self._kernel_question(plan_name, chosen)
+
+        def answered(run: bool | None) -> None:
+            if run and not self.kernels_running:
+                self._start_kernels(plan_name, chosen)
+            elif not run:
+                self._kernel_status("not run (k asks again)")
+
+        self.push_screen(ConfirmKernels(question), answered)
+
+    def _kernel_question(self, plan_name: str, chosen: tuple[str, ...]) -> str:
+        """What the confirmation says: what runs, and which GPUs have processes."""
+        from gpudiag.processes import gpu_processes
+
+        lines = [
+            f"Run {', '.join(chosen)} at {plan_name} sizes on this machine?",
+            "They load every device they run on until done (x cancels).",
+            "",
+        ]
+        gpus = views.gpu_table(self.snapshot).rows if self.snapshot else ()
+        busy = gpu_processes(self.readings)
+        if not gpus:
+            lines.append("No GPU seen: only the CPU kernels will run.")
+        elif busy:
+            lines.append("GPUs with processes (their jobs will slow, and the figures too):")
+            lines += [f"  GPU {p.gpu}: {p.text}" for p in busy[:8]]
+            if len(busy) > 8:
+                lines.append(f"  ... and {len(busy) - 8} more")
+        else:
+            lines.append(f"NVML lists no process on any of the {len(gpus)} GPUs.")
+        lines += ["", "y or Enter runs them, n or Esc does not"]
+        return "\n".join(lines)
+
+    def _start_kernels(self, plan_name: str, chosen: tuple[str, ...]) -> None:
+        from gpudiag.run_report import HostLoad
+
+        self.host_load = HostLoad()  # a busy host makes the figures untrustworthy: said
         self.kernels_running = True
         self.kernel_cancel.clear()
         self.query_one("#cancel-kernels", Button).disabled = False
         self._kernel_status(f"running {', '.join(chosen)} ({plan_name} sizes) ...")
+        self.refresh_bindings()
         self.run_kernel_plan(plan_name, chosen)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Hide (and refuse) what this source or screen cannot do, so that the footer
+        shows only the keys that work here."""
+        if action in LIVE_ACTIONS and not isinstance(self.source, LiveNode):
+            return False
+        if action in MEASURING_ACTIONS and not self._measurable():
+            return False
+        if action == "cancel_kernels" and not self.kernels_running:
+            return False
+        if action in SCREEN_ACTIONS and self.is_mounted:
+            tabs = self.query(TabbedContent)
+            return bool(tabs) and tabs.first().active == SCREEN_ACTIONS[action]
+        return True
+
+    def _measurable(self) -> bool:
+        return (
+            isinstance(self.source, LiveNode)
+            and self.source.host.is_live
+            and not isinstance(self.source.nvml.backend, ReplayBackend)
+        )
+
+    @on(TabbedContent.TabActivated)
+    def _tab_changed(self) -> None:
+        self.refresh_bindings()
+        self._draw_if_stale(self.query_one(TabbedContent).active)
+        if self.query_one(TabbedContent).active == "watch-tab":
+            self._watch_tick()
+
+    # ------------------------------------------------------------------ watch
+
+    def _watch_tick(self) -> None:
+        """Sample every GPU once, off the UI thread, while the watch screen is shown."""
+        if self.query_one(TabbedContent).active != "watch-tab":
+            return
+        if not isinstance(self.source, LiveNode):
+            self._watch_status("a saved snapshot has no live readings (gpudiag watch; demo)")
+            return
+        self.sample_gpus()
+
+    @work(thread=True, exclusive=True, group="watch", exit_on_error=False)
+    def sample_gpus(self) -> None:
+        from gpudiag.nvml import NvmlError
+        from gpudiag.watch import gpu_count, sample_node
+
+        assert isinstance(self.source, LiveNode)
+        try:
+            if self.watch_gpus is None:
+                self.watch_gpus = gpu_count(self.source.nvml)
+            samples = sample_node(self.source.nvml, self.watch_gpus)
+        except NvmlError as exc:
+            self.call_from_thread(self._watch_status, f"no GPU can be sampled: {exc.reason}")
+            return
+        self.call_from_thread(self._watch_show, samples)
+
+    def _watch_status(self, text: str) -> None:
+        self.query_one("#watch-status", Label).update(Text(text))
+
+    def _watch_show(self, samples: list) -> None:
+        from gpudiag.watch import screen_lines
+
+        for sample in samples:
+            self.watch_history.add(sample)
+        count = len(self.watch_history.series.get((0, "power"), ()))
+        self._watch_status(
+            f"{self.watch_gpus} GPUs, every {WATCH_INTERVAL_S:g} s, {count} samples kept "
+            f"(the last {self.watch_history.length})"
+        )
+        lines = screen_lines(self.watch_history, self.watch_gpus or 0, self.size.width - 3)
+        self.query_one("#watch-text", Static).update(Text("\n".join(lines)))
+
+    def action_toggle_until_confident(self) -> None:
+        """STREAM runs its trials, or goes on until its intervals are tight (60 s at most)."""
+        self.until_confident = None if self.until_confident else UNTIL_CONFIDENT_S
+        self._kernel_status(
+            f"STREAM goes on until its intervals are within 3% ({UNTIL_CONFIDENT_S:g} s at most)"
+            if self.until_confident
+            else "STREAM runs its trials only"
+        )
 
     def action_cancel_kernels(self) -> None:
         """Stop the kernels at the next chunk."""
@@ -458,7 +666,7 @@ class GpudiagApp(App[int]):
         yield SystemCommand("Search findings", "/", self.action_search)
         yield SystemCommand("Sort findings", "s", self.action_sort_findings)
         yield SystemCommand("Filter findings by severity", "f", self.action_filter_severity)
-        yield SystemCommand("Keys", "every key (?)", self.action_help)
+        yield SystemCommand("Help: every key", "?", self.action_help)
 
     # ------------------------------------------------------------------ workers
 
@@ -486,7 +694,7 @@ class GpudiagApp(App[int]):
 
         assert isinstance(self.source, LiveNode)
         run = PlanRun(
-            replace(self.plans[plan_name], kernels=kernels),
+            replace(self.plans[plan_name], kernels=kernels, until_confident=self.until_confident),
             self.source.host,
             progress=lambda label, f: self.call_from_thread(self._kernel_progress, label, f),
             cancel=self.kernel_cancel,
@@ -519,6 +727,7 @@ class GpudiagApp(App[int]):
 
     def _kernels_finished(self) -> None:
         self.kernels_running = False
+        self.refresh_bindings()
         self.query_one("#cancel-kernels", Button).disabled = True
 
     def _kernels_done(self, plan_name: str, results: tuple, cancelled: bool) -> None:
@@ -528,9 +737,12 @@ class GpudiagApp(App[int]):
         counts = {s: sum(1 for r in results if r.status.value == s) for s in ("ok", "skipped")}
         failed = len(results) - counts["ok"] - counts["skipped"]
         state = "cancelled" if cancelled else "done"
+        from gpudiag.run_report import busy_note
+
+        busy = busy_note(self.host_load.others()) if self.host_load is not None else ""
         self._kernel_status(
             f"{plan_name} {state}: {counts['ok']} ok, {counts['skipped']} skipped, "
-            f"{failed} failed or cancelled"
+            f"{failed} failed or cancelled" + (f"; {busy}" if busy else "")
         )
 
     @on(Button.Pressed, "#run-quick")
@@ -567,10 +779,10 @@ class GpudiagApp(App[int]):
         self.show_overview()
         self.show_findings()
         self.show_gpus()
-        self.show_topology()
-        self.show_host()
-        self.show_kernels()
-        self.show_readings()
+        # the heavier screens (1,800 readings, the host tree) are drawn when first shown:
+        # the first screen paints sooner (benchmarks/tui_startup.py)
+        self.stale = set(LAZY_SCREENS)
+        self._draw_if_stale(self.query_one(TabbedContent).active)
         probes = self.query_one("#probes", DataTable)
         probes.clear()
         for result in snapshot.probes:
@@ -603,7 +815,10 @@ class GpudiagApp(App[int]):
         for finding in worst:
             text.append(f"{finding.severity.value.upper():<9}", SEVERITY_STYLE[finding.severity])
             text.append(f"{finding.rule_id:<8} {finding.subject}: {finding.title}\n")
-        text.append("\n2 findings  3 GPUs  4 topology  5 host  6 kernels  ? keys", "dim")
+        if not views.gpu_table(self.snapshot).rows:
+            text.append("\nNo GPU\n", "bold")
+            text.append(views.no_gpu_reason(self.snapshot) + "\n")
+        text.append("\n2 findings  3 GPUs  4 topology  5 host  6 kernels  9 watch  ? keys", "dim")
         self.query_one("#overview-text", Static).update(text)
 
     def show_findings(self) -> None:
@@ -666,9 +881,16 @@ class GpudiagApp(App[int]):
         matrix = views.gpu_table(self.snapshot)
         table = self.query_one("#gpus", DataTable)
         table.clear(columns=True)
+        note = self.query_one("#gpu-note", Static)
+        note.display = not matrix.rows
+        table.display = bool(matrix.rows)
+        if not matrix.rows:
+            note.update(Text(views.no_gpu_reason(self.snapshot)))
         table.add_columns(*matrix.headers)
         for row in matrix.rows:
-            table.add_row(*(Text(cell) for cell in row))
+            table.add_row(
+                Text(row[0]), Text(row[1], HEALTH_STYLE[row[1]]), *(Text(cell) for cell in row[2:])
+            )
         self.show_gpu_readings(0)
 
     def show_gpu_readings(self, row: int) -> None:
@@ -679,6 +901,13 @@ class GpudiagApp(App[int]):
         if not 0 <= row < gpus.row_count:
             return
         gpu = int(str(gpus.get_row_at(row)[0]).removeprefix("GPU"))
+        if isinstance(self.source, LiveNode) and self.source.host.is_live:
+            from gpudiag.processes import gpu_processes
+
+            # who runs there, as nvitop shows it (psutil; only on the live node itself)
+            for process in gpu_processes(self.readings):
+                if process.gpu == gpu:
+                    table.add_row(Text("process"), Text(process.text), Text("nvml, psutil"))
         for reading in views.gpu_readings(self.readings, gpu):
             table.add_row(Text(reading.key), Text(reading.display()), Text(reading.source))
 
@@ -694,7 +923,7 @@ class GpudiagApp(App[int]):
         table.clear(columns=True)
         legend = self.query_one("#topology-legend", Static)
         if not matrix.rows:
-            legend.update(Text("no GPU readings in this snapshot"))
+            legend.update(Text(f"No GPU readings.\n{views.no_gpu_reason(self.snapshot)}"))
             return
         table.add_columns(*matrix.headers)
         for row in matrix.rows:
@@ -733,6 +962,32 @@ class GpudiagApp(App[int]):
         if not kernels:
             text.append("no kernel results yet")
         self.query_one("#kernel-charts", Static).update(text)
+
+    def _size_reading_columns(self) -> None:
+        """Reading, value and source share the terminal's width (key 40%, value 35%):
+        long ones are cut there, and the highlighted one is shown in full below."""
+        room = max(40, (self._width or self.size.width) - 8)  # less padding, scrollbar
+        key, value = room * 40 // 100, room * 35 // 100
+        for table_id in ("#readings", "#gpu-readings"):
+            table = self.query_one(table_id, DataTable)
+            rows = [table.get_row_at(i) for i in range(table.row_count)]
+            table.clear(columns=True)
+            table.add_column("reading", width=key)
+            table.add_column("value", width=value)
+            table.add_column("source", width=room - key - value)
+            for row in rows:
+                table.add_row(*row)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._width = event.size.width
+        if self.is_mounted and self.query("#readings"):
+            self._size_reading_columns()
+
+    @on(DataTable.RowHighlighted, "#readings")
+    def _reading_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        table = self.query_one("#readings", DataTable)
+        key, value, source = (str(c) for c in table.get_row_at(event.cursor_row))
+        self.query_one("#reading-detail", Static).update(Text(f"{key} = {value}\n{source}"))
 
     def show_readings(self) -> None:
         if self.snapshot is None:

@@ -1,23 +1,59 @@
 """The side-by-side diff screen: two columns (A and B) of every reading that differs,
 performance metrics first with the configuration differences that explain them, then
-the findings one side has. Keys: c changed only / everything, n next difference, q quit.
-The columns share the terminal's width (long values are cut there); the highlighted row
-is shown in full below the table, so 80 columns are enough.
+the findings one side has. Keys: c changed only / everything, n next difference,
+/ filter, ? help, q quit. The columns share the terminal's width, resized with it (long
+values are cut there); the highlighted row is shown in full below the table, so 80
+columns are enough. A GPU whose every reading is on one side only (lost, removed) is one
+row, not hundreds.
 """
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 from rich.text import Text
+from textual import events, on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from gpudiag.diff import Diff, ReadingChange, _value
 from gpudiag.model import Snapshot
 
-KIND_STYLE = {"changed": "yellow", "only_a": "red", "only_b": "green", "equal": ""}
+_GPU = re.compile(r"^gpu\.(\d+)\.")
+HELP = """gpudiag diff keys (Esc closes)
+  c  changed only / every reading
+  n  next difference
+  /  filter rows by text (Enter or Esc back)
+  ?  this help
+  q  quit (exit 0 same, 1 configuration, 2 performance)
+Performance rows: B/A [95% interval]; inconclusive
+says why (too few samples, too noisy)."""
+
+
+class DiffHelp(ModalScreen[None]):
+    """The diff screen's keys."""
+
+    BINDINGS: ClassVar[list[Binding]] = [Binding("escape,q,question_mark", "dismiss", "Close")]
+    DEFAULT_CSS = """
+    DiffHelp { align: center middle; }
+    #diff-help { width: 56; max-width: 100%; height: auto; max-height: 100%;
+                 border: round $accent; padding: 0 1; background: $panel; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield VerticalScroll(Static(Text(HELP)), id="diff-help")
+
+KIND_STYLE = {
+    "changed": "yellow",
+    "only_a": "red",
+    "only_b": "green",
+    "equal": "",
+    "inconclusive": "italic",
+}
 
 
 class DiffApp(App[int]):
@@ -26,6 +62,7 @@ class DiffApp(App[int]):
     TITLE = "gpudiag diff"
     CSS = """
     #summary { height: auto; padding: 0 1; }
+    #diff-filter { height: 1; border: none; padding: 0 1; display: none; }
     #diff { height: 1fr; }
     #row-detail { height: 4; padding: 0 1; border-top: solid $accent; }
     """
@@ -33,11 +70,22 @@ class DiffApp(App[int]):
         Binding("q", "quit", "Quit"),
         Binding("c", "toggle_changed", "Changed only/all"),
         Binding("n", "next_difference", "Next difference"),
+        Binding("slash", "filter", "Filter"),
+        Binding("question_mark", "help", "Help"),
     ]
 
-    def __init__(self, diff: Diff, a: Snapshot, b: Snapshot, include_noisy: bool = False) -> None:
+    def __init__(
+        self,
+        diff: Diff,
+        a: Snapshot,
+        b: Snapshot,
+        include_noisy: bool = False,
+        names: tuple[str, str] | None = None,
+    ) -> None:
         super().__init__()
+        self._width = 0  # the terminal's, from the last resize
         self.diff, self.a, self.b = diff, a, b
+        self.names = names or (a.host, b.host)
         self.include_noisy = include_noisy
         self.changed_only = True
         self.row_kinds: list[str] = []
@@ -46,7 +94,8 @@ class DiffApp(App[int]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("", id="summary")
-        yield DataTable(id="diff", cursor_type="row", zebra_stripes=True)
+        yield Input(placeholder="/ filter: text in any column", id="diff-filter")
+        yield DataTable(id="diff", cursor_type="row", zebra_stripes=True, fixed_columns=1)
         yield Static("", id="row-detail")
         yield Footer()
 
@@ -54,17 +103,32 @@ class DiffApp(App[int]):
         from gpudiag.tui import leave_on_signals
 
         leave_on_signals(self)
-        self.sub_title = f"A: {self.a.host}  B: {self.b.host}"
+        (name_a, name_b), hosts = self.names, (self.a.host, self.b.host)
+        self.sub_title = f"A: {name_a} ({hosts[0]})  B: {name_b} ({hosts[1]})"
+        self.query_one("#diff-filter", Input).cursor_blink = False
+        self._size_columns()
+        self.query_one("#diff", DataTable).focus()
+
+    def _size_columns(self) -> None:
+        """what 40%, A and B 17% each, change the rest, of the terminal's width now."""
         table = self.query_one("#diff", DataTable)
-        room = max(60, self.size.width - 10)  # less the cell padding and the scrollbar
-        side = max(10, room * 17 // 100)
-        what = max(20, room * 40 // 100)
+        room = max(50, (self._width or self.size.width) - 10)  # less padding, scrollbar
+        side = max(8, room * 17 // 100)
+        what = max(16, room * 40 // 100)
+        cursor = table.cursor_row
+        table.clear(columns=True)
         table.add_column("what", width=what)
         table.add_column("A", width=side)
         table.add_column("B", width=side)
         table.add_column("change", width=room - what - 2 * side)
         self.render_rows()
-        self.query_one("#diff", DataTable).focus()
+        if 0 <= cursor < table.row_count:
+            table.move_cursor(row=cursor)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._width = event.size.width
+        if self.is_mounted and self.query("#diff"):
+            self._size_columns()
 
     def _summary(self) -> Text:
         code = self.diff.exit_code()
@@ -87,13 +151,16 @@ class DiffApp(App[int]):
         self.row_texts = []
         self.query_one("#summary", Static).update(self._summary())
         for m in self.diff.metrics:
-            kind = "equal" if m.verdict == "no significant difference" else "changed"
+            kind = {"faster": "changed", "slower": "changed", "inconclusive": "inconclusive"}.get(
+                m.verdict, "equal"
+            )
+            said = f"{m.verdict} ({m.reason})" if m.reason else m.verdict
             self._add(
                 table,
                 f"{m.kernel}.{m.metric} {m.device}",
-                f"{m.median_a:g} {m.unit}",
-                f"{m.median_b:g} {m.unit}",
-                f"{m.ratio:.3f} [{m.ci_low:.3f}-{m.ci_high:.3f}] {m.verdict}",
+                f"{m.median_a:.4g} {m.unit}",
+                f"{m.median_b:.4g} {m.unit}",
+                f"{said} {m.ratio:.3f} [{m.ci_low:.3f}-{m.ci_high:.3f}]",  # the verdict first
                 kind,
             )
             for change in m.explanations:
@@ -128,12 +195,46 @@ class DiffApp(App[int]):
             for c in self.diff.readings
             if (self.include_noisy or not c.noisy) and (c.kind != "equal" or not self.changed_only)
         ]
+        whole = self._one_sided_gpus()
+        told: set[str] = set()
         for c in changes:
+            gpu = m.group(1) if (m := _GPU.match(c.key)) else None
+            if gpu in whole:
+                if gpu not in told:
+                    told.add(gpu)
+                    kind, count = whole[gpu]
+                    side = "A" if kind == "only_a" else "B"
+                    self._add(
+                        table,
+                        f"GPU {gpu}: every reading",
+                        f"{count} readings" if side == "A" else "-",
+                        f"{count} readings" if side == "B" else "-",
+                        f"GPU only in {side} (lost or removed)",
+                        kind,
+                    )
+                continue
             rel = c.relative_change
             change = f"{rel:+.1%}" if rel is not None else c.kind.replace("_", " ")
             self._add(table, c.key, _value(c.a), _value(c.b), change, c.kind)
 
+    def _one_sided_gpus(self) -> dict[str, tuple[str, int]]:
+        """GPUs whose every reading is on one side only: index -> (kind, count)."""
+        kinds: dict[str, set[str]] = {}
+        counts: dict[str, int] = {}
+        for c in self.diff.readings:
+            if m := _GPU.match(c.key):
+                kinds.setdefault(m.group(1), set()).add(c.kind)
+                counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+        return {
+            gpu: (next(iter(k)), counts[gpu])
+            for gpu, k in kinds.items()
+            if k in ({"only_a"}, {"only_b"})
+        }
+
     def _add(self, table: DataTable, what: str, a: str, b: str, change: str, kind: str) -> None:
+        needle = self.query_one("#diff-filter", Input).value.strip().lower()
+        if needle and needle not in f"{what} {a} {b} {change}".lower():
+            return
         style = KIND_STYLE[kind]
         table.add_row(Text(what), Text(a), Text(b), Text(change, style))
         self.row_kinds.append(kind)
@@ -158,10 +259,33 @@ class DiffApp(App[int]):
         table = self.query_one("#diff", DataTable)
         start = table.cursor_row
         for row in range(start + 1, len(self.row_kinds)):
-            if self.row_kinds[row] != "equal":
+            if self.row_kinds[row] not in ("equal", "inconclusive"):
                 table.move_cursor(row=row)
                 return
         self.notify("no further difference")
+
+    def action_help(self) -> None:
+        """The keys, in a dialog."""
+        self.push_screen(DiffHelp())
+
+    def action_filter(self) -> None:
+        """Show the filter field and put the cursor there."""
+        field = self.query_one("#diff-filter", Input)
+        field.display = True
+        field.focus()
+
+    @on(Input.Changed, "#diff-filter")
+    def _filter_changed(self) -> None:
+        self.render_rows()
+
+    @on(Input.Submitted, "#diff-filter")
+    def _filter_submitted(self) -> None:
+        self.query_one("#diff", DataTable).focus()
+
+    def key_escape(self) -> None:
+        """Esc in the filter goes back to the table (the filter stays applied)."""
+        if isinstance(self.focused, Input):
+            self.query_one("#diff", DataTable).focus()
 
     async def action_quit(self) -> None:
         code = self.diff.exit_code()

@@ -203,11 +203,47 @@ def finding_detail(finding: Finding) -> list[tuple[str, str]]:
 # ------------------------------------------------------------------ GPUs
 
 
+# Short names of NVML's clock event (throttle) reasons, so that a GPU's row fits 80 columns;
+# the readings pane below the table has the full names.
+THROTTLE_SHORT = {
+    "GpuIdle": "idle",
+    "ApplicationsClocksSetting": "AppClk",
+    "SwPowerCap": "SwPwr",
+    "HwSlowdown": "HwSlow",
+    "SyncBoost": "Sync",
+    "SwThermalSlowdown": "SwTherm",
+    "HwThermalSlowdown": "HwTherm",
+    "HwPowerBrakeSlowdown": "HwBrake",
+    "DisplayClockSetting": "Disp",
+}
+HEALTH_WORDS = {
+    Severity.CRITICAL: "CRIT",
+    Severity.WARNING: "WARN",
+    Severity.UNKNOWN: "UNKN",
+    Severity.INFO: "OK",
+}
+_SUBJECT_GPU = re.compile(r"\bGPU ?(\d+)\b")
+
+
+def gpu_health(findings: Sequence[Finding]) -> dict[int, Severity]:
+    """Each GPU's worst finding (a finding about a pair counts for both GPUs), as
+    `dcgmi diag` gives a verdict per GPU; a GPU without findings is absent."""
+    worst: dict[int, Severity] = {}
+    for finding in findings:
+        for gpu in {int(g) for g in _SUBJECT_GPU.findall(finding.subject)}:
+            if gpu not in worst or finding.severity.rank > worst[gpu].rank:
+                worst[gpu] = finding.severity
+    return worst
+
+
 def gpu_table(snapshot: Snapshot) -> Matrix:
-    """One row per GPU: bus, PCIe now/max, temperature, power and limit, clocks, ECC,
-    persistence, MIG, throttle reasons. '-' where a reading is absent or failed."""
+    """One row per GPU: its health (OK, WARN, CRIT, UNKN: its worst finding), bus, PCIe
+    now (and max where below it), temperature, power and limit, SM clock and its maximum,
+    throttle reasons (short names), ECC, persistence, MIG. '-' where a reading is absent
+    or failed."""
     r = snapshot.readings_by_key
     gpus = sorted({int(m.group(1)) for key in r if (m := _GPU_INDEX.match(key))})
+    health = gpu_health(snapshot.findings)
 
     def v(gpu: int, suffix: str) -> str:
         reading = r.get(f"gpu.{gpu}.{suffix}")
@@ -219,44 +255,94 @@ def gpu_table(snapshot: Snapshot) -> Matrix:
         if isinstance(value, float):
             return f"{value:.0f}"
         if isinstance(value, list):
-            return ",".join(map(str, value)) or "none"
+            return ",".join(THROTTLE_SHORT.get(str(x), str(x)) for x in value) or "none"
         return str(value)
 
     rows = []
     for g in gpus:
-        health = r.get(f"gpu.{g}.health")
-        lost = health is not None and not health.ok
+        lost_reading = r.get(f"gpu.{g}.health")
+        lost = lost_reading is not None and not lost_reading.ok
+        gen, width = v(g, "pcie.link_gen"), v(g, "pcie.link_width")
+        max_gen, max_width = v(g, "pcie.max_link_gen"), v(g, "pcie.max_link_width")
+        # "5 x16" at the maximum; "5/5 x8/16" where the link trained below it
         pcie = (
-            f"{v(g, 'pcie.link_gen')}/{v(g, 'pcie.max_link_gen')} "
-            f"x{v(g, 'pcie.link_width')}/{v(g, 'pcie.max_link_width')}"
+            f"{gen} x{width}"
+            if (gen, width) == (max_gen, max_width) and gen != "-"
+            else f"{gen}/{max_gen} x{width}/{max_width}"
         )
         rows.append(
             (
                 f"GPU{g}",
+                HEALTH_WORDS[health.get(g, Severity.INFO)],
                 v(g, "pci.bus_id").removeprefix("0000:") if not lost else "LOST",
                 pcie,
-                f"{v(g, 'temperature.gpu')} C",
-                f"{v(g, 'power.draw')}/{v(g, 'power.limit')} W",
+                f"{v(g, 'temperature.gpu')}C",
+                f"{v(g, 'power.draw')}/{v(g, 'power.limit')}W",
                 f"{v(g, 'clocks.sm')}/{v(g, 'clocks.max_sm')}",
+                v(g, "throttle_reasons"),
                 v(g, "ecc.current"),
                 v(g, "persistence_mode"),
                 v(g, "mig.current"),
-                v(g, "throttle_reasons"),
             )
         )
+    # throttle before ECC, persistence and MIG: at 80 columns it is the last one shown
     headers = (
         "GPU",
+        "health",
         "bus",
-        "PCIe gen/width",
+        "PCIe",
         "temp",
-        "power/limit",
+        "power",
         "SM MHz",
-        "ECC",
-        "persist",
-        "MIG",
         "throttle",
+        "ECC",
+        "pers",
+        "MIG",
     )
     return Matrix(headers, tuple(rows), ())
+
+
+def no_gpu_reason(snapshot: Snapshot) -> str:
+    """Why a snapshot has no GPU readings, from what the probes saw: no NVIDIA device on
+    the PCIe bus, devices but no driver, a driver but no NVML library; with what to do,
+    and the demo to try meanwhile."""
+    r = snapshot.readings_by_key
+    nvidia = sorted(
+        key.split(".vendor")[0].removeprefix("pcie.")
+        for key, reading in r.items()
+        if key.startswith("pcie.") and key.endswith(".vendor") and reading.value == "0x10de"
+    )
+    init = r.get("nvml.init")
+    code = ""
+    if init is not None and not init.ok:
+        code = init.reason.split(":", 1)[-1].strip().split(" ", 1)[0]
+    demo = "To see a recorded 8-GPU HGX H100 node instead: gpudiag demo faulty"
+    pcie_read = any(k.startswith("pcie.") and k.endswith(".vendor") for k in r)
+    if pcie_read and not nvidia:
+        why = (
+            "No NVIDIA device on the PCIe bus (no vendor 0x10de in sysfs): this node has no "
+            "NVIDIA GPU, or its GPUs are not seated, powered or enabled in the BIOS "
+            "(lspci -d 10de: lists them)."
+        )
+    elif nvidia and code in ("DriverNotLoaded", "LibraryNotFound", ""):
+        devices = ", ".join(nvidia[:4]) + (" ..." if len(nvidia) > 4 else "")
+        if code == "LibraryNotFound":
+            why = (
+                f"{len(nvidia)} NVIDIA device(s) on the PCIe bus ({devices}) but the NVML "
+                "library (libnvidia-ml.so.1) is missing: install the driver's user-space "
+                "package matching the kernel module."
+            )
+        else:
+            why = (
+                f"{len(nvidia)} NVIDIA device(s) on the PCIe bus ({devices}) but no driver "
+                "loaded: load it (modprobe nvidia) or install the NVIDIA driver; dmesg says "
+                "why it did not load."
+            )
+    elif init is not None and not init.ok:
+        why = f"NVML did not start: {init.reason}"
+    else:
+        why = "NVML reported no GPU."
+    return f"{why}\n{demo}"
 
 
 def gpu_readings(readings: Mapping[str, Reading], gpu: int) -> list[Reading]:
@@ -314,9 +400,9 @@ def result_name(result: KernelResult) -> str:
 def kernel_table(
     kernels: Sequence[KernelResult], readings: Mapping[str, Reading] | None = None
 ) -> Matrix:
-    """One row per kernel result: median, min, max, CV, the 95% interval and, for a GPU
-    with a known model, the share of the model's peak (from the derived `readings`); or
-    the status and reason where there are no statistics."""
+    """One row per kernel result: median with its unit, CV, the 95% interval, for a GPU
+    with a known model the share of the model's peak (from the derived `readings`), then
+    min-max; or the status, and the reason last, where there are no statistics."""
     readings = readings or {}
     rows = []
     for k in kernels:
@@ -330,20 +416,19 @@ def kernel_table(
                 (
                     name,
                     k.device,
-                    f"{s.median:.4g}",
-                    f"{s.minimum:.4g}",
-                    f"{s.maximum:.4g}",
-                    f"{s.cv:.1%}",
+                    f"{s.median:.4g} {k.unit}",
+                    f"{s.cv:.0%}",
                     f"{s.ci95_low:.4g}-{s.ci95_high:.4g}",
-                    k.unit,
                     of_peak,
+                    f"{s.minimum:.4g}-{s.maximum:.4g}",
                 )
             )
         elif k.status.value == "ok" and k.samples:
-            rows.append((name, k.device, f"{k.samples[0]:.4g}", "", "", "", "", k.unit, ""))
+            rows.append((name, k.device, f"{k.samples[0]:.4g} {k.unit}", "", "", "", ""))
         else:
-            rows.append((name, k.device, k.status.value.upper(), k.error, "", "", "", "", ""))
-    headers = ("kernel", "device", "median", "min", "max", "cv", "95% CI", "unit", "of peak")
+            rows.append((name, k.device, k.status.value.upper(), "", "", "", k.error))
+    # what matters first, so that 80 columns show it: the range (and a reason) go last
+    headers = ("kernel", "device", "median", "cv", "95% CI", "of peak", "min-max")
     return Matrix(headers, tuple(rows), ())
 
 

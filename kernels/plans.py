@@ -14,8 +14,9 @@ BURN_PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp64")  # the GPU GEMM's (ke
 class KernelPlan:
     """What to run: kernels, on which devices (cpu, gpu, all or a GPU index), array and
     copy size in bytes, STREAM's element types, trials, a time budget for STREAM and GEMM
-    (trials go on until it has passed; None: just the trials), the burn's seconds, and the
-    GEMM size."""
+    (trials go on until it has passed; None: just the trials), the burn's seconds, the
+    GEMM size, and a budget in seconds for STREAM to go on until its interval is tight
+    enough to judge (`--until-confident`; None: a fixed count)."""
 
     kernels: tuple[str, ...]
     device: str = "cpu"
@@ -26,6 +27,7 @@ class KernelPlan:
     gemm_n: int = 4096
     burn_seconds: float = 60.0
     burn_precision: str = "fp32"
+    until_confident: float | None = None
 
 
 PLANS = {

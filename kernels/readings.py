@@ -5,6 +5,8 @@ them whenever findings are computed, never stored twice. Keys, per device:
 
     gpu.N.kernel.stream.triad.fp64      GB/s   (the median; numa.N.kernel... for a NUMA
     gpu.N.kernel.gemm.bf16              TFLOP/s  node's CPUs, host.kernel... for all CPUs)
+    gpu.N.kernel.<...>.ci_low, .ci_high the ends of the median's 95% interval: the KRN
+                                        thresholds judge these, not the median
     gpu.N.kernel.copy.h2d.local         GB/s
     gpu.N.kernel.burn.mismatches        count, and burn.nans, burn.gflops
     node.kernel.allreduce.busbw         GB/s: NCCL all-reduce of the largest size across
@@ -80,6 +82,7 @@ def kernel_readings(
     the node's others (the GPU-pair link types group the peer figures); `peaks` the GPU
     model's profile values, for each GPU figure's share of its peak."""
     derived: dict[str, Reading] = {}
+    intervals: dict[str, Reading] = {}
     verified: dict[str, bool] = {}
     peers: dict[str, list[tuple[str, Reading]]] = defaultdict(list)
     for result in kernels:
@@ -103,6 +106,13 @@ def kernel_readings(
             continue
         reading = _reading(f"{prefix}kernel.{metric_key(result)}", result)
         derived[reading.key] = reading
+        if reading.ok and result.stats is not None:
+            for end, value in (
+                ("ci_low", result.stats.ci95_low),
+                ("ci_high", result.stats.ci95_high),
+            ):
+                key = f"{reading.key}.{end}"
+                intervals[key] = Reading(key, round(value, 6), result.unit, reading.source)
     for prefix, ok in verified.items():
         derived[f"{prefix}kernel.verified"] = Reading(
             f"{prefix}kernel.verified", ok, source="kernel results' checks"
@@ -112,6 +122,7 @@ def kernel_readings(
     derived.update(_shares(derived.values()))
     for group in peers.values():
         derived.update(_pair_shares(group))
+    derived.update(intervals)  # after the shares: an interval's end is no figure of its own
     return list(derived.values())
 
 

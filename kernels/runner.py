@@ -226,6 +226,7 @@ class PlanRun:
     def _stream(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
         plan = self.plan
         common = {"trials": plan.trials, "cancel": self.cancel, "seconds": plan.seconds}
+        common["until_confident"] = plan.until_confident
         for name in plan.dtypes:
             dtype = DTYPES[name]
             n = max(1024, plan.size_bytes // np.dtype(dtype).itemsize)

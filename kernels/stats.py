@@ -9,6 +9,10 @@ from collections.abc import Sequence
 
 from gpudiag.model import Statistics
 
+# Above this many samples the binomial is replaced by its normal approximation, as the
+# exact sum overflows (a --seconds run of a small STREAM gathers thousands of trials).
+EXACT_RANKS_UP_TO = 1000
+
 
 def median_ci_ranks(count: int, confidence: float = 0.95) -> tuple[int, int]:
     """0-based ranks (lo, hi) of sorted samples bounding the median at `confidence`.
@@ -20,6 +24,10 @@ def median_ci_ranks(count: int, confidence: float = 0.95) -> tuple[int, int]:
     if count < 1:
         raise ValueError("need at least one sample")
     tail = (1.0 - confidence) / 2.0
+    if count > EXACT_RANKS_UP_TO:  # comb() overflows a float past ~1030 samples
+        z = statistics.NormalDist().inv_cdf(1.0 - tail)
+        lo = max(0, math.floor(count / 2 - z * math.sqrt(count) / 2) - 1)
+        return lo, count - 1 - lo
     # The interval [x_lo, x_hi] misses the median with probability 2 * P(B <= lo):
     # take the largest lo that keeps that within the tail.
     lo = 0

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from gpudiag.kernels.stats import progress_fraction, summarize
-from gpudiag.model import KernelResult, ProbeStatus
+from gpudiag.model import KernelResult, ProbeStatus, Statistics
 
 SCALAR = 0.4
 START_A, START_B, START_C = 0.1, 0.2, 0.0
@@ -411,11 +411,14 @@ def run_stream(
     cancel: threading.Event | None = None,
     progress: Callable[[float], None] | None = None,
     seconds: float | None = None,
+    until_confident: float | None = None,
 ) -> list[KernelResult]:
     """Warm up, run `trials` rounds of the five operations (more, until `seconds` have
-    passed, where given), verify the arrays every RESET_ROUNDS rounds (then refill them)
-    and at the end, and return one result per operation in GB/s
-    (10^9 bytes per second). A failed verification is an error result for every
+    passed, where given; with `until_confident`, more until every operation's 95% interval
+    of the median lies within CONFIDENT_WIDTH of it, or that many seconds have passed:
+    sequential testing, params say whether it was reached), verify the arrays every
+    RESET_ROUNDS rounds (then refill them) and at the end, and return one result per
+    operation in GB/s (10^9 bytes per second). A failed verification is an error result for every
     operation: a fast wrong answer is no answer."""
     arrays = ops.allocate()
     itemsize = ops.dtype.itemsize
@@ -434,12 +437,39 @@ def run_stream(
     dot_bound = ops.dot_bound()
     started = time.monotonic()
     round_index = since_reset = 0
+
+    def more() -> bool:
+        elapsed = time.monotonic() - started
+        if round_index < rounds or (seconds is not None and elapsed < seconds):
+            return True
+        return until_confident is not None and elapsed < until_confident and not confident()
+
+    def confident() -> bool:
+        return all(len(v) >= 6 and _tight(summarize(v)) for v in samples.values())
+
     try:
-        while round_index < rounds or (
-            seconds is not None and time.monotonic() - started < seconds
-        ):
+        while more():
             if cancel is not None and cancel.is_set():
-                return ended(ProbeStatus.CANCELLED, "cancelled")
+                if round_index >= rounds:  # the trials asked for are done: keep them
+                    break
+                measured = max(0, round_index - warmup)
+                if measured < 2:
+                    return ended(ProbeStatus.CANCELLED, "cancelled")
+                verify(ops.fetch(arrays), since_reset, dot_bound)  # partial, but checked
+                return [  # what was measured before the cancel, said so
+                    KernelResult(
+                        "stream",
+                        device,
+                        op,
+                        "GB/s",
+                        ProbeStatus.CANCELLED,
+                        tuple(samples[op]),
+                        summarize(samples[op]),
+                        params,
+                        f"cancelled after {measured} of {trials} trials",
+                    )
+                    for op in OPERATIONS
+                ]
             if since_reset == RESET_ROUNDS:  # outside the timed operations
                 verify(ops.fetch(arrays), since_reset, dot_bound)
                 ops.reset(arrays)
@@ -464,7 +494,19 @@ def run_stream(
             ProbeStatus.OK,
             tuple(samples[op]),
             summarize(samples[op]) if len(samples[op]) >= 2 else None,
-            params,
+            params + ((("confident", confident()),) if until_confident is not None else ()),
         )
         for op in OPERATIONS
     ]
+
+
+# --until-confident stops once each interval of the median is within +-3% of it: the
+# smallest effect `gpudiag diff` calls, so two such runs can be compared with a verdict.
+CONFIDENT_WIDTH = 0.03
+
+
+def _tight(stats: Statistics) -> bool:
+    return (
+        stats.median > 0
+        and (stats.ci95_high - stats.ci95_low) / 2 <= CONFIDENT_WIDTH * stats.median
+    )

@@ -40,6 +40,10 @@ SMALLEST = {
         ["--snapshots", "3"],
         ["as a `gpudiag check` process pays it", "rule plan cached", "reference, one pass"],
     ),
+    "watch_sampling.py": (
+        ["--rounds", "20", "--long", "600"],
+        ["gpudiag watch round", "reference, bare replay calls", "history memory over 600"],
+    ),
     "tui_startup.py": (
         ["--runs", "1"],
         ["minimal Textual app: painted", "gpudiag (faulty demo): first screen"],

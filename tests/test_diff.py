@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.diff import bootstrap_ratio, diff_snapshots, verdict
+from gpudiag.diff import bootstrap_ratio, diff_snapshots, report_json, report_text, verdict
 from gpudiag.model import KernelResult, ProbeResult, ProbeStatus, Reading, Snapshot
 from gpudiag.redact import Redactor
 from gpudiag.snapshot import load
@@ -257,3 +257,78 @@ def test_mac_and_ip_addresses_are_replaced() -> None:
     assert redactor.text("ip=10.1.2.3 mac 0c:42:a1:00:11:22 again 10.1.2.3") == (
         "ip=ip-1 mac mac-1 again ip-1"
     )
+
+
+# ------------------------------------------------------------------ noise: synthetic truth
+
+
+def _metric_diff(a: list[float], b: list[float]) -> tuple[str, str, int]:
+    ka = KernelResult("stream", "gpu0", "triad", "GB/s", ProbeStatus.OK, tuple(a))
+    kb = replace(ka, samples=tuple(b))
+    base = _gpu_snapshot([("0000:18:00.0", "v1")])
+    diff = diff_snapshots(replace(base, kernels=(ka,)), replace(base, kernels=(kb,)))
+    (metric,) = diff.metrics
+    return metric.verdict, metric.reason, diff.exit_code()
+
+
+def test_two_noisy_runs_of_the_same_machine_are_inconclusive_not_slower() -> None:
+    # The issue's case: quick runs with CVs of 30-57% from one distribution gave "0.37x
+    # slower" and exit 2. Same truth on both sides here, so any call would be wrong.
+    wrong_calls = 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        a = [abs(rng.gauss(100, 45)) + 1 for _ in range(5)]
+        b = [abs(rng.gauss(100, 45)) + 1 for _ in range(5)]
+        verdict_, reason, code = _metric_diff(a, b)
+        assert verdict_ == "inconclusive" and reason.startswith("too noisy"), (verdict_, reason)
+        wrong_calls += code == 2
+    assert wrong_calls == 0
+
+
+def test_too_few_samples_are_inconclusive_with_the_counts() -> None:
+    verdict_, reason, code = _metric_diff([100.0, 101.0, 99.0], [50.0, 51.0, 49.0, 50.0, 50.5])
+    assert verdict_ == "inconclusive"
+    assert reason == "too few samples (A has 3; 5 a side needed)"
+    assert code == 0  # inconclusive never raises the exit code
+
+
+def test_a_real_ten_percent_loss_is_called_slower() -> None:
+    rng = random.Random(7)
+    a = [rng.gauss(100, 1.5) for _ in range(20)]
+    b = [rng.gauss(90, 1.5) for _ in range(20)]
+    assert _metric_diff(a, b)[::2] == ("slower", 2)
+
+
+def test_a_one_percent_shift_is_not_called_however_tight() -> None:
+    rng = random.Random(8)
+    a = [rng.gauss(100, 0.1) for _ in range(30)]
+    b = [rng.gauss(99, 0.1) for _ in range(30)]  # real, but under MIN_EFFECT (3%)
+    assert _metric_diff(a, b) == ("no significant difference", "", 0)
+
+
+def test_a_wide_interval_straddling_the_minimum_effect_is_inconclusive() -> None:
+    rng = random.Random(9)
+    a = [rng.gauss(100, 8) for _ in range(6)]  # cv ~8%: allowed, but 6 trials
+    b = [rng.gauss(97, 8) for _ in range(6)]
+    verdict_, reason, code = _metric_diff(a, b)
+    assert verdict_ == "inconclusive" and "more trials would tell" in reason
+    assert code == 0
+
+
+def test_inconclusive_is_reported_with_its_reason() -> None:
+    ka = KernelResult("stream", "gpu0", "triad", "GB/s", ProbeStatus.OK, (1.0, 2.0, 3.0))
+    base = _gpu_snapshot([("0000:18:00.0", "v1")])
+    a, b = replace(base, kernels=(ka,)), replace(base, kernels=(ka,))
+    diff = diff_snapshots(a, b)
+    text = report_text(diff, a, b)
+    assert "inconclusive: too few samples (A has 3, B has 3; 5 a side needed)" in text
+    assert report_json(diff)["metrics"][0]["reason"].startswith("too few samples")
+
+
+def test_many_noisy_samples_still_give_a_verdict() -> None:
+    # cv 20% both sides, but 400 trials each (as --until-confident gathers): the interval
+    # of the ratio is tight, and a true 15% loss is called
+    rng = random.Random(11)
+    a = [rng.gauss(100, 20) for _ in range(400)]
+    b = [rng.gauss(85, 17) for _ in range(400)]
+    assert _metric_diff(a, b)[::2] == ("slower", 2)

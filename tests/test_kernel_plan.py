@@ -186,7 +186,7 @@ def test_kernel_rules_fire_on_a_snapshot_with_results() -> None:
     share = readings["gpu.2.kernel.stream.triad.fp64.share_of_peak"]
     assert share.value == pytest.approx(2000.5 / 3350, abs=1e-4)
     row = next(r for r in views.kernel_table(judged.kernels, readings).rows if r[1] == "gpu2")
-    assert row[-1] == "60%"
+    assert row[views.kernel_table([]).headers.index("of peak")] == "60%"
     quiet = with_findings(snapshot, load_rules())
     assert not [f for f in quiet.findings if f.rule_id.startswith("KRN")]
 
@@ -236,3 +236,27 @@ def test_kernels_option_misuse_is_one_line(args, message) -> None:
     result = run_cli(*args)
     assert result.returncode == 3 and message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_triad_rule_judges_the_interval_not_the_median() -> None:
+    # H100 SXM5: 85% of 3350 GB/s = 2847.5. Medians of both GPUs are below it; only GPU 1's
+    # whole interval is, so only GPU 1 is called slow; GPU 0's is inconclusive (quiet).
+    node = LiveNode(
+        host=HostFS(FIXTURES / "host-basic"),
+        nvml=Nvml(ReplayBackend.from_file(REPO / "snapshots" / "demo-hgx-h100-healthy.toml")),
+        probes=default_probes(),
+        rules=load_rules(),
+    )
+    snapshot = node.snapshot()
+    straddling = [2600, 2700, 2800, 2820, 2830, 2840, 2900, 3000, 3100]  # median 2830
+    below = [2600, 2610, 2620, 2630, 2640, 2650, 2660, 2670, 2680]
+    results = [
+        _ok("stream", "gpu0", "triad", "GB/s", straddling, (("dtype", "fp64"),)),
+        _ok("stream", "gpu1", "triad", "GB/s", below, (("dtype", "fp64"),)),
+    ]
+    judged = with_findings(replace(snapshot, kernels=tuple(results)), load_rules())
+    readings = judged_readings(judged)[0]
+    assert readings["gpu.0.kernel.stream.triad.fp64"].value == 2830
+    assert readings["gpu.0.kernel.stream.triad.fp64.ci_high"].value > 2847.5
+    fired = {f.subject for f in judged.findings if f.rule_id == "KRN005"}
+    assert fired == {"GPU 1"}

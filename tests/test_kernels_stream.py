@@ -152,6 +152,28 @@ def test_cancel_stops_between_rounds() -> None:
         ops.close()
     assert len(seen) == 1
     assert all(r.status is ProbeStatus.CANCELLED for r in results)
+    assert all(r.stats is None and not r.samples for r in results)  # one trial: no figure
+
+
+def test_cancel_keeps_the_trials_measured_and_says_so() -> None:
+    cancel = threading.Event()
+    seen = []
+
+    def progress(fraction: float) -> None:
+        seen.append(fraction)
+        if len(seen) == 3:
+            cancel.set()
+
+    ops = stream.CpuOperations(N, np.float64)
+    try:
+        results = stream.run_stream(
+            ops, device="cpu", trials=50, warmup=1, cancel=cancel, progress=progress
+        )
+    finally:
+        ops.close()
+    assert all(r.status is ProbeStatus.CANCELLED for r in results)
+    assert all(len(r.samples) == 2 and r.stats is not None for r in results)
+    assert results[0].error == "cancelled after 2 of 50 trials"
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="pinning two threads needs two CPUs")
@@ -281,3 +303,43 @@ def test_loops_compile_without_a_writable_cache() -> None:
     loops.triad(a, b, c, 0.5)
     assert calls == [True, False] * 5 and a.tolist() == [2.0] * 8
     assert loops.dot(a, b) == 32.0
+
+
+class _Noisy:
+    """CpuOperations whose timings are drawn around 1 ms with a known spread, so that the
+    sequential test's stopping can be checked against a known truth."""
+
+    def __init__(self, cv: float) -> None:
+        self.inner = stream.CpuOperations(N, np.float64)
+        self.rng = np.random.default_rng(5)
+        self.cv = cv
+        self.n, self.dtype, self.engine = self.inner.n, self.inner.dtype, self.inner.engine
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def time(self, op: str, arrays) -> float:
+        self.inner.time(op, arrays)  # the real work, so verification stays real
+        return float(abs(self.rng.normal(1e-3, self.cv * 1e-3))) + 1e-6
+
+
+def test_until_confident_goes_on_until_the_interval_is_tight() -> None:
+    noisy = _Noisy(0.15)  # cv 15%: 2 trials give no usable interval, ~150 do
+    try:
+        results = stream.run_stream(noisy, device="cpu", trials=2, warmup=0, until_confident=30)
+    finally:
+        noisy.inner.close()
+    for r in results:
+        assert dict(r.params)["confident"] is True
+        s = r.stats
+        assert s is not None and (s.ci95_high - s.ci95_low) / 2 <= 0.03 * s.median
+        assert s.count > 50  # it took many more than the 2 trials asked for
+
+
+def test_until_confident_says_when_the_budget_ran_out() -> None:
+    noisy = _Noisy(3.0)  # far too noisy for a tight interval in 0.3 s
+    try:
+        results = stream.run_stream(noisy, device="cpu", trials=2, warmup=0, until_confident=0.3)
+    finally:
+        noisy.inner.close()
+    assert all(dict(r.params)["confident"] is False for r in results)

@@ -52,6 +52,8 @@ def test_wheel_holds_subpackages_and_rule_files(wheel: Path) -> None:
         "gpudiag/rules/profiles.toml",
         "gpudiag/rules/explanations.toml",
         "gpudiag/rules/node.toml",
+        "gpudiag/snapshots/demo-hgx-h100-healthy.toml",  # gpudiag demo, for a pip user too
+        "gpudiag/snapshots/demo-hgx-h100-faulty.toml",
     ):
         assert expected in names
     top_level = {name.split("/")[0] for name in names}
@@ -102,3 +104,26 @@ def test_installed_wheel_runs_outside_the_checkout(wheel: Path, tmp_path: Path) 
     assert result.stdout.splitlines()[0].startswith(str(target))
     assert result.returncode == 2, result.stderr
     assert "CRITICAL NVML001" in result.stderr
+    demo = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpudiag",
+            "watch",
+            "--demo",
+            "faulty",
+            "--count",
+            "1",
+            "--format",
+            "csv",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert demo.returncode == 0, demo.stderr
+    lines = demo.stdout.splitlines()  # a header, then GPUs 0-7 of the faulty demo node
+    assert len(lines) == 9 and lines[8].split(",")[1:4] == ["7", "LOST", "LOST"]

@@ -53,3 +53,11 @@ def test_summarize_values() -> None:
 def test_summarize_refuses_what_has_no_statistics(bad: list[float]) -> None:
     with pytest.raises(ValueError):
         summarize(bad)
+
+
+def test_median_ci_ranks_of_thousands_of_samples_do_not_overflow() -> None:
+    # a --seconds run of a small STREAM gathers thousands of trials: comb() overflowed
+    lo, hi = median_ci_ranks(100_000)
+    assert (lo, hi) == (49689, 50310)  # n/2 -+ 1.96 sqrt(n)/2, as the binomial gives
+    exact, approximate = median_ci_ranks(1000), median_ci_ranks(1001)
+    assert abs(exact[0] - approximate[0]) <= 1

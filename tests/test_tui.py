@@ -30,7 +30,7 @@ from gpudiag.probes import default_probes
 from gpudiag.ruleengine import load_rules
 from gpudiag.session import LiveNode, with_findings
 from gpudiag.snapshot import load, save
-from gpudiag.tui import TABS, ExportScreen, GpudiagApp, HelpScreen, KernelChoice
+from gpudiag.tui import TABS, ConfirmKernels, ExportScreen, GpudiagApp, HelpScreen, KernelChoice
 
 from conftest import REPO
 from hosttree import build_hgx_tree
@@ -73,6 +73,10 @@ def test_live_node_shows_probes_and_findings() -> None:
             assert findings[0][3] == "NVML does not answer"  # the rule's title
             assert ["UNKNOWN", "NVML002", "node"] in [row[:3] for row in findings]
             assert "gpunode01  health: CRITICAL" in _banner(app)
+            await pilot.press("3")  # no GPU: the screen says why and offers the demo
+            note = str(app.query_one("#gpu-note", Static).render())
+            assert note.startswith("NVML did not start: nvmlInit: DriverNotLoaded")
+            assert "gpudiag demo faulty" in note
             await pilot.press("q")
         assert app.return_code == 0
 
@@ -111,16 +115,16 @@ def test_hanging_probe_does_not_freeze_the_screen() -> None:
         Cost.INSTANT,
         frozenset(),
         lambda ctx: [release.wait(30) and Reading("x", 1)],
-        timeout_s=0.5,
+        timeout_s=2.0,  # longer than a first paint on a loaded 2-core machine
     )
     quick = Probe("quick", "Quick", Cost.INSTANT, frozenset(), lambda ctx: [Reading("y", 1)])
 
     async def scenario() -> None:
         app = GpudiagApp(_node(probes=[hang, quick]))
         async with app.run_test(size=(80, 24)) as pilot:
-            # the quick probe is shown while the other still runs (the hang lasts 0.5 s;
+            # the quick probe is shown while the other still runs (the hang lasts 2 s;
             # poll rather than sleep a fixed time, so a loaded machine does not fail this)
-            for _ in range(40):
+            for _ in range(150):
                 await pilot.pause(0.01)
                 if _cells(app, "#probes"):
                     break
@@ -299,6 +303,11 @@ def test_findings_filter_sort_and_detail(tmp_path: Path) -> None:
         assert "GPU 2" in filtered[0][2]
         await pilot.press("escape")
         assert app.focused is app.query_one("#findings", DataTable)
+        await pilot.press("slash", "backspace", "backspace", "backspace", "G", "P", "U")
+        await pilot.press("enter", "s")  # Enter leaves the field: s sorts, not types
+        assert app.query_one("#findings-filter", Input).value == "GPU"
+        assert app.focused is app.query_one("#findings", DataTable)
+        assert "Sort" in _footer(app)
         app.query_one("#findings-filter", Input).value = "no such thing"
         await pilot.pause()
         assert _cells(app, "#findings") == [] and "no finding matches" in _text(
@@ -318,9 +327,15 @@ def test_gpus_screen_rows_and_readings_of_the_selected(tmp_path: Path) -> None:
         await pilot.press("3")
         rows = _cells(app, "#gpus")
         assert len(rows) == 8
-        assert rows[3][:3] == ["GPU3", "5d:00.0", "5/5 x8/16"]  # the planted narrow link
-        assert rows[5][7] == "off"  # persistence off on GPU 5
-        assert rows[7][1] == "LOST"
+        # health first after the id, from each GPU's worst finding
+        assert [row[1] for row in rows] == [
+            "OK", "CRIT", "WARN", "WARN", "OK", "WARN", "WARN", "CRIT"
+        ]
+        assert rows[3][:4] == ["GPU3", "WARN", "5d:00.0", "5/5 x8/16"]  # the narrow link
+        assert rows[5][9] == "off"  # persistence off on GPU 5
+        assert rows[0][3] == "5 x16"  # at its maximum
+        assert rows[6][7] == "HwSlow,HwTherm"  # short names: shown at 80 columns
+        assert rows[7][2] == "LOST"
         assert _cells(app, "#gpu-readings")[0][0].startswith("gpu.0.")
         await pilot.press("down", "down", "down")
         readings = {r[0]: r[1] for r in _cells(app, "#gpu-readings")}
@@ -356,8 +371,9 @@ def test_help_screen_lists_every_key_and_closes(tmp_path: Path) -> None:
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         text = app.screen.query_one(Static).render()
-        for line in ("1      Overview", "e      Export", "x      Cancel kernels", "/      Search"):
+        for line in ("1  Overview", "e  Export", "x  Cancel kernels", "/  Search"):
             assert line in str(text)
+        assert str(text).count("\n") + 1 <= 18  # fits 80x24 (and 60x20) without scrolling
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
 
@@ -410,8 +426,9 @@ def test_command_palette_offers_the_actions(tmp_path: Path) -> None:
 
     async def steps(pilot) -> None:
         titles = [c.title for c in app.get_system_commands(app.screen)]
-        for title in ("Export snapshot", "Run quick kernels", "Show Findings", "Keys"):
+        for title in ("Export snapshot", "Run quick kernels", "Show Findings", "Help: every key"):
             assert title in titles
+        assert titles.count("Keys") == 1  # Textual's own, not a second of ours
         await pilot.press("ctrl+p")
         await pilot.pause()
         for key in "export snap":
@@ -428,14 +445,23 @@ def test_saved_snapshot_cannot_run_kernels(tmp_path: Path) -> None:
     app = GpudiagApp(load_or_save_snapshot(tmp_path))
 
     async def steps(pilot) -> None:
-        await pilot.press("k")
+        assert "Kernels" not in _footer(app) and "Refresh" not in _footer(app)
+        await pilot.press("k")  # refused, and not offered in the footer
         await pilot.pause()
-        assert app.query_one(TabbedContent).active == "kernels-tab"
+        assert not app.kernels_running and _notices(app) == []
+        await pilot.press("6")
+        await pilot.click("#run-quick")  # the button says why
+        await pilot.pause()
         assert not app.kernels_running
         assert "none run" in str(app.query_one("#kernel-status", Label).render())
         assert _notices(app) == ["kernels cannot run: a saved snapshot is read-only"]
 
     _run(app, steps)
+
+
+def _footer(app: GpudiagApp) -> list[str]:
+    """The descriptions of the keys the footer shows now."""
+    return [b.description for _, b, enabled, _ in app.screen.active_bindings.values() if b.show]
 
 
 def _notices(app: GpudiagApp) -> list[str]:
@@ -448,7 +474,9 @@ def test_replayed_node_refuses_kernels(tmp_path: Path) -> None:
 
     async def steps(pilot) -> None:
         await app.workers.wait_for_complete()
-        await pilot.press("k")
+        assert "Kernels" not in _footer(app) and "Refresh" in _footer(app)
+        await pilot.press("6")
+        await pilot.click("#run-quick")
         await pilot.pause()
         assert not app.kernels_running and not app.snapshot.kernels
         assert _notices(app) == ["kernels measure this machine: not with --root or --nvml-replay"]
@@ -471,13 +499,21 @@ def test_kernels_run_on_this_machine_with_progress(tmp_path: Path) -> None:
     app = GpudiagApp(_this_machine(), plans=TINY)
 
     async def steps(pilot) -> None:
-        await pilot.press("k")
+        await app.workers.wait_for_complete()
+        await pilot.press("k")  # asks first, saying what is on the GPUs
+        assert isinstance(app.screen, ConfirmKernels)
+        question = str(app.screen.query_one(Static).render())
+        assert question.startswith("Run stream, peer at quick sizes on this machine?")
+        assert "No GPU seen: only the CPU kernels will run." in question
+        await pilot.press("n")
+        assert not app.kernels_running and "not run" in _text(app, "#kernel-status")
+        await pilot.press("k", "y")
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert not app.kernels_running
         rows = _cells(app, "#kernel-results")
         triad = [r for r in rows if r[0] == "stream.triad.fp64"]
-        assert triad and float(triad[0][2]) > 0 and triad[0][7] == "GB/s"
+        assert triad and float(triad[0][2].split()[0]) > 0 and triad[0][2].endswith(" GB/s")
         assert "quick done: " in str(app.query_one("#kernel-status", Label).render())
         assert app.query_one("#kernel-progress", ProgressBar).percentage == 1.0
         assert "STREAM triad (fp64)" in _text(app, "#kernel-charts")
@@ -497,7 +533,7 @@ def test_kernels_are_chosen_with_space(tmp_path: Path) -> None:
         assert choice.selected == ["stream"]
         assert str(choice.get_option_at_index(3).prompt) == "[ ] peer"  # readable uncoloured
         assert str(choice.get_option_at_index(0).prompt) == "[x] stream"
-        await pilot.press("k")
+        await pilot.press("k", "y")
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert {k.kernel for k in app.snapshot.kernels} == {"stream"}
@@ -513,15 +549,19 @@ def test_kernels_cancel_stops_a_long_run(tmp_path: Path) -> None:
     app = GpudiagApp(_this_machine(), plans=TINY)
 
     async def steps(pilot) -> None:
-        await pilot.press("K")  # 60 seconds of STREAM
+        await pilot.press("K", "enter")  # 60 seconds of STREAM
         await pilot.pause(0.3)
+        assert "Cancel kernels" in _footer(app)
         started = asyncio.get_running_loop().time()
         await pilot.press("x")
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert asyncio.get_running_loop().time() - started < 10
         assert "full cancelled" in str(app.query_one("#kernel-status", Label).render())
-        assert {k.status.value for k in app.snapshot.kernels} == {"cancelled"}
+        # the trials asked for (2) were done before x: kept; only the rest of the 60 s is cut
+        kept = app.snapshot.kernels
+        assert kept and all(k.status.value == "ok" and len(k.samples) >= 2 for k in kept)
+        assert "Cancel kernels" not in _footer(app)
 
     _run(app, steps)
 
@@ -532,7 +572,7 @@ def test_quit_while_kernels_run_returns_promptly() -> None:
     async def scenario() -> float:
         async with app.run_test(size=(80, 24)) as pilot:
             await app.workers.wait_for_complete()
-            await pilot.press("K")  # 60 seconds of STREAM
+            await pilot.press("K", "y")  # 60 seconds of STREAM
             await pilot.pause(0.3)
             assert app.kernels_running
             started = asyncio.get_running_loop().time()
@@ -638,3 +678,111 @@ def test_screen_snapshot(snap_compare, monkeypatch, frozen: Snapshot, key: str, 
     monkeypatch.setenv("TERM", "xterm-256color")
     monkeypatch.setenv("COLORTERM", "truecolor")
     assert snap_compare(GpudiagApp(frozen), press=[key], terminal_size=size)
+
+
+def test_watch_screen_samples_the_demo_node(tmp_path: Path) -> None:
+    app = GpudiagApp(_demo(tmp_path))
+
+    async def steps(pilot) -> None:
+        await pilot.press("9")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        text = _text(app, "#watch-text")
+        lines = text.splitlines()
+        assert lines[0] == "GPU0     69W   41C  sm  345  mem 2619  util    0%  fb      0M  idle"
+        assert lines[12].endswith("HwSlow,HwTherm")  # GPU 6's slowdowns, in full at 80
+        assert lines[14].startswith("GPU7   LOSTW LOSTC")
+        assert str(app.query_one("#watch-status", Label).render()).startswith("8 GPUs, every 1 s")
+
+    _run(app, steps)
+
+
+def test_watch_screen_of_a_saved_snapshot_says_why_it_is_empty(tmp_path: Path) -> None:
+    app = GpudiagApp(load_or_save_snapshot(tmp_path))
+
+    async def steps(pilot) -> None:
+        await pilot.press("9")
+        await pilot.pause()
+        status = str(app.query_one("#watch-status", Label).render())
+        assert status.startswith("a saved snapshot has no live readings")
+
+    _run(app, steps)
+
+
+@pytest.mark.parametrize("key", ["question_mark", "e"])
+def test_dialog_snapshot_at_60x20(snap_compare, monkeypatch, frozen: Snapshot, key: str) -> None:
+    # help and export fit a 60x20 terminal whole (no clipping)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLORTERM", "truecolor")
+    assert snap_compare(GpudiagApp(frozen), press=[key], terminal_size=(60, 20))
+
+
+def test_demo_opens_the_recorded_node() -> None:
+    from gpudiag.demo import demo_node
+
+    app = GpudiagApp(demo_node("faulty"))
+
+    async def steps(pilot) -> None:
+        assert "health: CRITICAL" in _banner(app)
+        await pilot.press("3")
+        assert [row[0] for row in _cells(app, "#gpus")] == [f"GPU{g}" for g in range(8)]
+        assert _cells(app, "#gpus")[7][1:3] == ["CRIT", "LOST"]
+
+    _run(app, steps)
+
+
+def test_first_columns_stay_when_tables_scroll_sideways(tmp_path: Path) -> None:
+    app = GpudiagApp(load_or_save_snapshot(tmp_path))
+
+    async def steps(pilot) -> None:
+        await pilot.press("2")
+        table = app.query_one("#findings", DataTable)
+        table.scroll_to(x=table.max_scroll_x, animate=False)
+        await pilot.pause()
+        assert table.scroll_x > 0  # it did scroll
+        assert table.render_line(1).text.split()[0] == "CRITICAL"  # whole, not "L"
+        await pilot.press("3")
+        gpus = app.query_one("#gpus", DataTable)
+        gpus.scroll_to(x=gpus.max_scroll_x, animate=False)
+        await pilot.pause()
+        assert gpus.scroll_x > 0
+        assert gpus.render_line(8).text.split()[:2] == ["GPU7", "CRIT"]  # id, health stay
+
+    _run(app, steps, size=(60, 20))
+
+
+def test_watch_screen_without_nvml_says_why() -> None:
+    app = GpudiagApp(_node())
+
+    async def steps(pilot) -> None:
+        await pilot.press("9")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        status = str(app.query_one("#watch-status", Label).render())
+        assert status.startswith("no GPU can be sampled: nvmlInit: DriverNotLoaded")
+
+    _run(app, steps)
+
+
+def test_kernels_until_confident_from_the_tui(tmp_path: Path) -> None:
+    app = GpudiagApp(_this_machine(), plans=TINY)
+
+    async def steps(pilot) -> None:
+        await app.workers.wait_for_complete()
+        await pilot.press("6")
+        assert "Until confident" in _footer(app)
+        await pilot.press("u")
+        assert "until its intervals are within 3%" in _text(app, "#kernel-status")
+        choice = app.query_one("#kernel-choice", KernelChoice)
+        await pilot.press("down", "down", "down", "space")  # STREAM only
+        assert choice.selected == ["stream"]
+        await pilot.press("k", "y")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        triad = next(k for k in app.snapshot.kernels if k.metric == "triad")
+        assert "confident" in dict(triad.params)  # the sequential test ran
+        assert triad.stats is not None and triad.stats.count >= 2
+
+    _run(app, steps)

@@ -10,7 +10,7 @@ from textual.widgets import DataTable, Static
 
 from gpudiag.diff import diff_snapshots
 from gpudiag.model import KernelResult, ProbeResult, ProbeStatus, Reading, Snapshot
-from gpudiag.tui_diff import DiffApp
+from gpudiag.tui_diff import DiffApp, DiffHelp
 
 CREATED = "2026-11-22T06:00:00Z"
 
@@ -54,7 +54,7 @@ def test_keys_toggle_and_jump() -> None:
         app = _app()
         async with app.run_test(size=(80, 24)) as pilot:
             rows = _rows(app)
-            assert rows[0][0] == "stream.triad gpu1" and "slower" in rows[0][3]
+            assert rows[0][0] == "stream.triad gpu1" and rows[0][3].startswith("slower 0.900")
             # the power limit can move STREAM; the PCIe width cannot, so it is not offered
             assert ["  because gpu.1.power.limit", "700.0 W", "500.0 W", "explains"] in rows
             assert ["gpu.1.pcie.link_width", "16 lanes", "8 lanes", "-50.0%"] in rows
@@ -94,5 +94,77 @@ def test_equivalent_snapshots_say_so() -> None:
         async with app.run_test(size=(80, 24)):
             assert app.row_kinds == ["equal"]  # only the unchanged metric
             assert "equivalent" in str(app.query_one("#summary").render())
+
+    asyncio.run(scenario())
+
+
+def test_header_names_the_files_and_help_and_filter_work() -> None:
+    a, b = _pair()
+
+    async def scenario() -> None:
+        app = DiffApp(diff_snapshots(a, b), a, b, names=("before.toml", "after.toml"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            assert app.sub_title == "A: before.toml (node-a)  B: after.toml (node-b)"
+            await pilot.press("question_mark")
+            assert isinstance(app.screen, DiffHelp)
+            await pilot.press("escape")
+            assert not isinstance(app.screen, DiffHelp)
+            await pilot.press("slash", "p", "o", "w", "e", "r", "enter")
+            rows = _rows(app)
+            assert rows and all("power" in " ".join(r) for r in rows)
+            assert app.focused is app.query_one("#diff", DataTable)  # Enter left the field
+            await pilot.press("c")  # a key again, not typed into the filter
+            assert not app.changed_only
+
+    asyncio.run(scenario())
+
+
+def test_a_lost_gpu_is_one_row() -> None:
+    a, b = _pair()
+    extra = tuple(Reading(f"gpu.2.x{i}", i) for i in range(300))  # GPU 2 only in A
+    probe = replace(a.probes[0], readings=a.probes[0].readings + extra)
+    a = replace(a, probes=(probe,))
+
+    async def scenario() -> None:
+        app = DiffApp(diff_snapshots(a, b), a, b)
+        async with app.run_test(size=(80, 24)):
+            rows = _rows(app)
+            lost = [r for r in rows if r[0].startswith("GPU 2")]
+            assert lost == [
+                ["GPU 2: every reading", "300 readings", "-", "GPU only in A (lost or removed)"]
+            ]
+            assert not [r for r in rows if r[0].startswith("gpu.2.")]
+
+    asyncio.run(scenario())
+
+
+def test_columns_follow_the_terminal_width() -> None:
+    async def scenario() -> None:
+        app = _app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            narrow = [c.width for c in app.query_one("#diff", DataTable).columns.values()]
+            await pilot.resize_terminal(120, 40)
+            await pilot.pause()
+            wide = [c.width for c in app.query_one("#diff", DataTable).columns.values()]
+            assert sum(narrow) <= 80 - 10 and sum(wide) > sum(narrow) + 30
+
+    asyncio.run(scenario())
+
+
+def test_help_and_filter_work_over_hundreds_of_rows() -> None:
+    a, b = _pair()
+    many_a = tuple(Reading(f"node.thing{i}", i) for i in range(400))
+    many_b = tuple(Reading(f"node.thing{i}", i + 1) for i in range(400))
+    a = replace(a, probes=(replace(a.probes[0], readings=a.probes[0].readings + many_a),))
+    b = replace(b, probes=(replace(b.probes[0], readings=b.probes[0].readings + many_b),))
+
+    async def scenario() -> None:
+        app = DiffApp(diff_snapshots(a, b), a, b)
+        async with app.run_test(size=(80, 24)) as pilot:
+            assert len(_rows(app)) > 400
+            await pilot.press("end", "question_mark")
+            assert isinstance(app.screen, DiffHelp)
+            await pilot.press("escape", "slash", "t", "h", "i", "n", "g", "3", "9", "9")
+            assert [r[0] for r in _rows(app)] == ["node.thing399"]
 
     asyncio.run(scenario())

@@ -1,0 +1,84 @@
+"""The `watch` and `demo` subcommands (registered in cli.py by two lines)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from gpudiag.demo import DEMOS, demo_file
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:
+    """`gpudiag watch` and `gpudiag demo`."""
+    watch = commands.add_parser(
+        "watch", help="sample every GPU at an interval: one row per GPU per sample"
+    )
+    watch.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds (1)")
+    watch.add_argument(
+        "--count", type=int, metavar="N", help="samples to take (default: until Ctrl-C)"
+    )
+    watch.add_argument("--format", choices=("table", "csv", "jsonl"), default="table")
+    watch.add_argument("--demo", choices=DEMOS, help="watch a demo node instead of this one")
+    demo = commands.add_parser(
+        "demo", help="the TUI on a recorded 8-GPU HGX H100 node (healthy or faulty)"
+    )
+    demo.add_argument("demo_name", metavar="NAME", nargs="?", choices=DEMOS, default="faulty")
+
+
+def run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """Run watch or demo; returns the exit code."""
+    from gpudiag.cli import UsageError
+
+    if args.command == "demo":
+        return _demo(args, argv)
+    if args.interval <= 0:
+        raise UsageError("--interval must be positive")
+    if args.count is not None and args.count < 1:
+        raise UsageError("--count must be at least 1")
+    from gpudiag.nvml import NvmlError, open_nvml
+    from gpudiag.watch import watch
+
+    replay = demo_file(args.demo) if args.demo else args.nvml_replay
+    nvml = open_nvml(replay)
+    events = None
+    if replay is None and args.root == "/":  # a live node: its device events too
+        from gpudiag.device_events import DeviceWatch, XidFollower
+
+        device_watch, why = DeviceWatch.open()
+        xids, why_not_xids = XidFollower.open()
+        for reason in (why, why_not_xids):
+            if reason:
+                print(f"gpudiag: {reason}", file=sys.stderr)
+        sources = [source.poll for source in (device_watch, xids) if source is not None]
+        events = (lambda: [event for poll in sources for event in poll()]) if sources else None
+    try:
+        watch(
+            nvml,
+            args.interval,
+            args.count,
+            args.format,
+            lambda line: print(line, flush=True),
+            events=events,
+        )
+    except NvmlError as exc:
+        raise UsageError(
+            f"watch: no GPU can be sampled: {exc.reason}; "
+            "`gpudiag watch --demo faulty` shows a recorded node"
+        ) from None
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        nvml.close()
+    return 0
+
+
+def _demo(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from gpudiag.cli import _tui
+    from gpudiag.demo import demo_node
+
+    node = demo_node(args.demo_name, ("gpudiag", *argv))
+    try:
+        return _tui(node)
+    finally:
+        node.nvml.close()

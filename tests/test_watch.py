@@ -1,0 +1,117 @@
+"""gpudiag watch: samples of every GPU on the demo replays (values the replay records),
+failed calls as gaps with their reason, the ring buffer's bound, the command end to end."""
+
+from __future__ import annotations
+
+import json
+
+from gpudiag.demo import demo_file
+from gpudiag.nvml import Nvml, ReplayBackend
+from gpudiag.watch import History, Sample, format_rows, sample_gpu, sample_node, watch
+
+from conftest import run_cli
+
+
+def _demo(name: str = "faulty") -> Nvml:
+    return Nvml(ReplayBackend.from_file(demo_file(name)))
+
+
+def test_a_sample_reads_what_the_replay_records() -> None:
+    samples = sample_node(_demo(), 8)
+    assert [s.gpu for s in samples] == list(range(8))
+    first = samples[0]
+    assert first.values["power"] == 69.0  # 69000 mW in the replay
+    assert first.values["temp"] == 41 and first.values["sm"] == 345
+    assert first.values["mem"] == 2619 and first.values["throttle"] == "idle"
+    assert first.errors == {} and first.values["procs"] == 0
+    assert samples[6].values["throttle"] == "HwSlowdown,HwThermalSlowdown"
+
+
+def test_a_lost_gpu_is_lost_in_every_cell_never_zero() -> None:
+    lost = sample_gpu(_demo(), 7)
+    assert set(lost.values.values()) == {None}
+    assert set(lost.errors.values()) == {"GpuIsLost"}
+    (row,) = format_rows([lost], "table", first=False)
+    assert row.split()[2:] == ["LOST"] * 11
+
+
+def test_one_failing_call_leaves_one_gap() -> None:
+    device = {
+        "nvmlDeviceGetPowerUsage": {"error": "NotSupported"},
+        "nvmlDeviceGetTemperature": {"0": 55},
+        "nvmlDeviceGetClockInfo": {"1": 1980, "2": 2619},
+        "nvmlDeviceGetUtilizationRates": {"gpu": 97, "memory": 40},
+        "nvmlDeviceGetMemoryInfo": {"total": 2**36, "free": 2**35, "used": 2**35},
+    }
+    nvml = Nvml(ReplayBackend({"format": "gpudiag-nvml-replay", "version": 1, "devices": [device]}))
+    sample = sample_gpu(nvml, 0)
+    assert sample.values["power"] is None and sample.errors["power"] == "NotSupported"
+    assert sample.values["util"] == 97 and sample.values["mutil"] == 40
+    assert sample.values["fb"] == 2**15  # MiB
+    assert sample.errors["replay"] == "NotRecorded"  # never an invented value
+    assert json.loads(next(format_rows([sample], "jsonl", True)))["power"] is None
+
+
+def test_history_is_a_ring_buffer() -> None:
+    history = History(length=50)
+    for i in range(1000):
+        history.add(Sample(float(i), 0, {"power": float(i), "temp": None}))
+    assert history.values(0, "power") == [float(i) for i in range(950, 1000)]
+    assert len(history.series[(0, "temp")]) == 50 and history.values(0, "temp") == []
+    assert history.latest[0].time == 999.0
+
+
+def test_watch_waits_out_the_interval_between_rounds() -> None:
+    lines: list[str] = []
+    slept: list[float] = []
+    now = [100.0]
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds + 0.25  # the next round's sampling takes 0.25 s
+
+    rounds = watch(_demo("healthy"), 2.0, 3, "csv", lines.append, sleep, lambda: now[0])
+    assert rounds == 3 and slept == [2.0, 1.75]  # the interval is kept, not added to
+    assert lines[0].splitlines()[0].startswith("time,gpu,power,temp,sm,mem")
+    assert sum(len(chunk.splitlines()) for chunk in lines) == 1 + 3 * 8
+
+
+def test_watch_command_on_the_demo() -> None:
+    run = run_cli(
+        "watch", "--demo", "faulty", "--count", "2", "--interval", "0.05", "--format", "jsonl"
+    )
+    assert run.returncode == 0, run.stderr
+    records = [json.loads(line) for line in run.stdout.splitlines()]
+    assert len(records) == 16 and [r["gpu"] for r in records[:8]] == list(range(8))
+    assert records[7]["errors"]["power"] == "GpuIsLost"
+
+
+def test_watch_without_nvml_says_why_in_one_line(tmp_path) -> None:
+    bad = tmp_path / "no-driver.toml"
+    bad.write_text(
+        'format = "gpudiag-nvml-replay"\nversion = 1\n[init]\nerror = "DriverNotLoaded"\n'
+    )
+    run = run_cli("--nvml-replay", str(bad), "watch", "--count", "1")
+    assert run.returncode == 3 and run.stdout == ""
+    (line,) = run.stderr.splitlines()
+    assert "DriverNotLoaded" in line and "gpudiag watch --demo faulty" in line
+    assert run_cli("watch", "--interval", "0").returncode == 3
+
+
+def test_screen_lines_show_latest_values_and_sparklines() -> None:
+    from gpudiag.watch import screen_lines, spark
+
+    history = History(length=10)
+    for i in range(12):
+        for sample in sample_node(_demo(), 8):
+            values = dict(sample.values)
+            if sample.gpu == 0:
+                values["power"] = float(100 + 50 * i)  # a rising load on GPU 0
+            history.add(Sample(float(i), sample.gpu, values, sample.errors))
+    lines = screen_lines(history, 8, 76)
+    assert len(lines) == 16
+    assert lines[0].startswith("GPU0    650W   41C  sm  345")
+    assert lines[1].split()[1] == spark([float(100 + 50 * i) for i in range(2, 12)], 26)
+    assert lines[1].split()[1][-1] == "█" and lines[1].split()[1][0] < "▆"
+    assert "LOST" in lines[14]
+    assert spark([0.0, 0.0], 4) == "▁▁"
