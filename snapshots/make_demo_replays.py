@@ -8,15 +8,18 @@ Where the values come from:
 - The real H100 capture in ../shared/realdata/nvidia-smi-q (driver 590.48.01): name,
   VBIOS, InfoROM image, board part number, 81559 MiB of memory, 131072 MiB of BAR1, clocks
   (345 MHz SM idle, 1980 MHz SM maximum, 2619 MHz memory), 200-700 W power limit range,
-  41 C at idle, 'Idle' as the only clock event reason, fabric state Completed, and
-  application clocks answered 'deprecated'. That driver reports temperature limits only
-  relative to the limit (T.Limit), so the absolute thresholds are recorded as NotSupported.
+  41 C at idle and 46 C below T.Limit, 'Idle' as the only clock event reason, fabric
+  state Completed with status Success and no health flags, retired pages N/A
+  (NotSupported: H100 remaps rows instead), application clocks answered 'deprecated',
+  and each NVLink at 26.562 GB/s (`nvidia-smi nvlink -s`). That driver reports
+  temperature limits only relative to the limit (T.Limit), so the absolute thresholds are
+  recorded as NotSupported.
 - Made up, and marked so: UUIDs, serial numbers, bus addresses (DGX-like), the CPU
   affinity (2 x 56 cores with SMT), and power draw at idle.
 
 Planted faults in the faulty replay: GPU 3 at PCIe x8 of x16, NVLink 5 of GPU 2 inactive,
 persistence mode off on GPU 5, a pending row remap on GPU 1, a hardware slowdown on
-GPU 6, and GPU 7 lost.
+GPU 6, NVLink 3 of GPU 4 at half speed, and GPU 7 lost.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ BUS_IDS = [
 SWITCH_BUS_IDS = ["00000000:05:00.0", "00000000:06:00.0", "00000000:07:00.0", "00000000:08:00.0"]
 LINKS_PER_SWITCH = (5, 4, 4, 5)  # 18 links spread over the 4 NVSwitches
 MIB = 2**20
+NVLINK_MBPS = 26562  # NVML_FI_DEV_NVLINK_GET_SPEED of an NVLink 4 link, 26.562 GB/s
 NOT_SUPPORTED = {"error": "NotSupported"}
 DEPRECATED = {"error": "Deprecated"}
 
@@ -107,8 +111,8 @@ def healthy_gpu(index: int) -> dict[str, Any]:
         "nvmlDeviceGetMemoryErrorCounter": {
             f"{e},{c},{loc}": 0 for e in (0, 1) for c in (0, 1) for loc in (2, 7)
         },
-        "nvmlDeviceGetRetiredPages": {"0": [], "1": []},
-        "nvmlDeviceGetRetiredPagesPendingStatus": 0,
+        "nvmlDeviceGetRetiredPages": {"0": NOT_SUPPORTED, "1": NOT_SUPPORTED},
+        "nvmlDeviceGetRetiredPagesPendingStatus": NOT_SUPPORTED,
         "nvmlDeviceGetRemappedRows": [0, 0, 0, 0],
         "nvmlDeviceGetClockInfo": {"1": 345, "2": 2619},
         "nvmlDeviceGetMaxClockInfo": {"1": 1980, "2": 2619},
@@ -122,6 +126,7 @@ def healthy_gpu(index: int) -> dict[str, Any]:
         "nvmlDeviceGetEnforcedPowerLimit": 700000,
         "nvmlDeviceGetPowerManagementLimitConstraints": [200000, 700000],
         "nvmlDeviceGetTemperature": {"0": 41},
+        "nvmlDeviceGetMarginTemperature": {"marginTemperature": 46},
         "nvmlDeviceGetTemperatureThreshold": {
             "0": NOT_SUPPORTED,
             "1": NOT_SUPPORTED,
@@ -135,11 +140,12 @@ def healthy_gpu(index: int) -> dict[str, Any]:
         "nvmlDeviceGetUtilizationRates": {"gpu": 0, "memory": 0},
         "nvmlDeviceGetComputeRunningProcesses": [],
         "nvmlDeviceGetGraphicsRunningProcesses": [],
-        "nvmlDeviceGetGpuFabricInfo": {
+        "nvmlDeviceGetGpuFabricInfoV": {
             "clusterUuid": [0] * 16,
             "status": 0,
             "cliqueId": 0,
             "state": 3,
+            "healthMask": 0,
         },
         "nvmlDeviceGetCpuAffinity": {"16": cpu_affinity(index)},
         "nvmlDeviceGetNumaNodeId": 0 if index < 4 else 1,
@@ -149,6 +155,7 @@ def healthy_gpu(index: int) -> dict[str, Any]:
             str(link): pci_info(link_switch(link), 0x22A310DE) for link in range(18)
         },
         "nvmlDeviceGetNvLinkRemoteDeviceType": {str(link): 2 for link in range(18)},
+        "nvmlDeviceGetFieldValues": {f"164,{link}": NVLINK_MBPS for link in range(18)},
         "nvmlDeviceGetNvLinkErrorCounter": {
             f"{link},{counter}": 0 for link in range(18) for counter in range(4)
         },
@@ -181,6 +188,7 @@ def faulty(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
     devices[1]["nvmlDeviceGetRemappedRows"] = [0, 1, 1, 0]
     devices[6]["nvmlDeviceGetCurrentClocksEventReasons"] = 0x8 | 0x40
     devices[6]["nvmlDeviceGetClockInfo"]["1"] = 1155
+    devices[4]["nvmlDeviceGetFieldValues"]["164,3"] = NVLINK_MBPS // 2
     devices[7] = {"all_calls": {"error": "GpuIsLost"}}
     return devices
 

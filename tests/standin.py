@@ -81,6 +81,7 @@ ENCODERS: dict[str, Callable[[Any], list[Any]]] = {
     "nvmlDeviceGetUtilizationRates": lambda u: [u["gpu"], u["memory"]],
     "nvmlDeviceGetGpuFabricInfo": _fabric,
     "nvmlDeviceGetGpuFabricInfoV": _fabric,
+    "nvmlDeviceGetMarginTemperature": lambda m: [m["marginTemperature"]],
     "nvmlDeviceGetComputeRunningProcesses": _processes,
     "nvmlDeviceGetGraphicsRunningProcesses": _processes,
 }
@@ -142,6 +143,10 @@ KEYED = frozenset(
 )
 
 
+# calls NVML renamed: an older driver has only the second name, for the same answer
+RENAMED = {"nvmlDeviceGetCurrentClocksEventReasons": "nvmlDeviceGetCurrentClocksThrottleReasons"}
+
+
 def flatten(replay: dict[str, Any]) -> str:
     """A replay's recording as the stand-in's flat file (see the C file's header)."""
     lines = ["# gpudiag NVML stand-in recording"]
@@ -157,6 +162,10 @@ def flatten(replay: dict[str, Any]) -> str:
         if "all_calls" in device:
             lines.append(f"L\t{index}\t{ERROR_CODES[device['all_calls']['error']]}")
             continue
+        device = dict(device)
+        for new, old in RENAMED.items():  # an older driver answers the older name
+            if new in device:
+                device.setdefault(old, device[new])
         lines += _records(["D", str(index)], device, KEYED)
     return "\n".join(lines) + "\n"
 
@@ -175,10 +184,30 @@ def environment(library_dir: Path, data: Path, log: Path, pythonpath: str = "") 
     return env
 
 
-def run_python(code: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
+# Runs the driver and GPU probes through the real pynvml (whichever sys.path finds first)
+# and prints every reading as JSON: {key: [status, value, reason]}.
+PROBE_SCRIPT = """
+import json, sys
+from gpudiag.hostfs import HostFS
+from gpudiag.nvml import Nvml, PynvmlBackend
+from gpudiag.probe import ProbeContext
+from gpudiag.probes import driver, gpu
+context = ProbeContext(host=HostFS(sys.argv[1]), nvml=Nvml(PynvmlBackend()))
+out = {}
+for probe in (driver, gpu):
+    for r in probe.collect(context):
+        out[r.key] = [r.status.value, r.value, r.reason]
+context.nvml.close()
+print(json.dumps(out))
+"""
+
+
+def run_python(
+    code: str, env: dict[str, str], *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess:
     """Run python code in a subprocess with ENV."""
     return subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", code, *args],
         capture_output=True,
         text=True,
         env=env,

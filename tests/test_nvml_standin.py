@@ -12,9 +12,13 @@ from pathlib import Path
 import pytest
 
 from gpudiag import tomlcompat
+from gpudiag.hostfs import HostFS
+from gpudiag.nvml import Nvml, ReplayBackend
+from gpudiag.probe import ProbeContext
+from gpudiag.probes import driver, gpu
 
-from conftest import REPO
-from standin import build, environment, flatten, run_python
+from conftest import FIXTURES, REPO
+from standin import PROBE_SCRIPT, build, environment, flatten, run_python
 
 SNAPSHOTS = REPO / "snapshots"
 OLD_BINDING = REPO / ".nvml-old"
@@ -116,3 +120,114 @@ except Exception as exc:
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "NVMLLibraryMismatchError"
     assert sys.executable  # the subprocess ran this environment's Python
+
+
+def probe_through_standin(
+    library: Path, flat: Path, log: Path, binding: str
+) -> dict[str, list[object]]:
+    """The driver and GPU probes' readings through the real pynvml and the stand-in."""
+    env = environment(library, flat, log, binding)
+    run = run_python(PROBE_SCRIPT, env, str(FIXTURES / "host-basic"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "BADPOINTER" not in log.read_text()
+    return json.loads(run.stdout)
+
+
+def probe_through_replay(name: str) -> dict[str, list[object]]:
+    """The same probes on the Python replay of the same recording."""
+    context = ProbeContext(
+        host=HostFS(FIXTURES / "host-basic"),
+        nvml=Nvml(ReplayBackend.from_file(SNAPSHOTS / name)),
+    )
+    out = {}
+    for probe in (driver, gpu):
+        for r in probe.collect(context):
+            out[r.key] = [r.status.value, r.value, r.reason]
+    return out
+
+
+def same_readings(a: dict[str, list[object]], b: dict[str, list[object]]) -> list[str]:
+    """Keys whose status or value differ, or that only one side has."""
+    return [k for k in sorted(a.keys() | b.keys()) if a.get(k, [None])[:2] != b.get(k, [None])[:2]]
+
+
+@pytest.mark.parametrize("binding", bindings())
+@pytest.mark.parametrize("name", ["demo-hgx-h100-healthy.toml", "demo-hgx-h100-faulty.toml"])
+def test_probes_on_the_current_driver_read_what_the_replay_reads(
+    libraries, tmp_path: Path, binding: str, name: str
+) -> None:
+    """Every reading through pynvml and the stand-in equals the Python replay's, but for
+    what the replay cannot know (the binding's version), and the few calls the oldest
+    binding lacks, which degrade to FunctionNotFound, each alone."""
+    log = tmp_path / "calls.log"
+    live = probe_through_standin(libraries["current"], recording(tmp_path, name), log, binding)
+    replay = probe_through_replay(name)
+    assert "UNRECORDED" not in log.read_text()
+    differ = [k for k in same_readings(live, replay) if not k.startswith("nvml.binding")]
+    differ = [k for k in differ if k != "nvml.driver_branch"]
+    if binding:  # 12.535.161 has no nvmlDeviceGetNumaNodeId
+        assert all(k.endswith(".numa_node") for k in differ), differ
+        assert "not in nvidia-ml-py 12.535.161" in live["gpu.0.numa_node"][2]
+        assert live["nvml.binding_version"][1] == "12.535.161"
+    else:
+        assert differ == []
+    assert live["gpu.0.fabric.state"][1] == "completed" and live["gpu.0.fabric.status"][1] == "ok"
+    assert live["gpu.0.fabric.health_flags"][1] == []
+    assert live["gpu.0.nvlink.17.speed"][1] == 26.562
+    assert live["gpu.0.temperature.tlimit_margin"][1] == 46
+    assert live["gpu.0.retired_pages.single_bit"][0] == "unsupported"
+    if "faulty" in name:
+        assert live["gpu.4.nvlink.3.speed"][1] == 13.281
+        assert live["gpu.7.health"][0] == "error" and "GpuIsLost" in live["gpu.7.health"][2]
+
+
+@pytest.mark.parametrize("binding", bindings())
+def test_an_older_driver_degrades_one_reading_per_missing_symbol(
+    libraries, tmp_path: Path, binding: str
+) -> None:
+    """The old generation lacks the _v3 process calls, the fabric V call, the clock event
+    reasons and the margin temperature: each of those readings falls back or says so."""
+    log = tmp_path / "calls.log"
+    live = probe_through_standin(libraries["old"], recording(tmp_path), log, binding)
+    calls = log.read_text()
+    # the older names answer: throttle reasons, fabric info without the health mask
+    assert live["gpu.0.throttle_reasons"][1] == ["GpuIdle"]
+    assert "nvmlDeviceGetCurrentClocksThrottleReasons gpu=0" in calls
+    assert live["gpu.0.fabric.state"][1] == "completed"
+    assert live["gpu.0.fabric.status"][1] == "ok" and "gpu.0.fabric.health_flags" not in live
+    margin = live["gpu.0.temperature.tlimit_margin"]
+    assert margin[0] == "unsupported" and "older driver" in margin[2]
+    processes = live["gpu.0.processes.compute"]
+    if binding:  # 12.535.161 calls _v3 itself and has no _v2 wrapper
+        assert processes[0] == "unsupported" and "older driver" in processes[2]
+    else:  # nvidia-ml-py 13 raises NVMLLibraryMismatchError; gpudiag falls back to _v2
+        assert processes[:2] == ["ok", []]
+        assert "nvmlDeviceGetComputeRunningProcesses_v2 gpu=0" in calls
+    # everything else still reads
+    assert live["gpu.0.name"][1] == "NVIDIA H100 80GB HBM3"
+    assert live["gpu.2.nvlink.5.state"][1] == "inactive"
+
+
+@pytest.mark.parametrize("binding", bindings())
+def test_process_lists_read_through_the_binding(libraries, tmp_path: Path, binding: str) -> None:
+    """pynvml hands back objects, not dicts; two processes in nvml.h's 24-byte layout."""
+    data = tomlcompat.loads((SNAPSHOTS / "demo-hgx-h100-healthy.toml").read_text())
+    data["devices"][0]["nvmlDeviceGetComputeRunningProcesses"] = [
+        {
+            "pid": 4242,
+            "usedGpuMemory": 2**30,
+            "gpuInstanceId": 0xFFFFFFFF,
+            "computeInstanceId": 0xFFFFFFFF,
+        },
+        {
+            "pid": 4343,
+            "usedGpuMemory": 2**31,
+            "gpuInstanceId": 0xFFFFFFFF,
+            "computeInstanceId": 0xFFFFFFFF,
+        },
+    ]
+    flat = tmp_path / "recording.flat"
+    flat.write_text(flatten(data))
+    live = probe_through_standin(libraries["current"], flat, tmp_path / "calls.log", binding)
+    assert live["gpu.0.processes.compute"][:2] == ["ok", [4242, 4343]]
+    assert live["gpu.1.processes.compute"][:2] == ["ok", []]

@@ -3,7 +3,6 @@ argument handling against a stand-in pynvml."""
 
 from __future__ import annotations
 
-import ctypes
 import subprocess
 import sys
 import types
@@ -143,16 +142,8 @@ def _fake_pynvml() -> types.ModuleType:
             raise _FakeNVMLError(15)  # GpuIsLost
         return {1: 1980}[kind]
 
-    class FabricInfo(ctypes.Structure):
-        _fields_ = (("state", ctypes.c_uint),)
-
-    def fabric(handle, struct):
-        struct.state = 3
-
     module.nvmlDeviceGetTopologyCommonAncestor = common_ancestor
     module.nvmlDeviceGetClockInfo = clock
-    module.nvmlDeviceGetGpuFabricInfo = fabric
-    module.c_nvmlGpuFabricInfo_t = FabricInfo
     return module
 
 
@@ -169,7 +160,6 @@ def test_real_backend_passes_handles_and_maps_errors(monkeypatch) -> None:
     with pytest.raises(NvmlError) as missing:
         nvml.call("nvmlDeviceGetSomethingNew", 0)
     assert missing.value.code == "FunctionNotFound"
-    assert nvml.call("nvmlDeviceGetGpuFabricInfo", 0) == {"state": 3}
     nvml.close()
 
 
