@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import NoReturn
 
-from gpudiag import __version__
+from gpudiag import __version__, capture
 from gpudiag.hostfs import HostFS
 from gpudiag.kernels.plans import DTYPE_NAMES, KERNELS, PLANS, KernelPlan
 from gpudiag.model import ProbeStatus, Snapshot
@@ -70,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--nvml-replay",
         metavar="FILE",
         help="answer NVML calls from a recorded replay file instead of the driver",
+    )
+    parser.add_argument(
+        "--replay",
+        metavar="CAPTURE",
+        help="probe a node recorded by 'gpudiag capture' as if it were this one",
     )
     parser.add_argument(
         "--rules",
@@ -185,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     lint = rules_commands.add_parser("lint", help="check rule files without running them")
     lint.add_argument("lint_files", metavar="FILE", nargs="+", type=Path)
     rules_commands.add_parser("profiles", help="the GPU-model profiles and their device ids")
+    capture.add_parser(commands)
     view = commands.add_parser("view", help="open a saved snapshot in the TUI (read-only)")
     view.add_argument("snapshot", metavar="SNAPSHOT")
     imports = commands.add_parser(
@@ -209,9 +215,14 @@ def _live_node(args: argparse.Namespace, argv: Sequence[str]) -> LiveNode:
         raise UsageError(f"--root {args.root}: no such directory")
     if args.timeout_scale <= 0:
         raise UsageError("--timeout-scale must be positive")
+    host, nvml = HostFS(root), None
+    if args.replay:
+        if args.root != "/" or args.nvml_replay:
+            raise UsageError("--replay holds the whole node: not with --root or --nvml-replay")
+        host, nvml, _ = capture.load(args.replay)
     return LiveNode(
-        host=HostFS(root),
-        nvml=open_nvml(args.nvml_replay),
+        host=host,
+        nvml=nvml or open_nvml(args.nvml_replay),
         probes=default_probes(),
         rules=load_rules(args.rules, site=True),
         command_line=("gpudiag", *argv),
@@ -459,12 +470,14 @@ def run(argv: Sequence[str]) -> int:
         return _run_kernels(args)
     if args.kernels and not args.export:
         raise UsageError("--kernels goes with --export (the TUI runs kernels on request: k)")
-    if args.kernels and (args.root != "/" or args.nvml_replay):
+    if args.kernels and (args.root != "/" or args.nvml_replay or args.replay):
         raise UsageError(
             "--kernels measures this machine: it cannot go with --root or --nvml-replay"
         )
     node = _live_node(args, argv)
     try:
+        if args.command == "capture":
+            return capture.run_capture(node, args)
         if args.export:
             return _export(node, args)
         return _tui(node)
@@ -477,7 +490,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         return run(argv)
-    except (UsageError, SnapshotError, ReplayError, RuleError) as exc:
+    except (UsageError, SnapshotError, ReplayError, RuleError, capture.CaptureError) as exc:
         print(f"gpudiag: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
     except KeyboardInterrupt:

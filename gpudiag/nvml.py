@@ -16,6 +16,8 @@ Replay file format, version 1 (TOML, or JSON when the name ends in .json)::
     version = 1
     description = "what node this is and where its values come from"
 
+    binding = "13.615.71"       # optional: the nvidia-ml-py version of a recorded node
+
     [init]                      # optional; `error` makes nvmlInit fail with that code
     error = "DriverNotLoaded"
 
@@ -303,13 +305,18 @@ class PynvmlBackend:
                 error.detail = "the driver's libnvidia-ml lacks it (an older driver)"
             raise error from None
 
-    def _binding(self) -> str:
-        from importlib import metadata
+    @property
+    def binding(self) -> str:
+        """The installed nvidia-ml-py's version, '' when it is not installed."""
+        from importlib import metadata  # 25 ms to import: only when asked, not at start
 
         try:
             return metadata.version("nvidia-ml-py")
         except metadata.PackageNotFoundError:
-            return "(version unknown)"
+            return ""
+
+    def _binding(self) -> str:
+        return self.binding or "(version unknown)"
 
     def _symbol(self, name: str) -> Any:
         """A C function of the loaded library (pynvml raises FunctionNotFound if absent)."""
@@ -405,12 +412,23 @@ class ReplayBackend:
             raise ReplayError(
                 f"{name}: replay version {data.get('version')!r} is not supported (1)"
             )
-        unknown = set(data) - {"format", "version", "description", "init", "system", "devices"}
+        unknown = set(data) - {
+            "format",
+            "version",
+            "description",
+            "binding",
+            "init",
+            "system",
+            "devices",
+        }
         if unknown:
             raise ReplayError(f"{name}: unknown top-level key(s) {', '.join(sorted(unknown))}")
         self.description = f"NVML replay {Path(name).name}: {data.get('description', '')}".rstrip(
             ": "
         )
+        binding = data.get("binding")
+        # the nvidia-ml-py version of the recorded node (a capture's); None: not recorded
+        self.binding: str | None = binding if isinstance(binding, str) else None
         self._init = data.get("init", {})
         self._system = data.get("system", {})
         self._devices = data.get("devices", [])

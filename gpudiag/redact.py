@@ -65,6 +65,12 @@ class Redactor:
             }
         return value
 
+    def capture(self, capture: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
+        """A capture (gpudiag/capture.py) with what its snapshot shows sensitive, and every
+        MAC, IP address and GPU UUID, replaced wherever it appears."""
+        self._learn(snapshot_to_dict(snapshot))
+        return self._walk(capture)
+
     def snapshot(self, snapshot: Snapshot) -> Snapshot:
         """The snapshot with every sensitive value replaced."""
         data = snapshot_to_dict(snapshot)

@@ -152,7 +152,8 @@ def test_binding_branch_and_real_backend_readings() -> None:
 
     assert driver.binding_branch("12.535.161") == 535
     assert driver.binding_branch("13.615.71") == 615
-    readings = {r.key: r for r in driver._binding(Nvml(PynvmlBackend()))}
+    backend = PynvmlBackend()
+    readings = {r.key: r for r in driver._binding(Nvml(backend), backend.binding)}
     assert readings["nvml.binding_version"].ok  # the nvidia-ml-py installed here
     assert isinstance(readings["nvml.binding_branch"].value, int)
     if ctypes.util.find_library("nvidia-ml") is None:
