@@ -82,6 +82,17 @@ ENCODERS: dict[str, Callable[[Any], list[Any]]] = {
     "nvmlDeviceGetGpuFabricInfo": _fabric,
     "nvmlDeviceGetGpuFabricInfoV": _fabric,
     "nvmlDeviceGetMarginTemperature": lambda m: [m["marginTemperature"]],
+    "gpudiagMigDevices": lambda ds: [
+        v
+        for d in ds
+        for v in (
+            d["index"],
+            d["uuid"],
+            d["gpu_instance"],
+            d["compute_instance"],
+            d["memory_total"],
+        )
+    ],
     "nvmlDeviceGetComputeRunningProcesses": _processes,
     "nvmlDeviceGetGraphicsRunningProcesses": _processes,
 }

@@ -231,3 +231,36 @@ def test_process_lists_read_through_the_binding(libraries, tmp_path: Path, bindi
     live = probe_through_standin(libraries["current"], flat, tmp_path / "calls.log", binding)
     assert live["gpu.0.processes.compute"][:2] == ["ok", [4242, 4343]]
     assert live["gpu.1.processes.compute"][:2] == ["ok", []]
+
+
+@pytest.mark.parametrize("binding", bindings())
+def test_mig_devices_read_through_the_binding(libraries, tmp_path: Path, binding: str) -> None:
+    """A GPU in MIG mode with MIG devices in slots 0 and 2 (slot 1 unused: NotFound)."""
+    data = tomlcompat.loads((SNAPSHOTS / "demo-hgx-h100-healthy.toml").read_text())
+    data["devices"][0]["nvmlDeviceGetMigMode"] = [1, 1]
+    data["devices"][0]["gpudiagMigDevices"] = [
+        {
+            "index": 0,
+            "uuid": "MIG-a",
+            "gpu_instance": 1,
+            "compute_instance": 0,
+            "memory_total": 9856 * 2**20,
+        },
+        {
+            "index": 2,
+            "uuid": "MIG-b",
+            "gpu_instance": 2,
+            "compute_instance": 0,
+            "memory_total": 19968 * 2**20,
+        },
+    ]
+    flat = tmp_path / "recording.flat"
+    flat.write_text(flatten(data))
+    log = tmp_path / "calls.log"
+    live = probe_through_standin(libraries["current"], flat, log, binding)
+    assert live["gpu.0.mig.instances"][:2] == [
+        "ok",
+        ["GI 1 / CI 0: 9856 MiB", "GI 2 / CI 0: 19968 MiB"],
+    ]
+    assert "SLOT nvmlDeviceGetMigDeviceHandleByIndex gpu=0 index=1 -> 6" in log.read_text()
+    assert "UNRECORDED" not in log.read_text()

@@ -320,7 +320,8 @@ static nvmlReturn_t lookup(const char *symbol, const char *function, nvmlDevice_
         code = NVML_ERROR_UNINITIALIZED;
         goto out;
     }
-    if (strncmp(function, "nvmlDevice", 10) == 0 && strcmp(function, "nvmlDeviceGetCount")) {
+    if ((strncmp(function, "nvmlDevice", 10) == 0 && strcmp(function, "nvmlDeviceGetCount")) ||
+        strncmp(function, "gpudiag", 7) == 0) {
         gpu = device_index(device);
         if (gpu < 0) {
             code = NVML_ERROR_INVALID_ARGUMENT;
@@ -444,7 +445,6 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
         return code ? code : copy_text(next_text(&a), text, length);                \
     }
 DEVICE_TEXT(nvmlDeviceGetName)
-DEVICE_TEXT(nvmlDeviceGetUUID)
 DEVICE_TEXT(nvmlDeviceGetSerial)
 DEVICE_TEXT(nvmlDeviceGetVbiosVersion)
 DEVICE_TEXT(nvmlDeviceGetInforomImageVersion)
@@ -587,9 +587,18 @@ nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned i
     return code;
 }
 
+static int mig_answer(nvmlDevice_t handle, answer_t *a);
+
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
     OUT(memory);
     answer_t a;
+    if (mig_answer(device, &a) == 0) { /* a MIG device: its memory, all free */
+        a.next += 3;
+        memory->total = next_u(&a);
+        memory->free = memory->total;
+        memory->used = 0;
+        return NVML_SUCCESS;
+    }
     nvmlReturn_t code = lookup(__func__, __func__, device, "-", &a);
     if (!code) {
         memory->total = next_u(&a);
@@ -761,6 +770,71 @@ PROCESSES(nvmlDeviceGetGraphicsRunningProcesses_v2, "nvmlDeviceGetGraphicsRunnin
 PROCESSES(nvmlDeviceGetComputeRunningProcesses_v3, "nvmlDeviceGetComputeRunningProcesses")
 PROCESSES(nvmlDeviceGetGraphicsRunningProcesses_v3, "nvmlDeviceGetGraphicsRunningProcesses")
 #endif
+
+/* ---- MIG devices: gpudiag's record "gpudiagMigDevices" holds, per MIG device, its slot,
+ * UUID, GPU instance, compute instance and memory ----------------------------------- */
+#define MIG_SLOTS 8
+static struct nvmlDevice_st mig_handles[MAX_GPUS][MIG_SLOTS];
+
+/* The record's values of a MIG handle's device (a->next at its UUID), or -1. */
+static int mig_answer(nvmlDevice_t handle, answer_t *a) {
+    uintptr_t p = (uintptr_t)handle, base = (uintptr_t)mig_handles;
+    if (p < base || p >= base + sizeof mig_handles || (p - base) % sizeof mig_handles[0][0])
+        return -1;
+    int flat = (int)((p - base) / sizeof mig_handles[0][0]);
+    int gpu = flat / MIG_SLOTS, slot = flat % MIG_SLOTS;
+    if (lookup("mig", "gpudiagMigDevices", &devices[gpu], "-", a)) return -1;
+    for (int i = 0; i + 4 < a->record->nvalues; i += 5)
+        if (atoi(a->record->values[i]) == slot) {
+            a->next = i + 1;
+            return 0;
+        }
+    return -1;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+    OUT(count);
+    answer_t a;
+    nvmlReturn_t code = lookup(__func__, "gpudiagMigDevices", device, "-", &a);
+    if (!code) *count = MIG_SLOTS;
+    return code;
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
+                                                 nvmlDevice_t *migDevice) {
+    OUT(migDevice);
+    answer_t a;
+    nvmlReturn_t code = lookup(__func__, "gpudiagMigDevices", device, "-", &a);
+    if (code) return code;
+    if (index >= MIG_SLOTS) return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i + 4 < a.record->nvalues; i += 5)
+        if ((unsigned)atoi(a.record->values[i]) == index) {
+            *migDevice = &mig_handles[device_index(device)][index];
+            return NVML_SUCCESS;
+        }
+    log_line("SLOT %s gpu=%d index=%u -> 6 (unused)", __func__, device_index(device), index);
+    return 6; /* NVML_ERROR_NOT_FOUND: an unused slot */
+}
+
+#define MIG_ID(symbol, skip)                                                  \
+    nvmlReturn_t symbol(nvmlDevice_t device, unsigned int *id) {              \
+        OUT(id);                                                              \
+        answer_t a;                                                           \
+        if (mig_answer(device, &a)) return NVML_ERROR_INVALID_ARGUMENT;       \
+        a.next += skip;                                                       \
+        *id = next_u(&a);                                                     \
+        return NVML_SUCCESS;                                                  \
+    }
+MIG_ID(nvmlDeviceGetGpuInstanceId, 1)
+MIG_ID(nvmlDeviceGetComputeInstanceId, 2)
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *text, unsigned int length) {
+    if (!check_out(__func__, text, length)) return NVML_ERROR_INVALID_ARGUMENT;
+    answer_t a;
+    if (mig_answer(device, &a) == 0) return copy_text(next_text(&a), text, length);
+    nvmlReturn_t code = lookup(__func__, __func__, device, "-", &a);
+    return code ? code : copy_text(next_text(&a), text, length);
+}
 
 /* ---- device pairs --------------------------------------------------------------------- */
 nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,
