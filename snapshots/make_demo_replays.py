@@ -6,7 +6,8 @@ Where the values come from:
 - Published H100 SXM5 facts: PCI device id 0x2330, PCIe Gen5 x16, 700 W default power
   limit, 18 NVLink 4 links per GPU at 26.562 GB/s each, all to the node's 4 NVSwitches.
 - The real H100 capture in ../shared/realdata/nvidia-smi-q (driver 590.48.01): name,
-  VBIOS, InfoROM image, board part number, 81559 MiB of memory, 131072 MiB of BAR1, clocks
+  VBIOS, InfoROM image, board part number, 81559 MiB of memory of which 479 MiB reserved by
+  the driver and none in use, 131072 MiB of BAR1 (1 MiB used), clocks
   (345 MHz SM idle, 1980 MHz SM maximum, 2619 MHz memory), 200-700 W power limit range,
   41 C at idle and 46 C below T.Limit, 'Idle' as the only clock event reason, fabric
   state Completed with status Success and no health flags, retired pages N/A
@@ -111,7 +112,13 @@ def healthy_gpu(index: int) -> dict[str, Any]:
         "nvmlDeviceGetVbiosVersion": "96.00.A5.00.01",
         "nvmlDeviceGetInforomImageVersion": "G520.0200.00.05",
         "nvmlDeviceGetBoardPartNumber": "692-2G520-0200-000",
-        "nvmlDeviceGetMemoryInfo": {"total": 81559 * MIB, "free": 81081 * MIB, "used": 0},
+        # nvidia-smi shows Used 0 MiB and Reserved 479 MiB; the v1 call gpudiag makes
+        # counts the driver's reservation as used
+        "nvmlDeviceGetMemoryInfo": {
+            "total": 81559 * MIB,
+            "free": (81559 - 479) * MIB,
+            "used": 479 * MIB,
+        },
         "nvmlDeviceGetBAR1MemoryInfo": {
             "bar1Total": 131072 * MIB,
             "bar1Free": 131071 * MIB,
