@@ -21,7 +21,10 @@ Capture file, JSON::
               "outputs": {name: <what the command gave>}},
      "samples": [{"seconds": 1.0, "nvml": {...}}]}
 
-This is its own file format with its own version, not a snapshot.
+This is its own file format with its own version, not a snapshot. Capturing has never
+run on a GPU node: it is tested through the real pynvml against the C stand-in
+libnvidia-ml (tests/nvml_standin/, not a GPU) on host trees. No `watch` command exists yet
+to replay the samples.
 """
 
 from __future__ import annotations
