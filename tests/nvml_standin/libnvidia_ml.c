@@ -276,13 +276,21 @@ static int check_out(const char *function, const void *pointer, size_t size) {
         return 0;
     }
     uintptr_t lo = 0, hi = 0, stack_lo = 0, stack_hi = 0;
-    int here = 0;
     int writable = in_writable_mapping((uintptr_t)pointer, size, &lo, &hi);
-    in_writable_mapping((uintptr_t)&here, sizeof here, &stack_lo, &stack_hi);
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) { /* this thread's own stack */
+        void *stack_addr;
+        size_t stack_size;
+        if (pthread_attr_getstack(&attr, &stack_addr, &stack_size) == 0) {
+            stack_lo = (uintptr_t)stack_addr;
+            stack_hi = stack_lo + stack_size;
+        }
+        pthread_attr_destroy(&attr);
+    }
     const char *why = NULL;
     if (!writable)
         why = "not inside a writable mapping";
-    else if (lo == stack_lo && hi == stack_hi)
+    else if ((uintptr_t)pointer >= stack_lo && (uintptr_t)pointer < stack_hi)
         why = "points into the calling thread's stack (a structure passed by value?)";
     if (why) {
         log_line("BADPOINTER %s: %p for %zu bytes %s", function, pointer, size, why);
