@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from gpudiag import __version__, inputs
+from gpudiag import __version__, capture, inputs
 from gpudiag.fleetcli import FLEET_COMMANDS, add_fleet_commands
 from gpudiag.formats import (
     FORMAT_NAMES,
@@ -109,6 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--nvml-replay",
         metavar="FILE",
         help="answer NVML calls from a recorded replay file instead of the driver",
+    )
+    parser.add_argument(
+        "--replay",
+        metavar="CAPTURE",
+        help="probe a node recorded by 'gpudiag capture' as if it were this one",
     )
     parser.add_argument(
         "--rules",
@@ -258,6 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     from gpudiag.watch_cli import add_parsers as add_watch_parsers
 
     add_watch_parsers(commands)  # watch and demo (gpudiag/watch_cli.py)
+    capture.add_parser(commands)
     view = commands.add_parser("view", help="open a saved snapshot in the TUI (read-only)")
     view.add_argument("snapshot", metavar="SNAPSHOT")
     imports = commands.add_parser(
@@ -290,9 +296,14 @@ def _live_node(args: argparse.Namespace, argv: Sequence[str]) -> LiveNode:
         raise UsageError(f"--root {args.root}: no such directory")
     if args.timeout_scale <= 0:
         raise UsageError("--timeout-scale must be positive")
+    host, nvml = HostFS(root), None
+    if args.replay:
+        if args.root != "/" or args.nvml_replay:
+            raise UsageError("--replay holds the whole node: not with --root or --nvml-replay")
+        host, nvml, _ = capture.load(args.replay)
     return LiveNode(
-        host=HostFS(root),
-        nvml=open_nvml(args.nvml_replay),
+        host=host,
+        nvml=nvml or open_nvml(args.nvml_replay),
         probes=default_probes(),
         rules=load_rules(args.rules, site=True),
         command_line=("gpudiag", *argv),
@@ -625,9 +636,11 @@ def run(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     inputs.set_limit(args.max_input)
     if getattr(args, "redact", False) and not (
-        args.command in ("import", "diff") or (args.command is None and args.export)
+        args.command in ("import", "diff", "capture") or (args.command is None and args.export)
     ):
-        raise UsageError("--redact goes with --export, import or diff (nothing else writes)")
+        raise UsageError(
+            "--redact goes with --export, import, diff or capture (nothing else writes)"
+        )
     if args.command == "view" and args.snapshot == "-":
         raise UsageError("view reads the keyboard on standard input: name a snapshot file")
     if args.command == "check":
@@ -656,12 +669,14 @@ def run(argv: Sequence[str]) -> int:
         raise UsageError("--until-confident takes positive seconds and goes with --kernels")
     if args.kernels and not args.export:
         raise UsageError("--kernels goes with --export (the TUI runs kernels on request: k)")
-    if args.kernels and (args.root != "/" or args.nvml_replay):
+    if args.kernels and (args.root != "/" or args.nvml_replay or args.replay):
         raise UsageError(
             "--kernels measures this machine: it cannot go with --root or --nvml-replay"
         )
     node = _live_node(args, argv)
     try:
+        if args.command == "capture":
+            return capture.run_capture(node, args, _redactor(args) if args.redact else None)
         if args.export:
             return _export(node, args)
         return _tui(node)
@@ -674,7 +689,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         return run(argv)
-    except (UsageError, SnapshotError, ReplayError, RuleError, inputs.InputError) as exc:
+    except (
+        UsageError,
+        SnapshotError,
+        ReplayError,
+        RuleError,
+        inputs.InputError,
+        capture.CaptureError,
+    ) as exc:
         print(f"gpudiag: {inputs.printable(str(exc))}", file=sys.stderr)
         return EXIT_UNKNOWN
     except KeyboardInterrupt:

@@ -16,6 +16,7 @@ import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from gpudiag.inputs import printable
 from gpudiag.model import Reading, ReadingStatus, Value
@@ -247,6 +248,12 @@ class HostFS:
     def exists(self, host_path: str) -> bool:
         """True when the path exists under the root (a dangling link counts as absent)."""
         return self.path(host_path).exists()
+
+    def output(self, name: str, produce: Callable[[], Any]) -> Any:
+        """What a command or device gives (`dmidecode -t 17`, the kernel log): `produce()`
+        on this host. The one seam a capture records and a replay answers; what
+        `produce` returns must be plain data (JSON)."""
+        return produce()
 
     def listdir(self, host_path: str) -> list[str]:
         """Entry names of a directory, sorted naturally; empty when absent or unreadable."""

@@ -16,6 +16,8 @@ Replay file format, version 1 (TOML, or JSON when the name ends in .json)::
     version = 1
     description = "what node this is and where its values come from"
 
+    binding = "13.615.71"       # optional: the nvidia-ml-py version of a recorded node
+
     [init]                      # optional; `error` makes nvmlInit fail with that code
     error = "DriverNotLoaded"
 
@@ -112,7 +114,7 @@ _HINTS = {
     ),
     "PynvmlMissing": "the pynvml module is missing: pip install nvidia-ml-py",
     "NoPermission": "NVML denied the call: run as root",
-    "FunctionNotFound": "the installed driver's NVML lacks this function (older driver)",
+    "FunctionNotFound": "this NVML function is not available",
     "Deprecated": "this driver no longer offers it",
     "GpuIsLost": "the GPU is lost: it fell off the bus or stopped answering; reset or reboot",
 }
@@ -169,20 +171,75 @@ def plain(value: Any) -> Any:
         return {name: plain(getattr(value, name)) for name, *_ in value._fields_}
     if isinstance(value, (ctypes.Array, list, tuple)):
         return [plain(v) for v in value]
+    if type(value).__name__ == "nvmlFriendlyObject":  # what pynvml's process lists hold
+        return {name: plain(v) for name, v in vars(value).items()}
     return value
+
+
+# nvml.h structures gpudiag passes itself (by pointer) where a binding's declaration is
+# wrong or missing: the 12.x bindings declare nvmlGpuFabricInfo_t with an 80-byte UUID
+# (nvml.h: 16), and the oldest admitted binding has no fabric V or margin temperature call.
+class GpuFabricInfo(ctypes.Structure):
+    """nvmlGpuFabricInfo_t (28 bytes)."""
+
+    _fields_ = (
+        ("clusterUuid", ctypes.c_ubyte * 16),
+        ("status", ctypes.c_int),
+        ("cliqueId", ctypes.c_uint),
+        ("state", ctypes.c_ubyte),
+    )
+
+
+class GpuFabricInfoV2(ctypes.Structure):
+    """nvmlGpuFabricInfo_v2_t (36 bytes), for nvmlDeviceGetGpuFabricInfoV."""
+
+    _fields_ = (
+        ("version", ctypes.c_uint),
+        ("clusterUuid", ctypes.c_ubyte * 16),
+        ("status", ctypes.c_int),
+        ("cliqueId", ctypes.c_uint),
+        ("state", ctypes.c_ubyte),
+        ("healthMask", ctypes.c_uint),
+    )
+
+
+class MarginTemperatureV1(ctypes.Structure):
+    """nvmlMarginTemperature_v1_t: the distance to the slowdown limit (T.Limit)."""
+
+    _fields_ = (("version", ctypes.c_uint), ("marginTemperature", ctypes.c_int))
+
+
+def struct_version(struct: type[ctypes.Structure], version: int) -> int:
+    """nvml.h's NVML_STRUCT_VERSION: the structure's size with the version in the top byte."""
+    return ctypes.sizeof(struct) | version << 24
+
+
+# gpudiag's own calls: C symbol, structure, version (0: none), pynvml-free
+OWN_STRUCT_CALLS: dict[str, tuple[type[ctypes.Structure], int]] = {
+    "nvmlDeviceGetGpuFabricInfo": (GpuFabricInfo, 0),
+    "nvmlDeviceGetGpuFabricInfoV": (GpuFabricInfoV2, 2),
+    "nvmlDeviceGetMarginTemperature": (MarginTemperatureV1, 1),
+}
+FIELD_VALUES = "nvmlDeviceGetFieldValues"
+# nvmlValueType_t -> the member of nvmlValue_t holding the value
+VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal"}
 
 
 # Calls whose first argument after the device is a second device (index -> handle).
 PEER_FUNCTIONS = frozenset({"nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetP2PStatus"})
-# Calls whose pynvml binding wants the caller's output structure (by pynvml class name).
-OUT_STRUCT_FUNCTIONS = {"nvmlDeviceGetGpuFabricInfo": "c_nvmlGpuFabricInfo_t"}
 # gpudiag's own composite call: the MIG devices of a GPU, each a table of plain values.
 MIG_DEVICES = "gpudiagMigDevices"
 
 
+class _NotInThisBinding(Exception):
+    """Stands for NVMLLibraryMismatchError where the binding has none (never raised)."""
+
+
 class PynvmlBackend:
-    """The real NVML, through pynvml. Not exercised on a GPU in CI: the tests run it on
-    a machine without the driver, where it must report LibraryNotFound as a status."""
+    """The real NVML, through pynvml. It has never run on a GPU: the tests run it through
+    the real pynvml against a C stand-in libnvidia-ml.so.1 (tests/nvml_standin/), which
+    proves the calls (signatures, pointers, layouts, missing symbols), not a GPU's answers;
+    and on a machine without the driver, where it must report LibraryNotFound as a status."""
 
     description = "NVML (pynvml)"
 
@@ -219,22 +276,75 @@ class PynvmlBackend:
             raise NvmlError("Uninitialized", function)
         if function == MIG_DEVICES and device is not None:
             return self._mig_devices(device)
-        func: Callable[..., Any] | None = getattr(pynvml, function, None)
-        if func is None:
-            raise NvmlError("FunctionNotFound", function, "not in this pynvml")
+        mismatch = getattr(pynvml, "NVMLLibraryMismatchError", None) or _NotInThisBinding
         try:
+            if device is not None and function in OWN_STRUCT_CALLS:
+                return self._own_struct_call(function, device)
+            if device is not None and function == FIELD_VALUES:
+                return self._field_value(device, *args)
+            func: Callable[..., Any] | None = getattr(pynvml, function, None)
+            if func is None:
+                raise NvmlError(
+                    "FunctionNotFound", function, f"not in nvidia-ml-py {self._binding()}"
+                )
             if device is None:
                 return plain(func(*args))
             call_args: list[Any] = [self._handle(device), *args]
             if function in PEER_FUNCTIONS:
                 call_args[1] = self._handle(args[0])
-            if function in OUT_STRUCT_FUNCTIONS:
-                struct = getattr(pynvml, OUT_STRUCT_FUNCTIONS[function])()
-                func(*call_args, struct)
-                return plain(struct)
             return plain(func(*call_args))
+        except mismatch as exc:  # nvidia-ml-py 13: the driver lacks the _vN it calls
+            raise NvmlError(
+                "FunctionNotFound",
+                function,
+                f"the driver's libnvidia-ml lacks the versioned call nvidia-ml-py "
+                f"{self._binding()} makes (an older driver): {exc}",
+            ) from None
         except pynvml.NVMLError as exc:
-            raise self._convert(exc, function) from None
+            error = self._convert(exc, function)
+            if error.code == "FunctionNotFound":
+                error.detail = "the driver's libnvidia-ml lacks it (an older driver)"
+            raise error from None
+
+    @property
+    def binding(self) -> str:
+        """The installed nvidia-ml-py's version, '' when it is not installed."""
+        from importlib import metadata  # 25 ms to import: only when asked, not at start
+
+        try:
+            return metadata.version("nvidia-ml-py")
+        except metadata.PackageNotFoundError:
+            return ""
+
+    def _binding(self) -> str:
+        return self.binding or "(version unknown)"
+
+    def _symbol(self, name: str) -> Any:
+        """A C function of the loaded library (pynvml raises FunctionNotFound if absent)."""
+        return self._pynvml._nvmlGetFunctionPointer(name)
+
+    def _check(self, code: int, function: str) -> None:
+        if code != 0:
+            raise NvmlError(NVML_ERROR_NAMES.get(code, f"Error{code}"), function)
+
+    def _own_struct_call(self, function: str, device: int) -> dict[str, Any]:
+        """Call FUNCTION(handle, &struct) with gpudiag's own nvml.h structure."""
+        struct_type, version = OWN_STRUCT_CALLS[function]
+        struct = struct_type()
+        if version:
+            struct.version = struct_version(struct_type, version)
+        func = self._symbol(function)
+        self._check(func(self._handle(device), ctypes.byref(struct)), function)
+        return {k: v for k, v in plain(struct).items() if k != "version"}
+
+    def _field_value(self, device: int, field_id: int, scope_id: int = 0) -> Any:
+        """One field value (nvmlDeviceGetFieldValues), by its type; its own return code
+        becomes the error."""
+        pynvml = self._pynvml
+        values = pynvml.nvmlDeviceGetFieldValues(self._handle(device), [(field_id, scope_id)])
+        value = values[0]
+        self._check(int(value.nvmlReturn), FIELD_VALUES)
+        return getattr(value.value, VALUE_MEMBERS.get(int(value.valueType), "ullVal"))
 
     def _mig_devices(self, device: int) -> list[dict[str, Any]]:
         """Every MIG device of a GPU: index, UUID, GPU and compute instance, memory."""
@@ -303,12 +413,23 @@ class ReplayBackend:
             raise ReplayError(
                 f"{name}: replay version {data.get('version')!r} is not supported (1)"
             )
-        unknown = set(data) - {"format", "version", "description", "init", "system", "devices"}
+        unknown = set(data) - {
+            "format",
+            "version",
+            "description",
+            "binding",
+            "init",
+            "system",
+            "devices",
+        }
         if unknown:
             raise ReplayError(f"{name}: unknown top-level key(s) {', '.join(sorted(unknown))}")
         self.description = f"NVML replay {Path(name).name}: {data.get('description', '')}".rstrip(
             ": "
         )
+        binding = data.get("binding")
+        # the nvidia-ml-py version of the recorded node (a capture's); None: not recorded
+        self.binding: str | None = binding if isinstance(binding, str) else None
         self._init = data.get("init", {})
         self._system = data.get("system", {})
         self._devices = data.get("devices", [])

@@ -42,21 +42,37 @@ IDENTIFYING_READINGS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 # Fields of a snapshot's plain form that gpudiag itself names: never redacted.
 UNTOUCHED_FIELDS = frozenset(
-    {"key", "source", "schema_version", "gpudiag_version", "created", "rule_id", "severity",
-     "status", "unit", "end"}
+    {
+        "key",
+        "source",
+        "schema_version",
+        "gpudiag_version",
+        "created",
+        "rule_id",
+        "severity",
+        "status",
+        "unit",
+        "end",
+    }
 )
 
 _HEX = "[0-9A-Fa-f]"
 # Identifying values found by their form, anywhere in a string: (pattern, kind).
 PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(rf"\b(?:GPU|MIG)-{_HEX}{{8}}(?:-{_HEX}{{4}}){{3}}-{_HEX}{{12}}\b"), "uuid"),
-    (re.compile(rf"(?<![0-9A-Za-z]){_HEX}{{8}}(?:-{_HEX}{{4}}){{3}}-{_HEX}{{12}}(?![0-9A-Za-z])"),
-     "uuid"),
+    (
+        re.compile(
+            rf"(?<![0-9A-Za-z]){_HEX}{{8}}(?:-{_HEX}{{4}}){{3}}-{_HEX}{{12}}(?![0-9A-Za-z])"
+        ),
+        "uuid",
+    ),
     (re.compile(rf"(?<![0-9A-Za-z:]){_HEX}{{2}}(?::{_HEX}{{2}}){{5,19}}(?![0-9A-Za-z:])"), "mac"),
     (re.compile(rf"(?<![0-9A-Za-z-]){_HEX}{{2}}(?:-{_HEX}{{2}}){{5,19}}(?![0-9A-Za-z-])"), "mac"),
     (re.compile(r"(?<![0-9A-Za-z.])(?:\d{1,3}\.){3}\d{1,3}(?![0-9A-Za-z]|\.\d)"), "ip"),
-    (re.compile(r"(?<![0-9A-Za-z:])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![0-9A-Za-z:])"),
-     "ip"),
+    (
+        re.compile(r"(?<![0-9A-Za-z:])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![0-9A-Za-z:])"),
+        "ip",
+    ),
 )
 # User names and ids in paths and cgroups: (pattern, kind); the pattern's one group is
 # the identifying part.
@@ -72,9 +88,20 @@ USER_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 NOT_VALUES = frozenset(
     v.lower()
     for v in (
-        "N/A", "None", "Not Specified", "Not Applicable", "To Be Filled By O.E.M.",
-        "Default string", "System Serial Number", "Chassis Serial Number", "0123456789",
-        "unknown", "imported", "localhost", "localhost.localdomain", "[Not Supported]",
+        "N/A",
+        "None",
+        "Not Specified",
+        "Not Applicable",
+        "To Be Filled By O.E.M.",
+        "Default string",
+        "System Serial Number",
+        "Chassis Serial Number",
+        "0123456789",
+        "unknown",
+        "imported",
+        "localhost",
+        "localhost.localdomain",
+        "[Not Supported]",
     )
 )
 _HOSTNAME_CHARS = "A-Za-z0-9-"
@@ -186,10 +213,14 @@ class Redactor:
         if isinstance(value, list):
             return [self._walk(v) for v in value]
         if isinstance(value, dict):
-            return {
-                k: (v if k in UNTOUCHED_FIELDS else self._walk(v)) for k, v in value.items()
-            }
+            return {k: (v if k in UNTOUCHED_FIELDS else self._walk(v)) for k, v in value.items()}
         return value
+
+    def capture(self, capture: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
+        """A capture (gpudiag/capture.py) with what its snapshot shows sensitive, and every
+        MAC, IP address and GPU UUID, replaced wherever it appears."""
+        self.learn(snapshot.host, [(r.key, r.value) for p in snapshot.probes for r in p.readings])
+        return self.plain(capture)
 
     def snapshot(self, snapshot: Snapshot) -> Snapshot:
         """The snapshot with every identifying value replaced."""

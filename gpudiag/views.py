@@ -230,6 +230,8 @@ def gpu_health(findings: Sequence[Finding]) -> dict[int, Severity]:
     `dcgmi diag` gives a verdict per GPU; a GPU without findings is absent."""
     worst: dict[int, Severity] = {}
     for finding in findings:
+        if finding.severity is Severity.NOT_APPLICABLE:
+            continue  # never counts against a GPU
         for gpu in {int(g) for g in _SUBJECT_GPU.findall(finding.subject)}:
             if gpu not in worst or finding.severity.rank > worst[gpu].rank:
                 worst[gpu] = finding.severity

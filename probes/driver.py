@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gpudiag.model import Reading, ReadingStatus
-from gpudiag.nvml import Nvml, NvmlError, PynvmlBackend, ReplayBackend
+from gpudiag.nvml import Nvml, NvmlError, ReplayBackend
 from gpudiag.probe import Cost, Probe, ProbeContext
 
 
@@ -31,8 +31,9 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     )
     yield nvml.reading("nvml.gpu_count", "nvmlDeviceGetCount", unit="GPUs")
     yield host_files_match(context)
-    if isinstance(nvml.backend, PynvmlBackend):  # a replay says nothing of this binding
-        yield from _binding(nvml)
+    binding = getattr(nvml.backend, "binding", None)
+    if binding is not None:  # a replay says nothing of the binding; a capture does
+        yield from _binding(nvml, binding)
 
 
 def host_files_match(context: ProbeContext) -> Reading:
@@ -52,12 +53,8 @@ def binding_branch(version: str) -> int:
     return int(version.split(".")[1])
 
 
-def _binding(nvml: Nvml) -> Iterator[Reading]:
-    from importlib import metadata  # 25 ms to import: only when the probe runs, not at start
-
-    try:
-        version = metadata.version("nvidia-ml-py")
-    except metadata.PackageNotFoundError:
+def _binding(nvml: Nvml, version: str) -> Iterator[Reading]:
+    if not version:
         yield Reading.failed(
             "nvml.binding_branch",
             ReadingStatus.MISSING,

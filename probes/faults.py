@@ -90,7 +90,18 @@ def _read_kmsg_device(path: str) -> str:
 
 
 def kernel_log(host: HostFS) -> tuple[str | None, str, ReadingStatus, str]:
-    """(text, source, status, reason) of the kernel log."""
+    """(text, source, status, reason) of the kernel log, through the host's output seam
+    (a capture records it)."""
+    text, source, status, reason = host.output("kernel log", lambda: _read_kernel_log(host))
+    return text, source, ReadingStatus(status), reason
+
+
+def _read_kernel_log(host: HostFS) -> tuple[str | None, str, str, str]:
+    text, source, status, reason = _kernel_log(host)
+    return text, source, status.value, reason
+
+
+def _kernel_log(host: HostFS) -> tuple[str | None, str, ReadingStatus, str]:
     path = host.path("/dev/kmsg")
     try:
         mode = os.stat(path).st_mode

@@ -5,7 +5,8 @@ CPU and NUMA affinity; then the topology between every pair of GPUs.
 Each NVML call is made once per GPU and its failure becomes the status of the readings
 that depend on it (NotSupported -> unsupported, NoPermission -> needs-root, GpuIsLost ->
 error). The same code runs on the real NVML and on a replay file. The real path has
-not run on a GPU in this project's CI: it is tested against recorded replays only.
+never run on a GPU: it is tested against recorded replays, and through the real pynvml
+against a C stand-in libnvidia-ml (tests/nvml_standin/), which is not a GPU.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudiag.model import Reading, ReadingStatus, Value
-from gpudiag.nvml import MIG_DEVICES, Nvml, NvmlError
+from gpudiag.nvml import MIG_DEVICES, NVML_ERROR_NAMES, Nvml, NvmlError
 from gpudiag.probe import Cost, Need, Probe, ProbeContext
 from gpudiag.textparse import format_cpulist
 
@@ -43,6 +44,15 @@ P2P_STATUS = {
 COMPUTE_MODES = {0: "default", 1: "exclusive-thread", 2: "prohibited", 3: "exclusive-process"}
 REMOTE_TYPES = {0: "gpu", 1: "ibmnpu", 2: "nvswitch"}
 FABRIC_STATES = {0: "not-supported", 1: "not-started", 2: "in-progress", 3: "completed"}
+# nvml.h's fabric health mask: 2-bit fields (0 not supported, 1 true, 2 false) by shift
+FABRIC_HEALTH_FLAGS = {
+    0: "degraded-bandwidth",
+    2: "route-recovery",
+    4: "route-unhealthy",
+    6: "access-timeout-recovery",
+}
+# nvmlDeviceGetFieldValues: NVML_FI_DEV_NVLINK_GET_SPEED (MBps), scoped by link
+FIELD_NVLINK_SPEED = 164
 THROTTLE_REASONS = (
     (0x1, "GpuIdle"),
     (0x2, "ApplicationsClocksSetting"),
@@ -89,6 +99,17 @@ def mig_instances(devices: list[dict[str, Any]]) -> list[str]:
         f"GI {d['gpu_instance']} / CI {d['compute_instance']}: {mib(d['memory_total'])} MiB"
         for d in sorted(devices, key=lambda d: d["index"])
     ]
+
+
+def fabric_health(mask: int) -> list[str]:
+    """The fabric health flags set in NVML's health mask."""
+    return [name for shift, name in FABRIC_HEALTH_FLAGS.items() if (int(mask) >> shift) & 3 == 1]
+
+
+def fabric_status(info: dict[str, Any]) -> str:
+    """The fabric's error status: 'ok', or NVML's name for the return code."""
+    code = int(info["status"])
+    return "ok" if code == 0 else NVML_ERROR_NAMES.get(code, f"Error{code}")
 
 
 def mib(value: int) -> int:
@@ -265,6 +286,13 @@ def _clocks_power_thermal(gpu: GpuCalls) -> Iterator[Reading]:
         convert=lambda c: watts(c[1]),
     )
     yield gpu.reading("temperature.gpu", "nvmlDeviceGetTemperature", TEMPERATURE_GPU, unit="C")
+    # newer drivers give the limits relative to T.Limit: the margin to it is what they read
+    yield gpu.reading(
+        "temperature.tlimit_margin",
+        "nvmlDeviceGetMarginTemperature",
+        unit="C",
+        convert=lambda m: int(m["marginTemperature"]),
+    )
     for name, threshold in (
         ("slowdown", THRESHOLD_SLOWDOWN),
         ("shutdown", THRESHOLD_SHUTDOWN),
@@ -293,21 +321,14 @@ def _pcie_and_use(gpu: GpuCalls) -> Iterator[Reading]:
         unit="%",
         convert=lambda u: int(u["memory"]),
     )
-    yield gpu.reading(
-        "processes.compute",
-        "nvmlDeviceGetComputeRunningProcesses",
-        convert=lambda ps: [int(p["pid"]) for p in ps],
-    )
-    yield gpu.reading(
-        "processes.graphics",
-        "nvmlDeviceGetGraphicsRunningProcesses",
-        convert=lambda ps: [int(p["pid"]) for p in ps],
-    )
-    yield gpu.reading(
-        "fabric.state",
-        "nvmlDeviceGetGpuFabricInfo",
-        convert=lambda f: FABRIC_STATES[int(f["state"])],
-    )
+    for kind, function in (
+        ("compute", "nvmlDeviceGetComputeRunningProcesses"),
+        ("graphics", "nvmlDeviceGetGraphicsRunningProcesses"),
+    ):
+        yield _with_fallback(
+            gpu, f"processes.{kind}", function, lambda ps: [int(p["pid"]) for p in ps]
+        )
+    yield from _fabric(gpu)
     yield gpu.reading(
         "cpu_affinity",
         "nvmlDeviceGetCpuAffinity",
@@ -315,6 +336,51 @@ def _pcie_and_use(gpu: GpuCalls) -> Iterator[Reading]:
         convert=lambda masks: format_cpulist(affinity_cpus(list(masks))),
     )
     yield gpu.reading("numa_node", "nvmlDeviceGetNumaNodeId")
+
+
+def _with_fallback(
+    gpu: GpuCalls, suffix: str, function: str, convert: Callable[[Any], Value]
+) -> Reading:
+    """A reading of FUNCTION, or of its _v2 where the driver or binding lacks it."""
+    reading = gpu.reading(suffix, function, convert=convert)
+    if not reading.ok and "FunctionNotFound" in reading.reason:
+        older = gpu.reading(suffix, f"{function}_v2", convert=convert)
+        if older.ok:
+            return older
+    return reading
+
+
+def _fabric(gpu: GpuCalls) -> Iterator[Reading]:
+    """Fabric state, status and health: nvmlDeviceGetGpuFabricInfoV (with the health
+    mask), or nvmlDeviceGetGpuFabricInfo where the driver lacks it."""
+    function = "nvmlDeviceGetGpuFabricInfoV"
+    state = gpu.reading("fabric.state", function, convert=lambda f: FABRIC_STATES[f["state"]])
+    if not state.ok and ("FunctionNotFound" in state.reason or "NotRecorded" in state.reason):
+        function = "nvmlDeviceGetGpuFabricInfo"
+        state = gpu.reading("fabric.state", function, convert=lambda f: FABRIC_STATES[f["state"]])
+    yield state
+    if state.ok and state.value == "completed":  # nvml.h: status is valid once completed
+        yield gpu.reading(
+            "fabric.status",
+            function,
+            convert=fabric_status,
+        )
+    if function.endswith("V"):
+        yield gpu.reading(
+            "fabric.health_flags", function, convert=lambda f: fabric_health(f["healthMask"])
+        )
+
+
+def _nvlink_speed(gpu: GpuCalls, link: int) -> Reading:
+    """A link's speed, read live (field NVML_FI_DEV_NVLINK_GET_SPEED), in GB/s."""
+    return gpu.reading(
+        f"nvlink.{link}.speed",
+        "nvmlDeviceGetFieldValues",
+        FIELD_NVLINK_SPEED,
+        link,
+        unit="GB/s",
+        convert=lambda mbps: int(mbps) / 1000,
+    )
 
 
 def nvlink_readings(gpu: GpuCalls) -> tuple[list[Reading], dict[int, str], int]:
@@ -360,7 +426,7 @@ def nvlink_readings(gpu: GpuCalls) -> tuple[list[Reading], dict[int, str], int]:
             link,
             convert=lambda t: REMOTE_TYPES[int(t)],
         )
-        readings += [remote, kind]
+        readings += [remote, kind, _nvlink_speed(gpu, link)]
         if kind.ok and kind.value == "nvswitch":
             to_switch += 1
         elif remote.ok and isinstance(remote.value, str):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Iterator
+from typing import Any
 
 from gpudiag.hostfs import FileText
 from gpudiag.model import Reading, ReadingStatus
@@ -84,37 +85,45 @@ def _dimms(context: ProbeContext) -> Iterator[Reading]:
     source = "command:dmidecode -t 17"
     reason = ""
     status = ReadingStatus.MISSING
-    binary = shutil.which("dmidecode")
     if not context.host.is_live:
         status, reason = ReadingStatus.UNSUPPORTED, "DIMMs are read with dmidecode on the live node"
     elif not context.host.is_root_user:
         status, reason = ReadingStatus.NEEDS_ROOT, "dmidecode reads the SMBIOS table as root"
-    elif binary is None:
-        reason = "dmidecode is not installed"
     if reason:
         for key in keys:
             yield Reading.failed(key, status, reason, source)
         return
-    try:
-        run = subprocess.run(
-            [binary, "-t", "17"],
-            capture_output=True,
-            text=True,
-            timeout=DMIDECODE_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    def dmidecode() -> dict[str, Any]:
+        binary = shutil.which("dmidecode")
+        if binary is None:
+            return {"missing": "dmidecode is not installed"}
+        try:
+            run = subprocess.run(
+                [binary, "-t", "17"],
+                capture_output=True,
+                text=True,
+                timeout=DMIDECODE_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return {"failed": str(exc)}
+        return {"returncode": run.returncode, "stdout": run.stdout, "stderr": run.stderr}
+
+    run = context.host.output("dmidecode -t 17", dmidecode)
+    if "missing" in run:
         for key in keys:
-            yield Reading.failed(key, ReadingStatus.ERROR, f"dmidecode failed: {exc}", source)
+            yield Reading.failed(key, ReadingStatus.MISSING, run["missing"], source)
         return
-    if run.returncode != 0:  # never zero DIMMs from a tool that failed
-        said = (run.stderr.strip().splitlines() or [f"exit status {run.returncode}"])[0]
+    if "failed" in run:
         for key in keys:
-            yield Reading.failed(key, ReadingStatus.ERROR, f"dmidecode failed: {said}", source)
+            yield Reading.failed(
+                key, ReadingStatus.ERROR, f"dmidecode failed: {run['failed']}", source
+            )
         return
-    devices = parse_dmidecode_memory(run.stdout)
-    if run.returncode != 0 or not devices:
-        detail = run.stderr.strip().splitlines()[-1] if run.stderr.strip() else "no memory devices"
+    devices = parse_dmidecode_memory(run["stdout"])
+    stderr = run["stderr"].strip()
+    if run["returncode"] != 0 or not devices:
+        detail = stderr.splitlines()[-1] if stderr else "no memory devices"
         for key in keys:
             yield Reading.failed(key, ReadingStatus.UNSUPPORTED, f"dmidecode: {detail}", source)
         return

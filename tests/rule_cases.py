@@ -102,6 +102,8 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
     "NVL006": one("nvlink.active", 17, 18),
     "NVL007": link("speed", 13.281, 26.562),
     "NVL008": one("fabric.state", "not-started", "completed"),
+    "NVL009": one("fabric.status", "Unknown", "ok"),
+    "NVL010": one("fabric.health_flags", ["degraded-bandwidth"], []),
     "PCIE001": pair("pcie.link_width", 8, 16, "pcie.max_link_width", 16),
     "PCIE002": one("pcie.max_link_width", 8, 16),
     "PCIE003": one("pcie.replay_counter", 14, 0),

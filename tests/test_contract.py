@@ -22,6 +22,7 @@ from gpudiag.coverage import LIVE_PROBE_KEYS
 from gpudiag.hostfs import HostFS
 from gpudiag.kernels.plans import KERNELS, KernelPlan
 from gpudiag.kernels.readings import kernel_readings
+from gpudiag.kernels.stats import summarize
 from gpudiag.model import KernelResult, ProbeStatus, Reading, ReadingStatus
 from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.nvsmi import FIELDS, import_text
@@ -92,9 +93,17 @@ def _kernel_keys() -> set[str]:
     for device, peer in (("gpu0", "gpu1"), ("gpu1", "gpu0"), ("cpu-numa0", ""), ("cpu-numa1", "")):
         for r in results:
             metric = re.sub(r"cpu-numa0$", peer, r.metric) if peer else r.metric
-            # every result as one that succeeded, so that the shares of the median exist
+            # every result as one that succeeded, with statistics (a kernel skipped here,
+            # such as FP16 GEMM on NumPy, has none), so that its derived readings exist
             labelled.append(
-                replace(r, device=device, metric=metric, status=ProbeStatus.OK, samples=(1.0,))
+                replace(
+                    r,
+                    device=device,
+                    metric=metric,
+                    status=ProbeStatus.OK,
+                    samples=(1.0, 1.0),
+                    stats=summarize((1.0, 1.0)),
+                )
             )
     # all-reduce drives every GPU of the node at once (it needs GPUs and NCCL to run)
     labelled.append(
@@ -115,7 +124,7 @@ def _binding_keys() -> set[str]:
     from gpudiag.probes import driver
 
     nvml = Nvml(ReplayBackend.from_file(DEMOS[0]))
-    return {r.key for r in driver._binding(nvml)}
+    return {r.key for r in driver._binding(nvml, "13.615.71")}
 
 
 def _template(key: str) -> re.Pattern[str]:

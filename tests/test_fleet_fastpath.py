@@ -112,9 +112,9 @@ def mutated(draw: st.DrawFn) -> bytes:
             elif action == "set":
                 target[draw(st.sampled_from(keys))] = _odd(draw)
             else:
-                target[draw(st.sampled_from(["colour", "value", "unit", "stats"]))] = draw(
-                    ODD_VALUES
-                )
+                # a fresh copy here too: the shared one, mutated in a later step, could come
+                # to hold itself, and every later example would recurse forever
+                target[draw(st.sampled_from(["colour", "value", "unit", "stats"]))] = _odd(draw)
         elif target:
             index = draw(st.integers(0, len(target) - 1))
             if draw(st.booleans()):

@@ -59,13 +59,14 @@ def test_nagios_on_the_faulty_node() -> None:
     assert result.returncode == 2, result.stderr
     first, *details = result.stdout.splitlines()
     assert NAGIOS_FIRST.match(first), first
-    # NVML seeing more GPUs than this tree's bus is GPU031, a warning (GPU002 is the other way)
-    assert first.startswith("CRITICAL - 2 critical, 7 warning, 17 unknown, 12 info,")
+    # NVML seeing more GPUs than this tree's bus is GPU031, a warning (GPU002 is the other
+    # way); GPU 4's NVLink 3 at half speed is NVL007, another
+    assert first.startswith("CRITICAL - 2 critical, 8 warning, 17 unknown, 12 info,")
     assert "action service: GPU001 GPU 7: GPU lost |" in first
-    assert "critical=2;;;0 warning=7;;;0 unknown=17;;;0 info=12;;;0" in first
+    assert "critical=2;;;0 warning=8;;;0 unknown=17;;;0 info=12;;;0" in first
     assert details[0].startswith("CRITICAL GPU001   GPU 7: GPU 7 does not answer NVML")
     assert details[0].endswith("[action: service]")
-    assert len(details) == 2 + 7 + 17 + 12
+    assert len(details) == 2 + 8 + 17 + 12
 
 
 @pytest.mark.parametrize(
@@ -118,7 +119,7 @@ def test_json_verdict() -> None:
     data = json.loads(result.stdout)
     assert data["status"] == "CRITICAL" and data["exit_code"] == 2
     assert data["action"] == "service"
-    assert data["counts"] == {"critical": 2, "warning": 7, "unknown": 17, "info": 12}
+    assert data["counts"] == {"critical": 2, "warning": 8, "unknown": 17, "info": 12}
     assert data["findings"][0]["action"] == "service"
     by_rule = {(f["rule_id"], f["subject"]): f["action"] for f in data["findings"]}
     assert by_rule[("GPU011", "GPU 1")] == "reset"

@@ -153,7 +153,8 @@ def test_binding_branch_and_real_backend_readings() -> None:
 
     assert driver.binding_branch("12.535.161") == 535
     assert driver.binding_branch("13.615.71") == 615
-    readings = {r.key: r for r in driver._binding(Nvml(PynvmlBackend()))}
+    backend = PynvmlBackend()
+    readings = {r.key: r for r in driver._binding(Nvml(backend), backend.binding)}
     # the nvidia-ml-py installed here, as its own metadata gives it
     installed = importlib.metadata.version("nvidia-ml-py")
     assert readings["nvml.binding_version"].value == installed

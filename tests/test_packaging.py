@@ -54,6 +54,8 @@ def test_wheel_holds_subpackages_and_rule_files(wheel: Path) -> None:
         "gpudiag/rules/node.toml",
         "gpudiag/snapshots/demo-hgx-h100-healthy.toml",  # gpudiag demo, for a pip user too
         "gpudiag/snapshots/demo-hgx-h100-faulty.toml",
+        "gpudiag/snapshots/demo-hgx-h100-healthy.capture.json",  # the whole node it opens
+        "gpudiag/snapshots/demo-hgx-h100-faulty.capture.json",
     ):
         assert expected in names
     top_level = {name.split("/")[0] for name in names}

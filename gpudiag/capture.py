@@ -1,0 +1,351 @@
+"""`gpudiag capture OUT`: a node, recorded, and `gpudiag --replay CAPTURE`: that node again.
+
+A capture records what the probes asked of the node, through its two seams and nothing
+else: every NVML call with its result or error (`RecordingBackend`, in the replay format
+of gpudiag/nvml.py), and every host file, directory listing, link, glob and command output
+(`RecordingHostFS`: dmidecode, the kernel log or journalctl). `--replay` answers the same
+questions from the file (`CapturedHostFS` and a `ReplayBackend`), so today's probes and
+rules judge the node as it was. `--samples N --interval S` adds N-1 more recordings of the
+GPU probe's NVML calls (the volatile readings) under `samples`; `--replay` probes the
+first. `--redact` applies the snapshot redaction to the capture.
+
+Capture file, JSON::
+
+    {"format": "gpudiag-capture", "version": 1, "created": "...", "gpudiag_version": "...",
+     "live": true, "root_user": true,
+     "nvml": {<an NVML replay: init, system, devices>},
+     "host": {"files": {"/proc/cpuinfo": {"text": "..."} | {"base64": "..."}
+                                       | {"status": "missing", "reason": "..."}},
+              "listdir": {path: [names]}, "glob": {pattern: [paths]},
+              "exists": {path: bool}, "realpath": {path: path | null},
+              "outputs": {name: <what the command gave>}},
+     "samples": [{"seconds": 1.0, "nvml": {...}}]}
+
+This is its own file format with its own version, not a snapshot. Capturing has never
+run on a GPU node: it is tested through the real pynvml against the C stand-in
+libnvidia-ml (tests/nvml_standin/, not a GPU) on host trees. No `watch` command exists yet
+to replay the samples.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any
+
+from gpudiag import __version__, inputs
+from gpudiag.atomic import write_atomic
+from gpudiag.hostfs import FileText, HostFS, source_name
+from gpudiag.model import ReadingStatus
+from gpudiag.nvml import Nvml, NvmlBackend, NvmlError, ReplayBackend, ReplayError
+
+FORMAT = "gpudiag-capture"
+VERSION = 1
+MAX_CAPTURE_BYTES = 512 * 2**20
+
+
+class CaptureError(Exception):
+    """A capture file that cannot be used; str() is the one-line message."""
+
+
+class RecordingBackend:
+    """An NVML backend that records every call's result or error, in the replay format."""
+
+    def __init__(self, backend: NvmlBackend) -> None:
+        self.backend = backend
+        self.description = backend.description
+        self._lock = threading.Lock()
+        self.replay: dict[str, Any] = {"system": {}, "devices": []}
+        binding = getattr(backend, "binding", None)
+        if binding is not None:
+            self.replay["binding"] = binding
+
+    @property
+    def binding(self) -> str | None:
+        """The recorded backend's nvidia-ml-py version (None for a replay)."""
+        return self.replay.get("binding")
+
+    def init(self) -> None:
+        try:
+            self.backend.init()
+        except NvmlError as exc:
+            self.replay["init"] = _error(exc)
+            raise
+
+    def shutdown(self) -> None:
+        self.backend.shutdown()
+
+    def call(self, function: str, device: int | None, *args: int) -> Any:
+        try:
+            result: Any = self.backend.call(function, device, *args)
+            self._record(function, device, args, result)
+            return result
+        except NvmlError as exc:
+            self._record(function, device, args, _error(exc))
+            raise
+
+    def _record(self, function: str, device: int | None, args: tuple[int, ...], value: Any) -> None:
+        with self._lock:
+            if device is None:
+                table = self.replay["system"]
+            else:
+                devices = self.replay["devices"]
+                while len(devices) <= device:
+                    devices.append({})
+                table = devices[device]
+            if args:
+                calls = table.setdefault(function, {})
+                if isinstance(calls, dict) and "error" not in calls:
+                    calls[",".join(str(a) for a in args)] = value
+            else:
+                table[function] = value
+
+
+def _error(exc: NvmlError) -> dict[str, str]:
+    return {"error": exc.code, **({"detail": exc.detail} if exc.detail else {})}
+
+
+class RecordingHostFS(HostFS):
+    """The host as it is, every answer recorded."""
+
+    def __init__(self, host: HostFS) -> None:
+        super().__init__(host.root, host.is_root_user)
+        self.record: dict[str, dict[str, Any]] = {
+            "files": {},
+            "listdir": {},
+            "glob": {},
+            "exists": {},
+            "realpath": {},
+            "outputs": {},
+        }
+
+    def read(self, host_path: str, max_bytes: int = 4 * 1024 * 1024) -> FileText:
+        result = super().read(host_path, max_bytes)
+        entry: dict[str, Any]
+        if result.data is not None:
+            try:
+                entry = {"text": result.data.decode("utf-8")}
+            except UnicodeDecodeError:
+                entry = {"base64": base64.b64encode(result.data).decode("ascii")}
+        else:
+            entry = {"status": result.status.value, "reason": result.reason}
+        self.record["files"][host_path] = entry
+        return result
+
+    def listdir(self, host_path: str) -> list[str]:
+        names = super().listdir(host_path)
+        self.record["listdir"][host_path] = names
+        return names
+
+    def glob(self, host_pattern: str) -> list[str]:
+        paths = super().glob(host_pattern)
+        self.record["glob"][host_pattern] = paths
+        return paths
+
+    def exists(self, host_path: str) -> bool:
+        found = super().exists(host_path)
+        self.record["exists"][host_path] = found
+        return found
+
+    def realpath(self, host_path: str) -> str | None:
+        real = super().realpath(host_path)
+        self.record["realpath"][host_path] = real
+        return real
+
+    def output(self, name: str, produce: Callable[[], Any]) -> Any:
+        value = json.loads(json.dumps(produce()))  # plain data, as a replay gives it back
+        self.record["outputs"][name] = value
+        return value
+
+
+class CapturedHostFS(HostFS):
+    """A recorded host: every answer from the capture; what it did not record is absent."""
+
+    def __init__(self, record: dict[str, Any], live: bool, root_user: bool) -> None:
+        super().__init__("/", root_user)
+        self.is_live = live
+        self.record = record
+
+    def read(self, host_path: str, max_bytes: int = 4 * 1024 * 1024) -> FileText:
+        source = source_name(host_path)
+        entry = self.record["files"].get(host_path)
+        if entry is None:
+            return FileText(
+                host_path, source, None, ReadingStatus.MISSING, f"{host_path} not in the capture"
+            )
+        if "status" in entry:
+            return FileText(
+                host_path, source, None, ReadingStatus(entry["status"]), entry["reason"]
+            )
+        if "base64" in entry:
+            data = base64.b64decode(entry["base64"])
+        else:
+            data = entry["text"].encode("utf-8")
+        data = data[:max_bytes]
+        return FileText(host_path, source, data.decode("utf-8", errors="replace"), data=data)
+
+    def listdir(self, host_path: str) -> list[str]:
+        return list(self.record["listdir"].get(host_path, []))
+
+    def glob(self, host_pattern: str) -> list[str]:
+        return list(self.record["glob"].get(host_pattern, []))
+
+    def exists(self, host_path: str) -> bool:
+        return bool(self.record["exists"].get(host_path, False))
+
+    def realpath(self, host_path: str) -> str | None:
+        return self.record["realpath"].get(host_path)
+
+    def path(self, host_path: str) -> Path:
+        raise ValueError(f"a capture holds no files on disk ({host_path})")
+
+    def output(self, name: str, produce: Callable[[], Any]) -> Any:
+        if name not in self.record["outputs"]:
+            raise ValueError(f"{name!r} was not recorded in the capture")
+        return self.record["outputs"][name]
+
+
+def replay_data(nvml: dict[str, Any], description: str) -> dict[str, Any]:
+    """A recorded NVML section as a complete replay."""
+    return {"format": "gpudiag-nvml-replay", "version": 1, "description": description, **nvml}
+
+
+def record(
+    host: HostFS,
+    nvml: Nvml,
+    run: Callable[[HostFS, Nvml], Any],
+    samples: int = 1,
+    interval: float = 1.0,
+    sample: Callable[[Nvml], None] | None = None,
+) -> tuple[dict[str, Any], Any]:
+    """Record the node while `run(host, nvml)` probes it (its result is returned beside the
+    capture), then `samples - 1` more NVML recordings by `sample(nvml)`, `interval` apart."""
+    recording_host = RecordingHostFS(host)
+    recorder = RecordingBackend(nvml.backend)
+    result = run(recording_host, Nvml(recorder))
+    capture: dict[str, Any] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "gpudiag_version": __version__,
+        "live": host.is_live,
+        "root_user": host.is_root_user,
+        "nvml": recorder.replay,
+        "host": recording_host.record,
+        "samples": [],
+    }
+    started = time.monotonic()
+    for _ in range(samples - 1):
+        time.sleep(interval)
+        again = RecordingBackend(nvml.backend)
+        if sample is not None:
+            sample(Nvml(again))
+        capture["samples"].append(
+            {"seconds": round(time.monotonic() - started, 3), "nvml": again.replay}
+        )
+    return capture, result
+
+
+def save(capture: dict[str, Any], path: Path) -> None:
+    """Write the capture atomically (JSON)."""
+
+    def write(stream: IO[str]) -> None:
+        json.dump(capture, stream, separators=(",", ":"))
+
+    write_atomic(path, write)
+
+
+def load(path: str | Path) -> tuple[CapturedHostFS, Nvml, dict[str, Any]]:
+    """The host and NVML of a capture file; raises CaptureError with a one-line reason."""
+    name = str(path)
+    # the one bounded reader: a regular file only (a FIFO or /dev/zero is refused, never
+    # read until memory runs out), at most --max-input or MAX_CAPTURE_BYTES
+    try:
+        text = inputs.read_text(
+            path, "a gpudiag capture", max_bytes=max(MAX_CAPTURE_BYTES, inputs.limit())
+        )
+        data = inputs.parse_data(text, name, as_json=True)
+    except inputs.InputError as exc:
+        raise CaptureError(str(exc)) from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise CaptureError(f"{name}: not a gpudiag capture (format must be '{FORMAT}')")
+    if data.get("version") != VERSION:
+        raise CaptureError(f"{name}: capture version {data.get('version')!r} is not supported")
+    host = data.get("host")
+    keys = ("files", "listdir", "glob", "exists", "realpath", "outputs")
+    if not isinstance(host, dict) or not all(isinstance(host.get(k), dict) for k in keys):
+        raise CaptureError(f"{name}: the capture's host section is damaged")
+    if not isinstance(data.get("nvml"), dict):
+        raise CaptureError(f"{name}: the capture has no nvml section")
+    try:
+        backend = ReplayBackend(
+            replay_data(data["nvml"], f"captured {data.get('created', '')}"), name
+        )
+    except ReplayError as exc:
+        raise CaptureError(str(exc)) from None
+    hostfs = CapturedHostFS(host, bool(data.get("live")), bool(data.get("root_user")))
+    return hostfs, Nvml(backend), data
+
+
+def add_parser(commands: Any) -> None:
+    """The `capture` subcommand's arguments (registered by gpudiag/cli.py)."""
+    parser = commands.add_parser(
+        "capture",
+        help="record this node (every NVML call, host file and command output the probes"
+        " use) into one file that --replay probes later",
+    )
+    parser.add_argument("out", metavar="OUT", help="the capture file to write (JSON)")
+    parser.add_argument(
+        "--samples", type=int, default=1, metavar="N", help="record the GPUs' NVML N times"
+    )
+    parser.add_argument(
+        "--interval", type=float, default=1.0, metavar="S", help="seconds between samples"
+    )
+
+
+def run_capture(node: Any, args: Any, redactor: Any = None) -> int:
+    """`gpudiag capture OUT`: probe the node while recording it, then write the capture,
+    redacted by `redactor` (gpudiag.redact.Redactor) where given."""
+    from dataclasses import replace
+
+    from gpudiag.probe import ProbeContext
+    from gpudiag.probes import gpu
+    from gpudiag.snapshot import target_problem
+
+    target = Path(args.out)
+    if problem := target_problem(target):
+        raise CaptureError(f"capture {args.out}: {problem}")
+    if target.exists() and not target.is_file():
+        raise CaptureError(f"capture {args.out}: not a regular file")
+    if not 1 <= args.samples <= 3600:
+        raise CaptureError("--samples must be between 1 and 3600")
+    if not 0 < args.interval <= 3600:
+        raise CaptureError("--interval must be between 0 and 3600 seconds")
+
+    def probe(host: HostFS, nvml: Nvml) -> Any:
+        return replace(node, host=host, nvml=nvml).snapshot()
+
+    def sample(nvml: Nvml) -> None:
+        for _ in gpu.collect(ProbeContext(host=node.host, nvml=nvml)):
+            pass
+
+    capture, snapshot = record(node.host, node.nvml, probe, args.samples, args.interval, sample)
+    if redactor is not None:
+        capture = redactor.capture(capture, snapshot)
+    try:
+        save(capture, target)
+    except OSError as exc:
+        raise CaptureError(f"capture {args.out}: cannot write: {exc.strerror or exc}") from None
+    host = capture["host"]
+    calls = sum(len(d) for d in capture["nvml"]["devices"]) + len(capture["nvml"]["system"])
+    print(
+        f"wrote {args.out}: {calls} NVML calls of {len(capture['nvml']['devices'])} GPUs, "
+        f"{len(host['files'])} host files, {len(host['outputs'])} command outputs, "
+        f"{args.samples} sample{'s' if args.samples > 1 else ''}"
+    )
+    return 0
