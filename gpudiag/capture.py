@@ -3,11 +3,12 @@
 A capture records what the probes asked of the node, through its two seams and nothing
 else: every NVML call with its result or error (`RecordingBackend`, in the replay format
 of gpudiag/nvml.py), and every host file, directory listing, link, glob and command output
-(`RecordingHostFS`: dmidecode, the kernel log or journalctl). `--replay` answers the same
-questions from the file (`CapturedHostFS` and a `ReplayBackend`), so today's probes and
-rules judge the node as it was. `--samples N --interval S` adds N-1 more recordings of the
-GPU probe's NVML calls (the volatile readings) under `samples`; `--replay` probes the
-first. `--redact` applies the snapshot redaction to the capture.
+(`RecordingHostFS`: dmidecode, the kernel log or journalctl, py-cpuinfo on an Arm node).
+`--replay` answers the same questions from the file (`CapturedHostFS` and a
+`ReplayBackend`), so today's probes and rules judge the node as it was.
+`--samples N --interval S` adds N-1 more recordings of the GPU probe's NVML calls (the
+volatile readings) under `samples`; `--replay` probes the first. `--redact` applies the
+snapshot redaction to the capture.
 
 Capture file, JSON::
 
