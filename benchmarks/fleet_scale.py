@@ -18,7 +18,9 @@ is the largest sum of the resident sizes of the process and its children (the re
 workers), sampled every 20 ms. Targets (issue 19) on a 2-core machine: 10,000 8-GPU
 snapshots in under 30 s and 4 GB, 1,000 in under 5 s. The reading floor is also printed:
 msgspec parsing alone (untyped), measured on the first 200 files and scaled to all of them,
-on one core.
+on one core. Then the fleet is written by `--parquet` (not timed) and `gpudiag fleet
+FILE.parquet` times reading it back: the file's size, the time and peak memory, and whether
+its report is the same as from the JSON files.
 """
 
 from __future__ import annotations
@@ -191,6 +193,28 @@ def run(nodes: int, gpus: int) -> dict[str, Any]:
             [sys.executable, "-m", "gpudiag", "fleet", str(directory), "--format", "json"]
         )
         ref_s, ref_peak, ref_out = measure([sys.executable, "-c", REFERENCE, str(directory)])
+        # the same fleet written by --parquet (not timed), then read back by itself
+        parquet = directory.parent / f"{directory.name}.parquet"
+        try:
+            measure(
+                [
+                    sys.executable,
+                    "-m",
+                    "gpudiag",
+                    "fleet",
+                    str(directory),
+                    "--format",
+                    "json",
+                    "--parquet",
+                    str(parquet),
+                ]
+            )
+            pq_size = parquet.stat().st_size
+            pq_s, pq_peak, pq_report = measure(
+                [sys.executable, "-m", "gpudiag", "fleet", str(parquet), "--format", "json"]
+            )
+        finally:
+            parquet.unlink(missing_ok=True)
     return {
         "nodes": nodes,
         "gpus": gpus,
@@ -202,6 +226,10 @@ def run(nodes: int, gpus: int) -> dict[str, Any]:
         "ref_s": ref_s,
         "ref_mb": ref_peak / 2**20,
         "ref_groups": int(ref_out.split()[0]),
+        "pq_mb": pq_size / 1e6,
+        "pq_s": pq_s,
+        "pq_peak_mb": pq_peak / 2**20,
+        "pq_same": msgspec.json.decode(pq_report) == msgspec.json.decode(report),
     }
 
 
@@ -223,14 +251,17 @@ def main() -> None:
     print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {os.cpu_count()} CPUs")
     print(
         f"{'nodes':>6} {'GPUs':>4} {'JSON GB':>7} {'parse floor s':>13} {'gpudiag s':>9} "
-        f"{'peak MB':>8} {'json.load s':>11} {'peak MB':>8} groups"
+        f"{'peak MB':>8} {'json.load s':>11} {'peak MB':>8} groups           "
+        f"{'Parquet MB':>10} {'from Parquet s':>14} {'peak MB':>8} report"
     )
     for nodes, gpus in cases:
         r = run(nodes, gpus)
         print(
             f"{r['nodes']:>6} {r['gpus']:>4} {r['gb']:>7.2f} {r['floor']:>13.1f} "
             f"{r['fleet_s']:>9.1f} {r['fleet_mb']:>8.0f} {r['ref_s']:>11.1f} {r['ref_mb']:>8.0f} "
-            f"{r['groups']} (reference {r['ref_groups']})",
+            f"{r['groups']} (reference {r['ref_groups']})  {r['pq_mb']:>10.2f} "
+            f"{r['pq_s']:>14.1f} {r['pq_peak_mb']:>8.0f} "
+            + ("same" if r["pq_same"] else "DIFFERENT"),
             flush=True,
         )
     load = os.getloadavg()

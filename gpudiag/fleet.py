@@ -324,10 +324,14 @@ class TableNames:
     units: dict[int, str] = field(default_factory=dict)  # reading id -> unit
 
 
+NO_SLOT = 2**32 - 1  # a kernel figure's slot: it is not one of the node's numbers
+
+
 def numeric_table(fleet: _Fleet, names: TableNames) -> pl.DataFrame:
     """The long table of every numeric reading and kernel figure of the latest runs:
-    node_id, reading_id (template), device_id, value, model_id, config (group); the ids
-    are numbers in `names` (and node_id an index into fleet.current)."""
+    node_id, reading_id (template), device_id, value, model_id, config (group), slot (the
+    index in the node's numbers, NO_SLOT for a kernel figure); the ids are numbers in
+    `names` (and node_id an index into fleet.current)."""
     loaded = fleet.loaded
     model_of = np.asarray(
         [names.models.id(fleet.model(run.config)) for run in fleet.current], dtype=np.uint32
@@ -336,7 +340,7 @@ def numeric_table(fleet: _Fleet, names: TableNames) -> pl.DataFrame:
     by_layout: dict[int, list[int]] = defaultdict(list)
     for i, run in enumerate(fleet.current):
         by_layout[run.layout].append(i)
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     for layout_id, members in by_layout.items():
         layout = loaded.layouts[layout_id]
         if not layout.numeric:
@@ -355,6 +359,7 @@ def numeric_table(fleet: _Fleet, names: TableNames) -> pl.DataFrame:
                 np.tile(np.asarray(reading_ids, dtype=np.uint32), count),
                 np.tile(np.asarray(device_ids, dtype=np.uint32), count),
                 matrix.ravel(),
+                np.tile(np.arange(width, dtype=np.uint32), count),
             )
         )
     kernel_rows: tuple[list[int], list[int], list[int], list[float]] = ([], [], [], [])
@@ -376,9 +381,12 @@ def numeric_table(fleet: _Fleet, names: TableNames) -> pl.DataFrame:
             np.asarray(kernel_rows[1], dtype=np.uint32),
             np.asarray(kernel_rows[2], dtype=np.uint32),
             np.asarray(kernel_rows[3], dtype=np.float64),
+            np.full(len(kernel_rows[0]), NO_SLOT, dtype=np.uint32),
         )
     )
-    node_id, reading_id, device_id, value = (np.concatenate(c) for c in zip(*parts, strict=True))
+    node_id, reading_id, device_id, value, slot = (
+        np.concatenate(c) for c in zip(*parts, strict=True)
+    )
     keep = ~np.isnan(value)
     node_id = node_id[keep]
     return pl.DataFrame(
@@ -389,6 +397,7 @@ def numeric_table(fleet: _Fleet, names: TableNames) -> pl.DataFrame:
             "value": value[keep],
             "model_id": model_of[node_id],
             "config": config_of[node_id],
+            "slot": slot[keep],
         }
     )
 
@@ -842,11 +851,14 @@ def report_json(report: FleetReport) -> dict[str, Any]:
     }
 
 
-def write_parquet(report: FleetReport, path: str) -> None:
-    """The numeric table (node, model, config group, reading, device, unit, value) as
-    Parquet, written to a temporary file and renamed."""
+def write_parquet(report: FleetReport, path: str, loaded: LoadedFleet) -> None:
+    """The numeric table (node, model, config group, reading, device, unit, value, slot)
+    as Parquet, with the rest of the loaded fleet in its metadata so that `gpudiag fleet
+    FILE` reads it back (fleetparquet.py); written to a temporary file and renamed."""
     import os
     import tempfile
+
+    from gpudiag.fleetparquet import METADATA_KEY, encode_fleet
 
     assert report.table is not None
     target = os.path.abspath(path)
@@ -872,8 +884,13 @@ def write_parquet(report: FleetReport, path: str) -> None:
             (units, "reading_id"),
         ):
             table = table.join(frame, on=key, how="left")
-        columns = ["node", "model", "config", "reading", "device", "unit", "value"]
-        table.select(columns).write_parquet(temporary)
+        table = table.with_columns(
+            pl.when(pl.col("slot") != NO_SLOT).then(pl.col("slot")).alias("slot")
+        )
+        columns = ["node", "model", "config", "reading", "device", "unit", "value", "slot"]
+        table.select(columns).write_parquet(
+            temporary, metadata={METADATA_KEY: encode_fleet(loaded)}
+        )
         os.replace(temporary, target)
     except BaseException:
         os.unlink(temporary)

@@ -3,7 +3,8 @@
     gpudiag fleet PATH... [--format text|markdown|json] [--threshold Z] [--parquet FILE]
     gpudiag baseline PATH... -o FILE.toml [--quantile Q] [--margin M]
 
-PATH: snapshot files (TOML or JSON) or folders of them. Unreadable files are named on
+PATH: snapshot files (TOML or JSON) or folders of them, or (fleet) a FILE.parquet that
+`fleet --parquet` wrote, alone or with more snapshots. Unreadable files are named on
 stderr and skipped. fleet exits 0 when nothing is odd, 1 when something is, 3 when
 nothing is odd but some input was bad; baseline 0, or 3 when nothing could be read or
 the file cannot be written. Polars is imported only when these commands run.
@@ -26,7 +27,12 @@ def add_fleet_commands(commands: Any) -> None:
     fleet = commands.add_parser(
         "fleet", help="what is odd across many nodes' snapshots, and why the slow ones are slow"
     )
-    fleet.add_argument("paths", metavar="PATH", nargs="+", help="snapshot files or folders")
+    fleet.add_argument(
+        "paths",
+        metavar="PATH",
+        nargs="+",
+        help="snapshot files or folders, or a fleet written by --parquet",
+    )
     fleet.add_argument(
         "--format",
         choices=("text", "markdown", "json"),
@@ -108,7 +114,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     report = analyse(loaded, args.threshold)
     if args.parquet:
         try:
-            write_parquet(report, args.parquet)
+            write_parquet(report, args.parquet, loaded)
         except OSError as exc:
             return _fail(f"--parquet {args.parquet}: cannot write: {exc.strerror or exc}")
     if args.format is None and sys.stdout.isatty() and sys.stdin.isatty():

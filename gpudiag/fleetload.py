@@ -59,6 +59,7 @@ from gpudiag.snapshot import SnapshotError, load, snapshot_from_dict
 
 MAX_FILE_BYTES = 256 * 2**20
 SNAPSHOT_SUFFIXES = (".json", ".toml")
+PARQUET_SUFFIX = ".parquet"  # a fleet written by `gpudiag fleet --parquet`; named, not found
 _PEER = re.compile(r"^(to|bidir|latency)\.gpu(\d+)$")
 _PEER_KEYS = {"to": "copy_gbs", "bidir": "copy_bidir_gbs", "latency": "copy_latency_us"}
 PARALLEL_FROM = 64  # files; fewer are read in this process
@@ -122,7 +123,9 @@ class LoadedFleet:
 
 def snapshot_paths(paths: Iterable[str | Path]) -> tuple[list[Path], list[str]]:
     """The snapshot files named, folders expanded to the *.json and *.toml files below
-    them (sorted); and the paths that are neither (as 'path: reason')."""
+    them (sorted); and the paths that are neither (as 'path: reason'). A *.parquet file
+    (a fleet written by --parquet) is read where named, never found in a folder: one
+    written beside the snapshots it came from would count them twice."""
     found: list[Path] = []
     bad: list[str] = []
     for raw in paths:
@@ -511,6 +514,8 @@ def load_fleet(paths: Iterable[str | Path], workers: int | None = None) -> Loade
             fleet.runs.append(run)
         fleet.bad.extend(chunk.bad)
 
+    parquet = [f for f in files if f.suffix.lower() == PARQUET_SUFFIX]
+    files = [f for f in files if f.suffix.lower() != PARQUET_SUFFIX]
     chunks = [files[i : i + CHUNK] for i in range(0, len(files), CHUNK)]
     if workers <= 1 or len(files) < PARALLEL_FROM:
         global _WORKER_READER
@@ -520,6 +525,7 @@ def load_fleet(paths: Iterable[str | Path], workers: int | None = None) -> Loade
         for chunk_paths in chunks:
             merge(_read_chunk(chunk_paths), layout_map, config_map)
         _WORKER_READER = None
+        _merge_parquet(parquet, merge)
         return fleet
     # Each worker numbers layouts and configurations in its own reader, so results are
     # merged per worker: a chunk is tagged with the worker's pid.
@@ -536,7 +542,25 @@ def load_fleet(paths: Iterable[str | Path], workers: int | None = None) -> Loade
         # no worker processes here (a sandbox, a __main__ that cannot be re-imported):
         # read everything in this process instead
         return load_fleet(paths_given, workers=1)
+    _merge_parquet(parquet, merge)  # after the workers: Polars is imported only now
     return fleet
+
+
+def _merge_parquet(paths: list[Path], merge: Any) -> None:
+    """Read fleets written by `gpudiag fleet --parquet` (fleetparquet.py) into the fleet
+    being loaded; a file that is not one is a bad input like any other."""
+    if not paths:
+        return
+    from gpudiag.fleetparquet import read_parquet_fleet
+
+    for path in paths:
+        try:
+            part = read_parquet_fleet(path)
+        except SnapshotError as exc:
+            merge(_Chunk([], [], [], [str(exc)]), [], [])
+            continue
+        configs = list(zip(part.config_layout, part.configs, strict=True))
+        merge(_Chunk(part.layouts, configs, part.runs, []), [], [])
 
 
 def _read_chunk_tagged(paths: list[Path]) -> tuple[int, _Chunk]:

@@ -169,7 +169,9 @@ def test_parquet(fleet_dir: Path, tmp_path: Path) -> None:
     result = run_cli("fleet", str(fleet_dir), "--format", "json", "--parquet", str(target))
     assert result.returncode == 1
     table = pl.read_parquet(target)
-    assert set(table.columns) == {"node", "model", "config", "reading", "device", "unit", "value"}
+    assert set(table.columns) == {
+        "node", "model", "config", "reading", "device", "unit", "value", "slot"
+    }
     hot = table.filter(
         (pl.col("node") == "node011")
         & (pl.col("reading") == "gpu.{gpu}.temperature.gpu")

@@ -25,4 +25,7 @@ def test_the_benchmark_runs_at_its_smallest_settings() -> None:
     for row in rows:
         seconds, peak_mb = float(row[4]), float(row[5])
         assert 0 < seconds < 120 and 10 < peak_mb < 4096
-        assert row[8:] == ["3", "(reference", "3)"]
+        assert row[8:11] == ["3", "(reference", "3)"]
+        pq_seconds, pq_peak_mb = float(row[12]), float(row[13])  # the fleet read from Parquet
+        assert float(row[11]) > 0 and 0 < pq_seconds < 120 and 10 < pq_peak_mb < 4096
+        assert row[14] == "same"

@@ -67,8 +67,8 @@ GOOD: dict[str, Any] = {
             "severity": "warning",
             "subject": "GPU 0",
             "message": "m",
+            "action": "drain",
             "evidence": [{"key": "gpu.0.power.limit", "value": 700.0, "status": "ok"}],
-            "action": "monitor",
         }
     ],
     "end": {"probes": 2, "readings": 6, "kernels": 1, "findings": 1},

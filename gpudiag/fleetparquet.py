@@ -1,0 +1,282 @@
+"""A loaded fleet in a Parquet file: what `gpudiag fleet --parquet FILE` writes, and what
+`gpudiag fleet FILE.parquet` reads back.
+
+The file's rows are the fleet's long numeric table of each node's latest snapshot (node,
+model, config, reading, device, unit, value), which pandas, DuckDB or a dashboard read
+directly, plus `slot`: where a reading's value sits in its node's numbers (null for a
+kernel figure, which is derived from the kernel results). What the table cannot hold (the
+readings' layouts, each configuration's values, every snapshot's host, time, path,
+kernel results and findings, and the numbers of snapshots older than a node's latest) is
+msgspec JSON, zlib-compressed and base64-encoded, in the file's key-value metadata under
+`gpudiag.fleet`. Reading both back gives the LoadedFleet the snapshots gave, so the
+report is the same.
+
+A Parquet file that Polars cannot read, or one without (or with a damaged) `gpudiag.fleet`
+entry, is a bad input like any other: SnapshotError, named and skipped by the caller.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import zlib
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import msgspec
+import numpy as np
+
+from gpudiag.fleetload import (
+    KernelResult,
+    Layout,
+    LoadedFleet,
+    NodeRun,
+    _Kernel,
+    _Stats,
+    kernel_values,
+)
+from gpudiag.snapshot import SnapshotError
+
+METADATA_KEY = "gpudiag.fleet"
+FORMAT = 1
+MAX_PARQUET_BYTES = 4 * 2**30
+MAX_METADATA_BYTES = 2 * 2**30  # decompressed
+
+_Scalar = Union[bool, int, float, str]  # noqa: UP007 - msgspec reads the typing form
+_ConfigValue = Union[_Scalar, list[_Scalar], None]  # noqa: UP007 - None: not read
+
+
+class _PqLayout(msgspec.Struct, forbid_unknown_fields=True):
+    keys: list[str]
+    statuses: list[str]
+    units: list[str]
+    numeric: list[int]
+    config: list[int]
+
+
+class _PqRun(msgspec.Struct, forbid_unknown_fields=True):
+    path: str
+    host: str
+    created: str
+    layout: int
+    config: int
+    latest: bool
+    kernels: list[_Kernel]
+    findings: list[tuple[str, str, str]]
+    numbers: Union[list[Union[float, None]], None] = None  # noqa: UP007 - older runs only
+
+
+class _PqFleet(msgspec.Struct, forbid_unknown_fields=True):
+    format: Literal[1]
+    layouts: list[_PqLayout]
+    configs: list[list[_ConfigValue]]
+    config_layout: list[int]
+    runs: list[_PqRun]
+
+
+def _as_parsed_kernel(k: Any) -> _Kernel:
+    """A kernel result in the fast path's parsed form (what the metadata stores)."""
+    if isinstance(k, _Kernel):
+        return k
+    assert isinstance(k, KernelResult)
+    stats = msgspec.UNSET
+    if k.stats is not None:
+        s = k.stats
+        stats = _Stats(
+            s.count, s.median, s.minimum, s.maximum, s.mean, s.cv, s.ci95_low, s.ci95_high
+        )
+    return _Kernel(
+        kernel=k.kernel,
+        device=k.device,
+        metric=k.metric,
+        status=k.status.value,
+        unit=k.unit,
+        error=k.error,
+        samples=list(k.samples),
+        params=dict(k.params),
+        stats=stats,
+    )
+
+
+def _config_value(value: Any) -> Any:
+    if value is msgspec.UNSET:
+        return None
+    return list(value) if type(value) is tuple else value
+
+
+def _loaded_value(value: Any) -> Any:
+    if value is None:
+        return msgspec.UNSET
+    return tuple(value) if type(value) is list else value
+
+
+def latest_runs(loaded: LoadedFleet) -> dict[str, NodeRun]:
+    """host -> its latest run, chosen as the report chooses it (by time, then path; of
+    equals, the last)."""
+    latest: dict[str, NodeRun] = {}
+    for run in loaded.runs:
+        best = latest.get(run.host)
+        if best is None or (run.created, run.path) >= (best.created, best.path):
+            latest[run.host] = run
+    return latest
+
+
+def encode_fleet(loaded: LoadedFleet) -> str:
+    """The metadata entry: everything of `loaded` but the latest runs' numbers and the
+    files that could not be read."""
+    latest = {id(run) for run in latest_runs(loaded).values()}
+    document = _PqFleet(
+        format=FORMAT,
+        layouts=[
+            _PqLayout(
+                list(la.keys), list(la.statuses), list(la.units), list(la.numeric), list(la.config)
+            )
+            for la in loaded.layouts
+        ],
+        configs=[[_config_value(v) for v in config] for config in loaded.configs],
+        config_layout=list(loaded.config_layout),
+        runs=[
+            _PqRun(
+                path=run.path,
+                host=run.host,
+                created=run.created,
+                layout=run.layout,
+                config=run.config,
+                latest=id(run) in latest,
+                kernels=[_as_parsed_kernel(k) for k in run.kernels],
+                findings=list(run.findings),
+                numbers=None
+                if id(run) in latest
+                else [None if math.isnan(v) else float(v) for v in run.numbers],
+            )
+            for run in loaded.runs
+        ],
+    )
+    return base64.b64encode(zlib.compress(msgspec.json.encode(document), 6)).decode("ascii")
+
+
+def _decode(text: str) -> _PqFleet:
+    raw = base64.b64decode(text.encode("ascii"), validate=True)
+    inflater = zlib.decompressobj()
+    data = inflater.decompress(raw, MAX_METADATA_BYTES)
+    if inflater.unconsumed_tail:
+        raise ValueError("its fleet entry is larger than a fleet can be")
+    return msgspec.json.decode(data, type=_PqFleet)
+
+
+def _check(document: _PqFleet) -> None:
+    """What the types cannot say: indices in range, lengths that agree."""
+    layouts = document.layouts
+    for la in layouts:
+        width = len(la.keys)
+        if not len(la.statuses) == len(la.units) == width:
+            raise ValueError("a layout's keys, statuses and units differ in length")
+        if any(not 0 <= p < width for p in (*la.numeric, *la.config)):
+            raise ValueError("a layout position out of range")
+    if len(document.config_layout) != len(document.configs):
+        raise ValueError("configurations and their layouts differ in number")
+    for config, layout in zip(document.configs, document.config_layout, strict=True):
+        if not 0 <= layout < len(layouts) or len(config) != len(layouts[layout].config):
+            raise ValueError("a configuration does not fit its layout")
+    hosts: set[str] = set()
+    for run in document.runs:
+        if not 0 <= run.config < len(document.configs):
+            raise ValueError("a snapshot's configuration out of range")
+        if document.config_layout[run.config] != run.layout:
+            raise ValueError("a snapshot's layout is not its configuration's")
+        if run.latest:
+            if run.host in hosts or run.numbers is not None:
+                raise ValueError("a node's latest snapshot twice, or with its numbers")
+            hosts.add(run.host)
+        elif run.numbers is None or len(run.numbers) != len(layouts[run.layout].numeric):
+            raise ValueError("an older snapshot without its numbers")
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception's message, on one line and bounded."""
+    lines = str(exc).strip().splitlines()
+    return lines[0][:200] if lines else type(exc).__name__
+
+
+def read_parquet_fleet(path: Path) -> LoadedFleet:
+    """The fleet a `gpudiag fleet --parquet` file holds, or SnapshotError."""
+    import polars as pl
+
+    name = str(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise SnapshotError(name, f"cannot read: {exc.strerror}") from None
+    if size > MAX_PARQUET_BYTES:
+        raise SnapshotError(name, f"{size} bytes: larger than a fleet file can be")
+    try:
+        metadata = pl.read_parquet_metadata(path)
+        entry = metadata.get(METADATA_KEY)
+        if entry is None:
+            raise SnapshotError(name, "a Parquet file not written by gpudiag fleet --parquet")
+        table = pl.read_parquet(path, columns=["node", "slot", "value"])
+    except SnapshotError:
+        raise
+    except Exception as exc:  # a damaged file may fail anywhere in the reader
+        raise SnapshotError(name, f"not a readable Parquet file: {_reason(exc)}") from None
+    try:
+        document = _decode(entry)
+        _check(document)
+    except (ValueError, binascii.Error, zlib.error, msgspec.DecodeError) as exc:
+        raise SnapshotError(name, f"damaged gpudiag fleet entry: {exc}") from None
+    layouts = [
+        Layout(
+            tuple(la.keys), tuple(la.statuses), tuple(la.units), tuple(la.numeric), tuple(la.config)
+        )
+        for la in document.layouts
+    ]
+    # the latest runs' numbers, from the table: each row's slot in its node's numbers
+    latest = [i for i, run in enumerate(document.runs) if run.latest]
+    index = {document.runs[i].host: k for k, i in enumerate(latest)}
+    widths = np.asarray(
+        [len(layouts[document.runs[i].layout].numeric) for i in latest], dtype=np.int64
+    )
+    offsets = np.concatenate(([0], np.cumsum(widths)))
+    flat = np.full(int(offsets[-1]), math.nan)
+    try:
+        rows = table.filter(pl.col("slot").is_not_null())
+        node = rows["node"].replace_strict(index, return_dtype=pl.Int64).to_numpy()
+        slot = rows["slot"].cast(pl.Int64).to_numpy()
+        value = rows["value"].cast(pl.Float64).to_numpy()
+    except (pl.exceptions.PolarsError, ValueError) as exc:
+        raise SnapshotError(
+            name, f"its table does not fit its fleet entry: {_reason(exc)}"
+        ) from None
+    if len(node) and (slot.min() < 0 or np.any(slot >= widths[node])):
+        raise SnapshotError(name, "its table does not fit its fleet entry: a slot out of range")
+    flat[offsets[node] + slot] = value
+    runs = []
+    for run in document.runs:
+        if run.latest:
+            k = index[run.host]
+            numbers = flat[offsets[k] : offsets[k + 1]].copy()
+        else:
+            numbers = np.asarray(
+                [math.nan if v is None else v for v in run.numbers or ()], dtype=np.float64
+            )
+        kernels = tuple(run.kernels)
+        runs.append(
+            NodeRun(
+                path=run.path,
+                host=run.host,
+                created=run.created,
+                layout=run.layout,
+                config=run.config,
+                numbers=numbers,
+                kernel_values=kernel_values(kernels),
+                kernels=kernels,
+                findings=tuple(tuple(f) for f in run.findings),  # type: ignore[misc]
+            )
+        )
+    return LoadedFleet(
+        layouts=layouts,
+        configs=[tuple(_loaded_value(v) for v in c) for c in document.configs],
+        config_layout=list(document.config_layout),
+        runs=runs,
+    )
