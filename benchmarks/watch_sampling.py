@@ -20,7 +20,7 @@ import tracemalloc
 
 from gpudiag.demo import demo_file
 from gpudiag.nvml import Nvml, NvmlError, ReplayBackend
-from gpudiag.watch import COLUMNS, History, Sample, format_rows, sample_node
+from gpudiag.watch import COLUMNS, NUMERIC, History, Sample, format_rows, sample_node
 
 
 def cpu_per_round(rounds: int, work) -> float:
@@ -65,7 +65,7 @@ def main() -> None:
     print(f"  reference, bare replay calls of the same columns: {bare_s * 1e3:.3f} ms")
 
     long_history = History(length=300)
-    values = {c.name: 1.0 for c in COLUMNS if c.name != "throttle"} | {"throttle": "idle"}
+    values = dict.fromkeys(NUMERIC, 1.0) | {"throttle": "idle"}
     tracemalloc.start()
     sizes = []
     for i in range(args.long):

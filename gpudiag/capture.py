@@ -3,11 +3,12 @@
 A capture records what the probes asked of the node, through its two seams and nothing
 else: every NVML call with its result or error (`RecordingBackend`, in the replay format
 of gpudiag/nvml.py), and every host file, directory listing, link, glob and command output
-(`RecordingHostFS`: dmidecode, the kernel log or journalctl). `--replay` answers the same
-questions from the file (`CapturedHostFS` and a `ReplayBackend`), so today's probes and
-rules judge the node as it was. `--samples N --interval S` adds N-1 more recordings of the
-GPU probe's NVML calls (the volatile readings) under `samples`; `--replay` probes the
-first. `--redact` applies the snapshot redaction to the capture.
+(`RecordingHostFS`: dmidecode, the kernel log or journalctl, py-cpuinfo on an Arm node).
+`--replay` answers the same questions from the file (`CapturedHostFS` and a
+`ReplayBackend`), so today's probes and rules judge the node as it was.
+`--samples N --interval S` adds N-1 more recordings of the GPU probe's NVML calls (the
+volatile readings) under `samples`; `--replay` probes the first. `--redact` applies the
+snapshot redaction to the capture.
 
 Capture file, JSON::
 
@@ -46,7 +47,6 @@ from gpudiag.nvml import Nvml, NvmlBackend, NvmlError, ReplayBackend, ReplayErro
 
 FORMAT = "gpudiag-capture"
 VERSION = 1
-MAX_CAPTURE_BYTES = 512 * 2**20
 
 
 class CaptureError(Exception):
@@ -264,12 +264,11 @@ def load(path: str | Path) -> tuple[CapturedHostFS, Nvml, dict[str, Any]]:
     """The host and NVML of a capture file; raises CaptureError with a one-line reason."""
     name = str(path)
     # the one bounded reader: a regular file only (a FIFO or /dev/zero is refused, never
-    # read until memory runs out), at most --max-input or MAX_CAPTURE_BYTES
+    # read until memory runs out), at most --max-input (256 MiB unless raised); NaN,
+    # infinity, deep nesting and oversized integers refused as in every loader
     try:
-        text = inputs.read_text(
-            path, "a gpudiag capture", max_bytes=max(MAX_CAPTURE_BYTES, inputs.limit())
-        )
-        data = inputs.parse_data(text, name, as_json=True)
+        text = inputs.read_text(path, "a gpudiag capture")
+        data = inputs.parse_data(text, name)
     except inputs.InputError as exc:
         raise CaptureError(str(exc)) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:

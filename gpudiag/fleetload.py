@@ -46,6 +46,7 @@ from msgspec import UNSET, UnsetType
 from gpudiag.kernels.readings import device_prefix, metric_key
 from gpudiag.model import (
     SCHEMA_VERSION,
+    Action,
     KernelResult,
     ProbeStatus,
     ReadingStatus,
@@ -149,6 +150,7 @@ _Scalar = Union[bool, int, float, str]  # noqa: UP007 - msgspec reads the typing
 _ReadingStatus = Literal[tuple(s.value for s in ReadingStatus)]  # type: ignore[valid-type]
 _ProbeStatus = Literal[tuple(s.value for s in ProbeStatus)]  # type: ignore[valid-type]
 _Severity = Literal[tuple(s.value for s in Severity)]  # type: ignore[valid-type]
+_Action = Literal[tuple(a.value for a in Action)]  # type: ignore[valid-type]
 
 
 class _Reading(msgspec.Struct, forbid_unknown_fields=True):
@@ -204,6 +206,7 @@ class _Finding(msgspec.Struct, forbid_unknown_fields=True):
     why: str = ""
     fix: str = ""
     evidence: list[_Reading] = msgspec.field(default_factory=list)
+    action: _Action = "none"  # schema 2 writes it on every finding
 
 
 class _End(msgspec.Struct, forbid_unknown_fields=True):

@@ -596,7 +596,8 @@ class GpudiagApp(App[int]):
         try:
             if self.watch_gpus is None:
                 self.watch_gpus = gpu_count(self.source.nvml)
-            samples = sample_node(self.source.nvml, self.watch_gpus)
+            last = dict(self.watch_history.latest)  # for NVLink throughput since then
+            samples = sample_node(self.source.nvml, self.watch_gpus, last)
         except NvmlError as exc:
             self.call_from_thread(self._watch_status, f"no GPU can be sampled: {exc.reason}")
             return

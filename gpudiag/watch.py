@@ -15,8 +15,13 @@ live node does. A call that fails leaves its cell empty ("-") with the reason ke
 On a live node, device events (a GPU, NIC or NVMe drive removed or added, a driver
 unbound; from pyudev) and Xid events (from /dev/kmsg) are printed as they arrive
 (gpudiag/device_events.py).
-NVLink throughput is not sampled: NVML gives it only through nvmlDeviceGetFieldValues,
-which the one-primitive NVML interface (integer arguments) does not carry yet.
+NVLink throughput (`nvl_tx`, `nvl_rx`, GB/s of data over all of a GPU's links) comes from
+NVML's cumulative counters (nvmlDeviceGetFieldValues, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+and _RX, scope UINT_MAX: every link summed, in KiB): the difference between two samples
+over the time between them, so the first sample has none. A replay (the demo) records each
+counter once at most, so it has no throughput and says so; a GPU without NVLink gives
+NVML's NotSupported. The counters were read through the real pynvml against the C NVML
+stand-in, never on a GPU.
 
 History is a ring buffer per GPU and column (`History`, `collections.deque` with a
 maximum length), so memory stays bounded however long watch runs
@@ -38,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudiag.device_events import DeviceEvent
-from gpudiag.nvml import Nvml, NvmlError
+from gpudiag.nvml import FIELD_VALUES, Nvml, NvmlError, ReplayBackend
 
 CLOCK_SM, CLOCK_MEM, TEMPERATURE_GPU = 1, 2, 0
 ECC_UNCORRECTED, COUNTER_VOLATILE = 1, 0
@@ -87,7 +92,17 @@ COLUMNS = (
     Column("procs", "", "nvmlDeviceGetComputeRunningProcesses", (), len),
     Column("throttle", "", "nvmlDeviceGetCurrentClocksEventReasons", (), _throttle),
 )
-NUMERIC = tuple(c.name for c in COLUMNS if c.name != "throttle")
+# nvml.h: NVLink data throughput counters (cumulative KiB); scopeId UINT_MAX sums all links
+FIELD_NVLINK_THROUGHPUT_DATA_TX, FIELD_NVLINK_THROUGHPUT_DATA_RX = 138, 139
+SCOPE_ALL_LINKS = 0xFFFFFFFF
+NVLINK_COUNTERS = (
+    ("nvl_tx", FIELD_NVLINK_THROUGHPUT_DATA_TX),
+    ("nvl_rx", FIELD_NVLINK_THROUGHPUT_DATA_RX),
+)
+NVLINK_UNIT = "GB/s"
+NO_RATE_IN_REPLAY = "a replay records the NVLink counters once at most: no throughput"
+FIRST_SAMPLE = "the first sample: throughput needs two readings of the counter"
+NUMERIC = (*(c.name for c in COLUMNS if c.name != "throttle"), *(n for n, _ in NVLINK_COUNTERS))
 
 
 @dataclass(frozen=True)
@@ -99,6 +114,7 @@ class Sample:
     gpu: int
     values: dict[str, float | str | None]
     errors: dict[str, str] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)  # NVLink KiB, cumulative
 
 
 def gpu_count(nvml: Nvml) -> int:
@@ -106,9 +122,42 @@ def gpu_count(nvml: Nvml) -> int:
     return int(nvml.call("nvmlDeviceGetCount"))
 
 
-def sample_gpu(nvml: Nvml, gpu: int, now: float | None = None) -> Sample:
+def _nvlink(nvml: Nvml, gpu: int, now: float, previous: Sample | None, sample: Sample) -> None:
+    """NVLink throughput into `sample`: each counter read, and its rate since `previous`."""
+    if isinstance(nvml.backend, ReplayBackend):
+        lost = "GpuIsLost" in sample.errors.values()  # a lost GPU is lost in every cell
+        for name, _ in NVLINK_COUNTERS:
+            sample.values[name] = None
+            sample.errors[name] = "GpuIsLost" if lost else NO_RATE_IN_REPLAY
+        return
+    for name, field_id in NVLINK_COUNTERS:
+        sample.values[name] = None
+        try:
+            kib = int(nvml.call(FIELD_VALUES, gpu, field_id, SCOPE_ALL_LINKS))
+        except NvmlError as exc:
+            sample.errors[name] = exc.code
+            continue
+        except (ValueError, TypeError) as exc:
+            sample.errors[name] = f"{FIELD_VALUES} {field_id}: {exc}"
+            continue
+        sample.counters[name] = kib
+        before = previous.counters.get(name) if previous is not None else None
+        if before is None or previous is None:
+            sample.errors[name] = FIRST_SAMPLE
+        elif now <= previous.time:
+            sample.errors[name] = "no time passed since the last sample"
+        elif kib < before:
+            sample.errors[name] = "the counter went back (driver reloaded?)"
+        else:
+            sample.values[name] = round((kib - before) * 1024 / (now - previous.time) / 1e9, 2)
+
+
+def sample_gpu(
+    nvml: Nvml, gpu: int, now: float | None = None, previous: Sample | None = None
+) -> Sample:
     """Every column of one GPU, one NVML call each (a call shared by two columns, as
-    utilisation is, is made once)."""
+    utilisation is, is made once); NVLink throughput since `previous` (this GPU's last
+    sample)."""
     values: dict[str, float | str | None] = {}
     errors: dict[str, str] = {}
     answers: dict[tuple[str, tuple[int, ...]], Any] = {}
@@ -128,13 +177,20 @@ def sample_gpu(nvml: Nvml, gpu: int, now: float | None = None) -> Sample:
         except (ValueError, TypeError, KeyError, IndexError) as exc:
             values[column.name] = None
             errors[column.name] = f"{column.function} returned {raw!r:.40}: {exc}"
-    return Sample(time.time() if now is None else now, gpu, values, errors)
+    now = time.time() if now is None else now
+    sample = Sample(now, gpu, values, errors)
+    _nvlink(nvml, gpu, now, previous, sample)
+    return sample
 
 
-def sample_node(nvml: Nvml, count: int) -> list[Sample]:
-    """One sample of every GPU, all stamped with the same time."""
-    now = time.time()
-    return [sample_gpu(nvml, gpu, now) for gpu in range(count)]
+def sample_node(
+    nvml: Nvml, count: int, previous: dict[int, Sample] | None = None, now: float | None = None
+) -> list[Sample]:
+    """One sample of every GPU, all stamped with the same time; `previous` holds each GPU's
+    last sample (for NVLink throughput)."""
+    now = time.time() if now is None else now
+    last = previous or {}
+    return [sample_gpu(nvml, gpu, now, last.get(gpu)) for gpu in range(count)]
 
 
 class History:
@@ -160,7 +216,9 @@ class History:
 
 # ------------------------------------------------------------------ output
 
-HEADERS = ("time", "gpu", *(c.name for c in COLUMNS))
+OUTPUT_COLUMNS = (*NUMERIC, "throttle")
+UNITS = {c.name: c.unit for c in COLUMNS} | {n: NVLINK_UNIT for n, _ in NVLINK_COUNTERS}
+HEADERS = ("time", "gpu", *OUTPUT_COLUMNS)
 WIDTHS = {"time": 8, "gpu": 3, "throttle": 0}
 
 
@@ -188,10 +246,10 @@ def format_rows(samples: list[Sample], fmt: str, first: bool) -> Iterator[str]:
             writer.writerow(HEADERS)
         for s in samples:
             stamp = time.strftime("%H:%M:%S", time.localtime(s.time))
-            writer.writerow([stamp, s.gpu, *(_cell(s, c.name) for c in COLUMNS)])
+            writer.writerow([stamp, s.gpu, *(_cell(s, name) for name in OUTPUT_COLUMNS)])
         yield buffer.getvalue().rstrip("\n")
         return
-    widths = {c.name: max(len(c.name), 6) for c in COLUMNS} | WIDTHS
+    widths = {name: max(len(name), 6) for name in OUTPUT_COLUMNS} | WIDTHS
 
     def line(cells: Sequence[str]) -> str:
         pairs = zip(HEADERS, cells, strict=True)
@@ -199,10 +257,10 @@ def format_rows(samples: list[Sample], fmt: str, first: bool) -> Iterator[str]:
 
     if first:
         yield line(HEADERS)
-        yield line(("", "", *(c.unit for c in COLUMNS)))
+        yield line(("", "", *(UNITS[name] for name in OUTPUT_COLUMNS)))
     for s in samples:
         stamp = time.strftime("%H:%M:%S", time.localtime(s.time))
-        yield line([stamp, str(s.gpu), *(_cell(s, c.name) for c in COLUMNS)])
+        yield line([stamp, str(s.gpu), *(_cell(s, name) for name in OUTPUT_COLUMNS)])
 
 
 def format_event(event: DeviceEvent, fmt: str) -> str:
@@ -230,10 +288,12 @@ def watch(
     gpus = gpu_count(nvml)
     rounds = 0
     next_at = clock()
+    previous: dict[int, Sample] = {}
     while count is None or rounds < count:
         for event in events() if events is not None else ():
             write(format_event(event, fmt))
-        samples = sample_node(nvml, gpus)
+        samples = sample_node(nvml, gpus, previous)
+        previous = {s.gpu: s for s in samples}
         header_due = rounds % 20 == 0 if fmt == "table" else rounds == 0
         for line in format_rows(samples, fmt, first=header_due):
             write(line)
@@ -269,6 +329,7 @@ def replay(
 # ------------------------------------------------------------------ the TUI's watch screen
 
 _BLOCKS = "▁▂▃▄▅▆▇█"
+NVLINK_WIDTH = 100  # the watch screen shows NVLink throughput from this width on
 
 
 def spark(values: list[float], width: int) -> str:
@@ -280,8 +341,9 @@ def spark(values: list[float], width: int) -> str:
 
 
 def screen_lines(history: History, gpus: int, width: int) -> list[str]:
-    """The watch screen: per GPU, a line of the latest values and a line of sparklines of
-    power and utilisation over the history, sized to `width` columns."""
+    """The watch screen: per GPU, a line of the latest values (NVLink throughput, TX/RX
+    in GB/s, where `width` leaves room: 100 columns) and a line of sparklines of power and
+    utilisation over the history, sized to `width` columns."""
     from gpudiag.views import THROTTLE_SHORT
 
     lines = []
@@ -291,13 +353,15 @@ def screen_lines(history: History, gpus: int, width: int) -> list[str]:
         if sample is None:
             lines.append(f"GPU{gpu:<2} not sampled yet")
             continue
-        cell = {c.name: _cell(sample, c.name) for c in COLUMNS}
+        cell = {name: _cell(sample, name) for name in OUTPUT_COLUMNS}
         throttle = ",".join(THROTTLE_SHORT.get(n, n) for n in cell["throttle"].split(","))
-        lines.append(
+        nvlink = f"nvl {cell['nvl_tx']:>5}/{cell['nvl_rx']:<5}G  " if width >= NVLINK_WIDTH else ""
+        line = (
             f"GPU{gpu:<2} {cell['power']:>5}W {cell['temp']:>4}C  sm {cell['sm']:>4}  "
             f"mem {cell['mem']:>4}  util {cell['util']:>4}%  fb {cell['fb']:>6}M  "
-            f"{throttle}"[: max(20, width)]
+            f"{nvlink}{throttle}"
         )
+        lines.append(line[: max(20, width)])
         power = spark(history.values(gpu, "power"), spark_width)
         util = spark(history.values(gpu, "util"), spark_width)
         lines.append(f"      power {power:<{spark_width}}  util {util}")

@@ -160,6 +160,32 @@ def relabel(result: KernelResult, mapping: dict[int, int]) -> KernelResult:
     )
 
 
+def triad_threshold(host: HostFS, bus_id: str, dtype: str) -> float | None:
+    """The GB/s a shipped rule judges this GPU's STREAM triad by (KRN005 for fp64, KRN006
+    for fp32: a share of the model's memory bandwidth), from the GPU's PCI device id in
+    sysfs and its model's profile; None where the model has no profile with a bandwidth
+    or no rule judges that triad. `--until-confident` stops once the interval clears it."""
+    from gpudiag.ruleengine import load_profiles, load_rules
+
+    found = host.read(f"/sys/bus/pci/devices/{normalize_bus_id(bus_id)}/device")
+    if not found.ok or not found.text:
+        return None
+    device_id = found.text.strip().lower()
+    profile = next((p for p in load_profiles().values() if device_id in p.device_ids), None)
+    bandwidth = profile.values.get("memory_bandwidth_gbs") if profile is not None else None
+    if bandwidth is None:
+        return None
+    reading = f"gpu.{{gpu}}.kernel.stream.triad.{dtype}.ci_high"
+    for rule in load_rules():
+        if (rule.reading, rule.operator, rule.operand) == (
+            reading,
+            "min_profile",
+            "memory_bandwidth_gbs",
+        ) and not rule.disabled:
+            return rule.factor * float(bandwidth)
+    return None
+
+
 class PlanRun:
     """One run of a plan: results so far, progress and cancel shared with a caller's
     thread (the TUI's worker), and the burn reports for printing. The CPU branches run in
@@ -244,16 +270,33 @@ class PlanRun:
             for gpu in gpus:
                 step = self._step(f"stream {name} gpu{gpu}")
                 try:
+                    thresholds = self._triad_thresholds(gpu, name)
                     ops = stream.CudaOperations(n, dtype, gpu)
                     try:
                         self.results += stream.run_stream(
-                            ops, device=f"gpu{gpu}", progress=step, **common
+                            ops,
+                            device=f"gpu{gpu}",
+                            progress=step,
+                            thresholds=thresholds,
+                            **common,
                         )
                     finally:
                         ops.close()
                 except Exception as exc:  # a broken GPU is this GPU's result
                     failed = _failed("stream", gpu, exc)
                     self.results.append(replace(failed, params=(("dtype", name),)))
+
+    def _triad_thresholds(self, gpu: int, dtype: str) -> dict[str, float] | None:
+        """{'triad': GB/s} that --until-confident may stop at (triad_threshold); None
+        without --until-confident, or where the GPU's model has none."""
+        if self.plan.until_confident is None:
+            return None
+        try:
+            bus_id = device.api().deviceGetPCIBusId(gpu)
+        except Exception:  # a GPU CUDA cannot query: the tight interval alone decides
+            return None
+        threshold = triad_threshold(self.host, bus_id, dtype)
+        return {"triad": threshold} if threshold is not None else None
 
     def _gemm(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
         plan = self.plan

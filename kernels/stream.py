@@ -412,11 +412,15 @@ def run_stream(
     progress: Callable[[float], None] | None = None,
     seconds: float | None = None,
     until_confident: float | None = None,
+    thresholds: dict[str, float] | None = None,
 ) -> list[KernelResult]:
     """Warm up, run `trials` rounds of the five operations (more, until `seconds` have
     passed, where given; with `until_confident`, more until every operation's 95% interval
-    of the median lies within CONFIDENT_WIDTH of it, or that many seconds have passed:
-    sequential testing, params say whether it was reached), verify the arrays every
+    of the median lies within CONFIDENT_WIDTH of it, or, where `thresholds` gives the
+    figure a rule judges an operation by (GB/s: KRN005/KRN006's share of the model's
+    bandwidth for triad), until each such interval lies wholly above or below it, or that
+    many seconds have passed: sequential testing, params say whether and how it was
+    reached), verify the arrays every
     RESET_ROUNDS rounds (then refill them) and at the end, and return one result per
     operation in GB/s (10^9 bytes per second). A failed verification is an error result for every
     operation: a fast wrong answer is no answer."""
@@ -444,7 +448,14 @@ def run_stream(
             return True
         return until_confident is not None and elapsed < until_confident and not confident()
 
+    judged = thresholds or {}
+
+    def cleared(op: str) -> bool:
+        return len(samples[op]) >= 6 and _clears(summarize(samples[op]), judged[op])
+
     def confident() -> bool:
+        if judged and all(cleared(op) for op in judged):
+            return True  # the verdict the rules give can no longer change
         return all(len(v) >= 6 and _tight(summarize(v)) for v in samples.values())
 
     try:
@@ -494,7 +505,13 @@ def run_stream(
             ProbeStatus.OK,
             tuple(samples[op]),
             summarize(samples[op]) if len(samples[op]) >= 2 else None,
-            params + ((("confident", confident()),) if until_confident is not None else ()),
+            params
+            + ((("confident", confident()),) if until_confident is not None else ())
+            + (
+                (("threshold", judged[op]), ("threshold_cleared", cleared(op)))
+                if op in judged and until_confident is not None
+                else ()
+            ),
         )
         for op in OPERATIONS
     ]
@@ -503,6 +520,11 @@ def run_stream(
 # --until-confident stops once each interval of the median is within +-3% of it: the
 # smallest effect `gpudiag diff` calls, so two such runs can be compared with a verdict.
 CONFIDENT_WIDTH = 0.03
+
+
+def _clears(stats: Statistics, threshold: float) -> bool:
+    """The 95% interval lies wholly above or wholly below the threshold."""
+    return stats.ci95_low > threshold or stats.ci95_high < threshold
 
 
 def _tight(stats: Statistics) -> bool:

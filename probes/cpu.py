@@ -2,11 +2,20 @@
 
 Per-CPU settings (governor, EPP, idle states) are one reading each: the value when all
 CPUs agree, else a list of 'value: cpus N-M' strings, so a mixed setting shows at once.
+
+Where /proc/cpuinfo names no model (Arm, as on Grace: only 'CPU implementer' and 'CPU
+part'), the model comes from py-cpuinfo's lscpu source, which decodes the part number
+('Neoverse-V2'); never its `get_cpu_info()`, which samples the clock for a second on
+x86. py-cpuinfo reads the live machine, so it is asked only on a live node, through the
+host's output seam: a capture records its answer and a replay gives that back; under
+`--root` the model stays the part number. Not run on an Arm machine here: tested with
+an Arm cpuinfo and py-cpuinfo's answer given at the seam.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from gpudiag.hostfs import LARGE_HOST_FILE, HostFS
 from gpudiag.model import Reading, ReadingStatus
@@ -39,6 +48,7 @@ ARM_IMPLEMENTERS = {
     "0x61": "Apple",
     "0xc0": "Ampere",
 }
+PY_CPUINFO_OUTPUT = "py-cpuinfo lscpu"
 NO_CPUFREQ = "no cpufreq in sysfs (no frequency driver loaded, or a VM that hides it)"
 
 
@@ -78,6 +88,35 @@ def cpu_identity(blocks: list[dict[str, str]]) -> dict[str, str]:
         model = first["cpu"]
         return {"vendor": "IBM" if model.upper().startswith("POWER") else "", "model": model}
     raise ValueError("no vendor_id, CPU implementer or cpu field")
+
+
+def py_cpuinfo_identity() -> dict[str, Any]:
+    """py-cpuinfo's lscpu source on this machine: {'brand_raw', 'vendor_id_raw'} as it
+    found them, or {'failed': why}. Only the lscpu source: `get_cpu_info()` would start a
+    Python subprocess and, on x86, sample the clock for one second."""
+    try:
+        from cpuinfo import cpuinfo as py_cpuinfo
+    except ImportError as exc:
+        return {"failed": f"py-cpuinfo is not installed ({exc})"}
+    from_lscpu = getattr(py_cpuinfo, "_get_cpu_info_from_lscpu", None)
+    if from_lscpu is None:
+        return {"failed": "this py-cpuinfo has no lscpu source"}
+    info = from_lscpu()  # {} when lscpu is missing or fails
+    answer = {k: str(info[k]) for k in ("brand_raw", "vendor_id_raw") if info.get(k)}
+    return answer or {"failed": "lscpu gave py-cpuinfo no model name"}
+
+
+def _model_from_py_cpuinfo(host: HostFS) -> tuple[str, str] | None:
+    """(model, source) from py-cpuinfo on a live node (or the answer a capture recorded);
+    None under --root, or where py-cpuinfo has no model either."""
+    if not host.is_live:
+        return None
+    try:
+        answer = host.output(PY_CPUINFO_OUTPUT, py_cpuinfo_identity)
+    except ValueError:  # a capture from before py-cpuinfo was asked
+        return None
+    brand = answer.get("brand_raw") if isinstance(answer, dict) else None
+    return (str(brand), "py-cpuinfo:lscpu") if brand else None
 
 
 def notable_flags(blocks: list[dict[str, str]]) -> list[str] | None:
@@ -225,10 +264,16 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
             identity = cpu_identity(blocks)  # cpuinfo parsed once, for every reading
         except ValueError as exc:
             failure = f"cannot parse /proc/cpuinfo: {exc}"
+    sources = {"vendor": cpuinfo.source, "model": cpuinfo.source}
+    first = next((b for b in blocks if "processor" in b), {})
+    if identity and "model name" not in first and "cpu" not in first:
+        found = _model_from_py_cpuinfo(host)  # Arm: cpuinfo gives only a part number
+        if found:
+            identity["model"], sources["model"] = found
     for field in ("vendor", "model"):
         key = f"cpu.{field}"
         if identity:
-            yield Reading(key, identity[field], source=cpuinfo.source)
+            yield Reading(key, identity[field], source=sources[field])
         elif failure:
             yield Reading.failed(key, ReadingStatus.ERROR, failure, cpuinfo.source)
         else:

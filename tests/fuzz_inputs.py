@@ -160,7 +160,19 @@ def seeds() -> dict[str, list[str]]:
         "import": [XML_SEED, Q_SEED, TOPO_SEED, NVLINK_SEED],
         "rules": [_head(REPO / "rules" / name) for name in ("gpu.toml", "host.toml")],
         "replay": [p.read_text() for p in sorted(fixtures.glob("replay-*"))],
+        "capture": [capture_seed()],
     }
+
+
+def capture_seed() -> str:
+    """A small whole-node capture: the healthy demo's, cut to one GPU and a few of each
+    kind of host record (the loader's checks see every section)."""
+    import json
+
+    data = json.loads((REPO / "snapshots" / "demo-hgx-h100-healthy.capture.json").read_text())
+    data["nvml"]["devices"] = data["nvml"]["devices"][:1]
+    data["host"] = {kind: dict(list(records.items())[:4]) for kind, records in data["host"].items()}
+    return json.dumps(data, indent=1)
 
 
 # ------------------------------------------------------------------ the loaders
@@ -214,11 +226,31 @@ def _replay(text: str, work: Path) -> bool:
     return True
 
 
+def _capture(text: str, work: Path) -> bool:
+    from gpudiag import capture
+    from gpudiag.nvml import NvmlError
+
+    path = work / "fuzz.json"
+    path.write_bytes(text.encode("utf-8", errors="surrogatepass"))
+    try:
+        host, nvml, _ = capture.load(path)
+    except capture.CaptureError:
+        return False
+    for name in ("/proc/cpuinfo", "/sys/devices/system/node/online", "/etc/os-release"):
+        host.read(name)  # a recorded file, or a status saying it was not recorded
+    host.listdir("/sys/bus/pci/devices")
+    with contextlib.suppress(NvmlError):
+        nvml.backend.call("nvmlDeviceGetCount", None)
+        nvml.backend.call("nvmlDeviceGetName", 0)
+    return True
+
+
 LOADERS: dict[str, Callable[[str, Path], bool]] = {
     "snapshot": _snapshot,
     "import": _import,
     "rules": _rules,
     "replay": _replay,
+    "capture": _capture,
 }
 
 

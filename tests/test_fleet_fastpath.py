@@ -68,6 +68,7 @@ GOOD: dict[str, Any] = {
             "subject": "GPU 0",
             "message": "m",
             "evidence": [{"key": "gpu.0.power.limit", "value": 700.0, "status": "ok"}],
+            "action": "monitor",
         }
     ],
     "end": {"probes": 2, "readings": 6, "kernels": 1, "findings": 1},
@@ -158,3 +159,18 @@ def test_a_good_file_takes_the_fast_path(tmp_path: Path) -> None:
     run = reader._fast("good.json", raw)
     assert run is not None and run.kernel_values[0].key == "gpu.0.kernel.stream.triad.fp64"
     assert tuple(map(as_kernel_result, run.kernels)) == loads(raw.decode()).kernels
+
+
+def test_a_real_export_takes_the_fast_path(tmp_path: Path) -> None:
+    """What `gpudiag --export x.json` writes today (schema 2: every finding's action, the
+    not-applicable ones too) is read by the fast path, not refused into the slow one."""
+    from gpudiag.demo import demo_node
+    from gpudiag.snapshot import save
+
+    target = tmp_path / "node.json"
+    save(demo_node("faulty").snapshot(), target)
+    run = _Reader()._fast("node.json", target.read_bytes())
+    assert run is not None
+    assert run.findings == tuple(
+        (f.rule_id, f.severity.value, f.subject) for f in loads(target.read_text()).findings
+    )

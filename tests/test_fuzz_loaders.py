@@ -1,4 +1,5 @@
-"""Property-based fuzzing of every loader (snapshot, nvidia-smi import, rules, NVML replay)
+"""Property-based fuzzing of every loader (snapshot, nvidia-smi import, rules, NVML replay,
+capture)
 with a bounded budget: mutated seed files are accepted or refused with the loader's own
 error, never another exception. `python benchmarks/fuzz_loaders.py` runs longer."""
 
@@ -61,6 +62,11 @@ def test_seeds_load(loader: str) -> None:
             assert import_text(seed)[1]
         elif loader == "rules":
             assert merge_rules([("seed.toml", seed)])
+        elif loader == "capture":
+            from fuzz_inputs import LOADERS as loaders
+            from fuzz_inputs import work_dir as scratch
+
+            assert loaders["capture"](seed, scratch())
         else:
             from gpudiag.inputs import parse_data
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -218,12 +219,22 @@ def test_topo_files(path: Path) -> None:
     kind, readings = import_text(text)
     by_key = _by_key(readings)
     assert kind == "topo"
+    # every GPU row of the file's matrix (rows start at the margin, the header after a tab;
+    # read here with a plain pattern, not the importer)
+    gpus = re.findall(r"^GPU(\d+)\s", re.sub(r"\x1b\[[0-9;]*m", "", text), re.M)
+    assert gpus == ["0"]  # every real capture here is of one GPU: its matrix is the self cell
+    pairs = [f"topo.gpu.{a}.{b}" for a in gpus for b in gpus if a != b]
+    # exactly each GPU's affinity and NUMA node and a cell per pair: nothing invented
+    expected = {f"gpu.{g}.{field}" for g in gpus for field in ("cpu_affinity", "numa_node")}
+    assert set(by_key) == expected | set(pairs)
     affinity = next((v for k, v in TOPO.items() if k in path.name), None)
-    if affinity is None:  # the Windows capture prints no affinity
-        assert by_key["gpu.0.cpu_affinity"].status is ReadingStatus.UNSUPPORTED
-    else:
-        assert by_key["gpu.0.cpu_affinity"].value == affinity
-        assert by_key["gpu.0.numa_node"].value == 0
+    for gpu in gpus:
+        if affinity is None:  # the Windows capture prints no affinity
+            assert by_key[f"gpu.{gpu}.cpu_affinity"].status is ReadingStatus.UNSUPPORTED
+            assert by_key[f"gpu.{gpu}.numa_node"].status is ReadingStatus.UNSUPPORTED
+        else:
+            assert by_key[f"gpu.{gpu}.cpu_affinity"].value == affinity
+            assert by_key[f"gpu.{gpu}.numa_node"].value == 0
 
 
 @pytest.mark.parametrize("path", _every("nvlink"), ids=lambda p: getattr(p, "name", None))

@@ -343,3 +343,59 @@ def test_until_confident_says_when_the_budget_ran_out() -> None:
     finally:
         noisy.inner.close()
     assert all(dict(r.params)["confident"] is False for r in results)
+
+
+@pytest.mark.parametrize("threshold", [12.0, 50.0], ids=["above-it", "below-it"])
+def test_until_confident_stops_once_the_interval_clears_the_threshold(threshold: float) -> None:
+    """Triad's truth here is 3 arrays x 8 bytes x N in 1 ms: about 25 GB/s (cv 15%). A rule
+    threshold far from it is cleared, either way, long before the interval is tight."""
+    noisy = _Noisy(0.15)
+    try:
+        results = stream.run_stream(
+            noisy,
+            device="cpu",
+            trials=2,
+            warmup=0,
+            until_confident=30,
+            thresholds={"triad": threshold},
+        )
+    finally:
+        noisy.inner.close()
+    triad = next(r for r in results if r.metric == "triad")
+    params = dict(triad.params)
+    assert params["threshold"] == threshold and params["threshold_cleared"] is True
+    assert params["confident"] is True
+    s = triad.stats
+    assert s is not None and 6 <= s.count < 30  # the tight interval takes ~150 (above)
+    assert (s.ci95_low > threshold) if threshold < 25 else (s.ci95_high < threshold)
+    assert "threshold" not in dict(results[0].params)  # copy is judged by no threshold
+
+
+class _Split(_Noisy):
+    """Timings alternating between 0.5 and 2 ms: every interval of the median spans both,
+    so it never tightens and never clears a threshold between them."""
+
+    def time(self, op: str, arrays) -> float:
+        self.inner.time(op, arrays)
+        self.cv = -self.cv
+        return 0.5e-3 if self.cv > 0 else 2e-3
+
+
+def test_until_confident_at_the_threshold_runs_out_the_budget() -> None:
+    split = _Split(1.0)
+    halfway = 3 * 8 * N / 1e-3 / 1e9  # between 12.6 and 50.3 GB/s, the two triad figures
+    try:
+        results = stream.run_stream(
+            split,
+            device="cpu",
+            trials=2,
+            warmup=0,
+            until_confident=0.3,
+            thresholds={"triad": halfway},
+        )
+    finally:
+        split.inner.close()
+    triad = next(r for r in results if r.metric == "triad")
+    params = dict(triad.params)
+    assert params["threshold_cleared"] is False and params["confident"] is False
+    assert triad.stats is not None and triad.stats.count > 6  # it went on, to the budget

@@ -272,3 +272,41 @@ def test_mig_devices_read_through_the_binding(libraries, tmp_path: Path, binding
     ]
     assert "SLOT nvmlDeviceGetMigDeviceHandleByIndex gpu=0 index=1 -> 6" in log.read_text()
     assert "UNRECORDED" not in log.read_text()
+
+
+WATCH_SCRIPT = """
+import json
+from gpudiag.nvml import open_nvml
+from gpudiag.watch import Sample, sample_node
+nvml = open_nvml(None)
+before = {0: Sample(9.0, 0, {}, counters={"nvl_tx": 5_000_000, "nvl_rx": 3_000_000})}
+samples = sample_node(nvml, 2, before, now=10.0)
+print(json.dumps([[s.values, s.errors, s.counters] for s in samples]))
+"""
+
+
+@pytest.mark.parametrize("binding", bindings())
+def test_watch_reads_nvlink_counters_through_the_binding(
+    libraries, tmp_path: Path, binding: str
+) -> None:
+    """watch's NVLink throughput: both counters read over every link (scope UINT_MAX) by
+    the real pynvml, as unsigned long long; the rate from a previous sample's counters."""
+    replay = tomlcompat.loads((SNAPSHOTS / "demo-hgx-h100-healthy.toml").read_text())
+    replay["devices"][0]["nvmlDeviceGetFieldValues"] |= {
+        "138,4294967295": 7_000_000,  # KiB sent over every link since the driver loaded
+        "139,4294967295": 3_000_000,
+    }
+    data = tmp_path / "recording.flat"
+    data.write_text(flatten(replay))
+    log = tmp_path / "calls.log"
+    run = run_python(WATCH_SCRIPT, environment(libraries["current"], data, log, binding))
+    assert run.returncode == 0, run.stderr
+    (values, errors, counters), (values1, errors1, _) = json.loads(run.stdout)
+    assert counters == {"nvl_tx": 7_000_000, "nvl_rx": 3_000_000}
+    assert (values["nvl_tx"], values["nvl_rx"]) == (2.05, 0.0)  # 2,000,000 KiB in 1 s
+    assert values["power"] == 69.0 and "nvl_tx" not in errors
+    # GPU 1: no previous sample, and its counters are not recorded: the stand-in's error
+    assert values1["nvl_tx"] is None and errors1["nvl_tx"] == "Unknown"
+    calls = log.read_text()
+    assert "CALL nvmlDeviceGetFieldValues gpu=0 args=138,4294967295 -> 0" in calls
+    assert "CALL nvmlDeviceGetFieldValues gpu=0 args=139,4294967295 -> 0" in calls

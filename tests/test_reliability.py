@@ -152,6 +152,7 @@ ENTRY_POINTS: dict[str, tuple[Callable[[Path, Path, Path], list[str]], bool]] = 
         lambda bad, good, out: ["--root", TREE, "--nvml-replay", str(bad), "--export", str(out)],
         False,
     ),
+    "--replay": (lambda bad, good, out: ["--replay", str(bad), "--export", str(out)], False),
     "rules lint": (lambda bad, good, out: ["rules", "lint", str(bad)], False),
     "--rules DIR": (
         lambda bad, good, out: ["--rules", str(_rules_dir(bad.parent, bad)), "check", str(good)],

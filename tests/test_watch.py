@@ -7,7 +7,19 @@ import json
 
 from gpudiag.demo import demo_file
 from gpudiag.nvml import Nvml, ReplayBackend
-from gpudiag.watch import History, Sample, format_rows, sample_gpu, sample_node, watch
+from gpudiag.watch import (
+    FIELD_NVLINK_THROUGHPUT_DATA_RX,
+    FIELD_NVLINK_THROUGHPUT_DATA_TX,
+    FIRST_SAMPLE,
+    NO_RATE_IN_REPLAY,
+    SCOPE_ALL_LINKS,
+    History,
+    Sample,
+    format_rows,
+    sample_gpu,
+    sample_node,
+    watch,
+)
 
 from conftest import run_cli
 
@@ -23,7 +35,10 @@ def test_a_sample_reads_what_the_replay_records() -> None:
     assert first.values["power"] == 69.0  # 69000 mW in the replay
     assert first.values["temp"] == 41 and first.values["sm"] == 345
     assert first.values["mem"] == 2619 and first.values["throttle"] == "idle"
-    assert first.errors == {} and first.values["procs"] == 0
+    assert first.values["procs"] == 0
+    # the replay's NVLink counters cannot give a rate: said, never a zero
+    assert first.values["nvl_tx"] is None and first.values["nvl_rx"] is None
+    assert first.errors == {"nvl_tx": NO_RATE_IN_REPLAY, "nvl_rx": NO_RATE_IN_REPLAY}
     assert samples[6].values["throttle"] == "HwSlowdown,HwThermalSlowdown"
 
 
@@ -32,7 +47,7 @@ def test_a_lost_gpu_is_lost_in_every_cell_never_zero() -> None:
     assert set(lost.values.values()) == {None}
     assert set(lost.errors.values()) == {"GpuIsLost"}
     (row,) = format_rows([lost], "table", first=False)
-    assert row.split()[2:] == ["LOST"] * 11
+    assert row.split()[2:] == ["LOST"] * 13  # the NVLink cells too
 
 
 def test_one_failing_call_leaves_one_gap() -> None:
@@ -115,3 +130,80 @@ def test_screen_lines_show_latest_values_and_sparklines() -> None:
     assert lines[1].split()[1][-1] == "█" and lines[1].split()[1][0] < "▆"
     assert "LOST" in lines[14]
     assert spark([0.0, 0.0], 4) == "▁▁"
+
+
+class CountingNvlink:
+    """A backend of one GPU whose NVLink data counters grow by a known amount per read:
+    it answers only the GPU count and nvmlDeviceGetFieldValues with the two throughput
+    fields over every link (scope UINT_MAX), and NotSupported otherwise (the real call
+    goes through pynvml and the C stand-in in test_nvml_standin.py)."""
+
+    description = "counting NVLink counters"
+
+    def __init__(self, tx_step_kib: int, rx_step_kib: int) -> None:
+        self.steps = {FIELD_NVLINK_THROUGHPUT_DATA_TX: tx_step_kib}
+        self.steps[FIELD_NVLINK_THROUGHPUT_DATA_RX] = rx_step_kib
+        self.reads = {FIELD_NVLINK_THROUGHPUT_DATA_TX: 0, FIELD_NVLINK_THROUGHPUT_DATA_RX: 0}
+
+    def init(self) -> None:
+        return None
+
+    def shutdown(self) -> None:
+        return None
+
+    def call(self, function: str, device: int | None, *args: int) -> object:
+        from gpudiag.nvml import NvmlError
+
+        if function == "nvmlDeviceGetCount" and device is None:
+            return 1
+        if function == "nvmlDeviceGetFieldValues" and device == 0:
+            field, scope = args
+            assert scope == SCOPE_ALL_LINKS and field in self.steps, args
+            self.reads[field] += 1
+            return 5_000_000 + self.reads[field] * self.steps[field]
+        raise NvmlError("NotSupported", function)
+
+
+def test_nvlink_throughput_is_the_counters_difference_over_time() -> None:
+    nvml = Nvml(CountingNvlink(tx_step_kib=2_000_000, rx_step_kib=500_000))
+    first = sample_gpu(nvml, 0, now=10.0)
+    assert first.values["nvl_tx"] is None and first.errors["nvl_tx"] == FIRST_SAMPLE
+    second = sample_gpu(nvml, 0, now=12.0, previous=first)
+    # 2,000,000 KiB in 2 s: 1.024 GB/s; 500,000 KiB: 0.256 GB/s
+    assert (second.values["nvl_tx"], second.values["nvl_rx"]) == (1.02, 0.26)
+    assert "nvl_tx" not in second.errors and second.errors["power"] == "NotSupported"
+    back = Sample(13.0, 0, {}, counters={"nvl_tx": 10**12, "nvl_rx": 0})
+    third = sample_gpu(nvml, 0, now=14.0, previous=back)
+    assert third.values["nvl_tx"] is None and "went back" in third.errors["nvl_tx"]
+    assert third.values["nvl_rx"] is not None
+    (chunk,) = format_rows([second], "csv", first=True)
+    rows = chunk.splitlines()
+    header, row = rows[0].split(","), rows[1].split(",")
+    assert row[header.index("nvl_tx")] == "1.02" and row[header.index("nvl_rx")] == "0.26"
+    (table_header, units, line) = format_rows([second], "table", first=True)
+    assert "nvl_tx" in table_header and "GB/s" in units and "1.02" in line
+
+
+def test_watch_carries_the_last_sample_for_nvlink() -> None:
+    lines: list[str] = []
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    nvml = Nvml(CountingNvlink(tx_step_kib=1_000_000, rx_step_kib=0))
+    watch(nvml, 1.0, 3, "jsonl", lines.append, sleep, lambda: now[0])
+    records = [json.loads(line) for line in lines]
+    assert records[0]["nvl_tx"] is None and records[0]["errors"]["nvl_tx"] == FIRST_SAMPLE
+    assert all(r["nvl_tx"] > 0 and r["nvl_rx"] == 0.0 for r in records[1:])
+
+
+def test_watch_screen_shows_nvlink_where_it_fits() -> None:
+    from gpudiag.watch import screen_lines
+
+    history = History()
+    nvml = Nvml(CountingNvlink(tx_step_kib=2_000_000, rx_step_kib=500_000))
+    history.add(sample_gpu(nvml, 0, now=10.0))
+    history.add(sample_gpu(nvml, 0, now=12.0, previous=history.latest[0]))
+    assert "nvl  1.02/0.26 G" in screen_lines(history, 1, 110)[0]
+    assert "nvl" not in screen_lines(history, 1, 77)[0]  # at 80 columns there is no room
