@@ -313,13 +313,16 @@ def replay(
 ) -> int:
     """Print a capture's recorded samples (`gpudiag capture --samples N`) in order, each
     stamped with the time it was recorded: `recorded` holds (time, NVML of that sample).
-    No waiting: the recording is shown as it was taken. Returns the rounds printed."""
+    No waiting: the recording is shown as it was taken. A capture does not record the
+    NVLink throughput counters, so those columns say so. Returns the rounds printed."""
     if not recorded:
         return 0
     gpus = gpu_count(recorded[0][1])
     shown = list(recorded)[:count] if count is not None else list(recorded)
+    previous: dict[int, Sample] = {}
     for rounds, (when, nvml) in enumerate(shown):
-        samples = [sample_gpu(nvml, gpu, when) for gpu in range(gpus)]
+        samples = sample_node(nvml, gpus, previous, when)
+        previous = {s.gpu: s for s in samples}
         header_due = rounds % 20 == 0 if fmt == "table" else rounds == 0
         for line in format_rows(samples, fmt, first=header_due):
             write(line)
