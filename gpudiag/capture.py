@@ -24,8 +24,8 @@ Capture file, JSON::
 
 This is its own file format with its own version, not a snapshot. Capturing has never
 run on a GPU node: it is tested through the real pynvml against the C stand-in
-libnvidia-ml (tests/nvml_standin/, not a GPU) on host trees. No `watch` command exists yet
-to replay the samples.
+libnvidia-ml (tests/nvml_standin/, not a GPU) on host trees. `gpudiag --replay CAPTURE
+watch` prints the recorded samples in order (`recorded_samples`).
 """
 
 from __future__ import annotations
@@ -289,6 +289,47 @@ def load(path: str | Path) -> tuple[CapturedHostFS, Nvml, dict[str, Any]]:
         raise CaptureError(str(exc)) from None
     hostfs = CapturedHostFS(host, bool(data.get("live")), bool(data.get("root_user")))
     return hostfs, Nvml(backend), data
+
+
+def recorded_samples(data: dict[str, Any]) -> list[tuple[float, Nvml]]:
+    """A loaded capture's samples in order, each (its time, the NVML it recorded): the
+    first is the probe's recording (at `created`), the others `samples`, each `seconds`
+    after the first. A GPU whose every recorded call failed with GpuIsLost (the probe
+    stops at the first) answers every call so, as a lost GPU does. Raises CaptureError
+    for a damaged samples section."""
+    try:
+        created = datetime.strptime(str(data.get("created")), "%Y-%m-%dT%H:%M:%SZ")
+        start = created.replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        raise CaptureError("the capture's creation time is damaged") from None
+    samples = data.get("samples", [])
+    if not isinstance(samples, list):
+        raise CaptureError("the capture's samples section is damaged")
+    series = []
+    for number, sample in enumerate([{"seconds": 0.0, "nvml": data["nvml"]}, *samples], 1):
+        seconds = sample.get("seconds") if isinstance(sample, dict) else None
+        if not isinstance(seconds, (int, float)) or not isinstance(sample.get("nvml"), dict):
+            raise CaptureError(f"the capture's sample {number} is damaged")
+        recording = dict(sample["nvml"])
+        if isinstance(recording.get("devices"), list):
+            recording["devices"] = [_lost_or_as_recorded(d) for d in recording["devices"]]
+        try:
+            backend = ReplayBackend(replay_data(recording, f"sample {number}"), "capture")
+        except ReplayError as exc:
+            raise CaptureError(str(exc)) from None
+        series.append((start + float(seconds), Nvml(backend)))
+    return series
+
+
+def _lost_or_as_recorded(device: Any) -> Any:
+    lost = {"error": "GpuIsLost"}
+    if (
+        isinstance(device, dict)
+        and device
+        and all(isinstance(v, dict) and v.get("error") == "GpuIsLost" for v in device.values())
+    ):
+        return {"all_calls": lost}
+    return device
 
 
 def add_parser(commands: Any) -> None:

@@ -8,6 +8,10 @@ through the one NVML interface, so a replay (`--nvml-replay`, the demo) answers 
 live node does. A call that fails leaves its cell empty ("-") with the reason kept in
 `Sample.errors`; a lost GPU says so in every cell, never a zero.
 
+`gpudiag --replay CAPTURE watch` prints the samples a capture recorded
+(`gpudiag capture OUT --samples N --interval S`), in order, at their recorded times
+(`replay`).
+
 On a live node, device events (a GPU, NIC or NVMe drive removed or added, a driver
 unbound; from pyudev) and Xid events (from /dev/kmsg) are printed as they arrive
 (gpudiag/device_events.py).
@@ -299,6 +303,30 @@ def watch(
         next_at = max(next_at + interval, clock())  # behind (suspended): start afresh
         sleep(max(0.0, next_at - clock()))
     return rounds
+
+
+def replay(
+    recorded: Sequence[tuple[float, Nvml]],
+    fmt: str,
+    write: Callable[[str], None],
+    count: int | None = None,
+) -> int:
+    """Print a capture's recorded samples (`gpudiag capture --samples N`) in order, each
+    stamped with the time it was recorded: `recorded` holds (time, NVML of that sample).
+    No waiting: the recording is shown as it was taken. A capture does not record the
+    NVLink throughput counters, so those columns say so. Returns the rounds printed."""
+    if not recorded:
+        return 0
+    gpus = gpu_count(recorded[0][1])
+    shown = list(recorded)[:count] if count is not None else list(recorded)
+    previous: dict[int, Sample] = {}
+    for rounds, (when, nvml) in enumerate(shown):
+        samples = sample_node(nvml, gpus, previous, when)
+        previous = {s.gpu: s for s in samples}
+        header_due = rounds % 20 == 0 if fmt == "table" else rounds == 0
+        for line in format_rows(samples, fmt, first=header_due):
+            write(line)
+    return len(shown)
 
 
 # ------------------------------------------------------------------ the TUI's watch screen

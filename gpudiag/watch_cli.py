@@ -14,7 +14,12 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     watch = commands.add_parser(
         "watch", help="sample every GPU at an interval: one row per GPU per sample"
     )
-    watch.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds (1)")
+    watch.add_argument(
+        "--interval",
+        type=float,
+        metavar="S",
+        help="seconds (1; with --replay CAPTURE the recorded interval is kept)",
+    )
     watch.add_argument(
         "--count", type=int, metavar="N", help="samples to take (default: until Ctrl-C)"
     )
@@ -32,10 +37,13 @@ def run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     if args.command == "demo":
         return _demo(args, argv)
-    if args.interval <= 0:
+    if args.interval is not None and args.interval <= 0:
         raise UsageError("--interval must be positive")
     if args.count is not None and args.count < 1:
         raise UsageError("--count must be at least 1")
+    if args.replay:
+        return _replay(args)
+    interval = 1.0 if args.interval is None else args.interval
     from gpudiag.nvml import NvmlError, open_nvml
     from gpudiag.watch import watch
 
@@ -55,7 +63,7 @@ def run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     try:
         watch(
             nvml,
-            args.interval,
+            interval,
             args.count,
             args.format,
             lambda line: print(line, flush=True),
@@ -70,6 +78,35 @@ def run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return 0
     finally:
         nvml.close()
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    """`gpudiag --replay CAPTURE watch`: the capture's recorded samples, in order."""
+    from gpudiag import capture
+    from gpudiag.cli import UsageError
+    from gpudiag.nvml import NvmlError
+    from gpudiag.watch import replay
+
+    if args.demo or args.nvml_replay or args.root != "/":
+        raise UsageError("--replay holds the whole node: not with --demo, --root or --nvml-replay")
+    if args.interval is not None:
+        raise UsageError("--interval: a capture is watched at the interval it was recorded")
+    _, nvml, data = capture.load(args.replay)  # checks the file
+    nvml.close()
+    series = capture.recorded_samples(data)
+    if len(series) == 1:
+        print(
+            f"gpudiag: {args.replay} holds one sample (captured without --samples): shown once",
+            file=sys.stderr,
+        )
+    try:
+        replay(series, args.format, lambda line: print(line, flush=True), args.count)
+    except NvmlError as exc:
+        raise UsageError(f"watch: the capture recorded no GPU to show: {exc.reason}") from None
+    finally:
+        for _, recorded in series:
+            recorded.close()
     return 0
 
 

@@ -53,6 +53,9 @@ FABRIC_HEALTH_FLAGS = {
 }
 # nvmlDeviceGetFieldValues: NVML_FI_DEV_NVLINK_GET_SPEED (MBps), scoped by link
 FIELD_NVLINK_SPEED = 164
+# nvml.h: "GPU T.Limit temperature thresholds in degree Celsius", Ada and later, superseding
+# nvmlDeviceGetTemperatureThreshold: signed, relative to T.Limit (-2: 2 C past it)
+FIELD_TLIMIT = {"shutdown": 193, "slowdown": 194, "gpu_max": 196}
 THROTTLE_REASONS = (
     (0x1, "GpuIdle"),
     (0x2, "ApplicationsClocksSetting"),
@@ -298,9 +301,41 @@ def _clocks_power_thermal(gpu: GpuCalls) -> Iterator[Reading]:
         ("shutdown", THRESHOLD_SHUTDOWN),
         ("gpu_max", THRESHOLD_GPU_MAX),
     ):
-        yield gpu.reading(
+        absolute = gpu.reading(
             f"temperature.{name}", "nvmlDeviceGetTemperatureThreshold", threshold, unit="C"
         )
+        relative = gpu.reading(
+            f"temperature.{name}_tlimit",
+            "nvmlDeviceGetFieldValues",
+            FIELD_TLIMIT[name],
+            0,
+            unit="C",
+            convert=int,
+        )
+        yield from_tlimit(absolute, relative, gpu) or absolute
+        yield relative
+
+
+def from_tlimit(absolute: Reading, relative: Reading, gpu: GpuCalls) -> Reading | None:
+    """An absolute threshold the driver gives only relative to T.Limit (R570 on answer
+    NotSupported for it): the current temperature plus the margin to T.Limit, less the
+    threshold's T.Limit value (41 C + 46 C margin - (-2 C) = 89 C for an idle H100's
+    slowdown). None where the absolute one was read or the three are not all known.
+    The temperature and the margin are two calls, so it may be 1 C off. Never run on a
+    GPU: tested through the C stand-in with the figures of a real H100's nvidia-smi -q."""
+    if absolute.status is not ReadingStatus.UNSUPPORTED or not relative.ok:
+        return None
+    temperature = gpu.reading("temperature.gpu", "nvmlDeviceGetTemperature", TEMPERATURE_GPU)
+    margin = gpu.reading(
+        "temperature.tlimit_margin",
+        "nvmlDeviceGetMarginTemperature",
+        convert=lambda m: int(m["marginTemperature"]),
+    )
+    if not (temperature.ok and margin.ok):
+        return None
+    value = int(temperature.value) + int(margin.value) - int(relative.value)  # type: ignore[arg-type]
+    source = "nvml:nvmlDeviceGetTemperature+nvmlDeviceGetMarginTemperature+nvmlDeviceGetFieldValues"
+    return Reading(key=absolute.key, value=value, unit="C", source=source)
 
 
 def _pcie_and_use(gpu: GpuCalls) -> Iterator[Reading]:

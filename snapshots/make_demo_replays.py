@@ -9,7 +9,8 @@ Where the values come from:
   VBIOS, InfoROM image, board part number, 81559 MiB of memory of which 479 MiB reserved by
   the driver and none in use, 131072 MiB of BAR1 (1 MiB used), clocks
   (345 MHz SM idle, 1980 MHz SM maximum, 2619 MHz memory), 200-700 W power limit range,
-  41 C at idle and 46 C below T.Limit, 'Idle' as the only clock event reason, fabric
+  41 C at idle and 46 C below T.Limit (shutdown 8 C, slowdown 2 C past it, max operating
+  at it), 'Idle' as the only clock event reason, fabric
   state Completed with status Success and no health flags, retired pages N/A
   (NotSupported: H100 remaps rows instead), application clocks answered 'deprecated',
   and each NVLink at 26.562 GB/s (`nvidia-smi nvlink -s`). That driver reports
@@ -176,7 +177,11 @@ def healthy_gpu(index: int) -> dict[str, Any]:
             str(link): pci_info(link_switch(link), 0x22A310DE) for link in range(18)
         },
         "nvmlDeviceGetNvLinkRemoteDeviceType": {str(link): 2 for link in range(18)},
-        "nvmlDeviceGetFieldValues": {f"164,{link}": NVLINK_MBPS for link in range(18)},
+        "nvmlDeviceGetFieldValues": {
+            **{f"164,{link}": NVLINK_MBPS for link in range(18)},
+            # the temperature limits relative to T.Limit (shutdown, slowdown, max operating)
+            **{"193,0": -8, "194,0": -2, "196,0": 0},
+        },
         "nvmlDeviceGetNvLinkErrorCounter": {
             f"{link},{counter}": 0 for link in range(18) for counter in range(4)
         },

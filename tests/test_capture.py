@@ -105,3 +105,61 @@ def test_bad_captures_and_options_are_one_line_errors(tmp_path: Path) -> None:
     target.mkdir()
     made = run_cli("--nvml-replay", str(FAULTY), "capture", str(target))
     assert made.returncode == 3 and "is a directory" in made.stderr
+
+
+def test_watch_replays_a_captures_samples_in_order(node, tmp_path: Path) -> None:
+    """Three samples of a node whose GPU 0 draws more power each time (the stand-in answers
+    a call recorded three times with each record in turn): watch shows the three in order,
+    at the recorded times, not the first one three times."""
+    flat = tmp_path / "rising.flat"
+    text = flatten(tomlcompat.loads(FAULTY.read_text()))
+    first = "D\t0\tnvmlDeviceGetPowerUsage\t-\t0\t69000\n"
+    assert first in text
+    flat.write_text(
+        text.replace(
+            first, first + first.replace("69000", "250000") + first.replace("69000", "400000")
+        )
+    )
+    env = {**node["env"], "GPUDIAG_STANDIN_DATA": str(flat)}
+    capture = tmp_path / "series.capture.json"
+    made = run_cli(
+        "--root",
+        str(node["tree"]),
+        "capture",
+        str(capture),
+        "--samples",
+        "3",
+        "--interval",
+        "0.2",
+        env=env,
+    )
+    assert made.returncode == 0, made.stderr
+    assert "3 samples" in made.stdout
+    watched = run_cli("--replay", str(capture), "watch", "--format", "jsonl")  # no stand-in
+    assert watched.returncode == 0, watched.stderr
+    assert watched.stderr == ""
+    records = [json.loads(line) for line in watched.stdout.splitlines()]
+    assert len(records) == 3 * 8
+    gpu0 = [r for r in records if r["gpu"] == 0]
+    assert [r["power"] for r in gpu0] == [69.0, 250.0, 400.0]
+    assert [r["power"] for r in records if r["gpu"] == 1] == [70.0] * 3
+    assert all(r["errors"]["power"] == "GpuIsLost" for r in records if r["gpu"] == 7)
+    seconds = [r["time"] - gpu0[0]["time"] for r in gpu0]
+    recorded = [0.0, *(s["seconds"] for s in json.loads(capture.read_text())["samples"])]
+    assert seconds == pytest.approx(recorded, abs=0.002)
+    assert 0.2 <= seconds[1] < seconds[2]
+    table = run_cli("--replay", str(capture), "watch", "--count", "2")
+    rows = [line.split() for line in table.stdout.splitlines() if line.split()[1:2] == ["0"]]
+    assert [row[2] for row in rows] == ["69", "250"]
+
+
+def test_watch_of_a_one_sample_capture_says_so(node, tmp_path: Path) -> None:
+    capture = tmp_path / "one.capture.json"
+    made = run_cli("--root", str(node["tree"]), "capture", str(capture), env=node["env"])
+    assert made.returncode == 0, made.stderr
+    watched = run_cli("--replay", str(capture), "watch", "--format", "csv")
+    assert watched.returncode == 0, watched.stderr
+    assert "holds one sample" in watched.stderr and len(watched.stderr.splitlines()) == 1
+    assert len(watched.stdout.splitlines()) == 1 + 8  # the header, then each GPU once
+    interval = run_cli("--replay", str(capture), "watch", "--interval", "1")
+    assert interval.returncode == 3 and "recorded" in interval.stderr

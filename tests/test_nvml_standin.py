@@ -175,6 +175,11 @@ def test_probes_on_the_current_driver_read_what_the_replay_reads(
     assert live["gpu.0.fabric.health_flags"][1] == []
     assert live["gpu.0.nvlink.17.speed"][1] == 26.562
     assert live["gpu.0.temperature.tlimit_margin"][1] == 46
+    # the absolute limits NotSupported, as on the real H100's driver: from T.Limit (signed)
+    assert live["gpu.0.temperature.slowdown_tlimit"][1] == -2
+    assert live["gpu.0.temperature.shutdown_tlimit"][1] == -8
+    assert live["gpu.0.temperature.slowdown"][:2] == ["ok", 89]
+    assert live["gpu.0.temperature.shutdown"][:2] == ["ok", 95]
     assert live["gpu.0.retired_pages.single_bit"][0] == "unsupported"
     if "faulty" in name:
         assert live["gpu.4.nvlink.3.speed"][1] == 13.281
@@ -197,6 +202,9 @@ def test_an_older_driver_degrades_one_reading_per_missing_symbol(
     assert live["gpu.0.fabric.status"][1] == "ok" and "gpu.0.fabric.health_flags" not in live
     margin = live["gpu.0.temperature.tlimit_margin"]
     assert margin[0] == "unsupported" and "older driver" in margin[2]
+    # without the margin the absolute limit stays what the driver said: NotSupported
+    assert live["gpu.0.temperature.slowdown_tlimit"][1] == -2
+    assert live["gpu.0.temperature.slowdown"][0] == "unsupported"
     processes = live["gpu.0.processes.compute"]
     if binding:  # 12.535.161 calls _v3 itself and has no _v2 wrapper
         assert processes[0] == "unsupported" and "older driver" in processes[2]

@@ -258,3 +258,57 @@ def test_real_backend_enumerates_mig_devices(monkeypatch) -> None:
     devices = nvml.call("gpudiagMigDevices", 0)
     assert [d["index"] for d in devices] == [0, 2]
     assert devices[0]["uuid"] == "MIG-handle0/mig0" and devices[0]["gpu_instance"] == 7
+
+
+def test_thresholds_given_only_relative_to_t_limit(healthy) -> None:
+    """The demo's driver answers NotSupported for the absolute thresholds, as the real H100
+    capture's (590.48.01) does, and gives them relative to T.Limit: 41 C, 46 C below
+    T.Limit, slowdown 2 C and shutdown 8 C past it (nvidia-smi -q of that H100)."""
+    v = ok_values(healthy)
+    assert v["gpu.0.temperature.slowdown_tlimit"] == -2
+    assert v["gpu.0.temperature.shutdown_tlimit"] == -8
+    assert v["gpu.0.temperature.gpu_max_tlimit"] == 0
+    assert v["gpu.0.temperature.slowdown"] == 41 + 46 + 2
+    assert v["gpu.0.temperature.shutdown"] == 41 + 46 + 8
+    assert v["gpu.0.temperature.gpu_max"] == 41 + 46
+    assert "nvmlDeviceGetMarginTemperature" in healthy["gpu.0.temperature.slowdown"].source
+
+
+def _hot_gpu(margin: int, tlimit: object, absolute: object) -> dict[str, object]:
+    """The healthy demo's GPU 0 at 86 C, `margin` C below T.Limit."""
+    from gpudiag import tomlcompat
+
+    data = tomlcompat.loads((SNAPSHOTS / "demo-hgx-h100-healthy.toml").read_text())
+    device = data["devices"][0]
+    device["nvmlDeviceGetTemperature"]["0"] = 86
+    device["nvmlDeviceGetMarginTemperature"]["marginTemperature"] = margin
+    device["nvmlDeviceGetFieldValues"]["194,0"] = tlimit
+    device["nvmlDeviceGetTemperatureThreshold"]["1"] = absolute
+    return data
+
+
+@pytest.mark.parametrize(
+    ("margin", "tlimit", "absolute", "slowdown", "fires"),
+    [
+        (1, -2, {"error": "NotSupported"}, 89, True),  # 86 C > 95% of 89 C
+        (12, -2, {"error": "NotSupported"}, 100, False),
+        (1, {"error": "NotSupported"}, {"error": "NotSupported"}, None, False),
+        (1, -2, 120, 120, False),  # the absolute threshold, where given, is what counts
+    ],
+)
+def test_gpu018_judges_the_slowdown_threshold_from_t_limit(
+    margin: int, tlimit: object, absolute: object, slowdown: int | None, fires: bool
+) -> None:
+    from gpudiag.nvml import ReplayBackend
+    from gpudiag.probe import ProbeContext
+    from gpudiag.ruleengine import evaluate, load_rules
+
+    nvml = Nvml(ReplayBackend(_hot_gpu(margin, tlimit, absolute), "hot"))
+    readings = {r.key: r for r in gpu.collect(ProbeContext(host=None, nvml=nvml))}  # type: ignore[arg-type]
+    reading = readings["gpu.0.temperature.slowdown"]
+    assert reading.value == slowdown
+    if slowdown is None:
+        assert reading.status is ReadingStatus.UNSUPPORTED
+    rules = [r for r in load_rules() if r.id == "GPU018"]
+    findings = evaluate(rules, readings)
+    assert any(f.severity.value == "warning" for f in findings) is fires, findings

@@ -11,6 +11,8 @@
  *   S <function> <argkey> <code> <values...>  a system call
  *   D <gpu> <function> <argkey> <code> <values...>
  *   L <gpu> <code>                            every call on this GPU fails (a lost GPU)
+ * A call recorded on several lines answers them in turn, one per call, then repeats the
+ * last (a series of volatile readings).
  * <function> is the name gpudiag records (nvmlDeviceGetPciInfo answers _v3), <argkey>
  * the call's arguments joined by ',' ('-' for none; a peer GPU by its index), <code>
  * NVML's return code (0: success, then the values in nvml.h's field order).
@@ -171,6 +173,7 @@ typedef struct {
     int code;
     char **values;
     int nvalues;
+    int used; /* answered once already: a later record of the same call answers next */
 } record_t;
 static record_t *records;
 static int nrecords;
@@ -238,6 +241,7 @@ static int load_recording(void) {
             r->code = atoi(fields[3 + off]);
             r->values = fields + 4 + off;
             r->nvalues = n - 4 - off;
+            r->used = 0;
         }
     }
     free(line);
@@ -340,13 +344,21 @@ static nvmlReturn_t lookup(const char *symbol, const char *function, nvmlDevice_
             goto out;
         }
     }
+    /* a call recorded several times answers each record in turn, then the last again
+     * (a series of volatile readings, as `gpudiag capture --samples` takes them) */
+    pthread_mutex_lock(&lock);
     for (int i = 0; i < nrecords; i++) {
         record_t *r = &records[i];
         if (r->gpu == gpu && !strcmp(r->function, function) && !strcmp(r->argkey, argkey)) {
             a->record = r;
-            code = r->code;
-            goto out;
+            if (!r->used) break;
         }
+    }
+    if (a->record) a->record->used = 1;
+    pthread_mutex_unlock(&lock);
+    if (a->record) {
+        code = a->record->code;
+        goto out;
     }
     log_line("UNRECORDED %s gpu=%d args=%s", function, gpu, argkey);
     code = NVML_ERROR_UNKNOWN;
