@@ -31,6 +31,7 @@ watch` prints the recorded samples in order (`recorded_samples`).
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import threading
 import time
@@ -287,6 +288,7 @@ def load(path: str | Path) -> tuple[CapturedHostFS, Nvml, dict[str, Any]]:
         )
     except ReplayError as exc:
         raise CaptureError(str(exc)) from None
+    _check_host(host, name)
     hostfs = CapturedHostFS(host, bool(data.get("live")), bool(data.get("root_user")))
     return hostfs, Nvml(backend), data
 
@@ -330,6 +332,39 @@ def _lost_or_as_recorded(device: Any) -> Any:
     ):
         return {"all_calls": lost}
     return device
+
+
+def _check_host(host: dict[str, Any], name: str) -> None:
+    """Every host record of the shape CapturedHostFS answers from, or CaptureError naming
+    the first that is not (a damaged capture is refused whole, never half-read)."""
+
+    def damaged(kind: str, key: str, why: str) -> CaptureError:
+        return CaptureError(f"{name}: the capture's {kind} record of {key!r} is damaged ({why})")
+
+    statuses = {s.value for s in ReadingStatus}
+    for path, entry in host["files"].items():
+        if not isinstance(entry, dict):
+            raise damaged("file", path, "not a table")
+        if "status" in entry:
+            if entry["status"] not in statuses or not isinstance(entry.get("reason"), str):
+                raise damaged("file", path, "a status and a reason are expected")
+        elif "base64" in entry:
+            try:
+                base64.b64decode(str(entry["base64"]), validate=True)
+            except (binascii.Error, ValueError):
+                raise damaged("file", path, "not base64") from None
+        elif not isinstance(entry.get("text"), str):
+            raise damaged("file", path, "no text")
+    for kind in ("listdir", "glob"):
+        for key, names in host[kind].items():
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise damaged(kind, key, "a list of names is expected")
+    for key, value in host["exists"].items():
+        if not isinstance(value, bool):
+            raise damaged("exists", key, "true or false is expected")
+    for key, value in host["realpath"].items():
+        if value is not None and not isinstance(value, str):
+            raise damaged("realpath", key, "a path is expected")
 
 
 def add_parser(commands: Any) -> None:

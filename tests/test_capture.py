@@ -107,6 +107,33 @@ def test_bad_captures_and_options_are_one_line_errors(tmp_path: Path) -> None:
     assert made.returncode == 3 and "is a directory" in made.stderr
 
 
+DEMO_CAPTURE = Path(__file__).parent.parent / "snapshots" / "demo-hgx-h100-healthy.capture.json"
+
+
+@pytest.mark.parametrize(
+    ("kind", "key", "damage", "words"),
+    [
+        ("files", "/etc/os-release", {"0text": "ID=x"}, "no text"),  # found by the fuzzer
+        ("files", "/etc/os-release", {"status": "bogus", "reason": "r"}, "a status and"),
+        ("files", "/etc/os-release", {"base64": "@@@"}, "not base64"),
+        ("files", "/etc/os-release", ["ID=x"], "not a table"),
+        ("listdir", "/sys/bus/pci/devices", "0000:18:00.0", "a list of names"),
+        ("exists", "/dev/nvidiactl", "yes", "true or false"),
+        ("realpath", "/sys/bus/pci/devices/0000:18:00.0", 5, "a path is expected"),
+    ],
+)
+def test_a_damaged_host_record_is_refused_whole(
+    tmp_path: Path, kind: str, key: str, damage: object, words: str
+) -> None:
+    data = json.loads(DEMO_CAPTURE.read_text())
+    data["host"][kind][key] = damage
+    damaged = tmp_path / "damaged.json"
+    damaged.write_text(json.dumps(data))
+    run = run_cli("--replay", str(damaged), "--export", "-")
+    assert run.returncode == 3 and len(run.stderr.splitlines()) == 1, run.stderr
+    assert f"record of {key!r} is damaged ({words}" in run.stderr
+
+
 def test_watch_replays_a_captures_samples_in_order(node, tmp_path: Path) -> None:
     """Three samples of a node whose GPU 0 draws more power each time (the stand-in answers
     a call recorded three times with each record in turn): watch shows the three in order,
