@@ -24,20 +24,32 @@ class GpuProcess:
     text: str  # "1234 python (alice, 35% CPU): python train.py --lr 3e-4"
 
 
+_SEEN: dict[int, psutil.Process] = {}  # psutil measures CPU use between two calls on one object
+_SEEN_MAX = 4096
+
+
 def describe(pid: int) -> str:
-    """pid, name, user, CPU share and command line of a process (psutil), or why not."""
+    """pid, name, user, CPU share and command line of a process (psutil), or why not.
+    The CPU share is since this process was last described (watch: the last sample); the
+    first time it is not known yet ("CPU ?"), never a made-up 0%."""
+    first = pid not in _SEEN
     try:
-        process = psutil.Process(pid)
+        process = _SEEN.get(pid) or psutil.Process(pid)
         with process.oneshot():
             name = process.name()
             user = process.username()
             cpu = process.cpu_percent(interval=None)  # since the last call: no sleep
             command = " ".join(process.cmdline())[:120]
     except psutil.NoSuchProcess:
+        _SEEN.pop(pid, None)
         return f"{pid} (gone)"
     except psutil.AccessDenied:
         return f"{pid} (not visible to this user)"
-    return f"{pid} {name} ({user}, {cpu:.0f}% CPU): {command or name}"
+    if len(_SEEN) >= _SEEN_MAX:
+        _SEEN.clear()
+    _SEEN[pid] = process
+    share = "CPU ?" if first else f"{cpu:.0f}% CPU"
+    return f"{pid} {name} ({user}, {share}): {command or name}"
 
 
 def gpu_processes(readings: Mapping[str, Reading]) -> list[GpuProcess]:

@@ -3,7 +3,9 @@
 
 Each sample is a few NVML calls per GPU (power, temperature, SM and memory clocks,
 utilisation, memory used, throttle reasons, volatile uncorrected ECC, PCIe replays, the
-number of compute processes),
+number of compute processes, and each process described as nvitop shows it: pid, name,
+user, CPU use and command line, from psutil; a replay's processes ran on the recorded
+machine, so only their pid and memory are shown, never this machine's process of that pid),
 through the one NVML interface, so a replay (`--nvml-replay`, the demo) answers it as a
 live node does. A call that fails leaves its cell empty ("-") with the reason kept in
 `Sample.errors`; a lost GPU says so in every cell, never a zero.
@@ -115,6 +117,7 @@ class Sample:
     values: dict[str, float | str | None]
     errors: dict[str, str] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)  # NVLink KiB, cumulative
+    processes: tuple[str, ...] = ()  # "1234 python (alice, 35% CPU): python train.py"
 
 
 def gpu_count(nvml: Nvml) -> int:
@@ -152,12 +155,40 @@ def _nvlink(nvml: Nvml, gpu: int, now: float, previous: Sample | None, sample: S
             sample.values[name] = round((kib - before) * 1024 / (now - previous.time) / 1e9, 2)
 
 
+PROCESSES_CALL = ("nvmlDeviceGetComputeRunningProcesses", ())
+
+
+def recorded_process(process: Any) -> str:
+    """A replay's process: its pid and GPU memory as recorded; psutil on this machine
+    knows nothing of the recorded machine's processes."""
+    memory = process.get("usedGpuMemory") if isinstance(process, dict) else None
+    used = f", {int(memory) // 2**20} MiB" if isinstance(memory, int) else ""
+    return f"{int(process['pid'])} (recorded{used}; not a process of this machine)"
+
+
+def _processes(nvml: Nvml, raw: Any, describe: Callable[[int], str] | None) -> tuple[str, ...]:
+    """Each process NVML listed, described (psutil on a live node, the record on a replay)."""
+    if not isinstance(raw, list):
+        return ()
+    listed = [p for p in raw if isinstance(p, dict) and isinstance(p.get("pid"), int)]
+    if isinstance(nvml.backend, ReplayBackend) and describe is None:
+        return tuple(recorded_process(p) for p in listed)
+    if describe is None:
+        from gpudiag.processes import describe as describe
+    return tuple(describe(int(p["pid"])) for p in listed)
+
+
 def sample_gpu(
-    nvml: Nvml, gpu: int, now: float | None = None, previous: Sample | None = None
+    nvml: Nvml,
+    gpu: int,
+    now: float | None = None,
+    previous: Sample | None = None,
+    describe: Callable[[int], str] | None = None,
 ) -> Sample:
     """Every column of one GPU, one NVML call each (a call shared by two columns, as
     utilisation is, is made once); NVLink throughput since `previous` (this GPU's last
-    sample)."""
+    sample); the compute processes, each described by `describe` (a pid's psutil
+    description; None: psutil's on a live node, the record on a replay)."""
     values: dict[str, float | str | None] = {}
     errors: dict[str, str] = {}
     answers: dict[tuple[str, tuple[int, ...]], Any] = {}
@@ -178,19 +209,24 @@ def sample_gpu(
             values[column.name] = None
             errors[column.name] = f"{column.function} returned {raw!r:.40}: {exc}"
     now = time.time() if now is None else now
-    sample = Sample(now, gpu, values, errors)
+    listed = _processes(nvml, answers.get(PROCESSES_CALL), describe)
+    sample = Sample(now, gpu, values, errors, processes=listed)
     _nvlink(nvml, gpu, now, previous, sample)
     return sample
 
 
 def sample_node(
-    nvml: Nvml, count: int, previous: dict[int, Sample] | None = None, now: float | None = None
+    nvml: Nvml,
+    count: int,
+    previous: dict[int, Sample] | None = None,
+    now: float | None = None,
+    describe: Callable[[int], str] | None = None,
 ) -> list[Sample]:
     """One sample of every GPU, all stamped with the same time; `previous` holds each GPU's
-    last sample (for NVLink throughput)."""
+    last sample (for NVLink throughput); `describe` as for sample_gpu."""
     now = time.time() if now is None else now
     last = previous or {}
-    return [sample_gpu(nvml, gpu, now, last.get(gpu)) for gpu in range(count)]
+    return [sample_gpu(nvml, gpu, now, last.get(gpu), describe) for gpu in range(count)]
 
 
 class History:
@@ -219,6 +255,7 @@ class History:
 OUTPUT_COLUMNS = (*NUMERIC, "throttle")
 UNITS = {c.name: c.unit for c in COLUMNS} | {n: NVLINK_UNIT for n, _ in NVLINK_COUNTERS}
 HEADERS = ("time", "gpu", *OUTPUT_COLUMNS)
+CSV_HEADERS = (*HEADERS, "processes")  # csv: the processes joined by "; "
 WIDTHS = {"time": 8, "gpu": 3, "throttle": 0}
 
 
@@ -235,6 +272,7 @@ def format_rows(samples: list[Sample], fmt: str, first: bool) -> Iterator[str]:
     if fmt == "jsonl":
         for s in samples:
             record = {"time": round(s.time, 3), "gpu": s.gpu, **s.values}
+            record["processes"] = list(s.processes)
             if s.errors:
                 record["errors"] = s.errors
             yield json.dumps(record)
@@ -243,10 +281,11 @@ def format_rows(samples: list[Sample], fmt: str, first: bool) -> Iterator[str]:
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         if first:
-            writer.writerow(HEADERS)
+            writer.writerow(CSV_HEADERS)
         for s in samples:
             stamp = time.strftime("%H:%M:%S", time.localtime(s.time))
-            writer.writerow([stamp, s.gpu, *(_cell(s, name) for name in OUTPUT_COLUMNS)])
+            cells = [_cell(s, name) for name in OUTPUT_COLUMNS]
+            writer.writerow([stamp, s.gpu, *cells, "; ".join(s.processes)])
         yield buffer.getvalue().rstrip("\n")
         return
     widths = {name: max(len(name), 6) for name in OUTPUT_COLUMNS} | WIDTHS
@@ -261,6 +300,8 @@ def format_rows(samples: list[Sample], fmt: str, first: bool) -> Iterator[str]:
     for s in samples:
         stamp = time.strftime("%H:%M:%S", time.localtime(s.time))
         yield line([stamp, str(s.gpu), *(_cell(s, name) for name in OUTPUT_COLUMNS)])
+        for process in s.processes:  # one line per process under its GPU's row
+            yield f"{'':>8}  {'':>3}  proc {process}"
 
 
 def format_event(event: DeviceEvent, fmt: str) -> str:

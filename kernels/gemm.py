@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from gpudiag.kernels.stats import progress_fraction, summarize
+from gpudiag.kernels.stream import _clears, _tight
 from gpudiag.model import KernelResult, ProbeStatus
 
 PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16")
@@ -87,6 +88,27 @@ def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
+def _unsettled(samples: list[float], threshold: float | None) -> bool:
+    """--until-confident goes on: the 95% interval of the median neither within
+    stream.CONFIDENT_WIDTH of it nor (where a rule's threshold is given) wholly on one side
+    of the threshold; fewer than 6 samples give no interval to trust."""
+    if len(samples) < 6:
+        return True
+    stats = summarize(samples)
+    return not (_tight(stats) or (threshold is not None and _clears(stats, threshold)))
+
+
+def _confidence(
+    samples: list[float], until_confident: float | None, threshold: float | None
+) -> tuple[tuple[str, Any], ...]:
+    """The params that say whether --until-confident reached its goal (as STREAM's)."""
+    if until_confident is None:
+        return ()
+    cleared = len(samples) >= 6 and threshold is not None and _clears(summarize(samples), threshold)
+    said: tuple[tuple[str, Any], ...] = (("confident", not _unsettled(samples, threshold)),)
+    return said + ((("threshold", threshold), ("threshold_cleared", cleared)) if threshold else ())
+
+
 def run_gemm(
     xp: Any,
     precision: str,
@@ -101,10 +123,15 @@ def run_gemm(
     seconds: float | None = None,
     progress: Callable[[float], None] | None = None,
     codec: Codec | None = None,
+    until_confident: float | None = None,
+    threshold: float | None = None,
 ) -> KernelResult:
     """Multiply two n x n matrices `warmup + trials` times (more, until `seconds` have
-    passed, where given) and return TFLOP/s samples; each product is checked (sampled rows
-    against float64), and a wrong product is an error."""
+    passed, where given; with `until_confident`, more until the 95% interval of the median
+    is within 3% of it or clears `threshold`, a rule's TFLOP/s, either way, or that many
+    seconds have passed: as STREAM's, params say whether it was reached) and return TFLOP/s
+    samples; each product is checked (sampled rows against float64), and a wrong product
+    is an error."""
     params = (("n", n), ("precision", precision), ("trials", trials))
     try:
         dtype = numpy_dtype(precision, xp) if codec is None else None
@@ -125,7 +152,18 @@ def run_gemm(
     time_it = timer or _wall_clock
     samples: list[float] = []
     started, rounds, round_index = time.monotonic(), warmup + trials, 0
-    while round_index < rounds or (seconds is not None and time.monotonic() - started < seconds):
+
+    def more() -> bool:
+        elapsed = time.monotonic() - started
+        if round_index < rounds or (seconds is not None and elapsed < seconds):
+            return True
+        return (
+            until_confident is not None
+            and elapsed < until_confident
+            and (_unsettled(samples, threshold))
+        )
+
+    while more():
         if cancel is not None and cancel.is_set():
             return KernelResult(
                 "gemm",
@@ -163,7 +201,7 @@ def run_gemm(
         ProbeStatus.OK,
         tuple(samples),
         summarize(samples) if len(samples) >= 2 else None,
-        params,
+        params + _confidence(samples, until_confident, threshold),
     )
 
 
@@ -282,11 +320,14 @@ def run_gpu_gemm(
     progress: Callable[[float], None] | None = None,
     cuda: Any = None,
     sample_seconds: float = SAMPLE_SECONDS,
+    until_confident: float | None = None,
+    threshold: float | None = None,
 ) -> KernelResult:
     """TFLOP/s samples of batches of back-to-back GEMMs on one GPU (a batch lasts about
     `sample_seconds`, so launch overhead is amortised and sustained clocks are seen), the
-    product checked against float64 on sampled rows after the timed trials. Never run on
-    a GPU in this project's CI."""
+    product checked against float64 on sampled rows after the timed trials;
+    `until_confident` and `threshold` as for run_gemm. Never run on a GPU in this
+    project's CI (the CUDA fake only)."""
     from gpudiag.kernels.device import api
 
     cuda = cuda or api()
@@ -314,7 +355,18 @@ def run_gpu_gemm(
         params += (("batch", batch),)
         samples: list[float] = []
         started, rounds, index = time.monotonic(), warmup + trials, 0
-        while index < rounds or (seconds is not None and time.monotonic() - started < seconds):
+
+        def more() -> bool:
+            elapsed = time.monotonic() - started
+            if index < rounds or (seconds is not None and elapsed < seconds):
+                return True
+            return (
+                until_confident is not None
+                and elapsed < until_confident
+                and (_unsettled(samples, threshold))
+            )
+
+        while more():
             if cancel is not None and cancel.is_set():
                 return result(ProbeStatus.CANCELLED, [], "cancelled")
             elapsed = engine.time(batch)
@@ -332,4 +384,5 @@ def run_gpu_gemm(
             [],
             f"verification failed: relative error {error:.3g} exceeds {TOLERANCE[precision]:g}",
         )
+    params += _confidence(samples, until_confident, threshold)
     return result(ProbeStatus.OK, samples)

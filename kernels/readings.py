@@ -7,6 +7,10 @@ them whenever findings are computed, never stored twice. Keys, per device:
     gpu.N.kernel.gemm.bf16              TFLOP/s  node's CPUs, host.kernel... for all CPUs)
     gpu.N.kernel.<...>.ci_low, .ci_high the ends of the median's 95% interval: the KRN
                                         thresholds judge these, not the median
+    gpu.N.kernel.<...>.verdict          below / inconclusive / above the KRN005-008
+                                        threshold (THRESHOLDS: factor x profile field):
+                                        below when ci_high is under it, above when ci_low
+                                        is not, inconclusive between (reason: the numbers)
     gpu.N.kernel.copy.h2d.local         GB/s
     gpu.N.kernel.burn.mismatches        count, and burn.nans, burn.gflops
     node.kernel.allreduce.busbw         GB/s: NCCL all-reduce of the largest size across
@@ -123,7 +127,45 @@ def kernel_readings(
     for group in peers.values():
         derived.update(_pair_shares(group))
     derived.update(intervals)  # after the shares: an interval's end is no figure of its own
+    derived.update(_verdicts(intervals, peaks or {}))
     return list(derived.values())
+
+
+# metric -> (factor, profile field): the thresholds of KRN005-008 (rules/kernels.toml;
+# tests/test_kernel_plan.py checks that the two agree)
+THRESHOLDS = {
+    "stream.triad.fp64": (0.85, "memory_bandwidth_gbs"),
+    "stream.triad.fp32": (0.85, "memory_bandwidth_gbs"),
+    "gemm.fp64": (0.5, "fp64_tflops"),
+    "gemm.fp16": (0.5, "fp16_tflops"),
+}
+
+
+def _verdicts(intervals: Mapping[str, Reading], peaks: Mapping[str, Any]) -> dict[str, Reading]:
+    """Each GPU figure with a KRN threshold, judged by its 95% interval: below only when
+    the upper end is under the threshold, above only when the lower end is not, else
+    inconclusive; the reason gives the interval and the threshold."""
+    verdicts = {}
+    for key, high in intervals.items():
+        m = re.match(r"^(gpu\.\d+\.kernel\.(.+))\.ci_high$", key)
+        low = intervals.get(f"{m.group(1)}.ci_low") if m else None
+        factor, field = THRESHOLDS.get(m.group(2), (0.0, "")) if m else (0.0, "")
+        peak = peaks.get(field)
+        if m is None or low is None or not isinstance(peak, int | float) or peak <= 0:
+            continue
+        threshold = factor * float(peak)
+        hi, lo = float(high.value), float(low.value)  # type: ignore[arg-type]
+        verdict = "below" if hi < threshold else "above" if lo >= threshold else "inconclusive"
+        verdicts[f"{m.group(1)}.verdict"] = Reading(
+            f"{m.group(1)}.verdict",
+            verdict,
+            source=f"{m.group(1)} 95% interval / {factor:g} x profile {field} ({peak:g})",
+            reason=(
+                f"the 95% interval {lo:.6g}-{hi:.6g} {high.unit} against the threshold "
+                f"{threshold:.6g} {high.unit} ({factor:g} x profile {field} {peak:g})"
+            ),
+        )
+    return verdicts
 
 
 PEAK_FIELDS = {

@@ -165,6 +165,13 @@ def triad_threshold(host: HostFS, bus_id: str, dtype: str) -> float | None:
     for fp32: a share of the model's memory bandwidth), from the GPU's PCI device id in
     sysfs and its model's profile; None where the model has no profile with a bandwidth
     or no rule judges that triad. `--until-confident` stops once the interval clears it."""
+    return rule_threshold(host, bus_id, f"stream.triad.{dtype}")
+
+
+def rule_threshold(host: HostFS, bus_id: str, metric: str) -> float | None:
+    """The figure a shipped rule judges this GPU's `metric` (stream.triad.fp64, gemm.fp16)
+    by: the rule's factor x its profile field (min_profile on `<metric>.ci_high`) for the
+    model found by the GPU's PCI device id in sysfs; None where no profile or rule has it."""
     from gpudiag.ruleengine import load_profiles, load_rules
 
     found = host.read(f"/sys/bus/pci/devices/{normalize_bus_id(bus_id)}/device")
@@ -172,17 +179,13 @@ def triad_threshold(host: HostFS, bus_id: str, dtype: str) -> float | None:
         return None
     device_id = found.text.strip().lower()
     profile = next((p for p in load_profiles().values() if device_id in p.device_ids), None)
-    bandwidth = profile.values.get("memory_bandwidth_gbs") if profile is not None else None
-    if bandwidth is None:
+    if profile is None:
         return None
-    reading = f"gpu.{{gpu}}.kernel.stream.triad.{dtype}.ci_high"
+    reading = f"gpu.{{gpu}}.kernel.{metric}.ci_high"
     for rule in load_rules():
-        if (rule.reading, rule.operator, rule.operand) == (
-            reading,
-            "min_profile",
-            "memory_bandwidth_gbs",
-        ) and not rule.disabled:
-            return rule.factor * float(bandwidth)
+        if (rule.reading, rule.operator) == (reading, "min_profile") and not rule.disabled:
+            value = profile.values.get(rule.operand)
+            return rule.factor * float(value) if isinstance(value, int | float) else None
     return None
 
 
@@ -298,9 +301,21 @@ class PlanRun:
         threshold = triad_threshold(self.host, bus_id, dtype)
         return {"triad": threshold} if threshold is not None else None
 
+    def _gemm_threshold(self, gpu: int, precision: str) -> float | None:
+        """The TFLOP/s a rule judges this GEMM by (KRN007/KRN008), for --until-confident;
+        None without it, or where no rule or profile gives one."""
+        if self.plan.until_confident is None:
+            return None
+        try:
+            bus_id = device.api().deviceGetPCIBusId(gpu)
+        except Exception:  # a GPU CUDA cannot query: the tight interval alone decides
+            return None
+        return rule_threshold(self.host, bus_id, f"gemm.{precision}")
+
     def _gemm(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
         plan = self.plan
         common = {"trials": plan.trials, "cancel": self.cancel, "seconds": plan.seconds}
+        common["until_confident"] = plan.until_confident
         if on_cpu:
             for precision in gemm.PRECISIONS:
                 self.results.append(
@@ -317,7 +332,10 @@ class PlanRun:
             for precision in gemm.PRECISIONS:
                 step = self._step(f"gemm gpu{gpu} {precision}")
                 try:
-                    result = gemm.run_gpu_gemm(gpu, precision, plan.gemm_n, progress=step, **common)
+                    threshold = self._gemm_threshold(gpu, precision)
+                    result = gemm.run_gpu_gemm(
+                        gpu, precision, plan.gemm_n, progress=step, threshold=threshold, **common
+                    )
                 except Exception as exc:  # a broken GPU is this GPU's result
                     result = replace(_failed("gemm", gpu, exc), metric=precision)
                 self.results.append(result)

@@ -260,3 +260,65 @@ def test_triad_rule_judges_the_interval_not_the_median() -> None:
     assert readings["gpu.0.kernel.stream.triad.fp64.ci_high"].value > 2847.5
     fired = {f.subject for f in judged.findings if f.rule_id == "KRN005"}
     assert fired == {"GPU 1"}
+
+
+def test_verdict_says_when_the_interval_straddles_the_threshold() -> None:
+    # H100 SXM5: 85% of 3350 GB/s = 2847.5; half of 34 TFLOP/s = 17
+    straddling = [2600, 2700, 2800, 2820, 2830, 2840, 2900, 3000, 3100]
+    below = [2600, 2610, 2620, 2630, 2640, 2650, 2660, 2670, 2680]
+    above = [3000, 3010, 3020, 3030, 3040, 3050, 3060, 3070, 3080]
+    results = [
+        _ok("stream", "gpu0", "triad", "GB/s", straddling, (("dtype", "fp64"),)),
+        _ok("stream", "gpu1", "triad", "GB/s", below, (("dtype", "fp64"),)),
+        _ok("stream", "gpu2", "triad", "GB/s", above, (("dtype", "fp64"),)),
+        _ok("gemm", "gpu0", "fp64", "TFLOP/s", [15, 16, 16.5, 17, 17.5, 18, 19]),
+    ]
+    peaks = {"memory_bandwidth_gbs": 3350, "fp64_tflops": 34}
+    derived = {r.key: r for r in kernel_readings(results, {}, peaks)}
+    verdict = {g: derived[f"gpu.{g}.kernel.stream.triad.fp64.verdict"].value for g in range(3)}
+    assert verdict == {0: "inconclusive", 1: "below", 2: "above"}
+    low = derived["gpu.0.kernel.stream.triad.fp64.ci_low"].value
+    high = derived["gpu.0.kernel.stream.triad.fp64.ci_high"].value
+    assert f"{low:.6g}-{high:.6g} GB/s" in derived["gpu.0.kernel.stream.triad.fp64.verdict"].reason
+    assert "2847.5 GB/s (0.85 x profile memory_bandwidth_gbs 3350)" in (
+        derived["gpu.0.kernel.stream.triad.fp64.verdict"].reason
+    )
+    assert derived["gpu.0.kernel.gemm.fp64.verdict"].value == "inconclusive"
+    # no profile field: no threshold, no verdict (never a guessed one)
+    assert not any(k.endswith(".verdict") for k in (r.key for r in kernel_readings(results, {})))
+
+
+def test_verdict_thresholds_are_the_krn_rules_own() -> None:
+    from gpudiag.kernels.readings import THRESHOLDS
+
+    rules = {r.id: r for r in load_rules()}
+    for rule_id, metric in (
+        ("KRN005", "stream.triad.fp64"),
+        ("KRN006", "stream.triad.fp32"),
+        ("KRN007", "gemm.fp64"),
+        ("KRN008", "gemm.fp16"),
+    ):
+        rule = rules[rule_id]
+        assert rule.reading == f"gpu.{{gpu}}.kernel.{metric}.ci_high"
+        assert rule.operator == "min_profile"
+        assert THRESHOLDS[metric] == (rule.factor, rule.operand)
+
+
+def test_an_inconclusive_triad_is_reported_with_its_numbers() -> None:
+    node = LiveNode(
+        host=HostFS(FIXTURES / "host-basic"),
+        nvml=Nvml(ReplayBackend.from_file(REPO / "snapshots" / "demo-hgx-h100-healthy.toml")),
+        probes=default_probes(),
+        rules=load_rules(),
+    )
+    straddling = [2600, 2700, 2800, 2820, 2830, 2840, 2900, 3000, 3100]
+    below = [2600, 2610, 2620, 2630, 2640, 2650, 2660, 2670, 2680]
+    results = [
+        _ok("stream", "gpu0", "triad", "GB/s", straddling, (("dtype", "fp64"),)),
+        _ok("stream", "gpu1", "triad", "GB/s", below, (("dtype", "fp64"),)),
+    ]
+    judged = with_findings(replace(node.snapshot(), kernels=tuple(results)), load_rules())
+    (finding,) = [f for f in judged.findings if f.rule_id == "KRN018"]
+    assert finding.subject == "GPU 0" and "straddles it" in finding.message
+    assert "the threshold 2847.5 GB/s" in finding.message and "--until-confident" in finding.message
+    assert {f.subject for f in judged.findings if f.rule_id == "KRN005"} == {"GPU 1"}

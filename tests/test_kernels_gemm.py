@@ -93,3 +93,58 @@ def test_bf16_codec_is_checked_like_any_precision() -> None:
     assert ok.status is ProbeStatus.OK, ok.error
     bad = gemm.run_gemm(np, "bf16", 8, device="cpu", trials=2, codec=_emulated_bf16(True))
     assert bad.status is ProbeStatus.ERROR and bad.error.startswith("verification failed")
+
+
+def _noisy_timer(cv: float, seed: int = 5):
+    """A timer around 1 ms with a known spread (the product is still computed and checked),
+    so that --until-confident's stopping can be checked against a known truth."""
+    rng = np.random.default_rng(seed)
+
+    def timer(work) -> float:
+        work()
+        return float(abs(rng.normal(1e-3, cv * 1e-3))) + 1e-6
+
+    return timer
+
+
+N_SMALL = 64  # 2 x 64^3 flops in 1 ms: 0.000524 TFLOP/s
+
+
+def test_until_confident_goes_on_until_the_interval_is_tight() -> None:
+    result = gemm.run_gemm(
+        np, "fp64", N_SMALL, device="cpu", trials=2, warmup=0,
+        timer=_noisy_timer(0.15), until_confident=30,
+    )  # fmt: skip
+    s = result.stats
+    assert result.status is ProbeStatus.OK and dict(result.params)["confident"] is True
+    assert s is not None and (s.ci95_high - s.ci95_low) / 2 <= 0.03 * s.median
+    assert s.count > 30  # many more than the 2 trials asked for
+    assert "threshold" not in dict(result.params)
+
+
+def test_until_confident_says_when_the_budget_ran_out() -> None:
+    result = gemm.run_gemm(
+        np, "fp64", N_SMALL, device="cpu", trials=2, warmup=0,
+        timer=_noisy_timer(3.0), until_confident=0.3,
+    )  # fmt: skip
+    assert dict(result.params)["confident"] is False
+
+
+@pytest.mark.parametrize("threshold", [0.0002, 0.002], ids=["above-it", "below-it"])
+def test_until_confident_stops_once_the_interval_clears_the_threshold(threshold: float) -> None:
+    result = gemm.run_gemm(
+        np, "fp64", N_SMALL, device="cpu", trials=2, warmup=0,
+        timer=_noisy_timer(0.15), until_confident=30, threshold=threshold,
+    )  # fmt: skip
+    params, s = dict(result.params), result.stats
+    assert params["threshold"] == threshold and params["threshold_cleared"] is True
+    assert params["confident"] is True
+    assert s is not None and 6 <= s.count < 30  # the tight interval alone takes more
+    assert (s.ci95_low > threshold) if threshold < 0.0005 else (s.ci95_high < threshold)
+
+
+def test_without_until_confident_the_trials_are_the_trials() -> None:
+    result = gemm.run_gemm(
+        np, "fp64", N_SMALL, device="cpu", trials=3, warmup=0, timer=_noisy_timer(3.0)
+    )
+    assert len(result.samples) == 3 and "confident" not in dict(result.params)

@@ -17,7 +17,7 @@ from gpudiag.hostfs import HostFS
 from gpudiag.kernels import allreduce, burn, copies, device, gemm, stream
 from gpudiag.kernels.plans import KERNELS, PLANS, KernelPlan
 from gpudiag.kernels.readings import kernel_readings
-from gpudiag.kernels.runner import PlanRun, cuda_to_nvml, triad_threshold
+from gpudiag.kernels.runner import PlanRun, cuda_to_nvml, rule_threshold, triad_threshold
 from gpudiag.model import ProbeStatus, ReadingStatus, Snapshot
 from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.snapshot import dumps, load, loads
@@ -557,3 +557,26 @@ def test_until_confident_on_a_gpu_stops_at_its_models_threshold(cuda, tmp_path: 
     assert params["threshold"] == pytest.approx(2847.5) and params["threshold_cleared"] is True
     assert triads["gpu0"].stats is not None and triads["gpu0"].stats.ci95_high < 2847.5
     assert "threshold" not in dict(triads["gpu1"].params)
+
+
+def test_the_gemm_thresholds_are_krn007_and_krn008s(tmp_path: Path) -> None:
+    host = _pci_tree(tmp_path, {"0000:18:00.0": "0x2330", "0000:19:00.0": "0x1234"})
+    # H100 SXM5: 34 TFLOP/s FP64, 989.5 FP16 (rules/profiles.toml), judged at half
+    assert rule_threshold(host, "0000:18:00.0", "gemm.fp64") == pytest.approx(17.0)
+    assert rule_threshold(host, "0000:18:00.0", "gemm.fp16") == pytest.approx(494.75)
+    assert rule_threshold(host, "0000:18:00.0", "gemm.bf16") is None  # no rule judges it
+    assert rule_threshold(host, "0000:19:00.0", "gemm.fp64") is None  # no profile
+
+
+def test_until_confident_reaches_gemm_on_a_gpu(cuda, tmp_path: Path) -> None:
+    """GEMM on the CUDA fake (its timings, not a GPU figure) with --until-confident: the
+    plan's budget reaches run_gpu_gemm, which records whether its interval settled and,
+    on the H100 (GPU 0), the FP64 threshold it was judged against."""
+    host = _pci_tree(tmp_path, {"0000:18:00.0": "0x2330", "0000:19:00.0": "0x1234"})
+    plan = replace(KernelPlan(("gemm",), "gpu", trials=2, gemm_n=64), until_confident=2.0)
+    results = PlanRun(plan, host=host).run()
+    gemms = {(r.device, r.metric): r for r in results if r.status is ProbeStatus.OK}
+    on_h100 = dict(gemms[("gpu0", "fp64")].params)
+    assert on_h100["threshold"] == pytest.approx(17.0) and "confident" in on_h100
+    assert "threshold" not in dict(gemms[("gpu1", "fp64")].params)
+    assert all("confident" in dict(r.params) for r in gemms.values())

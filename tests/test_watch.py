@@ -3,10 +3,16 @@ failed calls as gaps with their reason, the ring buffer's bound, the command end
 
 from __future__ import annotations
 
+import csv
 import json
+import os
+import re
+
+import psutil
 
 from gpudiag.demo import demo_file
 from gpudiag.nvml import Nvml, ReplayBackend
+from gpudiag.processes import describe
 from gpudiag.watch import (
     FIELD_NVLINK_THROUGHPUT_DATA_RX,
     FIELD_NVLINK_THROUGHPUT_DATA_TX,
@@ -207,3 +213,36 @@ def test_watch_screen_shows_nvlink_where_it_fits() -> None:
     history.add(sample_gpu(nvml, 0, now=12.0, previous=history.latest[0]))
     assert "nvl  1.02/0.26 G" in screen_lines(history, 1, 110)[0]
     assert "nvl" not in screen_lines(history, 1, 77)[0]  # at 80 columns there is no room
+
+
+def _with_processes(processes: list[dict[str, int]]) -> Nvml:
+    device = {"nvmlDeviceGetComputeRunningProcesses": processes}
+    return Nvml(ReplayBackend({"format": "gpudiag-nvml-replay", "version": 1, "devices": [device]}))
+
+
+def test_a_replay_shows_its_processes_as_recorded_never_as_this_machines() -> None:
+    me = os.getpid()  # a pid alive here: a replay must not describe it with psutil
+    nvml = _with_processes([{"pid": me, "usedGpuMemory": 3 * 2**30}, {"pid": 77}])
+    (sample,) = sample_node(nvml, 1)
+    assert sample.values["procs"] == 2
+    assert sample.processes == (
+        f"{me} (recorded, 3072 MiB; not a process of this machine)",
+        "77 (recorded; not a process of this machine)",
+    )
+    table = list(format_rows([sample], "table", first=False))
+    assert len(table) == 3 and table[1].split()[:2] == ["proc", str(me)]
+    record = json.loads(next(format_rows([sample], "jsonl", True)))
+    assert record["processes"] == list(sample.processes)
+    rows = list(csv.reader(next(format_rows([sample], "csv", True)).splitlines()))
+    assert rows[0][-1] == "processes" and rows[1][-1] == "; ".join(sample.processes)
+    assert json.loads(next(format_rows(sample_node(_demo(), 1), "jsonl", True)))["processes"] == []
+
+
+def test_a_live_process_is_described_by_psutil_with_its_cpu_use() -> None:
+    me = os.getpid()
+    nvml = _with_processes([{"pid": me}, {"pid": 2**22 + 1}])  # beyond pid_max: gone
+    first, second = (sample_node(nvml, 1, describe=describe)[0] for _ in range(2))
+    name, user = psutil.Process(me).name(), psutil.Process(me).username()
+    assert first.processes[0].startswith(f"{me} {name} ({user}, CPU ?): ")
+    assert re.match(rf"{me} {re.escape(name)} \({user}, \d+% CPU\): .*pytest", second.processes[0])
+    assert first.processes[1] == f"{2**22 + 1} (gone)"
