@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from gpudiag.kernels.stats import progress_fraction, summarize
+from gpudiag.kernels.stats import more_trials, progress_fraction, summarize
 from gpudiag.kernels.stream import _clears, _tight
 from gpudiag.model import KernelResult, ProbeStatus
 
@@ -153,17 +153,10 @@ def run_gemm(
     samples: list[float] = []
     started, rounds, round_index = time.monotonic(), warmup + trials, 0
 
-    def more() -> bool:
-        elapsed = time.monotonic() - started
-        if round_index < rounds or (seconds is not None and elapsed < seconds):
-            return True
-        return (
-            until_confident is not None
-            and elapsed < until_confident
-            and (_unsettled(samples, threshold))
-        )
+    def unsettled() -> bool:
+        return _unsettled(samples, threshold)
 
-    while more():
+    while more_trials(started, round_index, rounds, seconds, until_confident, unsettled):
         if cancel is not None and cancel.is_set():
             return KernelResult(
                 "gemm",
@@ -356,17 +349,10 @@ def run_gpu_gemm(
         samples: list[float] = []
         started, rounds, index = time.monotonic(), warmup + trials, 0
 
-        def more() -> bool:
-            elapsed = time.monotonic() - started
-            if index < rounds or (seconds is not None and elapsed < seconds):
-                return True
-            return (
-                until_confident is not None
-                and elapsed < until_confident
-                and (_unsettled(samples, threshold))
-            )
+        def unsettled() -> bool:
+            return _unsettled(samples, threshold)
 
-        while more():
+        while more_trials(started, index, rounds, seconds, until_confident, unsettled):
             if cancel is not None and cancel.is_set():
                 return result(ProbeStatus.CANCELLED, [], "cancelled")
             elapsed = engine.time(batch)

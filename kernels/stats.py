@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from gpudiag.model import Statistics
 
@@ -75,3 +75,21 @@ def progress_fraction(done: int, rounds: int, started: float, seconds: float | N
     if seconds is None or seconds <= 0:
         return by_rounds
     return min(by_rounds, (time.monotonic() - started) / seconds, 1.0)
+
+
+def more_trials(
+    started: float,
+    done: int,
+    rounds: int,
+    seconds: float | None,
+    until_confident: float | None,
+    unsettled: Callable[[], bool],
+) -> bool:
+    """Whether a kernel's trial loop goes on: until `rounds` rounds are done, then while
+    `seconds` (since `started`, time.monotonic) have not passed, then, with
+    --until-confident, while its budget lasts and `unsettled()` says the interval has
+    neither cleared the rule's threshold nor tightened enough."""
+    elapsed = time.monotonic() - started
+    if done < rounds or (seconds is not None and elapsed < seconds):
+        return True
+    return until_confident is not None and elapsed < until_confident and unsettled()

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from gpudiag.kernels.stats import progress_fraction, summarize
+from gpudiag.kernels.stats import more_trials, progress_fraction, summarize
 from gpudiag.model import KernelResult, ProbeStatus, Statistics
 
 SCALAR = 0.4
@@ -442,12 +442,6 @@ def run_stream(
     started = time.monotonic()
     round_index = since_reset = 0
 
-    def more() -> bool:
-        elapsed = time.monotonic() - started
-        if round_index < rounds or (seconds is not None and elapsed < seconds):
-            return True
-        return until_confident is not None and elapsed < until_confident and not confident()
-
     judged = thresholds or {}
 
     def cleared(op: str) -> bool:
@@ -459,7 +453,9 @@ def run_stream(
         return all(len(v) >= 6 and _tight(summarize(v)) for v in samples.values())
 
     try:
-        while more():
+        while more_trials(
+            started, round_index, rounds, seconds, until_confident, lambda: not confident()
+        ):
             if cancel is not None and cancel.is_set():
                 if round_index >= rounds:  # the trials asked for are done: keep them
                     break
