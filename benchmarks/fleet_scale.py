@@ -50,7 +50,7 @@ REFERENCE = r"""
 import json, sys
 from collections import defaultdict
 from pathlib import Path
-from gpudiag.readingkind import is_configuration
+from gpudiag.catalog import is_configuration
 
 groups = defaultdict(list)
 kind = {}

@@ -49,8 +49,10 @@ def main() -> int:
         all_seeds[loader] += extra
     work = work_dir()
     failed = False
-    print(f"{'loader':<10} {'iterations':>10} {'per s':>7} {'accepted':>9} {'refused':>8} "
-          f"{'crashes':>8} {'slowest':>8}")
+    print(
+        f"{'loader':<10} {'iterations':>10} {'per s':>7} {'accepted':>9} {'refused':>8} "
+        f"{'crashes':>8} {'slowest':>8}"
+    )
     total = crashes_total = 0
     try:
         for loader, load in LOADERS.items():
@@ -66,17 +68,20 @@ def main() -> int:
                 except Exception:
                     if counts["crashes"] == 0:
                         crash = Path(f"fuzz-crash-{loader}.txt")
-                        crash.write_text(text + "\n\n" + traceback.format_exc(),
-                                         errors="replace")
-                        print(f"  crash in {loader}: {traceback.format_exc().splitlines()[-1]}"
-                              f" (input in {crash})")
+                        crash.write_text(text + "\n\n" + traceback.format_exc(), errors="replace")
+                        print(
+                            f"  crash in {loader}: {traceback.format_exc().splitlines()[-1]}"
+                            f" (input in {crash})"
+                        )
                     counts["crashes"] += 1
                 slowest = max(slowest, time.perf_counter() - t0)
                 iterations += 1
             elapsed = time.perf_counter() - started
-            print(f"{loader:<10} {iterations:>10} {iterations / elapsed:>7.0f} "
-                  f"{counts['accepted']:>9} {counts['refused']:>8} {counts['crashes']:>8} "
-                  f"{slowest * 1000:>6.0f}ms")
+            print(
+                f"{loader:<10} {iterations:>10} {iterations / elapsed:>7.0f} "
+                f"{counts['accepted']:>9} {counts['refused']:>8} {counts['crashes']:>8} "
+                f"{slowest * 1000:>6.0f}ms"
+            )
             total += iterations
             crashes_total += counts["crashes"]
             failed = failed or counts["crashes"] > 0 or slowest > SLOW_S

@@ -23,7 +23,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from gpudiag import ruleengine
+from gpudiag import catalog, ruleengine
 from gpudiag.hostfs import HostFS
 from gpudiag.model import ProbeResult, ProbeStatus, Reading, Snapshot
 from gpudiag.nvml import Nvml, ReplayBackend
@@ -69,10 +69,13 @@ def as_snapshot(readings: dict[str, Reading]) -> Snapshot:
 
 
 def forget_caches() -> None:
-    """What a new process starts without: the parsed profiles and the rule plans."""
+    """What a new process starts without: the parsed profiles, the rule plans and the
+    catalog of readings."""
     ruleengine._shipped_profiles.cache_clear()
     ruleengine._PLANS.clear()
-    ruleengine._key_format.cache_clear()
+    catalog.key_former.cache_clear()
+    catalog.catalog.cache_clear()
+    catalog._known_sources.cache_clear()
 
 
 def median_ms(times: list[float]) -> str:

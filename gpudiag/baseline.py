@@ -2,7 +2,7 @@
 
 For each GPU model in the fleet (by PCI device id), the latest snapshot of every node:
 
-- configuration: every configuration reading (gpudiag/readingkind.py) that was read and
+- configuration: every configuration reading (declared in gpudiag/catalog.py) that was read and
   has one value on every node and every instance (each GPU, NVLink, GPU pair, PCIe
   device, NUMA node) becomes a rule expecting that value (`equal`; a list reading
   `subset_of` its items, or `empty`);
@@ -33,33 +33,19 @@ from typing import IO, Any
 import numpy as np
 import tomli_w
 
-from gpudiag import __version__
+from gpudiag import __version__, catalog
 from gpudiag.atomic import write_atomic
 from gpudiag.diff import higher_is_better
 from gpudiag.fleet import _DEVICE_ID, _Fleet
 from gpudiag.fleetload import LoadedFleet
 from gpudiag.hostfs import natural_key
 
-_SCOPES = (
-    (re.compile(r"^gpu\.(\d+)\.nvlink\.(\d+)\.(.+)$"), "nvlink", "gpu.{gpu}.nvlink.{link}.%s"),
-    (re.compile(r"^gpu\.(\d+)\.(.+)$"), "gpu", "gpu.{gpu}.%s"),
-    (re.compile(r"^topo\.gpu\.(\d+)\.(\d+)((?:\..+)?)$"), "gpu_pair", "topo.gpu.{gpu}.{peer}%s"),
-    (
-        re.compile(r"^pcie\.([0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])\.(.+)$"),
-        "pcie_device",
-        "pcie.{device}.%s",
-    ),
-    (re.compile(r"^numa\.(\d+)\.(.+)$"), "numa_node", "numa.{node}.%s"),
-)
 _TEXT = re.compile(r"^[\x20-\x7e]*$")
 
 
 def rule_template(key: str) -> tuple[str, str]:
     """(scope, reading template) of a key: gpu.3.power.limit -> (gpu, gpu.{gpu}.power.limit)."""
-    for pattern, scope, template in _SCOPES:
-        if match := pattern.match(key):
-            return scope, template % match.groups()[-1]
-    return "node", key
+    return catalog.template_of(key)
 
 
 def _ids() -> Iterator[str]:

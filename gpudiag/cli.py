@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from gpudiag import __version__, capture, inputs
+from gpudiag import __version__, capture, catalog, inputs
 from gpudiag.fleetcli import FLEET_COMMANDS, add_fleet_commands
 from gpudiag.formats import (
     FORMAT_NAMES,
@@ -547,16 +547,6 @@ def _check(args: argparse.Namespace) -> int:
     return exit_code(snapshot.findings)
 
 
-SCOPE_WORDS = {
-    "node": "the node",
-    "gpu": "every GPU",
-    "nvlink": "every NVLink of every GPU",
-    "gpu_pair": "every pair of GPUs",
-    "pcie_device": "every reported PCIe device",
-    "numa_node": "every NUMA node",
-}
-
-
 def _rules(args: argparse.Namespace) -> int:
     if args.rules_command == "lint":
         return _lint(args.lint_files)
@@ -588,10 +578,21 @@ def explain_rule(rule: Rule) -> str:
     expectation = f"{rule.operator.replace('_', ' ')} {rule.operand!r}"
     if rule.factor != 1.0:
         expectation += f" x {rule.factor:g}"
+    subject = catalog.SUBJECTS[rule.applies_to]
+    declared = catalog.find(catalog.sample_key(rule.reading))
+    made_by = (
+        f"made by {', '.join(sorted(declared.producers))}"
+        + (f", in {declared.unit}" if declared.unit not in ("", "*") else "")
+        + f", {declared.change.value}"
+        + (f": {declared.help}" if declared.help else "")
+        if declared
+        else "declared by no producer (rules lint refuses it)"
+    )
     lines = [
         f"{rule.id} ({rule.severity.value}, {rule.status}): {rule.title}",
         "",
-        f"What it checks: {rule.reading}, on {SCOPE_WORDS[rule.applies_to]}: {expectation}.",
+        f"What it checks: {rule.reading}, on {subject.words}: {expectation}.",
+        f"The reading: {made_by}.",
         *(
             f"Applies only where: {kind} {name} is {value!r} (elsewhere: not applicable)."
             for kind, name, value in rule.applies_if

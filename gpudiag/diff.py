@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from gpudiag import tomlcompat
+from gpudiag import catalog, tomlcompat
 from gpudiag.hostfs import natural_key
 from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
 
@@ -40,14 +40,6 @@ MAX_CV = 0.10
 RELIABLE_SAMPLES = 30  # from this many a side, the interval itself carries the spread
 SIGNIFICANT = ("faster", "slower")
 
-# Readings that differ between any two runs, or any two healthy nodes: hidden by default.
-NOISY = re.compile(
-    r"(\.serial$|\.uuid$|\.health$|^host\.hostname$|^host\.uptime$|\.temperature\.gpu$"
-    r"|\.power\.draw$|\.clocks\.(sm|mem)$|\.utilization\.|\.memory\.used$|\.bar1\.used$"
-    r"|\.mem_free$|^mem\.available$|^mem\.swap_free$|^cpu\.freq\.cur_|\.processes\."
-    r"|\.pstate$|^power\.thermal\..*\.temp$|^host\.kernel\.version$|^faults\.xid\..*\.last_seen$"
-    r"|^platform\.cgroup\.path$)"
-)
 _GPU_KEY = re.compile(r"^gpu\.(\d+)\.(.+)$")
 _TOPO_KEY = re.compile(r"^topo\.gpu\.(\d+)\.(\d+|nic)(.*)$")
 
@@ -113,6 +105,21 @@ class Diff:
     findings_only_b: list[Finding] = field(default_factory=list)
     metrics: list[MetricChange] = field(default_factory=list)
     gpu_map: dict[str, str] = field(default_factory=dict)
+    same_node: bool = False  # A and B are one node at two moments (same host name)
+
+    def rising_counters(self) -> list[ReadingChange]:
+        """Counters since boot (declared in gpudiag/catalog.py) higher in B than in A, for
+        two snapshots of the same node: errors that happened between them."""
+        if not self.same_node:
+            return []
+        return [
+            c
+            for c in self.readings
+            if c.kind == "changed"
+            and catalog.is_counter(c.key)
+            and (numbers := _numbers(c)) is not None
+            and numbers[1] > numbers[0]
+        ]
 
     def differences(self, include_noisy: bool = False) -> list[ReadingChange]:
         """The reading changes that are not equal (noisy ones only on request)."""
@@ -295,11 +302,30 @@ def _kernel_key(result: KernelResult, gpu_map: dict[str, str] | None = None) -> 
     return result.kernel, device, metric, str(dict(result.params).get("dtype", ""))
 
 
+def _numbers(change: ReadingChange) -> tuple[float, float] | None:
+    """A's and B's values where both were read and are numbers."""
+    a, b = change.a, change.b
+    if a is None or b is None or not (a.ok and b.ok):
+        return None
+    values = (a.value, b.value)
+    if any(isinstance(v, bool) or not isinstance(v, int | float) for v in values):
+        return None
+    return float(values[0]), float(values[1])  # type: ignore[arg-type]
+
+
+def _always_varies(key: str) -> bool:
+    """A reading declared volatile (temperatures, clocks at idle, serials): hidden by
+    default. Counters are shown (and rising ones called out); an undeclared key is shown."""
+    found = catalog.find(key)
+    return found is not None and found.change is catalog.Change.VOLATILE
+
+
 def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
     """Compare two snapshots (A is the reference)."""
     result = Diff()
     readings_a = a.readings_by_key
     result.gpu_map = match_gpus(readings_a, b.readings_by_key)
+    result.same_node = a.host == b.host and a.host != "unknown"
     readings_b = _rekey(b.readings_by_key, result.gpu_map)
     for key in sorted(set(readings_a) | set(readings_b)):
         ra, rb = readings_a.get(key), readings_b.get(key)
@@ -309,7 +335,7 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
             kind = "only_a"
         else:
             kind = "equal" if _same(ra, rb) else "changed"
-        result.readings.append(ReadingChange(key, kind, ra, rb, bool(NOISY.search(key))))
+        result.readings.append(ReadingChange(key, kind, ra, rb, _always_varies(key)))
     # rules that did not apply on one side are no finding there (schema version 2)
     found_a = [f for f in a.findings if f.severity is not Severity.NOT_APPLICABLE]
     found_b = [f for f in b.findings if f.severity is not Severity.NOT_APPLICABLE]
@@ -409,6 +435,12 @@ def report_text(
                     f"{'- ' if markdown else '  '}{f.severity.value.upper()} {f.rule_id} "
                     f"{f.subject}: {f.message}"
                 )
+    rising = diff.rising_counters()
+    if rising:
+        heading = "Counters that rose between the two snapshots (errors since A)"
+        lines.append(f"\n## {heading}\n" if markdown else f"\n{heading}:")
+        for c in rising:
+            lines.append(f"{'- ' if markdown else '  '}{c.key}: {_value(c.a)} -> {_value(c.b)}")
     changes = diff.differences(include_noisy)
     if changes:
         lines.append("\n## Readings\n" if markdown else "\nReadings (A -> B):")
@@ -444,6 +476,7 @@ def report_json(diff: Diff, include_noisy: bool = False) -> dict[str, Any]:
     return {
         "exit_code": diff.exit_code(),
         "gpu_map": diff.gpu_map,
+        "rising_counters": [c.key for c in diff.rising_counters()],
         "readings": [
             {
                 "key": c.key,

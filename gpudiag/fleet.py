@@ -9,7 +9,7 @@ latest is the node. The report has, headline first:
   says can move that metric (the diff's explanations, over N nodes instead of two),
   ranked by how well they separate (F1 of "differs from the fast majority's value" as a
   predictor of "slow").
-- Configuration groups: nodes whose configuration readings (gpudiag/readingkind.py) are
+- Configuration groups: nodes whose configuration readings (declared in gpudiag/catalog.py) are
   all equal, each node set folded by ClusterShell's NodeSet, and what differs from the
   largest group.
 - Outliers: every numeric reading and kernel figure, per GPU (or NUMA node, GPU pair)

@@ -43,6 +43,7 @@ import msgspec
 import numpy as np
 from msgspec import UNSET, UnsetType
 
+from gpudiag.catalog import is_configuration
 from gpudiag.kernels.readings import device_prefix, metric_key
 from gpudiag.model import (
     SCHEMA_VERSION,
@@ -54,7 +55,6 @@ from gpudiag.model import (
     Snapshot,
     Statistics,
 )
-from gpudiag.readingkind import is_configuration
 from gpudiag.snapshot import SnapshotError, load, snapshot_from_dict
 
 MAX_FILE_BYTES = 256 * 2**20

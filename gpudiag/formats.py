@@ -29,9 +29,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO
 
+from gpudiag import catalog
 from gpudiag.atomic import write_atomic
 from gpudiag.model import Action, Finding, Severity, Snapshot
-from gpudiag.ruleengine import SCOPES, ReadingIndex, Rule, instances, subject_of
+from gpudiag.ruleengine import SCOPES, Rule, instances
 from gpudiag.session import exit_code, severity_counts
 
 FORMAT_NAMES = {"toml": "TOML", "json": "JSON", "prometheus": "Prometheus", "junit": "JUnit"}
@@ -239,7 +240,7 @@ def prometheus(snapshot: Snapshot) -> str:
             ],
         )
     readings = snapshot.readings_by_key
-    gpus = ReadingIndex.of(readings).by_scope["gpu"]
+    gpus = catalog.SubjectIndex.of(readings).by_scope["gpu"]
     for gauge in GPU_GAUGES:
         for (gpu,) in gpus:
             reading = readings.get(f"gpu.{gpu}.{gauge.reading}")
@@ -292,7 +293,7 @@ def _testcases(
 ) -> list[tuple[str, str, list[Finding], str]]:
     """(rule id, subject, findings, skip reason) for every check the rules made, then
     for findings no rule instance names (probe failures, no profile)."""
-    index = ReadingIndex.of(readings)
+    index = catalog.SubjectIndex.of(readings)
     by_key: dict[tuple[str, str], list[Finding]] = {}
     for finding in snapshot.findings:
         by_key.setdefault((finding.rule_id, finding.subject), []).append(finding)
@@ -303,12 +304,16 @@ def _testcases(
             continue
         for placeholders, _ in instances(rule, readings, index):
             values = dict(zip(SCOPES[rule.applies_to], placeholders, strict=True))
-            key = (rule.id, subject_of(rule.applies_to, values))
+            key = (rule.id, catalog.subject_title(rule.applies_to, values))
             if key in seen:
                 continue
             seen.add(key)
             skip = ""
-            lost = values.get("gpu") in index.lost_gpus and not rule.reading.endswith(".health")
+            lost = (
+                "gpu" in values
+                and catalog.is_lost(readings, values["gpu"])
+                and not rule.reading.endswith(".health")
+            )
             if lost and key not in by_key:
                 skip = f"GPU {values['gpu']} is lost (GPU001): it answers nothing"
             cases.append((*key, by_key.get(key, []), skip))

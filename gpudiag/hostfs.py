@@ -189,7 +189,10 @@ class HostFS:
                 )
             if not stat.S_ISREG(mode):
                 return FileText(
-                    host_path, source, None, ReadingStatus.ERROR,
+                    host_path,
+                    source,
+                    None,
+                    ReadingStatus.ERROR,
                     f"{host_path} is not a regular file (a FIFO or a device)",
                 )
             # Small reads: procfs sysctl files refuse a multi-megabyte read (ENOMEM).
@@ -203,7 +206,10 @@ class HostFS:
                 size += len(chunk)
             if size > max_bytes:
                 return FileText(
-                    host_path, source, None, ReadingStatus.ERROR,
+                    host_path,
+                    source,
+                    None,
+                    ReadingStatus.ERROR,
                     f"{host_path} is larger than {max_bytes} bytes (corrupt?)",
                 )
             data = b"".join(chunks)

@@ -18,10 +18,98 @@ from typing import Any
 
 import defusedxml.ElementTree as SafeET
 
-from gpudiag import __version__
+from gpudiag import __version__, catalog
 from gpudiag.inputs import InputError, printable, read_input
 from gpudiag.model import ProbeResult, ProbeStatus, Reading, ReadingStatus, Snapshot, Value
 from gpudiag.probes.gpu import normalize_bus_id
+
+# the readings an import makes (gpudiag/catalog.py): the GPU and driver probes' keys, and
+# the product brand, which only nvidia-smi prints
+READINGS = (
+    *catalog.declare("GPU", catalog.config("gpu.{gpu}.brand", help="nvidia-smi's brand")),
+    catalog.also(
+        "gpu.{gpu}.bar1.total",
+        "gpu.{gpu}.bar1.used",
+        "gpu.{gpu}.board_part_number",
+        "gpu.{gpu}.clocks.app_mem",
+        "gpu.{gpu}.clocks.app_sm",
+        "gpu.{gpu}.clocks.default_app_mem",
+        "gpu.{gpu}.clocks.default_app_sm",
+        "gpu.{gpu}.clocks.max_mem",
+        "gpu.{gpu}.clocks.max_sm",
+        "gpu.{gpu}.clocks.mem",
+        "gpu.{gpu}.clocks.sm",
+        "gpu.{gpu}.compute_mode",
+        "gpu.{gpu}.cpu_affinity",
+        "gpu.{gpu}.ecc.aggregate.corrected",
+        "gpu.{gpu}.ecc.aggregate.corrected.dram",
+        "gpu.{gpu}.ecc.aggregate.corrected.sram",
+        "gpu.{gpu}.ecc.aggregate.uncorrected",
+        "gpu.{gpu}.ecc.aggregate.uncorrected.dram",
+        "gpu.{gpu}.ecc.aggregate.uncorrected.sram",
+        "gpu.{gpu}.ecc.current",
+        "gpu.{gpu}.ecc.pending",
+        "gpu.{gpu}.ecc.volatile.corrected",
+        "gpu.{gpu}.ecc.volatile.corrected.dram",
+        "gpu.{gpu}.ecc.volatile.corrected.sram",
+        "gpu.{gpu}.ecc.volatile.uncorrected",
+        "gpu.{gpu}.ecc.volatile.uncorrected.dram",
+        "gpu.{gpu}.ecc.volatile.uncorrected.sram",
+        "gpu.{gpu}.fabric.state",
+        "gpu.{gpu}.health",
+        "gpu.{gpu}.inforom.image",
+        "gpu.{gpu}.memory.total",
+        "gpu.{gpu}.memory.used",
+        "gpu.{gpu}.mig.current",
+        "gpu.{gpu}.mig.pending",
+        "gpu.{gpu}.name",
+        "gpu.{gpu}.numa_node",
+        "gpu.{gpu}.nvlink.active",
+        "gpu.{gpu}.nvlink.count",
+        "gpu.{gpu}.nvlink.{link}.speed",
+        "gpu.{gpu}.nvlink.{link}.state",
+        "gpu.{gpu}.pci.bus_id",
+        "gpu.{gpu}.pci.device_id",
+        "gpu.{gpu}.pcie.link_gen",
+        "gpu.{gpu}.pcie.link_width",
+        "gpu.{gpu}.pcie.max_link_gen",
+        "gpu.{gpu}.pcie.max_link_width",
+        "gpu.{gpu}.pcie.replay_counter",
+        "gpu.{gpu}.persistence_mode",
+        "gpu.{gpu}.power.default_limit",
+        "gpu.{gpu}.power.draw",
+        "gpu.{gpu}.power.enforced_limit",
+        "gpu.{gpu}.power.limit",
+        "gpu.{gpu}.power.max_limit",
+        "gpu.{gpu}.power.min_limit",
+        "gpu.{gpu}.processes.compute",
+        "gpu.{gpu}.processes.graphics",
+        "gpu.{gpu}.pstate",
+        "gpu.{gpu}.remapped_rows.correctable",
+        "gpu.{gpu}.remapped_rows.failure",
+        "gpu.{gpu}.remapped_rows.pending",
+        "gpu.{gpu}.remapped_rows.uncorrectable",
+        "gpu.{gpu}.retired_pages.double_bit",
+        "gpu.{gpu}.retired_pages.pending",
+        "gpu.{gpu}.retired_pages.single_bit",
+        "gpu.{gpu}.serial",
+        "gpu.{gpu}.temperature.gpu",
+        "gpu.{gpu}.temperature.gpu_max",
+        "gpu.{gpu}.temperature.shutdown",
+        "gpu.{gpu}.temperature.slowdown",
+        "gpu.{gpu}.throttle_reasons",
+        "gpu.{gpu}.utilization.gpu",
+        "gpu.{gpu}.utilization.memory",
+        "gpu.{gpu}.uuid",
+        "gpu.{gpu}.vbios",
+        "nvml.cuda_driver_version",
+        "nvml.driver_version",
+        "nvml.gpu_count",
+        "nvml.init",
+        "topo.gpu.{gpu}.{peer}",
+        "topo.gpu.{gpu}.nic.{nic}",
+    ),
+)
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -929,8 +1017,6 @@ def extract_from_bug_report(text: str) -> str:
         stop = re.search(r"\n\*{3,}|\n_{5,}|\n____", rest[1:])
         return rest[: stop.start() + 1] if stop else rest
     return text
-
-
 
 
 def import_files(paths: list[str]) -> Snapshot:

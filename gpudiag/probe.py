@@ -1,7 +1,8 @@
 """Probes and the runner that runs them concurrently, each with a timeout.
 
-A probe is a `Probe`: a name, a title, a cost, what it needs, and a function from a
-`ProbeContext` to readings. The registry of shipped probes is `gpudiag.probes.REGISTRY`.
+A probe is a `Probe`: a name, a title, a cost, what it needs, a function from a
+`ProbeContext` to readings, and the readings it declares (gpudiag/catalog.py). The registry of
+shipped probes is `gpudiag.probes.REGISTRY`.
 
 The runner starts each probe on its own daemon thread (threads cannot be killed, so a
 probe that hangs is abandoned, reported as timed out, and cannot keep the process
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from gpudiag.catalog import Declared
 from gpudiag.hostfs import HostFS
 from gpudiag.model import ProbeResult, ProbeStatus, Reading
 from gpudiag.nvml import Nvml, NvmlError
@@ -26,7 +28,6 @@ class Cost(str, Enum):
     """How much a probe disturbs the node."""
 
     INSTANT = "instant"
-    SLOW = "slow"
     LOADS_GPU = "loads-gpu"
 
 
@@ -56,6 +57,7 @@ class Probe:
     needs: frozenset[Need]
     collect: Callable[[ProbeContext], Iterable[Reading]]
     timeout_s: float = 10.0
+    readings: tuple[Declared, ...] = ()  # what it makes, declared (gpudiag/catalog.py)
 
 
 def _run_one(probe: Probe, context: ProbeContext) -> ProbeResult:

@@ -17,7 +17,8 @@ key (`--redact-key FILE`), `host-3f9a0c2b7d1e`: an HMAC-SHA256 of the value unde
 the same in every export made with that key, so a redacted fleet keeps one identity per
 node and a node's history stays together.
 
-`IDENTIFYING_READINGS` is the one list of readings whose whole value identifies the node.
+Which readings' whole values identify the node is declared with the readings
+(gpudiag/catalog.py: `identifying`), by the probe that makes them.
 """
 
 from __future__ import annotations
@@ -30,16 +31,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpudiag.catalog import identifying_kind
 from gpudiag.inputs import InputError, read_input
 from gpudiag.model import Snapshot
 from gpudiag.snapshot import snapshot_from_dict, snapshot_to_dict
 
-# Readings whose whole value identifies the node (key pattern -> placeholder kind).
-IDENTIFYING_READINGS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"^host\.hostname$"), "host"),
-    (re.compile(r"\.serial$|^dmi\..*serial"), "serial"),
-    (re.compile(r"uuid$"), "uuid"),
-)
 # Fields of a snapshot's plain form that gpudiag itself names: never redacted.
 UNTOUCHED_FIELDS = frozenset(
     {
@@ -163,15 +159,14 @@ class Redactor:
 
     def learn(self, host: str, readings: list[tuple[str, Any]]) -> None:
         """Learn the identifying values of a snapshot: its host name (and an FQDN's
-        short name) and the values of IDENTIFYING_READINGS."""
+        short name) and the values of the readings the catalog declares identifying."""
         names = [host]
         for key, value in readings:
-            for pattern, kind in IDENTIFYING_READINGS:
-                if isinstance(value, str) and pattern.search(key):
-                    if kind == "host":
-                        names.append(value)
-                    elif _identifying(value.strip(), 4):
-                        self.placeholder(value.strip(), kind)
+            kind = identifying_kind(key) if isinstance(value, str) else ""
+            if kind == "host":
+                names.append(value)
+            elif kind and _identifying(value.strip(), 4):
+                self.placeholder(value.strip(), kind)
         for name in names:
             name = name.strip()
             if not _identifying(name, 2):

@@ -46,7 +46,7 @@ it does not support (ECC on a GeForce card) is not judged: the rule does not app
 (a `not-applicable` finding, counted apart). Evidence that is absent or
 could not be read gives an `unknown` finding that says which and why (an info rule's
 stays info: it cannot hide a problem). Evidence that none of the snapshot's sources can
-hold (a host reading in an nvidia-smi import; gpudiag.coverage says which source holds
+hold (a host reading in an nvidia-smi import; gpudiag.catalog says which source holds
 what) gives a `not-applicable` finding instead: shown apart, never counted as unknown,
 never setting the exit code. The `present` operator fires with the rule's own
 severity when the reading was attempted and failed; when no probe produced it at all
@@ -83,7 +83,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpudiag import coverage, tomlcompat
+from gpudiag import catalog, tomlcompat
 from gpudiag.hostfs import natural_key
 from gpudiag.inputs import InputError, parse_data, printable_data, read_input
 from gpudiag.model import (
@@ -96,14 +96,7 @@ from gpudiag.model import (
     Severity,
 )
 
-SCOPES: dict[str, tuple[str, ...]] = {
-    "node": (),
-    "gpu": ("gpu",),
-    "nvlink": ("gpu", "link"),
-    "gpu_pair": ("gpu", "peer"),
-    "pcie_device": ("device",),
-    "numa_node": ("node",),
-}
+SCOPES: dict[str, tuple[str, ...]] = catalog.scopes()  # the catalog's subjects
 _PLACEHOLDERS = {name for names in SCOPES.values() for name in names}
 CONSTANT_OPERATORS = (
     "equal",
@@ -659,9 +652,11 @@ def merge_rules(sources: Sequence[tuple[str, str]]) -> list[Rule]:
         for rule in new_rules:
             if rule.id in rules:
                 first = rules[rule.id].origin
-                hint = "; to change a shipped rule use [[override]]" if first.startswith(
-                    "rules/"
-                ) and not origin.startswith("rules/") else ""
+                hint = (
+                    "; to change a shipped rule use [[override]]"
+                    if first.startswith("rules/") and not origin.startswith("rules/")
+                    else ""
+                )
                 raise RuleError(f"{rule.origin}: duplicate id, first defined at {first}{hint}")
             rules[rule.id] = rule
         for table, where in overrides:
@@ -687,7 +682,24 @@ def lint_rule_file(path: Path) -> tuple[int, int]:
     if path.resolve().parent == shipped_dir:
         shipped = [(o, t) for o, t in shipped if o != f"rules/{path.name}"]
     merge_rules([*shipped, (str(path), text)])
+    for rule in rules:
+        for key in read_keys(rule):
+            if not catalog.catalog().covers(key):
+                raise RuleError(
+                    f"{rule.origin}: reads {key}, which no probe, importer or derivation "
+                    "declares (gpudiag/catalog.py)"
+                )
     return len(rules), len(overrides)
+
+
+def read_keys(rule: Rule) -> list[str]:
+    """The key templates a rule reads: its reading, another reading it compares with,
+    and those its applies_if looks at."""
+    keys = [rule.reading]
+    if rule.operator in READING_OPERATORS:
+        keys.append(str(rule.operand))
+    keys.extend(str(name) for kind, name, _ in rule.applies_if if kind == "reading")
+    return keys
 
 
 # ------------------------------------------------------------------ evaluation
@@ -724,11 +736,6 @@ def _compare(value: Any, operator: str, expected: Any) -> bool:
     raise ValueError(f"no comparison for {operator}")
 
 
-def meets(reading: Reading, operator: str, operand: Any) -> bool:
-    """Whether an ok reading meets a constant expectation."""
-    return True if operator == "present" else _compare(reading.value, operator, operand)
-
-
 def plain_value(reading: Reading) -> str:
     """A reading's value for a message, without its unit: 700.0 -> '700', lists joined,
     an empty list 'none'."""
@@ -746,76 +753,8 @@ def _render(template: str, fields: dict[str, str]) -> str:
     return _MESSAGE_FIELD.sub(lambda m: fields.get(m.group(1), m.group(0)), template)
 
 
-def gpu_indices(readings: dict[str, Reading]) -> list[int]:
-    """Every GPU index that some reading (`gpu.N. ...`) mentions, in order."""
-    return sorted({int(m.group(1)) for key in readings if (m := _GPU_KEY.match(key))})
-
-
-_PLACEHOLDER = re.compile(r"\{(\w+)\}")
-
-
-def _fill(template: str, values: dict[str, str]) -> str:
-    for name, value in values.items():
-        template = template.replace(f"{{{name}}}", value)
-    return template
-
-
-@dataclass(frozen=True)
-class ReadingIndex:
-    """The instances of every scope in one set of readings, found in one pass."""
-
-    by_scope: dict[str, list[tuple[str, ...]]]
-    lost_gpus: frozenset[str]
-
-    @classmethod
-    def of(cls, readings: dict[str, Reading]) -> ReadingIndex:
-        # the keys by their first four characters, then one regular-expression pass per
-        # scope over the keys that can hold it, all at once (C speed)
-        groups: dict[str, list[str]] = {prefix: [] for prefix in _INDEX_PREFIX.values()}
-        for key in readings:
-            group = groups.get(key[:4])
-            if group is not None:
-                group.append(key)
-        texts = {prefix: "\n".join(keys) for prefix, keys in groups.items()}
-
-        def ordered(matches: list[Any]) -> list[tuple[str, ...]]:
-            distinct = {m if isinstance(m, tuple) else (m,) for m in set(matches)}  # few
-            return sorted(distinct, key=lambda v: [int(x) if x.isdigit() else x for x in v])
-
-        by_scope = {
-            scope: ordered(pattern.findall(texts[_INDEX_PREFIX[scope]]))
-            for scope, pattern in _INDEX_PATTERNS.items()
-        }
-        # GPUs and their NVLinks in one pass over the GPU keys, the longest list
-        gpus_and_links = set(_GPU_OR_LINK.findall(texts["gpu."]))
-        by_scope["gpu"] = ordered([gpu for gpu, _ in gpus_and_links])
-        by_scope["nvlink"] = ordered([pair for pair in gpus_and_links if pair[1]])
-        lost = frozenset(
-            gpu
-            for (gpu,) in by_scope["gpu"]
-            if (r := readings.get(f"gpu.{gpu}.health")) is not None and not r.ok
-        )
-        return cls(by_scope, lost)
-
-
-_INDEX_PREFIX = {  # each pattern below can match only keys that start so
-    "gpu": "gpu.",
-    "gpu_pair": "topo",
-    "pcie_device": "pcie",
-    "numa_node": "numa",
-}
-_GPU_OR_LINK = re.compile(r"^gpu\.(\d+)\.(?:nvlink\.(\d+)\.)?", re.MULTILINE)
-_INDEX_PATTERNS = {
-    "gpu_pair": re.compile(r"^topo\.gpu\.(\d+)\.(\d+)(?:\.|$)", re.MULTILINE),
-    "pcie_device": re.compile(
-        r"^pcie\.([0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])\.", re.MULTILINE
-    ),
-    "numa_node": re.compile(r"^numa\.(\d+)\.", re.MULTILINE),
-}
-
-
 def instances(
-    rule: Rule, readings: dict[str, Reading], index: ReadingIndex | None = None
+    rule: Rule, readings: dict[str, Reading], index: catalog.SubjectIndex | None = None
 ) -> list[tuple[tuple[str, ...], str]]:
     """Every assignment of the rule's placeholders (values in the order of its scope's
     names) that the readings hold, with the key it reads: every GPU for a gpu rule
@@ -825,42 +764,12 @@ def instances(
         return [((), rule.reading)]
     if not names:
         return [((), rule.reading)] if not rule.if_present or rule.reading in readings else []
-    index = index or ReadingIndex.of(readings)
-    key_of = _key_format(rule.reading, names).format  # positional fields of our own only
+    index = index or catalog.SubjectIndex.of(readings)
+    key_of = catalog.key_former(rule.reading, names)
     keys = [(values, key_of(*values)) for values in index.by_scope[rule.applies_to]]
     if not (rule.applies_to == "gpu" and not rule.if_present):
         keys = [(values, key) for values, key in keys if key in readings]
     return keys
-
-
-@functools.lru_cache(maxsize=1024)
-def _key_format(template: str, names: tuple[str, ...]) -> str:
-    """A rule's key template as a format string with positional fields only, the literal
-    text escaped: 'gpu.{gpu}.nvlink.{link}.state' -> 'gpu.{0}.nvlink.{1}.state'. Built by
-    gpudiag from the scope's names, so nothing in a rule file is looked up as an attribute;
-    a placeholder that is not the scope's stays as written."""
-    parts = _PLACEHOLDER.split(template)
-    out = []
-    for i, part in enumerate(parts):
-        if i % 2 == 0:
-            out.append(part.replace("{", "{{").replace("}", "}}"))
-        elif part in names:
-            out.append(f"{{{names.index(part)}}}")
-        else:
-            out.append(f"{{{{{part}}}}}")
-    return "".join(out)
-
-
-def subject_of(scope: str, values: dict[str, str]) -> str:
-    """How a finding names what it is about."""
-    return {
-        "node": "node",
-        "gpu": "GPU {gpu}",
-        "nvlink": "GPU {gpu} NVLink {link}",
-        "gpu_pair": "GPU {gpu} - GPU {peer}",
-        "pcie_device": "PCIe {device}",
-        "numa_node": "NUMA node {node}",
-    }[scope].format(**values)
 
 
 def _missing(key: str) -> Reading:
@@ -878,7 +787,7 @@ class _Context:
         return (
             bool(self.sources)
             and key not in self.readings
-            and not coverage.can_hold(self.sources, key)
+            and not catalog.can_hold(self.sources, key)
         )
 
 
@@ -918,15 +827,15 @@ def _unknown(
 
 
 def _not_applicable(rule: Rule, values: dict[str, str], key: str, context: _Context) -> Finding:
-    message = f"does not apply: {key} is not something {coverage.describe(context.sources)} holds"
-    subject = subject_of(rule.applies_to, values)
+    message = f"does not apply: {key} is not something {catalog.describe(context.sources)} holds"
+    subject = catalog.subject_title(rule.applies_to, values)
     return _finding(rule, subject, Severity.NOT_APPLICABLE, message, [_missing(key)], values)
 
 
 def _unsupported(rule: Rule, values: dict[str, str], reading: Reading) -> Finding:
     """The device (or host) answered that it has no such thing: the rule does not apply."""
     message = f"does not apply: {reading.key} is unsupported ({reading.reason})"
-    subject = subject_of(rule.applies_to, values)
+    subject = catalog.subject_title(rule.applies_to, values)
     return _finding(rule, subject, Severity.NOT_APPLICABLE, message, (reading,), values)
 
 
@@ -970,14 +879,14 @@ def _does_not_apply(rule: Rule, values: dict[str, str], context: _Context) -> Fi
                 )
                 return _finding(
                     rule,
-                    subject_of(rule.applies_to, values),
+                    catalog.subject_title(rule.applies_to, values),
                     Severity.NOT_APPLICABLE,
                     message,
                     (),
                     values,
                 )
             continue
-        key = _fill(name, values)
+        key = catalog.fill(name, values)
         reading = context.readings.get(key)
         if reading is not None and reading.ok and reading.value != equal:
             shown = str(reading.value).lower() if isinstance(reading.value, bool) else None
@@ -986,7 +895,7 @@ def _does_not_apply(rule: Rule, values: dict[str, str], context: _Context) -> Fi
                 message += f" ({reading.reason})"
             return _finding(
                 rule,
-                subject_of(rule.applies_to, values),
+                catalog.subject_title(rule.applies_to, values),
                 Severity.NOT_APPLICABLE,
                 message,
                 (reading,),
@@ -1014,7 +923,7 @@ def _evaluate_instance(
     expected: Any = rule.operand
     if status is ReadingStatus.OK:
         if operator in READING_OPERATORS:
-            other_key = _fill(rule.operand, values)
+            other_key = catalog.fill(rule.operand, values)
             if context.cannot_hold(other_key):
                 return _not_applicable(rule, values, other_key, context)
             other = context.readings.get(other_key) or _missing(other_key)
@@ -1022,7 +931,9 @@ def _evaluate_instance(
             if other.status is ReadingStatus.UNSUPPORTED:
                 return _unsupported(rule, values, other)  # nothing to compare with here
             if not other.ok:
-                return _unknown(rule, subject_of(rule.applies_to, values), other, evidence, values)
+                return _unknown(
+                    rule, catalog.subject_title(rule.applies_to, values), other, evidence, values
+                )
             expected = other.value
         elif operator in PROFILE_OPERATORS:
             if context.profile is None or rule.operand not in context.profile.values:
@@ -1036,7 +947,7 @@ def _evaluate_instance(
         except TypeError as exc:
             return _finding(
                 rule,
-                subject_of(rule.applies_to, values),
+                catalog.subject_title(rule.applies_to, values),
                 Severity.UNKNOWN,
                 f"cannot check: {exc}",
                 evidence,
@@ -1044,7 +955,7 @@ def _evaluate_instance(
             )
     # from here on something will be reported: build its words
     reading = evidence[0]
-    subject = subject_of(rule.applies_to, values)
+    subject = catalog.subject_title(rule.applies_to, values)
     if not reading.ok and not (operator == "present" and key in context.readings):
         return _unknown(rule, subject, reading, evidence, values)
     fields = {
@@ -1120,11 +1031,7 @@ def evaluate(
         rules = [r for r in rules if not r.gpu_models or seen.intersection(r.gpu_models)]
     findings = probe_findings(probes) + profile_finding(profile, list(device_ids), rules)
     plan = _plan(rules, readings)
-    lost = {
-        gpu
-        for gpu in plan.gpus
-        if (r := readings.get(f"gpu.{gpu}.health")) is not None and not r.ok
-    }
+    lost = {gpu for gpu in plan.gpus if catalog.is_lost(readings, gpu)}
     for rule in plan.all_equal:
         finding = _all_equal(rule, context, plan.gpus, lost)
         if finding is not None:
@@ -1203,7 +1110,7 @@ def _plan(rules: Sequence[Rule], readings: dict[str, Reading]) -> _Plan:
     plan = _PLANS.get(cache_key)
     if plan is not None:
         return plan
-    index = ReadingIndex.of(readings)
+    index = catalog.SubjectIndex.of(readings)
     checks = []
     all_equal = []
     for rule in rules:

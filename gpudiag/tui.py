@@ -938,7 +938,7 @@ class GpudiagApp(App[int]):
         tree.root.set_label(f"{self.snapshot.host}")
         for head, groups in views.host_tree(self.snapshot).items():
             count = sum(len(r) for r in groups.values())
-            branch = tree.root.add(f"{views.HOST_GROUPS[head]} ({count})")
+            branch = tree.root.add(f"{head} ({count})")
             for sub, readings in groups.items():
                 parent = branch if not sub else branch.add(sub)
                 for reading in readings:

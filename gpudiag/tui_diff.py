@@ -47,6 +47,7 @@ class DiffHelp(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         yield VerticalScroll(Static(Text(HELP)), id="diff-help")
 
+
 KIND_STYLE = {
     "changed": "yellow",
     "only_a": "red",

@@ -6,16 +6,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpudiag import catalog
 from gpudiag.hostfs import natural_key
 from gpudiag.kernels.readings import device_prefix, metric_key
 from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
 from gpudiag.ruleengine import Rule
 from gpudiag.session import rule_tally
 
-_GPU_INDEX = re.compile(r"^gpu\.(\d+)\.")
 _NIC = re.compile(r"^topo\.gpu\.\d+\.nic\.(.+)$")
 _PAIR = re.compile(r"^topo\.gpu\.\d+\.\d+$")
-_PCI_ADDRESS = re.compile(r"^([0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])\.")
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,7 @@ def topology_matrix(snapshot: Snapshot, profile: Mapping[str, object] | None = N
     node's usual count is marked '!', and so is a GPU with fewer active NVLinks than its
     model's profile has (the legend says how many)."""
     readings = snapshot.readings_by_key
-    gpus = sorted({int(m.group(1)) for key in readings if (m := _GPU_INDEX.match(key))})
+    gpus = catalog.gpu_indices(readings)
     nics = sorted({m.group(1) for key in readings if (m := _NIC.match(key))})
 
     def cell(key: str) -> str:
@@ -114,9 +113,9 @@ def overview(
         parts = [v for k in keys if (v := _shown(r, k))]
         return sep.join(parts) if parts else "not read"
 
-    gpus = sorted({int(m.group(1)) for key in r if (m := _GPU_INDEX.match(key))})
+    gpus = catalog.gpu_indices(r)
     names = sorted({str(r[f"gpu.{g}.name"].value) for g in gpus if _shown(r, f"gpu.{g}.name")})
-    lost = [g for g in gpus if (h := r.get(f"gpu.{g}.health")) is not None and not h.ok]
+    lost = catalog.lost_gpus(r)
     gpu_text = f"{len(gpus)} x {', '.join(names) or 'unknown model'}" if gpus else "none seen"
     if lost:
         gpu_text += f" ({len(lost)} not answering: GPU {', '.join(map(str, lost))})"
@@ -244,7 +243,7 @@ def gpu_table(snapshot: Snapshot) -> Matrix:
     throttle reasons (short names), ECC, persistence, MIG. '-' where a reading is absent
     or failed."""
     r = snapshot.readings_by_key
-    gpus = sorted({int(m.group(1)) for key in r if (m := _GPU_INDEX.match(key))})
+    gpus = catalog.gpu_indices(r)
     health = gpu_health(snapshot.findings)
 
     def v(gpu: int, suffix: str) -> str:
@@ -262,8 +261,7 @@ def gpu_table(snapshot: Snapshot) -> Matrix:
 
     rows = []
     for g in gpus:
-        lost_reading = r.get(f"gpu.{g}.health")
-        lost = lost_reading is not None and not lost_reading.ok
+        lost = catalog.is_lost(r, g)
         gen, width = v(g, "pcie.link_gen"), v(g, "pcie.link_width")
         max_gen, max_width = v(g, "pcie.max_link_gen"), v(g, "pcie.max_link_width")
         # "5 x16" at the maximum; "5/5 x8/16" where the link trained below it
@@ -358,34 +356,27 @@ def gpu_readings(readings: Mapping[str, Reading], gpu: int) -> list[Reading]:
 
 # ------------------------------------------------------------------ host tree
 
-HOST_GROUPS = {
-    "host": "Host and OS",
-    "cpu": "CPU",
-    "numa": "NUMA",
-    "mem": "Memory",
-    "dmi": "BIOS and board",
-    "platform": "Platform",
-    "power": "Power",
-    "kernel": "Kernel",
-    "iommu": "IOMMU",
-    "pcie": "PCIe",
-    "faults": "Faults",
-    "nvml": "Driver (NVML)",
-}
-
 
 def host_tree(snapshot: Snapshot) -> dict[str, dict[str, list[Reading]]]:
-    """The host's readings (everything but per-GPU and topology ones) by group, then by
-    sub-group (a PCIe device, a NUMA node, a CPU area); '' holds the group's own."""
+    """The host's readings (everything the catalog does not show on the GPU, topology
+    and kernel screens) by their declared group, in the catalog's order, then by
+    sub-group: a subject's instance (a PCIe device, a NUMA node) or the key's second
+    segment (a CPU area); '' holds the group's own. Undeclared keys are left out."""
     tree: dict[str, dict[str, list[Reading]]] = {}
+    host_groups = catalog.host_groups()
+    shown = set(host_groups)
     for key in sorted(snapshot.readings_by_key, key=natural_key):
-        head, _, rest = key.partition(".")
-        if head not in HOST_GROUPS:
+        group = catalog.group_of(key)
+        if group not in shown:
             continue
-        address = _PCI_ADDRESS.match(rest) if head == "pcie" else None
-        sub = address.group(1) if address else rest.split(".")[0] if "." in rest else ""
-        tree.setdefault(head, {}).setdefault(sub, []).append(snapshot.readings_by_key[key])
-    return {head: tree[head] for head in HOST_GROUPS if head in tree}
+        _, values = catalog.subject_of_key(key)
+        if values:
+            sub = " ".join(values.values())
+        else:
+            rest = key.partition(".")[2]
+            sub = rest.split(".")[0] if "." in rest else ""
+        tree.setdefault(group, {}).setdefault(sub, []).append(snapshot.readings_by_key[key])
+    return {group: tree[group] for group in host_groups if group in tree}
 
 
 # ------------------------------------------------------------------ kernels

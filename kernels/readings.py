@@ -32,7 +32,45 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gpudiag import catalog
 from gpudiag.model import KernelResult, ProbeStatus, Reading, ReadingStatus
+
+
+def _figures(stem: str) -> tuple[catalog.Declared, ...]:
+    """A device's kernel figures under `stem` and what is derived from each."""
+    return (
+        catalog.volatile(f"{stem}.kernel.{{metric}}", "*", "a kernel's median"),
+        catalog.volatile(f"{stem}.kernel.{{metric}}.ci_low", "*", "its 95% interval's low end"),
+        catalog.volatile(f"{stem}.kernel.{{metric}}.ci_high", "*", "its 95% interval's high end"),
+        catalog.volatile(f"{stem}.kernel.{{metric}}.share_of_median", "", "over the peers' median"),
+        catalog.volatile(f"{stem}.kernel.verified", "", "false when a result failed its check"),
+    )
+
+
+# the readings derived from kernel results (gpudiag/catalog.py)
+READINGS = (
+    *catalog.declare(
+        "GPU",
+        *_figures("gpu.{gpu}"),
+        catalog.volatile("gpu.{gpu}.kernel.{metric}.share_of_peak", "", "over the model's peak"),
+        catalog.volatile("gpu.{gpu}.kernel.{metric}.verdict", "", "below/inconclusive/above"),
+    ),
+    *catalog.declare("NUMA", *_figures("numa.{node}")),
+    *catalog.declare("Host and OS", *_figures("host")),
+    *catalog.declare(
+        "Kernel results",
+        *_figures("node"),
+        catalog.volatile("node.kernel.{metric}.share_of_nvlink", "", "busbw over NVLink"),
+    ),
+    *catalog.declare(
+        "GPU topology",
+        catalog.volatile("topo.gpu.{gpu}.{peer}.copy_gbs", "GB/s", "one-way peer copy"),
+        catalog.volatile("topo.gpu.{gpu}.{peer}.copy_bidir_gbs", "GB/s", "both ways at once"),
+        catalog.volatile("topo.gpu.{gpu}.{peer}.copy_latency_us", "us", "peer copy latency"),
+        catalog.volatile("topo.gpu.{gpu}.{peer}.copy_share_of_median", "", "of its link type"),
+        catalog.volatile("topo.gpu.{gpu}.{peer}.peer_access", "", "CUDA peer access"),
+    ),
+)
 
 _GPU = re.compile(r"^gpu(\d+)$")
 _NUMA = re.compile(r"^cpu-numa(\d+)$")

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from gpudiag import catalog
 from gpudiag.hostfs import LARGE_HOST_FILE, HostFS
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
@@ -331,6 +332,39 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     yield from _idle(host, cpus)
 
 
+# the readings this probe makes (gpudiag/catalog.py)
+READINGS = (
+    *catalog.declare(
+        "CPU",
+        catalog.config("cpu.cores"),
+        catalog.config("cpu.flags.notable"),
+        catalog.config("cpu.freq.boost"),
+        catalog.volatile("cpu.freq.cur_max", "MHz"),
+        catalog.volatile("cpu.freq.cur_min", "MHz"),
+        catalog.config("cpu.freq.driver"),
+        catalog.config("cpu.freq.epp"),
+        catalog.config("cpu.freq.governor"),
+        catalog.config("cpu.freq.hw_max", "MHz"),
+        catalog.config("cpu.freq.max", "MHz"),
+        catalog.config("cpu.freq.min", "MHz"),
+        catalog.config("cpu.idle.driver"),
+        catalog.config("cpu.idle.states"),
+        catalog.config("cpu.idle.{state}.disabled"),
+        catalog.config("cpu.idle.{state}.latency", "us"),
+        catalog.config("cpu.isolated"),
+        catalog.config("cpu.logical"),
+        catalog.config("cpu.microcode"),
+        catalog.config("cpu.model"),
+        catalog.config("cpu.offline"),
+        catalog.config("cpu.online"),
+        catalog.config("cpu.smt.active"),
+        catalog.config("cpu.smt.control"),
+        catalog.config("cpu.sockets"),
+        catalog.config("cpu.threads_per_core"),
+        catalog.config("cpu.vendor"),
+    ),
+)
+
 PROBE = Probe(
     name="cpu",
     title="CPU, frequency scaling and idle states",
@@ -338,4 +372,5 @@ PROBE = Probe(
     needs=frozenset(),
     collect=collect,
     timeout_s=10.0,
+    readings=READINGS,
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from gpudiag import catalog
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.nvml import Nvml, NvmlError, ReplayBackend
 from gpudiag.probe import Cost, Probe, ProbeContext
@@ -71,6 +72,22 @@ def _binding(nvml: Nvml, version: str) -> Iterator[Reading]:
     )
 
 
+# the readings this probe makes (gpudiag/catalog.py)
+READINGS = (
+    *catalog.declare(
+        "Driver (NVML)",
+        catalog.config("nvml.cuda_driver_version"),
+        catalog.config("nvml.driver_version"),
+        catalog.config("nvml.gpu_count", "GPUs"),
+        catalog.config("nvml.host_files_match"),
+        catalog.config("nvml.init"),
+        catalog.config("nvml.nvml_version"),
+        catalog.config("nvml.binding_version", help="nvidia-ml-py's version"),
+        catalog.config("nvml.binding_branch", help="the driver branch nvidia-ml-py is for"),
+        catalog.config("nvml.driver_branch", help="the loaded driver's branch"),
+    ),
+)
+
 PROBE = Probe(
     name="driver",
     title="NVIDIA driver and NVML",
@@ -78,4 +95,5 @@ PROBE = Probe(
     needs=frozenset(),
     collect=collect,
     timeout_s=15.0,
+    readings=READINGS,
 )

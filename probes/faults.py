@@ -16,6 +16,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from gpudiag import catalog
 from gpudiag.hostfs import LARGE_HOST_FILE, HostFS
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
@@ -195,6 +196,23 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     yield from _edac(host)
 
 
+# the readings this probe makes (gpudiag/catalog.py)
+READINGS = (
+    *catalog.declare(
+        "Faults",
+        catalog.counter("faults.edac.correctable"),
+        catalog.counter("faults.edac.uncorrectable"),
+        catalog.counter("faults.edac.{mc}.correctable"),
+        catalog.counter("faults.edac.{mc}.uncorrectable"),
+        catalog.counter("faults.mce.count"),
+        catalog.volatile("faults.xid.codes"),
+        catalog.counter("faults.xid.total"),
+        catalog.counter("faults.xid.{xid}.count"),
+        catalog.volatile("faults.xid.{xid}.gpus"),
+        catalog.volatile("faults.xid.{xid}.last_seen", "s since boot"),
+    ),
+)
+
 PROBE = Probe(
     name="faults",
     title="Xid events, machine checks, EDAC",
@@ -202,4 +220,5 @@ PROBE = Probe(
     needs=frozenset(),
     collect=collect,
     timeout_s=10.0,
+    readings=READINGS,
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterator
 
+from gpudiag import catalog
 from gpudiag.hostfs import LARGE_HOST_FILE, FileText, HostFS
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
@@ -181,6 +182,23 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     yield from _virtualisation(host)
 
 
+# the readings this probe makes (gpudiag/catalog.py)
+READINGS = (
+    *catalog.declare(
+        "Host and OS",
+        catalog.volatile("host.hostname", identifying="host"),
+        catalog.config("host.kernel.release"),
+        catalog.volatile("host.kernel.version"),
+        catalog.config("host.os.id"),
+        catalog.config("host.os.pretty_name"),
+        catalog.config("host.os.version_id"),
+        catalog.volatile("host.uptime", "s"),
+        catalog.config("host.virt.container"),
+        catalog.config("host.virt.cpu_hypervisor_flag"),
+        catalog.config("host.virt.vm"),
+    ),
+)
+
 PROBE = Probe(
     name="host",
     title="Host identity",
@@ -188,4 +206,5 @@ PROBE = Probe(
     needs=frozenset(),
     collect=collect,
     timeout_s=5.0,
+    readings=READINGS,
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from gpudiag import catalog
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
 from gpudiag.textparse import parse_words
@@ -105,6 +106,22 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
         )
 
 
+# the readings this probe makes (gpudiag/catalog.py)
+READINGS = (
+    *catalog.declare(
+        "Kernel",
+        catalog.config("kernel.clocksource"),
+        catalog.config("kernel.clocksources"),
+        catalog.config("kernel.cmdline"),
+        catalog.config("kernel.dev_nvidia_count", "GPUs"),
+        catalog.config("kernel.memlock_limit"),
+        catalog.config("kernel.modules"),
+        catalog.config("kernel.nvidia_module_version"),
+        catalog.config("kernel.taint"),
+        catalog.config("kernel.taint_flags"),
+    ),
+)
+
 PROBE = Probe(
     name="kernel",
     title="Kernel, modules and limits",
@@ -112,4 +129,5 @@ PROBE = Probe(
     needs=frozenset(),
     collect=collect,
     timeout_s=5.0,
+    readings=READINGS,
 )

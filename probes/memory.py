@@ -8,6 +8,7 @@ import subprocess
 from collections.abc import Iterator
 from typing import Any
 
+from gpudiag import catalog
 from gpudiag.hostfs import FileText
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
@@ -93,6 +94,7 @@ def _dimms(context: ProbeContext) -> Iterator[Reading]:
         for key in keys:
             yield Reading.failed(key, status, reason, source)
         return
+
     def dmidecode() -> dict[str, Any]:
         binary = shutil.which("dmidecode")
         if binary is None:
@@ -171,6 +173,31 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     yield from _dimms(context)
 
 
+# the readings this probe makes (gpudiag/catalog.py)
+READINGS = (
+    *catalog.declare(
+        "Memory",
+        catalog.volatile("mem.available", "KiB"),
+        catalog.config("mem.dimm.configured_speed"),
+        catalog.config("mem.dimm.empty"),
+        catalog.config("mem.dimm.populated"),
+        catalog.config("mem.dimm.sizes"),
+        catalog.config("mem.dimm.slots"),
+        catalog.config("mem.dimm.speed"),
+        catalog.config("mem.dimm.total"),
+        catalog.config("mem.hugepage_size", "KiB"),
+        catalog.config("mem.hugepages_1G"),
+        catalog.config("mem.hugepages_2M"),
+        catalog.volatile("mem.swap_free", "KiB"),
+        catalog.config("mem.swap_total", "KiB"),
+        catalog.config("mem.swappiness"),
+        catalog.config("mem.thp.defrag"),
+        catalog.config("mem.thp.enabled"),
+        catalog.config("mem.total", "KiB"),
+        catalog.config("mem.zone_reclaim_mode"),
+    ),
+)
+
 PROBE = Probe(
     name="memory",
     title="Memory, hugepages and DIMMs",
@@ -178,4 +205,5 @@ PROBE = Probe(
     needs=frozenset(),
     collect=collect,
     timeout_s=10.0,
+    readings=READINGS,
 )

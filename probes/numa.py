@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from gpudiag import catalog
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
 from gpudiag.probes.common import node_ids
@@ -92,6 +93,25 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
         yield Reading.failed("numa.nodes_per_socket", ReadingStatus.MISSING, reason, topology)
 
 
+# the readings this probe makes (gpudiag/catalog.py)
+READINGS = (
+    *catalog.declare(
+        "NUMA",
+        catalog.config("numa.balancing"),
+        catalog.config("numa.cpu_nodes"),
+        catalog.config("numa.memory_imbalance", "%"),
+        catalog.config("numa.memory_only_nodes"),
+        catalog.config("numa.nodes"),
+        catalog.config("numa.nodes_per_socket"),
+        catalog.config("numa.{node}.cpus"),
+        catalog.config("numa.{node}.distance"),
+        catalog.config("numa.{node}.hugepages_1G"),
+        catalog.config("numa.{node}.hugepages_2M"),
+        catalog.volatile("numa.{node}.mem_free", "KiB"),
+        catalog.config("numa.{node}.mem_total", "KiB"),
+    ),
+)
+
 PROBE = Probe(
     name="numa",
     title="NUMA nodes",
@@ -99,4 +119,5 @@ PROBE = Probe(
     needs=frozenset(),
     collect=collect,
     timeout_s=10.0,
+    readings=READINGS,
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from gpudiag import catalog
 from gpudiag.hostfs import HostFS
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
@@ -255,6 +256,41 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     )
 
 
+# the readings this probe makes (gpudiag/catalog.py)
+READINGS = (
+    *catalog.declare(
+        "IOMMU",
+        catalog.config("iommu.cmdline"),
+        catalog.config("iommu.groups"),
+        catalog.config("iommu.units"),
+    ),
+    *catalog.declare(
+        "PCIe",
+        catalog.config("pcie.devices"),
+        catalog.config("pcie.gpu_count", "GPUs"),
+        catalog.config("pcie.{device}.acs"),
+        catalog.counter("pcie.{device}.aer.correctable"),
+        catalog.counter("pcie.{device}.aer.fatal"),
+        catalog.counter("pcie.{device}.aer.nonfatal"),
+        catalog.config("pcie.{device}.bridges"),
+        catalog.config("pcie.{device}.class"),
+        catalog.config("pcie.{device}.current_link_gen"),
+        catalog.config("pcie.{device}.current_link_speed", "GT/s"),
+        catalog.config("pcie.{device}.current_link_width", "lanes"),
+        catalog.config("pcie.{device}.device"),
+        catalog.config("pcie.{device}.driver"),
+        catalog.config("pcie.{device}.host_bridge"),
+        catalog.config("pcie.{device}.iommu_group"),
+        catalog.config("pcie.{device}.kind"),
+        catalog.config("pcie.{device}.local_cpus"),
+        catalog.config("pcie.{device}.max_link_gen"),
+        catalog.config("pcie.{device}.max_link_speed", "GT/s"),
+        catalog.config("pcie.{device}.max_link_width", "lanes"),
+        catalog.config("pcie.{device}.numa_node"),
+        catalog.config("pcie.{device}.vendor"),
+    ),
+)
+
 PROBE = Probe(
     name="pcie",
     title="PCIe devices, links, ACS and IOMMU",
@@ -262,4 +298,5 @@ PROBE = Probe(
     needs=frozenset(),
     collect=collect,
     timeout_s=10.0,
+    readings=READINGS,
 )

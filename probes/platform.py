@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from gpudiag import catalog
 from gpudiag.hostfs import HostFS
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
@@ -163,6 +164,32 @@ def _firmware(host: HostFS) -> Iterator[Reading]:
         yield Reading.failed("platform.secure_boot", ReadingStatus.ERROR, str(exc), secure.source)
 
 
+# the readings this probe makes (gpudiag/catalog.py)
+READINGS = (
+    *catalog.declare(
+        "BIOS and board",
+        catalog.config("dmi.bios_date"),
+        catalog.config("dmi.bios_release"),
+        catalog.config("dmi.bios_vendor"),
+        catalog.config("dmi.bios_version"),
+        catalog.config("dmi.board_name"),
+        catalog.config("dmi.board_vendor"),
+        catalog.config("dmi.board_version"),
+        catalog.config("dmi.chassis_type"),
+        catalog.config("dmi.product_name"),
+        catalog.config("dmi.product_version"),
+        catalog.config("dmi.sys_vendor"),
+    ),
+    *catalog.declare(
+        "Platform",
+        catalog.config("platform.cgroup.cpu_max"),
+        catalog.config("platform.cgroup.memory_max"),
+        catalog.volatile("platform.cgroup.path"),
+        catalog.config("platform.firmware"),
+        catalog.config("platform.secure_boot"),
+    ),
+)
+
 PROBE = Probe(
     name="platform",
     title="Platform, BIOS and limits",
@@ -170,4 +197,5 @@ PROBE = Probe(
     needs=frozenset(),
     collect=collect,
     timeout_s=5.0,
+    readings=READINGS,
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from gpudiag import catalog
 from gpudiag.model import Reading
 from gpudiag.probe import Cost, Probe, ProbeContext
 from gpudiag.textparse import parse_bool01, parse_int
@@ -56,6 +57,24 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     )
 
 
+# the readings this probe makes (gpudiag/catalog.py)
+READINGS = (
+    *catalog.declare(
+        "Power",
+        catalog.config("power.intel_idle.max_cstate"),
+        catalog.config("power.platform_profile"),
+        catalog.config("power.rapl.{zone}.enabled"),
+        catalog.config("power.rapl.{zone}.long_term_limit", "W"),
+        catalog.config("power.rapl.{zone}.name"),
+        catalog.config("power.rapl.{zone}.short_term_limit", "W"),
+        catalog.config("power.rapl.zones"),
+        catalog.volatile("power.thermal.{zone}.temp", "C"),
+        catalog.config("power.thermal.{zone}.type"),
+        catalog.config("power.thermal.zones"),
+        catalog.config("power.tuned_profile"),
+    ),
+)
+
 PROBE = Probe(
     name="power",
     title="Power limits and thermal zones",
@@ -63,4 +82,5 @@ PROBE = Probe(
     needs=frozenset(),
     collect=collect,
     timeout_s=5.0,
+    readings=READINGS,
 )

@@ -7,7 +7,21 @@ from __future__ import annotations
 
 import re
 
+from gpudiag import catalog
 from gpudiag.model import ProbeResult, ProbeStatus, Reading, ReadingStatus
+
+# the readings derived here (gpudiag/catalog.py)
+READINGS = (
+    *catalog.declare(
+        "GPU topology",
+        catalog.config("topo.gpu.{gpu}.nic.{nic}", help="the topo -m label GPU to adapter"),
+        catalog.config("topo.gpu.{gpu}.nearest_nic", help="the closest network adapter"),
+    ),
+    *catalog.declare(
+        "Kernel",
+        catalog.config("kernel.gpudirect_rdma", help="loaded, missing, or not needed"),
+    ),
+)
 
 _GPU_BUS = re.compile(r"^gpu\.(\d+)\.pci\.bus_id$")
 _NIC_KIND = re.compile(r"^pcie\.(.+)\.kind$")

@@ -24,8 +24,7 @@ REPO = Path(__file__).parent.parent
 # bus-count rules (GPU002 fewer GPUs in NVML than on the bus, GPU031 more) would compare
 # the replay's eight GPUs with the tree's none.
 NO_BUS_RULES = (
-    '[[override]]\nid = "GPU002"\ndisabled = true\n'
-    '[[override]]\nid = "GPU031"\ndisabled = true\n'
+    '[[override]]\nid = "GPU002"\ndisabled = true\n[[override]]\nid = "GPU031"\ndisabled = true\n'
 )
 REALDATA = Path(os.environ.get("GPUDIAG_REALDATA", REPO.parent / "shared" / "realdata"))
 

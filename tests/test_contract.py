@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.coverage import LIVE_PROBE_KEYS
+from gpudiag import catalog
 from gpudiag.hostfs import HostFS
 from gpudiag.kernels.plans import KERNELS, KernelPlan
 from gpudiag.kernels.readings import kernel_readings
@@ -62,19 +62,29 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> tuple:
     return _live_results(str(root))
 
 
-def _imported_keys() -> set[str]:
+@lru_cache(maxsize=1)
+def _imported_readings() -> tuple[Reading, ...]:
     base = realdata_dir()
-    keys: set[str] = set()
+    readings: list[Reading] = []
     for folder in ("nvidia-smi-xml", "nvidia-smi-q", "topo", "nvlink"):
         for path in sorted((base / folder).glob("*")):
             text = path.read_text(errors="replace")
             if text.lstrip().startswith("ERROR:"):
                 continue
-            keys.update(r.key for r in import_text(text)[1])
-    return keys
+            readings.extend(import_text(text)[1])
+    return tuple(readings)
+
+
+def _imported_keys() -> set[str]:
+    return {r.key for r in _imported_readings()}
 
 
 def _kernel_keys() -> set[str]:
+    return {r.key for r in _kernel_readings()}
+
+
+@lru_cache(maxsize=1)
+def _kernel_readings() -> tuple[Reading, ...]:
     """What the kernel results of every kernel become as readings: the kernels run here on
     the CPU (tiny sizes); their results, taken as measured, are labelled as two GPUs' and
     two NUMA nodes' as well (the keys depend only on the kernel, metric and device), with
@@ -115,7 +125,7 @@ def _kernel_keys() -> set[str]:
     }
     peaks = {"memory_bandwidth_gbs": 3350, "fp64_tflops": 34, "fp16_tflops": 989.5}
     peaks |= {"nvlink_count": 18, "nvlink_gbs": 25}
-    return {r.key for r in kernel_readings(labelled, topology, peaks)}
+    return tuple(kernel_readings(labelled, topology, peaks))
 
 
 def _binding_keys() -> set[str]:
@@ -165,14 +175,40 @@ def test_the_contract_test_catches_an_orphan(live) -> None:
     assert set(PLACEHOLDER) == {n for names in SCOPES.values() for n in names}
 
 
-def test_live_probes_write_only_the_keys_coverage_declares(live) -> None:
-    """gpudiag.coverage decides what a missing reading means from these declarations."""
+def _undeclared(producer: str, readings) -> list[str]:
+    """The readings `producer` made that the catalog does not declare as its own, or
+    whose unit (where read) is not the declared one."""
+    wrong = []
+    for r in readings:
+        found = catalog.find(r.key)
+        if found is None or producer not in found.producers:
+            wrong.append(f"{r.key}: not declared by {producer}")
+        elif r.ok and found.unit != "*" and r.unit != found.unit:
+            wrong.append(f"{r.key}: unit {r.unit!r}, declared {found.unit!r}")
+    return wrong
+
+
+def test_live_probes_make_only_what_they_declare(live) -> None:
+    """The catalog says who can hold which key (a missing reading is unknown or not
+    applicable by it), which keys are configuration, which identify the node: a probe
+    that writes a key it does not declare, or in another unit, fails here."""
     for result in live:
-        patterns = LIVE_PROBE_KEYS.get(result.name)
-        assert patterns is not None, f"probe {result.name} is not declared in coverage"
-        pattern = re.compile("|".join(f"(?:{p})" for p in patterns) + r"\Z")
-        stray = [r.key for r in result.readings if not pattern.match(r.key)]
-        assert stray == [], (result.name, stray[:5])
+        assert _undeclared(result.name, result.readings) == [], result.name
+    assert _undeclared("driver", [Reading(k, 1) for k in _binding_keys()]) == []
+
+
+def test_imports_and_kernel_readings_make_only_what_they_declare() -> None:
+    assert _undeclared("import", _imported_readings()) == []
+    assert _undeclared("kernels", _kernel_readings()) == []
+
+
+def test_the_declaration_check_can_fail(live) -> None:
+    stray = Reading("gpu.0.ecc.volatile.uncorrectable", 0)
+    assert _undeclared("gpu", [stray]) == ["gpu.0.ecc.volatile.uncorrectable: not declared by gpu"]
+    cpu_key = Reading("cpu.model", "x")
+    assert _undeclared("gpu", [cpu_key]) == ["cpu.model: not declared by gpu"]
+    wrong_unit = Reading("gpu.0.power.limit", 700.0, "mW")
+    assert _undeclared("gpu", [wrong_unit]) == ["gpu.0.power.limit: unit 'mW', declared 'W'"]
 
 
 # ------------------------------------------------------------------ importer vs live

@@ -14,9 +14,9 @@ import pytest
 from textual.widgets import Static, TabbedContent
 
 from gpudiag import fleetload
+from gpudiag.catalog import is_configuration, is_volatile
 from gpudiag.fleet import analyse, fold
 from gpudiag.fleetload import load_fleet
-from gpudiag.readingkind import is_configuration, is_volatile
 from gpudiag.snapshot import load, save
 from gpudiag.tui_fleet import FleetApp
 
@@ -170,7 +170,14 @@ def test_parquet(fleet_dir: Path, tmp_path: Path) -> None:
     assert result.returncode == 1
     table = pl.read_parquet(target)
     assert set(table.columns) == {
-        "node", "model", "config", "reading", "device", "unit", "value", "slot"
+        "node",
+        "model",
+        "config",
+        "reading",
+        "device",
+        "unit",
+        "value",
+        "slot",
     }
     hot = table.filter(
         (pl.col("node") == "node011")

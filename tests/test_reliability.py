@@ -101,14 +101,23 @@ CLASSES: dict[str, tuple[bytes | None, bytes | None, str]] = {
     "empty": (b"", b"", "empty|no rules|not an NVML|not a gpudiag"),
     "binary": (b"\x00\x01\x02\x7fELF", b"\x00\x01\x02\x7fELF", "binary|not valid|UTF-8"),
     "not-utf8": (b"host = '\xff\xfe'\n", b"GPU 0: caf\xe9\n", "UTF-8|not an nvidia-smi"),
-    "oversize": (b"# padding\n" * 60000, b"# padding\n" * 60000,
-                 r"larger than 512 KiB \(--max-input raises"),
-    "truncated": (b"schema_version = 1\nhost = ", b"<?xml version='1.0'?>\n<nvidia_smi_log>",
-                  "not valid|not readable XML"),
+    "oversize": (
+        b"# padding\n" * 60000,
+        b"# padding\n" * 60000,
+        r"larger than 512 KiB \(--max-input raises",
+    ),
+    "truncated": (
+        b"schema_version = 1\nhost = ",
+        b"<?xml version='1.0'?>\n<nvidia_smi_log>",
+        "not valid|not readable XML",
+    ),
     "nan": (b"x = nan\n", b"x = nan\n", "non-finite|not an nvidia-smi"),
     "deep": (NESTED.encode(), _q_deep().encode(), "nested too deeply"),
-    "huge-int": (f"x = {BIG}\n".encode(), f"GPU {BIG}: NVIDIA H100 (UUID: x)\n  Link 0: 26 GB/s\n"
-                 .encode(), "digits|integer"),
+    "huge-int": (
+        f"x = {BIG}\n".encode(),
+        f"GPU {BIG}: NVIDIA H100 (UUID: x)\n  Link 0: 26 GB/s\n".encode(),
+        "digits|integer",
+    ),
 }
 
 
@@ -225,8 +234,12 @@ def test_export_target_must_be_absent_or_a_regular_file(
     if option == "--export":
         argv = ["--root", TREE, "--nvml-replay", REPLAY, "--export", str(target)]
     else:
-        argv = ["import", str(REPO / "tests/fixtures/../fixtures/replay-2gpu.toml"), "-o",
-                str(target)]
+        argv = [
+            "import",
+            str(REPO / "tests/fixtures/../fixtures/replay-2gpu.toml"),
+            "-o",
+            str(target),
+        ]
         smi = tmp_path / "smi.txt"
         smi.write_text("GPU 0: NVIDIA H100 (UUID: GPU-1)\n\tLink 0: 26.562 GB/s\n")
         argv[1] = str(smi)
@@ -235,7 +248,9 @@ def test_export_target_must_be_absent_or_a_regular_file(
     assert "'-' writes to stdout" in text or kind in ("symlink", "dangling", "directory")
     after = os.lstat(target)
     assert (after.st_mode, after.st_ino, after.st_rdev) == (
-        before.st_mode, before.st_ino, before.st_rdev
+        before.st_mode,
+        before.st_ino,
+        before.st_rdev,
     )
     assert kept.read_text() == "keep me"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".gpudiag-")] == []
@@ -243,8 +258,9 @@ def test_export_target_must_be_absent_or_a_regular_file(
 
 def test_a_255_byte_target_name_is_written(tmp_path: Path, capsys) -> None:
     target = tmp_path / ("n" * 250 + ".toml")
-    code, _out, err = gpudiag(capsys, "--root", TREE, "--nvml-replay", REPLAY, "--export",
-                             str(target))
+    code, _out, err = gpudiag(
+        capsys, "--root", TREE, "--nvml-replay", REPLAY, "--export", str(target)
+    )
     assert code in (0, 1, 2, 3) and not err, err
     assert load(target).host == "hgx-test-01" or load(target).host
 
@@ -322,16 +338,22 @@ def test_redaction_replaces_whole_tokens_and_nothing_else(tmp_path: Path, capsys
     root = _vm_node(tmp_path)
     plain, redacted = tmp_path / "plain.toml", tmp_path / "redacted.toml"
     for target, extra in ((plain, []), (redacted, ["--redact"])):
-        gpudiag(capsys, "--root", str(root), "--nvml-replay", DEMO, *extra, "--export",
-                str(target))
+        gpudiag(capsys, "--root", str(root), "--nvml-replay", DEMO, *extra, "--export", str(target))
     a, b = load(plain), load(redacted)
     text = redacted.read_text()
     assert "nvml:nvmlDeviceGetName" in text and "nhost" not in text
     assert b.reading("kernel.clocksource").value == "kvm-clock"
     assert b.host == "host-1"
     cmdline = b.reading("kernel.cmdline").value
-    for secret in ("10.1.2.3", "0c-42-a1-00-11-22", "0a1b2c3d-1111", "fe80::e42", "2001:db8",
-                   "alice", ":vm:"):
+    for secret in (
+        "10.1.2.3",
+        "0c-42-a1-00-11-22",
+        "0a1b2c3d-1111",
+        "fe80::e42",
+        "2001:db8",
+        "alice",
+        ":vm:",
+    ):
         assert secret not in text, secret
     assert ":255.255.255.0:host-1:eth0:off" in cmdline  # the netmask is no identity
     # the readings, message for message, differ only where a placeholder now stands
@@ -351,15 +373,30 @@ def test_redaction_of_real_trees_changes_nothing_else(realdata_trees: dict[str, 
     for name, root in realdata_trees.items():
         readings = probe_readings(root, "replay-2gpu.toml")
         data = {
-            "schema_version": 1, "gpudiag_version": "0", "host": str(
-                readings["host.hostname"].value if readings.get("host.hostname") and
-                readings["host.hostname"].ok else "unknown"
-            ), "created": "2026-11-23T00:00:00Z", "command_line": [],
-            "probes": [{"name": "all", "status": "ok", "duration_s": 0.0, "readings": [
-                {"key": r.key, "value": r.value, "status": "ok"} if r.ok else
-                {"key": r.key, "status": r.status.value, "reason": r.reason}
-                for r in readings.values()
-            ]}], "kernels": [], "findings": [],
+            "schema_version": 1,
+            "gpudiag_version": "0",
+            "host": str(
+                readings["host.hostname"].value
+                if readings.get("host.hostname") and readings["host.hostname"].ok
+                else "unknown"
+            ),
+            "created": "2026-11-23T00:00:00Z",
+            "command_line": [],
+            "probes": [
+                {
+                    "name": "all",
+                    "status": "ok",
+                    "duration_s": 0.0,
+                    "readings": [
+                        {"key": r.key, "value": r.value, "status": "ok"}
+                        if r.ok
+                        else {"key": r.key, "status": r.status.value, "reason": r.reason}
+                        for r in readings.values()
+                    ],
+                }
+            ],
+            "kernels": [],
+            "findings": [],
             "end": {"probes": 1, "readings": len(readings), "kernels": 0, "findings": 0},
         }
         snapshot = snapshot_from_dict(data)
@@ -378,8 +415,9 @@ def test_fqdn_short_name_and_the_export_path_are_redacted(tmp_path: Path, capsys
     (root / "proc/sys/kernel/hostname").write_text("gpu07.cluster.example.org\n")
     (root / "proc/cmdline").write_text("ro ip=10.9.8.7::10.9.8.1:255.255.0.0:gpu07:ib0:off\n")
     target = tmp_path / "gpu07.toml"
-    gpudiag(capsys, "--root", str(root), "--nvml-replay", REPLAY, "--redact", "--export",
-            str(target))
+    gpudiag(
+        capsys, "--root", str(root), "--nvml-replay", REPLAY, "--redact", "--export", str(target)
+    )
     text = target.read_text()
     assert "gpu07" not in text and "example.org" not in text.replace("host-1", "")
     assert load(target).command_line[-1].endswith("/host-2.toml")
@@ -410,16 +448,34 @@ def test_redact_key_gives_placeholders_stable_across_exports(tmp_path: Path, cap
     hosts = []
     for n, k in enumerate((key, key, other)):
         target = tmp_path / f"{n}.toml"
-        gpudiag(capsys, "--root", TREE, "--nvml-replay", DEMO, "--redact", "--redact-key",
-                str(k), "--export", str(target))
+        gpudiag(
+            capsys,
+            "--root",
+            TREE,
+            "--nvml-replay",
+            DEMO,
+            "--redact",
+            "--redact-key",
+            str(k),
+            "--export",
+            str(target),
+        )
         snap = load(target)
         hosts.append((snap.host, snap.reading("gpu.0.uuid").value))
     assert hosts[0] == hosts[1] != hosts[2]
     assert re.fullmatch(r"host-[0-9a-f]{12}", hosts[0][0])
     short = tmp_path / "short"
     short.write_text("abc")
-    code, _, err = gpudiag(capsys, "--root", TREE, "--redact", "--redact-key", str(short),
-                           "--export", str(tmp_path / "x.toml"))
+    code, _, err = gpudiag(
+        capsys,
+        "--root",
+        TREE,
+        "--redact",
+        "--redact-key",
+        str(short),
+        "--export",
+        str(tmp_path / "x.toml"),
+    )
     one_line(code, "", err, str(short), "at least 16 bytes")
 
 
@@ -501,8 +557,13 @@ def test_inputs_from_stdin_and_gzip(tmp_path: Path, good_snapshot: Path) -> None
     import sys
 
     result = subprocess.run(
-        [sys.executable, "-m", "gpudiag", "check", "-"], input=good_snapshot.read_text(),
-        capture_output=True, text=True, cwd=REPO, check=False, timeout=60,
+        [sys.executable, "-m", "gpudiag", "check", "-"],
+        input=good_snapshot.read_text(),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        timeout=60,
     )
     assert result.returncode in (0, 1, 2, 3) and "Traceback" not in result.stderr
     assert result.stdout.startswith(f"{load(good_snapshot).host}:")
@@ -547,14 +608,24 @@ def test_non_finite_numbers_are_refused_in_snapshots(
         bad.write_text(json.dumps(data).replace('"NaN-MARK"', "NaN"))
     else:
         data = snapshot_to_dict(load(good_snapshot))
-        kernel = {"kernel": "stream", "device": "cpu", "metric": "triad", "status": "ok",
-                  "samples": [1.0], "params": {"n": 1}}
+        kernel = {
+            "kernel": "stream",
+            "device": "cpu",
+            "metric": "triad",
+            "status": "ok",
+            "samples": [1.0],
+            "params": {"n": 1},
+        }
         if field == "params":
             kernel["params"] = {"n": float("inf")}
         else:
-            kernel["stats"] = {"count": 2, **dict.fromkeys(
-                ("median", "minimum", "maximum", "mean", "cv", "ci95_low", "ci95_high"), 1.0
-            ), "median": float("nan")}
+            kernel["stats"] = {
+                "count": 2,
+                **dict.fromkeys(
+                    ("median", "minimum", "maximum", "mean", "cv", "ci95_low", "ci95_high"), 1.0
+                ),
+                "median": float("nan"),
+            }
         data["kernels"] = [kernel]
         data["end"]["kernels"] = 1
         bad.write_text(tomli_w.dumps(data))
@@ -611,8 +682,9 @@ def test_lint_refuses_what_loading_refuses(tmp_path: Path, capsys) -> None:
 HOSTILE = "evil\x1b]0;pwned\x07\x1b[2J\x1b[31mred\x9b1m\r"
 
 
-def test_escape_sequences_never_reach_the_terminal(good_snapshot: Path, tmp_path: Path,
-                                                   capsys) -> None:
+def test_escape_sequences_never_reach_the_terminal(
+    good_snapshot: Path, tmp_path: Path, capsys
+) -> None:
     data = json.loads(dumps(load(good_snapshot), as_json=True))
     data["host"] = HOSTILE
     data["probes"][0]["readings"][0]["value"] = HOSTILE
@@ -673,13 +745,16 @@ def test_huge_integers_and_deep_nesting_in_replays(tmp_path: Path, capsys) -> No
         ("big.toml", f'format = "gpudiag-nvml-replay"\nversion = {BIG}\n'),
         ("deep.json", '{"format": ' + "[" * 5000 + "]" * 5000 + "}"),
         ("deep.toml", 'format = "gpudiag-nvml-replay"\nversion = 1\n' + NESTED),
-        ("code.json", '{"format": "gpudiag-nvml-replay", "version": 1, '
-                      '"system": {"x": {"error": ["list"]}}}'),
+        (
+            "code.json",
+            '{"format": "gpudiag-nvml-replay", "version": 1, "system": {"x": {"error": ["list"]}}}',
+        ),
     ):
         path = tmp_path / name
         path.write_text(text)
-        code, out, err = gpudiag(capsys, "--root", TREE, "--nvml-replay", str(path), "--export",
-                                 str(tmp_path / "o.toml"))
+        code, out, err = gpudiag(
+            capsys, "--root", TREE, "--nvml-replay", str(path), "--export", str(tmp_path / "o.toml")
+        )
         one_line(code, out, err, str(path))
 
 
@@ -698,10 +773,14 @@ def test_export_to_a_closed_stdout(tmp_path: Path) -> None:
     import sys
 
     result = subprocess.run(
-        [sys.executable, "-m", "gpudiag", "--root", TREE, "--nvml-replay", REPLAY, "--export",
-         "-"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, check=False,
-        preexec_fn=lambda: os.close(1), timeout=60,
+        [sys.executable, "-m", "gpudiag", "--root", TREE, "--nvml-replay", REPLAY, "--export", "-"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        check=False,
+        preexec_fn=lambda: os.close(1),
+        timeout=60,
     )
     assert result.returncode == 3
     assert result.stderr.strip() == "gpudiag: --export -: standard output is closed"
@@ -717,19 +796,25 @@ def test_reading_value_check_still_holds() -> None:
     [
         # '_' cannot be in a host name, so it ends a token: gpu01_snap.toml is redacted too
         ("nvml:nvmlDeviceGetName kvm-clock vm_1", "nvml:nvmlDeviceGetName kvm-clock host-1_1"),
-        ("vm ip=10.1.2.3::10.1.2.1:255.255.255.0:vm:eth0", "host-1 ip=ip-1::ip-2:255.255.255.0:"
-         "host-1:eth0"),
+        (
+            "vm ip=10.1.2.3::10.1.2.1:255.255.255.0:vm:eth0",
+            "host-1 ip=ip-1::ip-2:255.255.255.0:host-1:eth0",
+        ),
         ("BOOTIF=01-0c-42-a1-00-11-22 hw 0c:42:a1:00:11:22", "BOOTIF=mac-2 hw mac-1"),
         ("ib 80:00:00:48:fe:80:00:00:00:00:00:00:0c:42:a1:03:00:11:22:33", "ib mac-1"),
         ("fe80::e42:a1ff:fe00:1122%ib0 2001:db8::1 ::1 127.0.0.1", "ip-1%ib0 ip-2 ::1 127.0.0.1"),
         ("root=UUID=0a1b2c3d-1111-2222-3333-444455556666", "root=UUID=uuid-1"),
         ("GPU-01234567-89ab-cdef-0123-456789abcdef", "uuid-1"),
         ("/home/alice/x.toml /Users/bob", "/home/user-1/x.toml /Users/user-2"),
-        ("0::/user.slice/user-1000.slice/session-3.scope", "0::/user.slice/user-uid-1.slice/"
-         "session-3.scope"),
+        (
+            "0::/user.slice/user-1000.slice/session-3.scope",
+            "0::/user.slice/user-uid-1.slice/session-3.scope",
+        ),
         ("/slurm/uid_4242/job_17", "/slurm/uid_uid-1/job_17"),
-        ("0000:1b:00.0 12:30:45 535.104.05 96.00.74.00.01", "0000:1b:00.0 12:30:45 535.104.05 "
-         "96.00.74.00.01"),
+        (
+            "0000:1b:00.0 12:30:45 535.104.05 96.00.74.00.01",
+            "0000:1b:00.0 12:30:45 535.104.05 96.00.74.00.01",
+        ),
     ],
 )
 def test_redaction_by_example(text: str, expected: str) -> None:

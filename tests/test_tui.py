@@ -330,7 +330,14 @@ def test_gpus_screen_rows_and_readings_of_the_selected(tmp_path: Path) -> None:
         # health first after the id, from each GPU's worst finding (GPU 4: a link at half
         # speed, NVL007)
         assert [row[1] for row in rows] == [
-            "OK", "CRIT", "WARN", "WARN", "WARN", "WARN", "WARN", "CRIT"
+            "OK",
+            "CRIT",
+            "WARN",
+            "WARN",
+            "WARN",
+            "WARN",
+            "WARN",
+            "CRIT",
         ]
         assert rows[3][:4] == ["GPU3", "WARN", "5d:00.0", "5/5 x8/16"]  # the narrow link
         assert rows[5][9] == "off"  # persistence off on GPU 5

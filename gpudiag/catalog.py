@@ -1,0 +1,516 @@
+"""The declared catalog of readings: what every key means, who makes it, and how to read it.
+
+Every reading travels as a flat key (`gpu.3.nvlink.5.state`). This module owns the grammar
+of those keys and the declarations that give each one a meaning:
+
+- Subjects: what readings are about (the node, a GPU, an NVLink, a pair of GPUs, a PCIe
+  device, a NUMA node, ...), each with its key stem (`gpu.{gpu}.nvlink.{link}`), how a
+  finding names one (`GPU 3 NVLink 5`) and how `rules explain` says "every one of them".
+  Rules' `applies_to` scopes are these subjects.
+- Declarations: each producer (a probe, the nvidia-smi importer, the kernel readings, the
+  derived readings) declares the readings it makes where it makes them, as node_exporter's
+  collectors declare their metrics: the key template, unit, screen group, whether the value
+  changes between runs (configuration, volatile, or a counter that only rises since boot)
+  and whether it identifies the machine (redaction's placeholder kind). The catalog
+  collects them from the registries (`catalog()`), and the rules engine, `rules lint` and
+  `explain`, the CLI, the views, the diff, the fleet and the redaction read it instead of
+  tables of their own.
+- Key helpers: filling a template, finding a key's declaration, the instances of each
+  subject in a set of readings, and the one "is this GPU lost" check.
+
+A key template's placeholders are subject names' placeholders (`{gpu}`, `{link}`, `{peer}`,
+`{device}`, `{node}`, ...) with the forms in PLACEHOLDER_FORMS; any other placeholder stands
+for one key segment (no dot), and `{metric}` for one or more segments.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpudiag.model import Reading
+
+PCI_ADDRESS = r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"
+# placeholder -> the form of its values in a key (others: one segment, no dot)
+PLACEHOLDER_FORMS: dict[str, str] = {
+    "gpu": r"\d+",
+    "link": r"\d+",
+    "peer": r"\d+",
+    "node": r"\d+",
+    "port": r"\d+",
+    "device": PCI_ADDRESS,
+    "nic": r"[^\n]+",  # a PCI address (dots and all) or a name from topo -m (mlx5_0)
+    "metric": r"[^.\n]+(?:\.[^.\n]+)*?",
+}
+_SEGMENT = r"[^.\n]+"
+# a sample value per placeholder: what `rules lint` fills a rule's key with to look it up
+_SAMPLES = {"device": "0000:00:00.0", "nic": "0000:00:00.0", "metric": "sample.metric"}
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+# ------------------------------------------------------------------ subjects
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What readings can be about; a rule's `applies_to` names one."""
+
+    name: str
+    stem: str  # the key stem holding an instance: "gpu.{gpu}.nvlink.{link}"
+    title: str  # how a finding names one instance: "GPU {gpu} NVLink {link}"
+    words: str  # "every NVLink of every GPU", for `rules explain`
+    every_instance: bool = False  # judged on every instance, even one without the reading
+
+    @property
+    def placeholders(self) -> tuple[str, ...]:
+        """The placeholders of the stem, in order: ('gpu', 'link')."""
+        return tuple(_PLACEHOLDER.findall(self.stem))
+
+    @functools.cached_property
+    def head(self) -> str:
+        """The stem's first key segment ('gpu', 'topo', 'pcie'); '' for the node."""
+        return self.stem.split(".", 1)[0] if self.stem else ""
+
+    @functools.cached_property
+    def instance_pattern(self) -> re.Pattern[str]:
+        """Matches the stem at the start of a line of keys; its groups are the values."""
+        return re.compile("^" + _template_regex(self.stem, capture=True) + r"(?:\.|$)", re.M)
+
+
+SUBJECTS: dict[str, Subject] = {
+    s.name: s
+    for s in (
+        Subject("node", "", "node", "the node"),
+        Subject("gpu", "gpu.{gpu}", "GPU {gpu}", "every GPU", every_instance=True),
+        Subject(
+            "nvlink",
+            "gpu.{gpu}.nvlink.{link}",
+            "GPU {gpu} NVLink {link}",
+            "every NVLink of every GPU",
+        ),
+        Subject(
+            "gpu_pair", "topo.gpu.{gpu}.{peer}", "GPU {gpu} - GPU {peer}", "every pair of GPUs"
+        ),
+        Subject("pcie_device", "pcie.{device}", "PCIe {device}", "every reported PCIe device"),
+        Subject("numa_node", "numa.{node}", "NUMA node {node}", "every NUMA node"),
+    )
+}
+
+
+def scopes() -> dict[str, tuple[str, ...]]:
+    """Each subject's name -> its placeholders (what a rule's key may use)."""
+    return {name: s.placeholders for name, s in SUBJECTS.items()}
+
+
+def subject_title(scope: str, values: Mapping[str, str]) -> str:
+    """How a finding names what it is about: 'GPU 3 NVLink 5'."""
+    return fill(SUBJECTS[scope].title, values)
+
+
+def subject_of_key(key: str) -> tuple[str, dict[str, str]]:
+    """The most specific subject whose stem starts `key`, with its values:
+    'gpu.3.nvlink.5.state' -> ('nvlink', {'gpu': '3', 'link': '5'}); ('node', {}) else."""
+    best: tuple[str, dict[str, str]] = ("node", {})
+    for subject in SUBJECTS.values():
+        if subject.stem and len(subject.placeholders) > len(best[1]):
+            match = subject.instance_pattern.match(key)
+            if match:
+                best = (subject.name, dict(zip(subject.placeholders, match.groups(), strict=True)))
+    return best
+
+
+def template_of(key: str) -> tuple[str, str]:
+    """(subject, key template) of a key: gpu.3.power.limit -> (gpu, gpu.{gpu}.power.limit)."""
+    scope, values = subject_of_key(key)
+    if scope == "node":
+        return scope, key
+    subject = SUBJECTS[scope]
+    stem = fill(subject.stem, values)
+    return scope, subject.stem + key[len(stem) :]
+
+
+# ------------------------------------------------------------------ key helpers
+
+
+@functools.lru_cache(maxsize=2048)
+def key_former(template: str, names: tuple[str, ...]) -> Callable[..., str]:
+    """A function of the `names`' values (positional, in order) that fills `template`:
+    key_former('gpu.{gpu}.nvlink.{link}.state', ('gpu', 'link'))('3', '5'). The literal
+    text is escaped and only the names given are fields, so nothing in a template (a rule
+    file's) is ever looked up as an attribute; other placeholders stay as written."""
+    parts = _PLACEHOLDER.split(template)
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2 == 0:
+            out.append(part.replace("{", "{{").replace("}", "}}"))
+        elif part in names:
+            out.append(f"{{{names.index(part)}}}")
+        else:
+            out.append(f"{{{{{part}}}}}")
+    return "".join(out).format
+
+
+def fill(template: str, values: Mapping[str, str]) -> str:
+    """The template with each placeholder named in `values` replaced by its value."""
+    return key_former(template, tuple(values))(*values.values())
+
+
+def placeholders_of(template: str) -> set[str]:
+    """The placeholder names a template uses."""
+    return set(_PLACEHOLDER.findall(template))
+
+
+def _template_regex(template: str, capture: bool = False) -> str:
+    parts = _PLACEHOLDER.split(template)
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2 == 0:
+            out.append(re.escape(part))
+        else:
+            form = PLACEHOLDER_FORMS.get(part, _SEGMENT)
+            out.append(f"({form})" if capture else f"(?:{form})")
+    return "".join(out)
+
+
+def sample_key(template: str) -> str:
+    """The template filled with sample values, to look a template up like a key."""
+    names = tuple(placeholders_of(template))
+    return key_former(template, names)(*(_SAMPLES.get(n, "0") for n in names))
+
+
+GPU_KEY = re.compile(r"^gpu\.(\d+)\.")
+
+
+def gpu_of(key: str) -> int | None:
+    """The GPU index a `gpu.N. ...` key is about, or None."""
+    match = GPU_KEY.match(key)
+    return int(match.group(1)) if match else None
+
+
+def gpu_indices(keys: Iterable[str]) -> list[int]:
+    """Every GPU index that some key (`gpu.N. ...`) mentions, in order."""
+    return sorted({int(m.group(1)) for key in keys if (m := GPU_KEY.match(key))})
+
+
+def gpu_key(gpu: int | str, suffix: str) -> str:
+    """The key of one GPU's reading: gpu_key(3, 'power.limit') -> 'gpu.3.power.limit'."""
+    return f"gpu.{gpu}.{suffix}"
+
+
+def is_lost(readings: Mapping[str, Reading], gpu: int | str) -> bool:
+    """Whether a GPU stopped answering: its health reading was taken and failed (NVML
+    lost it, or the importer saw 'GPU is lost'). The one place this is decided."""
+    health = readings.get(f"gpu.{gpu}.health")
+    return health is not None and not health.ok
+
+
+def lost_gpus(readings: Mapping[str, Reading]) -> list[int]:
+    """The GPUs that stopped answering, in order."""
+    return [g for g in gpu_indices(readings) if is_lost(readings, g)]
+
+
+# ------------------------------------------------------------------ declarations
+
+
+class Change(str, Enum):
+    """Whether a reading's value changes between runs of a healthy node."""
+
+    CONFIGURATION = "configuration"  # how the node is set up: "the same" nodes agree
+    VOLATILE = "volatile"  # differs between any two healthy runs (temperatures, figures)
+    COUNTER = "counter"  # counts up since boot: rising between two snapshots is news
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One declared reading (or family of readings, by its key template)."""
+
+    template: str
+    unit: str = ""  # "*" where each reading says its own (kernel figures)
+    change: Change = Change.CONFIGURATION
+    identifying: str = ""  # redaction's placeholder kind where the value names the machine
+    group: str = ""  # the screen group it is shown in
+    help: str = ""
+    producers: frozenset[str] = frozenset()
+
+    @property
+    def volatile(self) -> bool:
+        """Not configuration: differs between healthy nodes or runs (counters too)."""
+        return self.change is not Change.CONFIGURATION
+
+
+def config(template: str, unit: str = "", help: str = "", identifying: str = "") -> Declared:
+    """A configuration reading: how the node is set up."""
+    return Declared(template, unit, Change.CONFIGURATION, identifying, help=help)
+
+
+def volatile(template: str, unit: str = "", help: str = "", identifying: str = "") -> Declared:
+    """A reading whose value differs between healthy runs."""
+    return Declared(template, unit, Change.VOLATILE, identifying, help=help)
+
+
+def counter(template: str, unit: str = "", help: str = "") -> Declared:
+    """A counter since boot: non-zero is news, and so is rising between two snapshots."""
+    return Declared(template, unit, Change.COUNTER, help=help)
+
+
+def declare(group: str, *readings: Declared) -> tuple[Declared, ...]:
+    """A producer's declarations, all shown in one screen group."""
+    return tuple(replace(d, group=d.group or group) for d in readings)
+
+
+@dataclass(frozen=True)
+class Also:
+    """Readings a producer makes that another producer declares in full (the importer
+    writes the GPU probe's keys): the same meaning, a second producer."""
+
+    templates: tuple[str, ...]
+
+
+def also(*templates: str) -> Also:
+    """Templates this producer makes, declared in full by another producer."""
+    return Also(tuple(templates))
+
+
+# screen groups in the order the host screen shows them; groups not listed follow in the
+# order their producers are registered
+GROUP_ORDER = (
+    "Host and OS",
+    "CPU",
+    "NUMA",
+    "Memory",
+    "BIOS and board",
+    "Platform",
+    "Power",
+    "Kernel",
+    "IOMMU",
+    "PCIe",
+    "Faults",
+    "Driver (NVML)",
+)
+# groups shown on screens of their own, not in the host tree
+NOT_HOST_GROUPS = frozenset({"GPU", "GPU topology", "Kernel results"})
+
+
+class CatalogError(Exception):
+    """Two producers declare one template differently, or an `also` names nothing."""
+
+
+@dataclass
+class Catalog:
+    """Every declared reading, looked up by key."""
+
+    declared: dict[str, Declared] = field(default_factory=dict)
+    _by_head: dict[str, list[Declared]] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, producers_and_items: Iterable[tuple[str, Iterable[Declared | Also]]]) -> Catalog:
+        """From (producer name, declarations) pairs; a template declared twice must be
+        declared alike (its producers are joined)."""
+        first: dict[str, tuple[Declared, str]] = {}
+        producers: dict[str, set[str]] = {}
+        pending: list[tuple[str, str]] = []
+        for producer, items in producers_and_items:
+            for item in items:
+                if isinstance(item, Also):
+                    pending.extend((producer, t) for t in item.templates)
+                    continue
+                known = first.setdefault(item.template, (item, producer))
+                if known[0] != item:
+                    raise CatalogError(
+                        f"{item.template}: declared differently by {known[1]} and {producer}"
+                    )
+                producers.setdefault(item.template, set()).add(producer)
+        for producer, template in pending:
+            if template not in first:
+                raise CatalogError(f"{template}: {producer} makes it but nobody declares it")
+            producers[template].add(producer)
+        declared = {
+            t: Declared(
+                d.template,
+                d.unit,
+                d.change,
+                d.identifying,
+                d.group,
+                d.help,
+                frozenset(producers[t]),
+            )
+            for t, (d, _) in first.items()
+        }
+        catalog = cls(declared)
+        catalog._index()
+        return catalog
+
+    def _index(self) -> None:
+        by_head: dict[str, list[Declared]] = {}
+        for d in self.declared.values():
+            by_head.setdefault(d.template.split(".", 1)[0], []).append(d)
+        for items in by_head.values():
+            # the most literal first: a wide placeholder ({metric}) only where nothing else fits
+            items.sort(key=lambda d: ("{metric}" in d.template, -len(d.template)))
+        self._by_head = by_head
+
+    @functools.cache  # noqa: B019 - one catalog per process, never freed
+    def _head_pattern(self, head: str) -> re.Pattern[str]:
+        """One pattern for every template under `head`, compiled when first needed."""
+        alternatives = "|".join(f"({_template_regex(d.template)})" for d in self._by_head[head])
+        return re.compile(rf"(?:{alternatives})\Z")
+
+    @functools.lru_cache(maxsize=65536)  # noqa: B019 - one catalog per process
+    def find(self, key: str) -> Declared | None:
+        """The declaration that covers `key`, or None when nobody declares it."""
+        # the common case without a pattern: a key of a subject, as its template
+        exact = self.declared.get(template_of(key)[1])
+        if exact is not None and "{metric}" not in exact.template:
+            return exact
+        head = key.split(".", 1)[0]
+        if head not in self._by_head:
+            return None
+        match = self._head_pattern(head).match(key)
+        return self._by_head[head][match.lastindex - 1] if match and match.lastindex else None
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def covers(self, template: str) -> bool:
+        """Whether some declaration covers a key template (a rule's)."""
+        return self.find(sample_key(template)) is not None
+
+    def producers(self, key: str) -> frozenset[str]:
+        """Who makes `key` (empty when nobody declares it)."""
+        found = self.find(key)
+        return found.producers if found else frozenset()
+
+
+# producers whose readings are derived from the snapshot's others, wherever it was probed
+DERIVED_PRODUCERS = frozenset({"kernels", "topology"})
+
+
+@functools.lru_cache(maxsize=1)
+def catalog() -> Catalog:
+    """The catalog of everything gpudiag ships: the registered probes', the importer's,
+    the kernel readings' and the derived readings' declarations."""
+    from gpudiag import nvsmi
+    from gpudiag.kernels import readings as kernel_readings
+    from gpudiag.probes import REGISTRY, topology
+
+    return Catalog.build(
+        [
+            *((probe.name, probe.readings) for probe in REGISTRY),
+            ("topology", topology.READINGS),
+            ("kernels", kernel_readings.READINGS),
+            ("import", nvsmi.READINGS),
+        ]
+    )
+
+
+def find(key: str) -> Declared | None:
+    """The shipped declaration of `key`, or None."""
+    return catalog().find(key)
+
+
+def is_volatile(key: str) -> bool:
+    """A value that differs between healthy nodes or runs; an undeclared key counts as
+    volatile (never grouped on, never written into a baseline)."""
+    found = catalog().find(key)
+    return found is None or found.volatile
+
+
+def is_configuration(key: str) -> bool:
+    """A declared reading that says how the node is set up."""
+    return not is_volatile(key)
+
+
+def is_counter(key: str) -> bool:
+    """A counter since boot."""
+    found = catalog().find(key)
+    return found is not None and found.change is Change.COUNTER
+
+
+def identifying_kind(key: str) -> str:
+    """Redaction's placeholder kind where the reading's value identifies the machine."""
+    found = catalog().find(key)
+    return found.identifying if found else ""
+
+
+def group_of(key: str) -> str:
+    """The screen group a reading is shown in ('' when undeclared)."""
+    found = catalog().find(key)
+    return found.group if found else ""
+
+
+def host_groups() -> list[str]:
+    """The host screen's groups, in order."""
+    seen = [g for g in GROUP_ORDER]
+    for d in catalog().declared.values():
+        if d.group not in seen and d.group not in NOT_HOST_GROUPS:
+            seen.append(d.group)
+    return seen
+
+
+# ------------------------------------------------------------------ which source holds what
+
+
+def can_hold(sources: Iterable[str], key: str) -> bool:
+    """Whether any of these sources (probe names) can hold `key`: a probe that declares
+    it; a derived reading wherever a live probe ran; an nvidia-smi import (import-KIND)
+    holds what it wrote, which is never absent; a source not known here holds anything
+    (not knowing is never turned into a pass)."""
+    producers = catalog().producers(key)
+    for name in sources:
+        if name.startswith("import-"):
+            continue
+        if name not in _known_sources():
+            return True
+        if name in producers or producers & DERIVED_PRODUCERS:
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=1)
+def _known_sources() -> frozenset[str]:
+    return frozenset(p for d in catalog().declared.values() for p in d.producers)
+
+
+def describe(sources: Iterable[str]) -> str:
+    """The sources in words, for a not-applicable finding's message."""
+    names = sorted(set(sources))
+    imports = [n.removeprefix("import-") for n in names if n.startswith("import-")]
+    if imports and len(imports) == len(names):
+        return "an import of nvidia-smi " + ", ".join(imports) + " output"
+    return "probes " + ", ".join(names)
+
+
+# ------------------------------------------------------------------ instances of subjects
+
+
+@dataclass(frozen=True)
+class SubjectIndex:
+    """The instances of every subject in one set of readings, found in one pass per
+    subject over the keys that can hold it (those with its first segment)."""
+
+    by_scope: dict[str, list[tuple[str, ...]]]
+
+    @classmethod
+    def of(cls, keys: Iterable[str]) -> SubjectIndex:
+        """The index of `keys` (a dict of readings gives its keys)."""
+        heads = {s.head for s in SUBJECTS.values() if s.head}
+        groups: dict[str, list[str]] = {head: [] for head in heads}
+        for key in keys:
+            group = groups.get(key[: key.find(".")])
+            if group is not None:
+                group.append(key)
+        texts = {head: "\n".join(found) for head, found in groups.items()}
+        by_scope: dict[str, list[tuple[str, ...]]] = {"node": [()]}
+        for subject in SUBJECTS.values():
+            if subject.head:
+                matches = subject.instance_pattern.findall(texts[subject.head])
+                distinct = {m if isinstance(m, tuple) else (m,) for m in set(matches)}
+                by_scope[subject.name] = sorted(
+                    distinct, key=lambda v: [int(x) if x.isdigit() else x for x in v]
+                )
+        return cls(by_scope)
