@@ -40,6 +40,7 @@ import numpy as np
 import polars as pl
 from ClusterShell.NodeSet import NodeSet
 
+from gpudiag import catalog
 from gpudiag.diff import _kernel_key, bootstrap_ratio, higher_is_better, load_explanations, verdict
 from gpudiag.fleetload import Layout, LoadedFleet, NodeRun
 from gpudiag.hostfs import natural_key
@@ -172,6 +173,19 @@ class Regression:
     ci_high: float
 
 
+@dataclass(frozen=True)
+class RisingCounter:
+    """A counter since boot (declared in gpudiag/catalog.py) that rose between two
+    consecutive snapshots of one node: errors that happened in between."""
+
+    node: str
+    reading: str
+    before: float
+    after: float
+    previous: str  # when the earlier snapshot was taken
+    seen: str  # when the later one was
+
+
 @dataclass
 class FleetFinding:
     """A rule that fired on some nodes of the fleet."""
@@ -194,6 +208,7 @@ class FleetReport:
     regressions: list[Regression]
     findings: list[FleetFinding]
     threshold: float
+    rising: list[RisingCounter] = field(default_factory=list)
     table: pl.DataFrame | None = None
     names: TableNames | None = None
     node_names: list[str] = field(default_factory=list)
@@ -206,7 +221,9 @@ class FleetReport:
             f.severity in ("critical", "warning") and len(f.nodes) < self.nodes
             for f in self.findings
         )
-        return bool(len(self.groups) > 1 or self.outliers or self.regressions or partial)
+        return bool(
+            len(self.groups) > 1 or self.outliers or self.regressions or self.rising or partial
+        )
 
     def exit_code(self) -> int:
         """0 nothing odd, 1 something odd, 3 nothing odd but some input was bad."""
@@ -585,6 +602,35 @@ def regressions(fleet: _Fleet) -> list[Regression]:
     return found
 
 
+def rising_counters(fleet: _Fleet) -> list[RisingCounter]:
+    """Counters since boot that rose between consecutive snapshots of a node (a reboot
+    between them resets them: a counter that fell is not reported)."""
+    counters: dict[int, dict[str, int]] = {}
+
+    def positions(run: NodeRun) -> dict[str, int]:
+        if run.layout not in counters:
+            layout = fleet.loaded.layouts[run.layout]
+            counters[run.layout] = {
+                layout.keys[p]: i
+                for i, p in enumerate(layout.numeric)
+                if catalog.is_counter(layout.keys[p])
+            }
+        return counters[run.layout]
+
+    found = []
+    for host, runs in fleet.history.items():
+        for before, after in pairwise(runs):
+            earlier = positions(before)
+            for key, i in positions(after).items():
+                j = earlier.get(key)
+                if j is None:
+                    continue
+                old, new = float(before.numbers[j]), float(after.numbers[i])
+                if new > old:  # NaN (not read) on either side compares False
+                    found.append(RisingCounter(host, key, old, new, before.created, after.created))
+    return found
+
+
 def fleet_findings(fleet: _Fleet) -> list[FleetFinding]:
     """Per rule (and severity), the nodes whose latest snapshot has it, in node order.
     Identical findings tuples (most nodes of a fleet) are looked at once."""
@@ -668,6 +714,7 @@ def analyse(loaded: LoadedFleet, threshold: float = DEFAULT_THRESHOLD) -> FleetR
         groups=config_groups(fleet),
         outliers=outliers,
         regressions=regressions(fleet),
+        rising=rising_counters(fleet),
         findings=fleet_findings(fleet),
         threshold=threshold,
         table=table,
@@ -768,6 +815,11 @@ def report_text(report: FleetReport, markdown: bool = False) -> str:
     lines.append(h("History"))
     if not report.regressions:
         lines.append(f"{bullet}no regression between runs of a node")
+    for c in report.rising:
+        lines.append(
+            f"{bullet}{c.node} {c.reading}: rose {c.before:g} -> {c.after:g} "
+            f"between {c.previous} and {c.seen}"
+        )
     for r in report.regressions:
         lines.append(
             f"{bullet}{r.node} {r.device} {r.metric}: slower since {r.started} "
@@ -839,6 +891,7 @@ def report_json(report: FleetReport) -> dict[str, Any]:
         ],
         "outliers": [outlier(o) for o in report.outliers],
         "regressions": [r.__dict__ for r in report.regressions],
+        "rising_counters": [c.__dict__ for c in report.rising],
         "findings": [
             {
                 "rule_id": f.rule_id,

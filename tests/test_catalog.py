@@ -1,0 +1,179 @@
+"""The declared catalog of readings (gpudiag/catalog.py) and what reads it: subjects and
+their keys, declarations and their lookups, rules lint refusing undeclared keys, redaction
+driven by identifying declarations, and counters that rose in the diff and the fleet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpudiag import catalog
+from gpudiag.catalog import Catalog, CatalogError, Change, SubjectIndex
+from gpudiag.diff import diff_snapshots, report_json, report_text
+from gpudiag.fleet import analyse
+from gpudiag.fleet import report_text as fleet_text
+from gpudiag.fleetload import load_fleet
+from gpudiag.model import Reading, ReadingStatus
+from gpudiag.redact import Redactor
+from gpudiag.snapshot import save
+
+from conftest import run_cli
+from fleetgen import base_snapshot, make_node, with_values
+
+
+def test_subjects_name_their_instances() -> None:
+    assert catalog.subject_title("nvlink", {"gpu": "3", "link": "5"}) == "GPU 3 NVLink 5"
+    assert catalog.subject_title("gpu_pair", {"gpu": "0", "peer": "1"}) == "GPU 0 - GPU 1"
+    assert catalog.scopes()["pcie_device"] == ("device",)
+    assert catalog.SUBJECTS["numa_node"].words == "every NUMA node"
+
+
+def test_a_key_is_taken_apart_by_the_most_specific_subject() -> None:
+    assert catalog.subject_of_key("gpu.3.nvlink.5.state") == ("nvlink", {"gpu": "3", "link": "5"})
+    assert catalog.subject_of_key("gpu.3.power.limit") == ("gpu", {"gpu": "3"})
+    assert catalog.subject_of_key("gpu.count") == ("node", {})
+    assert catalog.template_of("pcie.0000:19:00.0.aer.fatal") == (
+        "pcie_device",
+        "pcie.{device}.aer.fatal",
+    )
+    assert catalog.template_of("topo.gpu.2.7") == ("gpu_pair", "topo.gpu.{gpu}.{peer}")
+
+
+def test_fill_escapes_and_leaves_unknown_placeholders() -> None:
+    assert catalog.fill("gpu.{gpu}.nvlink.{link}.state", {"gpu": "1", "link": "2"}) == (
+        "gpu.1.nvlink.2.state"
+    )
+    assert catalog.fill("x.{other}.{gpu}", {"gpu": "0"}) == "x.{other}.0"
+    # a value is text, never a format field or attribute lookup
+    assert catalog.fill("gpu.{gpu}.x", {"gpu": "{0.__class__}"}) == "gpu.{0.__class__}.x"
+
+
+def test_declarations_are_found_by_key() -> None:
+    found = catalog.find("gpu.3.nvlink.5.errors.replay")
+    assert found is not None and found.change is Change.COUNTER
+    assert found.producers == frozenset({"gpu"})
+    assert catalog.find("gpu.0.power.limit").unit == "W"  # type: ignore[union-attr]
+    assert catalog.find("gpu.0.kernel.stream.triad.fp64.ci_low").template == (  # type: ignore[union-attr]
+        "gpu.{gpu}.kernel.{metric}.ci_low"
+    )
+    assert catalog.find("topo.gpu.0.nic.mlx5_0").producers == {"import", "topology"}  # type: ignore[union-attr]
+    assert catalog.find("gpu.0.no_such_reading") is None
+    assert catalog.find("nothing") is None
+    assert catalog.is_configuration("cpu.freq.governor")
+    assert catalog.is_volatile("gpu.0.temperature.gpu")
+    assert catalog.is_volatile("never.declared")  # never grouped on or baselined
+    assert catalog.identifying_kind("gpu.2.serial") == "serial"
+    assert catalog.group_of("mem.total") == "Memory"
+
+
+def test_two_producers_must_declare_a_template_alike() -> None:
+    with pytest.raises(CatalogError, match="declared differently"):
+        Catalog.build([("a", [catalog.config("x.y", "W")]), ("b", [catalog.config("x.y", "mW")])])
+    with pytest.raises(CatalogError, match="nobody declares it"):
+        Catalog.build([("a", [catalog.also("x.z")])])
+    both = Catalog.build([("a", [catalog.config("x.y")]), ("b", [catalog.also("x.y")])])
+    assert both.producers("x.y") == {"a", "b"}
+
+
+def test_the_lost_gpu_check_is_one() -> None:
+    readings = {
+        "gpu.0.health": Reading("gpu.0.health", "ok"),
+        "gpu.1.health": Reading.failed("gpu.1.health", ReadingStatus.ERROR, "GPU is lost"),
+        "gpu.1.name": Reading("gpu.1.name", "H100"),
+    }
+    assert catalog.lost_gpus(readings) == [1]
+    assert not catalog.is_lost(readings, 0) and catalog.is_lost(readings, "1")
+
+
+def test_subject_index_finds_every_instance() -> None:
+    keys = [
+        "gpu.0.name",
+        "gpu.10.name",
+        "gpu.2.nvlink.3.state",
+        "topo.gpu.0.1",
+        "topo.gpu.0.nic.mlx5_0",
+        "pcie.0000:19:00.0.kind",
+        "numa.1.cpus",
+        "numa.nodes",
+    ]
+    index = SubjectIndex.of(keys).by_scope
+    assert index["gpu"] == [("0",), ("2",), ("10",)]
+    assert index["nvlink"] == [("2", "3")]
+    assert index["gpu_pair"] == [("0", "1")]
+    assert index["pcie_device"] == [("0000:19:00.0",)]
+    assert index["numa_node"] == [("1",)]
+
+
+def test_which_source_can_hold_a_key() -> None:
+    assert catalog.can_hold(["gpu"], "gpu.0.ecc.current")
+    assert not catalog.can_hold(["cpu"], "gpu.0.ecc.current")
+    assert not catalog.can_hold(["import-xml"], "cpu.freq.governor")  # holds what it wrote
+    assert catalog.can_hold(["cpu"], "gpu.0.kernel.verified")  # derived where probes ran
+    assert catalog.can_hold(["someone-else"], "cpu.model")  # unknown: never a pass
+
+
+def test_rules_lint_refuses_a_rule_reading_an_undeclared_key(tmp_path: Path) -> None:
+    rule = tmp_path / "site.toml"
+    rule.write_text(
+        '[[rule]]\nid = "SITE001"\nseverity = "warning"\ntitle = "t"\napplies_to = "gpu"\n'
+        'reading = "gpu.{gpu}.ecc.volatile.uncorrectable"\nexpect = { max = 0 }\n'
+        'why = "w"\nfix = "f"\n'
+    )
+    run = run_cli("rules", "lint", str(rule))
+    assert run.returncode == 3
+    assert "reads gpu.{gpu}.ecc.volatile.uncorrectable, which no probe" in run.stdout
+    rule.write_text(rule.read_text().replace("uncorrectable", "uncorrected"))
+    run = run_cli("rules", "lint", str(rule))
+    assert run.returncode == 0, run.stderr
+    assert "1 rules" in run.stdout
+
+
+def test_explain_says_who_makes_the_reading() -> None:
+    run = run_cli("rules", "explain", "PCIE001")
+    assert "The reading: made by gpu, import, in lanes, configuration." in run.stdout
+
+
+def test_redaction_follows_the_identifying_declarations() -> None:
+    snapshot = with_values(base_snapshot(), {"gpu.0.serial": "1650923012345"})
+    redacted = Redactor().snapshot(snapshot)
+    serial = redacted.readings_by_key["gpu.0.serial"].value
+    assert serial.startswith("serial-") and "1650923012345" not in str(redacted)
+
+
+def _with_counter(snapshot, created: str, replays: int):
+    return make_node(
+        snapshot,
+        "node001",
+        1,
+        (lambda v, f: v.update({"gpu.2.pcie.replay_counter": replays}),),
+        created=created,
+    )
+
+
+def test_diff_calls_out_counters_that_rose_on_one_node() -> None:
+    before = _with_counter(base_snapshot(), "2026-11-01T00:00:00Z", 0)
+    after = _with_counter(base_snapshot(), "2026-11-02T00:00:00Z", 17)
+    diff = diff_snapshots(before, after)
+    assert [c.key for c in diff.rising_counters()] == ["gpu.2.pcie.replay_counter"]
+    text = report_text(diff, before, after)
+    assert "Counters that rose between the two snapshots" in text
+    assert "gpu.2.pcie.replay_counter: 0 -> 17" in text
+    assert report_json(diff)["rising_counters"] == ["gpu.2.pcie.replay_counter"]
+    # two different nodes: a higher count is a difference, not errors "since A"
+    other = make_node(base_snapshot(), "node002", 2, created="2026-11-02T00:00:00Z")
+    other = with_values(other, {"gpu.2.pcie.replay_counter": 17})
+    assert diff_snapshots(before, other).rising_counters() == []
+    # a fall (a reboot reset it) is not rising
+    assert diff_snapshots(after, before).rising_counters() == []
+
+
+def test_fleet_history_reports_counters_that_rose(tmp_path: Path) -> None:
+    save(_with_counter(base_snapshot(), "2026-11-01T00:00:00Z", 0), tmp_path / "a.json")
+    save(_with_counter(base_snapshot(), "2026-11-02T00:00:00Z", 17), tmp_path / "b.json")
+    report = analyse(load_fleet([tmp_path]))
+    assert [(c.node, c.reading, c.before, c.after) for c in report.rising] == [
+        ("node001", "gpu.2.pcie.replay_counter", 0.0, 17.0)
+    ]
+    assert "node001 gpu.2.pcie.replay_counter: rose 0 -> 17" in fleet_text(report)
+    assert report.odd
