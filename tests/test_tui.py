@@ -8,8 +8,10 @@ import re
 import threading
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
+from textual.binding import Binding
 from textual.widgets import (
     DataTable,
     Input,
@@ -422,22 +424,75 @@ def test_export_asks_for_a_name_and_refuses_to_clobber(tmp_path: Path) -> None:
     _run(app, steps)
 
 
-def test_command_palette_offers_the_actions(tmp_path: Path) -> None:
+def _palette(app: GpudiagApp) -> list[str]:
+    """The commands the open command palette lists (before anything is typed)."""
+    from textual.command import CommandList
+
+    commands = app.screen.query_one(CommandList)
+    return [commands.get_option_at_index(i).hit.text for i in range(commands.option_count)]
+
+
+def test_command_palette_is_built_from_the_bindings(tmp_path: Path) -> None:
     app = GpudiagApp(load_or_save_snapshot(tmp_path))
 
     async def steps(pilot) -> None:
-        titles = [c.title for c in app.get_system_commands(app.screen)]
-        for title in ("Export snapshot", "Run quick kernels", "Show Findings", "Help: every key"):
-            assert title in titles
-        assert titles.count("Keys") == 1  # Textual's own, not a second of ours
         await pilot.press("ctrl+p")
-        await pilot.pause()
-        for key in "export snap":
-            await pilot.press("space" if key == " " else key)
+        await pilot.pause(0.3)
+        listed = _palette(app)
+        # every key's name, the panes' too (sort, filter: the findings pane's)
+        titles = [tab.title for tab in TABS] + ["Export", "Search", "Help", "Sort findings"]
+        for title in [*titles, "Filter by severity"]:
+            assert title in listed
+        assert "Refresh" not in listed and "Kernels, quick sizes" not in listed  # refused
+        assert listed.count("Keys") == 1 and listed.count("Quit") == 1  # Textual's, once
+        for key in "export":
+            await pilot.press(key)
         await pilot.pause(0.3)
         await pilot.press("enter")
         await pilot.pause()
         assert isinstance(app.screen, ExportScreen)
+        await pilot.press("escape")
+        # a pane's binding runs on its pane, from any screen
+        await pilot.press("ctrl+p", *"sort")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.query_one(TabbedContent).active == "findings-tab"
+        assert _notices(app)[-1] == "findings sorted by id"
+
+    _run(app, steps)
+
+
+def test_a_new_binding_shows_in_the_palette_and_help(tmp_path: Path, monkeypatch) -> None:
+    import gpudiag.tui
+    from gpudiag.panes import PANES, FindingsPane
+
+    class Findings(FindingsPane):
+        BINDINGS: ClassVar[list[Binding]] = [Binding("w", "widest", "Widest first")]
+
+        def action_widest(self) -> None:
+            self.notify("widest")
+
+    class App(GpudiagApp):
+        BINDINGS: ClassVar[list[Binding]] = [Binding("z", "bell", "Ring the bell")]
+
+    panes = tuple(Findings if pane is FindingsPane else pane for pane in PANES)
+    monkeypatch.setattr(gpudiag.tui, "PANES", panes)
+    app = App(load_or_save_snapshot(tmp_path))
+
+    async def steps(pilot) -> None:
+        await pilot.press("question_mark")
+        text = str(app.screen.query_one(Static).render())
+        assert "z  Ring the bell" in text and "w  Widest first" in text
+        assert "s  Sort findings" in text  # the inherited ones stay
+        await pilot.press("escape", "ctrl+p")
+        await pilot.pause(0.3)
+        listed = _palette(app)
+        assert "Ring the bell" in listed and "Widest first" in listed
+        assert "Sort findings" in listed
+        await pilot.press(*"widest", "enter")
+        await pilot.pause(0.3)
+        assert _notices(app) == ["widest"]
 
     _run(app, steps)
 
