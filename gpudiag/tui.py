@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
-from rich.text import Text
 from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -155,18 +154,14 @@ class GpudiagApp(App[int]):
 
     def on_mount(self) -> None:
         leave_on_signals(self, self._stop_work)
-        for pane in self.panes:
-            pane.fit_width(self.size.width)
-        for field in self.query(Input):
-            field.cursor_blink = False
         if isinstance(self.source, Snapshot):
             self.sub_title = f"{self.source.host} (saved {self.source.created}, read-only)"
-            self.show_snapshot(self.source)
+            self.set_snapshot(self.source)
             self.kernels.say("a saved snapshot: its kernel results are shown, none run")
         else:
             self.kernels.say("ready")
             self.action_refresh()
-        self.query_one("#overview").focus()
+        self.action_show_tab("overview")
         self.set_interval(WATCH_INTERVAL_S, self._watch_tick)
 
     def on_resize(self, event: events.Resize) -> None:
@@ -176,7 +171,7 @@ class GpudiagApp(App[int]):
 
     # ------------------------------------------------------------------ snapshots
 
-    def show_snapshot(self, snapshot: Snapshot) -> None:
+    def set_snapshot(self, snapshot: Snapshot) -> None:
         """Judge a new snapshot once and hand it to every pane: drawn now if shown or
         cheap, when next shown if lazy (the first screen paints sooner:
         benchmarks/tui_startup.py)."""
@@ -223,7 +218,7 @@ class GpudiagApp(App[int]):
             self.notify("a saved snapshot is read-only", severity="warning")
             return
         self.query_one(ProbesPane).clear_results()
-        self.query_one(Banner).update("probing the node ...")
+        self.query_one(Banner).probing()
         self.probe_node()
 
     def action_help(self) -> None:
@@ -354,7 +349,7 @@ class GpudiagApp(App[int]):
                 self.source.rules,
                 self.source.profile_name,
             )
-        self.call_from_thread(self.show_snapshot, snapshot)
+        self.call_from_thread(self.set_snapshot, snapshot)
         return snapshot
 
     @work(thread=True, exclusive=True, group="kernels", exit_on_error=False)
@@ -387,9 +382,7 @@ class GpudiagApp(App[int]):
         if event.worker.group == "kernels":
             self.kernels.say(f"ERROR: kernels failed: {type(error).__name__}: {error}")
             return
-        self.query_one(Banner).update(
-            Text(f"UNKNOWN: probing failed: {type(error).__name__}: {error}", "magenta")
-        )
+        self.query_one(Banner).failed(error)
 
     def _kernels_finished(self) -> None:
         self.kernels_running = False
@@ -399,7 +392,7 @@ class GpudiagApp(App[int]):
     def _kernels_done(self, plan_name: str, results: tuple, cancelled: bool) -> None:
         assert isinstance(self.source, LiveNode) and self.snapshot is not None
         snapshot = replace(self.snapshot, kernels=results)
-        self.show_snapshot(with_findings(snapshot, self.source.rules, self.source.profile_name))
+        self.set_snapshot(with_findings(snapshot, self.source.rules, self.source.profile_name))
         counts = {s: sum(1 for r in results if r.status.value == s) for s in ("ok", "skipped")}
         failed = len(results) - counts["ok"] - counts["skipped"]
         state = "cancelled" if cancelled else "done"

@@ -27,3 +27,11 @@ class Banner(Static):
         for severity, count in counts.items():  # not-applicable: the overview's Rules line
             banner.append(f"{severity.value.upper()} {count}  ", SEVERITY_STYLE[severity])
         self.update(banner)
+
+    def probing(self) -> None:
+        """Before the first snapshot, and while probing again."""
+        self.update("probing the node ...")
+
+    def failed(self, error: BaseException | None) -> None:
+        """Probing failed: the snapshot on screen (if any) is not the node's now."""
+        self.update(Text(f"UNKNOWN: probing failed: {type(error).__name__}: {error}", "magenta"))

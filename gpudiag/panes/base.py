@@ -74,7 +74,7 @@ class Pane(TabPane):
         raise NotImplementedError
 
     def fit_width(self, width: int) -> None:
-        """Size what depends on the terminal's width (called on mount and on resize)."""
+        """Size what depends on the terminal's width (on mount, and on each resize)."""
 
     def show(self) -> None:
         """Bring this pane to the front and focus its main widget, as its key does."""

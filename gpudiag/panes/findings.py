@@ -48,6 +48,7 @@ class FindingsPane(Pane):
 
     def on_mount(self) -> None:
         self.query_one("#findings", DataTable).add_columns("severity", "id", "subject", "title")
+        self.query_one("#findings-filter", Input).cursor_blink = False
 
     def update_from(self, view: SnapshotView) -> None:
         """The findings table, filtered and sorted, and the detail of the first."""

@@ -31,6 +31,9 @@ class GpusPane(Pane):
         yield DataTable(id="gpus", cursor_type="row", zebra_stripes=True, fixed_columns=2)
         yield DataTable(id="gpu-readings", cursor_type="row")
 
+    def on_mount(self) -> None:
+        self.fit_width(self.app.size.width)
+
     def fit_width(self, width: int) -> None:
         size_reading_columns(self.query_one("#gpu-readings", DataTable), width)
 

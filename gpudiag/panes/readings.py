@@ -34,6 +34,10 @@ class ReadingsPane(Pane):
         yield DataTable(id="readings", cursor_type="row", zebra_stripes=True)
         yield Static("", id="reading-detail")
 
+    def on_mount(self) -> None:
+        self.query_one("#readings-filter", Input).cursor_blink = False
+        self.fit_width(self.app.size.width)
+
     def fit_width(self, width: int) -> None:
         size_reading_columns(self.query_one("#readings", DataTable), width)
 
