@@ -150,6 +150,7 @@ class GpudiagApp(App[int]):
 
     @property
     def kernels(self) -> KernelsPane:
+        """The kernels pane: the choice, status and progress of a run."""
         return self.query_one(KernelsPane)
 
     def on_mount(self) -> None:

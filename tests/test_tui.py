@@ -334,7 +334,14 @@ def test_gpus_screen_rows_and_readings_of_the_selected(tmp_path: Path) -> None:
         # health first after the id, from each GPU's worst finding (GPU 4: a link at half
         # speed, NVL007)
         assert [row[1] for row in rows] == [
-            "OK", "CRIT", "WARN", "WARN", "WARN", "WARN", "WARN", "CRIT"
+            "OK",
+            "CRIT",
+            "WARN",
+            "WARN",
+            "WARN",
+            "WARN",
+            "WARN",
+            "CRIT",
         ]
         assert rows[3][:4] == ["GPU3", "WARN", "5d:00.0", "5/5 x8/16"]  # the narrow link
         assert rows[5][9] == "off"  # persistence off on GPU 5
@@ -903,18 +910,22 @@ def test_each_pane_draws_from_a_snapshot_alone(frozen: Snapshot, pane_class) -> 
     probes = [p.name for p in frozen.probes]
     readings = [r.key for p in frozen.probes for r in p.readings]
     expected = {
-        "overview": lambda: "hgx-test-01" in after["overview-text"]
-        and "Fix first" in after["overview-text"],
-        "findings": lambda: after["findings"][:1] == ["CRITICAL"]
-        and len(after["findings"]) == len(frozen.findings)
-        and "GPU 7 does not answer NVML" in after["finding-text"],
-        "gpus": lambda: after["gpus"] == [f"GPU{g}" for g in range(8)]
-        and "gpu.0.name" in after["gpu-readings"],
-        "topology": lambda: after["topology"][:2] == ["GPU0", "GPU1"]
-        and "NV" in after["topology-legend"],
+        "overview": lambda: (
+            "hgx-test-01" in after["overview-text"] and "Fix first" in after["overview-text"]
+        ),
+        "findings": lambda: (
+            after["findings"][:1] == ["CRITICAL"]
+            and len(after["findings"]) == len(frozen.findings)
+            and "GPU 7 does not answer NVML" in after["finding-text"]
+        ),
+        "gpus": lambda: (
+            after["gpus"] == [f"GPU{g}" for g in range(8)] and "gpu.0.name" in after["gpu-readings"]
+        ),
+        "topology": lambda: (
+            after["topology"][:2] == ["GPU0", "GPU1"] and "NV" in after["topology-legend"]
+        ),
         "host": lambda: after["host"][0] == "hgx-test-01" and len(after["host"]) > 3,
-        "kernels": lambda: len(after["kernel-results"]) == 3
-        and "triad" in after["kernel-charts"],
+        "kernels": lambda: len(after["kernel-results"]) == 3 and "triad" in after["kernel-charts"],
         "readings": lambda: after["readings"] == readings,
         "probes": lambda: after["probes"] == probes,
         # the watch draws live samples only: a snapshot changes nothing there
