@@ -33,7 +33,6 @@ from gpudiag.model import ProbeResult, Snapshot
 from gpudiag.nvml import ReplayBackend
 from gpudiag.panes import PANES, KernelsPane, Pane, ProbesPane, SnapshotView, WatchPane
 from gpudiag.panes.banner import Banner
-from gpudiag.panes.base import HEALTH_STYLE, SEVERITY_STYLE
 from gpudiag.panes.dialogs import ConfirmKernels, ExportScreen, HelpScreen
 from gpudiag.panes.kernels import KernelChoice, kernel_question
 from gpudiag.panes.keys import BindingCommands, help_columns
@@ -42,8 +41,6 @@ from gpudiag.snapshot import save
 from gpudiag.watch import History
 
 __all__ = [
-    "HEALTH_STYLE",
-    "SEVERITY_STYLE",
     "TABS",
     "ConfirmKernels",
     "ExportScreen",
