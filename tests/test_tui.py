@@ -8,8 +8,11 @@ import re
 import threading
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
+from textual.app import App, ComposeResult
+from textual.binding import Binding
 from textual.widgets import (
     DataTable,
     Input,
@@ -25,6 +28,7 @@ from gpudiag.kernels.plans import KernelPlan
 from gpudiag.kernels.stats import summarize
 from gpudiag.model import KernelResult, ProbeStatus, Reading, Snapshot
 from gpudiag.nvml import Nvml, ReplayBackend, open_nvml
+from gpudiag.panes import PANES, KernelsPane, Pane, SnapshotView
 from gpudiag.probe import Cost, Probe
 from gpudiag.probes import default_probes
 from gpudiag.ruleengine import load_rules
@@ -429,22 +433,75 @@ def test_export_asks_for_a_name_and_refuses_to_clobber(tmp_path: Path) -> None:
     _run(app, steps)
 
 
-def test_command_palette_offers_the_actions(tmp_path: Path) -> None:
+def _palette(app: GpudiagApp) -> list[str]:
+    """The commands the open command palette lists (before anything is typed)."""
+    from textual.command import CommandList
+
+    commands = app.screen.query_one(CommandList)
+    return [commands.get_option_at_index(i).hit.text for i in range(commands.option_count)]
+
+
+def test_command_palette_is_built_from_the_bindings(tmp_path: Path) -> None:
     app = GpudiagApp(load_or_save_snapshot(tmp_path))
 
     async def steps(pilot) -> None:
-        titles = [c.title for c in app.get_system_commands(app.screen)]
-        for title in ("Export snapshot", "Run quick kernels", "Show Findings", "Help: every key"):
-            assert title in titles
-        assert titles.count("Keys") == 1  # Textual's own, not a second of ours
         await pilot.press("ctrl+p")
-        await pilot.pause()
-        for key in "export snap":
-            await pilot.press("space" if key == " " else key)
+        await pilot.pause(0.3)
+        listed = _palette(app)
+        # every key's name, the panes' too (sort, filter: the findings pane's)
+        titles = [tab.title for tab in TABS] + ["Export", "Search", "Help", "Sort findings"]
+        for title in [*titles, "Filter by severity"]:
+            assert title in listed
+        assert "Refresh" not in listed and "Kernels, quick sizes" not in listed  # refused
+        assert listed.count("Keys") == 1 and listed.count("Quit") == 1  # Textual's, once
+        for key in "export":
+            await pilot.press(key)
         await pilot.pause(0.3)
         await pilot.press("enter")
         await pilot.pause()
         assert isinstance(app.screen, ExportScreen)
+        await pilot.press("escape")
+        # a pane's binding runs on its pane, from any screen
+        await pilot.press("ctrl+p", *"sort")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.query_one(TabbedContent).active == "findings-tab"
+        assert _notices(app)[-1] == "findings sorted by id"
+
+    _run(app, steps)
+
+
+def test_a_new_binding_shows_in_the_palette_and_help(tmp_path: Path, monkeypatch) -> None:
+    import gpudiag.tui
+    from gpudiag.panes import PANES, FindingsPane
+
+    class Findings(FindingsPane):
+        BINDINGS: ClassVar[list[Binding]] = [Binding("w", "widest", "Widest first")]
+
+        def action_widest(self) -> None:
+            self.notify("widest")
+
+    class App(GpudiagApp):
+        BINDINGS: ClassVar[list[Binding]] = [Binding("z", "bell", "Ring the bell")]
+
+    panes = tuple(Findings if pane is FindingsPane else pane for pane in PANES)
+    monkeypatch.setattr(gpudiag.tui, "PANES", panes)
+    app = App(load_or_save_snapshot(tmp_path))
+
+    async def steps(pilot) -> None:
+        await pilot.press("question_mark")
+        text = str(app.screen.query_one(Static).render())
+        assert "z  Ring the bell" in text and "w  Widest first" in text
+        assert "s  Sort findings" in text  # the inherited ones stay
+        await pilot.press("escape", "ctrl+p")
+        await pilot.pause(0.3)
+        listed = _palette(app)
+        assert "Ring the bell" in listed and "Widest first" in listed
+        assert "Sort findings" in listed
+        await pilot.press(*"widest", "enter")
+        await pilot.pause(0.3)
+        assert _notices(app) == ["widest"]
 
     _run(app, steps)
 
@@ -800,3 +857,137 @@ def test_kernels_until_confident_from_the_tui(tmp_path: Path, monkeypatch) -> No
         assert triad.stats is not None and triad.stats.count >= 2
 
     _run(app, steps)
+
+
+# ------------------------------------------------------------------ panes, one per file
+
+
+class _PaneAlone(App[None]):
+    """One pane mounted alone, as the app mounts it, with nothing else around."""
+
+    def __init__(self, pane: Pane) -> None:
+        super().__init__()
+        self.pane = pane
+
+    def compose(self) -> ComposeResult:
+        yield self.pane
+
+
+def _alone(pane_class: type[Pane]) -> Pane:
+    if pane_class is KernelsPane:
+        return KernelsPane(("stream",), measurable=False, budget_s=60.0)
+    return pane_class()
+
+
+def _drawn(pane: Pane) -> dict[str, object]:
+    """What a pane shows: each table's rows (first cells), each Static's text, the tree."""
+    shown: dict[str, object] = {}
+    for table in pane.query(DataTable):
+        shown[table.id] = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+    for static in pane.query(Static):
+        if static.id:
+            shown[static.id] = str(static.render())
+    for tree in pane.query(Tree):
+        shown[tree.id] = [str(tree.root.label)] + [str(n.label) for n in tree.root.children]
+    return shown
+
+
+@pytest.mark.parametrize("pane_class", PANES, ids=[p.NAME for p in PANES])
+def test_each_pane_draws_from_a_snapshot_alone(frozen: Snapshot, pane_class) -> None:
+    pane = _alone(pane_class)
+    view = SnapshotView.judge(frozen, rules=load_rules())
+    shown: list[tuple[dict, dict]] = []
+
+    async def scenario() -> None:
+        async with _PaneAlone(pane).run_test(size=(100, 40)) as pilot:
+            before = _drawn(pane)
+            pane.update_from(view)
+            await pilot.pause()
+            shown.append((before, _drawn(pane)))
+
+    asyncio.run(scenario())
+    before, after = shown[0]
+    probes = [p.name for p in frozen.probes]
+    readings = [r.key for p in frozen.probes for r in p.readings]
+    expected = {
+        "overview": lambda: (
+            "hgx-test-01" in after["overview-text"] and "Fix first" in after["overview-text"]
+        ),
+        "findings": lambda: (
+            after["findings"][:1] == ["CRITICAL"]
+            and len(after["findings"]) == len(frozen.findings)
+            and "GPU 7 does not answer NVML" in after["finding-text"]
+        ),
+        "gpus": lambda: (
+            after["gpus"] == [f"GPU{g}" for g in range(8)] and "gpu.0.name" in after["gpu-readings"]
+        ),
+        "topology": lambda: (
+            after["topology"][:2] == ["GPU0", "GPU1"] and "NV" in after["topology-legend"]
+        ),
+        "host": lambda: after["host"][0] == "hgx-test-01" and len(after["host"]) > 3,
+        "kernels": lambda: len(after["kernel-results"]) == 3 and "triad" in after["kernel-charts"],
+        "readings": lambda: after["readings"] == readings,
+        "probes": lambda: after["probes"] == probes,
+        # the watch draws live samples only: a snapshot changes nothing there
+        "watch": lambda: after == before,
+    }
+    assert expected[pane_class.NAME](), after
+    if pane_class.NAME != "watch":
+        assert after != before
+
+
+def test_judgment_is_derived_once_per_snapshot(monkeypatch) -> None:
+    """Keys, filters, tabs and resizes redraw panes from the judged snapshot; only a new
+    snapshot (r probes again) judges again."""
+    import gpudiag.panes.base
+
+    judged: list[Snapshot] = []
+    real = gpudiag.panes.base.judged_readings
+
+    def counting(snapshot: Snapshot, profile: str | None = None):
+        judged.append(snapshot)
+        return real(snapshot, profile)
+
+    monkeypatch.setattr(gpudiag.panes.base, "judged_readings", counting)
+    app = GpudiagApp(_node())
+
+    async def steps(pilot) -> None:
+        assert len(judged) == 1
+        for key in "123456789":
+            await pilot.press(key)
+        await pilot.press("2", "s", "f", "slash", *"gpu", "enter", "7", "slash", *"cpu")
+        await pilot.resize_terminal(100, 30)
+        await pilot.pause()
+        assert len(judged) == 1
+        await pilot.press("escape", "r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert len(judged) == 2 and judged[1] is app.snapshot
+
+    _run(app, steps)
+
+
+def test_the_app_draws_nothing_itself() -> None:
+    """GpudiagApp wires panes and workers: none of its methods writes to a widget
+    (updates, rows, labels, Rich text) or is a show_* drawing method; the panes do."""
+    import ast
+    import inspect
+
+    import gpudiag.tui
+
+    tree = ast.parse(inspect.getsource(gpudiag.tui))
+    app = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GpudiagApp")
+    methods = [n.name for n in app.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    assert methods and not [m for m in methods if m.startswith("show_")]
+    drawing = {"update", "add_row", "add_rows", "add_column", "add_columns", "add_leaf"}
+    drawing |= {"set_label", "append", "add_option", "write"}
+    calls = [
+        n.func.attr
+        for n in ast.walk(app)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+    ]
+    assert not drawing & set(calls), drawing & set(calls)
+    assert not [n for n in ast.walk(app) if isinstance(n, ast.Name) and n.id == "Text"]
+    assert "rich" not in {
+        n.module.split(".")[0] for n in tree.body if isinstance(n, ast.ImportFrom) and n.module
+    }

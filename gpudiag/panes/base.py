@@ -1,0 +1,102 @@
+"""What every pane shares: the snapshot as the panes read it (judged once, when it
+arrives), the pane base class, and the severity styles."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rich.text import Text
+from textual.widgets import DataTable, TabbedContent, TabPane
+
+from gpudiag.model import Reading, Severity, Snapshot
+from gpudiag.ruleengine import Rule
+from gpudiag.session import judged_readings
+
+# Severity reads by words and weight first, colour second: CRITICAL is the strongest mark
+# on screen (bold, reversed: a block under NO_COLOR too), WARNING bold, INFO dim.
+SEVERITY_STYLE = {
+    Severity.CRITICAL: "bold reverse red",
+    Severity.WARNING: "bold yellow",
+    Severity.UNKNOWN: "magenta",
+    Severity.INFO: "dim",
+    Severity.NOT_APPLICABLE: "dim",
+}
+HEALTH_STYLE = {
+    "CRIT": SEVERITY_STYLE[Severity.CRITICAL],
+    "WARN": SEVERITY_STYLE[Severity.WARNING],
+    "UNKN": SEVERITY_STYLE[Severity.UNKNOWN],
+    "OK": "green",
+}
+
+
+@dataclass(frozen=True)
+class SnapshotView:
+    """A snapshot and what the panes read beside it, derived once when it arrives:
+    panes only read this, none judges again."""
+
+    snapshot: Snapshot
+    readings: dict[str, Reading]  # every reading, derived ones included
+    profile_values: dict[str, object]  # the matched GPU profile's, or none
+    rules: Sequence[Rule] | None  # the rules that judged it, when known
+    live: bool  # the snapshot is of this machine, now (its processes can be listed)
+
+    @classmethod
+    def judge(
+        cls,
+        snapshot: Snapshot,
+        profile: str | None = None,
+        rules: Sequence[Rule] | None = None,
+        live: bool = False,
+    ) -> SnapshotView:
+        """The one place the TUI derives readings from a snapshot (once per snapshot)."""
+        readings, found, _ = judged_readings(snapshot, profile)
+        values = found.values if found is not None else {}
+        return cls(snapshot, readings, values, rules, live)
+
+
+class Pane(TabPane):
+    """One screen of the app, in a tab: its key, its bindings, and `update_from`, which
+    draws it from a snapshot and nothing else."""
+
+    KEY: ClassVar[str]  # the number key that shows it
+    NAME: ClassVar[str]  # its id is NAME-tab
+    TITLE: ClassVar[str]
+    FOCUS: ClassVar[str]  # the widget its key focuses
+    LAZY: ClassVar[bool] = False  # drawn when first shown, not when the snapshot arrives
+
+    def __init__(self) -> None:
+        super().__init__(self.TITLE, id=f"{self.NAME}-tab")
+
+    def update_from(self, view: SnapshotView) -> None:
+        """Draw this pane from a snapshot."""
+        raise NotImplementedError
+
+    def fit_width(self, width: int) -> None:
+        """Size what depends on the terminal's width (on mount, and on each resize)."""
+
+    def show(self) -> None:
+        """Bring this pane to the front and focus its main widget, as its key does."""
+        self.screen.query_one(TabbedContent).active = self.id or ""
+        self.query_one(self.FOCUS).focus()
+
+
+def size_reading_columns(table: DataTable, width: int) -> None:
+    """Reading, value and source share the terminal's width (key 40%, value 35%): long
+    ones are cut there, and the highlighted one is shown in full elsewhere."""
+    room = max(40, width - 8)  # less padding, scrollbar
+    key, value = room * 40 // 100, room * 35 // 100
+    rows = [table.get_row_at(i) for i in range(table.row_count)]
+    table.clear(columns=True)
+    table.add_column("reading", width=key)
+    table.add_column("value", width=value)
+    table.add_column("source", width=room - key - value)
+    for row in rows:
+        table.add_row(*row)
+
+
+def reading_row(reading: Reading) -> tuple[Text, Text, Text]:
+    """A reading's cells: Text, not str, since a str cell is Rich markup and
+    "[missing] ..." would vanish."""
+    return Text(reading.key), Text(reading.display()), Text(reading.source)

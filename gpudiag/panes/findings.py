@@ -1,0 +1,120 @@
+"""The findings pane (key 2): a filter, the findings sorted, the detail of the
+highlighted one; its keys sort (s) and filter by severity (f)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Input, Static
+
+from gpudiag import views
+from gpudiag.model import Finding, Severity
+from gpudiag.panes.base import SEVERITY_STYLE, Pane, SnapshotView
+
+
+class FindingsPane(Pane):
+    """Every finding of the snapshot, filtered by text and severity, sorted."""
+
+    KEY, NAME, TITLE, FOCUS = "2", "findings", "Findings", "#findings"
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("s", "sort_findings", "Sort", tooltip="Sort findings"),
+        Binding("f", "filter_severity", "Severity", tooltip="Filter by severity"),
+    ]
+    DEFAULT_CSS = """
+    #findings { height: 1fr; }
+    #finding-detail { height: 8; border-top: solid $accent; padding: 0 1; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.view: SnapshotView | None = None
+        self.shown: list[Finding] = []
+        self.severity_filter: Severity | None = None
+        self.sort_key = "severity"
+
+    def compose(self) -> ComposeResult:
+        yield Input(
+            placeholder="/ filter: text in id, subject, title",
+            id="findings-filter",
+            classes="filter",
+        )
+        yield DataTable(id="findings", cursor_type="row", zebra_stripes=True, fixed_columns=1)
+        yield VerticalScroll(Static("", id="finding-text"), id="finding-detail")
+
+    def on_mount(self) -> None:
+        self.query_one("#findings", DataTable).add_columns("severity", "id", "subject", "title")
+        self.query_one("#findings-filter", Input).cursor_blink = False
+
+    def update_from(self, view: SnapshotView) -> None:
+        """The findings table, filtered and sorted, and the detail of the first."""
+        self.view = view
+        text = self.query_one("#findings-filter", Input).value
+        self.shown = views.filter_findings(
+            view.snapshot.findings, self.severity_filter, text, self.sort_key
+        )
+        table = self.query_one("#findings", DataTable)
+        table.clear()
+        for finding in self.shown:
+            table.add_row(
+                Text(finding.severity.value.upper(), SEVERITY_STYLE[finding.severity]),
+                Text(finding.rule_id),
+                Text(finding.subject),
+                Text(finding.title),
+            )
+        self.show_detail(0)
+
+    def _redraw(self) -> None:
+        if self.view is not None:
+            self.update_from(self.view)
+
+    def show_detail(self, row: int) -> None:
+        """The detail of one finding of the table."""
+        detail = self.query_one("#finding-text", Static)
+        if not 0 <= row < len(self.shown):
+            detail.update(Text("no finding matches" if self.view else ""))
+            return
+        text = Text()
+        for label, line in views.finding_detail(self.shown[row]):
+            if label:
+                text.append(f"{label}: ", "bold")
+            text.append(f"{line}\n")
+        detail.update(text)
+
+    @on(DataTable.RowHighlighted, "#findings")
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.show_detail(event.cursor_row)
+
+    @on(Input.Changed, "#findings-filter")
+    def _filter_changed(self) -> None:
+        self._redraw()
+
+    @on(Input.Submitted, "#findings-filter")
+    def _filter_submitted(self) -> None:
+        self.query_one("#findings").focus()
+
+    def key_escape(self) -> None:
+        """Esc in the filter field goes back to the table."""
+        if self.screen.focused is self.query_one("#findings-filter"):
+            self.query_one("#findings").focus()
+
+    def action_sort_findings(self) -> None:
+        """Sort the findings by the next key: severity, id, subject."""
+        keys = views.SORT_KEYS
+        self.sort_key = keys[(keys.index(self.sort_key) + 1) % len(keys)]
+        self.show()
+        self._redraw()
+        self.notify(f"findings sorted by {self.sort_key}")
+
+    def action_filter_severity(self) -> None:
+        """Show only one severity, the next each time, then all again."""
+        order: list[Severity | None] = [None, *Severity]
+        self.severity_filter = order[(order.index(self.severity_filter) + 1) % len(order)]
+        self.show()
+        self._redraw()
+        shown = self.severity_filter.value if self.severity_filter else "every severity"
+        self.notify(f"findings: {shown}")

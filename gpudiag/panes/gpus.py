@@ -1,0 +1,77 @@
+"""The GPUs pane (key 3): one row per GPU, and every reading of the highlighted one
+(with its processes, on the live node itself)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.widgets import DataTable, Static
+
+from gpudiag import views
+from gpudiag.panes.base import HEALTH_STYLE, Pane, SnapshotView, reading_row, size_reading_columns
+
+
+class GpusPane(Pane):
+    """The GPU table and the readings of the highlighted GPU."""
+
+    KEY, NAME, TITLE, FOCUS = "3", "gpus", "GPUs", "#gpus"
+    DEFAULT_CSS = """
+    #gpus { height: auto; max-height: 10; }
+    #gpu-note { height: auto; padding: 0 1; display: none; }
+    #gpu-readings { height: 1fr; border-top: solid $accent; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.view: SnapshotView | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="gpu-note")
+        yield DataTable(id="gpus", cursor_type="row", zebra_stripes=True, fixed_columns=2)
+        yield DataTable(id="gpu-readings", cursor_type="row")
+
+    def on_mount(self) -> None:
+        self.fit_width(self.app.size.width)
+
+    def fit_width(self, width: int) -> None:
+        size_reading_columns(self.query_one("#gpu-readings", DataTable), width)
+
+    def update_from(self, view: SnapshotView) -> None:
+        self.view = view
+        matrix = views.gpu_table(view.snapshot)
+        table = self.query_one("#gpus", DataTable)
+        table.clear(columns=True)
+        note = self.query_one("#gpu-note", Static)
+        note.display = not matrix.rows
+        table.display = bool(matrix.rows)
+        if not matrix.rows:
+            note.update(Text(views.no_gpu_reason(view.snapshot)))
+        table.add_columns(*matrix.headers)
+        for row in matrix.rows:
+            table.add_row(
+                Text(row[0]), Text(row[1], HEALTH_STYLE[row[1]]), *(Text(cell) for cell in row[2:])
+            )
+        self.show_readings(0)
+
+    def show_readings(self, row: int) -> None:
+        """Every reading of the GPU in a row of the table."""
+        table = self.query_one("#gpu-readings", DataTable)
+        table.clear()
+        gpus = self.query_one("#gpus", DataTable)
+        if self.view is None or not 0 <= row < gpus.row_count:
+            return
+        gpu = int(str(gpus.get_row_at(row)[0]).removeprefix("GPU"))
+        if self.view.live:
+            from gpudiag.processes import gpu_processes
+
+            # who runs there, as nvitop shows it (psutil; only on the live node itself)
+            for process in gpu_processes(self.view.readings):
+                if process.gpu == gpu:
+                    table.add_row(Text("process"), Text(process.text), Text("nvml, psutil"))
+        for reading in views.gpu_readings(self.view.readings, gpu):
+            table.add_row(*reading_row(reading))
+
+    @on(DataTable.RowHighlighted, "#gpus")
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.show_readings(event.cursor_row)

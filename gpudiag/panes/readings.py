@@ -1,0 +1,74 @@
+"""The readings pane (key 7): every reading of every probe with its source, filtered by
+text; the highlighted one in full below."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.widgets import DataTable, Input, Static
+
+from gpudiag.panes.base import Pane, SnapshotView, reading_row, size_reading_columns
+
+
+class ReadingsPane(Pane):
+    """A filter, the readings table and the detail of the highlighted reading."""
+
+    KEY, NAME, TITLE, FOCUS = "7", "readings", "Readings", "#readings"
+    LAZY = True
+    DEFAULT_CSS = """
+    #readings { height: 1fr; }
+    #reading-detail { height: 3; padding: 0 1; border-top: solid $accent; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.view: SnapshotView | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Input(
+            placeholder="/ filter: text in key, value, source",
+            id="readings-filter",
+            classes="filter",
+        )
+        yield DataTable(id="readings", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="reading-detail")
+
+    def on_mount(self) -> None:
+        self.query_one("#readings-filter", Input).cursor_blink = False
+        self.fit_width(self.app.size.width)
+
+    def fit_width(self, width: int) -> None:
+        size_reading_columns(self.query_one("#readings", DataTable), width)
+
+    def update_from(self, view: SnapshotView) -> None:
+        self.view = view
+        needle = self.query_one("#readings-filter", Input).value.strip().lower()
+        table = self.query_one("#readings", DataTable)
+        table.clear()
+        for result in view.snapshot.probes:
+            for reading in result.readings:
+                line = f"{reading.key} {reading.display()} {reading.source}".lower()
+                if needle and needle not in line:
+                    continue
+                table.add_row(*reading_row(reading))
+
+    @on(DataTable.RowHighlighted, "#readings")
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        table = self.query_one("#readings", DataTable)
+        key, value, source = (str(c) for c in table.get_row_at(event.cursor_row))
+        self.query_one("#reading-detail", Static).update(Text(f"{key} = {value}\n{source}"))
+
+    @on(Input.Changed, "#readings-filter")
+    def _filter_changed(self) -> None:
+        if self.view is not None:
+            self.update_from(self.view)
+
+    @on(Input.Submitted, "#readings-filter")
+    def _filter_submitted(self) -> None:
+        self.query_one("#readings").focus()
+
+    def key_escape(self) -> None:
+        """Esc in the filter field goes back to the table."""
+        if self.screen.focused is self.query_one("#readings-filter"):
+            self.query_one("#readings").focus()

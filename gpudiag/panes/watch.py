@@ -1,0 +1,42 @@
+"""The watch pane (key 9): every GPU sampled each second while it is shown. It draws
+live samples (the app's watch worker takes them), not the snapshot."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Label, Static
+
+from gpudiag.panes.base import Pane, SnapshotView
+from gpudiag.watch import History, screen_lines
+
+
+class WatchPane(Pane):
+    """A status line and one block of lines per GPU."""
+
+    KEY, NAME, TITLE, FOCUS = "9", "watch", "Watch", "#watch"
+    DEFAULT_CSS = """
+    #watch-status { height: 1; padding: 0 1; }
+    #watch { padding: 0 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Label("", id="watch-status")
+        yield VerticalScroll(Static("", id="watch-text"), id="watch")
+
+    def update_from(self, view: SnapshotView) -> None:
+        """Nothing: a snapshot holds no samples; the watch draws live ones only."""
+
+    def say(self, text: str) -> None:
+        """The status line: what is sampled, or why nothing is."""
+        self.query_one("#watch-status", Label).update(Text(text))
+
+    def show_samples(self, history: History, gpus: int | None, interval_s: float) -> None:
+        """The samples kept, one block per GPU, as wide as the terminal."""
+        count = len(history.series.get((0, "power"), ()))
+        self.say(
+            f"{gpus} GPUs, every {interval_s:g} s, {count} samples kept (the last {history.length})"
+        )
+        lines = screen_lines(history, gpus or 0, self.app.size.width - 3)
+        self.query_one("#watch-text", Static).update(Text("\n".join(lines)))
