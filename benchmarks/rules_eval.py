@@ -23,7 +23,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from gpudiag import catalog, ruleengine
+from gpudiag import catalog, profiles, ruleengine
 from gpudiag.hostfs import HostFS
 from gpudiag.model import ProbeResult, ProbeStatus, Reading, Snapshot
 from gpudiag.nvml import Nvml, ReplayBackend
@@ -71,7 +71,7 @@ def as_snapshot(readings: dict[str, Reading]) -> Snapshot:
 def forget_caches() -> None:
     """What a new process starts without: the parsed profiles, the rule plans and the
     catalog of readings."""
-    ruleengine._shipped_profiles.cache_clear()
+    profiles._shipped_profiles.cache_clear()
     ruleengine._PLANS.clear()
     catalog.key_former.cache_clear()
     catalog.catalog.cache_clear()

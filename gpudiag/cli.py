@@ -36,14 +36,9 @@ from gpudiag.kernels.plans import BURN_PRECISIONS, DTYPE_NAMES, KERNELS, PLANS, 
 from gpudiag.model import ProbeStatus, Severity, Snapshot
 from gpudiag.nvml import ReplayError, open_nvml
 from gpudiag.probes import default_probes
-from gpudiag.ruleengine import (
-    Rule,
-    RuleError,
-    action_for,
-    lint_rule_file,
-    load_profiles,
-    load_rules,
-)
+from gpudiag.profiles import load_profiles
+from gpudiag.rule_operators import RuleError
+from gpudiag.ruleengine import Rule, action_for, lint_rule_file, load_rules
 from gpudiag.session import (
     EXIT_CRITICAL,
     EXIT_UNKNOWN,

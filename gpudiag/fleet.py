@@ -44,7 +44,7 @@ from gpudiag import catalog
 from gpudiag.diff import _kernel_key, bootstrap_ratio, higher_is_better, load_explanations, verdict
 from gpudiag.fleetload import Layout, LoadedFleet, NodeRun
 from gpudiag.hostfs import natural_key
-from gpudiag.ruleengine import load_profiles
+from gpudiag.profiles import load_profiles
 
 EXIT_SAME, EXIT_ODD, EXIT_BAD_INPUT = 0, 1, 3
 DEFAULT_THRESHOLD = 5.0

@@ -1,5 +1,10 @@
 """The rules engine: TOML rule files in, findings out.
 
+Its parts: the operators, each defined once (gpudiag/rule_operators.py); the GPU-model
+profiles (gpudiag/profiles.py); the subjects, their keys and which source holds what
+(gpudiag/catalog.py); here, the rule files (parsing, site overrides, lint) and the
+evaluation (each rule's instances, the plan, the findings).
+
 Rules are data. Each `[[rule]]` names one reading (a key template) and one expectation
 from a closed set of operators; nothing in a rule file is ever evaluated as code, and a
 string that reaches for Python internals (`__`) is refused when the file is loaded.
@@ -73,17 +78,16 @@ Site rules: any rule file may also hold `[[override]]` tables, `id` plus `severi
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpudiag import catalog, tomlcompat
+from gpudiag import catalog
 from gpudiag.hostfs import natural_key
 from gpudiag.inputs import InputError, parse_data, printable_data, read_input
 from gpudiag.model import (
@@ -95,31 +99,19 @@ from gpudiag.model import (
     ReadingStatus,
     Severity,
 )
+from gpudiag.profiles import PROFILE_FIELDS, PROFILE_FLAGS, Profile
+from gpudiag.rule_operators import (
+    OPERATORS,
+    PROFILE_OPERATORS,
+    QUICK_OPERATORS,
+    READING_OPERATORS,
+    RuleError,
+    compare,
+    quick_check,
+)
 
 SCOPES: dict[str, tuple[str, ...]] = catalog.scopes()  # the catalog's subjects
 _PLACEHOLDERS = {name for names in SCOPES.values() for name in names}
-CONSTANT_OPERATORS = (
-    "equal",
-    "not_equal",
-    "in",
-    "not_in",
-    "min",
-    "max",
-    "between",
-    "subset_of",
-    "excludes",
-    "contains_any",
-)
-READING_OPERATORS = ("min_reading", "max_reading", "equal_reading")
-PROFILE_OPERATORS = ("min_profile", "max_profile", "equal_profile")
-OPERATORS = (
-    "present",
-    "empty",
-    *CONSTANT_OPERATORS,
-    *READING_OPERATORS,
-    *PROFILE_OPERATORS,
-    "all_equal",
-)
 RULE_KEYS = {
     "id",
     "severity",
@@ -155,10 +147,6 @@ _GPU_KEY = re.compile(r"^gpu\.(\d+)\.")
 MESSAGE_FIELDS = {"value", "unit", "reason", "key", "expected", "s", *_PLACEHOLDERS}
 DATA_FILES = {"profiles.toml", "explanations.toml"}  # rules/ files that hold no rules
 DEFAULT_SITE_DIRS = (Path("/etc/gpudiag/rules.d"), Path("~/.config/gpudiag/rules.d"))
-
-
-class RuleError(Exception):
-    """A rule or profile file that cannot be used; str() is 'FILE:LINE: problem'."""
 
 
 @dataclass(frozen=True)
@@ -206,155 +194,6 @@ def _check_action(table: dict[str, Any], where: str) -> Action | None:
     if value not in {a.value for a in Action}:
         raise RuleError(f"{where}: action must be one of {_ACTION_NAMES}")
     return Action(value)
-
-
-# ------------------------------------------------------------------ profiles
-
-
-@dataclass(frozen=True)
-class Profile:
-    """Expected values for one GPU model, keyed by PCI device id; or for a class of GPU
-    (GeForce, workstation cards), matched by brand or by words of the product name when
-    no model's device id matches."""
-
-    name: str
-    title: str
-    device_ids: tuple[str, ...]
-    values: dict[str, Any] = field(default_factory=dict)
-    brands: tuple[str, ...] = ()
-    name_words: tuple[str, ...] = ()
-
-
-# what a class of GPU has, true or false (a GeForce card has no ECC memory)
-PROFILE_FLAGS = {"ecc", "persistence_mode"}
-PROFILE_FIELDS = {
-    "memory_gb",
-    "nvlink_count",
-    "nvlink_gbs",
-    "pcie_gen",
-    "pcie_width",
-    "power_limit_w",
-    "max_sm_clock_mhz",
-    "max_mem_clock_mhz",
-    "memory_bandwidth_gbs",
-    "fp64_tflops",
-    "fp32_tflops",
-    "tf32_tflops",
-    "bf16_tflops",
-    "fp16_tflops",
-}
-
-
-def parse_profiles(text: str, origin: str) -> dict[str, Profile]:
-    """Parse a profiles file: `[profile.NAME]` tables with `title`, `device_ids`, an
-    optional `inherits` (another profile's name) and numeric fields from PROFILE_FIELDS."""
-    try:
-        data = tomlcompat.loads(text)
-    except tomlcompat.TOMLDecodeError as exc:
-        raise RuleError(f"{origin}: not valid TOML: {exc}") from None
-    if set(data) != {"profile"} or not isinstance(data["profile"], dict):
-        raise RuleError(f"{origin}: a profiles file holds [profile.NAME] tables only")
-    raw: dict[str, dict[str, Any]] = data["profile"]
-    profiles: dict[str, Profile] = {}
-
-    def build(name: str, seen: tuple[str, ...] = ()) -> Profile:
-        if name in profiles:
-            return profiles[name]
-        if name in seen:
-            raise RuleError(f"{origin}: profile {name}: inheritance loops through {seen}")
-        table = raw.get(name)
-        if not isinstance(table, dict):
-            raise RuleError(f"{origin}: no profile named {name!r}")
-        unknown = (
-            set(table)
-            - PROFILE_FIELDS
-            - PROFILE_FLAGS
-            - {"title", "device_ids", "inherits", "brands", "name_words"}
-        )
-        if unknown:
-            raise RuleError(
-                f"{origin}: profile {name}: unknown key(s) {', '.join(sorted(unknown))}"
-            )
-        values: dict[str, Any] = {}
-        if "inherits" in table:
-            values.update(build(str(table["inherits"]), (*seen, name)).values)
-        for key in PROFILE_FIELDS & set(table):
-            value = table[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise RuleError(f"{origin}: profile {name}: {key} must be a number")
-            values[key] = value
-        for key in PROFILE_FLAGS & set(table):
-            if not isinstance(table[key], bool):
-                raise RuleError(f"{origin}: profile {name}: {key} must be true or false")
-            values[key] = table[key]
-        words = {}
-        for key in ("brands", "name_words"):
-            words[key] = table.get(key, [])
-            if not isinstance(words[key], list) or not all(isinstance(w, str) for w in words[key]):
-                raise RuleError(f"{origin}: profile {name}: {key} is a list of strings")
-        ids = table.get("device_ids", [])
-        if not isinstance(ids, list) or not all(
-            isinstance(i, str) and re.fullmatch(r"0x[0-9a-f]{4}", i) for i in ids
-        ):
-            raise RuleError(f"{origin}: profile {name}: device_ids are like '0x2330'")
-        profiles[name] = Profile(
-            name,
-            str(table.get("title", name)),
-            tuple(ids),
-            values,
-            tuple(words["brands"]),
-            tuple(words["name_words"]),
-        )
-        return profiles[name]
-
-    for name in raw:
-        build(name)
-    return profiles
-
-
-def load_profiles() -> dict[str, Profile]:
-    """The shipped GPU-model profiles (rules/profiles.toml), parsed once per process (every
-    judgment needs them: the TUI judges again on each refresh)."""
-    return dict(_shipped_profiles())
-
-
-@functools.cache
-def _shipped_profiles() -> dict[str, Profile]:
-    text = (resources.files("gpudiag.rules") / "profiles.toml").read_text(encoding="utf-8")
-    return parse_profiles(text, "rules/profiles.toml")
-
-
-def detect_profile(
-    readings: dict[str, Reading], profiles: dict[str, Profile]
-) -> tuple[Profile | None, list[str]]:
-    """The profile of the node's most common GPU model, and the device ids seen."""
-    ids = [
-        str(r.value)
-        for key, r in readings.items()
-        if key.endswith(".pci.device_id") and _GPU_KEY.match(key) and r.ok
-    ]
-    if not ids:
-        return None, []
-    common = Counter(ids).most_common(1)[0][0]
-    for profile in profiles.values():
-        if common in profile.device_ids:
-            return profile, sorted(set(ids))
-    return class_profile(readings, profiles), sorted(set(ids))
-
-
-def class_profile(readings: dict[str, Reading], profiles: dict[str, Profile]) -> Profile | None:
-    """The class profile (GeForce, workstation) of GPU 0's brand, or else of a word of
-    its product name; None when none matches."""
-    brand, name = readings.get("gpu.0.brand"), readings.get("gpu.0.name")
-    for profile in profiles.values():
-        if brand is not None and brand.ok and str(brand.value) in profile.brands:
-            return profile
-    for profile in profiles.values():
-        if name is not None and name.ok:
-            words = str(name.value).lower().split()
-            if any(w.lower() in words for w in profile.name_words):
-                return profile
-    return None
 
 
 # ------------------------------------------------------------------ loading
@@ -705,37 +544,6 @@ def read_keys(rule: Rule) -> list[str]:
 # ------------------------------------------------------------------ evaluation
 
 
-def _compare(value: Any, operator: str, expected: Any) -> bool:
-    """Whether a value meets an operator's expectation (TypeError for the wrong type)."""
-    if operator in ("equal", "equal_reading", "equal_profile"):
-        return value == expected
-    if operator == "not_equal":
-        return value != expected
-    if operator == "in":
-        return value in expected
-    if operator == "not_in":
-        return value not in expected
-    if operator in ("subset_of", "excludes", "contains_any", "empty"):
-        if not isinstance(value, list):
-            raise TypeError(f"{value!r} is not a list")
-        if operator == "empty":
-            return not value
-        if operator == "subset_of":
-            return set(value) <= set(expected)
-        shared = set(value) & set(expected)
-        return not shared if operator == "excludes" else bool(shared)
-    numbers = [value, *(expected if operator == "between" else [expected])]
-    if any(isinstance(n, bool) or not isinstance(n, (int, float)) for n in numbers):
-        raise TypeError(f"{value!r} is not a number")
-    if operator in ("min", "min_reading", "min_profile"):
-        return value >= expected
-    if operator in ("max", "max_reading", "max_profile"):
-        return value <= expected
-    if operator == "between":
-        return expected[0] <= value <= expected[1]
-    raise ValueError(f"no comparison for {operator}")
-
-
 def plain_value(reading: Reading) -> str:
     """A reading's value for a message, without its unit: 700.0 -> '700', lists joined,
     an empty list 'none'."""
@@ -942,7 +750,7 @@ def _evaluate_instance(
         if rule.factor != 1.0 and isinstance(expected, (int, float)):
             expected = expected * rule.factor
         try:
-            if _compare(evidence[0].value, operator, expected):
+            if compare(evidence[0].value, operator, expected):
                 return None  # the common case: checked, and fine
         except TypeError as exc:
             return _finding(
@@ -1062,32 +870,13 @@ def rules_with_instances(rules: Sequence[Rule], readings: dict[str, Reading]) ->
     return ids
 
 
-def _is_number(value: Any) -> bool:
-    return type(value) in (int, float)
-
-
 def fast_check(rule: Rule) -> Callable[[Any], bool] | None:
     """A quick test that a value passes a constant expectation: True means it passes;
     False sends it to the full evaluation, which also words a finding or an error.
     None where the expectation needs more than the value (other readings, a profile)."""
-    operand = rule.operand
-    checks: dict[str, Callable[[Any], bool]] = {
-        "present": lambda v: True,
-        "equal": lambda v: v == operand,
-        "not_equal": lambda v: v != operand,
-        "in": lambda v: v in operand,
-        "not_in": lambda v: v not in operand,
-        "min": lambda v: _is_number(v) and v >= operand,
-        "max": lambda v: _is_number(v) and v <= operand,
-        "between": lambda v: _is_number(v) and operand[0] <= v <= operand[1],
-        "empty": lambda v: v == [],
-        "subset_of": lambda v: type(v) is list and set(v) <= set(operand),
-        "excludes": lambda v: type(v) is list and not set(v) & set(operand),
-        "contains_any": lambda v: type(v) is list and bool(set(v) & set(operand)),
-    }
-    if rule.factor != 1.0:
+    if rule.factor != 1.0 or rule.operator not in QUICK_OPERATORS:
         return None
-    return checks.get(rule.operator)
+    return quick_check(rule.operator, rule.operand)
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,9 @@ from gpudiag.model import Finding, ProbeResult, Reading, Severity, Snapshot
 from gpudiag.nvml import Nvml
 from gpudiag.probe import Probe, ProbeContext, run_probes
 from gpudiag.probes import topology
-from gpudiag.ruleengine import (
-    Profile,
-    Rule,
-    RuleError,
-    detect_profile,
-    evaluate,
-    load_profiles,
-    rules_with_instances,
-)
+from gpudiag.profiles import Profile, detect_profile, load_profiles
+from gpudiag.rule_operators import RuleError
+from gpudiag.ruleengine import Rule, evaluate, rules_with_instances
 
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 1, 2, 3
 

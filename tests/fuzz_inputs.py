@@ -260,7 +260,8 @@ def _import(text: str, work: Path) -> bool:
 
 
 def _rules(text: str, work: Path) -> bool:
-    from gpudiag.ruleengine import RuleError, merge_rules
+    from gpudiag.rule_operators import RuleError
+    from gpudiag.ruleengine import merge_rules
 
     try:
         merge_rules([("fuzz.toml", text)])

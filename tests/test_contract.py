@@ -28,7 +28,8 @@ from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.nvsmi import FIELDS, import_text
 from gpudiag.probe import ProbeContext
 from gpudiag.probes import default_probes
-from gpudiag.ruleengine import READING_OPERATORS, SCOPES, load_rules
+from gpudiag.rule_operators import READING_OPERATORS
+from gpudiag.ruleengine import SCOPES, load_rules
 from gpudiag.session import probe_node
 
 from conftest import REPO, realdata_dir

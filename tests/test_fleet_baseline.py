@@ -10,7 +10,8 @@ import pytest
 
 from gpudiag import tomlcompat
 from gpudiag.model import Reading
-from gpudiag.ruleengine import RuleError, evaluate, parse_rules
+from gpudiag.rule_operators import RuleError
+from gpudiag.ruleengine import evaluate, parse_rules
 from gpudiag.snapshot import save
 
 from conftest import run_cli

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from gpudiag.model import ProbeResult, ProbeStatus, Reading, ReadingStatus, Severity
-from gpudiag.ruleengine import RuleError, evaluate, load_profiles, load_rules, parse_rules
+from gpudiag.profiles import load_profiles
+from gpudiag.rule_operators import RuleError
+from gpudiag.ruleengine import evaluate, load_rules, parse_rules
 
 from rule_cases import CASES
 

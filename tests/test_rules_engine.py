@@ -8,15 +8,9 @@ from pathlib import Path
 import pytest
 
 from gpudiag.model import Reading, ReadingStatus, Severity
-from gpudiag.ruleengine import (
-    RuleError,
-    detect_profile,
-    evaluate,
-    load_profiles,
-    load_rules,
-    parse_profiles,
-    parse_rules,
-)
+from gpudiag.profiles import detect_profile, load_profiles, parse_profiles
+from gpudiag.rule_operators import RuleError
+from gpudiag.ruleengine import evaluate, load_rules, parse_rules
 from gpudiag.session import with_findings
 
 from conftest import FIXTURES, REPO, run_cli
@@ -261,3 +255,33 @@ def test_rules_lint(tmp_path: Path) -> None:
     assert lines[1].startswith(f"{hostile}:1: rule SITE002: '__' is not allowed")
     assert "rule GPU004: duplicate id, first defined at rules/gpu.toml" in lines[2]
     assert "to change a shipped rule use [[override]]" in lines[2]
+
+
+def test_the_quick_check_and_the_full_comparison_agree_on_every_operator() -> None:
+    """Each operator is defined once (gpudiag/rule_operators.py): the plan's quick check
+    passes exactly what the full comparison passes, and sends every value the full
+    comparison refuses (a wrong type) to it."""
+    from gpudiag.rule_operators import QUICK_OPERATORS, compare, quick_check
+
+    operands = {
+        "between": [0, 10],
+        "in": ["a", 1],
+        "not_in": ["a", 1],
+        "subset_of": ["a", "b"],
+        "excludes": ["a"],
+        "contains_any": ["a"],
+    }
+    values = [0, 5, 11, 2.5, True, "a", "b", [], ["a"], ["a", "c"], None]
+    checked = 0
+    for operator in sorted(QUICK_OPERATORS - {"present"}):
+        operand = operands.get(operator, 5)
+        quick = quick_check(operator, operand)
+        for value in values:
+            try:
+                full = compare(value, operator, operand)
+            except TypeError:
+                assert quick(value) is False, (operator, value)
+                continue
+            assert quick(value) == full, (operator, value)
+            checked += 1
+    assert checked > 40

@@ -469,7 +469,7 @@ def test_workstation_cards_are_not_asked_for_persistence_mode() -> None:
 
 
 def test_profiles_file_declares_the_classes() -> None:
-    from gpudiag.ruleengine import load_profiles
+    from gpudiag.profiles import load_profiles
 
     profiles = load_profiles()
     assert profiles["geforce"].values == {"ecc": False, "persistence_mode": False}
