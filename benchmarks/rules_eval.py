@@ -29,7 +29,7 @@ from gpudiag.model import ProbeResult, ProbeStatus, Reading, Snapshot
 from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.probe import ProbeContext
 from gpudiag.probes import default_probes
-from gpudiag.ruleengine import load_rules
+from gpudiag.rulefile import load_rules
 from gpudiag.session import probe_node, with_findings
 
 REPO = Path(__file__).resolve().parent.parent

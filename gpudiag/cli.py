@@ -38,7 +38,7 @@ from gpudiag.nvml import ReplayError, open_nvml
 from gpudiag.probes import default_probes
 from gpudiag.profiles import load_profiles
 from gpudiag.rule_operators import RuleError
-from gpudiag.ruleengine import Rule, action_for, lint_rule_file, load_rules
+from gpudiag.rulefile import Rule, action_for, lint_rule_file, load_rules
 from gpudiag.session import (
     EXIT_CRITICAL,
     EXIT_UNKNOWN,
@@ -606,7 +606,7 @@ def explain_rule(rule: Rule) -> str:
 
 def _lint(paths: Sequence[Path]) -> int:
     """Check each rule file as loading it beside the shipped rules would (the same code
-    path, ruleengine.lint_rule_file); one line per file."""
+    path, rulefile.lint_rule_file); one line per file."""
     failed = False
     for path in paths:
         try:

@@ -37,7 +37,7 @@ def demo_node(name: str, command_line: tuple[str, ...] = ("gpudiag", "demo")) ->
     by today's probes exactly as `gpudiag --replay` does."""
     from gpudiag import capture
     from gpudiag.probes import default_probes
-    from gpudiag.ruleengine import load_rules
+    from gpudiag.rulefile import load_rules
     from gpudiag.session import LiveNode
 
     host, nvml, _ = capture.load(demo_capture(name))

@@ -32,7 +32,8 @@ from typing import IO
 from gpudiag import catalog
 from gpudiag.atomic import write_atomic
 from gpudiag.model import Action, Finding, Severity, Snapshot
-from gpudiag.ruleengine import SCOPES, Rule, instances
+from gpudiag.ruleengine import instances
+from gpudiag.rulefile import SCOPES, Rule
 from gpudiag.session import exit_code, severity_counts
 
 FORMAT_NAMES = {"toml": "TOML", "json": "JSON", "prometheus": "Prometheus", "junit": "JUnit"}

@@ -19,7 +19,8 @@ from gpudiag.probe import Probe, ProbeContext, run_probes
 from gpudiag.probes import topology
 from gpudiag.profiles import Profile, detect_profile, load_profiles
 from gpudiag.rule_operators import RuleError
-from gpudiag.ruleengine import Rule, evaluate, rules_with_instances
+from gpudiag.ruleengine import evaluate, rules_with_instances
+from gpudiag.rulefile import Rule
 
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 1, 2, 3
 

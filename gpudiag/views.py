@@ -10,7 +10,7 @@ from gpudiag import catalog
 from gpudiag.hostfs import natural_key
 from gpudiag.kernels.readings import device_prefix, metric_key
 from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
-from gpudiag.ruleengine import Rule
+from gpudiag.rulefile import Rule
 from gpudiag.session import rule_tally
 
 _NIC = re.compile(r"^topo\.gpu\.\d+\.nic\.(.+)$")

@@ -173,7 +173,7 @@ def rule_threshold(host: HostFS, bus_id: str, metric: str) -> float | None:
     by: the rule's factor x its profile field (min_profile on `<metric>.ci_high`) for the
     model found by the GPU's PCI device id in sysfs; None where no profile or rule has it."""
     from gpudiag.profiles import load_profiles
-    from gpudiag.ruleengine import load_rules
+    from gpudiag.rulefile import load_rules
 
     found = host.read(f"/sys/bus/pci/devices/{normalize_bus_id(bus_id)}/device")
     if not found.ok or not found.text:

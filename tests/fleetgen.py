@@ -26,7 +26,7 @@ from gpudiag.hostfs import HostFS
 from gpudiag.model import KernelResult, ProbeStatus, Reading, Snapshot
 from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.probes import default_probes
-from gpudiag.ruleengine import load_rules
+from gpudiag.rulefile import load_rules
 from gpudiag.session import LiveNode, with_findings
 from gpudiag.snapshot import load, save
 

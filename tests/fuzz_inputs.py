@@ -261,7 +261,7 @@ def _import(text: str, work: Path) -> bool:
 
 def _rules(text: str, work: Path) -> bool:
     from gpudiag.rule_operators import RuleError
-    from gpudiag.ruleengine import merge_rules
+    from gpudiag.rulefile import merge_rules
 
     try:
         merge_rules([("fuzz.toml", text)])

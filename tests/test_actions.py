@@ -8,7 +8,8 @@ import pytest
 
 from gpudiag.model import Action, Finding, Reading, Severity
 from gpudiag.rule_operators import RuleError
-from gpudiag.ruleengine import evaluate, load_rules, parse_rule_file, parse_rules
+from gpudiag.ruleengine import evaluate
+from gpudiag.rulefile import load_rules, parse_rule_file, parse_rules
 from gpudiag.snapshot import dumps, loads, snapshot_from_dict, snapshot_to_dict
 
 from conftest import REPO, run_cli

@@ -16,9 +16,10 @@ from gpudiag.fleet import report_text as fleet_text
 from gpudiag.fleetload import load_fleet
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.redact import Redactor
+from gpudiag.rulefile import DATA_FILES, lint_rule_file, load_rules
 from gpudiag.snapshot import save
 
-from conftest import run_cli
+from conftest import REPO, run_cli
 from fleetgen import base_snapshot, make_node, with_values
 
 
@@ -127,6 +128,14 @@ def test_rules_lint_refuses_a_rule_reading_an_undeclared_key(tmp_path: Path) -> 
     run = run_cli("rules", "lint", str(rule))
     assert run.returncode == 0, run.stderr
     assert "1 rules" in run.stdout
+
+
+def test_every_shipped_rule_file_passes_lint() -> None:
+    """The shipped rules read only declared keys (lint checks each rule's reading, the
+    reading it compares with and its applies_if reading)."""
+    files = [p for p in sorted((REPO / "rules").glob("*.toml")) if p.name not in DATA_FILES]
+    counted = sum(lint_rule_file(path)[0] for path in files)
+    assert counted == len(load_rules())
 
 
 def test_explain_says_who_makes_the_reading() -> None:

@@ -29,7 +29,7 @@ from gpudiag.nvsmi import FIELDS, import_text
 from gpudiag.probe import ProbeContext
 from gpudiag.probes import default_probes
 from gpudiag.rule_operators import READING_OPERATORS
-from gpudiag.ruleengine import SCOPES, load_rules
+from gpudiag.rulefile import SCOPES, load_rules
 from gpudiag.session import probe_node
 
 from conftest import REPO, realdata_dir

@@ -11,7 +11,8 @@ import pytest
 from gpudiag import tomlcompat
 from gpudiag.model import Reading
 from gpudiag.rule_operators import RuleError
-from gpudiag.ruleengine import evaluate, parse_rules
+from gpudiag.ruleengine import evaluate
+from gpudiag.rulefile import parse_rules
 from gpudiag.snapshot import save
 
 from conftest import run_cli

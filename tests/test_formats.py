@@ -17,7 +17,7 @@ from junitparser import Error, Failure, JUnitXml, Skipped
 
 from gpudiag.formats import is_not_applicable, junit, prometheus
 from gpudiag.model import Finding, KernelResult, ProbeStatus, Severity, Statistics
-from gpudiag.ruleengine import load_rules
+from gpudiag.rulefile import load_rules
 from gpudiag.snapshot import load, loads
 
 from conftest import REPO, run_cli

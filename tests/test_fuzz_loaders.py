@@ -52,7 +52,7 @@ def test_seeds_load(loader: str) -> None:
     """The seeds themselves are accepted (a fuzzer of refused seeds tests little)."""
     from gpudiag.nvml import ReplayBackend
     from gpudiag.nvsmi import import_text
-    from gpudiag.ruleengine import merge_rules
+    from gpudiag.rulefile import merge_rules
     from gpudiag.snapshot import loads
 
     for seed in SEEDS[loader]:

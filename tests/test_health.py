@@ -195,7 +195,7 @@ def test_health_runs_the_quick_kernels_when_asked(monkeypatch: pytest.MonkeyPatc
     from gpudiag.kernels import plans
     from gpudiag.nvml import open_nvml
     from gpudiag.probes import default_probes
-    from gpudiag.ruleengine import load_rules
+    from gpudiag.rulefile import load_rules
     from gpudiag.session import LiveNode
 
     # the quick plan takes about a minute on a 2-core CPU: a tiny GEMM stands in for it

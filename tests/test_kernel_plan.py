@@ -20,7 +20,7 @@ from gpudiag.kernels.stats import summarize
 from gpudiag.model import KernelResult, ProbeStatus, Reading, ReadingStatus
 from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.probes import default_probes
-from gpudiag.ruleengine import load_rules
+from gpudiag.rulefile import load_rules
 from gpudiag.session import LiveNode, judged_readings, with_findings
 from gpudiag.snapshot import load
 

@@ -301,7 +301,8 @@ def test_gpu018_judges_the_slowdown_threshold_from_t_limit(
 ) -> None:
     from gpudiag.nvml import ReplayBackend
     from gpudiag.probe import ProbeContext
-    from gpudiag.ruleengine import evaluate, load_rules
+    from gpudiag.ruleengine import evaluate
+    from gpudiag.rulefile import load_rules
 
     nvml = Nvml(ReplayBackend(_hot_gpu(margin, tlimit, absolute), "hot"))
     readings = {r.key: r for r in gpu.collect(ProbeContext(host=None, nvml=nvml))}  # type: ignore[arg-type]

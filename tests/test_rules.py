@@ -9,7 +9,8 @@ import pytest
 from gpudiag.model import ProbeResult, ProbeStatus, Reading, ReadingStatus, Severity
 from gpudiag.profiles import load_profiles
 from gpudiag.rule_operators import RuleError
-from gpudiag.ruleengine import evaluate, load_rules, parse_rules
+from gpudiag.ruleengine import evaluate
+from gpudiag.rulefile import load_rules, parse_rules
 
 from rule_cases import CASES
 

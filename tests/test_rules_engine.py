@@ -10,7 +10,8 @@ import pytest
 from gpudiag.model import Reading, ReadingStatus, Severity
 from gpudiag.profiles import detect_profile, load_profiles, parse_profiles
 from gpudiag.rule_operators import RuleError
-from gpudiag.ruleengine import evaluate, load_rules, parse_rules
+from gpudiag.ruleengine import evaluate
+from gpudiag.rulefile import load_rules, parse_rules
 from gpudiag.session import with_findings
 
 from conftest import FIXTURES, REPO, run_cli

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpudiag.model import ReadingStatus, Severity
 from gpudiag.nvsmi import import_text
-from gpudiag.ruleengine import load_rules
+from gpudiag.rulefile import load_rules
 from gpudiag.session import with_findings
 from gpudiag.snapshot import load
 

@@ -31,7 +31,7 @@ from gpudiag.nvml import Nvml, ReplayBackend, open_nvml
 from gpudiag.panes import PANES, KernelsPane, Pane, SnapshotView
 from gpudiag.probe import Cost, Probe
 from gpudiag.probes import default_probes
-from gpudiag.ruleengine import load_rules
+from gpudiag.rulefile import load_rules
 from gpudiag.session import LiveNode, with_findings
 from gpudiag.snapshot import load, save
 from gpudiag.tui import TABS, ConfirmKernels, ExportScreen, GpudiagApp, HelpScreen, KernelChoice

@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.widgets import DataTable, TabbedContent, TabPane
 
 from gpudiag.model import Reading, Severity, Snapshot
-from gpudiag.ruleengine import Rule
+from gpudiag.rulefile import Rule
 from gpudiag.session import judged_readings
 
 # Severity reads by words and weight first, colour second: CRITICAL is the strongest mark
