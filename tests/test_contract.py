@@ -32,7 +32,7 @@ from gpudiag.ruleengine import READING_OPERATORS, SCOPES, load_rules
 from gpudiag.session import probe_node
 
 from conftest import REPO, realdata_dir
-from hosttree import build_hgx_tree
+from hosttree import add_infiniband, build_hgx_tree
 
 DEMOS = [REPO / "snapshots" / f"demo-hgx-h100-{kind}.toml" for kind in ("healthy", "faulty")]
 PLACEHOLDER = {
@@ -41,6 +41,8 @@ PLACEHOLDER = {
     "link": r"\d+",
     "node": r"\d+",
     "device": r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]",
+    "hca": r"[^.]+",
+    "port": r"\d+",
 }
 
 
@@ -58,7 +60,7 @@ def _live_results(root: str) -> tuple:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> tuple:
-    root = build_hgx_tree(tmp_path_factory.mktemp("hgx"))
+    root = add_infiniband(build_hgx_tree(tmp_path_factory.mktemp("hgx")))
     return _live_results(str(root))
 
 
