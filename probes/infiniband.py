@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterator
 
 from gpudiag import catalog
-from gpudiag.hostfs import HostFS
+from gpudiag.hostfs import HostFS, source_name
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
 
@@ -80,7 +80,7 @@ def _counter(host: HostFS, key: str, port_dir: str, name: str, has_dir: bool) ->
             key,
             ReadingStatus.UNSUPPORTED,
             f"the driver provides no counters for this port ({port_dir}/counters not found)",
-            f"sysfs:{path.removeprefix('/sys/')}",
+            source_name(path),
         )
     result = host.read(path)
     if result.status is ReadingStatus.MISSING:
