@@ -98,6 +98,7 @@ SUBJECTS: dict[str, Subject] = {
         ),
         Subject("pcie_device", "pcie.{device}", "PCIe {device}", "every reported PCIe device"),
         Subject("numa_node", "numa.{node}", "NUMA node {node}", "every NUMA node"),
+        Subject("ib_port", "ib.{hca}.{port}", "IB {hca} port {port}", "every InfiniBand/RoCE port"),
     )
 }
 

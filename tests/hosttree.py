@@ -203,3 +203,71 @@ def build_hgx_tree(root: Path) -> Path:
     )
     (root / "sys/class/iommu/dmar0").mkdir(parents=True, exist_ok=True)
     return root
+
+
+# ------------------------------------------------------------------ InfiniBand (not in the
+# base tree, whose screens the SVG snapshots show: add_infiniband adds it where wanted)
+
+IB_COUNTERS = (
+    "link_downed",
+    "symbol_error",
+    "link_error_recovery",
+    "port_rcv_errors",
+    "port_xmit_discards",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+)
+
+
+def ib_port_files(
+    rate: str = "400 Gb/sec (4X NDR)",
+    state: str = "4: ACTIVE",
+    phys_state: str = "5: LinkUp",
+    link_layer: str = "InfiniBand",
+    **counters: int,
+) -> dict[str, str]:
+    """The files of one port as sysfs writes them; every error counter 0 unless given."""
+    files = {"rate": rate, "state": state, "phys_state": phys_state, "link_layer": link_layer}
+    files |= {f"counters/{name}": str(counters.get(name, 0)) for name in IB_COUNTERS}
+    return files
+
+
+def write_hca(
+    root: Path,
+    name: str,
+    ports: dict[int, dict[str, str]],
+    node_guid: str = "946d:ae03:00fa:5c10",
+    pci: str | None = None,
+) -> None:
+    """One HCA under sys/class/infiniband as a ConnectX-7 shows it (files given as text;
+    a port's file mapped to None is left out)."""
+    base = root / "sys/class/infiniband" / name
+    files = {
+        "fw_ver": "28.39.1002",
+        "board_id": "MT_0000000838",
+        "hca_type": "MT4129",
+        "node_guid": node_guid,
+        "sys_image_guid": node_guid,
+    }
+    for port, port_files in ports.items():
+        files |= {f"ports/{port}/{k}": v for k, v in port_files.items() if v is not None}
+    for relative, text in files.items():
+        path = base / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+    if pci is not None:
+        os.symlink(f"../../../{PCI_PARENT}/{pci}", base / "device")
+
+
+def add_infiniband(root: Path) -> Path:
+    """Eight ConnectX-7 HCAs at 400 Gb/s NDR, one port each, healthy (mlx5_0 is the
+    tree's HCA PCI function); returns `root`."""
+    for i in range(8):
+        write_hca(
+            root,
+            f"mlx5_{i}",
+            {1: ib_port_files()},
+            node_guid=f"946d:ae03:00fa:5c{i:02x}",
+            pci=HCA if i == 0 else None,
+        )
+    return root

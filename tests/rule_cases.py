@@ -33,6 +33,12 @@ def link(suffix: str, fire: object, quiet: object):
     return ([R(f"gpu.0.nvlink.3.{suffix}", fire)], [R(f"gpu.0.nvlink.3.{suffix}", quiet)])
 
 
+def ib_port(suffix: str, fire: object, quiet: object, *others: Reading):
+    """Cases for a reading of InfiniBand port mlx5_0 1, with other readings alike in both."""
+    key = f"ib.mlx5_0.1.{suffix}"
+    return ([R(key, fire), *others], [R(key, quiet), *others])
+
+
 def device(suffix: str, fire: object, quiet: object, address: str = "0000:18:00.0"):
     return ([R(f"pcie.{address}.{suffix}", fire)], [R(f"pcie.{address}.{suffix}", quiet)])
 
@@ -186,4 +192,15 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
     "KRN015": node("numa.1.kernel.stream.triad.fp64.share_of_median", 0.6, 1.0),
     "KRN016": one("kernel.gemm.bf16", 300.0, 700.0),
     "KRN017": node("node.kernel.allreduce.busbw.share_of_nvlink", 0.3, 0.85),
+    "IB001": ib_port("phys_state", "Polling", "LinkUp"),
+    "IB002": ib_port("state", "INIT", "ACTIVE", R("ib.mlx5_0.1.phys_state", "LinkUp")),
+    "IB003": ib_port(
+        "rate",
+        200.0,
+        400.0,
+        R("ib.mlx5_0.1.fastest_rate_on_node", 400.0, "Gb/s"),
+        R("ib.mlx5_0.1.state", "ACTIVE"),
+    ),
+    "IB004": ib_port("link_downed", 3, 0),
+    "IB005": ib_port("symbol_error", 12, 0),
 }

@@ -33,7 +33,7 @@ from gpudiag.rulefile import SCOPES, load_rules
 from gpudiag.session import probe_node
 
 from conftest import REPO, realdata_dir
-from hosttree import build_hgx_tree
+from hosttree import add_infiniband, build_hgx_tree
 
 DEMOS = [REPO / "snapshots" / f"demo-hgx-h100-{kind}.toml" for kind in ("healthy", "faulty")]
 PLACEHOLDER = {
@@ -42,6 +42,8 @@ PLACEHOLDER = {
     "link": r"\d+",
     "node": r"\d+",
     "device": r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]",
+    "hca": r"[^.]+",
+    "port": r"\d+",
 }
 
 
@@ -59,7 +61,7 @@ def _live_results(root: str) -> tuple:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> tuple:
-    root = build_hgx_tree(tmp_path_factory.mktemp("hgx"))
+    root = add_infiniband(build_hgx_tree(tmp_path_factory.mktemp("hgx")))
     return _live_results(str(root))
 
 
