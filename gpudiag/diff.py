@@ -68,14 +68,14 @@ class ReadingChange:
 
     @property
     def group(self) -> str:
-        """What the key is about: 'GPU 3', 'PCIe 0000:18:00.0', 'topology' or 'node'."""
-        if match := _GPU_KEY.match(self.key):
-            return f"GPU {match.group(1)}"
+        """What the key is about, as findings name it ('GPU 3' for its NVLinks too, 'PCIe
+        0000:18:00.0', 'IB mlx5_0 port 1'), 'topology' for the GPU pairs, else 'node'."""
         if self.key.startswith("topo."):
             return "topology"
-        if self.key.startswith("pcie.") and self.key.count(".") > 2:
-            return f"PCIe {'.'.join(self.key.split('.')[1:3])}"
-        return "node"
+        scope, values = catalog.subject_of_key(self.key)
+        if scope == "nvlink":
+            scope, values = "gpu", {"gpu": values["gpu"]}
+        return catalog.subject_title(scope, values)
 
 
 @dataclass(frozen=True)
