@@ -28,7 +28,6 @@ LIVE_PROBE_KEYS: dict[str, tuple[str, ...]] = {
     "faults": (r"faults\..+",),
     "driver": (r"nvml\..+",),
     "gpu": (r"gpu\..+", r"topo\..+"),
-    "topology": (r"topo\..+", r"kernel\.gpudirect_rdma"),
 }
 
 

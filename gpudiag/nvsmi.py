@@ -20,8 +20,8 @@ import defusedxml.ElementTree as SafeET
 
 from gpudiag import __version__
 from gpudiag.inputs import InputError, printable, read_input
+from gpudiag.keys import normalize_bus_id
 from gpudiag.model import ProbeResult, ProbeStatus, Reading, ReadingStatus, Snapshot, Value
-from gpudiag.probes.gpu import normalize_bus_id
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpudiag.hostfs import natural_key
-from gpudiag.kernels.readings import device_prefix, metric_key
+from gpudiag.keys import device_prefix, is_kernel_reading, metric_key
 from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
 from gpudiag.ruleengine import Rule
 from gpudiag.session import rule_tally
@@ -375,12 +375,13 @@ HOST_GROUPS = {
 
 
 def host_tree(snapshot: Snapshot) -> dict[str, dict[str, list[Reading]]]:
-    """The host's readings (everything but per-GPU and topology ones) by group, then by
-    sub-group (a PCIe device, a NUMA node, a CPU area); '' holds the group's own."""
+    """The host's readings (everything but per-GPU and topology ones, and the kernel
+    figures, which the kernels screen shows) by group, then by sub-group (a PCIe device, a
+    NUMA node, a CPU area); '' holds the group's own."""
     tree: dict[str, dict[str, list[Reading]]] = {}
     for key in sorted(snapshot.readings_by_key, key=natural_key):
         head, _, rest = key.partition(".")
-        if head not in HOST_GROUPS:
+        if head not in HOST_GROUPS or is_kernel_reading(key):
             continue
         address = _PCI_ADDRESS.match(rest) if head == "pcie" else None
         sub = address.group(1) if address else rest.split(".")[0] if "." in rest else ""

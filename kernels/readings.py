@@ -32,31 +32,11 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gpudiag.keys import device_prefix, metric_key
 from gpudiag.model import KernelResult, ProbeStatus, Reading, ReadingStatus
 
-_GPU = re.compile(r"^gpu(\d+)$")
-_NUMA = re.compile(r"^cpu-numa(\d+)$")
 _PEER = re.compile(r"^(to|bidir|latency)\.gpu(\d+)$")
 _PEER_KEYS = {"to": "copy_gbs", "bidir": "copy_bidir_gbs", "latency": "copy_latency_us"}
-
-
-def device_prefix(device: str) -> str | None:
-    """Where a device's kernel readings go: gpu.N., numa.N. or host.; None if unknown."""
-    if m := _GPU.match(device):
-        return f"gpu.{m.group(1)}."
-    if m := _NUMA.match(device):
-        return f"numa.{m.group(1)}."
-    if device == "gpus":  # all the node's GPUs together (all-reduce)
-        return "node."
-    return "host." if device == "cpu" else None
-
-
-def metric_key(result: KernelResult) -> str:
-    """The kernel-relative part of the key: stream.triad.fp64, gemm.bf16, copy.h2d.local."""
-    if result.kernel == "stream":
-        dtype = dict(result.params).get("dtype", "fp64")
-        return f"stream.{result.metric}.{dtype}"
-    return f"{result.kernel}.{result.metric}"
 
 
 def _reading(key: str, result: KernelResult) -> Reading:
