@@ -102,7 +102,10 @@ def with_derived(
     """The snapshot with its derived result computed again (replacing any stale one; none
     added when nothing is derived), and the derivation."""
     kept = tuple(p for p in snapshot.probes if p.name not in STALE_RESULTS)
-    derivation = derive(source_readings(kept), snapshot.kernels, profile_name)
+    readings = source_readings(kept) if len(kept) < len(snapshot.probes) else None
+    derivation = derive(
+        snapshot.readings_by_key if readings is None else readings, snapshot.kernels, profile_name
+    )
     probes = (*kept, derivation.result) if derivation.result.readings else kept
     return replace(snapshot, probes=probes), derivation
 
