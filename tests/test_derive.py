@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.derive import DERIVED, derive, source_readings
+from gpudiag.derive import DERIVED, derive, ensure_derived, source_readings
 from gpudiag.diff import diff_snapshots
 from gpudiag.hostfs import HostFS
 from gpudiag.kernels.plans import KERNELS, KernelPlan
@@ -226,3 +226,13 @@ def test_a_failed_derivation_input_is_no_result() -> None:
         "n", "2026-01-01T00:00:00Z", "0", probes=(ProbeResult("x", ProbeStatus.OK, 0.0),)
     )
     assert [p.name for p in with_findings(bare, RULES).probes] == ["x"]
+
+
+def test_a_saved_file_viewed_gets_its_derived_readings_and_keeps_its_findings(
+    judged: Snapshot,
+) -> None:
+    old = load(FIXTURES / "schema-v1" / "demo-faulty-export.toml")
+    viewed = ensure_derived(old)  # what `gpudiag view FILE` shows
+    assert viewed.findings == old.findings  # as recorded: viewing judges nothing
+    assert viewed.readings_by_key["node.profile"].value == "h100-sxm5"
+    assert ensure_derived(judged) is judged

@@ -17,6 +17,7 @@ from gpudiag.kernels.plans import PLANS, KernelPlan
 from gpudiag.kernels.readings import kernel_readings
 from gpudiag.kernels.runner import KernelUnavailable, PlanRun, usable_cpus
 from gpudiag.kernels.stats import summarize
+from gpudiag.keys import device_prefix
 from gpudiag.model import KernelResult, ProbeStatus, Reading, ReadingStatus
 from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.probes import default_probes
@@ -222,6 +223,13 @@ def test_export_with_kernels_writes_results_into_the_snapshot(tmp_path: Path) ->
     assert triad and all(k.status is ProbeStatus.OK and len(k.samples) == 5 for k in triad)
     assert kernels[("gemm", "cpu", "fp64")].stats is not None
     assert "kernel results" in result.stdout.splitlines()[0]
+    # the figures as readings, stored once in the derived result when the export was judged
+    (derived,) = [p for p in snapshot.probes if p.name == "derived"]
+    held = {r.key: r for r in derived.readings}
+    for k in triad:
+        key = f"{device_prefix(k.device)}kernel.stream.triad.{dict(k.params)['dtype']}"
+        assert held[key].value == round(k.stats.median, 6)
+    assert held["host.kernel.gemm.fp64"].ok
 
 
 @pytest.mark.parametrize(
