@@ -55,7 +55,7 @@ def profile_readings(
     none was named. Raises RuleError for a name no profile has."""
     profiles = load_profiles()
     profile, device_ids = detect_profile(dict(readings), profiles)
-    source = "gpu.*.pci.device_id, rules/profiles.toml"
+    source = "gpu.*.pci.device_id (else gpu.0.brand, gpu.0.name), rules/profiles.toml"
     if profile_name is not None:
         if profile_name not in profiles:
             raise RuleError(

@@ -107,9 +107,9 @@ def with_kernel_results(
     """The snapshot with kernel results put in and judged again: a result of the same
     kernel, device, metric and element type replaces the one held, the others are kept;
     derived readings and findings are computed again."""
-    fresh = {_kernel_id(r): r for r in results}
+    fresh = {_kernel_id(r) for r in results}
     kept = tuple(r for r in snapshot.kernels if _kernel_id(r) not in fresh)
-    return with_findings(replace(snapshot, kernels=(*kept, *fresh.values())), rules, profile_name)
+    return with_findings(replace(snapshot, kernels=(*kept, *results)), rules, profile_name)
 
 
 def _kernel_id(result: KernelResult) -> tuple[str, ...]:
