@@ -33,7 +33,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpudiag.model import Reading
+    from gpudiag.model import KernelResult, Reading
 
 PCI_ADDRESS = r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"
 # placeholder -> the form of its values in a key (others: one segment, no dot)
@@ -201,6 +201,36 @@ def gpu_indices(keys: Iterable[str]) -> list[int]:
 def gpu_key(gpu: int | str, suffix: str) -> str:
     """The key of one GPU's reading: gpu_key(3, 'power.limit') -> 'gpu.3.power.limit'."""
     return f"gpu.{gpu}.{suffix}"
+
+
+def normalize_bus_id(bus_id: str) -> str:
+    """NVML's '00000000:18:00.0' -> '0000:18:00.0', the form sysfs uses."""
+    domain, _, rest = bus_id.strip().lower().partition(":")
+    return f"{int(domain, 16):04x}:{rest}" if rest else bus_id.strip().lower()
+
+
+_GPU_DEVICE = re.compile(r"^gpu(\d+)$")
+_NUMA_DEVICE = re.compile(r"^cpu-numa(\d+)$")
+
+
+def device_prefix(device: str) -> str | None:
+    """Where a kernel device's readings go: gpu.N., numa.N., node. (all the GPUs, as
+    all-reduce drives them) or host.; None if unknown."""
+    if m := _GPU_DEVICE.match(device):
+        return f"gpu.{m.group(1)}."
+    if m := _NUMA_DEVICE.match(device):
+        return f"numa.{m.group(1)}."
+    if device == "gpus":
+        return "node."
+    return "host." if device == "cpu" else None
+
+
+def metric_key(result: KernelResult) -> str:
+    """The kernel-relative part of a key: stream.triad.fp64, gemm.bf16, copy.h2d.local."""
+    if result.kernel == "stream":
+        dtype = dict(result.params).get("dtype", "fp64")
+        return f"stream.{result.metric}.{dtype}"
+    return f"{result.kernel}.{result.metric}"
 
 
 def is_lost(readings: Mapping[str, Reading], gpu: int | str) -> bool:
@@ -387,8 +417,11 @@ class Catalog:
         return found.producers if found else frozenset()
 
 
-# producers whose readings are derived from the snapshot's others, wherever it was probed
-DERIVED_PRODUCERS = frozenset({"kernels", "topology"})
+# the snapshot's result that holds the derived readings (gpudiag/derive.py), and the
+# producers of what it holds: derived from the snapshot's other readings and kernel
+# results, wherever a live probe ran
+DERIVED = "derived"
+DERIVED_PRODUCERS = frozenset({"topology", "profile", "kernels"})
 
 
 @functools.lru_cache(maxsize=1)
@@ -424,6 +457,12 @@ def is_volatile(key: str) -> bool:
 def is_configuration(key: str) -> bool:
     """A declared reading that says how the node is set up."""
     return not is_volatile(key)
+
+
+def is_kernel_reading(key: str) -> bool:
+    """A reading derived from kernel results (a measured figure, which differs from run
+    to run: the diff and the fleet compare the kernel results themselves instead)."""
+    return "kernels" in catalog().producers(key)
 
 
 def is_counter(key: str) -> bool:
@@ -463,8 +502,8 @@ def can_hold(sources: Iterable[str], key: str) -> bool:
     (not knowing is never turned into a pass)."""
     producers = catalog().producers(key)
     for name in sources:
-        if name.startswith("import-"):
-            continue
+        if name.startswith("import-") or name == DERIVED:
+            continue  # the derived result holds what the sources' readings give
         if name not in _known_sources():
             return True
         if name in producers or producers & DERIVED_PRODUCERS:

@@ -47,6 +47,7 @@ from gpudiag.session import (
     format_finding,
     format_not_applicable,
     format_summary,
+    run_kernels,
     with_findings,
 )
 from gpudiag.snapshot import SnapshotError, is_json_path, load, save, target_problem
@@ -315,8 +316,7 @@ def _export(node: LiveNode, args: argparse.Namespace) -> int:
         from gpudiag.kernels.runner import PlanRun
 
         run = PlanRun(plan, node.host, nvml=node.nvml)
-        snapshot = replace(snapshot, kernels=tuple(run.run()))
-        snapshot = with_findings(snapshot, node.rules, node.profile_name)
+        snapshot = run_kernels(snapshot, run, node.rules, node.profile_name)
     snapshot = _redacted(snapshot, args)
     return _write_and_report(snapshot, args.export, "--export", args, node.rules)
 
@@ -642,7 +642,9 @@ def run(argv: Sequence[str]) -> int:
     if args.command == "check":
         return _check(args)
     if args.command == "view":
-        return _tui(load(args.snapshot))
+        from gpudiag.derive import ensure_derived
+
+        return _tui(ensure_derived(load(args.snapshot)))
     if args.command == "import":
         return _import(args)
     if args.command == "rules":

@@ -3,7 +3,8 @@ differences explain it?"
 
 Readings are matched by key, with GPUs matched by PCI bus address where both sides have
 one (so a node whose GPUs enumerate in another order still lines up). Findings present on
-one side only are listed. Kernel metrics with samples on both sides get the ratio of
+one side only are listed. The readings derived from kernel results are not compared as
+readings: kernel metrics with samples on both sides get the ratio of
 medians B/A with a 95% bootstrap confidence interval, and a verdict (`judge_metric`) that
 calls a difference only when the interval excludes 1 by more than MIN_EFFECT and both
 sides have enough samples with a small enough spread; "no significant difference" only
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from gpudiag import catalog, tomlcompat
+from gpudiag.catalog import is_kernel_reading
 from gpudiag.hostfs import natural_key
 from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
 
@@ -328,6 +330,8 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
     result.same_node = a.host == b.host and a.host != "unknown"
     readings_b = _rekey(b.readings_by_key, result.gpu_map)
     for key in sorted(set(readings_a) | set(readings_b)):
+        if is_kernel_reading(key):
+            continue  # a kernel figure: the results' samples are compared below
         ra, rb = readings_a.get(key), readings_b.get(key)
         if ra is None:
             kind = "only_b"

@@ -43,8 +43,7 @@ import msgspec
 import numpy as np
 from msgspec import UNSET, UnsetType
 
-from gpudiag.catalog import is_configuration
-from gpudiag.kernels.readings import device_prefix, metric_key
+from gpudiag.catalog import DERIVED, device_prefix, is_configuration, is_kernel_reading, metric_key
 from gpudiag.model import (
     SCHEMA_VERSION,
     Action,
@@ -311,9 +310,12 @@ class _Reader:
         if data.schema_version != SCHEMA_VERSION:
             return None  # another version: the loader migrates it or says why not
         readings = [r for p in data.probes for r in p.readings]
+        counted = len(readings)
+        if any(p.name == DERIVED for p in data.probes):
+            readings = _fleet_readings(data.probes)
         evidence = [r for f in data.findings for r in f.evidence]
         end = data.end
-        counts = (len(data.probes), len(readings), len(data.kernels), len(data.findings))
+        counts = (len(data.probes), counted, len(data.kernels), len(data.findings))
         if (end.probes, end.readings, end.kernels, end.findings) != counts:
             return None
         if not _readings_ok(evidence) or not all(
@@ -367,7 +369,8 @@ class _Reader:
 
     def _from_snapshot(self, name: str, snapshot: Snapshot) -> NodeRun:
         """The slow path: a snapshot the loader built (TOML, older versions, ...)."""
-        readings = list(snapshot.readings_by_key.values())
+        figures = {r.key for r in _fleet_readings(snapshot.probes, kernel=True)}
+        readings = [r for r in snapshot.readings_by_key.values() if r.key not in figures]
         keys = tuple(r.key for r in readings)
         statuses = tuple(r.status.value for r in readings)
         units = tuple(r.unit for r in readings)
@@ -413,6 +416,20 @@ class _Reader:
             kernels=kernels,
             findings=findings,
         )
+
+
+def _fleet_readings(probes: Iterable[Any], kernel: bool = False) -> list[Any]:
+    """The readings the fleet compares: every result's but the kernel figures among the
+    derived ones, which it takes from the kernel results (`kernel_values`), once; so a
+    node keeps its layout whether it ran kernels or not. With `kernel`: those figures."""
+    out = []
+    for p in probes:
+        if p.name != DERIVED:
+            if not kernel:
+                out.extend(p.readings)
+            continue
+        out.extend(r for r in p.readings if is_kernel_reading(r.key) is kernel)
+    return out
 
 
 def _getter(positions: tuple[int, ...]) -> Any:

@@ -39,14 +39,14 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpudiag import tomlcompat
 from gpudiag.formats import applicable, strongest_action
 from gpudiag.model import Action, Finding, Severity, Snapshot
-from gpudiag.session import EXIT_UNKNOWN, LiveNode, exit_code, severity_counts, with_findings
+from gpudiag.session import EXIT_UNKNOWN, LiveNode, exit_code, run_kernels, severity_counts
 
 CONVENTIONS = ("nagios", "npd", "slurm", "json")
 STATUS_WORDS = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
@@ -155,8 +155,7 @@ def check_node(node: LiveNode, timeout: float, kernels: str | None = None) -> Ve
                 from gpudiag.kernels.runner import PlanRun
 
                 run = PlanRun(PLANS[kernels], node.host, cancel=node.cancel, nvml=node.nvml)
-                snapshot = replace(snapshot, kernels=tuple(run.run()))
-                snapshot = with_findings(snapshot, node.rules, node.profile_name)
+                snapshot = run_kernels(snapshot, run, node.rules, node.profile_name)
             box["snapshot"] = snapshot
         except Exception as exc:  # reported as an UNKNOWN verdict, never a traceback
             box["error"] = f"{type(exc).__name__}: {exc}"

@@ -19,9 +19,9 @@ from typing import Any
 import defusedxml.ElementTree as SafeET
 
 from gpudiag import __version__, catalog
+from gpudiag.catalog import normalize_bus_id
 from gpudiag.inputs import InputError, printable, read_input
 from gpudiag.model import ProbeResult, ProbeStatus, Reading, ReadingStatus, Snapshot, Value
-from gpudiag.probes.gpu import normalize_bus_id
 
 # the readings an import makes (gpudiag/catalog.py): the GPU and driver probes' keys, and
 # the product brand, which only nvidia-smi prints

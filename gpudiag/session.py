@@ -9,16 +9,15 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from typing import Protocol
 
 from gpudiag import __version__
+from gpudiag.derive import DERIVED, stored_profile, with_derived
 from gpudiag.hostfs import HostFS
-from gpudiag.kernels.readings import kernel_readings
-from gpudiag.model import Finding, ProbeResult, Reading, Severity, Snapshot
+from gpudiag.model import Finding, KernelResult, ProbeResult, Reading, Severity, Snapshot
 from gpudiag.nvml import Nvml
 from gpudiag.probe import Probe, ProbeContext, run_probes
-from gpudiag.probes import topology
-from gpudiag.profiles import Profile, detect_profile, load_profiles
-from gpudiag.rule_operators import RuleError
+from gpudiag.profiles import Profile
 from gpudiag.ruleengine import evaluate, rules_with_instances
 from gpudiag.rulefile import Rule
 
@@ -60,16 +59,9 @@ def probe_node(
     on_result: Callable[[ProbeResult], None] | None = None,
     timeout_scale: float = 1.0,
 ) -> list[ProbeResult]:
-    """Run the probes, then derive what needs several probes' readings (the GPU-NIC
-    topology), as one more result."""
-    results = run_probes(probes, context, on_result, timeout_scale)
-    by_key = {r.key: r for result in results for r in result.readings}
-    derived = topology.derive(by_key)
-    if derived.readings:
-        results.append(derived)
-        if on_result is not None:
-            on_result(derived)
-    return results
+    """Run the probes (what is derived from their readings is added when the snapshot is
+    judged: `with_findings`)."""
+    return run_probes(probes, context, on_result, timeout_scale)
 
 
 def _hostname(results: Sequence[ProbeResult]) -> str:
@@ -80,34 +72,62 @@ def _hostname(results: Sequence[ProbeResult]) -> str:
     return "unknown"
 
 
-def judged_readings(
-    snapshot: Snapshot, profile_name: str | None = None
-) -> tuple[dict[str, Reading], Profile | None, list[str]]:
-    """The readings the rules judge: the snapshot's, plus those derived from its kernel
-    results; with the profile named (or the one its GPUs' device id selects) and the
-    device ids seen."""
-    readings: dict[str, Reading] = dict(snapshot.readings_by_key)
-    profiles = load_profiles()
-    profile, device_ids = detect_profile(readings, profiles)
-    if profile_name is not None:
-        if profile_name not in profiles:
-            raise RuleError(
-                f"--profile {profile_name}: no such profile (known: {', '.join(profiles)})"
-            )
-        profile = profiles[profile_name]
-    peaks = profile.values if profile is not None else None
-    readings.update((r.key, r) for r in kernel_readings(snapshot.kernels, readings, peaks))
+def judged_readings(snapshot: Snapshot) -> tuple[dict[str, Reading], Profile | None, list[str]]:
+    """A judged snapshot's readings (its derived ones included, as `with_findings` stored
+    them), with the profile they name and the device ids seen: a plain read, nothing
+    computed (the stored profile is the one the snapshot was judged with)."""
+    readings = snapshot.readings_by_key
+    profile, device_ids = stored_profile(readings)
     return readings, profile, device_ids
 
 
 def with_findings(
     snapshot: Snapshot, rules: Sequence[Rule], profile_name: str | None = None
 ) -> Snapshot:
-    """The snapshot with its findings (re)computed from its readings by `rules`, against
-    the profile named, or else the one its GPUs' PCI device id selects."""
-    readings, profile, device_ids = judged_readings(snapshot, profile_name)
-    findings = evaluate(rules, readings, snapshot.probes, profile, device_ids)
+    """The snapshot with its derived readings (gpudiag/derive.py) and its findings
+    computed again: the derived result replaces any stale one, against the profile named,
+    or else the one its GPUs' PCI device id selects; then `rules` judge its readings.
+    Raises RuleError for a profile name no profile has."""
+    snapshot, derivation = with_derived(snapshot, profile_name)
+    sources = [p for p in snapshot.probes if p.name != DERIVED]  # what coverage knows
+    findings = evaluate(
+        rules, snapshot.readings_by_key, sources, derivation.profile, derivation.device_ids
+    )
     return replace(snapshot, findings=tuple(findings))
+
+
+def with_kernel_results(
+    snapshot: Snapshot,
+    results: Sequence[KernelResult],
+    rules: Sequence[Rule],
+    profile_name: str | None = None,
+) -> Snapshot:
+    """The snapshot with kernel results put in and judged again: a result of the same
+    kernel, device, metric and element type replaces the one held, the others are kept;
+    derived readings and findings are computed again."""
+    fresh = {_kernel_id(r) for r in results}
+    kept = tuple(r for r in snapshot.kernels if _kernel_id(r) not in fresh)
+    return with_findings(replace(snapshot, kernels=(*kept, *results)), rules, profile_name)
+
+
+def _kernel_id(result: KernelResult) -> tuple[str, ...]:
+    """What a result measures: kernel, device, metric and element type (as the diff
+    matches results)."""
+    dtype = str(dict(result.params).get("dtype", ""))
+    return result.kernel, result.device, result.metric, dtype
+
+
+class KernelRun(Protocol):
+    """A kernel plan ready to run (kernels/runner.PlanRun)."""
+
+    def run(self) -> list[KernelResult]: ...
+
+
+def run_kernels(
+    snapshot: Snapshot, run: KernelRun, rules: Sequence[Rule], profile_name: str | None = None
+) -> Snapshot:
+    """Run a kernel plan into the snapshot and judge it again (`with_kernel_results`)."""
+    return with_kernel_results(snapshot, run.run(), rules, profile_name)
 
 
 def exit_code(findings: Sequence[Finding]) -> int:
@@ -190,17 +210,16 @@ def format_summary(snapshot: Snapshot, rules: Sequence[Rule] | None = None) -> s
     """A short report: host, probe outcomes, finding counts, how many rules ran, did not
     apply and could not be checked, the findings, and the rules that did not apply
     (apart, by id)."""
-    probes_ok = sum(1 for p in snapshot.probes if p.status.value == "ok")
+    probes = [p for p in snapshot.probes if p.name != DERIVED]  # derived: not a probe
+    probes_ok = sum(1 for p in probes if p.status.value == "ok")
     readings = len(snapshot.readings_by_key)
     counts = severity_counts(snapshot.findings)
     count_text = ", ".join(f"{n} {s.value}" for s, n in counts.items())
     kernels = f", {len(snapshot.kernels)} kernel results" if snapshot.kernels else ""
     lines = [
-        f"{snapshot.host}: {len(snapshot.probes)} probes ({probes_ok} ok), "
+        f"{snapshot.host}: {len(probes)} probes ({probes_ok} ok), "
         f"{readings} readings{kernels}; findings: {count_text}; "
-        + rule_tally(
-            snapshot.findings, rules, judged_readings(snapshot)[0] if rules else None
-        ).text(),
+        + rule_tally(snapshot.findings, rules, snapshot.readings_by_key if rules else None).text(),
     ]
     for probe in snapshot.probes:
         if probe.status.value != "ok":

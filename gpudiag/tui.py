@@ -36,7 +36,7 @@ from gpudiag.panes.banner import Banner
 from gpudiag.panes.dialogs import ConfirmKernels, ExportScreen, HelpScreen
 from gpudiag.panes.kernels import KernelChoice, kernel_question
 from gpudiag.panes.keys import BindingCommands, help_columns
-from gpudiag.session import LiveNode, with_findings
+from gpudiag.session import LiveNode, with_kernel_results
 from gpudiag.snapshot import save
 from gpudiag.watch import History
 
@@ -175,9 +175,8 @@ class GpudiagApp(App[int]):
         benchmarks/tui_startup.py)."""
         self.snapshot = snapshot
         node = self.source if isinstance(self.source, LiveNode) else None
-        self.view = SnapshotView.judge(
+        self.view = SnapshotView.read(
             snapshot,
-            node.profile_name if node else None,
             node.rules if node else None,
             node is not None and node.host.is_live,
         )
@@ -342,10 +341,8 @@ class GpudiagApp(App[int]):
             on_result=lambda result: self.call_from_thread(self._add_probe_result, result)
         )
         if self.snapshot is not None and self.snapshot.kernels:  # keep measured results
-            snapshot = with_findings(
-                replace(snapshot, kernels=self.snapshot.kernels),
-                self.source.rules,
-                self.source.profile_name,
+            snapshot = with_kernel_results(
+                snapshot, self.snapshot.kernels, self.source.rules, self.source.profile_name
             )
         self.call_from_thread(self.set_snapshot, snapshot)
         return snapshot
@@ -389,8 +386,9 @@ class GpudiagApp(App[int]):
 
     def _kernels_done(self, plan_name: str, results: tuple, cancelled: bool) -> None:
         assert isinstance(self.source, LiveNode) and self.snapshot is not None
-        snapshot = replace(self.snapshot, kernels=results)
-        self.set_snapshot(with_findings(snapshot, self.source.rules, self.source.profile_name))
+        self.set_snapshot(
+            with_kernel_results(self.snapshot, results, self.source.rules, self.source.profile_name)
+        )
         counts = {s: sum(1 for r in results if r.status.value == s) for s in ("ok", "skipped")}
         failed = len(results) - counts["ok"] - counts["skipped"]
         state = "cancelled" if cancelled else "done"

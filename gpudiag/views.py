@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpudiag import catalog
+from gpudiag.catalog import device_prefix, metric_key
 from gpudiag.hostfs import natural_key
-from gpudiag.kernels.readings import device_prefix, metric_key
 from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
 from gpudiag.rulefile import Rule
 from gpudiag.session import rule_tally

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpudiag import catalog
+from gpudiag.catalog import device_prefix, metric_key
 from gpudiag.model import KernelResult, ProbeStatus, Reading, ReadingStatus
 
 
@@ -55,8 +56,8 @@ READINGS = (
         catalog.volatile("gpu.{gpu}.kernel.{metric}.share_of_peak", "", "over the model's peak"),
         catalog.volatile("gpu.{gpu}.kernel.{metric}.verdict", "", "below/inconclusive/above"),
     ),
-    *catalog.declare("NUMA", *_figures("numa.{node}")),
-    *catalog.declare("Host and OS", *_figures("host")),
+    *catalog.declare("Kernel results", *_figures("numa.{node}")),
+    *catalog.declare("Kernel results", *_figures("host")),
     *catalog.declare(
         "Kernel results",
         *_figures("node"),
@@ -72,29 +73,8 @@ READINGS = (
     ),
 )
 
-_GPU = re.compile(r"^gpu(\d+)$")
-_NUMA = re.compile(r"^cpu-numa(\d+)$")
 _PEER = re.compile(r"^(to|bidir|latency)\.gpu(\d+)$")
 _PEER_KEYS = {"to": "copy_gbs", "bidir": "copy_bidir_gbs", "latency": "copy_latency_us"}
-
-
-def device_prefix(device: str) -> str | None:
-    """Where a device's kernel readings go: gpu.N., numa.N. or host.; None if unknown."""
-    if m := _GPU.match(device):
-        return f"gpu.{m.group(1)}."
-    if m := _NUMA.match(device):
-        return f"numa.{m.group(1)}."
-    if device == "gpus":  # all the node's GPUs together (all-reduce)
-        return "node."
-    return "host." if device == "cpu" else None
-
-
-def metric_key(result: KernelResult) -> str:
-    """The kernel-relative part of the key: stream.triad.fp64, gemm.bf16, copy.h2d.local."""
-    if result.kernel == "stream":
-        dtype = dict(result.params).get("dtype", "fp64")
-        return f"stream.{result.metric}.{dtype}"
-    return f"{result.kernel}.{result.metric}"
 
 
 def _reading(key: str, result: KernelResult) -> Reading:

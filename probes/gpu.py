@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudiag import catalog
+from gpudiag.catalog import normalize_bus_id
 from gpudiag.model import Reading, ReadingStatus, Value
 from gpudiag.nvml import MIG_DEVICES, NVML_ERROR_NAMES, Nvml, NvmlError
 from gpudiag.probe import Cost, Need, Probe, ProbeContext
@@ -89,12 +90,6 @@ def affinity_cpus(masks: list[int], bits_per_word: int = 64) -> list[int]:
         for bit in range(bits_per_word)
         if mask >> bit & 1
     ]
-
-
-def normalize_bus_id(bus_id: str) -> str:
-    """NVML's '00000000:18:00.0' -> '0000:18:00.0', the form sysfs uses."""
-    domain, _, rest = bus_id.strip().lower().partition(":")
-    return f"{int(domain, 16):04x}:{rest}" if rest else bus_id.strip().lower()
 
 
 def mig_instances(devices: list[dict[str, Any]]) -> list[str]:

@@ -49,15 +49,14 @@ CLOSENESS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 
 
-def _gpudirect(readings: dict[str, Reading]) -> list[Reading]:
-    """kernel.gpudirect_rdma: loaded, missing, or not needed (no InfiniBand adapter)."""
+def _gpudirect(readings: dict[str, Reading], kinds: dict[str, Reading]) -> list[Reading]:
+    """kernel.gpudirect_rdma: loaded, missing, or not needed (no InfiniBand adapter);
+    `kinds` are the pcie.ADDRESS.kind readings by address."""
     modules = readings.get("kernel.modules")
-    has_ib = any(
-        r.value == "infiniband" for key, r in readings.items() if _NIC_KIND.match(key) and r.ok
-    )
+    has_ib = any(r.value == "infiniband" and r.ok for r in kinds.values())
     source = "kernel.modules, pcie.*.kind"
     if not has_ib:
-        if not any(_NIC_KIND.match(key) for key in readings):
+        if not kinds:
             return []  # no PCIe readings: nothing to say either way
         return [Reading("kernel.gpudirect_rdma", "not needed", source=source)]
     if modules is None or not modules.ok or not isinstance(modules.value, list):
@@ -73,19 +72,25 @@ def _gpudirect(readings: dict[str, Reading]) -> list[Reading]:
     return [Reading("kernel.gpudirect_rdma", "loaded" if loaded else "missing", source=source)]
 
 
+def _gpus_and_kinds(readings: dict[str, Reading]) -> tuple[dict[int, str], dict[str, Reading]]:
+    """GPU index -> its PCI bus id, and PCIe address -> its pcie.ADDRESS.kind reading, in
+    one pass with a cheap test first (every judgment derives the topology again)."""
+    gpus: dict[int, str] = {}
+    kinds: dict[str, Reading] = {}
+    for key, r in readings.items():
+        if key.endswith(".kind"):
+            if m := _NIC_KIND.match(key):
+                kinds[m.group(1)] = r
+        elif key.endswith(".bus_id") and r.ok and (m := _GPU_BUS.match(key)):
+            gpus[int(m.group(1))] = str(r.value)
+    return gpus, kinds
+
+
 def derive(readings: dict[str, Reading]) -> ProbeResult:
     """The derived topology readings, as the result of a pseudo-probe named topology."""
     derived: list[Reading] = []
-    gpus = {
-        int(m.group(1)): str(r.value)
-        for key, r in readings.items()
-        if (m := _GPU_BUS.match(key)) and r.ok
-    }
-    nics = [
-        m.group(1)
-        for key, r in readings.items()
-        if (m := _NIC_KIND.match(key)) and r.value in ("nic", "infiniband")
-    ]
+    gpus, kinds = _gpus_and_kinds(readings)
+    nics = [nic for nic, r in kinds.items() if r.value in ("nic", "infiniband")]
     for gpu, bus in sorted(gpus.items()):
         for nic in nics:
             key = f"topo.gpu.{gpu}.nic.{nic}"
@@ -119,7 +124,7 @@ def derive(readings: dict[str, Reading]) -> ProbeResult:
             derived.append(
                 Reading(f"topo.gpu.{gpu}.nearest_nic", nearest, source="topo.gpu.*.nic.*")
             )
-    derived.extend(_gpudirect(readings))
+    derived.extend(_gpudirect(readings, kinds))
     return ProbeResult(
         name="topology",
         title="GPU-NIC topology (derived)",

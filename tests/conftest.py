@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gpudiag.derive import derive
 from gpudiag.hostfs import HostFS
 from gpudiag.model import ProbeStatus, Reading
 from gpudiag.nvml import Nvml, ReplayBackend
@@ -83,8 +84,9 @@ def run_cli(
 def probe_readings(
     root: Path, replay: str = "replay-no-driver.toml", is_root_user: bool | None = True
 ) -> dict[str, Reading]:
-    """Every reading of the default probes on a host tree, by key. Every probe must end ok,
-    but for those that need NVML where the replay has none."""
+    """Every reading of the default probes on a host tree, by key, with those derived from
+    them (the GPU-NIC topology, the profile match) as a judged snapshot holds them. Every
+    probe must end ok, but for those that need NVML where the replay has none."""
     context = ProbeContext(
         host=HostFS(root, is_root_user=is_root_user),
         nvml=Nvml(ReplayBackend.from_file(FIXTURES / replay)),
@@ -93,7 +95,8 @@ def probe_readings(
     for r in results:
         skipped_for_nvml = r.status is ProbeStatus.SKIPPED and r.error.startswith("needs NVML")
         assert r.status is ProbeStatus.OK or skipped_for_nvml, (r.name, r.error)
-    return {reading.key: reading for r in results for reading in r.readings}
+    readings = {reading.key: reading for r in results for reading in r.readings}
+    return readings | {r.key: r for r in derive(readings).result.readings}
 
 
 def ok_values(readings: dict[str, Reading]) -> dict[str, object]:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpudiag import catalog
+from gpudiag.derive import derive
 from gpudiag.hostfs import HostFS
 from gpudiag.kernels.plans import KERNELS, KernelPlan
 from gpudiag.kernels.readings import kernel_readings
@@ -160,9 +161,15 @@ def _keys_rules_read() -> dict[str, set[str]]:
     return read
 
 
+def _derived_keys(live: tuple) -> set[str]:
+    """What gpudiag/derive.py adds to the live readings when they are judged (the GPU-NIC
+    topology, the profile match)."""
+    return {r.key for r in derive({r.key: r for p in live for r in p.readings}).result.readings}
+
+
 def test_every_key_a_rule_reads_has_a_producer(live) -> None:
     produced = {r.key for result in live for r in result.readings}
-    produced |= _imported_keys() | _kernel_keys() | _binding_keys()
+    produced |= _imported_keys() | _kernel_keys() | _binding_keys() | _derived_keys(live)
     orphans = {
         template: sorted(ids)
         for template, ids in _keys_rules_read().items()

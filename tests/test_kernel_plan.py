@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpudiag import views
+from gpudiag.catalog import device_prefix
 from gpudiag.hostfs import HostFS
 from gpudiag.kernels import burn
 from gpudiag.kernels.plans import PLANS, KernelPlan
@@ -222,6 +223,13 @@ def test_export_with_kernels_writes_results_into_the_snapshot(tmp_path: Path) ->
     assert triad and all(k.status is ProbeStatus.OK and len(k.samples) == 5 for k in triad)
     assert kernels[("gemm", "cpu", "fp64")].stats is not None
     assert "kernel results" in result.stdout.splitlines()[0]
+    # the figures as readings, stored once in the derived result when the export was judged
+    (derived,) = [p for p in snapshot.probes if p.name == "derived"]
+    held = {r.key: r for r in derived.readings}
+    for k in triad:
+        key = f"{device_prefix(k.device)}kernel.stream.triad.{dict(k.params)['dtype']}"
+        assert held[key].value == round(k.stats.median, 6)
+    assert held["host.kernel.gemm.fp64"].ok
 
 
 @pytest.mark.parametrize(

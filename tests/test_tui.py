@@ -895,7 +895,7 @@ def _drawn(pane: Pane) -> dict[str, object]:
 @pytest.mark.parametrize("pane_class", PANES, ids=[p.NAME for p in PANES])
 def test_each_pane_draws_from_a_snapshot_alone(frozen: Snapshot, pane_class) -> None:
     pane = _alone(pane_class)
-    view = SnapshotView.judge(frozen, rules=load_rules())
+    view = SnapshotView.read(frozen, rules=load_rules())
     shown: list[tuple[dict, dict]] = []
 
     async def scenario() -> None:
@@ -944,9 +944,9 @@ def test_judgment_is_derived_once_per_snapshot(monkeypatch) -> None:
     judged: list[Snapshot] = []
     real = gpudiag.panes.base.judged_readings
 
-    def counting(snapshot: Snapshot, profile: str | None = None):
+    def counting(snapshot: Snapshot):
         judged.append(snapshot)
-        return real(snapshot, profile)
+        return real(snapshot)
 
     monkeypatch.setattr(gpudiag.panes.base, "judged_readings", counting)
     app = GpudiagApp(_node())

@@ -61,7 +61,7 @@ def test_gpudiag_in_tmux_at_80x24(tmp_path: Path) -> None:
             ("5", "Host and OS"),
             ("6", "Quick [k]"),
             ("7", "host.hostname"),
-            ("8", "topology"),
+            ("8", "derived"),  # the last result: the derived readings (topology, profile)
             ("?", "gpudiag keys"),
         ]
         for key, expected in screens:

@@ -43,15 +43,16 @@ class SnapshotView:
     live: bool  # the snapshot is of this machine, now (its processes can be listed)
 
     @classmethod
-    def judge(
+    def read(
         cls,
         snapshot: Snapshot,
-        profile: str | None = None,
         rules: Sequence[Rule] | None = None,
         live: bool = False,
     ) -> SnapshotView:
-        """The one place the TUI derives readings from a snapshot (once per snapshot)."""
-        readings, found, _ = judged_readings(snapshot, profile)
+        """What the panes show of a judged snapshot, read once per snapshot: its readings,
+        derived ones included, and its profile's values, as `session.with_findings` stored
+        them (nothing is derived or judged here)."""
+        readings, found, _ = judged_readings(snapshot)
         values = found.values if found is not None else {}
         return cls(snapshot, readings, values, rules, live)
 

@@ -1,0 +1,136 @@
+"""The derived readings of a snapshot, computed in this one place and stored in it as one
+more result (DERIVED), beside the probes': screens and reports only read them.
+
+In order: the GPU-NIC topology (gpudiag/probes/topology.py, from the PCIe and GPU
+readings); the GPU profile match (`node.profile`, the profile's name, or why none
+matched; `node.profile.device_ids`, the GPUs' PCI device ids); the kernel readings
+(gpudiag/kernels/readings.py: each figure, its interval, its share of the profile's peak
+and of the median of its peers, verdicts). A snapshot is re-derived from the readings of
+its other results and its kernel results, so a stale derived result (or the `topology`
+result older versions stored) is replaced, never kept beside the new one.
+
+This module is the registry of the derivations: like the probe registry it lists
+plugins (tests/test_layering.py names it as allowed to import them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from gpudiag import catalog
+from gpudiag.catalog import DERIVED
+from gpudiag.kernels.readings import kernel_readings
+from gpudiag.model import KernelResult, ProbeResult, ProbeStatus, Reading, ReadingStatus, Snapshot
+from gpudiag.probes.topology import derive as topology_readings
+from gpudiag.profiles import Profile, detect_profile, load_profiles
+from gpudiag.rule_operators import RuleError
+
+# results that held derived readings in older snapshots: replaced when derived again
+STALE_RESULTS = frozenset({DERIVED, "topology"})
+PROFILE_KEY = "node.profile"
+DEVICE_IDS_KEY = "node.profile.device_ids"
+# the profile match's readings (gpudiag/catalog.py); the topology's and the kernel
+# readings' are declared where they are derived
+READINGS = catalog.declare(
+    "GPU",
+    catalog.config(PROFILE_KEY, help="the GPU model's profile the rules judge against"),
+    catalog.config(DEVICE_IDS_KEY, help="the GPUs' PCI device ids"),
+)
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """The derived result, with the profile the rules judge against and the device ids."""
+
+    result: ProbeResult
+    profile: Profile | None
+    device_ids: tuple[str, ...]
+
+
+def source_readings(probes: Iterable[ProbeResult]) -> dict[str, Reading]:
+    """The readings the derivations start from: every result's but the derived ones'."""
+    return {
+        r.key: r for result in probes if result.name not in STALE_RESULTS for r in result.readings
+    }
+
+
+def profile_readings(
+    readings: Mapping[str, Reading], profile_name: str | None = None
+) -> tuple[list[Reading], Profile | None, list[str]]:
+    """The profile match as readings, with the profile and the device ids seen: the one
+    named (--profile), else the one the GPUs' most common PCI device id selects, else the
+    class profile of GPU 0's brand or name. No reading when no GPU's id was read and
+    none was named. Raises RuleError for a name no profile has."""
+    profiles = load_profiles()
+    profile, device_ids = detect_profile(dict(readings), profiles)
+    source = "gpu.*.pci.device_id (else gpu.0.brand, gpu.0.name), rules/profiles.toml"
+    if profile_name is not None:
+        if profile_name not in profiles:
+            raise RuleError(
+                f"--profile {profile_name}: no such profile (known: {', '.join(profiles)})"
+            )
+        profile, source = profiles[profile_name], "--profile"
+    out: list[Reading] = []
+    if profile is not None:
+        out.append(Reading(PROFILE_KEY, profile.name, source=source))
+    elif device_ids:
+        reason = f"no profile matches PCI device id(s) {', '.join(device_ids)}"
+        out.append(Reading.failed(PROFILE_KEY, ReadingStatus.MISSING, reason, source))
+    if device_ids:
+        out.append(Reading(DEVICE_IDS_KEY, list(device_ids), source="gpu.*.pci.device_id"))
+    return out, profile, device_ids
+
+
+def derive(
+    readings: Mapping[str, Reading],
+    kernels: Iterable[KernelResult] = (),
+    profile_name: str | None = None,
+) -> Derivation:
+    """Every derived reading of a node's `readings` (without derived ones) and kernel
+    results, as one result named DERIVED."""
+    derived = list(topology_readings(dict(readings)).readings)
+    profiled, profile, device_ids = profile_readings(readings, profile_name)
+    derived += profiled
+    peaks = profile.values if profile is not None else None
+    known = {**readings, **{r.key: r for r in derived}}
+    derived += kernel_readings(kernels, known, peaks)
+    result = ProbeResult(
+        name=DERIVED,
+        status=ProbeStatus.OK,
+        duration_s=0.0,
+        readings=tuple(derived),
+        title="Derived: GPU-NIC topology, GPU profile, kernel figures",
+    )
+    return Derivation(result, profile, tuple(device_ids))
+
+
+def with_derived(
+    snapshot: Snapshot, profile_name: str | None = None
+) -> tuple[Snapshot, Derivation]:
+    """The snapshot with its derived result computed again (replacing any stale one; none
+    added when nothing is derived), and the derivation."""
+    kept = tuple(p for p in snapshot.probes if p.name not in STALE_RESULTS)
+    readings = source_readings(kept) if len(kept) < len(snapshot.probes) else None
+    derivation = derive(
+        snapshot.readings_by_key if readings is None else readings, snapshot.kernels, profile_name
+    )
+    probes = (*kept, derivation.result) if derivation.result.readings else kept
+    return replace(snapshot, probes=probes), derivation
+
+
+def ensure_derived(snapshot: Snapshot) -> Snapshot:
+    """The snapshot as it is when it holds a derived result; else with one (a file saved
+    by an older version), its findings left as recorded."""
+    if any(p.name == DERIVED for p in snapshot.probes):
+        return snapshot
+    return with_derived(snapshot)[0]
+
+
+def stored_profile(readings: Mapping[str, Reading]) -> tuple[Profile | None, list[str]]:
+    """The profile and device ids a judged snapshot's derived readings name (a plain read:
+    profiles.toml is parsed once per process); None for a profile this version lacks."""
+    name, ids = readings.get(PROFILE_KEY), readings.get(DEVICE_IDS_KEY)
+    profile = load_profiles().get(str(name.value)) if name is not None and name.ok else None
+    device_ids = list(ids.value) if ids is not None and isinstance(ids.value, list) else []
+    return profile, [str(i) for i in device_ids]
