@@ -41,6 +41,7 @@ PLACEHOLDER = {
     "link": r"\d+",
     "node": r"\d+",
     "device": r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]",
+    "ctrl": r"\d+",
 }
 
 
