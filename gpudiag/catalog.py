@@ -46,6 +46,7 @@ PLACEHOLDER_FORMS: dict[str, str] = {
     "device": PCI_ADDRESS,
     "nic": r"[^\n]+",  # a PCI address (dots and all) or a name from topo -m (mlx5_0)
     "metric": r"[^.\n]+(?:\.[^.\n]+)*?",
+    "ctrl": r"\d+",  # N of the kernel's nvmeN
 }
 _SEGMENT = r"[^.\n]+"
 # a sample value per placeholder: what `rules lint` fills a rule's key with to look it up
@@ -99,6 +100,7 @@ SUBJECTS: dict[str, Subject] = {
         Subject("pcie_device", "pcie.{device}", "PCIe {device}", "every reported PCIe device"),
         Subject("numa_node", "numa.{node}", "NUMA node {node}", "every NUMA node"),
         Subject("ib_port", "ib.{hca}.{port}", "IB {hca} port {port}", "every InfiniBand/RoCE port"),
+        Subject("nvme", "nvme.{ctrl}", "nvme{ctrl}", "every NVMe controller"),
     )
 }
 

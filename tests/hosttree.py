@@ -1,7 +1,8 @@
 """A small host tree of our own, written into a temporary folder: a 2-socket GPU node
 with one GPU on a degraded link behind a PCIe switch, an InfiniBand adapter, mixed CPU
 governors, a CPU-less memory node, ACS redirection on the switch port, Xid events in the
-kernel log, and the other files the host probes read. Every value is made up here."""
+kernel log, a healthy NVMe SSD, and the other files the host probes read. Every value is
+made up here."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ HCA = "0000:19:00.0"
 ROOT_PORT = "0000:15:01.0"
 SWITCH_PORT = "0000:16:00.0"
 PCI_PARENT = f"devices/pci0000:15/{ROOT_PORT}/{SWITCH_PORT}"
+NVME = "0000:5a:00.0"  # a healthy PCIe 5.0 x4 SSD on a root port of its own
+NVME_PORT = "0000:59:01.0"
+NVME_DIR = f"devices/pci0000:59/{NVME_PORT}/{NVME}"
 
 
 def acs_config_space(control: int) -> bytes:
@@ -113,6 +117,20 @@ FILES: dict[str, str | bytes] = {
     "sys/devices/system/node/node2/distance": "40 40 10\n",
     f"sys/{PCI_PARENT}/config": acs_config_space(0b1101),  # SV, RR, CR
     f"sys/{PCI_PARENT}/class": "0x060400\n",
+    f"sys/devices/pci0000:59/{NVME_PORT}/class": "0x060400\n",
+    f"sys/devices/pci0000:59/{NVME_PORT}/max_link_speed": "32.0 GT/s PCIe\n",
+    f"sys/devices/pci0000:59/{NVME_PORT}/max_link_width": "4\n",
+    f"sys/{NVME_DIR}/class": "0x010802\n",
+    f"sys/{NVME_DIR}/current_link_speed": "32.0 GT/s PCIe\n",
+    f"sys/{NVME_DIR}/max_link_speed": "32.0 GT/s PCIe\n",
+    f"sys/{NVME_DIR}/current_link_width": "4\n",
+    f"sys/{NVME_DIR}/max_link_width": "4\n",
+    f"sys/{NVME_DIR}/nvme/nvme0/model": "Made Up NVMe 7.68TB                     \n",
+    f"sys/{NVME_DIR}/nvme/nvme0/serial": "MADEUPNVME0001      \n",
+    f"sys/{NVME_DIR}/nvme/nvme0/firmware_rev": "MU10    \n",
+    f"sys/{NVME_DIR}/nvme/nvme0/state": "live\n",
+    f"sys/{NVME_DIR}/nvme/nvme0/transport": "pcie\n",
+    f"sys/{NVME_DIR}/nvme/nvme0/address": f"{NVME}\n",
 }
 
 for _cpu in range(8):
@@ -202,6 +220,13 @@ def build_hgx_tree(root: Path) -> Path:
         root / "sys/bus/pci/devices" / SWITCH_PORT,
     )
     (root / "sys/class/iommu/dmar0").mkdir(parents=True, exist_ok=True)
+    for address, target in ((NVME_PORT, f"devices/pci0000:59/{NVME_PORT}"), (NVME, NVME_DIR)):
+        os.symlink(f"../../../{target}", root / "sys/bus/pci/devices" / address)
+    (root / "sys/bus/pci/drivers/nvme").mkdir(parents=True, exist_ok=True)
+    os.symlink("../../../../../bus/pci/drivers/nvme", root / f"sys/{NVME_DIR}/driver")
+    os.symlink(f"../../../{NVME}", root / f"sys/{NVME_DIR}/nvme/nvme0/device")
+    (root / "sys/class/nvme").mkdir(parents=True, exist_ok=True)
+    os.symlink(f"../../{NVME_DIR}/nvme/nvme0", root / "sys/class/nvme/nvme0")
     return root
 
 

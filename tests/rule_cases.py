@@ -139,6 +139,27 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
         [R("topo.gpu.0.nearest_nic", "SYS"), R("gpu.0.name", "H100")],
         [R("topo.gpu.0.nearest_nic", "PIX"), R("gpu.1.name", "H100")],  # GPU 1: no NIC reading
     ),
+    "NVME001": (
+        [R("nvme.3.state", "dead")],  # as nvme3 in node_exporter's fixture
+        [R("nvme.3.state", "live")],
+    ),
+    "NVME002": (
+        [R("nvme.0.current_link_width", 2), R("nvme.0.attainable_link_width", 4)],
+        [R("nvme.0.current_link_width", 4), R("nvme.0.attainable_link_width", 4)],
+    ),
+    "NVME003": (
+        [R("nvme.0.current_link_speed", 8.0), R("nvme.0.attainable_link_speed", 16.0)],
+        [R("nvme.0.current_link_speed", 8.0), R("nvme.0.attainable_link_speed", 8.0)],
+    ),
+    "NVME004": (
+        [R("nvme.0.max_link_width", 4), R("nvme.0.port_max_link_width", 2)],
+        [R("nvme.0.max_link_width", 4), R("nvme.0.port_max_link_width", 8)],
+    ),
+    "NVME005": (
+        [R("nvme.0.max_link_speed", 16.0), R("nvme.0.port_max_link_speed", 8.0)],
+        [R("nvme.0.max_link_speed", 16.0), R("nvme.0.port_max_link_speed", 16.0)],
+    ),
+    "NVME006": node("nvme.unbound_functions", ["0000:c1:00.0"], []),
     "CPU001": node("cpu.freq.governor", "powersave", "performance"),
     "CPU002": node("cpu.freq.boost", False, True),
     "CPU003": node("cpu.idle.C6.disabled", False, True),

@@ -45,6 +45,7 @@ PLACEHOLDER = {
     "device": r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]",
     "hca": r"[^.]+",
     "port": r"\d+",
+    "ctrl": r"\d+",
 }
 
 
