@@ -9,7 +9,6 @@ row, not hundreds.
 
 from __future__ import annotations
 
-import re
 from typing import ClassVar
 
 from rich.text import Text
@@ -20,10 +19,10 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
+from gpudiag import catalog
 from gpudiag.diff import Diff, ReadingChange, _value
 from gpudiag.model import Snapshot
 
-_GPU = re.compile(r"^gpu\.(\d+)\.")
 HELP = """gpudiag diff keys (Esc closes)
   c  changed only / every reading
   n  next difference
@@ -199,7 +198,8 @@ class DiffApp(App[int]):
         whole = self._one_sided_gpus()
         told: set[str] = set()
         for c in changes:
-            gpu = m.group(1) if (m := _GPU.match(c.key)) else None
+            index = catalog.gpu_of(c.key)
+            gpu = None if index is None else str(index)
             if gpu in whole:
                 if gpu not in told:
                     told.add(gpu)
@@ -223,9 +223,10 @@ class DiffApp(App[int]):
         kinds: dict[str, set[str]] = {}
         counts: dict[str, int] = {}
         for c in self.diff.readings:
-            if m := _GPU.match(c.key):
-                kinds.setdefault(m.group(1), set()).add(c.kind)
-                counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+            index = catalog.gpu_of(c.key)
+            if index is not None:
+                kinds.setdefault(str(index), set()).add(c.kind)
+                counts[str(index)] = counts.get(str(index), 0) + 1
         return {
             gpu: (next(iter(k)), counts[gpu])
             for gpu, k in kinds.items()
