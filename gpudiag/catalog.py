@@ -530,29 +530,62 @@ def describe(sources: Iterable[str]) -> str:
 # ------------------------------------------------------------------ instances of subjects
 
 
+@functools.lru_cache(maxsize=8)
+def _passes(
+    subjects: tuple[Subject, ...],
+) -> tuple[tuple[str, re.Pattern[str], tuple[Subject, ...]], ...]:
+    """One regular-expression pass per key head: its subjects' stems in one pattern where
+    one nests in the other (a GPU and its NVLinks: gpu.N and gpu.N.nvlink.M), whose
+    groups are the outer subject's values, then the inner one's (empty where absent)."""
+    passes = []
+    by_head: dict[str, list[Subject]] = {}
+    for subject in subjects:
+        if subject.head:
+            by_head.setdefault(subject.head, []).append(subject)
+    for head, found in by_head.items():
+        found.sort(key=lambda s: len(s.stem))
+        outer, *inner = found
+        if len(inner) == 1 and inner[0].stem.startswith(outer.stem + "."):
+            rest = _template_regex(inner[0].stem[len(outer.stem) :], capture=True)
+            outer_regex = _template_regex(outer.stem, capture=True)
+            pattern = re.compile(f"^{outer_regex}(?:{rest})?(?:\\.|$)", re.M)
+            passes.append((head, pattern, (outer, inner[0])))
+        else:
+            passes.extend((head, s.instance_pattern, (s,)) for s in found)
+    return tuple(passes)
+
+
+def _ordered(values: Iterable[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    return sorted(set(values), key=lambda v: [int(x) if x.isdigit() else x for x in v])
+
+
 @dataclass(frozen=True)
 class SubjectIndex:
-    """The instances of every subject in one set of readings, found in one pass per
-    subject over the keys that can hold it (those with its first segment)."""
+    """The instances of every subject in one set of readings: the keys grouped by their
+    first segment, then one pass per group (the GPUs and their NVLinks in one)."""
 
     by_scope: dict[str, list[tuple[str, ...]]]
 
     @classmethod
     def of(cls, keys: Iterable[str]) -> SubjectIndex:
         """The index of `keys` (a dict of readings gives its keys)."""
-        heads = {s.head for s in SUBJECTS.values() if s.head}
-        groups: dict[str, list[str]] = {head: [] for head in heads}
+        passes = _passes(tuple(SUBJECTS.values()))
+        groups: dict[str, list[str]] = {head: [] for head, _, _ in passes}
         for key in keys:
             group = groups.get(key[: key.find(".")])
             if group is not None:
                 group.append(key)
-        texts = {head: "\n".join(found) for head, found in groups.items()}
         by_scope: dict[str, list[tuple[str, ...]]] = {"node": [()]}
-        for subject in SUBJECTS.values():
-            if subject.head:
-                matches = subject.instance_pattern.findall(texts[subject.head])
-                distinct = {m if isinstance(m, tuple) else (m,) for m in set(matches)}
-                by_scope[subject.name] = sorted(
-                    distinct, key=lambda v: [int(x) if x.isdigit() else x for x in v]
+        for head, pattern, subjects in passes:
+            matches = pattern.findall("\n".join(groups[head]))
+            if len(subjects) == 1:
+                by_scope[subjects[0].name] = _ordered(
+                    m if isinstance(m, tuple) else (m,) for m in matches
                 )
+                continue
+            outer, inner = subjects
+            width = len(outer.placeholders)
+            distinct = set(matches)
+            by_scope[outer.name] = _ordered(m[:width] for m in distinct)
+            by_scope[inner.name] = _ordered(m for m in distinct if m[width])
         return cls(by_scope)
