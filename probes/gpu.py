@@ -613,20 +613,14 @@ READINGS = (
         catalog.volatile("gpu.{gpu}.clocks.sm", "MHz"),
         catalog.config("gpu.{gpu}.compute_mode"),
         catalog.config("gpu.{gpu}.cpu_affinity"),
-        catalog.counter("gpu.{gpu}.ecc.aggregate.corrected"),
-        catalog.counter("gpu.{gpu}.ecc.aggregate.corrected.dram"),
-        catalog.counter("gpu.{gpu}.ecc.aggregate.corrected.sram"),
-        catalog.counter("gpu.{gpu}.ecc.aggregate.uncorrected"),
-        catalog.counter("gpu.{gpu}.ecc.aggregate.uncorrected.dram"),
-        catalog.counter("gpu.{gpu}.ecc.aggregate.uncorrected.sram"),
+        *(  # the ECC counts: since the driver loaded and over the GPU's life, all and per memory
+            catalog.counter(f"gpu.{{gpu}}.ecc.{counter}.{kind}{memory}")
+            for counter in ("aggregate", "volatile")
+            for kind in ("corrected", "uncorrected")
+            for memory in ("", ".dram", ".sram")
+        ),
         catalog.config("gpu.{gpu}.ecc.current"),
         catalog.config("gpu.{gpu}.ecc.pending"),
-        catalog.counter("gpu.{gpu}.ecc.volatile.corrected"),
-        catalog.counter("gpu.{gpu}.ecc.volatile.corrected.dram"),
-        catalog.counter("gpu.{gpu}.ecc.volatile.corrected.sram"),
-        catalog.counter("gpu.{gpu}.ecc.volatile.uncorrected"),
-        catalog.counter("gpu.{gpu}.ecc.volatile.uncorrected.dram"),
-        catalog.counter("gpu.{gpu}.ecc.volatile.uncorrected.sram"),
         catalog.config("gpu.{gpu}.fabric.health_flags"),
         catalog.config("gpu.{gpu}.fabric.state"),
         catalog.config("gpu.{gpu}.fabric.status"),
