@@ -80,7 +80,7 @@ class Subject:
     @functools.cached_property
     def instance_pattern(self) -> re.Pattern[str]:
         """Matches the stem at the start of a line of keys; its groups are the values."""
-        return re.compile("^" + _template_regex(self.stem, capture=True) + r"(?:\.|$)", re.M)
+        return re.compile("^" + template_regex(self.stem, capture=True) + r"(?:\.|$)", re.M)
 
 
 SUBJECTS: dict[str, Subject] = {
@@ -168,7 +168,8 @@ def placeholders_of(template: str) -> set[str]:
     return set(_PLACEHOLDER.findall(template))
 
 
-def _template_regex(template: str, capture: bool = False) -> str:
+def template_regex(template: str, capture: bool = False) -> str:
+    """A key template as a regular expression of the keys it stands for."""
     parts = _PLACEHOLDER.split(template)
     out = []
     for i, part in enumerate(parts):
@@ -233,6 +234,30 @@ def metric_key(result: KernelResult) -> str:
         dtype = dict(result.params).get("dtype", "fp64")
         return f"stream.{result.metric}.{dtype}"
     return f"{result.kernel}.{result.metric}"
+
+
+_PEER_METRIC = re.compile(r"^(to|bidir|latency)\.gpu(\d+)$")
+_PEER_FIGURES = {"to": "copy_gbs", "bidir": "copy_bidir_gbs", "latency": "copy_latency_us"}
+
+
+def peer_pair(result: KernelResult) -> str | None:
+    """The GPU pair a peer-copy result is about (topo.gpu.I.J), or None for any other."""
+    prefix = device_prefix(result.device)
+    match = _PEER_METRIC.match(result.metric) if result.kernel == "peer" else None
+    if match is None or prefix is None or not prefix.startswith("gpu."):
+        return None
+    return f"topo.{prefix}{match.group(2)}"
+
+
+def kernel_key(result: KernelResult) -> str | None:
+    """The key of a kernel result's figure: gpu.N.kernel.stream.triad.fp64, or for a peer
+    copy topo.gpu.I.J.copy_gbs (copy_bidir_gbs, copy_latency_us); None for a device
+    gpudiag does not know."""
+    pair = peer_pair(result)
+    if pair is not None:
+        return f"{pair}.{_PEER_FIGURES[result.metric.split('.')[0]]}"
+    prefix = device_prefix(result.device)
+    return None if prefix is None else f"{prefix}kernel.{metric_key(result)}"
 
 
 def is_lost(readings: Mapping[str, Reading], gpu: int | str) -> bool:
@@ -390,7 +415,7 @@ class Catalog:
     @functools.cache  # noqa: B019 - one catalog per process, never freed
     def _head_pattern(self, head: str) -> re.Pattern[str]:
         """One pattern for every template under `head`, compiled when first needed."""
-        alternatives = "|".join(f"({_template_regex(d.template)})" for d in self._by_head[head])
+        alternatives = "|".join(f"({template_regex(d.template)})" for d in self._by_head[head])
         return re.compile(rf"(?:{alternatives})\Z")
 
     @functools.lru_cache(maxsize=65536)  # noqa: B019 - one catalog per process
@@ -430,7 +455,7 @@ DERIVED_PRODUCERS = frozenset({"topology", "profile", "kernels"})
 def catalog() -> Catalog:
     """The catalog of everything gpudiag ships: the registered probes', the importer's,
     the kernel readings' and the derived readings' declarations."""
-    from gpudiag import nvsmi
+    from gpudiag import derive, nvsmi
     from gpudiag.kernels import readings as kernel_readings
     from gpudiag.probes import REGISTRY, topology
 
@@ -438,6 +463,7 @@ def catalog() -> Catalog:
         [
             *((probe.name, probe.readings) for probe in REGISTRY),
             ("topology", topology.READINGS),
+            ("profile", derive.READINGS),
             ("kernels", kernel_readings.READINGS),
             ("import", nvsmi.READINGS),
         ]
@@ -546,8 +572,8 @@ def _passes(
         found.sort(key=lambda s: len(s.stem))
         outer, *inner = found
         if len(inner) == 1 and inner[0].stem.startswith(outer.stem + "."):
-            rest = _template_regex(inner[0].stem[len(outer.stem) :], capture=True)
-            outer_regex = _template_regex(outer.stem, capture=True)
+            rest = template_regex(inner[0].stem[len(outer.stem) :], capture=True)
+            outer_regex = template_regex(outer.stem, capture=True)
             pattern = re.compile(f"^{outer_regex}(?:{rest})?(?:\\.|$)", re.M)
             passes.append((head, pattern, (outer, inner[0])))
         else:

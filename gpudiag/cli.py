@@ -38,7 +38,7 @@ from gpudiag.nvml import ReplayError, open_nvml
 from gpudiag.probes import default_probes
 from gpudiag.profiles import load_profiles
 from gpudiag.rule_operators import RuleError
-from gpudiag.rulefile import Rule, action_for, lint_rule_file, load_rules
+from gpudiag.rulefile import Rule, action_for, lint_data_file, lint_rule_file, load_rules
 from gpudiag.session import (
     EXIT_CRITICAL,
     EXIT_UNKNOWN,
@@ -610,6 +610,10 @@ def _lint(paths: Sequence[Path]) -> int:
     failed = False
     for path in paths:
         try:
+            data = lint_data_file(path)
+            if data is not None:
+                print(f"{path}: ok (a data file: {data})")
+                continue
             rules, overrides = lint_rule_file(path)
         except RuleError as exc:
             print(inputs.printable(str(exc)))

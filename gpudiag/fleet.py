@@ -41,6 +41,7 @@ import polars as pl
 from ClusterShell.NodeSet import NodeSet
 
 from gpudiag import catalog
+from gpudiag.derive import PROFILE_KEY
 from gpudiag.diff import _kernel_key, bootstrap_ratio, higher_is_better, load_explanations, verdict
 from gpudiag.fleetload import Layout, LoadedFleet, NodeRun
 from gpudiag.hostfs import natural_key
@@ -50,11 +51,7 @@ EXIT_SAME, EXIT_ODD, EXIT_BAD_INPUT = 0, 1, 3
 DEFAULT_THRESHOLD = 5.0
 MAD_SCALE = 1.4826  # MAD of a normal distribution -> its standard deviation
 MIN_COMPARABLE = 3
-_GPU_KEY = re.compile(r"^gpu\.(\d+)\.(.+)$")
-_TOPO_KEY = re.compile(r"^topo\.gpu\.(\d+)\.(\d+)(.*)$")
-_NUMA_KEY = re.compile(r"^numa\.(\d+)\.(.+)$")
 _DEVICE_ID = re.compile(r"^gpu\.\d+\.pci\.device_id$")
-_HEALTH = re.compile(r"^gpu\.\d+\.health$")
 
 
 _FOLDABLE = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -73,16 +70,19 @@ def fold(names: list[str] | set[str]) -> str:
 
 @functools.lru_cache(maxsize=65536)
 def template(key: str) -> tuple[str, str]:
-    """A reading key as (template, device): gpu.3.power.limit -> (gpu.{gpu}.power.limit,
-    'GPU 3'); topo.gpu.0.1.copy_gbs -> (topo.gpu.{gpu}.{peer}.copy_gbs, 'GPU 0-1');
-    numa.1.kernel... -> (numa.{node}.kernel..., 'NUMA 1'); node-wide keys -> (key, '')."""
-    if match := _GPU_KEY.match(key):
-        return f"gpu.{{gpu}}.{match.group(2)}", f"GPU {match.group(1)}"
-    if match := _TOPO_KEY.match(key):
-        return "topo.gpu.{gpu}.{peer}" + match.group(3), f"GPU {match.group(1)}-{match.group(2)}"
-    if match := _NUMA_KEY.match(key):
-        return f"numa.{{node}}.{match.group(2)}", f"NUMA {match.group(1)}"
-    return key, ""
+    """A reading key as (template, device), by the catalog's subjects: gpu.3.power.limit ->
+    (gpu.{gpu}.power.limit, 'GPU 3'); topo.gpu.0.1.copy_gbs -> (topo.gpu.{gpu}.{peer}.
+    copy_gbs, 'GPU 0 - GPU 1'); ib.mlx5_0.1.rate -> (ib.{hca}.{port}.rate, 'IB mlx5_0
+    port 1'); node-wide keys -> (key, ''). A GPU's NVLinks stay the GPU's (gpu.{gpu}.
+    nvlink.5.state: link 5 of every GPU compared with link 5 of the others)."""
+    scope, values = catalog.subject_of_key(key)
+    if scope == "node":
+        return key, ""
+    if scope == "nvlink":
+        scope, values = "gpu", {"gpu": values["gpu"]}
+    stem = catalog.SUBJECTS[scope].stem
+    filled = catalog.fill(stem, values)
+    return stem + key[len(filled) :], catalog.subject_title(scope, values)
 
 
 def _display(value: Any, unit: str, status: str) -> str:
@@ -273,17 +273,22 @@ class _Fleet:
         }
 
     def model(self, config: int) -> str:
-        """The node's GPU model (its profile's name, else its PCI device id) and GPU count:
-        nodes are compared only with nodes of the same model."""
+        """The node's GPU model (the profile its judgment stored, node.profile; for older
+        snapshots the profile its most common PCI device id selects, else that id) and GPU
+        count: nodes are compared only with nodes of the same model."""
         if config not in self._models:
             layout = self.loaded.layouts[self.loaded.config_layout[config]]
+            gpus = len(catalog.gpu_indices(layout.keys))
+            stored = self.config_value(config, PROFILE_KEY)
+            if stored is not None and stored[2] == "ok" and gpus:
+                self._models[config] = f"{stored[0]} x{gpus}"
+                return self._models[config]
             ids = []
             for key in layout.keys:
                 if _DEVICE_ID.match(key):
                     found = self.config_value(config, key)
                     if found and found[2] == "ok":
                         ids.append(str(found[0]))
-            gpus = sum(1 for key in layout.keys if _HEALTH.match(key))
             label = "no GPUs"
             if ids:
                 common = Counter(ids).most_common(1)[0][0]

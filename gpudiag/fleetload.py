@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import statistics
 import sys
 from collections.abc import Iterable, Sequence
@@ -43,7 +42,7 @@ import msgspec
 import numpy as np
 from msgspec import UNSET, UnsetType
 
-from gpudiag.catalog import DERIVED, device_prefix, is_configuration, is_kernel_reading, metric_key
+from gpudiag.catalog import DERIVED, is_configuration, is_kernel_reading, kernel_key
 from gpudiag.model import (
     SCHEMA_VERSION,
     Action,
@@ -59,8 +58,6 @@ from gpudiag.snapshot import SnapshotError, load, snapshot_from_dict
 MAX_FILE_BYTES = 256 * 2**20
 SNAPSHOT_SUFFIXES = (".json", ".toml")
 PARQUET_SUFFIX = ".parquet"  # a fleet written by `gpudiag fleet --parquet`; named, not found
-_PEER = re.compile(r"^(to|bidir|latency)\.gpu(\d+)$")
-_PEER_KEYS = {"to": "copy_gbs", "bidir": "copy_bidir_gbs", "latency": "copy_latency_us"}
 PARALLEL_FROM = 64  # files; fewer are read in this process
 CHUNK = 64
 
@@ -447,14 +444,9 @@ def kernel_values(kernels: Iterable[Any]) -> tuple[KernelValue, ...]:
     (kernels/readings.py): gpu.N.kernel.stream.triad.fp64, topo.gpu.I.J.copy_gbs, ..."""
     out = []
     for result in kernels:
-        prefix = device_prefix(result.device)
-        if prefix is None or result.status != "ok" or not result.samples:
+        key = kernel_key(result)
+        if key is None or result.status != "ok" or not result.samples:
             continue
-        peer = _PEER.match(result.metric) if result.kernel == "peer" else None
-        if peer and prefix.startswith("gpu."):
-            key = f"topo.{prefix}{peer.group(2)}.{_PEER_KEYS[peer.group(1)]}"
-        else:
-            key = f"{prefix}kernel.{metric_key(result)}"
         median = result.stats.median if result.stats else statistics.median(result.samples)
         name = f"{result.kernel}.{result.metric}"
         out.append(KernelValue(key, float(median), result.unit, name, result.device))

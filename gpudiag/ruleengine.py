@@ -68,7 +68,7 @@ def instances(
     index = index or catalog.SubjectIndex.of(readings)
     key_of = catalog.key_former(rule.reading, names)
     keys = [(values, key_of(*values)) for values in index.by_scope[rule.applies_to]]
-    if not (rule.applies_to == "gpu" and not rule.if_present):
+    if rule.if_present or not catalog.SUBJECTS[rule.applies_to].every_instance:
         keys = [(values, key) for values, key in keys if key in readings]
     return keys
 

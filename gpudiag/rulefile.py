@@ -9,7 +9,7 @@ string that reaches for Python internals (`__`) is refused when the file is load
     severity = "warning"          # critical | warning | info
     status = "stable"             # stable | preview | deprecated
     title = "GPU PCIe link narrower than its maximum"
-    applies_to = "gpu"            # see SCOPES: node, gpu, nvlink, gpu_pair, pcie_device, numa_node
+    applies_to = "gpu"            # a subject of gpudiag/catalog.py: see below
     reading = "gpu.{gpu}.pcie.link_width"
     expect = { min_reading = "gpu.{gpu}.pcie.max_link_width" }
     message = "GPU {gpu} PCIe link x{value} of x{expected}"
@@ -19,12 +19,14 @@ string that reaches for Python internals (`__`) is refused when the file is load
     references = ["https://..."]
     action = "reset"              # optional: none | monitor | reset | reboot | drain | service
 
-The placeholders of `reading` are the scope's: `{gpu}` for gpu, `{gpu}` and `{link}` for
+`applies_to` names a subject of gpudiag/catalog.py (SUBJECTS), and the placeholders of
+`reading` are that subject's: none for node, `{gpu}` for gpu, `{gpu}` and `{link}` for
 nvlink, `{gpu}` and `{peer}` for gpu_pair, `{device}` (a PCI address) for pcie_device,
-`{node}` for numa_node, none for node. A rule is checked for every instance its scope
-has in the readings (every GPU, for gpu rules, even one with no such reading, unless
-`if_present = true`: then only where the reading exists, for readings that only some
-nodes have, like the GPU-to-NIC topology).
+`{node}` for numa_node, `{hca}` and `{port}` for ib_port, `{ctrl}` for nvme. Every key a
+rule reads must be declared there by some producer (`rules lint` refuses it otherwise).
+A rule is checked for every instance its scope has in the readings (every GPU, for gpu
+rules, even one with no such reading, unless `if_present = true`: then only where the
+reading exists, for readings that only some nodes have, like the GPU-to-NIC topology).
 
 `applies_if = { reading = "KEY", equal = V }` (or `{ profile = "FIELD", equal = V }`,
 a GPU-class flag such as `ecc` or `persistence_mode`) limits a rule to where that holds:
@@ -485,6 +487,28 @@ def merge_rules(sources: Sequence[tuple[str, str]]) -> list[Rule]:
                 action=Action(table["action"]) if "action" in table else rule.action,
             )
     return list(rules.values())
+
+
+def lint_data_file(path: Path) -> str | None:
+    """Check one of the shipped data files in rules/ (the GPU profiles, the diff's
+    explanations) as gpudiag reads it: what it holds in words, or None for any other file;
+    RuleError where it is broken."""
+    shipped_dir = Path(str(resources.files("gpudiag.rules"))).resolve()
+    if path.name not in DATA_FILES or path.resolve().parent != shipped_dir:
+        return None
+    text = read_rule_file(path)
+    if path.name == "profiles.toml":
+        from gpudiag.profiles import parse_profiles
+
+        return f"{len(parse_profiles(text, str(path)))} profiles"
+    try:
+        entries = parse_data(text, str(path)).get("explain", [])
+        for entry in entries:
+            for pattern in (entry["metric"], entry.get("device", ""), *entry["readings"]):
+                re.compile(pattern)
+    except (InputError, KeyError, TypeError, re.error) as exc:
+        raise RuleError(f"{path}: not a valid explanations file: {exc}") from None
+    return f"{len(entries)} explanations"
 
 
 def lint_rule_file(path: Path) -> tuple[int, int]:

@@ -357,16 +357,20 @@ def gpu_readings(readings: Mapping[str, Reading], gpu: int) -> list[Reading]:
 # ------------------------------------------------------------------ host tree
 
 
+UNDECLARED = "Undeclared"
+
+
 def host_tree(snapshot: Snapshot) -> dict[str, dict[str, list[Reading]]]:
     """The host's readings (everything the catalog does not show on the GPU, topology
     and kernel screens) by their declared group, in the catalog's order, then by
     sub-group: a subject's instance (a PCIe device, a NUMA node) or the key's second
-    segment (a CPU area); '' holds the group's own. Undeclared keys are left out."""
+    segment (a CPU area); '' holds the group's own. Readings no producer declares (a
+    newer gpudiag's, or a site's) are shown last, under UNDECLARED, never dropped."""
     tree: dict[str, dict[str, list[Reading]]] = {}
-    host_groups = catalog.host_groups()
+    host_groups = [*catalog.host_groups(), UNDECLARED]
     shown = set(host_groups)
     for key in sorted(snapshot.readings_by_key, key=natural_key):
-        group = catalog.group_of(key)
+        group = catalog.group_of(key) or UNDECLARED
         if group not in shown:
             continue
         _, values = catalog.subject_of_key(key)

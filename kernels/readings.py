@@ -73,9 +73,6 @@ READINGS = (
     ),
 )
 
-_PEER = re.compile(r"^(to|bidir|latency)\.gpu(\d+)$")
-_PEER_KEYS = {"to": "copy_gbs", "bidir": "copy_bidir_gbs", "latency": "copy_latency_us"}
-
 
 def _reading(key: str, result: KernelResult) -> Reading:
     source = f"kernel:{result.kernel} {result.device} {result.metric}"
@@ -113,17 +110,16 @@ def kernel_readings(
             continue
         failed = result.status is ProbeStatus.ERROR and "verification failed" in result.error
         verified[prefix] = verified.get(prefix, True) and not failed
-        peer = _PEER.match(result.metric) if result.kernel == "peer" else None
-        if peer and prefix.startswith("gpu."):
-            pair = f"topo.{prefix}{peer.group(2)}"
-            reading = _reading(f"{pair}.{_PEER_KEYS[peer.group(1)]}", result)
+        pair = catalog.peer_pair(result)
+        if pair is not None:
+            reading = _reading(str(catalog.kernel_key(result)), result)
             derived[reading.key] = reading
             access = dict(result.params).get("peer_access")
             if access is not None:
                 derived[f"{pair}.peer_access"] = Reading(
                     f"{pair}.peer_access", str(access), source=reading.source
                 )
-            if peer.group(1) == "to":
+            if result.metric.startswith("to."):
                 peers[str(_value(readings.get(pair), "any"))].append((pair, reading))
             continue
         reading = _reading(f"{prefix}kernel.{metric_key(result)}", result)

@@ -4,6 +4,7 @@ driven by identifying declarations, and counters that rose in the diff and the f
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,9 @@ from gpudiag.fleetload import load_fleet
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.redact import Redactor
 from gpudiag.rulefile import DATA_FILES, lint_rule_file, load_rules
+from gpudiag.session import with_findings
 from gpudiag.snapshot import save
+from gpudiag.views import host_tree
 
 from conftest import REPO, run_cli
 from fleetgen import base_snapshot, make_node, with_values
@@ -186,3 +189,43 @@ def test_fleet_history_reports_counters_that_rose(tmp_path: Path) -> None:
     ]
     assert "node001 gpu.2.pcie.replay_counter: rose 0 -> 17" in fleet_text(report)
     assert report.odd
+
+
+def test_the_fleet_names_devices_by_the_catalogs_subjects() -> None:
+    from gpudiag.fleet import template
+
+    assert template("gpu.3.power.limit") == ("gpu.{gpu}.power.limit", "GPU 3")
+    assert template("gpu.3.nvlink.5.state") == ("gpu.{gpu}.nvlink.5.state", "GPU 3")
+    assert template("topo.gpu.0.1.copy_gbs") == ("topo.gpu.{gpu}.{peer}.copy_gbs", "GPU 0 - GPU 1")
+    assert template("ib.mlx5_0.1.rate") == ("ib.{hca}.{port}.rate", "IB mlx5_0 port 1")
+    assert template("nvme.0.link.current_width")[1] == "nvme0"
+    assert template("cpu.model") == ("cpu.model", "")
+
+
+def test_the_fleet_reads_the_stored_profile(tmp_path: Path) -> None:
+    """The model a node is compared within is the profile its judgment stored (here one
+    named with --profile, which the GPUs' device id would not select)."""
+    node = with_findings(make_node(base_snapshot(), "node001", 1), load_rules(), "h200-sxm")
+    assert node.readings_by_key["node.profile"].value == "h200-sxm"
+    save(node, tmp_path / "a.json")
+    report = analyse(load_fleet([tmp_path]))
+    assert [g.model for g in report.groups] == ["h200-sxm x8"]
+
+
+def test_the_host_tree_shows_undeclared_readings_apart() -> None:
+    snapshot = base_snapshot()
+    probe = replace(
+        snapshot.probes[0],
+        readings=(*snapshot.probes[0].readings, Reading("site.rack_position", "U12")),
+    )
+    tree = host_tree(replace(snapshot, probes=(probe, *snapshot.probes[1:])))
+    assert list(tree)[-1] == "Undeclared"
+    assert [r.key for rs in tree["Undeclared"].values() for r in rs] == ["site.rack_position"]
+    assert "Undeclared" not in host_tree(snapshot)
+
+
+def test_lint_checks_every_shipped_file_data_files_included() -> None:
+    run = run_cli("rules", "lint", *sorted(str(p) for p in (REPO / "rules").glob("*.toml")))
+    assert run.returncode == 0, run.stdout
+    assert "profiles.toml: ok (a data file: 15 profiles)" in run.stdout
+    assert "explanations.toml: ok (a data file:" in run.stdout

@@ -30,23 +30,13 @@ from gpudiag.nvsmi import FIELDS, import_text
 from gpudiag.probe import ProbeContext
 from gpudiag.probes import default_probes
 from gpudiag.rule_operators import READING_OPERATORS
-from gpudiag.rulefile import SCOPES, load_rules
+from gpudiag.rulefile import load_rules
 from gpudiag.session import probe_node
 
 from conftest import REPO, realdata_dir
 from hosttree import add_infiniband, build_hgx_tree
 
 DEMOS = [REPO / "snapshots" / f"demo-hgx-h100-{kind}.toml" for kind in ("healthy", "faulty")]
-PLACEHOLDER = {
-    "gpu": r"\d+",
-    "peer": r"\d+",
-    "link": r"\d+",
-    "node": r"\d+",
-    "device": r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]",
-    "hca": r"[^.]+",
-    "port": r"\d+",
-    "ctrl": r"\d+",
-}
 
 
 @lru_cache(maxsize=1)
@@ -143,10 +133,9 @@ def _binding_keys() -> set[str]:
 
 
 def _template(key: str) -> re.Pattern[str]:
-    pattern = re.escape(key)
-    for name, regex in PLACEHOLDER.items():
-        pattern = pattern.replace(re.escape("{" + name + "}"), regex)
-    return re.compile(pattern + r"\Z")
+    """A rule's key template as a pattern of the keys it reads (the subjects' placeholder
+    forms; any other placeholder is one key segment)."""
+    return re.compile(catalog.template_regex(key) + r"\Z")
 
 
 def _keys_rules_read() -> dict[str, set[str]]:
@@ -183,16 +172,16 @@ def test_the_contract_test_catches_an_orphan(live) -> None:
     produced = {r.key for result in live for r in result.readings}
     assert any(_template("gpu.{gpu}.ecc.volatile.uncorrected").match(k) for k in produced)
     assert not any(_template("gpu.{gpu}.ecc.volatile.uncorrectable").match(k) for k in produced)
-    assert set(PLACEHOLDER) == {n for names in SCOPES.values() for n in names}
 
 
-def _undeclared(producer: str, readings) -> list[str]:
-    """The readings `producer` made that the catalog does not declare as its own, or
-    whose unit (where read) is not the declared one."""
+def _undeclared(producer: str | frozenset[str], readings) -> list[str]:
+    """The readings `producer` (or any of a set of producers) made that the catalog does
+    not declare as its own, or whose unit (where read) is not the declared one."""
+    producers = {producer} if isinstance(producer, str) else producer
     wrong = []
     for r in readings:
         found = catalog.find(r.key)
-        if found is None or producer not in found.producers:
+        if found is None or not producers & found.producers:
             wrong.append(f"{r.key}: not declared by {producer}")
         elif r.ok and found.unit != "*" and r.unit != found.unit:
             wrong.append(f"{r.key}: unit {r.unit!r}, declared {found.unit!r}")
@@ -211,6 +200,18 @@ def test_live_probes_make_only_what_they_declare(live) -> None:
 def test_imports_and_kernel_readings_make_only_what_they_declare() -> None:
     assert _undeclared("import", _imported_readings()) == []
     assert _undeclared("kernels", _kernel_readings()) == []
+
+
+def test_the_derived_result_makes_only_what_the_derivations_declare(live) -> None:
+    """The derived result (topology, the profile match, kernel figures) is judged like
+    any producer's: every reading declared by a derivation, in its unit."""
+    readings = {r.key: r for result in live[: len(live) // 2] for r in result.readings}
+    derived = derive(readings).result.readings
+    assert {"node.profile", "node.profile.device_ids", "kernel.gpudirect_rdma"} <= {
+        r.key for r in derived
+    }
+    assert _undeclared(catalog.DERIVED_PRODUCERS, derived) == []
+    assert catalog.is_configuration("node.profile")
 
 
 def test_the_declaration_check_can_fail(live) -> None:
