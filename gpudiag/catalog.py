@@ -378,7 +378,7 @@ class Catalog:
                     pending.extend((producer, t) for t in item.templates)
                     continue
                 known = first.setdefault(item.template, (item, producer))
-                if known[0] != item:
+                if known[0] is not item and known[0] != item:
                     raise CatalogError(
                         f"{item.template}: declared differently by {known[1]} and {producer}"
                     )
@@ -509,6 +509,47 @@ def group_of(key: str) -> str:
     """The screen group a reading is shown in ('' when undeclared)."""
     found = catalog().find(key)
     return found.group if found else ""
+
+
+@functools.lru_cache(maxsize=1024)
+def _capturing(template: str) -> re.Pattern[str]:
+    return re.compile(template_regex(template, capture=True) + r"\Z")
+
+
+@functools.lru_cache(maxsize=65536)
+def parts(key: str) -> tuple[str, dict[str, str]]:
+    """A key taken apart by the template that declares it: (template, its placeholders'
+    values): topo.gpu.2.nic.0000:19:00.0 -> (topo.gpu.{gpu}.nic.{nic}, {gpu: 2, nic: ...}).
+    An undeclared key is taken apart by its subject's stem (template_of), else it is its
+    own template with no values."""
+    found = catalog().find(key)
+    if found is not None:
+        match = _capturing(found.template).match(key)
+        if match is not None:
+            names = _PLACEHOLDER.findall(found.template)
+            return found.template, dict(zip(names, match.groups(), strict=True))
+    _, values = subject_of_key(key)
+    return template_of(key)[1], values
+
+
+# the placeholders whose values are GPU indices
+GPU_PLACEHOLDERS = ("gpu", "peer")
+
+
+def gpus_of(key: str) -> tuple[str, ...]:
+    """The GPU indices a key is about (a GPU's, a GPU pair's, a GPU and a NIC's), as text;
+    () for a node-wide key."""
+    values = parts(key)[1]
+    return tuple(values[n] for n in GPU_PLACEHOLDERS if n in values)
+
+
+def renumber_gpus(key: str, mapping: Mapping[str, str]) -> str:
+    """The key with its GPU indices mapped (another node's GPU 3 is this node's GPU 5)."""
+    template, values = parts(key)
+    if not any(n in values for n in GPU_PLACEHOLDERS):
+        return key
+    renamed = {n: mapping.get(v, v) if n in GPU_PLACEHOLDERS else v for n, v in values.items()}
+    return fill(template, renamed)
 
 
 def host_groups() -> list[str]:

@@ -42,9 +42,6 @@ MAX_CV = 0.10
 RELIABLE_SAMPLES = 30  # from this many a side, the interval itself carries the spread
 SIGNIFICANT = ("faster", "slower")
 
-_GPU_KEY = re.compile(r"^gpu\.(\d+)\.(.+)$")
-_TOPO_KEY = re.compile(r"^topo\.gpu\.(\d+)\.(\d+|nic)(.*)$")
-
 
 @dataclass(frozen=True)
 class ReadingChange:
@@ -146,9 +143,9 @@ def match_gpus(a: dict[str, Reading], b: dict[str, Reading]) -> dict[str, str]:
 
     def bus_ids(readings: dict[str, Reading]) -> dict[str, str]:
         return {
-            m.group(1): str(r.value)
+            str(catalog.gpu_of(key)): str(r.value)
             for key, r in readings.items()
-            if (m := _GPU_KEY.match(key)) and m.group(2) == "pci.bus_id" and r.ok
+            if key.endswith(".pci.bus_id") and catalog.gpu_of(key) is not None and r.ok
         }
 
     bus_a, bus_b = bus_ids(a), bus_ids(b)
@@ -161,17 +158,7 @@ def match_gpus(a: dict[str, Reading], b: dict[str, Reading]) -> dict[str, str]:
 def _rekey(readings: dict[str, Reading], gpu_map: dict[str, str]) -> dict[str, Reading]:
     if not gpu_map or all(k == v for k, v in gpu_map.items()):
         return readings
-    out = {}
-    for key, reading in readings.items():
-        if match := _GPU_KEY.match(key):
-            key = f"gpu.{gpu_map.get(match.group(1), match.group(1))}.{match.group(2)}"
-        elif match := _TOPO_KEY.match(key):
-            first = gpu_map.get(match.group(1), match.group(1))
-            second = match.group(2)
-            second = gpu_map.get(second, second) if second != "nic" else second
-            key = f"topo.gpu.{first}.{second}{match.group(3)}"
-        out[key] = reading
-    return out
+    return {catalog.renumber_gpus(key, gpu_map): reading for key, reading in readings.items()}
 
 
 def _same(a: Reading, b: Reading) -> bool:
@@ -286,11 +273,8 @@ _PEER_GPU = re.compile(r"\.gpu(\d+)$")
 def concerns(key: str, gpus: set[str]) -> bool:
     """Whether a reading can bear on a metric of these GPUs: per-GPU readings of other
     GPUs cannot; node-wide ones can."""
-    if match := _GPU_KEY.match(key):
-        return match.group(1) in gpus
-    if match := _TOPO_KEY.match(key):
-        return match.group(1) in gpus or match.group(2) in gpus
-    return True
+    about = catalog.gpus_of(key)
+    return not about or any(gpu in gpus for gpu in about)
 
 
 def _kernel_key(result: KernelResult, gpu_map: dict[str, str] | None = None) -> tuple[str, ...]:

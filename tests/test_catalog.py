@@ -229,3 +229,22 @@ def test_lint_checks_every_shipped_file_data_files_included() -> None:
     assert run.returncode == 0, run.stdout
     assert "profiles.toml: ok (a data file: 15 profiles)" in run.stdout
     assert "explanations.toml: ok (a data file:" in run.stdout
+
+
+def test_keys_are_taken_apart_by_their_declared_template() -> None:
+    assert catalog.parts("topo.gpu.2.nic.0000:19:00.0") == (
+        "topo.gpu.{gpu}.nic.{nic}",
+        {"gpu": "2", "nic": "0000:19:00.0"},
+    )
+    assert catalog.gpus_of("topo.gpu.2.7.copy_gbs") == ("2", "7")
+    assert catalog.gpus_of("gpu.3.nvlink.5.state") == ("3",)
+    assert catalog.gpus_of("cpu.model") == ()
+    moved = {"2": "5", "7": "0", "3": "1"}
+    assert catalog.renumber_gpus("topo.gpu.2.nic.mlx5_0", moved) == "topo.gpu.5.nic.mlx5_0"
+    assert catalog.renumber_gpus("topo.gpu.2.7.p2p", moved) == "topo.gpu.5.0.p2p"
+    assert catalog.renumber_gpus("gpu.3.nvlink.5.state", moved) == "gpu.1.nvlink.5.state"
+    assert catalog.renumber_gpus("gpu.3.kernel.stream.triad.fp64.ci_low", moved) == (
+        "gpu.1.kernel.stream.triad.fp64.ci_low"
+    )
+    assert catalog.renumber_gpus("gpu.3.not_declared.x", moved) == "gpu.1.not_declared.x"
+    assert catalog.renumber_gpus("numa.3.cpus", moved) == "numa.3.cpus"  # not a GPU index
