@@ -290,28 +290,29 @@ class PlanRun:
                     failed = _failed("stream", gpu, exc)
                     self.results.append(replace(failed, params=(("dtype", name),)))
 
-    def _triad_thresholds(self, gpu: int, dtype: str) -> dict[str, float] | None:
-        """{'triad': GB/s} that --until-confident may stop at (triad_threshold); None
-        without --until-confident, or where the GPU's model has none."""
+    def _confident_bus_id(self, gpu: int) -> str | None:
+        """The GPU's PCI bus id, which its rule thresholds are found by, when the plan
+        runs --until-confident; None without it, or for a GPU CUDA cannot query (then the
+        tight interval alone decides)."""
         if self.plan.until_confident is None:
             return None
         try:
-            bus_id = device.api().deviceGetPCIBusId(gpu)
-        except Exception:  # a GPU CUDA cannot query: the tight interval alone decides
+            return device.api().deviceGetPCIBusId(gpu)
+        except Exception:
             return None
-        threshold = triad_threshold(self.host, bus_id, dtype)
+
+    def _triad_thresholds(self, gpu: int, dtype: str) -> dict[str, float] | None:
+        """{'triad': GB/s} that --until-confident may stop at (triad_threshold); None
+        without --until-confident, or where the GPU's model has none."""
+        bus_id = self._confident_bus_id(gpu)
+        threshold = None if bus_id is None else triad_threshold(self.host, bus_id, dtype)
         return {"triad": threshold} if threshold is not None else None
 
     def _gemm_threshold(self, gpu: int, precision: str) -> float | None:
         """The TFLOP/s a rule judges this GEMM by (KRN007/KRN008), for --until-confident;
         None without it, or where no rule or profile gives one."""
-        if self.plan.until_confident is None:
-            return None
-        try:
-            bus_id = device.api().deviceGetPCIBusId(gpu)
-        except Exception:  # a GPU CUDA cannot query: the tight interval alone decides
-            return None
-        return rule_threshold(self.host, bus_id, f"gemm.{precision}")
+        bus_id = self._confident_bus_id(gpu)
+        return None if bus_id is None else rule_threshold(self.host, bus_id, f"gemm.{precision}")
 
     def _gemm(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
         plan = self.plan
