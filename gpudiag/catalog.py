@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gpudiag.model import KernelResult, Reading
@@ -127,14 +127,20 @@ def subject_of_key(key: str) -> tuple[str, dict[str, str]]:
     return best
 
 
+def stem_template(key: str, scope: str, values: Mapping[str, str]) -> str:
+    """The key with the instance of `scope` (its stem filled with `values`) turned back
+    into the stem's placeholders: ('gpu.3.power.limit', 'gpu', {gpu: 3}) ->
+    'gpu.{gpu}.power.limit'; the key itself for the node."""
+    if scope == "node":
+        return key
+    stem = SUBJECTS[scope].stem
+    return stem + key[len(fill(stem, values)) :]
+
+
 def template_of(key: str) -> tuple[str, str]:
     """(subject, key template) of a key: gpu.3.power.limit -> (gpu, gpu.{gpu}.power.limit)."""
     scope, values = subject_of_key(key)
-    if scope == "node":
-        return scope, key
-    subject = SUBJECTS[scope]
-    stem = fill(subject.stem, values)
-    return scope, subject.stem + key[len(stem) :]
+    return scope, stem_template(key, scope, values)
 
 
 # ------------------------------------------------------------------ key helpers
@@ -238,6 +244,14 @@ def metric_key(result: KernelResult) -> str:
 
 _PEER_METRIC = re.compile(r"^(to|bidir|latency)\.gpu(\d+)$")
 _PEER_FIGURES = {"to": "copy_gbs", "bidir": "copy_bidir_gbs", "latency": "copy_latency_us"}
+
+
+def kernel_identity(result: KernelResult | Any) -> tuple[str, str, str, str]:
+    """What a kernel result measures: (kernel, device, metric, element type). Results
+    with one identity are the same measurement (taken again, or on another node); any
+    object with those fields will do (the fleet's parsed form)."""
+    dtype = str(dict(result.params).get("dtype", ""))
+    return result.kernel, result.device, result.metric, dtype
 
 
 def peer_pair(result: KernelResult) -> str | None:
@@ -528,8 +542,8 @@ def parts(key: str) -> tuple[str, dict[str, str]]:
         if match is not None:
             names = _PLACEHOLDER.findall(found.template)
             return found.template, dict(zip(names, match.groups(), strict=True))
-    _, values = subject_of_key(key)
-    return template_of(key)[1], values
+    scope, values = subject_of_key(key)
+    return stem_template(key, scope, values), values
 
 
 # the placeholders whose values are GPU indices

@@ -29,6 +29,7 @@ from gpudiag import catalog, tomlcompat
 from gpudiag.catalog import is_kernel_reading
 from gpudiag.hostfs import natural_key
 from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
+from gpudiag.rule_operators import RuleError
 
 EXIT_EQUIVALENT, EXIT_CONFIG, EXIT_PERFORMANCE = 0, 1, 2
 BOOTSTRAP_ROUNDS = 2000
@@ -56,14 +57,11 @@ class ReadingChange:
     @property
     def relative_change(self) -> float | None:
         """(B - A) / A for two numbers, else None."""
-        if self.a is None or self.b is None or not (self.a.ok and self.b.ok):
+        numbers = _numbers(self)
+        if numbers is None or numbers[0] == 0:
             return None
-        x, y = self.a.value, self.b.value
-        if isinstance(x, bool) or isinstance(y, bool):
-            return None
-        if isinstance(x, (int, float)) and isinstance(y, (int, float)) and x != 0:
-            return (y - x) / abs(x)
-        return None
+        x, y = numbers
+        return (y - x) / abs(x)
 
     @property
     def group(self) -> str:
@@ -254,15 +252,23 @@ class Explanation:
 def load_explanations() -> list[Explanation]:
     """rules/explanations.toml, compiled."""
     text = (resources.files("gpudiag.rules") / "explanations.toml").read_text(encoding="utf-8")
-    data = tomlcompat.loads(text)
-    return [
-        Explanation(
-            re.compile(entry["metric"]),
-            re.compile(entry.get("device", "")),
-            tuple(re.compile(p) for p in entry["readings"]),
-        )
-        for entry in data.get("explain", [])
-    ]
+    return parse_explanations(text, "rules/explanations.toml")
+
+
+def parse_explanations(text: str, origin: str) -> list[Explanation]:
+    """An explanations file, compiled; RuleError (one line naming the file) where it is
+    not one (`rules lint` checks the shipped file with this)."""
+    try:
+        return [
+            Explanation(
+                re.compile(entry["metric"]),
+                re.compile(entry.get("device", "")),
+                tuple(re.compile(p) for p in entry["readings"]),
+            )
+            for entry in tomlcompat.loads(text).get("explain", [])
+        ]
+    except (tomlcompat.TOMLDecodeError, KeyError, TypeError, AttributeError, re.error) as exc:
+        raise RuleError(f"{origin}: not a valid explanations file: {exc}") from None
 
 
 _DEVICE_GPU = re.compile(r"^gpu(\d+)$")
@@ -278,25 +284,28 @@ def concerns(key: str, gpus: set[str]) -> bool:
 
 
 def _kernel_key(result: KernelResult, gpu_map: dict[str, str] | None = None) -> tuple[str, ...]:
-    """(kernel, device, metric), with B's GPU indices turned into A's where they differ."""
-    device, metric = result.device, result.metric
+    """(kernel, device, metric, element type: catalog.kernel_identity), with B's GPU
+    indices turned into A's where they differ."""
+    kernel, device, metric, dtype = catalog.kernel_identity(result)
     if gpu_map:
         if match := _DEVICE_GPU.match(device):
             device = f"gpu{gpu_map.get(match.group(1), match.group(1))}"
         if match := _PEER_GPU.search(metric):
             metric = f"{metric[: match.start()]}.gpu{gpu_map.get(match.group(1), match.group(1))}"
-    return result.kernel, device, metric, str(dict(result.params).get("dtype", ""))
+    return kernel, device, metric, dtype
 
 
-def _numbers(change: ReadingChange) -> tuple[float, float] | None:
-    """A's and B's values where both were read and are numbers."""
+def _numbers(change: ReadingChange) -> tuple[int | float, int | float] | None:
+    """A's and B's values where both were read and are numbers (not booleans)."""
     a, b = change.a, change.b
     if a is None or b is None or not (a.ok and b.ok):
         return None
-    values = (a.value, b.value)
-    if any(isinstance(v, bool) or not isinstance(v, int | float) for v in values):
+    x, y = a.value, b.value
+    if isinstance(x, bool) or isinstance(y, bool):
         return None
-    return float(values[0]), float(values[1])  # type: ignore[arg-type]
+    if isinstance(x, int | float) and isinstance(y, int | float):
+        return x, y
+    return None
 
 
 def _always_varies(key: str) -> bool:

@@ -80,9 +80,7 @@ def template(key: str) -> tuple[str, str]:
         return key, ""
     if scope == "nvlink":
         scope, values = "gpu", {"gpu": values["gpu"]}
-    stem = catalog.SUBJECTS[scope].stem
-    filled = catalog.fill(stem, values)
-    return stem + key[len(filled) :], catalog.subject_title(scope, values)
+    return catalog.stem_template(key, scope, values), catalog.subject_title(scope, values)
 
 
 def _display(value: Any, unit: str, status: str) -> str:

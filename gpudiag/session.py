@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import Protocol
 
 from gpudiag import __version__
+from gpudiag.catalog import kernel_identity
 from gpudiag.derive import DERIVED, stored_profile, with_derived
 from gpudiag.hostfs import HostFS
 from gpudiag.model import Finding, KernelResult, ProbeResult, Reading, Severity, Snapshot
@@ -105,16 +106,9 @@ def with_kernel_results(
     """The snapshot with kernel results put in and judged again: a result of the same
     kernel, device, metric and element type replaces the one held, the others are kept;
     derived readings and findings are computed again."""
-    fresh = {_kernel_id(r) for r in results}
-    kept = tuple(r for r in snapshot.kernels if _kernel_id(r) not in fresh)
+    fresh = {kernel_identity(r) for r in results}
+    kept = tuple(r for r in snapshot.kernels if kernel_identity(r) not in fresh)
     return with_findings(replace(snapshot, kernels=(*kept, *results)), rules, profile_name)
-
-
-def _kernel_id(result: KernelResult) -> tuple[str, ...]:
-    """What a result measures: kernel, device, metric and element type (as the diff
-    matches results)."""
-    dtype = str(dict(result.params).get("dtype", ""))
-    return result.kernel, result.device, result.metric, dtype
 
 
 class KernelRun(Protocol):
