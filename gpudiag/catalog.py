@@ -207,11 +207,6 @@ def gpu_indices(keys: Iterable[str]) -> list[int]:
     return sorted({int(m.group(1)) for key in keys if (m := GPU_KEY.match(key))})
 
 
-def gpu_key(gpu: int | str, suffix: str) -> str:
-    """The key of one GPU's reading: gpu_key(3, 'power.limit') -> 'gpu.3.power.limit'."""
-    return f"gpu.{gpu}.{suffix}"
-
-
 def normalize_bus_id(bus_id: str) -> str:
     """NVML's '00000000:18:00.0' -> '0000:18:00.0', the form sysfs uses."""
     domain, _, rest = bus_id.strip().lower().partition(":")
@@ -600,8 +595,9 @@ def _known_sources() -> frozenset[str]:
 
 
 def describe(sources: Iterable[str]) -> str:
-    """The sources in words, for a not-applicable finding's message."""
-    names = sorted(set(sources))
+    """The sources in words, for a not-applicable finding's message (the derived result
+    is no source of its own: it holds what the others' readings give)."""
+    names = sorted(set(sources) - {DERIVED})
     imports = [n.removeprefix("import-") for n in names if n.startswith("import-")]
     if imports and len(imports) == len(names):
         return "an import of nvidia-smi " + ", ".join(imports) + " output"

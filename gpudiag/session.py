@@ -90,9 +90,8 @@ def with_findings(
     or else the one its GPUs' PCI device id selects; then `rules` judge its readings.
     Raises RuleError for a profile name no profile has."""
     snapshot, derivation = with_derived(snapshot, profile_name)
-    sources = [p for p in snapshot.probes if p.name != DERIVED]  # what coverage knows
     findings = evaluate(
-        rules, snapshot.readings_by_key, sources, derivation.profile, derivation.device_ids
+        rules, snapshot.readings_by_key, snapshot.probes, derivation.profile, derivation.device_ids
     )
     return replace(snapshot, findings=tuple(findings))
 
