@@ -23,11 +23,11 @@ from gpudiag import catalog
 from gpudiag.hostfs import HostFS, source_name
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
+from gpudiag.probes.pcie import PCI_ADDRESS
 
 IB_DIR = "/sys/class/infiniband"
 SOURCE = "sysfs:class/infiniband"
 HCA_NAME = re.compile(r"^[\w-]+$")  # one key segment: no dots
-PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 HCA_FILES = ("fw_ver", "board_id", "hca_type")
 GUID_FILES = ("node_guid", "sys_image_guid")
 # the error counters read from ports/N/counters/ (the PMA's PortCounters)

@@ -25,7 +25,7 @@ from gpudiag.textparse import (
 
 PCI_DIR = "/sys/bus/pci/devices"
 NVIDIA = 0x10DE
-PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+PCI_ADDRESS = re.compile(f"^{catalog.PCI_ADDRESS}$")  # one PCI function's address
 GEN_BY_SPEED = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 ACS_CONTROL_BITS = (
     "SourceValidation",
