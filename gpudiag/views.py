@@ -13,8 +13,7 @@ from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
 from gpudiag.rulefile import Rule
 from gpudiag.session import rule_tally
 
-_NIC = re.compile(r"^topo\.gpu\.\d+\.nic\.(.+)$")
-_PAIR = re.compile(r"^topo\.gpu\.\d+\.\d+$")
+GPU_PAIR, GPU_NIC = "topo.gpu.{gpu}.{peer}", "topo.gpu.{gpu}.nic.{nic}"  # declared templates
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,9 @@ def topology_matrix(snapshot: Snapshot, profile: Mapping[str, object] | None = N
     model's profile has (the legend says how many)."""
     readings = snapshot.readings_by_key
     gpus = catalog.gpu_indices(readings)
-    nics = sorted({m.group(1) for key in readings if (m := _NIC.match(key))})
+    # the topology readings taken apart by the templates that declare them
+    topology = [(key, *catalog.parts(key)) for key in readings if key.startswith("topo.gpu.")]
+    nics = sorted({values["nic"] for _, template, values in topology if template == GPU_NIC})
 
     def cell(key: str) -> str:
         reading = readings.get(key)
@@ -48,8 +49,8 @@ def topology_matrix(snapshot: Snapshot, profile: Mapping[str, object] | None = N
     )
     links = [
         int(str(r.value)[2:])
-        for key, r in readings.items()
-        if _PAIR.match(key) and r.ok and re.fullmatch(r"NV\d+", str(r.value))
+        for key, template, _ in topology
+        if template == GPU_PAIR and (r := readings[key]).ok and re.fullmatch(r"NV\d+", str(r.value))
     ]
     usual = max(set(links), key=links.count) if links else 0
 
