@@ -7,6 +7,24 @@ The tests replace the whole object with a strict NumPy fake (tests/fakecuda.py) 
 entries are checked against these real functions' signatures and constants in the
 installed CuPy. This module has never run on a GPU in this project's CI.
 
+How each entry takes its stream (read against CuPy 14's source; the fake takes them the
+same way, tests/fakecuda.py):
+- from CuPy's CURRENT stream (per thread and device; the legacy default stream, which
+  waits for and delays every blocking stream, unless `with stream:` or `stream.use()`
+  made another current): `cublas_gemmEx` (cupy_backends.cuda.libs.cublas calls
+  `setStream(handle, get_current_stream_ptr())` before every cuBLAS call, so a stream set
+  on the handle beforehand with `cublas_setStream` is overwritten): the kernels make
+  their engine's stream current around every gemmEx (`gemm.CublasGemm.multiply`);
+  `RawKernel.__call__` without `stream=` (cupy.cuda.function): the kernels always pass
+  `stream=`.
+- from the stream handle passed, never the current stream: `memcpyAsync`,
+  `memcpyPeerAsync`, `streamSynchronize`, `streamWaitEvent`, `eventRecord` (runtime
+  calls: the pointer given), `NcclCommunicator.allReduce` (its `stream` argument),
+  `RawKernel.__call__` with `stream=`.
+- no stream: `deviceSynchronize` (every stream of the current device), `eventSynchronize`,
+  `eventElapsedTime`, `malloc`, `free` (waits for the device), `hostRegister`, and the
+  device and property queries.
+
 Pointers, not CuPy arrays: device memory is `malloc`ed, host memory is NumPy arrays
 registered with `hostRegister` (pinned, as nvbandwidth's are), and results come back with
 `memcpyAsync` and a synchronisation, so that every data movement is one visible call.
@@ -66,6 +84,7 @@ ENTRIES: dict[str, tuple[str, str]] = {
         )
     },
     "Stream": ("cupy.cuda", "Stream"),
+    "get_current_stream": ("cupy.cuda", "get_current_stream"),
     "RawModule": ("cupy", "RawModule"),
     **{
         f"cublas_{name}": (_CUBLAS, name)
@@ -95,6 +114,9 @@ METHODS: dict[str, tuple[str, str]] = {
     "NcclCommunicator.destroy": ("cupy_backends.cuda.libs.nccl", "NcclCommunicator.destroy"),
     "RawModule.get_function": ("cupy", "RawModule.get_function"),
     "RawKernel.__call__": ("cupy", "RawKernel.__call__"),
+    "Stream.use": ("cupy.cuda", "Stream.use"),
+    "Stream.__enter__": ("cupy.cuda", "Stream.__enter__"),
+    "Stream.__exit__": ("cupy.cuda", "Stream.__exit__"),
 }
 
 
