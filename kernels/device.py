@@ -33,7 +33,8 @@ registered with `hostRegister` (pinned, as nvbandwidth's are), and results come 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -204,6 +205,12 @@ class Timer:
     def close(self) -> None:
         self.cuda.eventDestroy(self.begin)
         self.cuda.eventDestroy(self.end)
+
+
+def host_clock(cuda: Any) -> Callable[[], float]:
+    """The host's wall clock, to check event times against: time.perf_counter on a GPU;
+    the fake's simulated host clock (its `host_clock`) in the tests."""
+    return getattr(cuda, "host_clock", None) or time.perf_counter
 
 
 def to_device(cuda: Any, host: np.ndarray, stream: Any) -> int:

@@ -214,6 +214,9 @@ CUBLAS_TYPES = {
 }
 SAMPLE_SECONDS = 0.05  # each timed sample is a batch of back-to-back GEMMs this long
 MAX_BATCH = 200
+WALL_AGREEMENT = 0.10  # events and the synchronised wall clock of a batch agree this well,
+WALL_SLACK_S = 1e-4  # give or take the host's few CUDA calls around the batch
+WALL_TRIES = 3  # a disagreement is measured again (a preempted host) before it counts
 
 
 class CublasGemm:
@@ -291,6 +294,25 @@ class CublasGemm:
         self.timer.stop()
         return self.timer.seconds() / batch
 
+    def against_wall(self, batch: int) -> tuple[float, float]:
+        """(event seconds, wall seconds) of one batch of `batch` GEMMs between two device
+        synchronisations: the events on the engine's stream against the host's clock
+        around everything the device did (a GEMM the events missed still takes wall
+        time)."""
+        from gpudiag.kernels.device import host_clock
+
+        cuda, clock = self.cuda, host_clock(self.cuda)
+        cuda.setDevice(self.device)
+        cuda.deviceSynchronize()
+        started = clock()
+        self.timer.start()
+        for _ in range(batch):
+            self.multiply()
+        self.timer.stop()
+        cuda.deviceSynchronize()
+        wall = clock() - started
+        return self.timer.seconds(), wall
+
     def product(self) -> np.ndarray:
         """C on the host, decoded to floats, after the stream's work."""
         from gpudiag.kernels.device import to_host
@@ -324,8 +346,10 @@ def run_gpu_gemm(
     threshold: float | None = None,
 ) -> KernelResult:
     """TFLOP/s samples of batches of back-to-back GEMMs on one GPU (a batch lasts about
-    `sample_seconds`, so launch overhead is amortised and sustained clocks are seen), the
-    product checked against float64 on sampled rows after the timed trials;
+    `sample_seconds`, so launch overhead is amortised and sustained clocks are seen), then
+    one batch's event time checked against the wall clock between two device
+    synchronisations (more than 10% apart, three times: an error, "timing inconsistent"),
+    and the product checked against float64 on sampled rows after the timed trials;
     `until_confident` and `threshold` as for run_gemm. Never run on a GPU in this
     project's CI (the CUDA fake only)."""
     from gpudiag.kernels.device import api
@@ -368,14 +392,30 @@ def run_gpu_gemm(
             index += 1
             if progress is not None:
                 progress(progress_fraction(index, rounds, started, seconds))
+        inconsistent = ""
+        for _ in range(WALL_TRIES):
+            events, wall = engine.against_wall(batch)
+            ratio = events / wall if wall > 0 else 0.0
+            if abs(wall - events) <= WALL_AGREEMENT * wall + WALL_SLACK_S:
+                inconsistent = ""
+                break
+            inconsistent = (
+                f"timing inconsistent: CUDA events {events / batch * 1e3:.4g} ms per GEMM, the "
+                f"wall clock between device synchronisations {wall / batch * 1e3:.4g} ms "
+                f"(batch {batch}, {WALL_TRIES} tries): the events did not time the GEMMs, a "
+                "measurement problem, not a GPU figure"
+            )
+        params += (("event_over_wall", round(ratio, 3)),)
         error = check_product(checked_a, checked_b, engine.product(), precision, rows)
     finally:
         engine.close()
-    if not error <= TOLERANCE[precision]:
+    if not error <= TOLERANCE[precision]:  # checked after a device synchronise: a fault
         return result(
             ProbeStatus.ERROR,
             [],
             f"verification failed: relative error {error:.3g} exceeds {TOLERANCE[precision]:g}",
         )
+    if inconsistent:
+        return result(ProbeStatus.ERROR, [], inconsistent)
     params += _confidence(samples, until_confident, threshold)
     return result(ProbeStatus.OK, samples)

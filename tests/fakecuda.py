@@ -213,6 +213,11 @@ class FakeCuda:
             raise CUDARuntimeError(f"cudaErrorLaunchFailure: {name} on device {current}")
         return current
 
+    def host_clock(self) -> float:
+        """The simulated host time, as the kernels' wall clock (device.host_clock)."""
+        with self.lock:
+            return self.host_time
+
     def _handle(self) -> int:
         with self.lock:
             self.next_handle += 16
