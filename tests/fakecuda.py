@@ -317,6 +317,8 @@ class FakeCuda:
     # ------------------------------------------------------------ runtime
 
     def getDeviceCount(self) -> int:
+        if not self.devices:  # CUDA answers an error, not 0 (CUDA_VISIBLE_DEVICES=-1 too)
+            raise CUDARuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected")
         return len(self.devices)
 
     def setDevice(self, device: int) -> None:

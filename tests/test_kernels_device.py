@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import inspect
+import os
 import re
 import shutil
 import subprocess
@@ -213,12 +214,14 @@ def test_the_cuda_extras_bring_cupys_toolkit_wheels_and_nccl() -> None:
 def test_the_gpu_benchmark_says_in_one_line_that_it_needs_a_gpu() -> None:
     from conftest import REPO
 
+    # no GPU here; on a GPU node the devices are hidden (CUDA_VISIBLE_DEVICES=-1)
     result = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "gpu_kernels.py")],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"},
     )
     assert result.returncode == 3
     assert result.stderr.startswith("gpu_kernels: ") and "GPU" in result.stderr
