@@ -35,6 +35,7 @@ checks each against the installed CuPy) and fails where CUDA would:
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import re
 import threading
@@ -188,6 +189,7 @@ class FakeCuda:
         self.lock = threading.RLock()
         self.host_time = 0.0
         self.allocations: dict[int, Allocation] = {}
+        self.bases: list[int] = []  # the allocations' pointers, sorted (a burn holds thousands)
         self.next_pointer = DEVICE_BASE
         self.registered: dict[int, int] = {}
         self.streams: dict[int, FakeStream] = {}
@@ -288,10 +290,10 @@ class FakeCuda:
 
     def device_view(self, pointer: int, nbytes: int, device: int | None = None) -> np.ndarray:
         """The bytes at a device pointer (any offset into an allocation)."""
-        with self.lock:  # another thread may be allocating or freeing
-            allocations = list(self.allocations.items())
-        for base, allocation in allocations:
-            if base <= pointer and pointer + nbytes <= base + allocation.memory.size:
+        found = self._allocation(pointer)
+        if found is not None:
+            base, allocation = found
+            if pointer + nbytes <= base + allocation.memory.size:
                 peers = self.devices[device].peers if device is not None else set()
                 if device is not None and allocation.device not in (device, *peers):
                     raise CUDARuntimeError(
@@ -301,10 +303,19 @@ class FakeCuda:
                 return allocation.memory[pointer - base : pointer - base + nbytes]
         raise CUDARuntimeError(f"cudaErrorInvalidValue: {pointer:#x}+{nbytes} is not device memory")
 
-    def _is_device(self, pointer: int) -> bool:
+    def _allocation(self, pointer: int) -> tuple[int, Allocation] | None:
+        """(base, allocation) holding `pointer`, read under the lock (another thread may
+        be allocating or freeing); None where no allocation holds it."""
         with self.lock:
-            allocations = list(self.allocations.items())
-        return any(b <= pointer < b + a.memory.size for b, a in allocations)
+            index = bisect.bisect_right(self.bases, pointer) - 1
+            if index < 0:
+                return None
+            base = self.bases[index]
+            allocation = self.allocations[base]
+        return (base, allocation) if pointer < base + allocation.memory.size else None
+
+    def _is_device(self, pointer: int) -> bool:
+        return self._allocation(pointer) is not None
 
     def host_view(self, pointer: int, nbytes: int) -> np.ndarray:
         with self.lock:
@@ -358,6 +369,7 @@ class FakeCuda:
             self.next_pointer += (size + 0xFFFF) & ~0xFFFF or 0x10000
             garbage = np.full(size, 0xFF, np.uint8)  # uninitialised memory is not zero
             self.allocations[pointer] = Allocation(device, garbage)
+            bisect.insort(self.bases, pointer)
             return pointer
 
     def free(self, ptr: int) -> None:
@@ -368,6 +380,7 @@ class FakeCuda:
         self.deviceSynchronize()  # cudaFree waits for the device
         with self.lock:
             del self.allocations[ptr]
+            self.bases.remove(ptr)
             self.devices[allocation.device].free_bytes += allocation.memory.size
 
     def hostRegister(self, ptr: int, size: int, flags: int) -> None:
@@ -423,12 +436,8 @@ class FakeCuda:
         self._enqueue(s, run, size / (NVLINK_GBS if peered else UNPEERED_GBS) / 1e9)
 
     def _owner(self, pointer: int) -> int:
-        with self.lock:
-            allocations = list(self.allocations.items())
-        for base, allocation in allocations:
-            if base <= pointer < base + allocation.memory.size:
-                return allocation.device
-        return -1
+        found = self._allocation(pointer)
+        return found[1].device if found is not None else -1
 
     def streamSynchronize(self, stream: int) -> None:
         device = self._call("streamSynchronize", stream)

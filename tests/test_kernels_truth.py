@@ -141,3 +141,38 @@ def test_check_reads_an_old_snapshots_impossible_figure_as_a_measurement_problem
     assert "WARNING" in lines[0].upper() and "CRITICAL" not in lines[0].upper()
     assert "measurement problem, not a GPU fault" in lines[0]
     assert "745" in lines[0] and "KRN001" not in result.stdout and "KRN007" not in result.stdout
+
+
+def test_the_gpu_benchmark_runs_through_the_fake_and_gives_a_verdict_per_figure(
+    cuda, monkeypatch, capsys
+) -> None:
+    """benchmarks/gpu_kernels.py's own logic on one fake GPU (its figures are the fake's,
+    no GPU's): each figure on one line with its reference or "no torch: reference
+    skipped", GEMM's events beside the wall clock, the burn in FP32 and BF16."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(
+        "gpu_kernels", REPO / "benchmarks" / "gpu_kernels.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cuda.devices = cuda.devices[:1]
+    cuda.devices[0].free_bytes = 4 << 20  # a small GPU: the burn's matrices fill 90% of it
+    monkeypatch.setattr(bench, "fused_triad_gbs", lambda gpu, n: 1950.0)  # CuPy's own kernel
+    monkeypatch.setattr(bench, "_torch", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["gpu_kernels", "--mib", "1", "--gemm-n", "128",
+                                      "--burn-seconds", "0.01", "--no-plans"])  # fmt: skip
+    try:
+        assert bench.main() == 0
+    finally:
+        device.use(cuda)  # main() hands the boundary back to CuPy at its end
+    lines = capsys.readouterr().out.splitlines()
+    by = {line[:36].strip(): line for line in lines[1:]}
+    assert "reference 1950" in by["gpu0 STREAM triad fp64 GB/s"]
+    assert "torch copy_: no torch: reference skipped" in by["gpu0 STREAM copy fp64 GB/s"]
+    for precision in gemm.PRECISIONS:
+        line = by[f"gpu0 {precision.upper()} GEMM TFLOP/s"]
+        assert "torch.matmul; events/wall " in line and "no torch: reference skipped" in line
+    assert by["gpu0 burn fp32"].split()[3] == "ok" and "0 not reproduced" in by["gpu0 burn bf16"]
+    assert "gpu0 h2d local GB/s" in by
