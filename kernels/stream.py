@@ -300,7 +300,12 @@ class CudaOperations:
         suffix = "f32" if self.dtype == np.float32 else "f64"
         self.kernels = {op: module.get_function(f"stream_{op}_{suffix}") for op in OPERATIONS}
         sms = cuda.deviceGetAttribute(cuda.cudaDevAttrMultiProcessorCount, device)
-        self.blocks = int(sms) * 4
+        # one 16-byte vector per thread (at least 4 blocks per SM): on an H100 at ea3500d,
+        # 1 GiB FP64, the triad went from 2904 GB/s at 4 blocks per SM to 3078 (1.013 of
+        # one fused CuPy triad) and the copy from 2841 to 3053 (1.027 of torch copy_)
+        # (../shared/realdata/h100-vm/FIGURES.md, "STREAM launch shape")
+        vectors = -(-n // (16 // self.dtype.itemsize))
+        self.blocks = max(int(sms) * 4, -(-vectors // self.THREADS))
         self.partial = cuda.malloc(self.blocks * self.dtype.itemsize)
         self.buffers = [self.partial]
         self.timer = Timer(cuda, self.stream)
