@@ -170,7 +170,8 @@ def burn_gpu(
     result matrices as fill `fill` of the free memory, each written by a cuBLAS GEMM
     (gemmEx in `precision`: BF16 and FP16 stress the tensor cores) round after round, and
     every product compared on the GPU with the first (bit for bit, NaNs counted). A
-    mismatch is confirmed before it counts (`_confirm`): the ones that do not reproduce are
+    round's mismatches are confirmed before they count and before the next round
+    overwrites the products (`_confirm`): the ones that do not reproduce are
     `unreproduced`, a measurement problem. Never run on a GPU in this project's CI: the
     tests run it through a strict NumPy fake."""
     from gpudiag.kernels.device import api, to_device, to_host
@@ -213,6 +214,7 @@ def burn_gpu(
         for _ in range(max(1, int(free * fill) // nbytes)):
             results.append(cuda.malloc(nbytes))
         report.matrices = len(results)
+        seen = (0, 0)  # the counts so far (one counter, added to round after round)
         started = time.perf_counter()
         while time.perf_counter() - started < seconds:
             if cancel is not None and cancel.is_set():
@@ -226,14 +228,17 @@ def burn_gpu(
                 check(product)
             totals = to_host(cuda, counts, np.empty(2, np.uint64), engine.stream)  # a sync
             report.iterations += len(results)
-            report.mismatches, report.nans = int(totals[0]), int(totals[1])
+            found = (int(totals[0]) - seen[0], int(totals[1]) - seen[1])  # this round's
+            seen = (int(totals[0]), int(totals[1]))
+            if found != (0, 0):  # before the next round overwrites the products
+                _confirm(cuda, engine, report, results, check, inputs, rows, found[0])
+                if report.error:
+                    break
             if progress is not None:
                 progress(min(1.0, (time.perf_counter() - started) / seconds))
         report.seconds = time.perf_counter() - started
         if report.seconds > 0:
             report.gflops = 2.0 * n**3 * report.iterations / report.seconds / 1e9
-        if report.mismatches or report.nans:
-            _confirm(cuda, engine, report, results, check, inputs, rows)
         return report
     finally:
         engine.c = reference
@@ -251,8 +256,10 @@ def _confirm(
     check: Callable[[int, int], None],
     inputs: tuple[np.ndarray, np.ndarray],
     rows: np.ndarray,
+    found: int,
 ) -> None:
-    """Confirm the burn's mismatches before they count: after a full device synchronise,
+    """Confirm a round's `found` mismatches before they count (added to the report's
+    mismatches and NaNs, the rest to its `unreproduced`): after a full device synchronise,
     compare every result matrix with the reference again; one that still differs has its
     sampled rows compared with a float64 product on the host (wrong there: its mismatches
     count), else it is recomputed and compared once more (what still differs counts). The
@@ -306,8 +313,9 @@ def _confirm(
             f"the burn's first product differs from float64 on the host: relative error "
             f"{wrong_reference:.3g} exceeds {TOLERANCE[precision]:g}"
         )
-    report.unreproduced = max(0, report.mismatches - mismatches)
-    report.mismatches, report.nans = mismatches, nans
+    report.unreproduced += max(0, found - mismatches)
+    report.mismatches += mismatches
+    report.nans += nans
 
 
 def burn_gpus(

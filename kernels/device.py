@@ -213,6 +213,50 @@ def host_clock(cuda: Any) -> Callable[[], float]:
     return getattr(cuda, "host_clock", None) or time.perf_counter
 
 
+WALL_AGREEMENT = 0.10  # CUDA events and the synchronised wall clock agree this well,
+WALL_SLACK_S = 1e-4  # give or take the host's few CUDA calls around the batch
+WALL_TRIES = 3  # a disagreement is measured again (a preempted host) before it counts
+
+
+def events_against_wall(
+    cuda: Any, device: int, timer: Timer, work: Callable[[], None]
+) -> tuple[float, float]:
+    """(event seconds, wall seconds) of `work` between `timer`'s events, the wall clock
+    taken between two device synchronisations: work the events missed (on another stream)
+    still takes wall time."""
+    clock = host_clock(cuda)
+    cuda.setDevice(device)
+    cuda.deviceSynchronize()
+    started = clock()
+    timer.start()
+    work()
+    timer.stop()
+    cuda.deviceSynchronize()
+    wall = clock() - started
+    return timer.seconds(), wall
+
+
+def timing_inconsistency(
+    measure: Callable[[], tuple[float, float]], what: str, count: int
+) -> tuple[str, float]:
+    """("timing inconsistent: ..." or "", events / wall): `measure` (events_against_wall)
+    up to WALL_TRIES times until the two agree within WALL_AGREEMENT (plus WALL_SLACK_S);
+    `count` pieces of `what` were in the batch."""
+    reason, ratio = "", 1.0
+    for _ in range(WALL_TRIES):
+        events, wall = measure()
+        ratio = events / wall if wall > 0 else 0.0
+        if abs(wall - events) <= WALL_AGREEMENT * wall + WALL_SLACK_S:
+            return "", ratio
+        reason = (
+            f"timing inconsistent: CUDA events {events / count * 1e3:.4g} ms per {what}, the "
+            f"wall clock between device synchronisations {wall / count * 1e3:.4g} ms "
+            f"({count} per batch, {WALL_TRIES} tries): the events did not time the work, a "
+            "measurement problem, not a GPU figure"
+        )
+    return reason, ratio
+
+
 def to_device(cuda: Any, host: np.ndarray, stream: Any) -> int:
     """A new device buffer holding `host` (copied and synchronised)."""
     pointer = cuda.malloc(host.nbytes)

@@ -214,9 +214,6 @@ CUBLAS_TYPES = {
 }
 SAMPLE_SECONDS = 0.05  # each timed sample is a batch of back-to-back GEMMs this long
 MAX_BATCH = 200
-WALL_AGREEMENT = 0.10  # events and the synchronised wall clock of a batch agree this well,
-WALL_SLACK_S = 1e-4  # give or take the host's few CUDA calls around the batch
-WALL_TRIES = 3  # a disagreement is measured again (a preempted host) before it counts
 
 
 class CublasGemm:
@@ -296,22 +293,14 @@ class CublasGemm:
 
     def against_wall(self, batch: int) -> tuple[float, float]:
         """(event seconds, wall seconds) of one batch of `batch` GEMMs between two device
-        synchronisations: the events on the engine's stream against the host's clock
-        around everything the device did (a GEMM the events missed still takes wall
-        time)."""
-        from gpudiag.kernels.device import host_clock
+        synchronisations (device.events_against_wall)."""
+        from gpudiag.kernels.device import events_against_wall
 
-        cuda, clock = self.cuda, host_clock(self.cuda)
-        cuda.setDevice(self.device)
-        cuda.deviceSynchronize()
-        started = clock()
-        self.timer.start()
-        for _ in range(batch):
-            self.multiply()
-        self.timer.stop()
-        cuda.deviceSynchronize()
-        wall = clock() - started
-        return self.timer.seconds(), wall
+        def work() -> None:
+            for _ in range(batch):
+                self.multiply()
+
+        return events_against_wall(self.cuda, self.device, self.timer, work)
 
     def product(self) -> np.ndarray:
         """C on the host, decoded to floats, after the stream's work."""
@@ -392,19 +381,11 @@ def run_gpu_gemm(
             index += 1
             if progress is not None:
                 progress(progress_fraction(index, rounds, started, seconds))
-        inconsistent = ""
-        for _ in range(WALL_TRIES):
-            events, wall = engine.against_wall(batch)
-            ratio = events / wall if wall > 0 else 0.0
-            if abs(wall - events) <= WALL_AGREEMENT * wall + WALL_SLACK_S:
-                inconsistent = ""
-                break
-            inconsistent = (
-                f"timing inconsistent: CUDA events {events / batch * 1e3:.4g} ms per GEMM, the "
-                f"wall clock between device synchronisations {wall / batch * 1e3:.4g} ms "
-                f"(batch {batch}, {WALL_TRIES} tries): the events did not time the GEMMs, a "
-                "measurement problem, not a GPU figure"
-            )
+        from gpudiag.kernels.device import timing_inconsistency
+
+        inconsistent, ratio = timing_inconsistency(
+            lambda: engine.against_wall(batch), "GEMM", batch
+        )
         params += (("event_over_wall", round(ratio, 3)),)
         error = check_product(checked_a, checked_b, engine.product(), precision, rows)
     finally:

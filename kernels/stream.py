@@ -385,6 +385,21 @@ class CudaOperations:
             self._read_dot(arrays)
         return seconds
 
+    def against_wall(self, operation: str, arrays: StreamArrays) -> tuple[float, float]:
+        """(event seconds, wall seconds) of LAUNCHES launches of `operation` between two
+        device synchronisations (device.events_against_wall); the arrays are left as one
+        run leaves them."""
+        from gpudiag.kernels.device import events_against_wall
+
+        def work() -> None:
+            for _ in range(self.LAUNCHES):
+                self._launch(operation, arrays)
+
+        measured = events_against_wall(self.cuda, self.device, self.timer, work)
+        if operation == "dot":
+            self._read_dot(arrays)
+        return measured
+
     def fetch(self, arrays: StreamArrays) -> StreamArrays:
         """The arrays copied to the host for verification (after the stream's work)."""
         from gpudiag.kernels.device import to_host
@@ -497,6 +512,17 @@ def run_stream(
         verify(ops.fetch(arrays), since_reset, dot_bound)
     except VerificationError as exc:
         return ended(ProbeStatus.ERROR, f"verification failed: {exc}")
+    against_wall = getattr(ops, "against_wall", None)  # a GPU's CUDA events
+    if against_wall is not None:
+        from gpudiag.kernels.device import timing_inconsistency
+
+        launches = getattr(ops, "LAUNCHES", 1)
+        inconsistent, ratio = timing_inconsistency(
+            lambda: against_wall("triad", arrays), "triad", launches
+        )
+        if inconsistent:
+            return ended(ProbeStatus.ERROR, inconsistent)
+        params += (("event_over_wall", round(ratio, 3)),)
     return [
         KernelResult(
             "stream",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gpudiag.hostfs import HostFS
@@ -176,3 +177,22 @@ def test_the_gpu_benchmark_runs_through_the_fake_and_gives_a_verdict_per_figure(
         assert "torch.matmul; events/wall " in line and "no torch: reference skipped" in line
     assert by["gpu0 burn fp32"].split()[3] == "ok" and "0 not reproduced" in by["gpu0 burn bf16"]
     assert "gpu0 h2d local GB/s" in by
+
+
+def test_stream_kernels_the_events_miss_are_an_error(cuda) -> None:
+    """STREAM's timing events on another stream than its launches (the class of fault
+    of ea3500d's GEMM): the kernels verify, but the triad's events disagree with the wall
+    clock between device synchronisations, so no figure is given."""
+    from gpudiag.kernels import stream
+    from gpudiag.kernels.device import Timer
+
+    ops = stream.CudaOperations(1 << 20, np.float64, 0)
+    ops.timer.close()
+    ops.timer = Timer(cuda, cuda.Stream(non_blocking=True))
+    try:
+        results = stream.run_stream(ops, device="gpu0", trials=2, warmup=0)
+    finally:
+        ops.close()
+    assert {r.status for r in results} == {ProbeStatus.ERROR}
+    assert results[3].error.startswith("timing inconsistent: CUDA events "), results[3].error
+    assert "per triad" in results[3].error
