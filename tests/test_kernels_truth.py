@@ -55,6 +55,25 @@ def test_a_right_fp64_tensor_core_figure_is_not_called_impossible() -> None:
     assert shares["gpu.0.kernel.timing_consistent"] is True
 
 
+def test_every_gemm_has_its_share_of_peak_on_the_kernels_screen_and_in_the_export() -> None:
+    """The H100's figures of FIGURES.md (after the stream fix): a share for each of the
+    five precisions; an impossible figure of an old snapshot says so in that column."""
+    from gpudiag import views
+
+    figures = {"fp64": 56.1, "fp32": 49.9, "tf32": 374.0, "fp16": 688.7, "bf16": 718.8}
+    results = [_gemm(p, v) for p, v in figures.items()]
+    readings = {r.key: r for r in kernel_readings(results, {}, H100)}
+    peaks = {"fp64": 67, "fp32": 67, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5}
+    for precision, value in figures.items():
+        share = readings[f"gpu.0.kernel.gemm.{precision}.share_of_peak"].value
+        assert share == pytest.approx(value / peaks[precision], abs=1e-3)
+    rows = {row[0]: row for row in views.kernel_table(results, readings).rows}
+    assert rows["gemm.fp64"][5] == "84%" and rows["gemm.bf16"][5] == "73%"
+    old = [_gemm("fp64", 745.0)]
+    shown = views.kernel_table(old, {r.key: r for r in kernel_readings(old, {}, H100)})
+    assert shown.rows[0][5] == "impossible"
+
+
 @pytest.mark.parametrize(
     ("result", "bound"),
     [
