@@ -1,19 +1,25 @@
-"""gpudiag's GPU kernels beside their references, in the same run, on a GPU node.
+"""gpudiag's GPU kernels beside their references, in the same run: the one command a GPU node gets.
 
     python benchmarks/gpu_kernels.py [--gpus 0,1,...] [--gemm-n 8192] [--mib 1024]
+                                     [--burn-seconds 20] [--no-plans]
 
-The issue-17 targets, each measured here the day a GPU node is lent (this script has NEVER
-RUN ON A GPU: no GPU was available while it was written, so no figure is claimed):
+Per GPU, every figure with its reference measured the same minute, event time beside the
+wall clock, and a one-line verdict against the issue-25 targets:
 
-    STREAM triad FP64        >= 90% of the GPU model's datasheet memory bandwidth
-    BF16 GEMM                within 3% of torch.matmul on bf16 tensors (where PyTorch is)
-    host-to-device (local)   >= 50 GB/s on PCIe Gen5 x16; nvbandwidth's
-                             host_to_device_memcpy_ce beside it where nvbandwidth is on PATH
-    all-reduce busbw         within 5% of nccl-tests' all_reduce_perf at the same size
-                             (where all_reduce_perf is on PATH; two or more GPUs)
+    STREAM triad FP64     >= 0.98 of one fused CuPy ElementwiseKernel triad (event-timed)
+    STREAM copy FP64      >= 0.98 of torch `copy_` (event-timed)
+    GEMM n=8192           >= 0.97 of torch.matmul in every precision (FP64, FP32 with TF32
+                          off, TF32 with TF32 allowed, FP16, BF16); the figure also under
+                          the model's physical peak, and its CUDA events within 10% of the
+                          wall clock between device synchronisations
+    burn FP32 and BF16    0 confirmed mismatches, 0 NaNs (unreproduced ones are listed)
+    h2d local             beside nvbandwidth's host_to_device_memcpy_ce (where on PATH)
+    all-reduce busbw      beside nccl-tests' all_reduce_perf (where on PATH, 2+ GPUs)
+    --kernels quick/full  the whole `gpudiag --export --kernels` command timed (full < 150 s)
 
-A reference that is not installed is printed as "not measured" with the reason, never
-guessed. Exits 3 with one line where CUDA sees no GPU.
+torch is no dependency of gpudiag: without it every torch reference prints "no torch:
+reference skipped", never a guess. THIS SCRIPT HAS NEVER RUN ON A GPU: it was written
+without one (no GPU figure is claimed); exits 3 with one line where CUDA sees no GPU.
 """
 
 from __future__ import annotations
@@ -21,36 +27,113 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
+import statistics
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from gpudiag.hostfs import HostFS
-from gpudiag.kernels import allreduce, copies, device, gemm, stream
-from gpudiag.kernels.runner import KernelUnavailable, gpu_count, numa_cpus, usable_cpus
+from gpudiag.kernels import allreduce, burn, copies, device, gemm, stream
+from gpudiag.kernels.readings import impossible
+from gpudiag.kernels.runner import (
+    KernelUnavailable,
+    gpu_count,
+    gpu_numa_nodes,
+    gpu_peaks,
+    numa_cpus,
+    usable_cpus,
+)
+from gpudiag.model import KernelResult
+
+NO_TORCH = "no torch: reference skipped"
+TORCH_DTYPES = {"fp64": "float64", "fp32": "float32", "tf32": "float32", "fp16": "float16",
+                "bf16": "bfloat16"}  # fmt: skip
 
 
-def torch_bf16_tflops(gpu: int, n: int, batch: int = 50) -> str:
-    """torch.matmul on n x n bf16 tensors, CUDA-event timed batches; or why not."""
+def _torch() -> Any:
     try:
         import torch
     except ImportError:
-        return "not measured (PyTorch is not installed)"
+        return None
+    return torch
+
+
+def event_timed(run: Callable[[], None], batch: int, events: Callable[[], Any]) -> float:
+    """Median seconds per call of `run`, batches of `batch` between two events (`events`
+    makes one: CuPy's or torch's), five batches after a warm-up call."""
+    run()
+    seconds = []
+    for _ in range(5):
+        start, stop = events(), events()
+        start.record()
+        for _ in range(batch):
+            run()
+        stop.record()
+        stop.synchronize()
+        elapsed = (
+            start.elapsed_time(stop) / 1000.0
+            if hasattr(start, "elapsed_time")
+            else _cupy_elapsed(start, stop)
+        )
+        seconds.append(elapsed / batch)
+    return statistics.median(seconds)
+
+
+def _cupy_elapsed(start: Any, stop: Any) -> float:
+    import cupy
+
+    return float(cupy.cuda.get_elapsed_time(start, stop)) / 1000.0
+
+
+def fused_triad_gbs(gpu: int, n: int) -> float:
+    """One fused CuPy ElementwiseKernel `a = b + s * c` on float64, event-timed."""
+    import cupy
+
+    with cupy.cuda.Device(gpu):
+        triad = cupy.ElementwiseKernel("T b, T c, T s", "T a", "a = b + s * c", "gpudiag_ref")
+        b, c = cupy.full(n, 0.2), cupy.full(n, 0.1)
+        a = cupy.empty(n)
+        s = np.float64(0.4)
+        seconds = event_timed(lambda: triad(b, c, s, a), 20, cupy.cuda.Event)
+    return 3 * 8 * n / seconds / 1e9
+
+
+def torch_copy_gbs(gpu: int, n: int) -> float | None:
+    """torch `copy_` of n float64, event-timed; None without torch."""
+    torch = _torch()
+    if torch is None:
+        return None
     with torch.cuda.device(gpu):
-        a = torch.rand((n, n), device="cuda", dtype=torch.bfloat16)
-        b = torch.rand((n, n), device="cuda", dtype=torch.bfloat16)
-        torch.matmul(a, b)
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        samples = []
-        for _ in range(5):
-            start.record()
-            for _ in range(batch):
-                torch.matmul(a, b)
-            stop.record()
-            stop.synchronize()
-            samples.append(2.0 * n**3 * batch / (start.elapsed_time(stop) / 1000) / 1e12)
-    return f"{np.median(samples):.1f} TFLOP/s"
+        a = torch.full((n,), 0.1, dtype=torch.float64, device="cuda")
+        c = torch.empty_like(a)
+        seconds = event_timed(lambda: c.copy_(a), 20, lambda: torch.cuda.Event(True))
+    return 2 * 8 * n / seconds / 1e9
+
+
+def torch_gemm_tflops(gpu: int, precision: str, n: int) -> float | None:
+    """torch.matmul on n x n tensors of the precision (TF32 allowed for tf32 only),
+    event-timed; None without torch."""
+    torch = _torch()
+    if torch is None:
+        return None
+    allowed = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    try:
+        with torch.cuda.device(gpu):
+            dtype = getattr(torch, TORCH_DTYPES[precision])
+            a = torch.rand((n, n), device="cuda", dtype=dtype) * 2 - 1
+            b = torch.rand((n, n), device="cuda", dtype=dtype) * 2 - 1
+            batch = max(2, min(50, int(5e12 / n**3)))
+            seconds = event_timed(lambda: torch.matmul(a, b), batch, lambda: torch.cuda.Event(True))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allowed
+    return 2.0 * n**3 / seconds / 1e12
 
 
 def external(command: list[str], pattern: str) -> str:
@@ -62,11 +145,63 @@ def external(command: list[str], pattern: str) -> str:
     return found.group(1) if found else f"not measured ({command[0]} printed no figure)"
 
 
+def median(result: KernelResult) -> float | None:
+    return result.stats.median if result.stats is not None else None
+
+
+def row(figure: str, ours: KernelResult | float | None, reference: float | None, target: float,
+        note: str = "", peaks: dict[str, Any] | None = None) -> None:  # fmt: skip
+    """One figure: gpudiag's, the reference, their ratio and the verdict in one line."""
+    if isinstance(ours, KernelResult):
+        why = ours.error if ours.error else impossible(ours, peaks or {})
+        value = None if why else median(ours)
+    else:
+        why, value = "", ours
+    if value is None:
+        print(f"{figure:<36} {'ERROR':>10}   {why or 'no figure'}")
+        return
+    if reference is None:
+        print(f"{figure:<36} {value:>10.4g}   {note}: {NO_TORCH}, no verdict")
+        return
+    ratio = value / reference
+    verdict = "target met" if ratio >= target else f"below the target {target:g}"
+    print(f"{figure:<36} {value:>10.4g}   reference {reference:.4g}, {ratio:.3f}: {verdict}"
+          + (f" ({note})" if note else ""))  # fmt: skip
+
+
+def burn_line(gpu: int, n: int, seconds: float, precision: str) -> None:
+    report = burn.burn_gpu(gpu, n, seconds, precision=precision)
+    verdict = "FAULTY" if report.faulty else "ok"
+    print(
+        f"{f'gpu{gpu} burn {precision}':<36} {verdict:>10}   {report.mismatches} mismatches, "
+        f"{report.nans} NaNs, {report.unreproduced} not reproduced, {report.iterations} "
+        f"products, {report.gflops / 1000:.4g} TFLOP/s"
+        + (f", {report.error}" if report.error else "")
+    )
+
+
+def time_plan(plan: str, limit: float | None) -> None:
+    """The whole `gpudiag --export FILE --kernels PLAN` command, timed."""
+    with tempfile.TemporaryDirectory() as folder:
+        started = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "gpudiag", "--export", str(Path(folder) / "node.toml"),
+             "--kernels", plan],
+            capture_output=True, text=True, timeout=1800, check=False,
+        )  # fmt: skip
+        took = time.perf_counter() - started
+    verdict = "" if limit is None else (": target met" if took < limit else f": over {limit:g} s")
+    print(f"{f'--kernels {plan} (whole export) s':<36} {took:>10.1f}   exit {done.returncode}"
+          f"{verdict}")  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", help="CUDA indices, comma-separated (default: all)")
     parser.add_argument("--gemm-n", type=int, default=8192)
     parser.add_argument("--mib", type=int, default=1024, help="STREAM array and copy size")
+    parser.add_argument("--burn-seconds", type=float, default=20.0)
+    parser.add_argument("--no-plans", action="store_true", help="skip timing --kernels quick/full")
     args = parser.parse_args()
     try:
         count = gpu_count()
@@ -74,38 +209,38 @@ def main() -> int:
         print(f"gpu_kernels: {exc}", file=sys.stderr)
         return 3
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else list(range(count))
-    size = args.mib * 2**20
-    print(f"{'figure':<34} {'gpudiag':>14}   reference")
+    size, host = args.mib * 2**20, HostFS("/")
+    print(f"{'figure':<36} {'gpudiag':>10}   reference, ratio: verdict")
     for gpu in gpus:
+        cuda = device.api()
+        peaks = gpu_peaks(host, cuda.deviceGetPCIBusId(gpu))
         ops = stream.CudaOperations(size // 8, np.float64, gpu)
         try:
-            triad = {r.metric: r for r in stream.run_stream(ops, device=f"gpu{gpu}")}["triad"]
+            by = {r.metric: r for r in stream.run_stream(ops, device=f"gpu{gpu}")}
         finally:
             ops.close()
-        print(
-            f"{f'gpu{gpu} STREAM triad fp64 GB/s':<34} {triad.stats.median:>14.1f}   "
-            "the model's datasheet bandwidth (gpudiag --export --kernels full: share_of_peak)"
-        )
-        bf16 = gemm.run_gpu_gemm(gpu, "bf16", args.gemm_n, 5)
-        print(
-            f"{f'gpu{gpu} BF16 GEMM TFLOP/s':<34} {bf16.stats.median:>14.1f}   "
-            f"torch.matmul: {torch_bf16_tflops(gpu, args.gemm_n)}"
-        )
-    nodes = usable_cpus(numa_cpus(HostFS("/")))
+        row(f"gpu{gpu} STREAM triad fp64 GB/s", by["triad"], fused_triad_gbs(gpu, size // 8),
+            0.98, "fused CuPy triad", peaks)  # fmt: skip
+        copy_ref = torch_copy_gbs(gpu, size // 8)
+        row(f"gpu{gpu} STREAM copy fp64 GB/s", by["copy"], copy_ref, 0.98, "torch copy_", peaks)
+        for precision in gemm.PRECISIONS:
+            result = gemm.run_gpu_gemm(gpu, precision, args.gemm_n, 5)
+            ratio = dict(result.params).get("event_over_wall")
+            reference = torch_gemm_tflops(gpu, precision, args.gemm_n)
+            name = f"gpu{gpu} {precision.upper()} GEMM TFLOP/s"
+            row(name, result, reference, 0.97, f"torch.matmul; events/wall {ratio}", peaks)
+        for precision in ("fp32", "bf16"):
+            burn_line(gpu, args.gemm_n, args.burn_seconds, precision)
+    nodes = usable_cpus(numa_cpus(host))
     engine = copies.CudaEngine(gpus[:1], nodes)
     try:
-        from gpudiag.kernels.runner import gpu_numa_nodes
-
         h2d = copies.run_host_copies(
-            engine, gpu_numa_nodes(HostFS("/"), gpus[:1]), sorted(nodes), nbytes=size
+            engine, gpu_numa_nodes(host, gpus[:1]), sorted(nodes), nbytes=size
         )[0]
     finally:
         engine.close()
     nvbw = external(["nvbandwidth", "-t", "host_to_device_memcpy_ce"], r"SUM \S+ ([\d.]+)")
-    print(
-        f"{f'gpu{gpus[0]} h2d local GB/s':<34} {h2d.stats.median:>14.1f}   "
-        f"target 50 (Gen5 x16); nvbandwidth: {nvbw}"
-    )
+    print(f"{f'gpu{gpus[0]} h2d local GB/s':<36} {median(h2d) or 0:>10.4g}   nvbandwidth: {nvbw}")
     if len(gpus) >= 2:
         results = allreduce.run_allreduce(gpus, max_bytes=size)
         busbw = {r.metric: r for r in results}["busbw"]
@@ -116,11 +251,12 @@ def main() -> int:
             # in-place time algbw busbw: in-place, as gpudiag's
             rf"^\s*{top}\s+\d+\s+float\s+sum\s+-?\d+(?:\s+\S+){{4}}\s+\S+\s+\S+\s+([\d.]+)",
         )
-        print(
-            f"{'all-reduce busbw GB/s':<34} {busbw.stats.median:>14.1f}   "
-            f"nccl-tests all_reduce_perf: {nccl}"
-        )
+        print(f"{'all-reduce busbw GB/s':<36} {median(busbw) or 0:>10.4g}   "
+              f"nccl-tests all_reduce_perf: {nccl}")  # fmt: skip
     device.use(None)
+    if not args.no_plans:
+        time_plan("quick", None)
+        time_plan("full", 150.0)
     return 0
 
 

@@ -396,6 +396,11 @@ def _run_kernels(args: argparse.Namespace) -> int:
             f"burn           {report.device:<12} {verdict}: {report.iterations} "
             f"products in {report.seconds:.1f} s ({report.gflops:.4g} GFLOP/s), "
             f"{report.mismatches} mismatches, {report.nans} NaNs"
+            + (
+                f", measurement problem: {report.unreproduced} mismatches not reproduced"
+                if report.unreproduced
+                else ""
+            )
             + (f", {report.error}" if report.error else "")
             + (f", {len(report.samples)} NVML samples" if report.samples else "")
         )

@@ -43,6 +43,7 @@ PROFILE_FIELDS = {
     "max_mem_clock_mhz",
     "memory_bandwidth_gbs",
     "fp64_tflops",
+    "fp64_tensor_tflops",
     "fp32_tflops",
     "tf32_tflops",
     "bf16_tflops",

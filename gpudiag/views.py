@@ -408,6 +408,9 @@ def kernel_table(
         prefix = device_prefix(k.device)
         share = readings.get(f"{prefix}kernel.{metric_key(k)}.share_of_peak") if prefix else None
         of_peak = f"{float(share.value):.0%}" if share is not None and share.ok else ""  # type: ignore[arg-type]
+        figure = readings.get(f"{prefix}kernel.{metric_key(k)}") if prefix else None
+        if figure is not None and "timing inconsistent" in figure.reason:  # above any peak
+            of_peak = "impossible"
         if k.stats is not None:
             s = k.stats
             rows.append(

@@ -55,6 +55,7 @@ class BurnReport:
     samples: list[dict[str, Any]] = field(default_factory=list)
     precision: str = "fp32"
     matrices: int = 0
+    unreproduced: int = 0  # mismatches the confirmation did not reproduce (not a fault)
 
     @property
     def faulty(self) -> bool:
@@ -168,10 +169,13 @@ def burn_gpu(
     """gpu-burn on one GPU through the device boundary: A and B once, then as many n x n
     result matrices as fill `fill` of the free memory, each written by a cuBLAS GEMM
     (gemmEx in `precision`: BF16 and FP16 stress the tensor cores) round after round, and
-    every product compared on the GPU with the first (bit for bit, NaNs counted). Never
-    run on a GPU in this project's CI: the tests run it through a strict NumPy fake."""
+    every product compared on the GPU with the first (bit for bit, NaNs counted). A
+    round's mismatches are confirmed before they count and before the next round
+    overwrites the products (`_confirm`): the ones that do not reproduce are
+    `unreproduced`, a measurement problem. Never run on a GPU in this project's CI: the
+    tests run it through a strict NumPy fake."""
     from gpudiag.kernels.device import api, to_device, to_host
-    from gpudiag.kernels.gemm import CublasGemm
+    from gpudiag.kernels.gemm import CHECKED_ROWS, CublasGemm
 
     cuda = cuda or api()
     report = BurnReport(f"gpu{gpu}", precision=precision)
@@ -181,7 +185,8 @@ def burn_gpu(
     counts = 0
     try:
         rng = np.random.default_rng(0)
-        engine.upload(rng.uniform(-1, 1, (n, n)), rng.uniform(-1, 1, (n, n)))
+        inputs = engine.upload(rng.uniform(-1, 1, (n, n)), rng.uniform(-1, 1, (n, n)))
+        rows = rng.choice(n, size=min(CHECKED_ROWS, n), replace=False)
         width, exponent, mantissa = MASKS[precision]
         word = WORDS[width]
         words = n * n * np.dtype(engine.host_dtype).itemsize // (width // 8)
@@ -192,9 +197,9 @@ def burn_gpu(
         counts = to_device(cuda, np.zeros(2, np.uint64), engine.stream)
         blocks = (max(1, min(1024, (words + COMPARE_THREADS - 1) // COMPARE_THREADS)),)
 
-        def check(product: int) -> None:
+        def check(product: int, into: int = 0) -> None:
             args = (np.uint64(product), np.uint64(reference), np.uint64(words),
-                    word(exponent), word(mantissa), np.uint64(counts))  # fmt: skip
+                    word(exponent), word(mantissa), np.uint64(into or counts))  # fmt: skip
             compare(blocks, (COMPARE_THREADS,), args, stream=engine.stream)
 
         engine.multiply()  # the reference product, into engine.c
@@ -209,6 +214,7 @@ def burn_gpu(
         for _ in range(max(1, int(free * fill) // nbytes)):
             results.append(cuda.malloc(nbytes))
         report.matrices = len(results)
+        seen = (0, 0)  # the counts so far (one counter, added to round after round)
         started = time.perf_counter()
         while time.perf_counter() - started < seconds:
             if cancel is not None and cancel.is_set():
@@ -222,7 +228,12 @@ def burn_gpu(
                 check(product)
             totals = to_host(cuda, counts, np.empty(2, np.uint64), engine.stream)  # a sync
             report.iterations += len(results)
-            report.mismatches, report.nans = int(totals[0]), int(totals[1])
+            found = (int(totals[0]) - seen[0], int(totals[1]) - seen[1])  # this round's
+            seen = (int(totals[0]), int(totals[1]))
+            if found != (0, 0):  # before the next round overwrites the products
+                _confirm(cuda, engine, report, results, check, inputs, rows, found[0])
+                if report.error:
+                    break
             if progress is not None:
                 progress(min(1.0, (time.perf_counter() - started) / seconds))
         report.seconds = time.perf_counter() - started
@@ -235,6 +246,76 @@ def burn_gpu(
         for pointer in [*results, *([counts] if counts else [])]:
             cuda.free(pointer)
         engine.close()
+
+
+def _confirm(
+    cuda: Any,
+    engine: Any,
+    report: BurnReport,
+    results: list[int],
+    check: Callable[[int, int], None],
+    inputs: tuple[np.ndarray, np.ndarray],
+    rows: np.ndarray,
+    found: int,
+) -> None:
+    """Confirm a round's `found` mismatches before they count (added to the report's
+    mismatches and NaNs, the rest to its `unreproduced`): after a full device synchronise,
+    compare every result matrix with the reference again; one that still differs has its
+    sampled rows compared with a float64 product on the host (wrong there: its mismatches
+    count), else it is recomputed and compared once more (what still differs counts). The
+    reference's sampled rows are checked against the host's too (wrong: the burn's error).
+    The rest of the mismatches are `unreproduced`: read before the GPU had written them,
+    a measurement problem, not a GPU fault.
+    Never run on a GPU in this project's CI (the tests use the device fake)."""
+    from gpudiag.kernels.device import to_device, to_host
+    from gpudiag.kernels.gemm import TOLERANCE, check_product
+
+    reference, precision = engine.c, report.precision
+    cuda.setDevice(int(report.device.removeprefix("gpu")))
+    cuda.deviceSynchronize()
+    scratch = to_device(cuda, np.zeros(2, np.uint64), engine.stream)
+    seen = np.zeros(2, np.uint64)
+
+    def count(product: int) -> tuple[int, int]:
+        nonlocal seen
+        check(product, scratch)
+        now = to_host(cuda, scratch, np.empty(2, np.uint64), engine.stream)
+        delta, seen = now - seen, now
+        return int(delta[0]), int(delta[1])
+
+    def host_error(product: int) -> float:
+        engine.c = product
+        try:
+            return check_product(*inputs, engine.product(), precision, rows)
+        finally:
+            engine.c = reference
+
+    mismatches = nans = 0
+    try:
+        wrong_reference = host_error(reference)
+        for product in results:
+            first = count(product)
+            if first == (0, 0):
+                continue
+            if not host_error(product) <= TOLERANCE[precision]:  # wrong as it stands
+                mismatches, nans = mismatches + first[0], nans + first[1]
+                continue
+            engine.c = product
+            engine.multiply()
+            engine.c = reference
+            cuda.deviceSynchronize()
+            again = count(product)
+            mismatches, nans = mismatches + again[0], nans + again[1]
+    finally:
+        cuda.free(scratch)
+    if not wrong_reference <= TOLERANCE[precision]:
+        report.error = (
+            f"the burn's first product differs from float64 on the host: relative error "
+            f"{wrong_reference:.3g} exceeds {TOLERANCE[precision]:g}"
+        )
+    report.unreproduced += max(0, found - mismatches)
+    report.mismatches += mismatches
+    report.nans += nans
 
 
 def burn_gpus(
@@ -341,6 +422,8 @@ def burn_results(report: BurnReport, n: int) -> list[KernelResult]:
         ("mismatches", "count", float(report.mismatches)),
         ("nans", "count", float(report.nans)),
     )
+    if report.device.startswith("gpu"):  # confirmed on the GPU; the rest not reproduced
+        totals += (("unreproduced", "count", float(report.unreproduced)),)
     results = [
         KernelResult("burn", report.device, metric, unit, ProbeStatus.OK, (value,), params=params)
         for metric, unit, value in totals

@@ -7,6 +7,24 @@ The tests replace the whole object with a strict NumPy fake (tests/fakecuda.py) 
 entries are checked against these real functions' signatures and constants in the
 installed CuPy. This module has never run on a GPU in this project's CI.
 
+How each entry takes its stream (read against CuPy 14's source; the fake takes them the
+same way, tests/fakecuda.py):
+- from CuPy's CURRENT stream (per thread and device; the legacy default stream, which
+  waits for and delays every blocking stream, unless `with stream:` or `stream.use()`
+  made another current): `cublas_gemmEx` (cupy_backends.cuda.libs.cublas calls
+  `setStream(handle, get_current_stream_ptr())` before every cuBLAS call, so a stream set
+  on the handle beforehand with `cublas_setStream` is overwritten): the kernels make
+  their engine's stream current around every gemmEx (`gemm.CublasGemm.multiply`);
+  `RawKernel.__call__` without `stream=` (cupy.cuda.function): the kernels always pass
+  `stream=`.
+- from the stream handle passed, never the current stream: `memcpyAsync`,
+  `memcpyPeerAsync`, `streamSynchronize`, `streamWaitEvent`, `eventRecord` (runtime
+  calls: the pointer given), `NcclCommunicator.allReduce` (its `stream` argument),
+  `RawKernel.__call__` with `stream=`.
+- no stream: `deviceSynchronize` (every stream of the current device), `eventSynchronize`,
+  `eventElapsedTime`, `malloc`, `free` (waits for the device), `hostRegister`, and the
+  device and property queries.
+
 Pointers, not CuPy arrays: device memory is `malloc`ed, host memory is NumPy arrays
 registered with `hostRegister` (pinned, as nvbandwidth's are), and results come back with
 `memcpyAsync` and a synchronisation, so that every data movement is one visible call.
@@ -15,7 +33,8 @@ registered with `hostRegister` (pinned, as nvbandwidth's are), and results come 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -66,6 +85,7 @@ ENTRIES: dict[str, tuple[str, str]] = {
         )
     },
     "Stream": ("cupy.cuda", "Stream"),
+    "get_current_stream": ("cupy.cuda", "get_current_stream"),
     "RawModule": ("cupy", "RawModule"),
     **{
         f"cublas_{name}": (_CUBLAS, name)
@@ -95,6 +115,9 @@ METHODS: dict[str, tuple[str, str]] = {
     "NcclCommunicator.destroy": ("cupy_backends.cuda.libs.nccl", "NcclCommunicator.destroy"),
     "RawModule.get_function": ("cupy", "RawModule.get_function"),
     "RawKernel.__call__": ("cupy", "RawKernel.__call__"),
+    "Stream.use": ("cupy.cuda", "Stream.use"),
+    "Stream.__enter__": ("cupy.cuda", "Stream.__enter__"),
+    "Stream.__exit__": ("cupy.cuda", "Stream.__exit__"),
 }
 
 
@@ -182,6 +205,56 @@ class Timer:
     def close(self) -> None:
         self.cuda.eventDestroy(self.begin)
         self.cuda.eventDestroy(self.end)
+
+
+def host_clock(cuda: Any) -> Callable[[], float]:
+    """The host's wall clock, to check event times against: time.perf_counter on a GPU;
+    the fake's simulated host clock (its `host_clock`) in the tests."""
+    return getattr(cuda, "host_clock", None) or time.perf_counter
+
+
+WALL_AGREEMENT = 0.10  # CUDA events and the synchronised wall clock agree this well,
+WALL_SLACK_S = 1e-4  # give or take the host's few CUDA calls around the batch
+WALL_TRIES = 3  # a disagreement is measured again (a preempted host) before it counts
+
+
+def events_against_wall(
+    cuda: Any, device: int, timer: Timer, work: Callable[[], None]
+) -> tuple[float, float]:
+    """(event seconds, wall seconds) of `work` between `timer`'s events, the wall clock
+    taken between two device synchronisations: work the events missed (on another stream)
+    still takes wall time."""
+    clock = host_clock(cuda)
+    cuda.setDevice(device)
+    cuda.deviceSynchronize()
+    started = clock()
+    timer.start()
+    work()
+    timer.stop()
+    cuda.deviceSynchronize()
+    wall = clock() - started
+    return timer.seconds(), wall
+
+
+def timing_inconsistency(
+    measure: Callable[[], tuple[float, float]], what: str, count: int
+) -> tuple[str, float]:
+    """("timing inconsistent: ..." or "", events / wall): `measure` (events_against_wall)
+    up to WALL_TRIES times until the two agree within WALL_AGREEMENT (plus WALL_SLACK_S);
+    `count` pieces of `what` were in the batch."""
+    reason, ratio = "", 1.0
+    for _ in range(WALL_TRIES):
+        events, wall = measure()
+        ratio = events / wall if wall > 0 else 0.0
+        if abs(wall - events) <= WALL_AGREEMENT * wall + WALL_SLACK_S:
+            return "", ratio
+        reason = (
+            f"timing inconsistent: CUDA events {events / count * 1e3:.4g} ms per {what}, the "
+            f"wall clock between device synchronisations {wall / count * 1e3:.4g} ms "
+            f"({count} per batch, {WALL_TRIES} tries): the events did not time the work, a "
+            "measurement problem, not a GPU figure"
+        )
+    return reason, ratio
 
 
 def to_device(cuda: Any, host: np.ndarray, stream: Any) -> int:

@@ -221,8 +221,12 @@ class CublasGemm:
     compute types given explicitly on every call (TF32 is CUBLAS_COMPUTE_32F_FAST_TF32,
     never a process-wide switch such as CUPY_TF32, which CuPy reads once); FP16 and BF16
     accumulate in FP32 (CUBLAS_COMPUTE_32F), as PyTorch multiplies them. Row-major
-    C = A @ B is column-major C^T = B^T A^T, so B goes first. Never run on a GPU in this
-    project's CI: the tests run it through a strict NumPy fake of the device boundary."""
+    C = A @ B is column-major C^T = B^T A^T, so B goes first. CuPy's gemmEx runs on CuPy's
+    current stream (it sets the handle's stream to it before every call), so `multiply`
+    makes the engine's stream current around each GEMM: the timing events, copies and the
+    burn's compare kernels on that stream are then ordered with the GEMMs. Never run on a
+    GPU in this project's CI: the tests run it through a strict NumPy fake of the device
+    boundary."""
 
     def __init__(self, cuda: Any, device: int, precision: str, n: int) -> None:
         from gpudiag.kernels.device import Timer
@@ -233,8 +237,7 @@ class CublasGemm:
         self.compute_type = getattr(cuda, compute_type)
         cuda.setDevice(device)
         self.stream = cuda.Stream(non_blocking=True)
-        self.handle = cuda.cublas_create()
-        cuda.cublas_setStream(self.handle, self.stream.ptr)
+        self.handle = cuda.cublas_create()  # its stream: the current one, on every call
         scalar = np.float64 if precision == "fp64" else np.float32  # the compute type's
         self.alpha, self.beta = np.ones(1, scalar), np.zeros(1, scalar)
         nbytes = n * n * np.dtype(self.host_dtype).itemsize
@@ -265,13 +268,17 @@ class CublasGemm:
         return self.decode(held[0]), self.decode(held[1])
 
     def multiply(self) -> None:
+        """One GEMM into C on the engine's stream (made CuPy's current stream for the call:
+        gemmEx takes its stream from there)."""
         n, cuda = self.n, self.cuda
         op_n, t = cuda.cublas_CUBLAS_OP_N, self.data_type
-        cuda.cublas_gemmEx(
-            self.handle, op_n, op_n, n, n, n,
-            self.alpha.ctypes.data, self.b, t, n, self.a, t, n,
-            self.beta.ctypes.data, self.c, t, n, self.compute_type, cuda.cublas_CUBLAS_GEMM_DEFAULT,
-        )  # fmt: skip
+        with self.stream:
+            cuda.cublas_gemmEx(
+                self.handle, op_n, op_n, n, n, n,
+                self.alpha.ctypes.data, self.b, t, n, self.a, t, n,
+                self.beta.ctypes.data, self.c, t, n, self.compute_type,
+                cuda.cublas_CUBLAS_GEMM_DEFAULT,
+            )  # fmt: skip
 
     def time(self, batch: int) -> float:
         """Seconds per GEMM over `batch` back-to-back GEMMs, behind one untimed lead GEMM
@@ -283,6 +290,17 @@ class CublasGemm:
             self.multiply()
         self.timer.stop()
         return self.timer.seconds() / batch
+
+    def against_wall(self, batch: int) -> tuple[float, float]:
+        """(event seconds, wall seconds) of one batch of `batch` GEMMs between two device
+        synchronisations (device.events_against_wall)."""
+        from gpudiag.kernels.device import events_against_wall
+
+        def work() -> None:
+            for _ in range(batch):
+                self.multiply()
+
+        return events_against_wall(self.cuda, self.device, self.timer, work)
 
     def product(self) -> np.ndarray:
         """C on the host, decoded to floats, after the stream's work."""
@@ -317,8 +335,10 @@ def run_gpu_gemm(
     threshold: float | None = None,
 ) -> KernelResult:
     """TFLOP/s samples of batches of back-to-back GEMMs on one GPU (a batch lasts about
-    `sample_seconds`, so launch overhead is amortised and sustained clocks are seen), the
-    product checked against float64 on sampled rows after the timed trials;
+    `sample_seconds`, so launch overhead is amortised and sustained clocks are seen), then
+    one batch's event time checked against the wall clock between two device
+    synchronisations (more than 10% apart, three times: an error, "timing inconsistent"),
+    and the product checked against float64 on sampled rows after the timed trials;
     `until_confident` and `threshold` as for run_gemm. Never run on a GPU in this
     project's CI (the CUDA fake only)."""
     from gpudiag.kernels.device import api
@@ -361,14 +381,22 @@ def run_gpu_gemm(
             index += 1
             if progress is not None:
                 progress(progress_fraction(index, rounds, started, seconds))
+        from gpudiag.kernels.device import timing_inconsistency
+
+        inconsistent, ratio = timing_inconsistency(
+            lambda: engine.against_wall(batch), "GEMM", batch
+        )
+        params += (("event_over_wall", round(ratio, 3)),)
         error = check_product(checked_a, checked_b, engine.product(), precision, rows)
     finally:
         engine.close()
-    if not error <= TOLERANCE[precision]:
+    if not error <= TOLERANCE[precision]:  # checked after a device synchronise: a fault
         return result(
             ProbeStatus.ERROR,
             [],
             f"verification failed: relative error {error:.3g} exceeds {TOLERANCE[precision]:g}",
         )
+    if inconsistent:
+        return result(ProbeStatus.ERROR, [], inconsistent)
     params += _confidence(samples, until_confident, threshold)
     return result(ProbeStatus.OK, samples)

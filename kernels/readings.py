@@ -17,6 +17,11 @@ them whenever findings are computed, never stored twice. Keys, per device:
                                         the GPUs (busbw.<bytes>, algbw.<bytes> per size);
     node.kernel.allreduce.busbw.share_of_nvlink   over the profile's NVLink bandwidth
     gpu.N.kernel.verified               false when any result of the device failed its check
+    gpu.N.kernel.timing_consistent      false when a figure of the device cannot be true
+                                        (`inconsistent`: above the model's physical peak,
+                                        or event time against the wall clock): a
+                                        measurement problem, not a GPU fault
+    gpu.N.kernel.burn.unreproduced      burn mismatches that a recompute did not reproduce
     gpu.N.kernel.<...>.share_of_median  the device's figure over the median of all devices
                                         of its kind that measured the same metric (2 or more)
     topo.gpu.I.J.copy_gbs               one-way peer copy I -> J (and copy_bidir_gbs,
@@ -30,6 +35,7 @@ import re
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from gpudiag import catalog
@@ -55,6 +61,9 @@ READINGS = (
         *_figures("gpu.{gpu}"),
         catalog.volatile("gpu.{gpu}.kernel.{metric}.share_of_peak", "", "over the model's peak"),
         catalog.volatile("gpu.{gpu}.kernel.{metric}.verdict", "", "below/inconclusive/above"),
+        catalog.volatile(
+            "gpu.{gpu}.kernel.timing_consistent", "", "false when a figure cannot be true"
+        ),
     ),
     *catalog.declare("Kernel results", *_figures("numa.{node}")),
     *catalog.declare("Kernel results", *_figures("host")),
@@ -72,6 +81,97 @@ READINGS = (
         catalog.volatile("topo.gpu.{gpu}.{peer}.peer_access", "", "CUDA peer access"),
     ),
 )
+
+
+# A figure more than this share above the physical bound cannot be true.
+IMPOSSIBLE_MARGIN = 0.05
+TIMING_INCONSISTENT = "timing inconsistent"
+# The profile fields a GEMM precision can reach: the highest is its bound (cuBLAS's FP64
+# GEMM runs on the FP64 tensor cores where a model has them: the H100's 67, not its 34)
+GEMM_PEAKS = {
+    "fp64": ("fp64_tflops", "fp64_tensor_tflops"),
+    "fp32": ("fp32_tflops",),
+    "tf32": ("tf32_tflops",),
+    "fp16": ("fp16_tflops",),
+    "bf16": ("bf16_tflops",),
+}
+# PCIe GB/s per lane and direction, by generation (line rate after encoding)
+PCIE_LANE_GBS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.877}
+
+
+def _number(peaks: Mapping[str, Any], field: str) -> float | None:
+    value = peaks.get(field)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return float(value)
+
+
+def _pcie_gbs(peaks: Mapping[str, Any]) -> float | None:
+    gen, width = _number(peaks, "pcie_gen"), _number(peaks, "pcie_width")
+    lane = PCIE_LANE_GBS.get(int(gen)) if gen else None
+    return lane * width if lane and width else None
+
+
+def physical_bound(kernel: str, metric: str, peaks: Mapping[str, Any]) -> tuple[float, str] | None:
+    """The highest figure a GPU result can reach on the model (`peaks`: its profile), and
+    what it is; None where the profile does not say. GEMM: the precision's highest peak;
+    STREAM: the memory bandwidth; a host copy: its PCIe link; a peer copy: the NVLinks
+    (or PCIe without them); both ways at once: twice the one-way bound."""
+    both = 2.0 if metric.startswith("bidir.") else 1.0
+    if kernel == "gemm" and metric in GEMM_PEAKS:
+        found = [(v, f) for f in GEMM_PEAKS[metric] if (v := _number(peaks, f)) is not None]
+        if not found:
+            return None
+        value, field = max(found)
+        return value, f"the model's highest {metric.upper()} peak ({field} {value:g} TFLOP/s)"
+    if kernel == "stream":
+        value = _number(peaks, "memory_bandwidth_gbs")
+        return (value, f"the model's memory bandwidth ({value:g} GB/s)") if value else None
+    ways = " both ways" if both > 1 else ""
+    pcie = _pcie_gbs(peaks)
+    link = (
+        f"its PCIe link (Gen{peaks.get('pcie_gen')} x{peaks.get('pcie_width')}{ways}, "
+        f"{both * pcie:.4g} GB/s)"
+        if pcie
+        else ""
+    )
+    if kernel == "copy" and metric.split(".")[0] in ("h2d", "d2h", "bidir"):
+        return (both * pcie, link) if pcie else None
+    if kernel == "peer" and metric.startswith(("to.", "bidir.")):
+        links, per_link = _number(peaks, "nvlink_count"), _number(peaks, "nvlink_gbs")
+        if links and per_link:
+            value = both * links * per_link
+            return value, f"its NVLinks ({links:g} x {per_link:g} GB/s{ways}, {value:.4g} GB/s)"
+        return (both * pcie, link) if pcie else None
+    return None
+
+
+def impossible(result: KernelResult, peaks: Mapping[str, Any]) -> str:
+    """Why an OK GPU result's figure (its median) cannot be true: more than 5% above the
+    physical bound of the model (physical_bound), as "timing inconsistent: ..."; "" where
+    it can be, or nothing says."""
+    if result.status is not ProbeStatus.OK or not result.device.startswith("gpu"):
+        return ""
+    bound = physical_bound(result.kernel, result.metric, peaks)
+    if bound is None or not result.samples:
+        return ""
+    figure = result.stats.median if result.stats is not None else max(result.samples)
+    limit, what = bound
+    if figure <= limit * (1 + IMPOSSIBLE_MARGIN):
+        return ""
+    return (
+        f"{TIMING_INCONSISTENT}: {result.kernel} {result.metric} {figure:.4g} {result.unit} is "
+        f"above {what} by more than {IMPOSSIBLE_MARGIN:.0%}: a measurement problem (the "
+        "timing missed the work), not a GPU figure"
+    )
+
+
+def judged(result: KernelResult, peaks: Mapping[str, Any]) -> KernelResult:
+    """The result, or an error result where its figure cannot be true (impossible)."""
+    reason = impossible(result, peaks)
+    if not reason:
+        return result
+    return replace(result, status=ProbeStatus.ERROR, stats=None, error=reason)
 
 
 def _reading(key: str, result: KernelResult) -> Reading:
@@ -103,13 +203,21 @@ def kernel_readings(
     derived: dict[str, Reading] = {}
     intervals: dict[str, Reading] = {}
     verified: dict[str, bool] = {}
+    consistent: dict[str, tuple[bool, str]] = {}
     peers: dict[str, list[tuple[str, Reading]]] = defaultdict(list)
     for result in kernels:
         prefix = device_prefix(result.device)
         if prefix is None:
             continue
+        result = judged(result, peaks or {})  # an old snapshot's impossible figure too
         failed = result.status is ProbeStatus.ERROR and "verification failed" in result.error
         verified[prefix] = verified.get(prefix, True) and not failed
+        if prefix.startswith("gpu."):
+            bad = result.status is ProbeStatus.ERROR and result.error.startswith(
+                TIMING_INCONSISTENT
+            )
+            before = consistent.get(prefix, (True, ""))
+            consistent[prefix] = (False, before[1] or result.error) if bad else before
         pair = catalog.peer_pair(result)
         if pair is not None:
             reading = _reading(str(catalog.kernel_key(result)), result)
@@ -135,6 +243,11 @@ def kernel_readings(
         derived[f"{prefix}kernel.verified"] = Reading(
             f"{prefix}kernel.verified", ok, source="kernel results' checks"
         )
+    for prefix, (ok, why) in consistent.items():
+        key = f"{prefix}kernel.timing_consistent"
+        derived[key] = Reading(key, ok, source="kernel figures against the model and the clock")
+        if not ok:
+            derived[key] = replace(derived[key], reason=why[:300])
     derived.update(_peak_shares(derived.values(), peaks or {}))
     derived.update(_nvlink_share(derived.get("node.kernel.allreduce.busbw"), peaks or {}))
     derived.update(_shares(derived.values()))
@@ -183,20 +296,25 @@ def _verdicts(intervals: Mapping[str, Reading], peaks: Mapping[str, Any]) -> dic
 
 
 PEAK_FIELDS = {
-    "stream.triad.fp64": "memory_bandwidth_gbs",
-    "stream.triad.fp32": "memory_bandwidth_gbs",
-    **{f"gemm.{p}": f"{p}_tflops" for p in ("fp64", "fp32", "tf32", "fp16", "bf16")},
+    "stream.triad.fp64": ("memory_bandwidth_gbs",),
+    "stream.triad.fp32": ("memory_bandwidth_gbs",),
+    **{f"gemm.{p}": fields for p, fields in GEMM_PEAKS.items()},
 }
 
 
 def _peak_shares(readings: Iterable[Reading], peaks: Mapping[str, Any]) -> dict[str, Reading]:
-    """A GPU's triad and GEMM figures over the model's datasheet peak."""
+    """A GPU's triad and GEMM figures over the model's datasheet peak (a GEMM's: the
+    highest its precision can reach, the FP64 tensor cores' for FP64 where there are)."""
     shares = {}
     for reading in list(readings):
         m = re.match(r"^gpu\.\d+\.kernel\.(.+)$", reading.key)
-        field = PEAK_FIELDS.get(m.group(1)) if m else None
-        peak = peaks.get(field) if field else None
-        if reading.ok and isinstance(peak, int | float) and peak > 0:
+        found = [
+            (value, field)
+            for field in (PEAK_FIELDS.get(m.group(1), ()) if m else ())
+            if (value := _number(peaks, field)) is not None
+        ]
+        peak, field = max(found) if found else (None, "")
+        if reading.ok and peak is not None:
             key = f"{reading.key}.share_of_peak"
             value = round(float(reading.value) / peak, 4)  # type: ignore[arg-type]
             shares[key] = Reading(key, value, "", f"{reading.key} / profile {field} ({peak})")

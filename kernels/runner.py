@@ -172,22 +172,30 @@ def rule_threshold(host: HostFS, bus_id: str, metric: str) -> float | None:
     """The figure a shipped rule judges this GPU's `metric` (stream.triad.fp64, gemm.fp16)
     by: the rule's factor x its profile field (min_profile on `<metric>.ci_high`) for the
     model found by the GPU's PCI device id in sysfs; None where no profile or rule has it."""
-    from gpudiag.profiles import load_profiles
     from gpudiag.rulefile import load_rules
 
-    found = host.read(f"/sys/bus/pci/devices/{normalize_bus_id(bus_id)}/device")
-    if not found.ok or not found.text:
-        return None
-    device_id = found.text.strip().lower()
-    profile = next((p for p in load_profiles().values() if device_id in p.device_ids), None)
-    if profile is None:
+    profile = gpu_peaks(host, bus_id)
+    if not profile:
         return None
     reading = f"gpu.{{gpu}}.kernel.{metric}.ci_high"
     for rule in load_rules():
         if (rule.reading, rule.operator) == (reading, "min_profile") and not rule.disabled:
-            value = profile.values.get(rule.operand)
+            value = profile.get(rule.operand)
             return rule.factor * float(value) if isinstance(value, int | float) else None
     return None
+
+
+def gpu_peaks(host: HostFS, bus_id: str) -> dict[str, object]:
+    """The profile values of this GPU's model, found by its PCI device id in sysfs; {}
+    where sysfs or the profiles do not know it."""
+    from gpudiag.profiles import load_profiles
+
+    found = host.read(f"/sys/bus/pci/devices/{normalize_bus_id(bus_id)}/device")
+    if not found.ok or not found.text:
+        return {}
+    device_id = found.text.strip().lower()
+    profile = next((p for p in load_profiles().values() if device_id in p.device_ids), None)
+    return dict(profile.values) if profile is not None else {}
 
 
 class PlanRun:
@@ -235,12 +243,26 @@ class PlanRun:
                 raise KernelUnavailable(f"no kernel {kernel} (known: {', '.join(KERNELS)})")
             getattr(self, f"_{kernel}")(on_cpu, gpus, nodes)
         if gpus:
+            self.results = self._judged(self.results, gpus)
             mapping = self._nvml_indices(gpus)
             if any(k != v for k, v in mapping.items()):
                 self.results = [relabel(r, mapping) for r in self.results]
                 for report in self.burns:
                     report.device = nvml_label(report.device, mapping)
         return self.results
+
+    def _judged(self, results: list[KernelResult], gpus: list[int]) -> list[KernelResult]:
+        """Each GPU result whose figure cannot be true on its model (above the physical
+        peak: kernels/readings.impossible) made an error, "timing inconsistent: ..."."""
+        from gpudiag.kernels.readings import judged
+
+        peaks = {}
+        for gpu in gpus:
+            try:
+                peaks[f"gpu{gpu}"] = gpu_peaks(self.host, device.api().deviceGetPCIBusId(gpu))
+            except Exception:  # a GPU CUDA cannot query: its figures are not judged here
+                peaks[f"gpu{gpu}"] = {}
+        return [judged(r, peaks.get(r.device, {})) for r in results]
 
     def _nvml_indices(self, gpus: list[int]) -> dict[int, int]:
         """cuda_to_nvml with the run's NVML, or one opened for it (`gpudiag run`)."""

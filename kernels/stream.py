@@ -300,7 +300,12 @@ class CudaOperations:
         suffix = "f32" if self.dtype == np.float32 else "f64"
         self.kernels = {op: module.get_function(f"stream_{op}_{suffix}") for op in OPERATIONS}
         sms = cuda.deviceGetAttribute(cuda.cudaDevAttrMultiProcessorCount, device)
-        self.blocks = int(sms) * 4
+        # one 16-byte vector per thread (at least 4 blocks per SM): on an H100 at ea3500d,
+        # 1 GiB FP64, the triad went from 2904 GB/s at 4 blocks per SM to 3078 (1.013 of
+        # one fused CuPy triad) and the copy from 2841 to 3053 (1.027 of torch copy_)
+        # (../shared/realdata/h100-vm/FIGURES.md, "STREAM launch shape")
+        vectors = -(-n // (16 // self.dtype.itemsize))
+        self.blocks = max(int(sms) * 4, -(-vectors // self.THREADS))
         self.partial = cuda.malloc(self.blocks * self.dtype.itemsize)
         self.buffers = [self.partial]
         self.timer = Timer(cuda, self.stream)
@@ -379,6 +384,21 @@ class CudaOperations:
         if operation == "dot":
             self._read_dot(arrays)
         return seconds
+
+    def against_wall(self, operation: str, arrays: StreamArrays) -> tuple[float, float]:
+        """(event seconds, wall seconds) of LAUNCHES launches of `operation` between two
+        device synchronisations (device.events_against_wall); the arrays are left as one
+        run leaves them."""
+        from gpudiag.kernels.device import events_against_wall
+
+        def work() -> None:
+            for _ in range(self.LAUNCHES):
+                self._launch(operation, arrays)
+
+        measured = events_against_wall(self.cuda, self.device, self.timer, work)
+        if operation == "dot":
+            self._read_dot(arrays)
+        return measured
 
     def fetch(self, arrays: StreamArrays) -> StreamArrays:
         """The arrays copied to the host for verification (after the stream's work)."""
@@ -492,6 +512,17 @@ def run_stream(
         verify(ops.fetch(arrays), since_reset, dot_bound)
     except VerificationError as exc:
         return ended(ProbeStatus.ERROR, f"verification failed: {exc}")
+    against_wall = getattr(ops, "against_wall", None)  # a GPU's CUDA events
+    if against_wall is not None:
+        from gpudiag.kernels.device import timing_inconsistency
+
+        launches = getattr(ops, "LAUNCHES", 1)
+        inconsistent, ratio = timing_inconsistency(
+            lambda: against_wall("triad", arrays), "triad", launches
+        )
+        if inconsistent:
+            return ended(ProbeStatus.ERROR, inconsistent)
+        params += (("event_over_wall", round(ratio, 3)),)
     return [
         KernelResult(
             "stream",

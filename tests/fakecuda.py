@@ -2,12 +2,29 @@
 
 Every entry has the real CuPy function's name and parameters (tests/test_kernels_device.py
 checks each against the installed CuPy) and fails where CUDA would:
-- work is queued per stream and only runs when something waits for it (a stream, event or
-  device synchronisation): a result read before a sync is stale, and an event's elapsed
-  time before its completion raises cudaErrorNotReady;
+- work is queued per stream and runs when the host waits (a stream, event or device
+  synchronisation): then every piece of work whose simulated end has passed runs, in the
+  order of those ends, whatever stream it is on, as a GPU runs work as soon as it is
+  submitted: a result read before a sync is stale, work on two streams that are not
+  ordered against each other races (a kernel reading a buffer that another stream's
+  unfinished work writes sees the old bytes), and an event's elapsed time before its
+  completion raises cudaErrorNotReady;
 - memory belongs to a device; a copy's kind must match its pointers, a host pointer must
   be registered (pinned), a peer copy or kernel reading another GPU needs peer access,
   work on a stream of another device than the current one is refused;
+- streams as CUDA orders them: each device has its legacy default stream (handle 0),
+  whose work waits for all earlier work of the device's blocking streams and delays
+  their later work; a non-blocking stream (`Stream(non_blocking=True)`) is ordered
+  against neither;
+- CuPy's current stream, per thread and per device (`Stream.use()`, `with stream:`,
+  `get_current_stream`; the legacy default stream until one is made current), and the
+  entries that CuPy routes through it take their stream there as CuPy's source does:
+  cuBLAS's wrappers (cupy_backends.cuda.libs.cublas) call
+  `setStream(handle, get_current_stream_ptr())` before every call, so a gemmEx runs on
+  the current stream whatever stream was set on its handle before; a RawKernel launched
+  without `stream=` runs on the current stream (cupy.cuda.function); the runtime's
+  memcpyAsync, eventRecord and streamSynchronize and NCCL's allReduce take the stream
+  they are given;
 - gemmEx interprets its buffers by the data-type and compute-type enums, in cuBLAS's
   column-major order, with alpha and beta read as the compute type's scalars; TF32 rounds
   its inputs to TF32; a wrong enum is refused or computes a visibly wrong product;
@@ -18,6 +35,7 @@ checks each against the installed CuPy) and fails where CUDA would:
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import re
 import threading
@@ -45,11 +63,13 @@ class CUDARuntimeError(RuntimeError):
     """What CuPy raises for a failed runtime call."""
 
 
-@dataclass
+@dataclass(eq=False)
 class Op:
     run: Any
     deps: list[Op]
     done: bool = False
+    end: float = 0.0  # simulated time it ends
+    seq: int = 0  # submission order, among ops that end at the same time
 
     def finish(self) -> None:
         stack = [self]
@@ -68,12 +88,49 @@ class Op:
                 op.done = True
 
 
-@dataclass
+@dataclass(eq=False)
 class FakeStream:
+    """A CUDA stream as CuPy's Stream object shows it (ptr, device_id, use, with)."""
+
     device: int
     ptr: int
+    cuda: Any = field(default=None, repr=False)
+    non_blocking: bool = False
     last: Op | None = None
     ready: float = 0.0  # simulated time its last work ends
+
+    @property
+    def device_id(self) -> int:
+        return self.device
+
+    def use(self) -> FakeStream:
+        """Make this stream the current one of its device (cupy.cuda.Stream.use)."""
+        self.cuda._check_stream_device(self)
+        self.cuda._current()[self.device] = self
+        return self
+
+    def __enter__(self) -> FakeStream:
+        """`with stream:` makes it current until the block ends (CuPy's push_stream)."""
+        self.cuda._check_stream_device(self)
+        stacks, order = self.cuda._stacks()
+        stacks.setdefault(self.device, [None]).append(self)  # None: the legacy default
+        order.append(self.device)
+        self.cuda._current()[self.device] = self
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        stacks, order = self.cuda._stacks()
+        device = order.pop()
+        stacks[device].pop()
+        previous = stacks[device][-1]
+        current = self.cuda._current()
+        if previous is None:
+            current.pop(device, None)
+        else:
+            current[device] = previous
+
+    def synchronize(self) -> None:
+        self.cuda.streamSynchronize(self.ptr)
 
 
 @dataclass
@@ -132,15 +189,20 @@ class FakeCuda:
         self.lock = threading.RLock()
         self.host_time = 0.0
         self.allocations: dict[int, Allocation] = {}
+        self.bases: list[int] = []  # the allocations' pointers, sorted (a burn holds thousands)
         self.next_pointer = DEVICE_BASE
         self.registered: dict[int, int] = {}
         self.streams: dict[int, FakeStream] = {}
+        # each device's legacy default stream: handle 0 on whichever device is current
+        self.legacy = [FakeStream(i, 0, self) for i in range(count)]
         self.events: dict[int, FakeEvent] = {}
         self.handles: dict[int, dict[str, int]] = {}
         self.calls: list[tuple[str, Any]] = []
         self.next_handle = 0x1000
         self.in_group = False
         self.gemm_cache: dict[tuple[Any, ...], np.ndarray] = {}
+        self.pending: list[Op] = []  # submitted work not yet run
+        self.run_lock = threading.RLock()  # one thread at a time runs the work
 
     # ------------------------------------------------------------ bookkeeping
 
@@ -153,13 +215,59 @@ class FakeCuda:
             raise CUDARuntimeError(f"cudaErrorLaunchFailure: {name} on device {current}")
         return current
 
+    def host_clock(self) -> float:
+        """The simulated host time, as the kernels' wall clock (device.host_clock)."""
+        with self.lock:
+            return self.host_time
+
     def _handle(self) -> int:
         with self.lock:
             self.next_handle += 16
             return self.next_handle
 
+    def _current(self) -> dict[int, FakeStream]:
+        """This thread's current stream per device (absent: the legacy default stream)."""
+        if not hasattr(self.local, "current"):
+            self.local.current = {}
+        return self.local.current
+
+    def _stacks(self) -> tuple[dict[int, list[Any]], list[int]]:
+        """This thread's `with stream:` stacks per device, and the order of their devices."""
+        if not hasattr(self.local, "stacks"):
+            self.local.stacks, self.local.order = {}, []
+        return self.local.stacks, self.local.order
+
+    def _check_stream_device(self, stream: FakeStream) -> None:
+        if stream.device != self.getDevice():
+            raise RuntimeError(
+                f"The device that the stream is created on ({stream.device}) does not match "
+                f"with the current device ({self.getDevice()})"
+            )
+
+    def get_current_stream(self, device_id: int = -1) -> FakeStream:
+        """cupy.cuda.get_current_stream: the current device's unless `device_id` is given."""
+        device = self.getDevice() if device_id == -1 else device_id
+        return self._current().get(device, self.legacy[device])
+
+    def _implicit(self, stream: FakeStream) -> list[FakeStream]:
+        """The streams whose earlier work `stream`'s next work waits for without being
+        asked: the legacy default stream waits for every blocking stream of its device,
+        a blocking stream for the legacy default stream, a non-blocking one for none."""
+        if stream.non_blocking:
+            return []
+        legacy = self.legacy[stream.device]
+        if stream is not legacy:
+            return [legacy]
+        with self.lock:
+            return [
+                s for s in self.streams.values() if s.device == stream.device and not s.non_blocking
+            ]
+
     def _stream(self, ptr: int, device: int) -> FakeStream:
-        stream = self.streams.get(ptr)
+        if ptr == 0:  # the legacy default stream of the current device
+            return self.legacy[device]
+        with self.lock:
+            stream = self.streams.get(ptr)
         if stream is None:
             raise CUDARuntimeError("cudaErrorInvalidResourceHandle: not a stream")
         if stream.device != device:
@@ -171,17 +279,21 @@ class FakeCuda:
 
     def _enqueue(self, stream: FakeStream, run: Any, seconds: float, extra: list[Op] = ()) -> Op:
         with self.lock:
-            start = max(stream.ready, self.host_time)
+            implicit = self._implicit(stream)
+            start = max(stream.ready, self.host_time, *(s.ready for s in implicit))
             stream.ready = start + seconds
-            deps = [d for d in (stream.last, *extra) if d is not None]
-            op = Op(run, deps)
+            deps = [d for d in (stream.last, *(s.last for s in implicit), *extra) if d is not None]
+            op = Op(run, deps, end=stream.ready, seq=len(self.calls))
+            self.pending.append(op)
             stream.last = op
             return op
 
     def device_view(self, pointer: int, nbytes: int, device: int | None = None) -> np.ndarray:
         """The bytes at a device pointer (any offset into an allocation)."""
-        for base, allocation in self.allocations.items():
-            if base <= pointer and pointer + nbytes <= base + allocation.memory.size:
+        found = self._allocation(pointer)
+        if found is not None:
+            base, allocation = found
+            if pointer + nbytes <= base + allocation.memory.size:
                 peers = self.devices[device].peers if device is not None else set()
                 if device is not None and allocation.device not in (device, *peers):
                     raise CUDARuntimeError(
@@ -191,11 +303,24 @@ class FakeCuda:
                 return allocation.memory[pointer - base : pointer - base + nbytes]
         raise CUDARuntimeError(f"cudaErrorInvalidValue: {pointer:#x}+{nbytes} is not device memory")
 
+    def _allocation(self, pointer: int) -> tuple[int, Allocation] | None:
+        """(base, allocation) holding `pointer`, read under the lock (another thread may
+        be allocating or freeing); None where no allocation holds it."""
+        with self.lock:
+            index = bisect.bisect_right(self.bases, pointer) - 1
+            if index < 0:
+                return None
+            base = self.bases[index]
+            allocation = self.allocations[base]
+        return (base, allocation) if pointer < base + allocation.memory.size else None
+
     def _is_device(self, pointer: int) -> bool:
-        return any(b <= pointer < b + a.memory.size for b, a in self.allocations.items())
+        return self._allocation(pointer) is not None
 
     def host_view(self, pointer: int, nbytes: int) -> np.ndarray:
-        for base, size in self.registered.items():
+        with self.lock:
+            registered = list(self.registered.items())
+        for base, size in registered:
             if base <= pointer and pointer + nbytes <= base + size:
                 return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(pointer))
         raise CUDARuntimeError(f"host pointer {pointer:#x}+{nbytes} is not registered (pinned)")
@@ -203,6 +328,8 @@ class FakeCuda:
     # ------------------------------------------------------------ runtime
 
     def getDeviceCount(self) -> int:
+        if not self.devices:  # CUDA answers an error, not 0 (CUDA_VISIBLE_DEVICES=-1 too)
+            raise CUDARuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected")
         return len(self.devices)
 
     def setDevice(self, device: int) -> None:
@@ -242,26 +369,32 @@ class FakeCuda:
             self.next_pointer += (size + 0xFFFF) & ~0xFFFF or 0x10000
             garbage = np.full(size, 0xFF, np.uint8)  # uninitialised memory is not zero
             self.allocations[pointer] = Allocation(device, garbage)
+            bisect.insort(self.bases, pointer)
             return pointer
 
     def free(self, ptr: int) -> None:
-        allocation = self.allocations.get(ptr)
+        with self.lock:
+            allocation = self.allocations.get(ptr)
         if allocation is None:
             raise CUDARuntimeError("cudaErrorInvalidValue: free of a pointer not allocated")
         self.deviceSynchronize()  # cudaFree waits for the device
         with self.lock:
             del self.allocations[ptr]
+            self.bases.remove(ptr)
             self.devices[allocation.device].free_bytes += allocation.memory.size
 
     def hostRegister(self, ptr: int, size: int, flags: int) -> None:
         self._call("hostRegister", ptr, size, flags, device=0)
-        if ptr in self.registered:
-            raise CUDARuntimeError("cudaErrorHostMemoryAlreadyRegistered")
-        self.registered[ptr] = size
+        with self.lock:
+            if ptr in self.registered:
+                raise CUDARuntimeError("cudaErrorHostMemoryAlreadyRegistered")
+            self.registered[ptr] = size
 
     def hostUnregister(self, ptr: int) -> None:
         self._call("hostUnregister", ptr, device=0)
-        if self.registered.pop(ptr, None) is None:
+        with self.lock:
+            missing = self.registered.pop(ptr, None) is None
+        if missing:
             raise CUDARuntimeError("cudaErrorHostMemoryNotRegistered")
 
     def memcpyAsync(self, dst: int, src: int, size: int, kind: int, stream: int) -> None:
@@ -303,24 +436,32 @@ class FakeCuda:
         self._enqueue(s, run, size / (NVLINK_GBS if peered else UNPEERED_GBS) / 1e9)
 
     def _owner(self, pointer: int) -> int:
-        for base, allocation in self.allocations.items():
-            if base <= pointer < base + allocation.memory.size:
-                return allocation.device
-        return -1
+        found = self._allocation(pointer)
+        return found[1].device if found is not None else -1
 
     def streamSynchronize(self, stream: int) -> None:
         device = self._call("streamSynchronize", stream)
-        s = self.streams.get(stream)
+        with self.lock:
+            s = self.legacy[device] if stream == 0 else self.streams.get(stream)
         if s is None:
             raise CUDARuntimeError("cudaErrorInvalidResourceHandle")
-        del device
-        self._wait(s.last, s.ready)
+        for waited in (s, *(self._implicit(s) if s.ptr == 0 else ())):
+            self._wait(waited.last, waited.ready)
 
     def _wait(self, op: Op | None, until: float) -> None:
-        if op is not None:
-            op.finish()
+        """The host waits until `until` (simulated): all work that has ended by then runs,
+        in the order of its ends, then `op` (already among it)."""
         with self.lock:
             self.host_time = max(self.host_time, until)
+            due = sorted(
+                (o for o in self.pending if o.end <= self.host_time), key=lambda o: (o.end, o.seq)
+            )
+            self.pending = [o for o in self.pending if o.end > self.host_time]
+        with self.run_lock:
+            for o in due:
+                o.finish()
+            if op is not None:
+                op.finish()
 
     def streamWaitEvent(self, stream: int, event: int, flags: int = 0) -> None:
         device = self._call("streamWaitEvent", stream, event, flags)
@@ -343,9 +484,10 @@ class FakeCuda:
         if e.device != device:
             raise CUDARuntimeError("cudaErrorInvalidResourceHandle: event of another device")
         with self.lock:
-            e.time = max(s.ready, self.host_time)
+            implicit = self._implicit(s)  # a stream operation like any other
+            e.time = max(s.ready, self.host_time, *(w.ready for w in implicit))
             s.ready = e.time
-            e.op = Op(lambda: None, [s.last] if s.last is not None else [])
+            e.op = Op(lambda: None, [w.last for w in (s, *implicit) if w.last is not None])
             s.last = e.op
 
     def eventSynchronize(self, event: int) -> None:
@@ -366,9 +508,10 @@ class FakeCuda:
 
     def deviceSynchronize(self) -> None:
         device = self._call("deviceSynchronize")
-        for s in list(self.streams.values()):
-            if s.device == device:
-                self._wait(s.last, s.ready)
+        with self.lock:
+            streams = [s for s in self.streams.values() if s.device == device]
+        for s in (*streams, self.legacy[device]):
+            self._wait(s.last, s.ready)
 
     def deviceCanAccessPeer(self, device: int, peerDevice: int) -> int:
         self._call("deviceCanAccessPeer", device, peerDevice, device=device)
@@ -385,8 +528,13 @@ class FakeCuda:
     def Stream(self, null: bool = False, non_blocking: bool = False, ptds: bool = False,
                priority: Any = None) -> FakeStream:  # fmt: skip
         device = self._call("Stream", non_blocking)
-        stream = FakeStream(device, self._handle())
-        self.streams[stream.ptr] = stream
+        if null:
+            return self.legacy[device]
+        if ptds:
+            raise RuntimeError("the fake has no per-thread default stream")
+        stream = FakeStream(device, self._handle(), self, non_blocking)
+        with self.lock:
+            self.streams[stream.ptr] = stream
         return stream
 
     def RawModule(self, code: str | None = None, *, path: str | None = None,
@@ -418,12 +566,14 @@ class FakeCuda:
         alpha: int, A: int, Atype: int, lda: int, B: int, Btype: int, ldb: int,
         beta: int, C: int, Ctype: int, ldc: int, computeType: int, algo: int,
     ) -> None:  # fmt: skip
+        # cupy_backends.cuda.libs.cublas.gemmEx: _setStream(handle) first, i.e.
+        # setStream(handle, get_current_stream_ptr()): the GEMM runs on CuPy's current
+        # stream, whatever stream was set on the handle before
+        self.cublas_setStream(handle, self.get_current_stream().ptr)
         device = self._call("cublasGemmEx", m, n, k, Atype, computeType)
         state = self.handles[handle]
         if state["device"] != device:
             raise RuntimeError("CUBLAS_STATUS_EXECUTION_FAILED: handle of another device")
-        if not state["stream"]:
-            raise RuntimeError("gpudiag sets the handle's stream: the fake refuses the default")
         if (transa, transb) != (self.cublas_CUBLAS_OP_N,) * 2:
             raise RuntimeError("the fake multiplies untransposed matrices only")
         if not (Atype == Btype == Ctype):
@@ -637,9 +787,8 @@ class FakeKernel:
                  stream: Any = None) -> None:  # fmt: skip
         cuda = self.cuda
         device = cuda._call(f"launch {self.name}", grid, block)
-        if stream is None:
-            raise RuntimeError("gpudiag launches on its own stream: the fake refuses the default")
-        s = cuda._stream(stream.ptr, device)
+        # cupy.cuda.function: stream=None launches on the current stream
+        s = cuda._stream((stream or cuda.get_current_stream()).ptr, device)
         if len(args) != len(self.types):
             raise TypeError(f"{self.name}: {len(args)} arguments for {len(self.types)} parameters")
         blocks, threads = int(grid[0]), int(block[0])

@@ -213,6 +213,8 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
     "KRN015": node("numa.1.kernel.stream.triad.fp64.share_of_median", 0.6, 1.0),
     "KRN016": one("kernel.gemm.bf16", 300.0, 700.0),
     "KRN017": node("node.kernel.allreduce.busbw.share_of_nvlink", 0.3, 0.85),
+    "KRN022": one("kernel.timing_consistent", False, True),
+    "KRN023": one("kernel.burn.unreproduced", 279, 0),
     "IB001": ib_port("phys_state", "Polling", "LinkUp"),
     "IB002": ib_port("state", "INIT", "ACTIVE", R("ib.mlx5_0.1.phys_state", "LinkUp")),
     "IB003": ib_port(

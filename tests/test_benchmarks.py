@@ -24,7 +24,7 @@ SMALLEST = {
         ["diff step of two 8-GPU snapshots", "the whole `gpudiag diff", "reference, a Python"],
     ),
     "gpu_kernels.py": (  # on a GPU node only: without one it exits 3 (test_kernels_device)
-        ["--mib", "64", "--gemm-n", "1024"],
+        ["--mib", "64", "--gemm-n", "1024", "--burn-seconds", "1", "--no-plans"],
         ["STREAM triad fp64 GB/s", "BF16 GEMM TFLOP/s", "torch.matmul", "h2d local GB/s"],
     ),
     "fleet_scale.py": "test_fleet_bench.py",  # run there, its figures checked in detail

@@ -30,6 +30,21 @@ from conftest import FIXTURES, REPO, run_cli
 SMALL = KernelPlan(("stream", "gemm", "copy", "peer"), "all", 1 << 20, trials=2, gemm_n=128)
 
 
+@pytest.fixture
+def no_gpu():
+    """A node without GPUs, also on a developer's GPU node: the device boundary answers
+    as CUDA does when it sees no device (cudaErrorNoDevice, what CUDA_VISIBLE_DEVICES=-1
+    gives), so the GPU part of a plan is skipped with the reason. NVML is not asked: a
+    plan opens it only for GPUs that CUDA sees."""
+    from gpudiag.kernels import device
+
+    from fakecuda import FakeCuda
+
+    previous = device.use(FakeCuda(0))
+    yield
+    device.use(previous)
+
+
 def _ok(kernel: str, device: str, metric: str, unit: str, values, params=()) -> KernelResult:
     values = tuple(float(v) for v in values)
     return KernelResult(
@@ -37,7 +52,7 @@ def _ok(kernel: str, device: str, metric: str, unit: str, values, params=()) -> 
     )
 
 
-def test_small_plan_runs_on_this_cpu_and_says_why_gpus_are_skipped() -> None:
+def test_small_plan_runs_on_this_cpu_and_says_why_gpus_are_skipped(no_gpu) -> None:
     progress: list[tuple[str, float]] = []
     results = PlanRun(SMALL, progress=lambda label, f: progress.append((label, f))).run()
     by = {(r.kernel, r.device, r.metric): r for r in results}
@@ -54,8 +69,8 @@ def test_small_plan_runs_on_this_cpu_and_says_why_gpus_are_skipped() -> None:
     assert {label.split()[0] for label, _ in progress} == {"stream", "gemm", "peer"}
 
 
-def test_strict_run_refuses_gpus_it_cannot_use() -> None:
-    with pytest.raises(KernelUnavailable, match="CuPy"):  # not installed, or no GPU driver
+def test_strict_run_refuses_gpus_it_cannot_use(no_gpu) -> None:
+    with pytest.raises(KernelUnavailable, match="no usable GPU \\(CuPy: cudaErrorNoDevice"):
         PlanRun(replace(SMALL, device="gpu")).run(strict=True)
     with pytest.raises(KernelUnavailable, match="cpu, gpu, all or a GPU index"):
         PlanRun(replace(SMALL, device="tpu")).run()

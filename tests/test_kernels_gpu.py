@@ -228,25 +228,75 @@ def test_burn_fills_memory_and_compares_on_the_gpu(cuda, precision) -> None:
     assert not cuda.allocations
 
 
-def test_burn_counts_a_wrong_product_and_a_nan(cuda, monkeypatch) -> None:
-    calls = {"n": 0}
+def _corrupting(cuda, once: bool):
+    """gemmEx that gets the fourth result matrix wrong (one element off, one NaN): every
+    time it computes it (a broken GPU), or once only."""
+    calls = {"n": 0, "target": None}
     original = cuda.cublas_gemmEx
 
     def flaky(*args):
         original(*args)
         calls["n"] += 1
-        if calls["n"] == 5:  # the fourth result matrix: one element off, one NaN
-            stream = cuda._stream(cuda.handles[args[0]]["stream"], 0)
-            c = cuda.device_view(args[14], 8, 0).view(np.float32)
+        if calls["n"] == 5:
+            calls["target"] = args[14]
+        elif once or args[14] != calls["target"]:
+            return
+        stream = cuda._stream(cuda.handles[args[0]]["stream"], 0)
+        c = cuda.device_view(args[14], 8, 0).view(np.float32)
 
-            def corrupt() -> None:
-                c[0], c[1] = c[0] + np.float32(1), np.float32(np.nan)
+        def corrupt() -> None:
+            c[0], c[1] = c[0] + np.float32(1), np.float32(np.nan)
 
-            cuda._enqueue(stream, corrupt, 0.0)
+        cuda._enqueue(stream, corrupt, 0.0)
 
-    monkeypatch.setattr(cuda, "cublas_gemmEx", flaky)
+    return flaky
+
+
+def test_burn_counts_a_wrong_product_and_a_nan(cuda, monkeypatch) -> None:
+    monkeypatch.setattr(cuda, "cublas_gemmEx", _corrupting(cuda, once=False))
     report = burn.burn_gpu(0, 64, 0.01, fill=0.01)
-    assert report.faulty and report.nans == 1 and report.mismatches == 2
+    rounds = report.iterations // report.matrices  # every round gets it wrong again
+    assert report.faulty and rounds >= 1
+    assert (report.mismatches, report.nans) == (2 * rounds, rounds)
+    assert report.unreproduced == 0  # confirmed: the recompute got it wrong again
+
+
+def test_a_wrong_product_the_host_sees_is_a_fault_though_the_recompute_is_right(
+    cuda, monkeypatch
+) -> None:
+    """One corrupted product (once: a transient fault) still wrong after the full
+    synchronise, whose sampled rows (all 8 at n = 8) the float64 host reference finds
+    wrong: confirmed, though its recompute is right."""
+    monkeypatch.setattr(cuda, "cublas_gemmEx", _corrupting(cuda, once=True))
+    report = burn.burn_gpu(0, 8, 0.05, fill=0.0001)  # more rounds after the faulty one
+    assert report.faulty and report.mismatches == 2 and report.nans == 1
+    assert report.unreproduced == 0
+
+
+def test_burn_mismatches_read_before_the_gemms_wrote_are_not_reproduced(cuda, monkeypatch):
+    """The fault of ea3500d: the burn's GEMMs on CuPy's current (legacy default) stream,
+    its compares on the engine's: they compare matrices not yet written. The confirmation
+    (a full synchronise, compare again) finds none: a warning, never KRN003."""
+    calls = {"n": 0}
+    original = gemm.CublasGemm.multiply
+
+    def racy(self) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:  # the reference, as the fix computes it
+            return original(self)
+        n, t, fake = self.n, self.data_type, self.cuda
+        fake.cublas_gemmEx(
+            self.handle, 0, 0, n, n, n, self.alpha.ctypes.data, self.b, t, n, self.a, t, n,
+            self.beta.ctypes.data, self.c, t, n, self.compute_type, -1,
+        )  # fmt: skip
+
+    monkeypatch.setattr(gemm.CublasGemm, "multiply", racy)
+    report = burn.burn_gpu(0, 256, 0.01, fill=0.05)
+    assert (report.mismatches, report.nans, report.error) == (0, 0, "")
+    assert report.unreproduced > 0 and not report.faulty
+    by = {r.metric: r for r in burn.burn_results(report, 256)}
+    assert by["mismatches"].samples == (0.0,)
+    assert by["unreproduced"].samples == (float(report.unreproduced),)
 
 
 def test_a_failing_gpu_burns_as_an_error_while_the_others_burn(cuda) -> None:

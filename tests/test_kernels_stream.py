@@ -276,10 +276,11 @@ def test_cli_gpu_without_cupy_says_so(tmp_path: Path) -> None:
 
 
 def test_cli_gpu_without_a_driver_says_so() -> None:
-    """The installed CuPy on this machine without a GPU driver: one line, exit 3."""
+    """The installed CuPy where CUDA sees no GPU (here: no driver; on a GPU node: the
+    devices hidden with CUDA_VISIBLE_DEVICES=-1, before NVML is opened): one line, exit 3."""
     from conftest import run_cli
 
-    result = run_cli("run", "stream", "--device", "gpu")
+    result = run_cli("run", "stream", "--device", "gpu", env={"CUDA_VISIBLE_DEVICES": "-1"})
     assert result.returncode == 3, result.stderr
     assert "no usable GPU (CuPy: " in result.stderr and result.stderr.count("\n") == 1
 
