@@ -623,7 +623,19 @@ def _lint(paths: Sequence[Path]) -> int:
     return EXIT_UNKNOWN if failed else 0
 
 
+def _need_terminal() -> None:
+    """The TUI draws on a terminal and reads its keys: with standard output a file, a pipe
+    or cron's mail it would write escape codes there and never end."""
+    for name, stream in (("output", sys.stdout), ("input", sys.stdin)):
+        if stream is None or not stream.isatty():
+            raise UsageError(
+                f"standard {name} is not a terminal, so the TUI cannot start: run"
+                " `gpudiag --export -` for the snapshot or `gpudiag health` for the verdict"
+            )
+
+
 def _tui(app_source: object) -> int:
+    _need_terminal()
     from gpudiag.tui import GpudiagApp
 
     app = GpudiagApp(app_source)
@@ -675,6 +687,8 @@ def run(argv: Sequence[str]) -> int:
         raise UsageError(
             "--kernels measures this machine: it cannot go with --root or --nvml-replay"
         )
+    if args.command is None and not args.export:
+        _need_terminal()  # before probing the node
     node = _live_node(args, argv)
     try:
         if args.command == "capture":
