@@ -57,6 +57,17 @@ if TYPE_CHECKING:
     from gpudiag.redact import Redactor
 
 
+# What each kernel of `gpudiag run` measures, one line each (its --help lists them).
+KERNEL_HELP = {
+    "stream": "memory bandwidth: copy, scale, add, triad, dot (GB/s)",
+    "gemm": "matrix multiply throughput (TFLOP/s), every product checked",
+    "copy": "host-to-GPU and GPU-to-host copies, local and remote NUMA node",
+    "peer": "GPU-to-GPU copies and latency, every pair, peer access",
+    "allreduce": "NCCL all-reduce across the node's GPUs (bus bandwidth)",
+    "burn": "one GEMM again and again (--seconds); a mismatch is FAULTY",
+}
+
+
 class UsageError(Exception):
     """Bad arguments; str() is the one-line message."""
 
@@ -206,8 +217,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help="replace host names, serials, UUIDs, MAC and IP addresses",
     )
-    run = commands.add_parser("run", help="run measurement kernels and print the results")
-    run.add_argument("kernels", metavar="KERNEL", nargs="+", choices=KERNELS)
+    run = commands.add_parser(
+        "run",
+        help="run measurement kernels and print the results",
+        description="Run measurement kernels and print the results. Kernels:\n"
+        + "\n".join(f"  {name:<10} {KERNEL_HELP[name]}" for name in KERNELS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument(
+        "kernels",
+        metavar="KERNEL",
+        nargs="+",
+        choices=KERNELS,
+        help=f"one or more of: {', '.join(KERNELS)} (above)",
+    )
     run.add_argument(
         "--device",
         default="cpu",

@@ -263,3 +263,16 @@ def test_no_tui_in_a_pipe() -> None:
     result = run_cli()
     assert result.returncode == 3 and result.stdout == ""
     assert result.stderr.startswith("gpudiag: standard output is not a terminal")
+
+
+def test_run_help_lists_every_kernel_with_one_line() -> None:
+    """`gpudiag run --help` names each kernel (allreduce and peer were not to be found)."""
+    from gpudiag.kernels.plans import KERNELS
+
+    result = run_cli("run", "--help")
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    for kernel in KERNELS:
+        (line,) = [line for line in lines if line.startswith(f"  {kernel} ")]
+        assert len(line.split()) > 4, line  # a description, not just the name
+    assert all(len(line) <= 80 for line in lines)
