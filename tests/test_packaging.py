@@ -287,3 +287,18 @@ def test_installed_wheel_tui_in_a_terminal(installed: Installed, fleet: Path) ->
             assert "EXIT=0" in _quit(session), args
     finally:
         tmux("kill-session", "-t", session)
+
+
+def test_the_dev_extra_is_the_test_extra_without_cupy() -> None:
+    """The test extra (what .ci/run installs) checks the device fake against the real CuPy;
+    the dev extra has the same tools without CuPy's 137 MB, and the README says which."""
+    from gpudiag.tomlcompat import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert sorted(extras["test"]) == ["cupy-cuda12x>=14,<15", "gpudiag[dev]"]
+    assert not [r for r in extras["dev"] if "cupy" in r] and "pytest>=8" in extras["dev"]
+    assert ".[test]" in (REPO / ".ci" / "run").read_text()
+    readme = (REPO / "README.md").read_text()
+    assert "pip install -e '.[dev]'" in readme and "`cupy-cuda12x`" in readme
