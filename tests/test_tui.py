@@ -675,16 +675,41 @@ def _critical_style(svg: str) -> str:
     return styles[cls.group(1).split()[0]]
 
 
+def _style_of(svg: str, word: str) -> str:
+    styles = dict(re.findall(r"\.(terminal-[\w-]+) \{ ([^}]*) \}", svg))
+    cls = re.search(rf'<text class="([^"]+)"[^>]*>{word}', svg)
+    assert cls, f"no {word} on the screen"
+    return styles[cls.group(1).split()[0]]
+
+
 def test_no_color_shows_severity_by_words_and_weight_only(tmp_path: Path, monkeypatch) -> None:
+    """Under NO_COLOR every colour is the terminal's default foreground or background (the
+    SVG export draws them in Rich's SVG theme), never a fixed grey: CRITICAL
+    is bold reverse video of them, WARNING bold. Textual's own NO_COLOR made CRITICAL grey
+    237 on 233."""
+    from rich.terminal_theme import SVG_EXPORT_THEME as TERMINAL
+
     monkeypatch.delenv("NO_COLOR", raising=False)
     coloured = _findings_screen_svg(tmp_path / "colour")
     assert any(max(c) - min(c) > 40 for c in _colours(coloured))  # the check can tell colour
     monkeypatch.setenv("NO_COLOR", "1")
     plain = _findings_screen_svg(tmp_path / "plain")
-    greys = _colours(plain)
-    assert greys and all(max(c) - min(c) <= 8 for c in greys), sorted(greys)  # no hue at all
-    assert "font-weight: bold" in _critical_style(plain)  # CRITICAL stands out by weight
+    fg, bg = tuple(TERMINAL.foreground_color), tuple(TERMINAL.background_color)
+    dim = {c for c in _colours(plain) if c not in (fg, bg)}  # INFO: the foreground, dimmed
+    assert len(dim) <= 1 and all(b < d < f for d, b, f in zip(*dim, bg, fg, strict=False))
+    hex_fg, hex_bg = (f"#{''.join(f'{v:02x}' for v in c)}" for c in (fg, bg))
+    # reverse video: the text in the background's colour on a block of the foreground's
+    assert _critical_style(plain) == f"fill: {hex_bg};font-weight: bold"
+    assert _style_of(plain, "WARNING") == f"fill: {hex_fg};font-weight: bold"
     assert "CRITICAL" in plain and "WARNING" in plain
+
+
+def test_no_color_snapshot(snap_compare, monkeypatch, frozen: Snapshot) -> None:
+    """The findings screen under NO_COLOR: the terminal's own colours, CRITICAL reversed,
+    WARNING bold, the cursor reversed."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("TERM", "xterm-256color")
+    assert snap_compare(GpudiagApp(frozen), press=["2"], terminal_size=(80, 24))
 
 
 # ------------------------------------------------------------------ SVG snapshots
