@@ -1016,3 +1016,27 @@ def test_the_app_draws_nothing_itself() -> None:
     assert "rich" not in {
         n.module.split(".")[0] for n in tree.body if isinstance(n, ast.ImportFrom) and n.module
     }
+
+
+def test_export_name_typed_replaces_the_suggested_one(tmp_path: Path) -> None:
+    """The suggested name is selected: typing replaces it (it appended to it, giving
+    gpudiag-vm.toml/<path>); a long message wraps at 80 columns instead of being cut."""
+    missing = tmp_path / ("deep" * 12) / "out.toml"
+    app = GpudiagApp(load_or_save_snapshot(tmp_path))
+
+    async def steps(pilot) -> None:
+        await pilot.press("e")
+        await pilot.pause()
+        await pilot.press(*"x.toml")
+        assert app.screen.query_one(Input).value == "x.toml"
+        app.screen.query_one(Input).value = str(missing)
+        await pilot.press("enter")
+        await pilot.pause()
+        note = app.screen.query_one("#export-note", Label)
+        message = str(note.render())
+        assert message == f"{missing}: directory {missing.parent} does not exist"
+        assert len(message) > note.size.width and note.size.height * note.size.width >= len(
+            message
+        )  # wrapped onto more lines, not cut
+
+    _run(app, steps)
