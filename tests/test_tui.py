@@ -782,8 +782,30 @@ def test_watch_screen_samples_the_demo_node(tmp_path: Path) -> None:
         # 479 MiB used on an idle H100, as the real capture the demo follows shows
         assert lines[0] == "GPU0     69W   41C  sm  345  mem 2619  util    0%  fb    479M  idle"
         assert lines[12].endswith("HwSlow,HwTherm")  # GPU 6's slowdowns, in full at 80
-        assert lines[14].startswith("GPU7   LOSTW LOSTC")
+        # a lost GPU: one line saying so, not LOST (or a dash) in every column
+        assert lines[14] == (
+            "GPU7   LOST: the GPU does not answer (off the bus or hung); reset or reboot"
+        )
         assert str(app.query_one("#watch-status", Label).render()).startswith("8 GPUs, every 1 s")
+
+    _run(app, steps)
+
+
+def test_watch_screen_of_the_demo_says_the_lost_gpu_is_lost() -> None:
+    """`gpudiag demo`: the recording holds only GPU 7's first failed call, so its samples
+    answer nothing; the snapshot found it lost, and the watch screen says LOST (it showed
+    a dash in every column)."""
+    from gpudiag.demo import demo_node
+
+    app = GpudiagApp(demo_node("faulty"))
+
+    async def steps(pilot) -> None:
+        await pilot.press("9")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        lines = _text(app, "#watch-text").splitlines()
+        assert lines[0].startswith("GPU0 ") and "W " in lines[0]
+        assert lines[-1].startswith("GPU7   LOST: the GPU does not answer"), lines
 
     _run(app, steps)
 
