@@ -192,7 +192,9 @@ class GpudiagApp(App[int]):
             self.set_snapshot(self.source)
             self.kernels.say("a saved snapshot: its kernel results are shown, none run")
         else:
-            self.kernels.say("ready")
+            self.kernels.say(
+                "ready" if self._measurable() else "a recording: its kernel results are shown"
+            )
             self.action_refresh()
         self.action_show_tab("overview")
         self.set_interval(WATCH_INTERVAL_S, self._watch_tick)

@@ -29,6 +29,7 @@ from gpudiag.kernels.stats import summarize
 from gpudiag.model import KernelResult, ProbeStatus, Reading, Snapshot
 from gpudiag.nvml import Nvml, ReplayBackend, open_nvml
 from gpudiag.panes import PANES, KernelsPane, Pane, SnapshotView
+from gpudiag.panes.kernels import NOT_MEASURABLE
 from gpudiag.probe import Cost, Probe
 from gpudiag.probes import default_probes
 from gpudiag.rulefile import load_rules
@@ -515,11 +516,11 @@ def test_saved_snapshot_cannot_run_kernels(tmp_path: Path) -> None:
         await pilot.pause()
         assert not app.kernels_running and _notices(app) == []
         await pilot.press("6")
-        await pilot.click("#run-quick")  # the button says why
         await pilot.pause()
-        assert not app.kernels_running
+        # no run keys that would do nothing: where they would be, why there are none
+        assert not app.query("#run-quick") and not app.query("#run-full")
+        assert str(app.query_one("#kernel-why", Label).render()) == NOT_MEASURABLE
         assert "none run" in str(app.query_one("#kernel-status", Label).render())
-        assert _notices(app) == ["kernels cannot run: a saved snapshot is read-only"]
 
     _run(app, steps)
 
@@ -535,16 +536,23 @@ def _notices(app: GpudiagApp) -> list[str]:
 
 
 def test_replayed_node_refuses_kernels(tmp_path: Path) -> None:
+    """A replay (--nvml-replay, demo, --replay) is a recording: the kernels screen says
+    so where the run keys would be (it said "ready" and offered Quick [k] and Full [K],
+    which did nothing)."""
     app = GpudiagApp(_demo(tmp_path))
 
     async def steps(pilot) -> None:
         await app.workers.wait_for_complete()
         assert "Kernels" not in _footer(app) and "Refresh" in _footer(app)
         await pilot.press("6")
-        await pilot.click("#run-quick")
+        await pilot.pause()
+        assert not app.query("#run-quick") and not app.query("#run-full")
+        assert str(app.query_one("#kernel-why", Label).render()) == NOT_MEASURABLE
+        status = str(app.query_one("#kernel-status", Label).render())
+        assert status == "a recording: its kernel results are shown"
+        await pilot.press("k")
         await pilot.pause()
         assert not app.kernels_running and not app.snapshot.kernels
-        assert _notices(app) == ["kernels measure this machine: not with --root or --nvml-replay"]
 
     _run(app, steps)
 

@@ -71,7 +71,7 @@ FAULTY_DEMO_SCREENS = (
     ("3", "5/5 x8/16"),
     ("4", "NV17!"),
     ("5", "Host and OS"),
-    ("6", "] gemm"),  # the kernel choice list
+    ("6", "No kernels run here"),  # a recording: why no run keys
     ("7", "host.hostname"),
     ("8", "derived"),  # the last result: the derived readings (topology, profile)
     ("?", "gpudiag keys"),
