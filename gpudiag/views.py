@@ -185,14 +185,18 @@ def filter_findings(
 
 def finding_detail(finding: Finding) -> list[tuple[str, str]]:
     """What the detail pane shows: message, each evidence reading with its source, why
-    it matters and how to fix it."""
+    it matters and how to fix it. A reading the message already quotes word for word is
+    named, not repeated (NVML001's evidence pushed why and fix below the fold)."""
     lines = [
         ("", f"{finding.severity.value.upper()} {finding.rule_id}  {finding.subject}"),
         ("", finding.message),
     ]
     for reading in finding.evidence:
         source = f"  ({reading.source})" if reading.source else ""
-        lines.append(("evidence", f"{reading.key} = {reading.display()}{source}"))
+        shown = reading.display()
+        said = re.sub(r"^\[[\w-]+\] ", "", shown)  # without its "[error] " status
+        value = "as above" if len(said) > 20 and said in finding.message else f"= {shown}"
+        lines.append(("evidence", f"{reading.key} {value}{source}"))
     if finding.why:
         lines.append(("why", finding.why))
     if finding.fix:

@@ -26,7 +26,7 @@ from textual.widgets import (
 from gpudiag.hostfs import HostFS
 from gpudiag.kernels.plans import KernelPlan
 from gpudiag.kernels.stats import summarize
-from gpudiag.model import KernelResult, ProbeStatus, Reading, Snapshot
+from gpudiag.model import KernelResult, ProbeStatus, Reading, Severity, Snapshot
 from gpudiag.nvml import Nvml, ReplayBackend, open_nvml
 from gpudiag.panes import PANES, KernelsPane, Pane, SnapshotView
 from gpudiag.panes.kernels import NOT_MEASURABLE
@@ -1068,5 +1068,49 @@ def test_export_name_typed_replaces_the_suggested_one(tmp_path: Path) -> None:
         assert len(message) > note.size.width and note.size.height * note.size.width >= len(
             message
         )  # wrapped onto more lines, not cut
+
+    _run(app, steps)
+
+
+def test_overview_fix_first_fills_the_screen_and_end_goes_to_the_last_finding(
+    frozen: Snapshot,
+) -> None:
+    """At 120x40 every critical, warning and unknown finding of the demo is listed (it
+    stopped at 5 above 17 empty lines); at 80x24 as many as fit, and how many more. In
+    Findings, End goes to the last row (it scrolled sideways), Home back to the first; the
+    detail names the evidence the message already quotes instead of repeating it."""
+    worst = [f for f in frozen.findings if f.severity.rank > Severity.INFO.rank]
+    assert len(worst) > 12
+
+    async def overview(size: tuple[int, int]) -> list[str]:
+        app = GpudiagApp(frozen)
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            return _text(app, "#overview-text").splitlines()
+
+    small = asyncio.run(overview((80, 24)))
+    first = small.index("Fix first")
+    listed = small[first + 1 : small.index("", first)]
+    assert len(listed) >= 5 and len(small) == 24 - 5  # the screen, less header, tabs, footer
+    assert small[-1].startswith(f"2 findings ({len(worst) - len(listed)} more)  3 GPUs")
+    large = asyncio.run(overview((120, 60)))
+    rows = large[large.index("Fix first") + 1 :]
+    assert [r.split()[1] for r in rows[: len(worst)]] == [f.rule_id for f in worst]
+    assert large[-1].startswith("2 findings  3 GPUs")
+
+    app = GpudiagApp(frozen)
+
+    async def steps(pilot) -> None:
+        await pilot.press("2", "end")
+        await pilot.pause()
+        table = app.query_one("#findings", DataTable)
+        assert table.cursor_row == table.row_count - 1 and table.scroll_x == 0
+        await pilot.press("home")
+        await pilot.pause()
+        assert table.cursor_row == 0
+        detail = _text(app, "#finding-text")
+        assert detail.count("GpuIsLost") == 1, detail  # in the message, not again
+        assert "evidence: gpu.7.health as above  (nvml:nvmlDeviceGetName)" in detail
+        assert "why: " in detail
 
     _run(app, steps)
