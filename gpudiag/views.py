@@ -107,12 +107,19 @@ def overview(
     """Label and value lines for the first screen: host, platform, GPUs, driver, CPU and
     NUMA, and how many rules ran, did not apply and could not be checked (how many ran
     only when the `rules` and the judged `readings` are given). A value no probe read
-    says so ('not read') rather than vanish."""
+    says so ('not read', with its status and reason) rather than vanish."""
     r = snapshot.readings_by_key
 
     def joined(*keys: str, sep: str = " ") -> str:
         parts = [v for k in keys if (v := _shown(r, k))]
-        return sep.join(parts) if parts else "not read"
+        return sep.join(parts) if parts else not_read(*keys)
+
+    def not_read(*keys: str) -> str:
+        """'not read', with why: the first reading's status and reason."""
+        first = next((r[k] for k in keys if k in r), None)
+        if first is None:
+            return "not read (no probe reads it here)"
+        return f"not read ({first.status.value}: {first.reason})" if first.reason else "not read"
 
     gpus = catalog.gpu_indices(r)
     names = sorted({str(r[f"gpu.{g}.name"].value) for g in gpus if _shown(r, f"gpu.{g}.name")})
@@ -121,11 +128,14 @@ def overview(
     if lost:
         gpu_text += f" ({len(lost)} not answering: GPU {', '.join(map(str, lost))})"
     nodes = r.get("numa.nodes")
-    numa = "not read"
+    numa = not_read("numa.nodes")
     if nodes is not None and nodes.ok and isinstance(nodes.value, list):
         layout_by_node = [f"{n}: cpus {_shown(r, f'numa.{n}.cpus') or 'none'}" for n in nodes.value]
         numa = f"{len(nodes.value)} node(s) ({'; '.join(layout_by_node)})"
     cpu = joined("cpu.model")
+    driver = joined("nvml.driver_version")
+    if _shown(r, "nvml.driver_version"):  # else the reason once, not again for CUDA
+        driver += f"  CUDA {joined('nvml.cuda_driver_version')}"
     layout = [
         f"{_shown(r, k)} {word}"
         for k, word in (
@@ -144,7 +154,7 @@ def overview(
         ("Platform", joined("dmi.sys_vendor", "dmi.product_name")),
         ("BIOS", joined("dmi.bios_vendor", "dmi.bios_version", "dmi.bios_date")),
         ("GPUs", gpu_text),
-        ("Driver", f"{joined('nvml.driver_version')}  CUDA {joined('nvml.cuda_driver_version')}"),
+        ("Driver", driver),
         ("CPU", f"{cpu}" + (f"  ({', '.join(layout)})" if layout else "")),
         ("NUMA", numa),
         ("Governor", joined("cpu.freq.governor")),

@@ -1114,3 +1114,25 @@ def test_overview_fix_first_fills_the_screen_and_end_goes_to_the_last_finding(
         assert "why: " in detail
 
     _run(app, steps)
+
+
+def test_no_gpu_node_at_80x24_says_why_in_sight(tmp_path: Path) -> None:
+    """A node without NVIDIA devices or NVML: the explanation is on the first screen at
+    80x24, above the findings (only its heading was), and each value not read says why."""
+    node = _node(FIXTURES / "replay-no-driver.toml", root=FIXTURES / "host-basic")
+    app = GpudiagApp(node)
+
+    async def steps(pilot) -> None:
+        await pilot.pause()
+        svg = app.export_screenshot()
+        seen = re.sub(r"<[^>]+>", "", svg).replace("&#160;", " ")
+        lines = _text(app, "#overview-text").splitlines()
+        no_gpu = next(i for i, line in enumerate(lines) if line.startswith("No GPU: "))
+        assert no_gpu < lines.index("Fix first")
+        assert "No GPU: " in seen and "gpudiag demo faulty" in seen  # in sight, whole
+        for label in ("Platform", "BIOS", "Governor", "Driver"):
+            (line,) = [line for line in lines if line.startswith(label)]
+            assert "not read" not in line or "not read (" in line, line  # with a reason
+        assert any("not read (missing: " in line for line in lines), lines
+
+    _run(app, steps)

@@ -33,12 +33,12 @@ class OverviewPane(Pane):
             text.append(f"{value}\n")
         worst = views.filter_findings(snapshot.findings)
         worst = [f for f in worst if f.severity.rank > Severity.INFO.rank]
-        no_gpu = Text()
-        if not views.gpu_table(snapshot).rows:
-            no_gpu.append("\nNo GPU\n", "bold")
-            no_gpu.append(views.no_gpu_reason(snapshot) + "\n")
+        if not views.gpu_table(snapshot).rows:  # above the findings: in sight at 80x24
+            text.append("\nNo GPU: ", "bold")
+            text.append(views.no_gpu_reason(snapshot) + "\n")
         # as many as the screen holds below the rest (5 at least; it scrolls)
-        used = len(text.plain.splitlines()) + 4 + len(no_gpu.plain.splitlines())
+        width = max(20, self.app.size.width - 2)
+        used = sum(-(-max(1, len(line)) // width) for line in text.plain.splitlines()) + 4
         room = max(5, self.app.size.height - CHROME - used)
         shown = worst[:room]
         text.append(
@@ -47,7 +47,6 @@ class OverviewPane(Pane):
         for finding in shown:
             text.append(f"{finding.severity.value.upper():<9}", SEVERITY_STYLE[finding.severity])
             text.append(f"{finding.rule_id:<8} {finding.subject}: {finding.title}\n")
-        text.append_text(no_gpu)
         more = f" ({len(worst) - len(shown)} more)" if len(shown) < len(worst) else ""
         text.append(
             f"\n2 findings{more}  3 GPUs  4 topology  5 host  6 kernels  9 watch  ? keys", "dim"
