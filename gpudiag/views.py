@@ -26,7 +26,7 @@ class Matrix:
 
 
 def topology_matrix(snapshot: Snapshot, profile: Mapping[str, object] | None = None) -> Matrix:
-    """The `nvidia-smi topo -m` view: GPU by GPU, then NICs, CPU and NUMA affinity. A pair
+    """The `nvidia-smi topo -m` view: NUMA and CPU affinity, GPU by GPU, then NICs. A pair
     whose reading is missing or failed shows '?'; a pair with fewer NVLinks than the
     node's usual count is marked '!', and so is a GPU with fewer active NVLinks than its
     model's profile has (the legend says how many)."""
@@ -40,12 +40,14 @@ def topology_matrix(snapshot: Snapshot, profile: Mapping[str, object] | None = N
         reading = readings.get(key)
         return str(reading.value) if reading is not None and reading.ok else "?"
 
+    # NUMA and CPU affinity first: past the GPU and NIC columns they were cut off even at
+    # 120 columns on an 8-GPU node with 8 NICs (the table scrolls sideways for the rest)
     headers = (
         "",
+        "NUMA",
+        "CPUs",
         *(f"GPU{g}" for g in gpus),
         *(f"NIC{n}" for n in range(len(nics))),
-        "CPUs",
-        "NUMA",
     )
     links = [
         int(str(r.value)[2:])
@@ -74,10 +76,10 @@ def topology_matrix(snapshot: Snapshot, profile: Mapping[str, object] | None = N
         rows.append(
             (
                 f"GPU{a}!" if short else f"GPU{a}",
+                cell(f"gpu.{a}.numa_node"),
+                cell(f"gpu.{a}.cpu_affinity"),
                 *pairs,
                 *nic_cells,
-                cell(f"gpu.{a}.cpu_affinity"),
-                cell(f"gpu.{a}.numa_node"),
             )
         )
     legend = [f"NIC{i}: {nic}" for i, nic in enumerate(nics)]
@@ -198,7 +200,12 @@ def finding_detail(finding: Finding) -> list[tuple[str, str]]:
     it matters and how to fix it. A reading the message already quotes word for word is
     named, not repeated (NVML001's evidence pushed why and fix below the fold)."""
     lines = [
-        ("", f"{finding.severity.value.upper()} {finding.rule_id}  {finding.subject}"),
+        # the title in full: the table's column cuts it at 80 columns
+        (
+            "",
+            f"{finding.severity.value.upper()} {finding.rule_id}  "
+            f"{finding.subject}: {finding.title}",
+        ),
         ("", finding.message),
     ]
     for reading in finding.evidence:

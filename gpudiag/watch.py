@@ -417,7 +417,8 @@ def screen_lines(history: History, gpus: int, width: int, lost: Collection[int] 
             f"mem {cell['mem']:>4}  util {cell['util']:>4}%  fb {cell['fb']:>6}M  "
             f"{nvlink}{throttle}"
         )
-        lines.append(line[: max(20, width)])
+        # wrapped, not cut: the throttle reasons at the end are the reason a GPU is slow
+        lines += textwrap.wrap(line, max(20, width), subsequent_indent=" " * 6) or [line]
         power = spark(history.values(gpu, "power"), spark_width)
         util = spark(history.values(gpu, "util"), spark_width)
         lines.append(f"      power {power:<{spark_width}}  util {util}")

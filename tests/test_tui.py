@@ -213,8 +213,12 @@ def test_topology_tab_shows_the_8_gpu_matrix(tmp_path: Path) -> None:
             await pilot.pause()
             rows = _cells(app, "#topology")
             assert len(rows) == 8
+            # NUMA and CPU affinity first, where 80 columns show them (they were past the
+            # GPU and NIC columns, cut off even at 120)
             assert rows[0] == [
                 "GPU0",
+                "0",
+                "0-55,112-167",
                 "X",
                 "NV18",
                 "NV17!",  # GPU 2 has a link down: fewer than the node's usual NV18
@@ -224,10 +228,8 @@ def test_topology_tab_shows_the_8_gpu_matrix(tmp_path: Path) -> None:
                 "NV18",
                 "?",
                 "PIX",
-                "0-55,112-167",
-                "0",
             ]
-            assert rows[7][:3] == ["GPU7", "?", "?"]  # the lost GPU
+            assert rows[7][3:5] == ["?", "?"]  # the lost GPU
             legend = str(app.query_one("#topology-legend", Static).render())
             assert "NIC0: 0000:19:00.0" in legend
             assert "NV#! = fewer NVLinks than the node's usual NV18" in legend
@@ -1110,6 +1112,7 @@ def test_overview_fix_first_fills_the_screen_and_end_goes_to_the_last_finding(
         assert table.cursor_row == 0
         detail = _text(app, "#finding-text")
         assert detail.count("GpuIsLost") == 1, detail  # in the message, not again
+        assert detail.startswith("CRITICAL GPU001  GPU 7: GPU lost\n")  # the title in full
         assert "evidence: gpu.7.health as above  (nvml:nvmlDeviceGetName)" in detail
         assert "why: " in detail
 
@@ -1134,5 +1137,25 @@ def test_no_gpu_node_at_80x24_says_why_in_sight(tmp_path: Path) -> None:
             (line,) = [line for line in lines if line.startswith(label)]
             assert "not read" not in line or "not read (" in line, line  # with a reason
         assert any("not read (missing: " in line for line in lines), lines
+
+    _run(app, steps)
+
+
+def test_probes_screen_shows_the_highlighted_error_in_full(tmp_path: Path) -> None:
+    """The error column is cut at 80 columns; the highlighted probe's error is below, in
+    full and wrapped."""
+    app = GpudiagApp(_node())  # no driver: the GPU probe says why
+
+    async def steps(pilot) -> None:
+        await pilot.press("8")
+        await pilot.pause()
+        failed = next(i for i, r in enumerate(app.snapshot.probes) if len(r.error) > 40)
+        for _ in range(failed):
+            await pilot.press("down")
+        await pilot.pause()
+        result = app.snapshot.probes[failed]
+        detail = _text(app, "#probe-detail")
+        assert detail == f"{result.name}: {result.status.value}  {result.error}"
+        assert app.query_one("#probe-detail", Static).size.height > 1  # wrapped, not cut
 
     _run(app, steps)
