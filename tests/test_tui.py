@@ -291,7 +291,8 @@ def test_findings_filter_sort_and_detail(tmp_path: Path) -> None:
         rows = _cells(app, "#findings")
         assert rows[0] == ["CRITICAL", "GPU001", "GPU 7", "GPU lost"]
         detail = _text(app, "#finding-text")
-        assert "evidence: gpu.7.health = [error]" in detail
+        # the message quotes the reading: named, not repeated
+        assert "evidence: gpu.7.health as above  (nvml:nvmlDeviceGetName)" in detail
         assert "why: A lost GPU" in detail and "fix: Check dmesg" in detail
         await pilot.press("down")
         assert "CRITICAL GPU011" in _text(app, "#finding-text")  # follows the cursor
