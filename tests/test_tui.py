@@ -1160,3 +1160,20 @@ def test_probes_screen_shows_the_highlighted_error_in_full(tmp_path: Path) -> No
         assert app.query_one("#probe-detail", Static).size.height > 1  # wrapped, not cut
 
     _run(app, steps)
+
+
+def test_kernels_status_wraps_at_80_columns(tmp_path: Path) -> None:
+    """A long status (an error's reason) wraps onto more lines instead of being cut."""
+    app = GpudiagApp(load_or_save_snapshot(tmp_path))
+    reason = "ERROR: kernels failed: RuntimeError: " + "the device stopped answering " * 4
+
+    async def steps(pilot) -> None:
+        await pilot.press("6")
+        await pilot.pause()
+        app.kernels.say(reason)
+        await pilot.pause()
+        status = app.query_one("#kernel-status", Label)
+        assert str(status.render()) == reason and status.size.width < len(reason)
+        assert status.size.height * status.size.width >= len(reason)
+
+    _run(app, steps)

@@ -75,7 +75,7 @@ class KernelsPane(Pane):
     #kernel-hint { padding: 0 1; color: $text-muted; }
     #kernel-why { padding: 0 1; width: 100%; }
     #kernel-controls Button { margin-right: 1; }
-    #kernel-status { height: 1; padding: 0 1; }
+    #kernel-status { height: auto; width: 100%; padding: 0 1; }  /* wraps, never cut */
     #kernel-progress { height: 1; padding: 0 1; }
     #kernel-results { height: auto; max-height: 12; }
     #kernel-charts { height: auto; padding: 0 1; }
