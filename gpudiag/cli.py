@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from gpudiag import __version__, capture, catalog, inputs
 from gpudiag.fleetcli import FLEET_COMMANDS, add_fleet_commands
@@ -33,7 +33,7 @@ from gpudiag.formats import (
 from gpudiag.health import add_health_parser, run_health
 from gpudiag.hostfs import HostFS
 from gpudiag.kernels.plans import BURN_PRECISIONS, DTYPE_NAMES, KERNELS, PLANS, KernelPlan
-from gpudiag.model import ProbeStatus, Severity, Snapshot
+from gpudiag.model import KernelResult, ProbeStatus, Severity, Snapshot
 from gpudiag.nvml import ReplayError, open_nvml
 from gpudiag.probes import default_probes
 from gpudiag.profiles import load_profiles
@@ -47,14 +47,26 @@ from gpudiag.session import (
     format_finding,
     format_not_applicable,
     format_summary,
-    run_kernels,
     with_findings,
+    with_kernel_results,
 )
 from gpudiag.snapshot import SnapshotError, is_json_path, load, save, target_problem
 from gpudiag.views import result_name
 
 if TYPE_CHECKING:
+    from gpudiag.kernels.runner import PlanRun
     from gpudiag.redact import Redactor
+
+
+# What each kernel of `gpudiag run` measures, one line each (its --help lists them).
+KERNEL_HELP = {
+    "stream": "memory bandwidth: copy, scale, add, triad, dot (GB/s)",
+    "gemm": "matrix multiply throughput (TFLOP/s), every product checked",
+    "copy": "host-to-GPU and GPU-to-host copies, local and remote NUMA node",
+    "peer": "GPU-to-GPU copies and latency, every pair, peer access",
+    "allreduce": "NCCL all-reduce across the node's GPUs (bus bandwidth)",
+    "burn": "one GEMM again and again (--seconds); a mismatch is FAULTY",
+}
 
 
 class UsageError(Exception):
@@ -206,8 +218,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help="replace host names, serials, UUIDs, MAC and IP addresses",
     )
-    run = commands.add_parser("run", help="run measurement kernels and print the results")
-    run.add_argument("kernels", metavar="KERNEL", nargs="+", choices=KERNELS)
+    run = commands.add_parser(
+        "run",
+        help="run measurement kernels and print the results",
+        description="Run measurement kernels and print the results. Kernels:\n"
+        + "\n".join(f"  {name:<10} {KERNEL_HELP[name]}" for name in KERNELS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument(
+        "kernels",
+        metavar="KERNEL",
+        nargs="+",
+        choices=KERNELS,
+        help=f"one or more of: {', '.join(KERNELS)} (above)",
+    )
     run.add_argument(
         "--device",
         default="cpu",
@@ -314,9 +338,16 @@ def _export(node: LiveNode, args: argparse.Namespace) -> int:
         plan = replace(PLANS[args.kernels], until_confident=args.until_confident)
         print(f"gpudiag: running kernels ({args.kernels}) ...", file=sys.stderr)
         from gpudiag.kernels.runner import PlanRun
+        from gpudiag.run_report import run_with_progress
 
         run = PlanRun(plan, node.host, nvml=node.nvml)
-        snapshot = run_kernels(snapshot, run, node.rules, node.profile_name)
+        # progress per kernel as `gpudiag run` shows it, then the results table, on
+        # stderr (stdout may be the snapshot: --export -)
+        results, interrupted, others = run_with_progress(run, strict=False)
+        _print_results(run, results, others, sys.stderr)
+        if interrupted:  # the results so far are shown; nothing is written
+            raise KeyboardInterrupt
+        snapshot = with_kernel_results(snapshot, results, node.rules, node.profile_name)
     snapshot = _redacted(snapshot, args)
     return _write_and_report(snapshot, args.export, "--export", args, node.rules)
 
@@ -379,7 +410,7 @@ def _run_kernels(args: argparse.Namespace) -> int:
         args.until_confident,
     )
     from gpudiag.kernels.runner import KernelUnavailable, PlanRun
-    from gpudiag.run_report import busy_note, run_with_progress, trust_note
+    from gpudiag.run_report import run_with_progress
 
     run = PlanRun(plan)
     interrupted = False
@@ -390,9 +421,26 @@ def _run_kernels(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # Ctrl-C: the results so far, then exit 130
         run.cancel.set()
         results, interrupted = run.results, True
+    failed = _print_results(run, results, others)
+    if interrupted:
+        print("gpudiag: interrupted (the results above are partial)", file=sys.stderr)
+        return 130
+    return EXIT_CRITICAL if failed or any(b.faulty for b in run.burns) else 0
+
+
+def _print_results(
+    run: PlanRun, results: Sequence[KernelResult], others: float | None, file: TextIO | None = None
+) -> bool:
+    """The kernels' results as a table (and the burns' reports) on `file` (stdout);
+    whether any failed (not skipped)."""
+    from gpudiag.run_report import busy_note, trust_note
+
+    def say(line: str) -> None:
+        print(line, file=file or sys.stdout)
+
     for report in run.burns:
         verdict = "FAULTY" if report.faulty else "ok"
-        print(
+        say(
             f"burn           {report.device:<12} {verdict}: {report.iterations} "
             f"products in {report.seconds:.1f} s ({report.gflops:.4g} GFLOP/s), "
             f"{report.mismatches} mismatches, {report.nans} NaNs"
@@ -407,7 +455,7 @@ def _run_kernels(args: argparse.Namespace) -> int:
     shown = [r for r in results if r.kernel != "burn"]
     width = max([22, *(len(result_name(r)) + 1 for r in shown)])
     if shown:
-        print(
+        say(
             f"{'kernel':<{width}} {'device':<12} {'median':>10} {'min':>10} {'max':>10} "
             f"{'cv':>6}  95% CI of the median"
         )
@@ -415,26 +463,23 @@ def _run_kernels(args: argparse.Namespace) -> int:
     for r in shown:
         name = result_name(r)
         if r.stats is None:
-            print(f"{name:<{width}} {r.device:<12} {r.status.value.upper()}: {r.error}")
+            say(f"{name:<{width}} {r.device:<12} {r.status.value.upper()}: {r.error}")
             failed = failed or r.status is not ProbeStatus.SKIPPED
             continue
         s = r.stats
-        print(
+        say(
             f"{name:<{width}} {r.device:<12} {s.median:>10.4g} {s.minimum:>10.4g} "
             f"{s.maximum:>10.4g} {s.cv:>6.1%}  {s.ci95_low:.4g}-{s.ci95_high:.4g} {r.unit}"
         )
         if r.status is ProbeStatus.CANCELLED:
-            print(f"{'':<{width}} partial: {r.error}")
+            say(f"{'':<{width}} partial: {r.error}")
         if dict(r.params).get("confident") is False:
-            print(f"{'':<{width}} not confident: the --until-confident budget ran out first")
+            say(f"{'':<{width}} not confident: the --until-confident budget ran out first")
         if note := trust_note(r):
-            print(f"{'':<{width}} {note}")
+            say(f"{'':<{width}} {note}")
     if note := busy_note(others):
-        print(note)
-    if interrupted:
-        print("gpudiag: interrupted (the results above are partial)", file=sys.stderr)
-        return 130
-    return EXIT_CRITICAL if failed or any(b.faulty for b in run.burns) else 0
+        say(note)
+    return failed
 
 
 def _diff(args: argparse.Namespace) -> int:
@@ -628,7 +673,19 @@ def _lint(paths: Sequence[Path]) -> int:
     return EXIT_UNKNOWN if failed else 0
 
 
+def _need_terminal() -> None:
+    """The TUI draws on a terminal and reads its keys: with standard output a file, a pipe
+    or cron's mail it would write escape codes there and never end."""
+    for name, stream in (("output", sys.stdout), ("input", sys.stdin)):
+        if stream is None or not stream.isatty():
+            raise UsageError(
+                f"standard {name} is not a terminal, so the TUI cannot start: run"
+                " `gpudiag --export -` for the snapshot or `gpudiag health` for the verdict"
+            )
+
+
 def _tui(app_source: object) -> int:
+    _need_terminal()
     from gpudiag.tui import GpudiagApp
 
     app = GpudiagApp(app_source)
@@ -680,6 +737,8 @@ def run(argv: Sequence[str]) -> int:
         raise UsageError(
             "--kernels measures this machine: it cannot go with --root or --nvml-replay"
         )
+    if args.command is None and not args.export:
+        _need_terminal()  # before probing the node
     node = _live_node(args, argv)
     try:
         if args.command == "capture":

@@ -64,11 +64,12 @@ class HostLoad:
 
 
 def run_with_progress(
-    run: PlanRun, stream: TextIO = sys.stderr
+    run: PlanRun, stream: TextIO = sys.stderr, strict: bool = True
 ) -> tuple[list[KernelResult], bool, float | None]:
     """Run the plan in a thread, showing progress; Ctrl-C cancels it at the next chunk and
     returns what was measured. Returns (results, interrupted, other processes' share of
-    the host's CPUs during the run in %, None when not measurable)."""
+    the host's CPUs during the run in %, None when not measurable). `strict`: as
+    PlanRun.run's (False: GPUs that cannot be used are skipped results, not an error)."""
     progress = Progress(stream)
     run.progress = progress
     failure: list[BaseException] = []
@@ -76,7 +77,7 @@ def run_with_progress(
 
     def target() -> None:
         try:
-            run.run(strict=True)
+            run.run(strict=strict)
         except BaseException as exc:  # re-raised in the caller's thread
             failure.append(exc)
         finally:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from typing import ClassVar
 from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.theme import BUILTIN_THEMES
 from textual.widgets import Footer, Header, Input, TabbedContent
 from textual.worker import Worker, WorkerState
 
@@ -68,6 +70,38 @@ LIVE_ACTIONS = ("refresh", "run_kernels", "cancel_kernels")
 MEASURING_ACTIONS = ("run_kernels", "cancel_kernels")
 
 
+# Under NO_COLOR, Textual turns every colour into a fixed grey of the same luminance: red
+# reversed on the dark background became grey 237 on 233 (1.6:1), the most severe word the
+# least readable. Instead gpudiag draws with the terminal's own default foreground and
+# background (Textual's ANSI mode, whose NO_COLOR filter sets every colour to "default"):
+# CRITICAL is bold reverse video of them, WARNING bold; and cursors, which a colour no
+# longer marks, are reverse video.
+NO_COLOR_THEME = replace(
+    BUILTIN_THEMES["ansi-dark"],
+    name="gpudiag-no-color",
+    primary="ansi_default",
+    variables={
+        **BUILTIN_THEMES["ansi-dark"].variables,
+        "block-cursor-text-style": "bold reverse",
+        "block-cursor-blurred-text-style": "reverse",
+        "input-cursor-text-style": "reverse",
+    },
+)
+
+
+def no_color() -> bool:
+    """NO_COLOR is set (to anything, as Textual reads it)."""
+    return os.environ.get("NO_COLOR") is not None
+
+
+def use_terminal_colours(app: App[object]) -> None:
+    """Under NO_COLOR, draw with the terminal's default colours (NO_COLOR_THEME). Call
+    from on_mount."""
+    if no_color():
+        app.register_theme(NO_COLOR_THEME)
+        app.theme = NO_COLOR_THEME.name
+
+
 def leave_on_signals(app: App[int], before: Callable[[], None] = lambda: None) -> None:
     """SIGTERM and SIGHUP leave the app as `q` does, so Textual restores the terminal
     (alternate screen, mouse tracking, cursor); the exit code is 128 + the signal's
@@ -109,7 +143,7 @@ class GpudiagApp(App[int]):
     def __init__(
         self, source: LiveNode | Snapshot, plans: dict[str, KernelPlan] | None = None
     ) -> None:
-        super().__init__()
+        super().__init__(ansi_color=True if no_color() else None)
         self.source = source
         self.snapshot: Snapshot | None = source if isinstance(source, Snapshot) else None
         self.view: SnapshotView | None = None  # the snapshot judged, for the panes
@@ -151,13 +185,16 @@ class GpudiagApp(App[int]):
         return self.query_one(KernelsPane)
 
     def on_mount(self) -> None:
+        use_terminal_colours(self)
         leave_on_signals(self, self._stop_work)
         if isinstance(self.source, Snapshot):
             self.sub_title = f"{self.source.host} (saved {self.source.created}, read-only)"
             self.set_snapshot(self.source)
             self.kernels.say("a saved snapshot: its kernel results are shown, none run")
         else:
-            self.kernels.say("ready")
+            self.kernels.say(
+                "ready" if self._measurable() else "a recording: its kernel results are shown"
+            )
             self.action_refresh()
         self.action_show_tab("overview")
         self.set_interval(WATCH_INTERVAL_S, self._watch_tick)

@@ -26,7 +26,7 @@ class Matrix:
 
 
 def topology_matrix(snapshot: Snapshot, profile: Mapping[str, object] | None = None) -> Matrix:
-    """The `nvidia-smi topo -m` view: GPU by GPU, then NICs, CPU and NUMA affinity. A pair
+    """The `nvidia-smi topo -m` view: NUMA and CPU affinity, GPU by GPU, then NICs. A pair
     whose reading is missing or failed shows '?'; a pair with fewer NVLinks than the
     node's usual count is marked '!', and so is a GPU with fewer active NVLinks than its
     model's profile has (the legend says how many)."""
@@ -40,12 +40,14 @@ def topology_matrix(snapshot: Snapshot, profile: Mapping[str, object] | None = N
         reading = readings.get(key)
         return str(reading.value) if reading is not None and reading.ok else "?"
 
+    # NUMA and CPU affinity first: past the GPU and NIC columns they were cut off even at
+    # 120 columns on an 8-GPU node with 8 NICs (the table scrolls sideways for the rest)
     headers = (
         "",
+        "NUMA",
+        "CPUs",
         *(f"GPU{g}" for g in gpus),
         *(f"NIC{n}" for n in range(len(nics))),
-        "CPUs",
-        "NUMA",
     )
     links = [
         int(str(r.value)[2:])
@@ -74,10 +76,10 @@ def topology_matrix(snapshot: Snapshot, profile: Mapping[str, object] | None = N
         rows.append(
             (
                 f"GPU{a}!" if short else f"GPU{a}",
+                cell(f"gpu.{a}.numa_node"),
+                cell(f"gpu.{a}.cpu_affinity"),
                 *pairs,
                 *nic_cells,
-                cell(f"gpu.{a}.cpu_affinity"),
-                cell(f"gpu.{a}.numa_node"),
             )
         )
     legend = [f"NIC{i}: {nic}" for i, nic in enumerate(nics)]
@@ -107,12 +109,19 @@ def overview(
     """Label and value lines for the first screen: host, platform, GPUs, driver, CPU and
     NUMA, and how many rules ran, did not apply and could not be checked (how many ran
     only when the `rules` and the judged `readings` are given). A value no probe read
-    says so ('not read') rather than vanish."""
+    says so ('not read', with its status and reason) rather than vanish."""
     r = snapshot.readings_by_key
 
     def joined(*keys: str, sep: str = " ") -> str:
         parts = [v for k in keys if (v := _shown(r, k))]
-        return sep.join(parts) if parts else "not read"
+        return sep.join(parts) if parts else not_read(*keys)
+
+    def not_read(*keys: str) -> str:
+        """'not read', with why: the first reading's status and reason."""
+        first = next((r[k] for k in keys if k in r), None)
+        if first is None:
+            return "not read (no probe reads it here)"
+        return f"not read ({first.status.value}: {first.reason})" if first.reason else "not read"
 
     gpus = catalog.gpu_indices(r)
     names = sorted({str(r[f"gpu.{g}.name"].value) for g in gpus if _shown(r, f"gpu.{g}.name")})
@@ -121,11 +130,14 @@ def overview(
     if lost:
         gpu_text += f" ({len(lost)} not answering: GPU {', '.join(map(str, lost))})"
     nodes = r.get("numa.nodes")
-    numa = "not read"
+    numa = not_read("numa.nodes")
     if nodes is not None and nodes.ok and isinstance(nodes.value, list):
         layout_by_node = [f"{n}: cpus {_shown(r, f'numa.{n}.cpus') or 'none'}" for n in nodes.value]
         numa = f"{len(nodes.value)} node(s) ({'; '.join(layout_by_node)})"
     cpu = joined("cpu.model")
+    driver = joined("nvml.driver_version")
+    if _shown(r, "nvml.driver_version"):  # else the reason once, not again for CUDA
+        driver += f"  CUDA {joined('nvml.cuda_driver_version')}"
     layout = [
         f"{_shown(r, k)} {word}"
         for k, word in (
@@ -144,7 +156,7 @@ def overview(
         ("Platform", joined("dmi.sys_vendor", "dmi.product_name")),
         ("BIOS", joined("dmi.bios_vendor", "dmi.bios_version", "dmi.bios_date")),
         ("GPUs", gpu_text),
-        ("Driver", f"{joined('nvml.driver_version')}  CUDA {joined('nvml.cuda_driver_version')}"),
+        ("Driver", driver),
         ("CPU", f"{cpu}" + (f"  ({', '.join(layout)})" if layout else "")),
         ("NUMA", numa),
         ("Governor", joined("cpu.freq.governor")),
@@ -185,14 +197,23 @@ def filter_findings(
 
 def finding_detail(finding: Finding) -> list[tuple[str, str]]:
     """What the detail pane shows: message, each evidence reading with its source, why
-    it matters and how to fix it."""
+    it matters and how to fix it. A reading the message already quotes word for word is
+    named, not repeated (NVML001's evidence pushed why and fix below the fold)."""
     lines = [
-        ("", f"{finding.severity.value.upper()} {finding.rule_id}  {finding.subject}"),
+        # the title in full: the table's column cuts it at 80 columns
+        (
+            "",
+            f"{finding.severity.value.upper()} {finding.rule_id}  "
+            f"{finding.subject}: {finding.title}",
+        ),
         ("", finding.message),
     ]
     for reading in finding.evidence:
         source = f"  ({reading.source})" if reading.source else ""
-        lines.append(("evidence", f"{reading.key} = {reading.display()}{source}"))
+        shown = reading.display()
+        said = re.sub(r"^\[[\w-]+\] ", "", shown)  # without its "[error] " status
+        value = "as above" if len(said) > 20 and said in finding.message else f"= {shown}"
+        lines.append(("evidence", f"{reading.key} {value}{source}"))
     if finding.why:
         lines.append(("why", finding.why))
     if finding.fix:

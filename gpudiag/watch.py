@@ -38,9 +38,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import textwrap
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -384,10 +385,13 @@ def spark(values: list[float], width: int) -> str:
     return "".join(_BLOCKS[min(7, max(0, int(v / top * 7.999)))] for v in shown)
 
 
-def screen_lines(history: History, gpus: int, width: int) -> list[str]:
+def screen_lines(history: History, gpus: int, width: int, lost: Collection[int] = ()) -> list[str]:
     """The watch screen: per GPU, a line of the latest values (NVLink throughput, TX/RX
     in GB/s, where `width` leaves room: 100 columns) and a line of sparklines of power and
-    utilisation over the history, sized to `width` columns."""
+    utilisation over the history, sized to `width` columns. A GPU that answers nothing
+    gets one line saying why instead of a dash in every column: LOST where NVML says it
+    is lost or where the snapshot found it lost (`lost`: a recording of a lost GPU holds
+    only the call that failed), else the reasons."""
     from gpudiag.views import THROTTLE_SHORT
 
     lines = []
@@ -397,6 +401,14 @@ def screen_lines(history: History, gpus: int, width: int) -> list[str]:
         if sample is None:
             lines.append(f"GPU{gpu:<2} not sampled yet")
             continue
+        if all(sample.values.get(name) is None for name in OUTPUT_COLUMNS):
+            reasons = set(sample.errors.values())
+            if "GpuIsLost" in reasons or gpu in lost:
+                why = "LOST: the GPU does not answer (off the bus or hung); reset or reboot"
+            else:
+                why = f"no reading: {', '.join(sorted(reasons)) or 'nothing answered'}"
+            lines += textwrap.wrap(f"GPU{gpu:<2}  {why}", max(20, width), subsequent_indent=" " * 6)
+            continue
         cell = {name: _cell(sample, name) for name in OUTPUT_COLUMNS}
         throttle = ",".join(THROTTLE_SHORT.get(n, n) for n in cell["throttle"].split(","))
         nvlink = f"nvl {cell['nvl_tx']:>5}/{cell['nvl_rx']:<5}G  " if width >= NVLINK_WIDTH else ""
@@ -405,7 +417,8 @@ def screen_lines(history: History, gpus: int, width: int) -> list[str]:
             f"mem {cell['mem']:>4}  util {cell['util']:>4}%  fb {cell['fb']:>6}M  "
             f"{nvlink}{throttle}"
         )
-        lines.append(line[: max(20, width)])
+        # wrapped, not cut: the throttle reasons at the end are the reason a GPU is slow
+        lines += textwrap.wrap(line, max(20, width), subsequent_indent=" " * 6) or [line]
         power = spark(history.values(gpu, "power"), spark_width)
         util = spark(history.values(gpu, "util"), spark_width)
         lines.append(f"      power {power:<{spark_width}}  util {util}")

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ import pytest
 from gpudiag.probes import default_probes
 from gpudiag.snapshot import load, loads
 
-from conftest import FIXTURES, probe_readings, run_cli
+from conftest import FIXTURES, REPO, probe_readings, run_cli
 
 TREE = str(FIXTURES / "host-basic")
 REPLAY = str(FIXTURES / "replay-2gpu.toml")  # GPU 1 is lost
@@ -226,3 +229,50 @@ def test_every_realdata_tree_end_to_end(tmp_path: Path, realdata_trees: dict[str
         for key, reading in direct.items():
             if key != "host.uptime":
                 assert exported[key] == reading, (name, key)
+
+
+@pytest.mark.parametrize("command", [[], ["demo", "faulty"], ["--replay", "DEMO"]])
+def test_no_tui_when_standard_output_is_not_a_terminal(command: list[str], tmp_path: Path) -> None:
+    """`ssh node gpudiag > x`, a pipe, cron: one line saying what to run instead, exit 3,
+    nothing written to the file; the keyboard is a terminal (a pty), the output a file."""
+    demo = REPO / "snapshots" / "demo-hgx-h100-faulty.capture.json"
+    command = [str(demo) if word == "DEMO" else word for word in command]
+    primary, secondary = os.openpty()
+    out = tmp_path / "x"
+    try:
+        with out.open("w") as stdout:
+            result = subprocess.run(
+                [sys.executable, "-m", "gpudiag", *command],
+                stdin=secondary,
+                stdout=stdout,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    assert result.returncode == 3 and out.read_text() == ""
+    assert result.stderr.count("\n") == 1 and "standard output is not a terminal" in result.stderr
+    assert "gpudiag --export -" in result.stderr and "gpudiag health" in result.stderr
+
+
+def test_no_tui_in_a_pipe() -> None:
+    """`gpudiag | less`, or with no terminal at all: the same one line, exit 3."""
+    result = run_cli()
+    assert result.returncode == 3 and result.stdout == ""
+    assert result.stderr.startswith("gpudiag: standard output is not a terminal")
+
+
+def test_run_help_lists_every_kernel_with_one_line() -> None:
+    """`gpudiag run --help` names each kernel (allreduce and peer were not to be found)."""
+    from gpudiag.kernels.plans import KERNELS
+
+    result = run_cli("run", "--help")
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    for kernel in KERNELS:
+        (line,) = [line for line in lines if line.startswith(f"  {kernel} ")]
+        assert len(line.split()) > 4, line  # a description, not just the name
+    assert all(len(line) <= 80 for line in lines)

@@ -238,6 +238,15 @@ def test_export_with_kernels_writes_results_into_the_snapshot(tmp_path: Path) ->
     assert triad and all(k.status is ProbeStatus.OK and len(k.samples) == 5 for k in triad)
     assert kernels[("gemm", "cpu", "fp64")].stats is not None
     assert "kernel results" in result.stdout.splitlines()[0]
+    # what the user sees meanwhile, as `gpudiag run` shows it (it was one line for 45 s
+    # and "17 kernel results" without one of them): progress per kernel, then the table
+    err = result.stderr.splitlines()
+    assert any(line.startswith("gpudiag: stream fp64 cpu") for line in err), err
+    assert any(line.startswith("gpudiag: gemm cpu fp64") for line in err), err
+    header = next(i for i, line in enumerate(err) if line.startswith("kernel "))
+    assert err[header].split()[:4] == ["kernel", "device", "median", "min"]
+    rows = [line.split()[0] for line in err[header + 1 :] if not line.startswith(" ")]
+    assert "stream.triad.fp64" in rows and "gemm.fp64" in rows, err
     # the figures as readings, stored once in the derived result when the export was judged
     (derived,) = [p for p in snapshot.probes if p.name == "derived"]
     held = {r.key: r for r in derived.readings}

@@ -26,9 +26,10 @@ from textual.widgets import (
 from gpudiag.hostfs import HostFS
 from gpudiag.kernels.plans import KernelPlan
 from gpudiag.kernels.stats import summarize
-from gpudiag.model import KernelResult, ProbeStatus, Reading, Snapshot
+from gpudiag.model import KernelResult, ProbeStatus, Reading, Severity, Snapshot
 from gpudiag.nvml import Nvml, ReplayBackend, open_nvml
 from gpudiag.panes import PANES, KernelsPane, Pane, SnapshotView
+from gpudiag.panes.kernels import NOT_MEASURABLE
 from gpudiag.probe import Cost, Probe
 from gpudiag.probes import default_probes
 from gpudiag.rulefile import load_rules
@@ -212,8 +213,12 @@ def test_topology_tab_shows_the_8_gpu_matrix(tmp_path: Path) -> None:
             await pilot.pause()
             rows = _cells(app, "#topology")
             assert len(rows) == 8
+            # NUMA and CPU affinity first, where 80 columns show them (they were past the
+            # GPU and NIC columns, cut off even at 120)
             assert rows[0] == [
                 "GPU0",
+                "0",
+                "0-55,112-167",
                 "X",
                 "NV18",
                 "NV17!",  # GPU 2 has a link down: fewer than the node's usual NV18
@@ -223,10 +228,8 @@ def test_topology_tab_shows_the_8_gpu_matrix(tmp_path: Path) -> None:
                 "NV18",
                 "?",
                 "PIX",
-                "0-55,112-167",
-                "0",
             ]
-            assert rows[7][:3] == ["GPU7", "?", "?"]  # the lost GPU
+            assert rows[7][3:5] == ["?", "?"]  # the lost GPU
             legend = str(app.query_one("#topology-legend", Static).render())
             assert "NIC0: 0000:19:00.0" in legend
             assert "NV#! = fewer NVLinks than the node's usual NV18" in legend
@@ -288,7 +291,8 @@ def test_findings_filter_sort_and_detail(tmp_path: Path) -> None:
         rows = _cells(app, "#findings")
         assert rows[0] == ["CRITICAL", "GPU001", "GPU 7", "GPU lost"]
         detail = _text(app, "#finding-text")
-        assert "evidence: gpu.7.health = [error]" in detail
+        # the message quotes the reading: named, not repeated
+        assert "evidence: gpu.7.health as above  (nvml:nvmlDeviceGetName)" in detail
         assert "why: A lost GPU" in detail and "fix: Check dmesg" in detail
         await pilot.press("down")
         assert "CRITICAL GPU011" in _text(app, "#finding-text")  # follows the cursor
@@ -515,11 +519,11 @@ def test_saved_snapshot_cannot_run_kernels(tmp_path: Path) -> None:
         await pilot.pause()
         assert not app.kernels_running and _notices(app) == []
         await pilot.press("6")
-        await pilot.click("#run-quick")  # the button says why
         await pilot.pause()
-        assert not app.kernels_running
+        # no run keys that would do nothing: where they would be, why there are none
+        assert not app.query("#run-quick") and not app.query("#run-full")
+        assert str(app.query_one("#kernel-why", Label).render()) == NOT_MEASURABLE
         assert "none run" in str(app.query_one("#kernel-status", Label).render())
-        assert _notices(app) == ["kernels cannot run: a saved snapshot is read-only"]
 
     _run(app, steps)
 
@@ -535,16 +539,23 @@ def _notices(app: GpudiagApp) -> list[str]:
 
 
 def test_replayed_node_refuses_kernels(tmp_path: Path) -> None:
+    """A replay (--nvml-replay, demo, --replay) is a recording: the kernels screen says
+    so where the run keys would be (it said "ready" and offered Quick [k] and Full [K],
+    which did nothing)."""
     app = GpudiagApp(_demo(tmp_path))
 
     async def steps(pilot) -> None:
         await app.workers.wait_for_complete()
         assert "Kernels" not in _footer(app) and "Refresh" in _footer(app)
         await pilot.press("6")
-        await pilot.click("#run-quick")
+        await pilot.pause()
+        assert not app.query("#run-quick") and not app.query("#run-full")
+        assert str(app.query_one("#kernel-why", Label).render()) == NOT_MEASURABLE
+        status = str(app.query_one("#kernel-status", Label).render())
+        assert status == "a recording: its kernel results are shown"
+        await pilot.press("k")
         await pilot.pause()
         assert not app.kernels_running and not app.snapshot.kernels
-        assert _notices(app) == ["kernels measure this machine: not with --root or --nvml-replay"]
 
     _run(app, steps)
 
@@ -675,16 +686,41 @@ def _critical_style(svg: str) -> str:
     return styles[cls.group(1).split()[0]]
 
 
+def _style_of(svg: str, word: str) -> str:
+    styles = dict(re.findall(r"\.(terminal-[\w-]+) \{ ([^}]*) \}", svg))
+    cls = re.search(rf'<text class="([^"]+)"[^>]*>{word}', svg)
+    assert cls, f"no {word} on the screen"
+    return styles[cls.group(1).split()[0]]
+
+
 def test_no_color_shows_severity_by_words_and_weight_only(tmp_path: Path, monkeypatch) -> None:
+    """Under NO_COLOR every colour is the terminal's default foreground or background (the
+    SVG export draws them in Rich's SVG theme), never a fixed grey: CRITICAL
+    is bold reverse video of them, WARNING bold. Textual's own NO_COLOR made CRITICAL grey
+    237 on 233."""
+    from rich.terminal_theme import SVG_EXPORT_THEME as TERMINAL
+
     monkeypatch.delenv("NO_COLOR", raising=False)
     coloured = _findings_screen_svg(tmp_path / "colour")
     assert any(max(c) - min(c) > 40 for c in _colours(coloured))  # the check can tell colour
     monkeypatch.setenv("NO_COLOR", "1")
     plain = _findings_screen_svg(tmp_path / "plain")
-    greys = _colours(plain)
-    assert greys and all(max(c) - min(c) <= 8 for c in greys), sorted(greys)  # no hue at all
-    assert "font-weight: bold" in _critical_style(plain)  # CRITICAL stands out by weight
+    fg, bg = tuple(TERMINAL.foreground_color), tuple(TERMINAL.background_color)
+    dim = {c for c in _colours(plain) if c not in (fg, bg)}  # INFO: the foreground, dimmed
+    assert len(dim) <= 1 and all(b < d < f for d, b, f in zip(*dim, bg, fg, strict=False))
+    hex_fg, hex_bg = (f"#{''.join(f'{v:02x}' for v in c)}" for c in (fg, bg))
+    # reverse video: the text in the background's colour on a block of the foreground's
+    assert _critical_style(plain) == f"fill: {hex_bg};font-weight: bold"
+    assert _style_of(plain, "WARNING") == f"fill: {hex_fg};font-weight: bold"
     assert "CRITICAL" in plain and "WARNING" in plain
+
+
+def test_no_color_snapshot(snap_compare, monkeypatch, frozen: Snapshot) -> None:
+    """The findings screen under NO_COLOR: the terminal's own colours, CRITICAL reversed,
+    WARNING bold, the cursor reversed."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("TERM", "xterm-256color")
+    assert snap_compare(GpudiagApp(frozen), press=["2"], terminal_size=(80, 24))
 
 
 # ------------------------------------------------------------------ SVG snapshots
@@ -757,8 +793,30 @@ def test_watch_screen_samples_the_demo_node(tmp_path: Path) -> None:
         # 479 MiB used on an idle H100, as the real capture the demo follows shows
         assert lines[0] == "GPU0     69W   41C  sm  345  mem 2619  util    0%  fb    479M  idle"
         assert lines[12].endswith("HwSlow,HwTherm")  # GPU 6's slowdowns, in full at 80
-        assert lines[14].startswith("GPU7   LOSTW LOSTC")
+        # a lost GPU: one line saying so, not LOST (or a dash) in every column
+        assert lines[14] == (
+            "GPU7   LOST: the GPU does not answer (off the bus or hung); reset or reboot"
+        )
         assert str(app.query_one("#watch-status", Label).render()).startswith("8 GPUs, every 1 s")
+
+    _run(app, steps)
+
+
+def test_watch_screen_of_the_demo_says_the_lost_gpu_is_lost() -> None:
+    """`gpudiag demo`: the recording holds only GPU 7's first failed call, so its samples
+    answer nothing; the snapshot found it lost, and the watch screen says LOST (it showed
+    a dash in every column)."""
+    from gpudiag.demo import demo_node
+
+    app = GpudiagApp(demo_node("faulty"))
+
+    async def steps(pilot) -> None:
+        await pilot.press("9")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        lines = _text(app, "#watch-text").splitlines()
+        assert lines[0].startswith("GPU0 ") and "W " in lines[0]
+        assert lines[-1].startswith("GPU7   LOST: the GPU does not answer"), lines
 
     _run(app, steps)
 
@@ -991,3 +1049,131 @@ def test_the_app_draws_nothing_itself() -> None:
     assert "rich" not in {
         n.module.split(".")[0] for n in tree.body if isinstance(n, ast.ImportFrom) and n.module
     }
+
+
+def test_export_name_typed_replaces_the_suggested_one(tmp_path: Path) -> None:
+    """The suggested name is selected: typing replaces it (it appended to it, giving
+    gpudiag-vm.toml/<path>); a long message wraps at 80 columns instead of being cut."""
+    missing = tmp_path / ("deep" * 12) / "out.toml"
+    app = GpudiagApp(load_or_save_snapshot(tmp_path))
+
+    async def steps(pilot) -> None:
+        await pilot.press("e")
+        await pilot.pause()
+        await pilot.press(*"x.toml")
+        assert app.screen.query_one(Input).value == "x.toml"
+        app.screen.query_one(Input).value = str(missing)
+        await pilot.press("enter")
+        await pilot.pause()
+        note = app.screen.query_one("#export-note", Label)
+        message = str(note.render())
+        assert message == f"{missing}: directory {missing.parent} does not exist"
+        assert len(message) > note.size.width and note.size.height * note.size.width >= len(
+            message
+        )  # wrapped onto more lines, not cut
+
+    _run(app, steps)
+
+
+def test_overview_fix_first_fills_the_screen_and_end_goes_to_the_last_finding(
+    frozen: Snapshot,
+) -> None:
+    """At 120x40 every critical, warning and unknown finding of the demo is listed (it
+    stopped at 5 above 17 empty lines); at 80x24 as many as fit, and how many more. In
+    Findings, End goes to the last row (it scrolled sideways), Home back to the first; the
+    detail names the evidence the message already quotes instead of repeating it."""
+    worst = [f for f in frozen.findings if f.severity.rank > Severity.INFO.rank]
+    assert len(worst) > 12
+
+    async def overview(size: tuple[int, int]) -> list[str]:
+        app = GpudiagApp(frozen)
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            return _text(app, "#overview-text").splitlines()
+
+    small = asyncio.run(overview((80, 24)))
+    first = small.index("Fix first")
+    listed = small[first + 1 : small.index("", first)]
+    assert len(listed) >= 5 and len(small) == 24 - 5  # the screen, less header, tabs, footer
+    assert small[-1].startswith(f"2 findings ({len(worst) - len(listed)} more)  3 GPUs")
+    large = asyncio.run(overview((120, 60)))
+    rows = large[large.index("Fix first") + 1 :]
+    assert [r.split()[1] for r in rows[: len(worst)]] == [f.rule_id for f in worst]
+    assert large[-1].startswith("2 findings  3 GPUs")
+
+    app = GpudiagApp(frozen)
+
+    async def steps(pilot) -> None:
+        await pilot.press("2", "end")
+        await pilot.pause()
+        table = app.query_one("#findings", DataTable)
+        assert table.cursor_row == table.row_count - 1 and table.scroll_x == 0
+        await pilot.press("home")
+        await pilot.pause()
+        assert table.cursor_row == 0
+        detail = _text(app, "#finding-text")
+        assert detail.count("GpuIsLost") == 1, detail  # in the message, not again
+        assert detail.startswith("CRITICAL GPU001  GPU 7: GPU lost\n")  # the title in full
+        assert "evidence: gpu.7.health as above  (nvml:nvmlDeviceGetName)" in detail
+        assert "why: " in detail
+
+    _run(app, steps)
+
+
+def test_no_gpu_node_at_80x24_says_why_in_sight(tmp_path: Path) -> None:
+    """A node without NVIDIA devices or NVML: the explanation is on the first screen at
+    80x24, above the findings (only its heading was), and each value not read says why."""
+    node = _node(FIXTURES / "replay-no-driver.toml", root=FIXTURES / "host-basic")
+    app = GpudiagApp(node)
+
+    async def steps(pilot) -> None:
+        await pilot.pause()
+        svg = app.export_screenshot()
+        seen = re.sub(r"<[^>]+>", "", svg).replace("&#160;", " ")
+        lines = _text(app, "#overview-text").splitlines()
+        no_gpu = next(i for i, line in enumerate(lines) if line.startswith("No GPU: "))
+        assert no_gpu < lines.index("Fix first")
+        assert "No GPU: " in seen and "gpudiag demo faulty" in seen  # in sight, whole
+        for label in ("Platform", "BIOS", "Governor", "Driver"):
+            (line,) = [line for line in lines if line.startswith(label)]
+            assert "not read" not in line or "not read (" in line, line  # with a reason
+        assert any("not read (missing: " in line for line in lines), lines
+
+    _run(app, steps)
+
+
+def test_probes_screen_shows_the_highlighted_error_in_full(tmp_path: Path) -> None:
+    """The error column is cut at 80 columns; the highlighted probe's error is below, in
+    full and wrapped."""
+    app = GpudiagApp(_node())  # no driver: the GPU probe says why
+
+    async def steps(pilot) -> None:
+        await pilot.press("8")
+        await pilot.pause()
+        failed = next(i for i, r in enumerate(app.snapshot.probes) if len(r.error) > 40)
+        for _ in range(failed):
+            await pilot.press("down")
+        await pilot.pause()
+        result = app.snapshot.probes[failed]
+        detail = _text(app, "#probe-detail")
+        assert detail == f"{result.name}: {result.status.value}  {result.error}"
+        assert app.query_one("#probe-detail", Static).size.height > 1  # wrapped, not cut
+
+    _run(app, steps)
+
+
+def test_kernels_status_wraps_at_80_columns(tmp_path: Path) -> None:
+    """A long status (an error's reason) wraps onto more lines instead of being cut."""
+    app = GpudiagApp(load_or_save_snapshot(tmp_path))
+    reason = "ERROR: kernels failed: RuntimeError: " + "the device stopped answering " * 4
+
+    async def steps(pilot) -> None:
+        await pilot.press("6")
+        await pilot.pause()
+        app.kernels.say(reason)
+        await pilot.pause()
+        status = app.query_one("#kernel-status", Label)
+        assert str(status.render()) == reason and status.size.width < len(reason)
+        assert status.size.height * status.size.width >= len(reason)
+
+    _run(app, steps)

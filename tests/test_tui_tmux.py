@@ -7,27 +7,15 @@ import os
 import shlex
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO
 from hosttree import build_hgx_tree
-from tmux_pane import capture, start_session, tmux
+from tmux_pane import FAULTY_DEMO_SCREENS, start_session, tmux, wait_for, walk_screens
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-
-
-def _wait_for(session: str, text: str, timeout: float = 30.0) -> str:
-    deadline = time.monotonic() + timeout
-    pane = ""
-    while time.monotonic() < deadline:
-        pane = capture(session)
-        if text in pane:
-            return pane
-        time.sleep(0.1)
-    raise AssertionError(f"{text!r} never appeared; the pane showed:\n{pane}")
 
 
 def test_gpudiag_in_tmux_at_80x24(tmp_path: Path) -> None:
@@ -52,29 +40,12 @@ def test_gpudiag_in_tmux_at_80x24(tmp_path: Path) -> None:
     start_session(session, f"cd {shlex.quote(str(tmp_path))} && {command}; echo EXIT=$?; sleep 30")
     try:
         # the banner is updated a frame before the overview: wait for the overview's end
-        pane = _wait_for(session, "Fix first")
+        pane = wait_for(session, "Fix first")
         assert "health: CRITICAL" in pane
         assert "GPUs     8 x NVIDIA H100 80GB HBM3" in pane and "Fix first" in pane
         assert all(len(line) <= 80 for line in pane.splitlines())
-        screens = [
-            ("2", "GPU001   GPU 7"),
-            ("3", "5/5 x8/16"),
-            ("4", "NV17!"),
-            ("5", "Host and OS"),
-            ("6", "Quick [k]"),
-            ("7", "host.hostname"),
-            ("8", "derived"),  # the last result: the derived readings (topology, profile)
-            ("?", "gpudiag keys"),
-        ]
-        for key, expected in screens:
-            tmux("send-keys", "-t", session, key)
-            _wait_for(session, expected, timeout=10)
-        tmux("send-keys", "-t", session, "Escape")
-        deadline = time.monotonic() + 10  # Esc then q at once would read as Alt+q
-        while "gpudiag keys" in capture(session):
-            assert time.monotonic() < deadline, "Esc did not close the help screen"
-            time.sleep(0.1)
+        walk_screens(session, FAULTY_DEMO_SCREENS)
         tmux("send-keys", "-t", session, "q")
-        assert "EXIT=0" in _wait_for(session, "EXIT=", timeout=10)
+        assert "EXIT=0" in wait_for(session, "EXIT=", timeout=10)
     finally:
         tmux("kill-session", "-t", session)

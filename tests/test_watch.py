@@ -130,11 +130,13 @@ def test_screen_lines_show_latest_values_and_sparklines() -> None:
                 values["power"] = float(100 + 50 * i)  # a rising load on GPU 0
             history.add(Sample(float(i), sample.gpu, values, sample.errors))
     lines = screen_lines(history, 8, 76)
-    assert len(lines) == 16
+    # two lines per GPU; GPU 6's throttle reasons wrap onto a third at 76 columns (they
+    # were cut); the lost GPU 7 one line, saying so
+    assert len(lines) == 16 and lines[13].split() == ["HwSlow,HwTherm"]
     assert lines[0].startswith("GPU0    650W   41C  sm  345")
     assert lines[1].split()[1] == spark([float(100 + 50 * i) for i in range(2, 12)], 26)
     assert lines[1].split()[1][-1] == "█" and lines[1].split()[1][0] < "▆"
-    assert "LOST" in lines[14]
+    assert lines[15].startswith("GPU7   LOST: the GPU does not answer")
     assert spark([0.0, 0.0], 4) == "▁▁"
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.widgets import DataTable, TabbedContent, TabPane
 
 from gpudiag.model import Reading, Severity, Snapshot
@@ -81,6 +82,16 @@ class Pane(TabPane):
         """Bring this pane to the front and focus its main widget, as its key does."""
         self.screen.query_one(TabbedContent).active = self.id or ""
         self.query_one(self.FOCUS).focus()
+
+
+class RowTable(DataTable):
+    """A table of rows (cursor_type "row"): Home and End go to the first and last row, as
+    in a list, not sideways to the first and last column as DataTable's do."""
+
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("home", "scroll_top", "First row", show=False),
+        Binding("end", "scroll_bottom", "Last row", show=False),
+    ]
 
 
 def size_reading_columns(table: DataTable, width: int) -> None:

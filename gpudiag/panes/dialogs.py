@@ -74,7 +74,8 @@ class ConfirmKernels(ModalScreen[bool]):
 
 
 class ExportScreen(ModalScreen[Path | None]):
-    """Asks for a file name; an existing file needs Enter a second time to overwrite."""
+    """Asks for a file name (the suggested one selected, so that typing replaces it); an
+    existing file needs Enter a second time to overwrite. Its messages wrap, never cut."""
 
     BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "cancel", "Cancel")]
     DEFAULT_CSS = """
@@ -82,6 +83,7 @@ class ExportScreen(ModalScreen[Path | None]):
     #export { width: 100%; max-width: 70; height: auto; border: round $accent; padding: 0 1;
               background: $panel; }
     #export Input { border: none; height: 1; }
+    #export-note { width: 100%; }
     """
 
     def __init__(self, default: str) -> None:
@@ -92,7 +94,8 @@ class ExportScreen(ModalScreen[Path | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="export"):
             yield Label("Export the snapshot to (TOML; .json for JSON):")
-            yield Input(self.default, id="export-path", select_on_focus=False)
+            # selected: typing replaces the suggested name (it appended to it)
+            yield Input(self.default, id="export-path")
             yield Label("Enter writes, Esc cancels", id="export-note")
 
     def on_mount(self) -> None:

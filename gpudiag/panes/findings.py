@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Input, Static
 
 from gpudiag import views
 from gpudiag.model import Finding, Severity
-from gpudiag.panes.base import SEVERITY_STYLE, Pane, SnapshotView
+from gpudiag.panes.base import SEVERITY_STYLE, Pane, RowTable, SnapshotView
 
 
 class FindingsPane(Pane):
@@ -43,7 +43,7 @@ class FindingsPane(Pane):
             id="findings-filter",
             classes="filter",
         )
-        yield DataTable(id="findings", cursor_type="row", zebra_stripes=True, fixed_columns=1)
+        yield RowTable(id="findings", cursor_type="row", zebra_stripes=True, fixed_columns=1)
         yield VerticalScroll(Static("", id="finding-text"), id="finding-detail")
 
     def on_mount(self) -> None:

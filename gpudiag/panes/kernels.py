@@ -18,6 +18,13 @@ from gpudiag import views
 from gpudiag.kernels.plans import KERNELS
 from gpudiag.panes.base import Pane, SnapshotView
 
+# Shown instead of the run keys where kernels cannot run (a saved snapshot, a recording).
+NOT_MEASURABLE = (
+    "No kernels run here: they measure the machine gpudiag runs on, and this is a"
+    " recording (a saved snapshot, demo, --replay, --nvml-replay or --root)."
+    " Run gpudiag on the node itself to measure it."
+)
+
 
 class KernelChoice(OptionList):
     """The kernels to run, each ticked or not, written "[x]" or "[ ]" so that the state
@@ -66,8 +73,9 @@ class KernelsPane(Pane):
     #kernel-run { height: 7; }
     #kernel-controls { height: 1; }
     #kernel-hint { padding: 0 1; color: $text-muted; }
+    #kernel-why { padding: 0 1; width: 100%; }
     #kernel-controls Button { margin-right: 1; }
-    #kernel-status { height: 1; padding: 0 1; }
+    #kernel-status { height: auto; width: 100%; padding: 0 1; }  /* wraps, never cut */
     #kernel-progress { height: 1; padding: 0 1; }
     #kernel-results { height: auto; max-height: 12; }
     #kernel-charts { height: auto; padding: 0 1; }
@@ -87,18 +95,25 @@ class KernelsPane(Pane):
             with Horizontal(id="kernel-top"):
                 yield KernelChoice(self.ticked, id="kernel-choice")
                 with Vertical(id="kernel-run"):
-                    with Horizontal(id="kernel-controls"):
-                        yield Button(Text("Quick [k]"), id="run-quick", compact=True)
-                        yield Button(Text("Full [K]"), id="run-full", compact=True)
-                        yield Button(
-                            Text("Cancel [x]"), id="cancel-kernels", compact=True, disabled=True
-                        )
+                    if self.measurable:
+                        with Horizontal(id="kernel-controls"):
+                            yield Button(Text("Quick [k]"), id="run-quick", compact=True)
+                            yield Button(Text("Full [K]"), id="run-full", compact=True)
+                            yield Button(
+                                Text("Cancel [x]"),
+                                id="cancel-kernels",
+                                compact=True,
+                                disabled=True,
+                            )
+                    else:  # where the keys would be: why there are none
+                        yield Label(Text(NOT_MEASURABLE), id="kernel-why")
                     yield Label("", id="kernel-status")
                     yield ProgressBar(total=1.0, show_eta=False, id="kernel-progress")
-                    yield Label(
-                        Text("space ticks a kernel; k runs them at quick sizes, K at full"),
-                        id="kernel-hint",
-                    )
+                    if self.measurable:
+                        yield Label(
+                            Text("space ticks a kernel; k runs them at quick sizes, K at full"),
+                            id="kernel-hint",
+                        )
             yield DataTable(id="kernel-results", cursor_type="row", zebra_stripes=True)
             yield Static("", id="kernel-charts")
 
@@ -139,7 +154,8 @@ class KernelsPane(Pane):
 
     def running(self, running: bool) -> None:
         """Cancel works only while kernels run."""
-        self.query_one("#cancel-kernels", Button).disabled = not running
+        for button in self.query("#cancel-kernels").results(Button):
+            button.disabled = not running
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """`u` only where kernels can run (not for a saved snapshot or a replay)."""

@@ -11,12 +11,16 @@ from gpudiag import views
 from gpudiag.model import Severity
 from gpudiag.panes.base import SEVERITY_STYLE, Pane, SnapshotView
 
+# The lines around a pane: the header, the banner, the tabs and their underline, the footer.
+CHROME = 5
+
 
 class OverviewPane(Pane):
-    """Host, platform, GPUs, driver, CPU; the five worst findings; the keys."""
+    """Host, platform, GPUs, driver, CPU; the worst findings, as many as fit; the keys."""
 
     KEY, NAME, TITLE, FOCUS = "1", "overview", "Overview", "#overview"
     DEFAULT_CSS = "#overview { padding: 0 1; }"
+    view: SnapshotView | None = None
 
     def compose(self) -> ComposeResult:
         yield VerticalScroll(Static("", id="overview-text"), id="overview")
@@ -28,15 +32,29 @@ class OverviewPane(Pane):
             text.append(f"{label:<9}", "bold")
             text.append(f"{value}\n")
         worst = views.filter_findings(snapshot.findings)
-        worst = [f for f in worst if f.severity.rank > Severity.INFO.rank][:5]
+        worst = [f for f in worst if f.severity.rank > Severity.INFO.rank]
+        if not views.gpu_table(snapshot).rows:  # above the findings: in sight at 80x24
+            text.append("\nNo GPU: ", "bold")
+            text.append(views.no_gpu_reason(snapshot) + "\n")
+        # as many as the screen holds below the rest (5 at least; it scrolls)
+        width = max(20, self.app.size.width - 2)
+        used = sum(-(-max(1, len(line)) // width) for line in text.plain.splitlines()) + 4
+        room = max(5, self.app.size.height - CHROME - used)
+        shown = worst[:room]
         text.append(
             "\nFix first\n" if worst else "\nNo critical, warning or unknown findings.\n", "bold"
         )
-        for finding in worst:
+        for finding in shown:
             text.append(f"{finding.severity.value.upper():<9}", SEVERITY_STYLE[finding.severity])
             text.append(f"{finding.rule_id:<8} {finding.subject}: {finding.title}\n")
-        if not views.gpu_table(snapshot).rows:
-            text.append("\nNo GPU\n", "bold")
-            text.append(views.no_gpu_reason(snapshot) + "\n")
-        text.append("\n2 findings  3 GPUs  4 topology  5 host  6 kernels  9 watch  ? keys", "dim")
+        more = f" ({len(worst) - len(shown)} more)" if len(shown) < len(worst) else ""
+        text.append(
+            f"\n2 findings{more}  3 GPUs  4 topology  5 host  6 kernels  9 watch  ? keys", "dim"
+        )
         self.query_one("#overview-text", Static).update(text)
+        self.view = view
+
+    def fit_width(self, width: int) -> None:
+        """Redraw for the terminal's new size: how many findings fit."""
+        if self.view is not None:
+            self.update_from(self.view)

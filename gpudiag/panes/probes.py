@@ -3,32 +3,46 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 
 from gpudiag.model import ProbeResult
-from gpudiag.panes.base import Pane, SnapshotView
+from gpudiag.panes.base import Pane, RowTable, SnapshotView
 
 
 class ProbesPane(Pane):
-    """One row per probe: status, time, readings, error."""
+    """One row per probe: status, time, readings, error; below, the highlighted probe's
+    error in full (the column cuts it at 80 columns)."""
 
     KEY, NAME, TITLE, FOCUS = "8", "probes", "Probes", "#probes"
+    DEFAULT_CSS = """
+    #probes { height: 1fr; }
+    #probe-detail { height: auto; max-height: 6; border-top: solid $accent; padding: 0 1; }
+    """
 
     def compose(self) -> ComposeResult:
-        yield DataTable(id="probes", cursor_type="row")
+        yield RowTable(id="probes", cursor_type="row")
+        yield Static("", id="probe-detail")
 
     def on_mount(self) -> None:
         self.query_one("#probes", DataTable).add_columns(
             "probe", "status", "time", "readings", "error"
         )
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.results: list[ProbeResult] = []
+
     def clear_results(self) -> None:
         """No probe yet (probing starts again)."""
+        self.results = []
         self.query_one("#probes", DataTable).clear()
+        self.query_one("#probe-detail", Static).update("")
 
     def add_result(self, result: ProbeResult) -> None:
         """One probe's outcome, as it arrives."""
+        self.results.append(result)
         self.query_one("#probes", DataTable).add_row(
             Text(result.name),
             Text(result.status.value),
@@ -36,6 +50,16 @@ class ProbesPane(Pane):
             Text(str(len(result.readings))),
             Text(result.error),
         )
+
+    @on(DataTable.RowHighlighted, "#probes")
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        row = event.cursor_row
+        result = self.results[row] if 0 <= row < len(self.results) else None
+        text = Text()
+        if result is not None:
+            text.append(f"{result.name}: {result.status.value}", "bold")
+            text.append(f"  {result.error}" if result.error else "  (no error)")
+        self.query_one("#probe-detail", Static).update(text)
 
     def update_from(self, view: SnapshotView) -> None:
         self.clear_results()

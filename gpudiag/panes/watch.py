@@ -8,6 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Label, Static
 
+from gpudiag import catalog
 from gpudiag.panes.base import Pane, SnapshotView
 from gpudiag.watch import History, screen_lines
 
@@ -25,8 +26,12 @@ class WatchPane(Pane):
         yield Label("", id="watch-status")
         yield VerticalScroll(Static("", id="watch-text"), id="watch")
 
+    lost: tuple[int, ...] = ()  # the GPUs the snapshot found lost
+
     def update_from(self, view: SnapshotView) -> None:
-        """Nothing: a snapshot holds no samples; the watch draws live ones only."""
+        """Only which GPUs the snapshot found lost: it holds no samples, and the watch
+        draws live ones only."""
+        self.lost = tuple(catalog.lost_gpus(view.readings))
 
     def say(self, text: str) -> None:
         """The status line: what is sampled, or why nothing is."""
@@ -38,5 +43,5 @@ class WatchPane(Pane):
         self.say(
             f"{gpus} GPUs, every {interval_s:g} s, {count} samples kept (the last {history.length})"
         )
-        lines = screen_lines(history, gpus or 0, self.app.size.width - 3)
+        lines = screen_lines(history, gpus or 0, self.app.size.width - 3, self.lost)
         self.query_one("#watch-text", Static).update(Text("\n".join(lines)))
