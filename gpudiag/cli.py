@@ -443,8 +443,9 @@ def _diff(args: argparse.Namespace) -> int:
     if args.format is None and sys.stdout.isatty() and sys.stdin.isatty():
         from gpudiag.tui_diff import DiffApp
 
-        DiffApp(result, a, b, args.all, (args.snapshot_a, args.snapshot_b)).run()
-        return result.exit_code()
+        app = DiffApp(result, a, b, args.all, (args.snapshot_a, args.snapshot_b))
+        app.run()
+        return int(app.return_code or 0) if app.signalled else result.exit_code()
     if args.format == "json":
         print(json.dumps(report_json(result, args.all), indent=1))
     else:

@@ -120,7 +120,10 @@ def run_fleet(args: argparse.Namespace) -> int:
     if args.format is None and sys.stdout.isatty() and sys.stdin.isatty():
         from gpudiag.tui_fleet import FleetApp
 
-        FleetApp(report).run()
+        app = FleetApp(report)
+        app.run()
+        if app.signalled:
+            return int(app.return_code or 0)
     elif args.format == "json":
         print(json.dumps(report_json(report), indent=1))
     else:

@@ -13,11 +13,7 @@ colour only repeats it.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import signal
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
@@ -38,6 +34,7 @@ from gpudiag.panes.kernels import KernelChoice, kernel_question
 from gpudiag.panes.keys import BindingCommands, help_columns
 from gpudiag.session import LiveNode, with_kernel_results
 from gpudiag.snapshot import save
+from gpudiag.tui_base import GpudiagAppBase
 from gpudiag.watch import History
 
 __all__ = [
@@ -47,7 +44,6 @@ __all__ = [
     "GpudiagApp",
     "HelpScreen",
     "KernelChoice",
-    "leave_on_signals",
 ]
 
 
@@ -68,22 +64,7 @@ LIVE_ACTIONS = ("refresh", "run_kernels", "cancel_kernels")
 MEASURING_ACTIONS = ("run_kernels", "cancel_kernels")
 
 
-def leave_on_signals(app: App[int], before: Callable[[], None] = lambda: None) -> None:
-    """SIGTERM and SIGHUP leave the app as `q` does, so Textual restores the terminal
-    (alternate screen, mouse tracking, cursor); the exit code is 128 + the signal's
-    number, as a shell reports a process the signal ended. Call from on_mount."""
-    loop = asyncio.get_running_loop()
-
-    def leave(signum: int) -> None:
-        before()
-        app.exit(return_code=128 + signum)
-
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(signum, leave, signum)
-
-
-class GpudiagApp(App[int]):
+class GpudiagApp(GpudiagAppBase):
     """gpudiag's TUI, built from a live node or a saved snapshot. It draws nothing itself:
     the panes do, each from the snapshot this app hands them."""
 
@@ -151,7 +132,6 @@ class GpudiagApp(App[int]):
         return self.query_one(KernelsPane)
 
     def on_mount(self) -> None:
-        leave_on_signals(self, self._stop_work)
         if isinstance(self.source, Snapshot):
             self.sub_title = f"{self.source.host} (saved {self.source.created}, read-only)"
             self.set_snapshot(self.source)
@@ -322,6 +302,10 @@ class GpudiagApp(App[int]):
         """Stop any probing and kernels, then leave."""
         self._stop_work()
         self.exit(0)
+
+    def before_signal_exit(self) -> None:
+        """SIGTERM or SIGHUP: stop probing and kernels, as q does."""
+        self._stop_work()
 
     def _stop_work(self) -> None:
         self.kernel_cancel.set()
