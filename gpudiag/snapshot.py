@@ -35,7 +35,8 @@ from typing import IO, Any, TypeVar
 import tomli_w
 
 from gpudiag.atomic import write_atomic
-from gpudiag.inputs import InputError, parse_data, printable_data, read_text
+from gpudiag.catalog import check_key
+from gpudiag.inputs import InputError, parse_data, printable, read_text
 from gpudiag.model import (
     SCHEMA_VERSION,
     Action,
@@ -56,6 +57,7 @@ class SnapshotError(Exception):
     """A snapshot file that cannot be read; str() is the one-line message for the user."""
 
     def __init__(self, path: str, problem: str) -> None:
+        path, problem = printable(path), printable(problem)  # a file name is data too
         super().__init__(f"{path}: {problem}")
         self.path = path
         self.problem = problem
@@ -264,6 +266,10 @@ def _type_name(value: object) -> str:
 def _reading_from(data: object, where: str) -> Reading:
     f = _Fields(data, where)
     key = f.take("key", str)
+    try:
+        check_key(key)  # an instance index bounded where the keys are read
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
     value = f.take("value", (bool, int, float, str, list), None)
     unit = f.take("unit", str, "")
     source = f.take("source", str, "")
@@ -444,7 +450,7 @@ def loads(text: str, name: str = "<snapshot>") -> Snapshot:
                 raise ValueError("not a gpudiag snapshot (JSON top level is not an object)")
         else:
             data = parse_data(text, name, as_json=False)
-        return snapshot_from_dict(printable_data(data))
+        return snapshot_from_dict(data)  # parse_data made every string printable
     except InputError as exc:
         raise SnapshotError(name, exc.problem) from None
     except ValueError as exc:
