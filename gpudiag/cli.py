@@ -696,7 +696,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("GPUDIAG_DEBUG"):
             traceback.print_exc()
         print(
-            f"gpudiag: internal error: {type(exc).__name__}: {exc} "
+            f"gpudiag: internal error: {type(exc).__name__}: {inputs.printable(str(exc))} "
             "(set GPUDIAG_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )

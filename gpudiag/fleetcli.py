@@ -78,7 +78,7 @@ def add_fleet_commands(commands: Any) -> None:
 
 
 def _fail(message: str) -> int:
-    print(f"gpudiag: {message}", file=sys.stderr)
+    print(f"gpudiag: {inputs.printable(message)}", file=sys.stderr)  # names are data
     return EXIT_BAD
 
 

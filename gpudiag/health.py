@@ -304,9 +304,9 @@ class Slurm:
     env: dict[str, str]
     deadline: float = math.inf
 
-    def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """scontrol ARGS; HealthError in one line when it cannot run, hangs or fails."""
-        what = f"scontrol {args[0]}"
+    def _run(self, what: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """scontrol ARGS; HealthError in one line, starting `what`, when it cannot run,
+        hangs or fails."""
         left = min(SCONTROL_CALL_S, self.deadline - time.monotonic())
         if left <= 0:
             raise HealthError(f"{what}: no time left within the {SLURM_BUDGET_S:g} s check")
@@ -334,22 +334,23 @@ class Slurm:
         stdout, stderr = _scontrol_text(out), _scontrol_text(err)
         if process.returncode != 0:
             why = _one_line(stderr)[:200] or f"exit status {process.returncode}"
-            raise HealthError(f"{what} {self.node}: {why}")
+            raise HealthError(f"{what}: {why}")
         return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
 
     def state(self) -> tuple[str, str]:
         """The node's state (IDLE+DRAIN, ...) and its reason, without the [user@time]."""
-        result = self._run("show", "node", self.node, "--oneliner")
+        what = f"scontrol show node {self.node}"
+        result = self._run(what, "show", "node", self.node, "--oneliner")
         state = re.search(r"\bState=(\S+)", result.stdout)
         if state is None:
             answer = _one_line(result.stdout)[:80]
-            raise HealthError(f"scontrol show node {self.node}: no State= in {answer!r}")
+            raise HealthError(f"{what}: no State= in {answer!r}")
         reason = re.search(r"\bReason=(.*?)(?: \[[^\[\]]*\])?\s*$", result.stdout.strip())
         return (state.group(1), reason.group(1) if reason else "")
 
     def update(self, *fields: str) -> None:
         """scontrol update NodeName=<node> FIELDS..."""
-        self._run("update", f"NodeName={self.node}", *fields)
+        self._run(f"scontrol update {self.node}", "update", f"NodeName={self.node}", *fields)
 
 
 def find_scontrol(explicit: str | None) -> str:

@@ -60,7 +60,7 @@ def test_scontrol_answering_bytes_not_utf8(tmp_path: Path, capsys) -> None:
     _one_line(code, out, err, "scontrol show node n1: no State= in")
     failing = _script(tmp_path, "failing", r"printf 'bad \377\033[2J' >&2; exit 1")
     code, out, err = _health(capsys, "--scontrol", str(failing))
-    _one_line(code, out, err, "scontrol show n1: bad")
+    _one_line(code, out, err, "scontrol show node n1: bad")
 
 
 def test_a_hung_scontrol_is_killed_within_the_budget(
@@ -75,7 +75,7 @@ def test_a_hung_scontrol_is_killed_within_the_budget(
     started = time.monotonic()
     code, out, err = _health(capsys, "--scontrol", str(path))
     elapsed = time.monotonic() - started
-    _one_line(code, out, err, "scontrol show: no answer within")
+    _one_line(code, out, err, "scontrol show node n1: no answer within")
     assert elapsed < 6.0 + 4.0, elapsed  # the budget, and the kill's grace
     child = int(marker.read_text())
     time.sleep(0.2)
@@ -86,7 +86,7 @@ def test_a_hung_scontrol_is_killed_within_the_budget(
 
 def test_the_budget_bounds_every_call() -> None:
     cluster = Slurm("n1", "/bin/true", {}, deadline=time.monotonic() - 1)
-    with pytest.raises(HealthError, match="no time left within the 50 s check"):
+    with pytest.raises(HealthError, match="show node n1: no time left within the 50 s check"):
         cluster.state()
 
 
@@ -116,6 +116,7 @@ def test_one_node_name_only(tmp_path: Path, capsys, node: str) -> None:
         ("timeout = 'x'\n", "timeout must be a finite number"),
         ('x = "\\u001b[2J"\n', "unknown key(s) x"),
     ],
+    ids=["long-int", "deep", "nan", "1e308", "negative", "string", "escape"],
 )
 def test_settings_file_is_read_bounded(tmp_path: Path, text: str, expect: str) -> None:
     settings = tmp_path / "slurm-healthcheck.toml"

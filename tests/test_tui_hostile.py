@@ -134,3 +134,39 @@ def test_plain_keeps_text_as_text() -> None:
     assert plain("[/]").plain == "[/]"
     styled = Text("x", "bold")
     assert plain(styled) is styled
+
+
+def test_the_fleet_app_shows_hostile_hosts_literally(tmp_path: Path) -> None:
+    from gpudiag.fleet import analyse
+    from gpudiag.fleetload import load_fleet
+    from gpudiag.snapshot import save
+    from gpudiag.tui_fleet import FleetApp
+
+    from fleetgen import base_snapshot, make_node
+
+    victims = tmp_path / "victims"
+    victims.mkdir()
+    host = hostile_values(victims)[0]
+    nodes = tmp_path / "nodes"
+    nodes.mkdir()
+    base = base_snapshot()
+    for number in (1, 2):
+        node = make_node(base, f"node00{number}", number)
+        save(replace(node, host=host if number == 2 else node.host), nodes / f"n{number}.json")
+    app = FleetApp(analyse(load_fleet([nodes], workers=1)))
+
+    async def scenario() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            for key in "12345":
+                await pilot.press(key)
+                await pilot.pause()
+                for row in range(3):
+                    await pilot.click(f"#text-{key}", offset=(4, row))
+            shown = "\n".join(_texts(app.screen))
+            assert host in shown  # the literal markup, in the findings section
+            app.notify(host)
+            await pilot.pause()
+
+    asyncio.run(scenario())
+    assert list(victims.iterdir()) == []
