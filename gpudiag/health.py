@@ -456,7 +456,8 @@ def run_health(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 )
             deadline = started + SLURM_BUDGET_S
             cluster = Slurm(node, find_scontrol(args.scontrol), env, deadline)
-            timeout = min(timeout, deadline - SCONTROL_RESERVE_S - time.monotonic())
+            # the probes' share (45 s): scontrol gets the rest, whatever setting up took
+            timeout = min(timeout, SLURM_BUDGET_S - SCONTROL_RESERVE_S)
         live = _live_node(args, argv)
         verdict = None
         try:
