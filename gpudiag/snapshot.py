@@ -35,7 +35,7 @@ from typing import IO, Any, TypeVar
 import tomli_w
 
 from gpudiag.atomic import write_atomic
-from gpudiag.catalog import check_key
+from gpudiag.catalog import check_keys
 from gpudiag.inputs import InputError, parse_data, printable, read_text
 from gpudiag.model import (
     SCHEMA_VERSION,
@@ -266,10 +266,6 @@ def _type_name(value: object) -> str:
 def _reading_from(data: object, where: str) -> Reading:
     f = _Fields(data, where)
     key = f.take("key", str)
-    try:
-        check_key(key)  # an instance index bounded where the keys are read
-    except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
     value = f.take("value", (bool, int, float, str, list), None)
     unit = f.take("unit", str, "")
     source = f.take("source", str, "")
@@ -395,6 +391,10 @@ def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
     probes = tuple(_probe_from(d, w) for d, w in f.table_list("probes"))
     kernels = tuple(_kernel_from(d, w) for d, w in f.table_list("kernels"))
     findings = tuple(_finding_from(d, w) for d, w in f.table_list("findings"))
+    check_keys(  # instance indices bounded where the keys are read, once per snapshot
+        [r.key for p in probes for r in p.readings]
+        + [r.key for x in findings for r in x.evidence]
+    )
     end = _Fields(f.take("end", dict), "end")
     declared = {name: end.take(name, int) for name in ("probes", "readings", "kernels", "findings")}
     end.done()
