@@ -63,6 +63,7 @@ def main() -> int:
         for loader, load in ((name, LOADERS[name]) for name in chosen):
             counts = {"accepted": 0, "refused": 0, "crashes": 0}
             slowest = 0.0
+            load(all_seeds[loader][0], work)  # warm up: imports (Polars) are not an input's
             started = time.perf_counter()
             iterations = 0
             while time.perf_counter() - started < args.seconds:
