@@ -159,8 +159,10 @@ def test_ctrl_c_while_starting_prints_no_traceback() -> None:
         _, err = process.communicate(timeout=30)
         text = err.decode()
         outcomes.append((delay_ms, process.returncode, text))
-        if "init_import_site" in text:  # still in the interpreter's start-up: not ours
-            continue
+        runpy_only = "_get_module_details" in text and "/gpudiag/" not in text
+        if "init_import_site" in text or runpy_only:
+            continue  # still in the interpreter's start-up, or runpy looking for gpudiag
+            # (under load 40 ms can land there, no gpudiag frame yet): not gpudiag's code
         assert "Traceback" not in text, (delay_ms, text)
         assert process.returncode in (0, 130, -signal.SIGINT), (delay_ms, process.returncode)
         if process.returncode == 130:
