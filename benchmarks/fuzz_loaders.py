@@ -1,11 +1,14 @@
 """A longer fuzzing run of every loader than the suite's (tests/test_fuzz_loaders.py):
 mutated seed files (tests/fuzz_inputs.py; plus real nvidia-smi outputs from
-../shared/realdata when present) fed to the snapshot, nvidia-smi import, rules and NVML
-replay loaders. Prints, per loader, the iterations, how many inputs were accepted and
-refused (with the loader's one-line error), the crashes (any other exception) and the
-slowest input; the first crashing input of each loader is written to fuzz-crash-LOADER.txt.
+../shared/realdata when present) fed to every loader of tests/fuzz_inputs.py: snapshot,
+nvidia-smi import, rules, NVML replay, capture, the fleet's fast path and report, a
+capture's samples as watch reads them, and the Slurm health check's settings file.
+Prints, per loader, the iterations, how many inputs were accepted and refused (with the
+loader's one-line error), the crashes (any other exception, or a control character let
+through) and the slowest input; the first crashing input of each loader is written to
+fuzz-crash-LOADER.txt.
 
-    python benchmarks/fuzz_loaders.py [--seconds 30] [--seed 1]
+    python benchmarks/fuzz_loaders.py [--seconds 30] [--seed 1] [--only fleet,samples]
 
 Exit code 1 when anything crashed or one input took more than 2 s.
 """
@@ -42,7 +45,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0, help="per loader (default 30)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--only", help="comma-separated loaders (default: every one)")
     args = parser.parse_args()
+    chosen = args.only.split(",") if args.only else list(LOADERS)
     rng = random.Random(args.seed)  # noqa: S311 (reproducible inputs, not secrets)
     all_seeds = seeds()
     for loader, extra in realdata_seeds().items():
@@ -55,9 +60,10 @@ def main() -> int:
     )
     total = crashes_total = 0
     try:
-        for loader, load in LOADERS.items():
+        for loader, load in ((name, LOADERS[name]) for name in chosen):
             counts = {"accepted": 0, "refused": 0, "crashes": 0}
             slowest = 0.0
+            load(all_seeds[loader][0], work)  # warm up: imports (Polars) are not an input's
             started = time.perf_counter()
             iterations = 0
             while time.perf_counter() - started < args.seconds:

@@ -48,6 +48,9 @@ from gpudiag.nvml import Nvml, NvmlBackend, NvmlError, ReplayBackend, ReplayErro
 
 FORMAT = "gpudiag-capture"
 VERSION = 1
+# A sample's time after the first: --samples at most --interval 3600 apart, bounded so
+# that a damaged capture's 1e308 is refused, never an overflow further on
+MAX_SAMPLE_SECONDS = 366 * 24 * 3600.0
 
 
 class CaptureError(Exception):
@@ -188,7 +191,8 @@ class CapturedHostFS(HostFS):
         else:
             data = entry["text"].encode("utf-8")
         data = data[:max_bytes]
-        return FileText(host_path, source, data.decode("utf-8", errors="replace"), data=data)
+        text = inputs.printable(data.decode("utf-8", errors="replace"))  # as HostFS.read
+        return FileText(host_path, source, text, data=data)
 
     def listdir(self, host_path: str) -> list[str]:
         return list(self.record["listdir"].get(host_path, []))
@@ -266,10 +270,11 @@ def load(path: str | Path) -> tuple[CapturedHostFS, Nvml, dict[str, Any]]:
     name = str(path)
     # the one bounded reader: a regular file only (a FIFO or /dev/zero is refused, never
     # read until memory runs out), at most --max-input (256 MiB unless raised); NaN,
-    # infinity, deep nesting and oversized integers refused as in every loader
+    # infinity, deep nesting and oversized integers refused as in every loader; gzip
+    # (x.capture.json.gz) unpacked, bounded the same way; every string made printable
     try:
-        text = inputs.read_text(path, "a gpudiag capture")
-        data = inputs.parse_data(text, name)
+        text = inputs.read_text(path, "a gpudiag capture", gzip_ok=True)
+        data = _guarded(inputs.parse_data(text, name, keep_controls=True))
     except inputs.InputError as exc:
         raise CaptureError(str(exc)) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -293,6 +298,26 @@ def load(path: str | Path) -> tuple[CapturedHostFS, Nvml, dict[str, Any]]:
     return hostfs, Nvml(backend), data
 
 
+def _guarded(data: Any) -> Any:
+    """Every string of a parsed capture printable, but a host file's recorded text: that
+    is the file's bytes, which `CapturedHostFS.read` guards as `HostFS.read` guards a
+    live file's (the probes parse the text, the raw bytes stay as read)."""
+    host = data.get("host") if isinstance(data, dict) else None
+    files = host.get("files") if isinstance(host, dict) else None
+    raw: dict[str, str] = {}
+    if isinstance(files, dict):
+        raw = {
+            path: entry["text"]
+            for path, entry in files.items()
+            if isinstance(entry, dict) and isinstance(entry.get("text"), str)
+        }
+    data = inputs.printable_data(data)
+    if raw:
+        for path, text in raw.items():
+            data["host"]["files"][inputs.printable(path)]["text"] = text
+    return data
+
+
 def recorded_samples(data: dict[str, Any]) -> list[tuple[float, Nvml]]:
     """A loaded capture's samples in order, each (its time, the NVML it recorded): the
     first is the probe's recording (at `created`), the others `samples`, each `seconds`
@@ -310,7 +335,12 @@ def recorded_samples(data: dict[str, Any]) -> list[tuple[float, Nvml]]:
     series = []
     for number, sample in enumerate([{"seconds": 0.0, "nvml": data["nvml"]}, *samples], 1):
         seconds = sample.get("seconds") if isinstance(sample, dict) else None
-        if not isinstance(seconds, (int, float)) or not isinstance(sample.get("nvml"), dict):
+        if (
+            not isinstance(seconds, (int, float))
+            or isinstance(seconds, bool)
+            or not 0 <= seconds <= MAX_SAMPLE_SECONDS
+            or not isinstance(sample.get("nvml"), dict)
+        ):
             raise CaptureError(f"the capture's sample {number} is damaged")
         recording = dict(sample["nvml"])
         if isinstance(recording.get("devices"), list):
@@ -346,7 +376,10 @@ def _check_host(host: dict[str, Any], name: str) -> None:
         if not isinstance(entry, dict):
             raise damaged("file", path, "not a table")
         if "status" in entry:
-            if entry["status"] not in statuses or not isinstance(entry.get("reason"), str):
+            status = entry["status"]
+            if not isinstance(status, str) or status not in statuses:
+                raise damaged("file", path, "a status and a reason are expected")
+            if not isinstance(entry.get("reason"), str):
                 raise damaged("file", path, "a status and a reason are expected")
         elif "base64" in entry:
             try:
@@ -376,10 +409,14 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("out", metavar="OUT", help="the capture file to write (JSON)")
     parser.add_argument(
-        "--samples", type=int, default=1, metavar="N", help="record the GPUs' NVML N times"
+        "--samples",
+        type=inputs.number_option(1, 3600, integer=True),
+        default=1, metavar="N", help="record the GPUs' NVML N times"
     )
     parser.add_argument(
-        "--interval", type=float, default=1.0, metavar="S", help="seconds between samples"
+        "--interval",
+        type=inputs.number_option(0, 3600, above=True),
+        default=1.0, metavar="S", help="seconds between samples"
     )
 
 
@@ -397,10 +434,6 @@ def run_capture(node: Any, args: Any, redactor: Any = None) -> int:
         raise CaptureError(f"capture {args.out}: {problem}")
     if target.exists() and not target.is_file():
         raise CaptureError(f"capture {args.out}: not a regular file")
-    if not 1 <= args.samples <= 3600:
-        raise CaptureError("--samples must be between 1 and 3600")
-    if not 0 < args.interval <= 3600:
-        raise CaptureError("--interval must be between 0 and 3600 seconds")
 
     def probe(host: HostFS, nvml: Nvml) -> Any:
         return replace(node, host=host, nvml=nvml).snapshot()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import traceback
@@ -71,17 +70,6 @@ KERNEL_HELP = {
 
 class UsageError(Exception):
     """Bad arguments; str() is the one-line message."""
-
-
-def _finite_float(text: str) -> float:
-    """An argparse type: a finite number (NaN and infinity are refused)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
-    return value
 
 
 def _size(text: str) -> int:
@@ -168,13 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--until-confident",
-        type=float,
+        type=inputs.number_option(0, 86400, above=True),
         metavar="S",
         help="with --kernels: STREAM goes on until its intervals are within 3%% or S seconds",
     )
     parser.add_argument(
         "--timeout-scale",
-        type=_finite_float,
+        type=inputs.number_option(0, 100, above=True),
         default=1.0,
         metavar="X",
         help="multiply every probe's timeout by X (slow or loaded nodes)",
@@ -239,15 +227,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--size",
-        type=int,
+        type=inputs.number_option(4096, 2**62, integer=True),  # and this machine's memory
         default=256 * 2**20,
         metavar="BYTES",
         help="bytes per array (default 256 MiB: well beyond the last-level cache)",
     )
-    run.add_argument("--trials", type=int, default=10, help="measured rounds after warm-up")
+    run.add_argument(
+        "--trials",
+        type=inputs.number_option(2, 10**6, integer=True),
+        default=10,
+        help="measured rounds after warm-up (at least 2: statistics need two samples)",
+    )
     run.add_argument(
         "--seconds",
-        type=_finite_float,
+        type=inputs.number_option(0, 7 * 86400, above=True),
         metavar="S",
         help="how long the burn runs (default 60); for STREAM and GEMM, keep running trials"
         " until S seconds have passed",
@@ -257,14 +250,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--until-confident",
-        type=float,
+        type=inputs.number_option(0, 86400, above=True),
         metavar="S",
         help="STREAM: after the trials, go on until every interval of the median is within"
         " 3%% of it (enough for diff to judge), or S seconds have passed",
     )
     run.add_argument(
         "--gemm-n",
-        type=int,
+        type=inputs.number_option(1, 2**31, integer=True),  # and this machine's memory
         default=4096,
         metavar="N",
         help="GEMM matrix size (N x N; default 4096)",
@@ -314,8 +307,6 @@ def _live_node(args: argparse.Namespace, argv: Sequence[str]) -> LiveNode:
     root = Path(args.root)
     if not root.is_dir():
         raise UsageError(f"--root {args.root}: no such directory")
-    if args.timeout_scale <= 0:
-        raise UsageError("--timeout-scale must be positive")
     host, nvml = HostFS(root), None
     if args.replay:
         if args.root != "/" or args.nvml_replay:
@@ -374,16 +365,7 @@ def _redacted(snapshot: Snapshot, args: argparse.Namespace) -> Snapshot:
 
 
 def _run_kernels(args: argparse.Namespace) -> int:
-    if args.trials < 2:
-        raise UsageError("--trials must be at least 2 (statistics need two samples)")
-    if args.seconds is not None and args.seconds <= 0:
-        raise UsageError("--seconds must be positive")
-    if args.until_confident is not None and args.until_confident <= 0:
-        raise UsageError("--until-confident must be positive")
-    if args.size < 4096:
-        raise UsageError("--size must be at least 4096 bytes")
-    if args.gemm_n < 1:
-        raise UsageError("--gemm-n must be at least 1")
+    # --trials, --seconds, --until-confident, --size and --gemm-n: inputs.number_option
     import psutil
 
     memory = psutil.virtual_memory().total
@@ -493,8 +475,9 @@ def _diff(args: argparse.Namespace) -> int:
     if args.format is None and sys.stdout.isatty() and sys.stdin.isatty():
         from gpudiag.tui_diff import DiffApp
 
-        DiffApp(result, a, b, args.all, (args.snapshot_a, args.snapshot_b)).run()
-        return result.exit_code()
+        app = DiffApp(result, a, b, args.all, (args.snapshot_a, args.snapshot_b))
+        app.run()
+        return int(app.return_code or 0) if app.signalled else result.exit_code()
     if args.format == "json":
         print(json.dumps(report_json(result, args.all), indent=1))
     else:
@@ -729,7 +712,7 @@ def run(argv: Sequence[str]) -> int:
         return run_command(args, argv)
     if (args.format or args.prometheus) and not args.export:
         raise UsageError("--format and --prometheus go with --export or check")
-    if args.until_confident is not None and (not args.kernels or args.until_confident <= 0):
+    if args.until_confident is not None and not args.kernels:
         raise UsageError("--until-confident takes positive seconds and goes with --kernels")
     if args.kernels and not args.export:
         raise UsageError("--kernels goes with --export (the TUI runs kernels on request: k)")
@@ -777,7 +760,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("GPUDIAG_DEBUG"):
             traceback.print_exc()
         print(
-            f"gpudiag: internal error: {type(exc).__name__}: {exc} "
+            f"gpudiag: internal error: {type(exc).__name__}: {inputs.printable(str(exc))} "
             "(set GPUDIAG_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )

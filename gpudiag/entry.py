@@ -29,3 +29,9 @@ def main() -> int:
         return cli_main()
     except KeyboardInterrupt:
         return _interrupted()
+    except RuntimeError as exc:
+        # Ctrl-C while a class is being created (a dataclass's fields, __set_name__):
+        # Python 3.11 raises it as a RuntimeError caused by the KeyboardInterrupt
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            return _interrupted()
+        raise

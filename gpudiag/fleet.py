@@ -910,17 +910,15 @@ def report_json(report: FleetReport) -> dict[str, Any]:
 def write_parquet(report: FleetReport, path: str, loaded: LoadedFleet) -> None:
     """The numeric table (node, model, config group, reading, device, unit, value, slot)
     as Parquet, with the rest of the loaded fleet in its metadata so that `gpudiag fleet
-    FILE` reads it back (fleetparquet.py); written to a temporary file and renamed."""
+    FILE` reads it back (fleetparquet.py); written to a temporary file and renamed
+    (`atomic.atomic_target`: an existing file keeps its mode, a new one 0666 & ~umask)."""
     import os
-    import tempfile
 
+    from gpudiag.atomic import atomic_target
     from gpudiag.fleetparquet import METADATA_KEY, encode_fleet
 
     assert report.table is not None
-    target = os.path.abspath(path)
-    handle, temporary = tempfile.mkstemp(dir=os.path.dirname(target), suffix=".parquet.tmp")
-    os.close(handle)
-    try:
+    with atomic_target(os.path.abspath(path), suffix=".parquet.tmp") as temporary:
         names = report.names
         assert names is not None
         nodes = pl.DataFrame(
@@ -947,7 +945,3 @@ def write_parquet(report: FleetReport, path: str, loaded: LoadedFleet) -> None:
         table.select(columns).write_parquet(
             temporary, metadata={METADATA_KEY: encode_fleet(loaded)}
         )
-        os.replace(temporary, target)
-    except BaseException:
-        os.unlink(temporary)
-        raise

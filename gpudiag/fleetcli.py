@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpudiag import inputs
+
 EXIT_BAD = 3
 
 
@@ -41,14 +43,16 @@ def add_fleet_commands(commands: Any) -> None:
     )
     fleet.add_argument(
         "--threshold",
-        type=float,
+        type=inputs.number_option(0, 1e6, above=True),
         default=5.0,
         metavar="Z",
         help="robust z (distance from the median in MADs x 1.4826) that makes a value odd",
     )
     fleet.add_argument("--parquet", metavar="FILE", help="also write the fleet table as Parquet")
     fleet.add_argument(
-        "--workers", type=int, default=None, metavar="N", help="processes reading files"
+        "--workers",
+        type=inputs.number_option(1, 1024, integer=True),
+        default=None, metavar="N", help="processes reading files"
     )
     baseline = commands.add_parser(
         "baseline", help="write a site rules file from a fleet known to be good"
@@ -59,14 +63,14 @@ def add_fleet_commands(commands: Any) -> None:
     )
     baseline.add_argument(
         "--quantile",
-        type=float,
+        type=inputs.number_option(0, 0.5),
         default=0.01,
         metavar="Q",
         help="a metric's lower bound is this quantile of the fleet's figures (default 0.01)",
     )
     baseline.add_argument(
         "--margin",
-        type=float,
+        type=inputs.number_option(0, 1),
         default=0.05,
         metavar="M",
         help="and this fraction below it (default 0.05)",
@@ -74,7 +78,7 @@ def add_fleet_commands(commands: Any) -> None:
 
 
 def _fail(message: str) -> int:
-    print(f"gpudiag: {message}", file=sys.stderr)
+    print(f"gpudiag: {inputs.printable(message)}", file=sys.stderr)  # names are data
     return EXIT_BAD
 
 
@@ -100,10 +104,6 @@ def _target_problem(target: str, suffix: str) -> str | None:
 
 def run_fleet(args: argparse.Namespace) -> int:
     """`gpudiag fleet`."""
-    if args.threshold <= 0:
-        return _fail("--threshold must be positive")
-    if args.workers is not None and args.workers < 1:
-        return _fail("--workers must be at least 1")
     if args.parquet and (problem := _target_problem(args.parquet, ".parquet")):
         return _fail(f"--parquet {args.parquet}: {problem}")
     loaded = _load(args.paths, args.workers)
@@ -120,7 +120,10 @@ def run_fleet(args: argparse.Namespace) -> int:
     if args.format is None and sys.stdout.isatty() and sys.stdin.isatty():
         from gpudiag.tui_fleet import FleetApp
 
-        FleetApp(report).run()
+        app = FleetApp(report)
+        app.run()
+        if app.signalled:
+            return int(app.return_code or 0)
     elif args.format == "json":
         print(json.dumps(report_json(report), indent=1))
     else:

@@ -12,8 +12,10 @@ way without building objects:
   checked after;
 - the first file of each readings shape (keys, statuses, units) also goes through the
   loader itself (`snapshot.snapshot_from_dict`), so the two cannot drift apart unnoticed;
-- anything else (TOML, another schema version, whatever the fast checks refuse) goes
-  through `snapshot.load`, which migrates older versions and words the error.
+- anything else (TOML, another schema version, whatever the fast checks refuse, and a file
+  whose raw bytes may hold a control character or terminal escape) goes through
+  `snapshot.load`, which migrates older versions, words the error and makes every string
+  printable.
 
 Each node then becomes its readings' shape (interned: a fleet of one SKU has one or a
 few), its configuration values (interned too: identical nodes share one tuple), an array
@@ -43,6 +45,7 @@ import numpy as np
 from msgspec import UNSET, UnsetType
 
 from gpudiag.catalog import DERIVED, is_configuration, is_kernel_reading, kernel_key
+from gpudiag.inputs import json_may_hold_controls, printable
 from gpudiag.model import (
     SCHEMA_VERSION,
     Action,
@@ -137,9 +140,9 @@ def snapshot_paths(paths: Iterable[str | Path]) -> tuple[list[Path], list[str]]:
         elif path.is_file():
             found.append(path)
         elif path.exists():
-            bad.append(f"{path}: not a regular file")
+            bad.append(printable(f"{path}: not a regular file"))
         else:
-            bad.append(f"{path}: no such file or directory")
+            bad.append(printable(f"{path}: no such file or directory"))
     return found, bad
 
 
@@ -280,8 +283,11 @@ class _Reader:
         self.configs: dict[tuple[int, tuple[Any, ...]], int] = {}
 
     def read(self, path: Path) -> NodeRun:
-        """One snapshot file, or SnapshotError."""
-        name = str(path)
+        """One snapshot file, or SnapshotError. Every file's strings are guarded: a file
+        whose raw JSON may hold a control character or terminal escape (one C-speed pass,
+        `inputs.json_may_hold_controls`) goes through the loader, which removes them; the
+        layout cache holds keys, statuses and units, never a file's check."""
+        name = printable(str(path))
         try:
             size = path.stat().st_size
         except OSError as exc:
@@ -292,7 +298,7 @@ class _Reader:
             raw = path.read_bytes()
         except OSError as exc:
             raise SnapshotError(name, f"cannot read: {exc.strerror}") from None
-        if raw[:4096].lstrip()[:1] == b"{":
+        if raw[:4096].lstrip()[:1] == b"{" and not json_may_hold_controls(raw):
             run = self._fast(name, raw)
             if run is not None:
                 return run
@@ -482,7 +488,7 @@ def _read_chunk(paths: list[Path]) -> _Chunk:
         except SnapshotError as exc:
             bad.append(str(exc))
         except (OSError, ValueError, RecursionError, MemoryError) as exc:
-            bad.append(f"{path}: {type(exc).__name__}: {exc}")
+            bad.append(printable(f"{path}: {type(exc).__name__}: {exc}"))
     configs = sorted(reader.configs.items(), key=lambda item: item[1])
     return _Chunk(
         reader.layouts[seen_layouts:],

@@ -11,6 +11,8 @@ msgspec JSON, zlib-compressed and base64-encoded, in the file's key-value metada
 `gpudiag.fleet`. Reading both back gives the LoadedFleet the snapshots gave, so the
 report is the same.
 
+Every string of the entry is printable (`inputs.json_may_hold_controls` on the inflated
+entry, then `inputs.printable_data` where it may hold a control character or escape).
 A Parquet file that Polars cannot read, or one without (or with a damaged) `gpudiag.fleet`
 entry, is a bad input like any other: SnapshotError, named and skipped by the caller.
 """
@@ -27,6 +29,7 @@ from typing import Any, Literal, Union
 import msgspec
 import numpy as np
 
+from gpudiag import inputs
 from gpudiag.fleetload import (
     KernelResult,
     Layout,
@@ -36,12 +39,19 @@ from gpudiag.fleetload import (
     _Stats,
     kernel_values,
 )
+from gpudiag.inputs import json_may_hold_controls, printable_data
 from gpudiag.snapshot import SnapshotError
 
 METADATA_KEY = "gpudiag.fleet"
 FORMAT = 1
 MAX_PARQUET_BYTES = 4 * 2**30
-MAX_METADATA_BYTES = 2 * 2**30  # decompressed
+# The fleet entry, inflated, is at most what a real fleet needs: about 16 KB a node's
+# latest snapshot and 7 times its compressed size (a fleet of 10 nodes: 162 KB from
+# 24 KB). It may inflate to 64 times its compressed size (16 MiB at least), and never
+# past the input limit (--max-input, 256 MiB by default): a zlib bomb of 1 GiB in a
+# 1.4 MB file is refused after 16 MiB, not after 25 s and 2 GB.
+METADATA_RATIO = 64
+METADATA_MIN_BYTES = 16 * 2**20
 
 _Scalar = Union[bool, int, float, str]  # noqa: UP007 - msgspec reads the typing form
 _ConfigValue = Union[_Scalar, list[_Scalar], None]  # noqa: UP007 - None: not read
@@ -156,12 +166,24 @@ def encode_fleet(loaded: LoadedFleet) -> str:
     return base64.b64encode(zlib.compress(msgspec.json.encode(document), 6)).decode("ascii")
 
 
+def metadata_cap(compressed: int) -> int:
+    """The most the fleet entry may inflate to, from its compressed size."""
+    return min(inputs.limit(), max(METADATA_MIN_BYTES, METADATA_RATIO * compressed))
+
+
 def _decode(text: str) -> _PqFleet:
     raw = base64.b64decode(text.encode("ascii"), validate=True)
+    cap = metadata_cap(len(raw))
     inflater = zlib.decompressobj()
-    data = inflater.decompress(raw, MAX_METADATA_BYTES)
+    data = inflater.decompress(raw, cap)
     if inflater.unconsumed_tail:
-        raise ValueError("its fleet entry is larger than a fleet can be")
+        raise ValueError(
+            f"its fleet entry inflates past {inputs.size_text(cap)}, more than a fleet of"
+            f" its size needs (at most {METADATA_RATIO} times its compressed size, and"
+            " --max-input)"
+        )
+    if json_may_hold_controls(data):  # the guarded path: every string printable
+        return msgspec.convert(printable_data(msgspec.json.decode(data)), _PqFleet)
     return msgspec.json.decode(data, type=_PqFleet)
 
 
@@ -223,7 +245,7 @@ def read_parquet_fleet(path: Path) -> LoadedFleet:
     try:
         document = _decode(entry)
         _check(document)
-    except (ValueError, binascii.Error, zlib.error, msgspec.DecodeError) as exc:
+    except (ValueError, RecursionError, binascii.Error, zlib.error, msgspec.DecodeError) as exc:
         raise SnapshotError(name, f"damaged gpudiag fleet entry: {exc}") from None
     layouts = [
         Layout(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from typing import IO
 
 from gpudiag import catalog
 from gpudiag.atomic import write_atomic
+from gpudiag.inputs import printable
 from gpudiag.model import Action, Finding, Severity, Snapshot
 from gpudiag.ruleengine import instances
 from gpudiag.rulefile import SCOPES, Rule
@@ -153,6 +155,9 @@ GPU_GAUGES: tuple[Gauge, ...] = (
 
 
 def _label_value(value: str) -> str:
+    """A label value in the exposition format: printable (no control character or
+    terminal escape reaches a scrape or a terminal), backslash, quote and newline escaped."""
+    value = printable(value)
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
@@ -324,6 +329,25 @@ def _testcases(
     return cases
 
 
+# What XML 1.0 cannot hold even as a character reference, once `printable` has removed
+# the controls and lone surrogates
+_NOT_XML = re.compile("[\ufffe\uffff]")
+
+
+def _xml_text(text: str) -> str:
+    return _NOT_XML.sub("", printable(text))
+
+
+def _xml_safe(root: ET.Element) -> None:
+    """Every text and attribute of the tree made printable and valid in XML 1.0, in one
+    place, whatever field a value came from: the document stays well-formed."""
+    for element in root.iter():
+        if element.text:
+            element.text = _xml_text(element.text)
+        for name, value in element.attrib.items():
+            element.set(name, _xml_text(value))
+
+
 def junit(snapshot: Snapshot, rules: Sequence[Rule]) -> str:
     """JUnit XML: one testcase per rule and subject; a failure for a warning or critical
     finding, an error for one that could not be checked (unknown), skipped for a check
@@ -364,6 +388,7 @@ def junit(snapshot: Snapshot, rules: Sequence[Rule]) -> str:
     suite.set("time", "0")
     root = ET.Element("testsuites", name="gpudiag")
     root.append(suite)
+    _xml_safe(root)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, "unicode") + "\n"
 

@@ -29,10 +29,13 @@ counts as unknown (no drain, no resume).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -43,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudiag import tomlcompat
+from gpudiag import inputs
 from gpudiag.formats import applicable, strongest_action
 from gpudiag.model import Action, Finding, Severity, Snapshot
 from gpudiag.session import EXIT_UNKNOWN, LiveNode, exit_code, run_kernels, severity_counts
@@ -61,6 +64,16 @@ REASON_MAX = 120
 SLURM_BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin", "/usr/sbin")
 CONFIG_NAME = "slurm-healthcheck.toml"
 CONFIG_KEYS = {"options", "timeout", "kernels", "drain_on", "slurm_conf", "scontrol"}
+CONFIG_MAX_BYTES = 64 * 1024  # a settings file is a few lines
+# slurmd kills a HealthCheckProgram at 60 s: the whole check, scontrol included, ends
+# within SLURM_BUDGET_S; the probes get what is left but SCONTROL_RESERVE_S (at most
+# --timeout), each scontrol call at most SCONTROL_CALL_S of what is left
+SLURM_BUDGET_S = 50.0
+SCONTROL_RESERVE_S = 5.0
+SCONTROL_CALL_S = 10.0
+# one Slurm node name (NodeName=n1,n[2-99] would name many): letters, digits, . _ -
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+TIMEOUT_MAX = 3600.0
 
 
 class HealthError(Exception):
@@ -81,7 +94,7 @@ def add_health_parser(commands: Any) -> None:
     )
     health.add_argument(
         "--timeout",
-        type=float,
+        type=inputs.number_option(0, TIMEOUT_MAX, above=True),
         default=DEFAULT_TIMEOUT,
         metavar="S",
         help=f"give up after S seconds with an UNKNOWN verdict (default {DEFAULT_TIMEOUT:g})",
@@ -275,38 +288,69 @@ def as_json(verdict: Verdict) -> tuple[str, int]:
 # ------------------------------------------------------------------ Slurm
 
 
+def _scontrol_text(data: bytes) -> str:
+    """scontrol's output as printable text, whatever bytes it wrote."""
+    return inputs.printable(data.decode("utf-8", errors="replace"))
+
+
 @dataclass(frozen=True)
 class Slurm:
-    """How to reach slurmctld for one node."""
+    """How to reach slurmctld for one node. Every scontrol call ends by `deadline`
+    (time.monotonic()), at most SCONTROL_CALL_S each: a hung scontrol is killed with its
+    process group, and the whole check stays within SLURM_BUDGET_S."""
 
     node: str
     scontrol: str
     env: dict[str, str]
+    deadline: float = math.inf
 
-    def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [self.scontrol, *args],
-            capture_output=True,
-            text=True,
-            env=self.env,
-            timeout=10,
-            check=False,
-        )
+    def _run(self, what: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """scontrol ARGS; HealthError in one line, starting `what`, when it cannot run,
+        hangs or fails."""
+        left = min(SCONTROL_CALL_S, self.deadline - time.monotonic())
+        if left <= 0:
+            raise HealthError(f"{what}: no time left within the {SLURM_BUDGET_S:g} s check")
+        try:
+            process = subprocess.Popen(
+                [self.scontrol, *args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=self.env,
+                start_new_session=True,  # a hung scontrol is killed with its children
+            )
+        except OSError as exc:
+            raise HealthError(
+                f"scontrol {self.scontrol}: cannot run: {exc.strerror or exc}"
+            ) from None
+        try:
+            out, err = process.communicate(timeout=left)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.communicate(timeout=2)
+            raise HealthError(f"{what}: no answer within {left:.3g} s; killed") from None
+        stdout, stderr = _scontrol_text(out), _scontrol_text(err)
+        if process.returncode != 0:
+            why = _one_line(stderr)[:200] or f"exit status {process.returncode}"
+            raise HealthError(f"{what}: {why}")
+        return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
 
     def state(self) -> tuple[str, str]:
         """The node's state (IDLE+DRAIN, ...) and its reason, without the [user@time]."""
-        result = self._run("show", "node", self.node, "--oneliner")
-        if result.returncode != 0:
-            raise HealthError(f"scontrol show node {self.node}: {_one_line(result.stderr)}")
+        what = f"scontrol show node {self.node}"
+        result = self._run(what, "show", "node", self.node, "--oneliner")
         state = re.search(r"\bState=(\S+)", result.stdout)
+        if state is None:
+            answer = _one_line(result.stdout)[:80]
+            raise HealthError(f"{what}: no State= in {answer!r}")
         reason = re.search(r"\bReason=(.*?)(?: \[[^\[\]]*\])?\s*$", result.stdout.strip())
-        return (state.group(1) if state else "", reason.group(1) if reason else "")
+        return (state.group(1), reason.group(1) if reason else "")
 
     def update(self, *fields: str) -> None:
         """scontrol update NodeName=<node> FIELDS..."""
-        result = self._run("update", f"NodeName={self.node}", *fields)
-        if result.returncode != 0:
-            raise HealthError(f"scontrol update {self.node}: {_one_line(result.stderr)}")
+        self._run(f"scontrol update {self.node}", "update", f"NodeName={self.node}", *fields)
 
 
 def find_scontrol(explicit: str | None) -> str:
@@ -390,26 +434,34 @@ def run_health(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """`gpudiag health`: check the node and report in the convention asked for."""
     from gpudiag.cli import UsageError, _live_node, _write_prometheus
 
+    started = time.monotonic()
     kernels = getattr(args, "kernels", None)
     try:
-        if args.timeout <= 0:
-            raise HealthError("--timeout must be positive")
         if kernels not in (None, "quick"):
             raise HealthError("health runs the quick kernels only (--kernels quick)")
         if kernels and (args.root != "/" or args.nvml_replay):
             raise HealthError("--kernels measures this machine: not with --root or --nvml-replay")
         drain_on = parse_actions(args.drain_on)
         cluster = None
+        timeout = args.timeout
         if args.convention == "slurm":
             env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **os.environ}
             if args.slurm_conf:
                 env["SLURM_CONF"] = args.slurm_conf
             node = args.node or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-            cluster = Slurm(node, find_scontrol(args.scontrol), env)
+            if not NODE_NAME.fullmatch(node):
+                raise HealthError(
+                    f"node name {node[:80]!r}: one Slurm node name is expected"
+                    " (letters, digits, '.', '_', '-'; no list or range)"
+                )
+            deadline = started + SLURM_BUDGET_S
+            cluster = Slurm(node, find_scontrol(args.scontrol), env, deadline)
+            # the probes' share (45 s): scontrol gets the rest, whatever setting up took
+            timeout = min(timeout, SLURM_BUDGET_S - SCONTROL_RESERVE_S)
         live = _live_node(args, argv)
         verdict = None
         try:
-            verdict = check_node(live, args.timeout, kernels)
+            verdict = check_node(live, timeout, kernels)
         finally:
             if verdict is None or not verdict.timed_out:
                 live.nvml.close()  # else the worker may still be inside NVML: exit frees it
@@ -443,12 +495,13 @@ def config_arguments(path: Path | None) -> list[str]:
     """
     data: dict[str, Any] = {}
     if path is not None:
+        # the one bounded reader: a regular file (a FIFO is refused, never waited on), at
+        # most CONFIG_MAX_BYTES; deep nesting and oversized integers refused; printable
         try:
-            data = tomlcompat.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as exc:
-            raise HealthError(f"{path}: cannot read: {exc}") from None
-        except tomlcompat.TOMLDecodeError as exc:
-            raise HealthError(f"{path}: not valid TOML: {exc}") from None
+            text = inputs.read_text(path, "a settings file", max_bytes=CONFIG_MAX_BYTES)
+            data = inputs.parse_data(text, str(path), as_json=False)
+        except inputs.InputError as exc:
+            raise HealthError(str(exc)) from None
     unknown = set(data) - CONFIG_KEYS
     if unknown:
         raise HealthError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")
@@ -459,8 +512,10 @@ def config_arguments(path: Path | None) -> list[str]:
     if not isinstance(drain_on, list) or not all(isinstance(a, str) for a in drain_on):
         raise HealthError(f"{path}: drain_on must be a list of actions")
     timeout = data.get("timeout", DEFAULT_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise HealthError(f"{path}: timeout must be a number of seconds")
+    try:
+        inputs.check_number(timeout, 0, TIMEOUT_MAX, above=True)  # as --timeout checks it
+    except ValueError as exc:
+        raise HealthError(f"{path}: timeout {exc} (seconds)") from None
     health = ["--for", "slurm", "--timeout", str(timeout), "--drain-on", ",".join(drain_on)]
     for key in ("kernels", "slurm_conf", "scontrol"):
         if key in data:

@@ -11,12 +11,18 @@ bounded: one function, `read_input`, for every loader.
   so a gzip bomb stops at the limit.
 
 Also here: `parse_data` (TOML or JSON text into plain data, every parser failure, deep
-nesting and oversized integers included, as one `InputError`) and `printable` (control
-characters removed from text read from a file, before it reaches a terminal).
+nesting and oversized integers included, as one `InputError`; every string in what it
+returns, keys too, is `printable`) and `printable` (control characters and terminal
+escapes removed from text read from a file, before it reaches a terminal). The guard is a
+property of the parser every loader calls, not a call each loader must remember; the
+loaders that parse JSON with msgspec for speed (the fleet's fast path, the Parquet fleet
+entry) ask `json_may_hold_controls` of the raw bytes, one C-speed pass per file, and
+take the guarded path where it says yes. A file name in an `InputError` is printable too.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -24,6 +30,7 @@ import re
 import stat
 import sys
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +46,7 @@ class InputError(ValueError):
     """An input that cannot be used; str() is 'NAME: problem', one line."""
 
     def __init__(self, name: str, problem: str) -> None:
+        name, problem = printable(name), printable(problem)
         super().__init__(f"{name}: {problem}")
         self.name = name
         self.problem = problem
@@ -90,6 +98,10 @@ def size_text(n: int) -> str:
 
 
 def _too_large(max_bytes: int) -> str:
+    """Only the --max-input limit is raised with --max-input: a fixed bound of a kind of
+    file (a redaction key's 4 KiB, a settings file's 64 KiB) is said as it is."""
+    if max_bytes != _limit:
+        return f"larger than {size_text(max_bytes)}, the most it can be"
     return f"larger than {size_text(max_bytes)} (--max-input raises the limit)"
 
 
@@ -187,9 +199,13 @@ def _refuse_constant(token: str) -> float:
     raise ValueError(f"non-finite number {token} is not allowed")
 
 
-def parse_data(text: str, name: str, as_json: bool | None = None) -> Any:
+def parse_data(
+    text: str, name: str, as_json: bool | None = None, *, keep_controls: bool = False
+) -> Any:
     """TOML or JSON text (JSON when `as_json`, or when None and it starts with '{') into
-    plain data; NaN and infinity refused; every failure an InputError."""
+    plain data, every string `printable` (but with `keep_controls`, for a loader that
+    holds a file's raw bytes as text and guards them itself: a capture's host files);
+    NaN and infinity refused; every failure an InputError."""
     if as_json is None:
         as_json = text.lstrip().startswith("{")
     try:
@@ -198,7 +214,7 @@ def parse_data(text: str, name: str, as_json: bool | None = None) -> Any:
         else:
             data = tomlcompat.loads(text)
         check_finite(data)
-        return data
+        return data if keep_controls else printable_data(data)
     except json.JSONDecodeError as exc:
         raise InputError(
             name, f"not valid JSON (truncated?): {exc.msg} at line {exc.lineno}"
@@ -233,13 +249,38 @@ _CONTROL = re.compile(
     "|\x1b\\][^\x07\x1b]*(?:\x07|\x1b\\\\)?"  # OSC sequences: titles, hyperlinks
     "|\x1b[@-_]?"  # other escapes
     "|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # other C0 and C1 controls but tab and newline
+    "|[\ud800-\udfff]"  # a lone surrogate (JSON's \ud800): not text, cannot be written
 )
 
 
 def printable(text: str) -> str:
-    """Text with terminal escape sequences and control characters removed (tabs and
-    newlines stay): what a file says reaches the terminal as text, never as commands."""
+    """Text with terminal escape sequences, control characters (tabs and newlines stay)
+    and lone surrogates removed: what a file says reaches the terminal as text, never as
+    commands, and can always be written as UTF-8."""
     return _CONTROL.sub("", text) if _CONTROL.search(text) else text
+
+
+# How a control character can appear in JSON text that a strict parser accepts (a raw
+# one below 0x20 is invalid JSON, refused by the parser): a \u escape of C0 (but tab and
+# newline), DEL, C1 or a surrogate (a lone one is not text), the short escapes \b \f \r,
+# a raw DEL, or a raw C1 in UTF-8 (0xC2 0x80-0x9F).
+_JSON_CONTROL = re.compile(
+    rb"\\u(?:00(?:0[0-8bBcCdDeEfF]|1[0-9a-fA-F]|7[fF]|[89][0-9a-fA-F])|[dD][89a-fA-F])"
+    rb"|\\[bfr]|\x7f|\xc2[\x80-\x9f]"
+)
+# one-byte hints, each a memchr (a two-byte search is 300 times slower here): a snapshot
+# without a backslash, DEL or 0xC2 (gpudiag writes none) is clear in microseconds
+_JSON_HINTS = (b"\\", b"\x7f", b"\xc2")
+
+
+def json_may_hold_controls(raw: bytes) -> bool:
+    """Whether JSON bytes may hold a string with a control character or escape (then the
+    caller takes the guarded path). Three one-byte searches, in C; the regex (about a
+    JSON parse's time) only when one hits. May say yes for a text that only looks like
+    one (an escaped backslash before 'u00'): the guarded path is then taken for nothing."""
+    if not any(hint in raw for hint in _JSON_HINTS):
+        return False
+    return _JSON_CONTROL.search(raw) is not None
 
 
 def printable_data(data: Any) -> Any:
@@ -251,3 +292,51 @@ def printable_data(data: Any) -> Any:
     if isinstance(data, dict):
         return {printable(str(k)): printable_data(v) for k, v in data.items()}
     return data
+
+
+def number_option(
+    minimum: float,
+    maximum: float,
+    *,
+    integer: bool = False,
+    above: bool = False,
+) -> Callable[[str], Any]:
+    """The one validator of every number a user gives gpudiag (an argparse `type`, and
+    settings files through `check_number`): finite, and between `minimum` (excluded
+    where `above`) and `maximum`; anything else is a usage error (exit 3) saying so."""
+
+    def parse(text: str) -> float | int:
+        try:
+            value: float | int = int(text) if integer else float(text)
+        except (ValueError, OverflowError):
+            kind = "a whole number" if integer else "a number"
+            raise argparse.ArgumentTypeError(f"not {kind}: {text[:40]!r}") from None
+        try:
+            return check_number(value, minimum, maximum, above=above, integer=integer)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{exc}, got {text[:40]!r}") from None
+
+    parse.__name__ = "integer" if integer else "number"  # argparse names it in errors
+    return parse
+
+
+def check_number(
+    value: Any, minimum: float, maximum: float, *, above: bool = False, integer: bool = False
+) -> Any:
+    """`value` if it is a finite number in range (see `number_option`), else ValueError
+    saying the range."""
+    low = "above" if above else "at least"
+    kind = "a whole number" if integer else "a finite number"
+    wanted = f"must be {kind} {low} {_figure(minimum)} and at most {_figure(maximum)}"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(wanted)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(wanted)
+    if value < minimum or (above and value == minimum) or value > maximum:
+        raise ValueError(wanted)
+    return value
+
+
+def _figure(x: float) -> str:
+    """4096 and 604800 as written, 0.5 as 0.5, never 1e+06."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"

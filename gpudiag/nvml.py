@@ -49,7 +49,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpudiag.inputs import InputError, parse_data, printable, printable_data, read_text
+from gpudiag.inputs import InputError, parse_data, printable, read_text
 from gpudiag.model import Reading, ReadingStatus, Value, check_value
 
 # NVML's return codes (nvml.h), by number, as the names used in replay files.
@@ -450,7 +450,7 @@ class ReplayBackend:
         name = str(path)
         try:
             text = read_text(path, "an NVML replay file")
-            data = printable_data(parse_data(text, name, as_json=None))
+            data = parse_data(text, name, as_json=None)  # every string printable
         except InputError as exc:
             raise ReplayError(str(exc)) from None
         except RecursionError:

@@ -84,7 +84,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag import catalog
-from gpudiag.inputs import InputError, parse_data, printable_data, read_input
+from gpudiag.inputs import InputError, parse_data, read_input
 from gpudiag.model import Action, Severity
 from gpudiag.profiles import PROFILE_FIELDS, PROFILE_FLAGS
 from gpudiag.rule_operators import OPERATORS, PROFILE_OPERATORS, READING_OPERATORS, RuleError
@@ -373,7 +373,7 @@ def parse_rule_file(text: str, origin: str) -> tuple[list[Rule], list[tuple[dict
     """Rules and overrides of one file; raises RuleError naming the file and line.
     NaN and infinity are refused; control characters are removed from its strings."""
     try:
-        data = printable_data(parse_data(text, origin, as_json=False))
+        data = parse_data(text, origin, as_json=False)  # every string printable
         return _rules_of(data, text, origin)
     except InputError as exc:
         raise RuleError(str(exc)) from None

@@ -35,7 +35,8 @@ from typing import IO, Any, TypeVar
 import tomli_w
 
 from gpudiag.atomic import write_atomic
-from gpudiag.inputs import InputError, parse_data, printable_data, read_text
+from gpudiag.catalog import check_keys
+from gpudiag.inputs import InputError, parse_data, printable, read_text
 from gpudiag.model import (
     SCHEMA_VERSION,
     Action,
@@ -56,6 +57,7 @@ class SnapshotError(Exception):
     """A snapshot file that cannot be read; str() is the one-line message for the user."""
 
     def __init__(self, path: str, problem: str) -> None:
+        path, problem = printable(path), printable(problem)  # a file name is data too
         super().__init__(f"{path}: {problem}")
         self.path = path
         self.problem = problem
@@ -389,6 +391,10 @@ def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
     probes = tuple(_probe_from(d, w) for d, w in f.table_list("probes"))
     kernels = tuple(_kernel_from(d, w) for d, w in f.table_list("kernels"))
     findings = tuple(_finding_from(d, w) for d, w in f.table_list("findings"))
+    check_keys(  # instance indices bounded where the keys are read, once per snapshot
+        [r.key for p in probes for r in p.readings]
+        + [r.key for x in findings for r in x.evidence]
+    )
     end = _Fields(f.take("end", dict), "end")
     declared = {name: end.take(name, int) for name in ("probes", "readings", "kernels", "findings")}
     end.done()
@@ -444,7 +450,7 @@ def loads(text: str, name: str = "<snapshot>") -> Snapshot:
                 raise ValueError("not a gpudiag snapshot (JSON top level is not an object)")
         else:
             data = parse_data(text, name, as_json=False)
-        return snapshot_from_dict(printable_data(data))
+        return snapshot_from_dict(data)  # parse_data made every string printable
     except InputError as exc:
         raise SnapshotError(name, exc.problem) from None
     except ValueError as exc:

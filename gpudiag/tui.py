@@ -13,12 +13,7 @@ colour only repeats it.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
-import signal
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
@@ -26,7 +21,6 @@ from typing import ClassVar
 from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.theme import BUILTIN_THEMES
 from textual.widgets import Footer, Header, Input, TabbedContent
 from textual.worker import Worker, WorkerState
 
@@ -40,6 +34,7 @@ from gpudiag.panes.kernels import KernelChoice, kernel_question
 from gpudiag.panes.keys import BindingCommands, help_columns
 from gpudiag.session import LiveNode, with_kernel_results
 from gpudiag.snapshot import save
+from gpudiag.tui_base import GpudiagAppBase
 from gpudiag.watch import History
 
 __all__ = [
@@ -49,7 +44,6 @@ __all__ = [
     "GpudiagApp",
     "HelpScreen",
     "KernelChoice",
-    "leave_on_signals",
 ]
 
 
@@ -70,54 +64,7 @@ LIVE_ACTIONS = ("refresh", "run_kernels", "cancel_kernels")
 MEASURING_ACTIONS = ("run_kernels", "cancel_kernels")
 
 
-# Under NO_COLOR, Textual turns every colour into a fixed grey of the same luminance: red
-# reversed on the dark background became grey 237 on 233 (1.6:1), the most severe word the
-# least readable. Instead gpudiag draws with the terminal's own default foreground and
-# background (Textual's ANSI mode, whose NO_COLOR filter sets every colour to "default"):
-# CRITICAL is bold reverse video of them, WARNING bold; and cursors, which a colour no
-# longer marks, are reverse video.
-NO_COLOR_THEME = replace(
-    BUILTIN_THEMES["ansi-dark"],
-    name="gpudiag-no-color",
-    primary="ansi_default",
-    variables={
-        **BUILTIN_THEMES["ansi-dark"].variables,
-        "block-cursor-text-style": "bold reverse",
-        "block-cursor-blurred-text-style": "reverse",
-        "input-cursor-text-style": "reverse",
-    },
-)
-
-
-def no_color() -> bool:
-    """NO_COLOR is set (to anything, as Textual reads it)."""
-    return os.environ.get("NO_COLOR") is not None
-
-
-def use_terminal_colours(app: App[object]) -> None:
-    """Under NO_COLOR, draw with the terminal's default colours (NO_COLOR_THEME). Call
-    from on_mount."""
-    if no_color():
-        app.register_theme(NO_COLOR_THEME)
-        app.theme = NO_COLOR_THEME.name
-
-
-def leave_on_signals(app: App[int], before: Callable[[], None] = lambda: None) -> None:
-    """SIGTERM and SIGHUP leave the app as `q` does, so Textual restores the terminal
-    (alternate screen, mouse tracking, cursor); the exit code is 128 + the signal's
-    number, as a shell reports a process the signal ended. Call from on_mount."""
-    loop = asyncio.get_running_loop()
-
-    def leave(signum: int) -> None:
-        before()
-        app.exit(return_code=128 + signum)
-
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(signum, leave, signum)
-
-
-class GpudiagApp(App[int]):
+class GpudiagApp(GpudiagAppBase):
     """gpudiag's TUI, built from a live node or a saved snapshot. It draws nothing itself:
     the panes do, each from the snapshot this app hands them."""
 
@@ -143,7 +90,7 @@ class GpudiagApp(App[int]):
     def __init__(
         self, source: LiveNode | Snapshot, plans: dict[str, KernelPlan] | None = None
     ) -> None:
-        super().__init__(ansi_color=True if no_color() else None)
+        super().__init__()
         self.source = source
         self.snapshot: Snapshot | None = source if isinstance(source, Snapshot) else None
         self.view: SnapshotView | None = None  # the snapshot judged, for the panes
@@ -185,8 +132,6 @@ class GpudiagApp(App[int]):
         return self.query_one(KernelsPane)
 
     def on_mount(self) -> None:
-        use_terminal_colours(self)
-        leave_on_signals(self, self._stop_work)
         if isinstance(self.source, Snapshot):
             self.sub_title = f"{self.source.host} (saved {self.source.created}, read-only)"
             self.set_snapshot(self.source)
@@ -359,6 +304,10 @@ class GpudiagApp(App[int]):
         """Stop any probing and kernels, then leave."""
         self._stop_work()
         self.exit(0)
+
+    def before_signal_exit(self) -> None:
+        """SIGTERM or SIGHUP: stop probing and kernels, as q does."""
+        self._stop_work()
 
     def _stop_work(self) -> None:
         self.kernel_cancel.set()

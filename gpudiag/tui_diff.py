@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from rich.text import Text
 from textual import events, on
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
@@ -22,6 +22,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 from gpudiag import catalog
 from gpudiag.diff import Diff, ReadingChange, _value
 from gpudiag.model import Snapshot
+from gpudiag.tui_base import GpudiagAppBase
 
 HELP = """gpudiag diff keys (Esc closes)
   c  changed only / every reading
@@ -56,7 +57,7 @@ KIND_STYLE = {
 }
 
 
-class DiffApp(App[int]):
+class DiffApp(GpudiagAppBase):
     """Two snapshots side by side."""
 
     TITLE = "gpudiag diff"
@@ -100,9 +101,6 @@ class DiffApp(App[int]):
         yield Footer()
 
     def on_mount(self) -> None:
-        from gpudiag.tui import leave_on_signals
-
-        leave_on_signals(self)
         (name_a, name_b), hosts = self.names, (self.a.host, self.b.host)
         self.sub_title = f"A: {name_a} ({hosts[0]})  B: {name_b} ({hosts[1]})"
         self.query_one("#diff-filter", Input).cursor_blink = False

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from gpudiag.fleet import FleetReport, report_text
+from gpudiag.tui_base import GpudiagAppBase
 
 SECTIONS = ("Why slow", "Configuration groups", "Outliers", "History", "Findings")
 
@@ -30,7 +31,7 @@ def sections(report: FleetReport) -> dict[str, str]:
     return {title: "\n".join(lines) for title, lines in out.items()}
 
 
-class FleetApp(App[int]):
+class FleetApp(GpudiagAppBase):
     """One fleet report, read-only."""
 
     TITLE = "gpudiag fleet"

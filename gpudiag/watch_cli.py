@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from gpudiag import inputs
 from gpudiag.demo import DEMOS, demo_file
 
 
@@ -16,12 +17,14 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     )
     watch.add_argument(
         "--interval",
-        type=float,
+        type=inputs.number_option(0, 86400, above=True),
         metavar="S",
         help="seconds (1; with --replay CAPTURE the recorded interval is kept)",
     )
     watch.add_argument(
-        "--count", type=int, metavar="N", help="samples to take (default: until Ctrl-C)"
+        "--count",
+        type=inputs.number_option(1, 10**9, integer=True),
+        metavar="N", help="samples to take (default: until Ctrl-C)"
     )
     watch.add_argument("--format", choices=("table", "csv", "jsonl"), default="table")
     watch.add_argument("--demo", choices=DEMOS, help="watch a demo node instead of this one")
@@ -37,10 +40,6 @@ def run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     if args.command == "demo":
         return _demo(args, argv)
-    if args.interval is not None and args.interval <= 0:
-        raise UsageError("--interval must be positive")
-    if args.count is not None and args.count < 1:
-        raise UsageError("--count must be at least 1")
     if args.replay:
         return _replay(args)
     interval = 1.0 if args.interval is None else args.interval

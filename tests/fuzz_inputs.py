@@ -29,6 +29,8 @@ TOKENS = (
     "{" * 1500,
     "<a>" * 1500,
     "\x1b[2J\x1b]0;t\x07",
+    "\\u001b[2J\\u001b]52;c;eA==\\u0007",  # the same, as JSON escapes
+    "\\u009b31m\\r",
     "\x00",
     "\xff",
     "\r\n",
@@ -172,8 +174,9 @@ NVLINK_SEED = (
 )
 
 
-def snapshot_seed() -> str:
-    """A small snapshot made by the code that writes them (a reading of each kind)."""
+def snapshot_seed(as_json: bool = False) -> str:
+    """A small snapshot made by the code that writes them (a reading of each kind); JSON
+    of the current schema is what the fleet's fast path reads."""
     from gpudiag.model import (
         Finding,
         KernelResult,
@@ -202,7 +205,8 @@ def snapshot_seed() -> str:
             probes=(ProbeResult("host", ProbeStatus.OK, 0.01, readings),),
             kernels=(KernelResult("stream", "cpu", "triad", "GB/s", ProbeStatus.OK, (1.0, 2.0)),),
             findings=(Finding("GPU001", Severity.WARNING, "gpu0", "t", "m", readings[:1]),),
-        )
+        ),
+        as_json=as_json,
     )
 
 
@@ -220,18 +224,33 @@ def seeds() -> dict[str, list[str]]:
         "rules": [_head(REPO / "rules" / name) for name in ("gpu.toml", "host.toml")],
         "replay": [p.read_text() for p in sorted(fixtures.glob("replay-*"))],
         "capture": [capture_seed()],
+        "fleet": [snapshot_seed(as_json=True), snapshot_seed(as_json=True).replace(",", ", ")],
+        "samples": [capture_seed(samples=2)],
+        "healthcheck": [HEALTHCHECK_SEED],
     }
 
 
-def capture_seed() -> str:
+def capture_seed(samples: int = 0) -> str:
     """A small whole-node capture: the healthy demo's, cut to one GPU and a few of each
-    kind of host record (the loader's checks see every section)."""
+    kind of host record (the loader's checks see every section); with `samples`, that
+    many recordings of the GPU's NVML after the first (what `watch --replay` reads)."""
     import json
 
     data = json.loads((REPO / "snapshots" / "demo-hgx-h100-healthy.capture.json").read_text())
     data["nvml"]["devices"] = data["nvml"]["devices"][:1]
     data["host"] = {kind: dict(list(records.items())[:4]) for kind, records in data["host"].items()}
+    if samples:
+        data["samples"] = [{"seconds": float(n), "nvml": data["nvml"]} for n in range(1, samples)]
     return json.dumps(data, indent=1)
+
+
+HEALTHCHECK_SEED = """options = ["--rules", "/etc/gpudiag/site"]
+timeout = 30
+kernels = "quick"
+drain_on = ["drain", "service"]
+slurm_conf = "/etc/slurm/slurm.conf"
+scontrol = "/usr/bin/scontrol"
+"""
 
 
 # ------------------------------------------------------------------ the loaders
@@ -305,12 +324,78 @@ def _capture(text: str, work: Path) -> bool:
     return True
 
 
+_CONTROLS = frozenset("\x1b\x07\x9b\x7f\r\x00")
+
+
+def _printable(*texts: str) -> None:
+    """A loader's output with a control character is a crash (it reaches a terminal)."""
+    for text in texts:
+        if not _CONTROLS.isdisjoint(text):
+            raise AssertionError(f"a control character passed the loader: {text[:80]!r}")
+
+
+def _fleet(text: str, work: Path) -> bool:
+    """The fleet's loader (the fast JSON path first) and its report, one file."""
+    from gpudiag.fleet import analyse, report_text
+    from gpudiag.fleetload import load_fleet
+
+    path = work / "fuzz.json"
+    path.write_bytes(text.encode("utf-8", errors="surrogatepass"))
+    loaded = load_fleet([path], workers=1)
+    _printable(*loaded.bad)
+    if not loaded.runs:
+        return False
+    for run in loaded.runs:
+        _printable(run.host, run.path, *(s for f in run.findings for s in f))
+    _printable(report_text(analyse(loaded)))
+    return True
+
+
+def _samples(text: str, work: Path) -> bool:
+    """A capture's samples as `gpudiag --replay CAPTURE watch` reads them."""
+    from gpudiag import capture
+    from gpudiag.nvml import NvmlError
+
+    path = work / "fuzz.json"
+    path.write_bytes(text.encode("utf-8", errors="surrogatepass"))
+    try:
+        _, _, data = capture.load(path)
+        series = capture.recorded_samples(data)
+    except capture.CaptureError as exc:
+        _printable(str(exc))
+        return False
+    for _, nvml in series:
+        with contextlib.suppress(NvmlError):
+            nvml.backend.call("nvmlDeviceGetCount", None)
+            nvml.backend.call("nvmlDeviceGetPowerUsage", 0)
+    return True
+
+
+def _healthcheck(text: str, work: Path) -> bool:
+    """gpudiag-slurm-healthcheck's settings file, then the command line it stands for."""
+    from gpudiag.cli import UsageError, build_parser
+    from gpudiag.health import HealthError, config_arguments
+
+    path = work / "slurm-healthcheck.toml"
+    path.write_bytes(text.encode("utf-8", errors="surrogatepass"))
+    try:
+        arguments = config_arguments(path)
+        build_parser().parse_args(arguments)
+    except (HealthError, UsageError) as exc:
+        _printable(str(exc))
+        return False
+    return True
+
+
 LOADERS: dict[str, Callable[[str, Path], bool]] = {
     "snapshot": _snapshot,
     "import": _import,
     "rules": _rules,
     "replay": _replay,
     "capture": _capture,
+    "fleet": _fleet,
+    "samples": _samples,
+    "healthcheck": _healthcheck,
 }
 
 

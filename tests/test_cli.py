@@ -139,7 +139,10 @@ def test_site_rules_change_the_verdict(tmp_path: Path) -> None:
             ["--rules", "/nonexistent", "--export", "-"],
             "/nonexistent: not a directory of rule files",
         ),
-        (["--timeout-scale", "0", "--export", "-"], "--timeout-scale must be positive"),
+        (
+            ["--timeout-scale", "0", "--export", "-"],
+            "--timeout-scale: must be a finite number above 0",
+        ),
         (
             ["--root", TREE, "--nvml-replay", REPLAY, "--export", "/nonexistent/dir/x.toml"],
             "directory /nonexistent/dir does not exist",

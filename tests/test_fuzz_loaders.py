@@ -1,7 +1,9 @@
 """Property-based fuzzing of every loader (snapshot, nvidia-smi import, rules, NVML replay,
-capture)
-with a bounded budget: mutated seed files are accepted or refused with the loader's own
-error, never another exception. `python benchmarks/fuzz_loaders.py` runs longer."""
+capture, the fleet's fast path and report, a capture's samples as watch reads them, the
+Slurm health check's settings file) with a bounded budget: mutated seed files are
+accepted or refused with the loader's own error, never another exception, and nothing
+they let through holds a control character. `python benchmarks/fuzz_loaders.py` runs
+longer."""
 
 from __future__ import annotations
 
@@ -62,11 +64,11 @@ def test_seeds_load(loader: str) -> None:
             assert import_text(seed)[1]
         elif loader == "rules":
             assert merge_rules([("seed.toml", seed)])
-        elif loader == "capture":
+        elif loader in ("capture", "fleet", "samples", "healthcheck"):
             from fuzz_inputs import LOADERS as loaders
             from fuzz_inputs import work_dir as scratch
 
-            assert loaders["capture"](seed, scratch())
+            assert loaders[loader](seed, scratch())
         else:
             from gpudiag.inputs import parse_data
 

@@ -138,7 +138,7 @@ def test_a_check_that_runs_out_of_time_is_unknown() -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--timeout", "0"], "--timeout must be positive"),
+        (["--timeout", "0"], "--timeout: must be a finite number above 0"),
         (["--drain-on", "monitor"], "--drain-on monitor: each action is one of"),
         (["--kernels", "quick"], "--kernels measures this machine: not with --root"),
         (["--for", "pagerduty"], "invalid choice: 'pagerduty'"),

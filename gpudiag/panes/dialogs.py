@@ -106,12 +106,12 @@ class ExportScreen(ModalScreen[Path | None]):
         path = Path(event.value.strip()).expanduser()
         note = self.query_one("#export-note", Label)
         if not event.value.strip():
-            note.update("a file name is needed")
+            note.update(Text("a file name is needed"))
         elif problem := target_problem(path):
-            note.update(f"{path}: {problem}")
+            note.update(Text(f"{path}: {problem}"))
         elif path.exists() and self.confirming != path:
             self.confirming = path
-            note.update(f"{path} exists: Enter again overwrites it, Esc cancels")
+            note.update(Text(f"{path} exists: Enter again overwrites it, Esc cancels"))
         else:
             self.dismiss(path)
 

@@ -17,17 +17,17 @@ class HostPane(Pane):
     LAZY = True
 
     def compose(self) -> ComposeResult:
-        yield Tree("host", id="host")
+        yield Tree(Text("host"), id="host")
 
     def update_from(self, view: SnapshotView) -> None:
         tree: Tree[None] = self.query_one("#host", Tree)
         tree.clear()
-        tree.root.set_label(f"{view.snapshot.host}")
+        tree.root.set_label(Text(view.snapshot.host))
         for head, groups in views.host_tree(view.snapshot).items():
             count = sum(len(r) for r in groups.values())
-            branch = tree.root.add(f"{head} ({count})")
+            branch = tree.root.add(Text(f"{head} ({count})"))
             for sub, readings in groups.items():
-                parent = branch if not sub else branch.add(sub)
+                parent = branch if not sub else branch.add(Text(sub))
                 for reading in readings:
                     parent.add_leaf(Text(f"{reading.key} = {reading.display()}"))
         tree.root.expand()

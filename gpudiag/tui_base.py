@@ -1,0 +1,107 @@
+"""What every gpudiag App is by construction (the node TUI, the diff TUI, the fleet TUI):
+
+- SIGTERM and SIGHUP leave the app as `q` does, so Textual restores the terminal
+  (alternate screen, mouse tracking, cursor); the exit code is 128 + the signal's number,
+  as a shell reports a process the signal ended (`signalled` says which signal).
+- Under NO_COLOR it draws with the terminal's default colours (NO_COLOR_THEME).
+- A toast (`notify`, the app's or any widget's) is plain text, never Textual markup: a
+  message naming a file, a host or anything else from data shows literally and runs no
+  action.
+
+Every string from a node, a file or a user reaches a widget as rich `Text` (the panes
+build `Text`; `plain` is the helper for a label that is a str).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from dataclasses import replace
+from typing import Any
+
+from rich.text import Text
+from textual.app import App
+from textual.notifications import SeverityLevel
+from textual.theme import BUILTIN_THEMES
+
+SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+# Under NO_COLOR, Textual turns every colour into a fixed grey of the same luminance: red
+# reversed on the dark background became grey 237 on 233 (1.6:1), the most severe word the
+# least readable. Instead gpudiag draws with the terminal's own default foreground and
+# background (Textual's ANSI mode, whose NO_COLOR filter sets every colour to "default"):
+# CRITICAL is bold reverse video of them, WARNING bold; and cursors, which a colour no
+# longer marks, are reverse video.
+NO_COLOR_THEME = replace(
+    BUILTIN_THEMES["ansi-dark"],
+    name="gpudiag-no-color",
+    primary="ansi_default",
+    variables={
+        **BUILTIN_THEMES["ansi-dark"].variables,
+        "block-cursor-text-style": "bold reverse",
+        "block-cursor-blurred-text-style": "reverse",
+        "input-cursor-text-style": "reverse",
+    },
+)
+
+
+def no_color() -> bool:
+    """NO_COLOR is set (to anything, as Textual reads it)."""
+    return os.environ.get("NO_COLOR") is not None
+
+
+def plain(text: object) -> Text:
+    """`text` as rich Text: shown literally, never read as markup."""
+    return text if isinstance(text, Text) else Text(str(text))
+
+
+class GpudiagAppBase(App[int]):
+    """The base of every gpudiag App: leaves on SIGTERM/SIGHUP, the terminal's colours
+    under NO_COLOR, toasts without markup."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if no_color():  # Textual's ANSI mode: its NO_COLOR filter leaves the default colours
+            kwargs.setdefault("ansi_color", True)
+        super().__init__(*args, **kwargs)
+        self.signalled: int | None = None
+
+    def before_signal_exit(self) -> None:
+        """Stop any work before leaving on a signal (workers, kernels); none here."""
+
+    def _leave_on_signal(self, signum: int) -> None:
+        self.signalled = signum
+        self.before_signal_exit()
+        self.exit(return_code=128 + signum)
+
+    def on_mount(self) -> None:
+        """Textual calls every class's on_mount in the MRO: this one installs the signal
+        handlers (and the NO_COLOR theme) whatever the subclass's own on_mount does."""
+        if no_color():
+            self.register_theme(NO_COLOR_THEME)
+            self.theme = NO_COLOR_THEME.name
+        loop = asyncio.get_running_loop()
+        for signum in SIGNALS:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(signum, self._leave_on_signal, signum)
+
+    def on_unmount(self) -> None:
+        with contextlib.suppress(RuntimeError):
+            loop = asyncio.get_running_loop()
+            for signum in SIGNALS:
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.remove_signal_handler(signum)
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """A toast, always as plain text: `markup` is ignored, since a widget's notify
+        passes markup=True for every message, data in it or not."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
