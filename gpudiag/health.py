@@ -334,7 +334,11 @@ def drain_reason(problems: Sequence[Finding]) -> str:
 def slurm(verdict: Verdict, cluster: Slurm, drain_on: Sequence[Action]) -> tuple[str, int]:
     """Drain, resume or leave the node; one line saying which."""
     state, reason = cluster.state()
-    drained = any(flag.startswith("DRAIN") for flag in state.split("+"))
+    flags = state.split("+")
+    drained = any(flag.startswith("DRAIN") for flag in flags)
+    # a node someone set DOWN (or FAIL) is theirs as much as one they drained: draining
+    # it would replace their reason with ours, and the next healthy check resume it
+    down = any(flag.startswith(("DOWN", "FAIL")) for flag in flags)
     ours = reason.startswith(REASON_PREFIX)
     node = cluster.node
     problems = [
@@ -346,6 +350,8 @@ def slurm(verdict: Verdict, cluster: Slurm, drain_on: Sequence[Action]) -> tuple
         wanted = drain_reason(problems)
         if drained and not ours:
             message = f"gpudiag: {node}: drained by someone else ({reason}); left alone"
+        elif down and not ours:
+            message = f"gpudiag: {node}: {state} by someone else ({reason}); left alone"
         elif drained:
             message = f"gpudiag: {node}: still drained: {reason}"
         else:

@@ -263,6 +263,17 @@ def test_slurm_decisions() -> None:
     assert other.updates == [] and "drained by someone else (bad fan); left alone" in text
     slurm(Verdict("n1", ()), other, DRAIN_ON)
     assert other.updates == [] and drained.updates == [("State=RESUME",)]
+    # a node someone set DOWN is theirs too: not drained over their reason, not resumed
+    down = RecordingSlurm("DOWN", "PSU swap")
+    text, _ = slurm(Verdict("n1", (lost,)), down, DRAIN_ON)
+    assert down.updates == []
+    assert text == "gpudiag: n1: DOWN by someone else (PSU swap); left alone\n"
+    slurm(Verdict("n1", (warning,)), down, DRAIN_ON)
+    assert down.updates == []
+    # one gpudiag drained that went down since: still gpudiag's to resume
+    ours_down = RecordingSlurm("DOWN+DRAIN", ours)
+    slurm(Verdict("n1", (warning,)), ours_down, DRAIN_ON)
+    assert ours_down.updates == [("State=RESUME",)]
 
 
 def test_nagios_text_never_holds_a_pipe_or_a_newline() -> None:
