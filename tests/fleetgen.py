@@ -342,6 +342,9 @@ class NodeSpec:
     lost: set[int] = field(default_factory=set)
     uptime: float = 86400.0
     without: tuple[str, ...] = ()  # readings this node lacks altogether
+    unread: tuple[str, ...] = ()  # readings taken that failed (status error)
+    device_ids: dict[int, str] = field(default_factory=dict)  # a GPU of another model
+    latency: dict[int, float] = field(default_factory=dict)  # GPU 0 -> GPU n copy, us
     seed: int = 0
 
     def values(self) -> dict[str, dict[str, float]]:
@@ -426,10 +429,11 @@ def snapshot_of(spec: NodeSpec) -> Snapshot:
     for gpu in range(GPUS):
         values[f"gpu.{gpu}.serial"] = f"{spec.seed:07d}{gpu:03d}"
         values[f"gpu.{gpu}.uuid"] = f"GPU-{spec.seed:08d}-0000-0000-0000-{gpu:012d}"
-        values[f"gpu.{gpu}.pci.device_id"] = device_id
+        values[f"gpu.{gpu}.pci.device_id"] = spec.device_ids.get(gpu, device_id)
         for reading, per in per_gpu.items():
             values[f"gpu.{gpu}.{reading}"] = per[gpu]
     lost = {f"gpu.{g}.{r}" for g in spec.lost for r in ("health", *per_gpu) if r != "power.limit"}
+    lost |= set(spec.unread)
     probes = []
     for probe in with_values(base_snapshot(), values).probes:
         readings = tuple(
@@ -459,6 +463,12 @@ def snapshot_of(spec: NodeSpec) -> Snapshot:
                 _trials(rng, spec.h2d[gpu]),
             )
         )  # fmt: skip
+    for peer, figure in spec.latency.items():
+        out.append(
+            KernelResult(
+                "peer", "gpu0", f"latency.gpu{peer}", "us", ProbeStatus.OK, _trials(rng, figure)
+            )
+        )
     for numa, figure in spec.cpu.items():
         out.append(
             KernelResult(
