@@ -352,9 +352,16 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, list[NodeS
     specs = [healthy_spec(f"good{n:03d}", 500 + n, T2, cv_h2d=cv) for n in range(1, 61)]
     for spec in specs[10:13]:
         spec.without = ("power.tuned_profile",)
+    for spec in specs[20:22]:
+        spec.unread = ("host.kernel.release",)  # taken, and failed
+    specs[30].device_ids = {0: "0x2331"}  # GPU 0 replaced by another model: still H100 SXM
+    for spec in specs:  # a figure better lower: no lower bound for it
+        spec.latency = {1: round(2.5 + 0.01 * (spec.seed % 7), 3)}
     for spec in specs:
         save(snapshot_of(spec), directory / f"{spec.name}.json")
-    text, count = baseline_rules(load_fleet([directory], workers=1))
+    loaded = load_fleet([directory], workers=1)
+    assert "topo.gpu.0.1.copy_latency_us" in {kv.key for kv in loaded.runs[0].kernel_values}
+    text, count = baseline_rules(loaded)
     rules = {r["reading"]: r for r in tomlcompat.loads(text)["rule"]}
     assert count == len(tomlcompat.loads(text)["rule"])
     return rules, specs
@@ -372,6 +379,11 @@ def test_baseline_bounds_are_the_1_percent_quantile_less_the_margin(baseline) ->
 def test_baseline_has_no_rule_for_a_reading_some_nodes_lack(baseline) -> None:
     rules, _ = baseline
     assert "power.tuned_profile" not in rules  # 3 of 60 nodes lack it
+    assert "host.kernel.release" not in rules  # 2 of 60 could not read it
+    assert rules["host.os.id"]["expect"] == {"equal": "ubuntu"}
+    assert "gpu.{gpu}.pci.device_id" not in rules  # one GPU of another model
+    assert not [r for r in rules if "copy_latency" in r]  # better lower: no minimum
+    assert {tuple(r["gpu_models"]) for r in rules.values()} == {("0x2330",)}
     assert rules["power.platform_profile"]["expect"]["equal"]  # on all 60: a rule
     assert rules["nvml.driver_version"]["expect"] == {"equal": DRIVERS[0]}
     assert "gpu.{gpu}.temperature.gpu" not in rules and "host.uptime" not in rules
