@@ -270,6 +270,13 @@ def test_slurm_decisions() -> None:
     assert text == "gpudiag: n1: DOWN by someone else (PSU swap); left alone\n"
     slurm(Verdict("n1", (warning,)), down, DRAIN_ON)
     assert down.updates == []
+    # Slurm adds flags after DRAIN (a maintenance reservation): still drained
+    maintenance = RecordingSlurm("IDLE+DRAIN+MAINTENANCE", ours)
+    slurm(Verdict("n1", (warning,)), maintenance, DRAIN_ON)
+    assert maintenance.updates == [("State=RESUME",)]
+    reserved = RecordingSlurm("MIXED+DRAIN+RESERVED", "bad fan")
+    text, _ = slurm(Verdict("n1", (lost,)), reserved, DRAIN_ON)
+    assert reserved.updates == [] and "drained by someone else (bad fan)" in text
     # one gpudiag drained that went down since: still gpudiag's to resume
     ours_down = RecordingSlurm("DOWN+DRAIN", ours)
     slurm(Verdict("n1", (warning,)), ours_down, DRAIN_ON)
