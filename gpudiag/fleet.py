@@ -524,7 +524,9 @@ def explain_slow(
             found = fleet.config_value(config, key) if key else None
             shown = _display(*found) if found else "-"
             tally[shown][0 if slow else 1] += n
-        usual = max(tally.items(), key=lambda item: item[1][1])[0]
+        # the fast majority's value: most other units, then fewest slow ones, then by
+        # name (the tally's order is the group_by's, which varies run to run)
+        usual = min(tally.items(), key=lambda item: (-item[1][1], item[1][0], item[0]))[0]
         tp = sum(s for v, (s, _) in tally.items() if v != usual)
         fp = sum(o for v, (_, o) in tally.items() if v != usual)
         fn = tally[usual][0]

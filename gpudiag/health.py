@@ -230,7 +230,7 @@ def nagios(verdict: Verdict) -> tuple[str, int]:
     perf = " ".join(f"{s.value}={n};;;0" for s, n in severity_counts(verdict.findings).items())
     first = f"{status} - {_plugin_text(summary)} | {perf}"
     details = [
-        f"{f.severity.value.upper():<8} {f.rule_id:<8} {f.subject}: {_plugin_text(f.message)}"
+        f"{f.severity.value.upper():<8} {f.rule_id:<8} {_plugin_text(f'{f.subject}: {f.message}')}"
         f" [action: {f.action.value}]"
         for f in verdict.findings
     ]
@@ -378,7 +378,11 @@ def drain_reason(problems: Sequence[Finding]) -> str:
 def slurm(verdict: Verdict, cluster: Slurm, drain_on: Sequence[Action]) -> tuple[str, int]:
     """Drain, resume or leave the node; one line saying which."""
     state, reason = cluster.state()
-    drained = any(flag.startswith("DRAIN") for flag in state.split("+"))
+    flags = state.split("+")
+    drained = any(flag.startswith("DRAIN") for flag in flags)
+    # a node someone set DOWN (or FAIL) is theirs as much as one they drained: draining
+    # it would replace their reason with ours, and the next healthy check resume it
+    down = any(flag.startswith(("DOWN", "FAIL")) for flag in flags)
     ours = reason.startswith(REASON_PREFIX)
     node = cluster.node
     problems = [
@@ -390,6 +394,8 @@ def slurm(verdict: Verdict, cluster: Slurm, drain_on: Sequence[Action]) -> tuple
         wanted = drain_reason(problems)
         if drained and not ours:
             message = f"gpudiag: {node}: drained by someone else ({reason}); left alone"
+        elif down and not ours:
+            message = f"gpudiag: {node}: {state} by someone else ({reason}); left alone"
         elif drained:
             message = f"gpudiag: {node}: still drained: {reason}"
         else:

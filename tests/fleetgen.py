@@ -12,18 +12,20 @@ node's configuration and, where it would, its kernel figures.
 from __future__ import annotations
 
 import functools
+import math
 import random
 import shutil
+import statistics
 import tempfile
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpudiag.hostfs import HostFS
-from gpudiag.model import KernelResult, ProbeStatus, Reading, Snapshot
+from gpudiag.model import KernelResult, ProbeStatus, Reading, ReadingStatus, Snapshot
 from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.probes import default_probes
 from gpudiag.rulefile import load_rules
@@ -258,3 +260,266 @@ def clean_dir(fleet_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
         if number not in PLANTS and number != 5:
             shutil.copy(path, directory / path.name)
     return directory
+
+
+# ------------------------------------------------------------------ realistic fleets
+#
+# A fleet that looks like a real one: figures spread node to node and GPU to GPU, clocks
+# and temperatures that vary, outliers near the robust-z threshold as well as far from
+# it, findings on several nodes, several runs of some nodes with reboots between some,
+# two drivers and three GPU models, and a few damaged files. Every figure a node gets is
+# held in its NodeSpec, so that a test computes what the report should say from the specs
+# (a second method), never from the code under test.
+#
+# The spread of each figure, and where it comes from:
+# - host-to-device copy, GPU to GPU: the coefficient of variation of the 8-GPU row that
+#   nvbandwidth measured (realdata/benchmarks, host_to_device_memcpy_ce; about 0.3%),
+#   held in H2D_ROW;
+# - HBM (STREAM triad), GPU to GPU: 2%, chosen: FIGURES.md's H100 measured 2903 GB/s with
+#   gpudiag's kernel and 3030 with a fused one (4% between two ways of measuring one
+#   GPU); DCGM's floor for 0x2330 (reference-thresholds/dcgm__diag-skus.yaml.in) is 0.75
+#   of its typical figure, so a healthy GPU 2% off is nowhere near the vendor's floor;
+# - CPU STREAM per NUMA node: 3%, chosen; trial to trial inside one run: 0.5%, chosen;
+# - temperature at idle: 38 C, sd 3 C; SM clock under load: 1980 MHz less up to a few
+#   tens of MHz of boost lost; power draw 65-75 W: chosen, as the demo replay's values.
+
+H2D_FILE = "benchmarks/nvbandwidth-README__host_to_device_memcpy_ce__8gpu_GPU-unstated.txt"
+NHC_H100 = "reference-thresholds/azurehpc-nhc__nd96isr_h100_v5.conf"
+TRIAD_CV, CPU_CV, TRIAL_CV = 0.02, 0.03, 0.005
+DRIVERS = ("590.48.01", "570.86.15")
+MODELS = {
+    "h100": ("0x2330", "h100-sxm5"),
+    "h200": ("0x2335", "h200-sxm"),
+    "h100nvl": ("0x2321", "h100-nvl"),
+}
+MODEL_TRIAD = {"h100": TRIAD_GBS, "h200": 4300.0, "h100nvl": 3400.0}
+
+
+# nvbandwidth's host-to-device row (GB/s) of 8 GPUs (realdata/benchmarks, H2D_FILE; a test
+# checks this copy against the file)
+H2D_ROW = (26.03, 25.94, 25.97, 26.00, 26.19, 25.95, 26.00, 25.97)
+
+
+def h2d_row(realdata: Path) -> tuple[float, ...]:
+    """The 8-GPU row of nvbandwidth's host-to-device figures, read from the file."""
+    lines = (realdata / H2D_FILE).read_text().splitlines()
+    row = next(line for line in lines if line.startswith("0 "))
+    return tuple(float(v) for v in row.split()[1:])
+
+
+def h2d_cv() -> float:
+    """GPU-to-GPU spread of host-to-device copies: nvbandwidth's 8 GPUs of one node."""
+    mean = sum(H2D_ROW) / len(H2D_ROW)
+    return (sum((v - mean) ** 2 for v in H2D_ROW) / (len(H2D_ROW) - 1)) ** 0.5 / mean
+
+
+def nhc_h2d_floor(realdata: Path) -> float:
+    """Azure's host-to-device floor for ND H100 v5 (`check_gpu_bw 48 335`: GB/s)."""
+    for line in (realdata / NHC_H100).read_text().splitlines():
+        if "check_gpu_bw" in line:
+            return float(line.split("check_gpu_bw")[1].split()[0])
+    raise AssertionError("no check_gpu_bw line")
+
+
+@dataclass
+class NodeSpec:
+    """What one snapshot of a node holds, as the generator set it."""
+
+    name: str
+    created: str
+    model: str = "h100"
+    driver: str = DRIVERS[0]
+    triad: dict[int, float] = field(default_factory=dict)  # per GPU: the trials' median
+    h2d: dict[int, float] = field(default_factory=dict)
+    cpu: dict[int, float] = field(default_factory=dict)  # per NUMA node
+    temperature: dict[int, int] = field(default_factory=dict)
+    clock: dict[int, int] = field(default_factory=dict)  # gpu.N.clocks.sm
+    max_clock: dict[int, int] = field(default_factory=dict)  # gpu.N.clocks.max_sm
+    draw: dict[int, float] = field(default_factory=dict)
+    limit: dict[int, float] = field(default_factory=dict)
+    link_width: dict[int, int] = field(default_factory=dict)
+    corrected: dict[int, int] = field(default_factory=dict)  # gpu.N.ecc.volatile.corrected
+    lost: set[int] = field(default_factory=set)
+    uptime: float = 86400.0
+    without: tuple[str, ...] = ()  # readings this node lacks altogether
+    unread: tuple[str, ...] = ()  # readings taken that failed (status error)
+    device_ids: dict[int, str] = field(default_factory=dict)  # a GPU of another model
+    latency: dict[int, float] = field(default_factory=dict)  # GPU 0 -> GPU n copy, us
+    seed: int = 0
+
+    def values(self) -> dict[str, dict[str, float]]:
+        """Reading template -> {device: value}, as the fleet report keys them (a GPU's
+        device is `GPU n`, a NUMA node's `NUMA node n`, a node-wide reading's '')."""
+        gpu = {
+            "gpu.{gpu}.kernel.stream.triad.fp64": self.triad,
+            "gpu.{gpu}.kernel.copy.h2d.local": self.h2d,
+            "gpu.{gpu}.temperature.gpu": self.temperature,
+            "gpu.{gpu}.clocks.sm": self.clock,
+            "gpu.{gpu}.clocks.max_sm": self.max_clock,
+            "gpu.{gpu}.power.draw": self.draw,
+            "gpu.{gpu}.power.limit": self.limit,
+            "gpu.{gpu}.pcie.link_width": self.link_width,
+            "gpu.{gpu}.ecc.volatile.corrected": self.corrected,
+        }
+        out: dict[str, dict[str, float]] = {
+            name: {f"GPU {g}": float(v) for g, v in per.items() if g not in self.lost}
+            for name, per in gpu.items()
+        }
+        out["host.uptime"] = {"": self.uptime}
+        return out
+
+
+def healthy_spec(
+    name: str, seed: int, created: str, model: str = "h100", cv_h2d: float = 0.003
+) -> NodeSpec:
+    """A healthy node: every figure drawn around its model's median with its spread."""
+    rng = random.Random(seed)
+    triad = MODEL_TRIAD[model]
+    return NodeSpec(
+        name,
+        created,
+        model,
+        triad={g: round(rng.gauss(triad, triad * TRIAD_CV), 2) for g in range(GPUS)},
+        h2d={g: round(rng.gauss(H2D_GBS, H2D_GBS * cv_h2d), 3) for g in range(GPUS)},
+        cpu={n: round(rng.gauss(CPU_TRIAD_GBS, CPU_TRIAD_GBS * CPU_CV), 2) for n in (0, 1)},
+        temperature={g: round(rng.gauss(38, 3)) for g in range(GPUS)},
+        clock={g: 1980 - 15 * rng.randint(0, 4) for g in range(GPUS)},
+        max_clock=dict.fromkeys(range(GPUS), 1980),
+        draw={g: round(rng.uniform(65.0, 75.0), 1) for g in range(GPUS)},
+        limit=dict.fromkeys(range(GPUS), 700.0),
+        link_width=dict.fromkeys(range(GPUS), 16),
+        corrected=dict.fromkeys(range(GPUS), 0),
+        uptime=float(rng.randint(2, 60) * 86400),
+        seed=seed,
+    )
+
+
+def _trials(rng: random.Random, median: float, n: int = 15) -> tuple[float, ...]:
+    """`n` (odd) trials whose median is exactly `median`: as many above as below."""
+    half = [abs(rng.gauss(0, median * TRIAL_CV)) for _ in range(n // 2)]
+    return (median, *(median + d for d in half), *(median - d for d in reversed(half)))
+
+
+@functools.cache
+def _rules() -> tuple[Any, ...]:
+    return tuple(load_rules())
+
+
+def snapshot_of(spec: NodeSpec) -> Snapshot:
+    """The spec as a snapshot of the demo's node, with the shipped rules' findings."""
+    rng = random.Random(spec.seed * 7919 + len(spec.created))
+    device_id, profile = MODELS[spec.model]
+    values: dict[str, Any] = {
+        "host.hostname": spec.name,
+        "cpu.freq.governor": "performance",
+        "nvml.driver_version": spec.driver,
+        "node.profile": profile,
+        "host.uptime": spec.uptime,
+    }
+    per_gpu = {
+        "temperature.gpu": spec.temperature,
+        "clocks.sm": spec.clock,
+        "clocks.max_sm": spec.max_clock,
+        "power.draw": spec.draw,
+        "power.limit": spec.limit,
+        "power.enforced_limit": spec.limit,
+        "pcie.link_width": spec.link_width,
+        "ecc.volatile.corrected": spec.corrected,
+    }
+    for gpu in range(GPUS):
+        values[f"gpu.{gpu}.serial"] = f"{spec.seed:07d}{gpu:03d}"
+        values[f"gpu.{gpu}.uuid"] = f"GPU-{spec.seed:08d}-0000-0000-0000-{gpu:012d}"
+        values[f"gpu.{gpu}.pci.device_id"] = spec.device_ids.get(gpu, device_id)
+        for reading, per in per_gpu.items():
+            values[f"gpu.{gpu}.{reading}"] = per[gpu]
+    lost = {f"gpu.{g}.{r}" for g in spec.lost for r in ("health", *per_gpu) if r != "power.limit"}
+    lost |= set(spec.unread)
+    probes = []
+    for probe in with_values(base_snapshot(), values).probes:
+        readings = tuple(
+            replace(r, value=None, status=ReadingStatus.ERROR, reason="GpuIsLost")
+            if r.key in lost
+            else r
+            for r in probe.readings
+            if r.key not in spec.without
+        )
+        probes.append(replace(probe, readings=readings))
+    out = []
+    for gpu in range(GPUS):
+        if gpu in spec.lost:
+            out.append(
+                KernelResult("stream", f"gpu{gpu}", "all", "", ProbeStatus.ERROR, error="lost")
+            )
+            continue
+        out.append(
+            KernelResult(
+                "stream", f"gpu{gpu}", "triad", "GB/s", ProbeStatus.OK,
+                _trials(rng, spec.triad[gpu]), params=(("dtype", "fp64"),),
+            )
+        )  # fmt: skip
+        out.append(
+            KernelResult(
+                "copy", f"gpu{gpu}", "h2d.local", "GB/s", ProbeStatus.OK,
+                _trials(rng, spec.h2d[gpu]),
+            )
+        )  # fmt: skip
+    for peer, figure in spec.latency.items():
+        out.append(
+            KernelResult(
+                "peer", "gpu0", f"latency.gpu{peer}", "us", ProbeStatus.OK, _trials(rng, figure)
+            )
+        )
+    for numa, figure in spec.cpu.items():
+        out.append(
+            KernelResult(
+                "stream", f"cpu-numa{numa}", "triad", "GB/s", ProbeStatus.OK,
+                _trials(rng, figure), params=(("dtype", "fp64"),),
+            )
+        )  # fmt: skip
+    snapshot = replace(
+        base_snapshot(),
+        probes=tuple(probes),
+        host=spec.name,
+        created=spec.created,
+        kernels=tuple(out),
+    )
+    return with_findings(snapshot, list(_rules()))
+
+
+def robust_z(values: list[float], value: float) -> float:
+    """The fleet's robust z of `value` among `values`, by hand: (value - median) /
+    (1.4826 MAD), +-inf where the MAD is 0 and the value is off the median."""
+    ordered = sorted(values)
+    median = statistics.median(ordered)
+    mad = statistics.median(sorted(abs(v - median) for v in ordered))
+    if mad == 0:
+        return 0.0 if value == median else math.copysign(math.inf, value - median)
+    return (value - median) / (1.4826 * mad)
+
+
+def expected_outliers(specs: list[NodeSpec], threshold: float = 5.0) -> set[tuple[str, str, str]]:
+    """(reading template, node, device) of every unit the report should call odd among
+    the specs' readings: per model, GPUs pooled, NUMA nodes by position; at least 3
+    comparable figures; more than 1% off the median; robust z beyond the threshold."""
+    groups: dict[tuple[str, str, str], list[tuple[str, str, float]]] = {}
+    for spec in specs:
+        for reading, per in spec.values().items():
+            for device, value in per.items():
+                position = device if reading.startswith("numa.") else ""
+                groups.setdefault((spec.model, reading, position), []).append(
+                    (spec.name, device, value)
+                )
+        for numa, value in spec.cpu.items():
+            key = (spec.model, "numa.{node}.kernel.stream.triad.fp64", f"NUMA node {numa}")
+            groups.setdefault(key, []).append((spec.name, f"NUMA node {numa}", value))
+    odd = set()
+    for (_, reading, _), units in groups.items():
+        values = [v for _, _, v in units]
+        if len(values) < 3:
+            continue
+        median = statistics.median(values)
+        for node, device, value in units:
+            z = robust_z(values, value)
+            if abs(value - median) > abs(median) * 0.01 and abs(z) > threshold:
+                odd.add((reading, node, device))
+    return odd

@@ -192,3 +192,68 @@ def test_a_target_that_is_not_a_regular_file_is_refused(faulty: Path, tmp_path: 
             " stdout)\n"
         ), result.stderr
         assert stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+HOSTILE = 'gpu"node\\07\nrack|3'  # a quote, a backslash, a newline and a pipe
+
+
+def _label_values(line: str) -> dict[str, str]:
+    """A sample line's labels, read as the exposition format defines them (a second
+    reading, written here: a value is quoted, and inside it only \\\\, \\" and \\n are
+    escapes); an unescaped quote or a raw newline cannot be read back."""
+    assert "\n" not in line
+    labels: dict[str, str] = {}
+    body = line[line.index("{") + 1 : line.rindex("}")]
+    i = 0
+    while i < len(body):
+        name_end = body.index('="', i)
+        name, i, value = body[i:name_end], name_end + 2, []
+        while body[i] != '"':
+            if body[i] == "\\":
+                value.append({"\\": "\\", '"': '"', "n": "\n"}[body[i + 1]])
+                i += 2
+            else:
+                value.append(body[i])
+                i += 1
+        labels[name] = "".join(value)
+        i += 2 if body[i + 1 : i + 2] == "," else 1
+    return labels
+
+
+def test_prometheus_label_values_with_quotes_backslashes_and_newlines(faulty: Path) -> None:
+    """Host names, kernel devices and metrics come from the node: each is escaped so
+    that promtool accepts the file and every label reads back as it was."""
+    snapshot = load(faulty)
+    stats = Statistics(5, 24.5, 24.0, 25.0, 24.5, 0.012, 24.1, 24.9)
+    kernel = KernelResult("stream", HOSTILE, 'tri"ad\\', "GB/s", ProbeStatus.OK, (24.5,) * 5, stats)
+    odd = Finding("SITE001", Severity.WARNING, HOSTILE, "t", "m")
+    snapshot = replace(
+        snapshot, host=HOSTILE, kernels=(kernel,), findings=(*snapshot.findings, odd)
+    )
+    text = prometheus(snapshot)
+    checked = promtool_check(text)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    samples = [line for line in text.splitlines() if not line.startswith("#")]
+    (info,) = [_label_values(s) for s in samples if s.startswith("gpudiag_info{")]
+    assert info["host"] == HOSTILE
+    (median,) = [_label_values(s) for s in samples if s.startswith("gpudiag_kernel_median{")]
+    assert median == {"kernel": "stream", "device": HOSTILE, "metric": 'tri"ad\\', "unit": "GB/s"}
+    found = [_label_values(s) for s in samples if s.startswith("gpudiag_findings{")]
+    assert {"rule": "SITE001", "subject": HOSTILE}.items() <= found[-1].items()
+
+
+def test_junit_keeps_quotes_newlines_and_markup_in_names_and_messages(
+    faulty: Path, tmp_path: Path
+) -> None:
+    snapshot = load(faulty)
+    message = 'GPU "7" <lost> & gone\nsecond line \\ |'
+    odd = Finding("SITE001", Severity.CRITICAL, HOSTILE, "t", message)
+    snapshot = replace(snapshot, host=HOSTILE, findings=(*snapshot.findings, odd))
+    report = tmp_path / "odd.xml"
+    report.write_text(junit(snapshot, load_rules()))
+    (suite,) = list(JUnitXml.fromfile(str(report)))
+    assert suite.name == f"gpudiag {HOSTILE}"
+    (case,) = [c for c in suite if c.classname == "gpudiag.SITE001"]
+    assert case.name == HOSTILE
+    assert isinstance(case.result[0], Failure) and case.result[0].message == message
+    assert f"critical: {message}" in case.result[0].text

@@ -13,6 +13,7 @@ import pytest
 from gpudiag.formats import applicable
 from gpudiag.health import (
     NPD_LINE_MAX,
+    REASON_MAX,
     Slurm,
     Verdict,
     check_node,
@@ -262,3 +263,51 @@ def test_slurm_decisions() -> None:
     assert other.updates == [] and "drained by someone else (bad fan); left alone" in text
     slurm(Verdict("n1", ()), other, DRAIN_ON)
     assert other.updates == [] and drained.updates == [("State=RESUME",)]
+    # a node someone set DOWN is theirs too: not drained over their reason, not resumed
+    down = RecordingSlurm("DOWN", "PSU swap")
+    text, _ = slurm(Verdict("n1", (lost,)), down, DRAIN_ON)
+    assert down.updates == []
+    assert text == "gpudiag: n1: DOWN by someone else (PSU swap); left alone\n"
+    slurm(Verdict("n1", (warning,)), down, DRAIN_ON)
+    assert down.updates == []
+    # Slurm adds flags after DRAIN (a maintenance reservation): still drained
+    maintenance = RecordingSlurm("IDLE+DRAIN+MAINTENANCE", ours)
+    slurm(Verdict("n1", (warning,)), maintenance, DRAIN_ON)
+    assert maintenance.updates == [("State=RESUME",)]
+    reserved = RecordingSlurm("MIXED+DRAIN+RESERVED", "bad fan")
+    text, _ = slurm(Verdict("n1", (lost,)), reserved, DRAIN_ON)
+    assert reserved.updates == [] and "drained by someone else (bad fan)" in text
+    # one gpudiag drained that went down since: still gpudiag's to resume
+    ours_down = RecordingSlurm("DOWN+DRAIN", ours)
+    slurm(Verdict("n1", (warning,)), ours_down, DRAIN_ON)
+    assert ours_down.updates == [("State=RESUME",)]
+
+
+def test_nagios_text_never_holds_a_pipe_or_a_newline() -> None:
+    """A `|` starts a plugin's performance data, in the first line and in the long
+    output after it: the summary and every finding line hold none."""
+    odd = Finding(
+        "X001", Severity.CRITICAL, "GPU |0", 'title "a|b"', "lost |\nbus 1|2", action=Action.SERVICE
+    )
+    text, code = nagios(Verdict("n1", (odd,)))
+    first, *details = text.splitlines()
+    assert code == 2 and len(details) == 1
+    assert first.count("|") == 1 and NAGIOS_FIRST.match(first), first
+    assert 'action service: X001 GPU /0: title "a/b" |' in first
+    assert "|" not in details[0]
+    assert details[0] == "CRITICAL X001     GPU /0: lost / bus 1/2 [action: service]"
+
+
+def test_slurm_drain_reason_is_one_line_without_double_quotes() -> None:
+    odd = Finding(
+        "X001", Severity.CRITICAL, "GPU 0", 'said "lost"\nagain', "m", action=Action.SERVICE
+    )
+    idle = RecordingSlurm("IDLE")
+    slurm(Verdict("n1", (odd, finding("GPU001", Severity.CRITICAL, Action.DRAIN))), idle, DRAIN_ON)
+    assert idle.updates == [
+        ("State=DRAIN", "Reason=gpudiag: X001 GPU 0: said 'lost' again (service) +1 more")
+    ]
+    long = Finding("X001", Severity.CRITICAL, "GPU 0", "t" * 300, "m", action=Action.SERVICE)
+    slurm(Verdict("n1", (long,)), idle := RecordingSlurm("IDLE"), DRAIN_ON)
+    ((_, reason),) = idle.updates
+    assert len(reason.removeprefix("Reason=")) == REASON_MAX and reason.endswith("t...")

@@ -630,3 +630,21 @@ def test_until_confident_reaches_gemm_on_a_gpu(cuda, tmp_path: Path) -> None:
     assert on_h100["threshold"] == pytest.approx(17.0) and "confident" in on_h100
     assert "threshold" not in dict(gemms[("gpu1", "fp64")].params)
     assert all("confident" in dict(r.params) for r in gemms.values())
+
+
+def test_cuda_devices_are_matched_by_uuid_first_then_by_bus_id(cuda) -> None:
+    """NVML answers no bus id for GPU 1 and 2 (a failed nvmlDeviceGetPciInfo): CUDA 0 and
+    1 are found by UUID alone. Where a UUID and a bus id name different NVML GPUs, the
+    UUID (the GPU itself) wins over the bus id (where it sits)."""
+    cuda.devices[0].uuid = bytes.fromhex("c2" * 16)
+    cuda.devices[1].uuid = bytes.fromhex("b1" * 16)
+    nvml_gpus = [
+        {"nvmlDeviceGetUUID": "GPU-" + "d3" * 4 + "-d3d3-d3d3-d3d3-" + "d3" * 6,
+         "nvmlDeviceGetPciInfo": {"busId": "00000000:18:00.0"}},  # CUDA 0's bus id
+        {"nvmlDeviceGetUUID": "GPU-" + "b1" * 4 + "-b1b1-b1b1-b1b1-" + "b1" * 6,
+         "nvmlDeviceGetPciInfo": {"error": "NotSupported"}},
+        {"nvmlDeviceGetUUID": "GPU-c2c2c2c2-c2c2-c2c2-c2c2-c2c2c2c2c2c2",
+         "nvmlDeviceGetPciInfo": {"error": "NotSupported"}},
+    ]  # fmt: skip
+    replay = {"format": "gpudiag-nvml-replay", "version": 1, "system": {}, "devices": nvml_gpus}
+    assert cuda_to_nvml([0, 1], Nvml(ReplayBackend(replay))) == {0: 2, 1: 1}

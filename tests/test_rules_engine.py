@@ -286,3 +286,31 @@ def test_the_quick_check_and_the_full_comparison_agree_on_every_operator() -> No
             assert quick(value) == full, (operator, value)
             checked += 1
     assert checked > 40
+
+
+@pytest.mark.parametrize(
+    ("expect", "extra", "undeclared"),
+    [
+        ("{ min = 1 }", "", "gpu.{gpu}.no_such.reading"),
+        ('{ max_reading = "gpu.{gpu}.no_such.limit" }', "", "gpu.{gpu}.no_such.limit"),
+        ("{ min = 1 }", 'applies_if = { reading = "node.no_such_flag", equal = true }\n',
+         "node.no_such_flag"),
+    ],
+)  # fmt: skip
+def test_rules_lint_refuses_every_key_no_probe_declares(
+    tmp_path: Path, expect: str, extra: str, undeclared: str
+) -> None:
+    """The reading, a reading compared with and a reading applies_if looks at: each must
+    be one the catalog declares, or the rule never fires."""
+    reading = undeclared if "no_such.reading" in undeclared else "gpu.{gpu}.power.draw"
+    text = RULE.format(id="SITE009", scope="gpu", reading=reading, expect=expect) + extra
+    path = tmp_path / "site.toml"
+    path.write_text(text)
+    result = run_cli("rules", "lint", str(path))
+    assert result.returncode == 3, result.stdout
+    assert f"reads {undeclared}, which no probe, importer or derivation declares" in result.stdout
+    declared = text.replace(undeclared, "gpu.{gpu}.power.limit" if "gpu" in undeclared else "")
+    declared = declared.replace('reading = "", ', 'reading = "nvml.init", ')
+    path.write_text(declared)
+    ok = run_cli("rules", "lint", str(path))
+    assert ok.returncode == 0 and ": ok (1 rules, 0 overrides)" in ok.stdout, ok.stdout

@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 import slurm_cluster
 
-from gpudiag.health import CONFIG_NAME, config_paths
+from gpudiag.health import CONFIG_NAME, Slurm, Verdict, config_paths
+from gpudiag.health import slurm as slurm_decision
+from gpudiag.model import Action, Finding, Severity
 from gpudiag.snapshot import load
 
 from conftest import NO_BUS_RULES, REPO, run_cli
@@ -165,3 +167,85 @@ def test_health_check_drains_resumes_and_leaves_others_alone(slurm) -> None:
     assert reason.startswith("gpudiag: GPU001 GPU 7: GPU lost (service)")
     _swap(replay, HEALTHY)
     cluster.wait_state("idle", timeout=6 * INTERVAL)
+
+
+LOST = Finding("GPU001", Severity.CRITICAL, "GPU 0", "GPU lost", "m", action=Action.SERVICE)
+RESET = Finding("GPU011", Severity.CRITICAL, "GPU 0", "needs reset", "m", action=Action.RESET)
+WARN = Finding("NVL001", Severity.WARNING, "GPU 0", "link slow", "m", action=Action.SERVICE)
+UNREAD = Finding("GPU001", Severity.UNKNOWN, "GPU 0", "GPU lost", "m", action=Action.NONE)
+OTHER_UNREAD = Finding("PCIE004", Severity.UNKNOWN, "node", "t", "m", action=Action.NONE)
+NOW = {  # the node's health now, as a verdict
+    "critical": Verdict("n", (LOST, WARN)),
+    "critical, not a drain action": Verdict("n", (RESET,)),
+    "healthy": Verdict("n", (WARN,)),
+    "the draining check unreadable": Verdict("n", (UNREAD,)),
+    "another check unreadable": Verdict("n", (OTHER_UNREAD, WARN)),
+    "no verdict": Verdict("n", error="check did not finish within 45 s"),
+}
+OURS = "gpudiag: GPU001 GPU 0: GPU lost (service)"
+BY = {  # who drained (or downed) the node: the scontrol fields that make it so
+    "nobody": None,
+    "gpudiag": ("State=DRAIN", f"Reason={OURS}"),
+    "someone else": ("State=DRAIN", "Reason=fan replaced"),
+    "someone else, down": ("State=DOWN", "Reason=PSU swap"),
+}
+# (by whom, health now) -> (state, reason) afterwards, as sinfo words them
+LEFT = {by: ("idle", "none") for by in BY} | {
+    "gpudiag": ("drained", OURS),
+    "someone else": ("drained", "fan replaced"),
+    "someone else, down": ("down", "PSU swap"),
+}
+DECISIONS = {
+    **{(by, now): LEFT[by] for by in BY for now in NOW},
+    ("nobody", "critical"): ("drained", OURS),  # drained, for gpudiag
+    ("gpudiag", "critical, not a drain action"): ("idle", "none"),  # resumed
+    ("gpudiag", "healthy"): ("idle", "none"),  # resumed
+    ("gpudiag", "another check unreadable"): ("idle", "none"),  # resumed
+}
+
+
+def test_slurm_decision_table_on_a_real_slurmctld(slurm) -> None:
+    """Every (drained by whom, health now) pair, decided by health.slurm against the
+    running slurmctld through the real scontrol; the health check slurmd runs is kept
+    out of the way meanwhile (its replay made unreadable, so it changes nothing). About
+    15 s: 24 cases, each a few scontrol and sinfo round trips."""
+    cluster, replay = slurm
+    replay.write_text("not a replay [")
+    _quiet(cluster)
+    real = Slurm(cluster.node, str(slurm_cluster.find("scontrol")), cluster.env)
+    wrong = []
+    try:
+        for (by, now), expected in DECISIONS.items():
+            if cluster.state() != ("idle", "none"):
+                cluster.run("scontrol", "update", f"NodeName={cluster.node}", "State=RESUME")
+                cluster.wait_state("idle", timeout=10)
+            if BY[by]:
+                changed = cluster.run("scontrol", "update", f"NodeName={cluster.node}", *BY[by])
+                assert changed.returncode == 0, changed.stderr
+                cluster.wait_state(LEFT[by][0], timeout=10)
+            text, code = slurm_decision(NOW[now], real, (Action.DRAIN, Action.SERVICE))
+            assert code == NOW[now].code and text.count("\n") == 1, text
+            state = cluster.wait_state(expected[0], timeout=10) if expected[0] == "idle" else None
+            state = state or cluster.state()
+            if state != expected:
+                wrong.append(f"{by} / {now}: {state} expected {expected} ({text.strip()})")
+    finally:
+        _swap(replay, HEALTHY)
+        cluster.run("scontrol", "update", f"NodeName={cluster.node}", "State=RESUME")
+        cluster.wait_state("idle", timeout=10)
+    assert not wrong, "\n".join(wrong)
+
+
+def _quiet(cluster: slurm_cluster.Cluster) -> None:
+    """Wait until the health check has stopped writing its metrics (it cannot read the
+    replay): no check is running with the old one."""
+    metrics = cluster.folder / "health.prom"
+    last, still = None, time.monotonic()
+    deadline = time.monotonic() + 30
+    while time.monotonic() - still < 4 * INTERVAL + 2:
+        assert time.monotonic() < deadline, "the health check kept writing its metrics"
+        with contextlib.suppress(FileNotFoundError):
+            seen = metrics.stat().st_ino, metrics.stat().st_mtime_ns
+            if seen != last:
+                last, still = seen, time.monotonic()
+        time.sleep(0.2)

@@ -61,3 +61,28 @@ def test_median_ci_ranks_of_thousands_of_samples_do_not_overflow() -> None:
     assert (lo, hi) == (49689, 50310)  # n/2 -+ 1.96 sqrt(n)/2, as the binomial gives
     exact, approximate = median_ci_ranks(1000), median_ci_ranks(1001)
     assert abs(exact[0] - approximate[0]) <= 1
+
+
+def test_summarize_on_skewed_samples_where_median_and_mean_differ() -> None:
+    # by hand: sorted 1 2 3 5 20; median 3, mean 31/5 = 6.2; squared deviations from the
+    # mean 27.04 + 17.64 + 10.24 + 1.44 + 190.44 = 246.8, sample variance 246.8 / 4
+    stats = summarize([5.0, 20.0, 1.0, 3.0, 2.0])
+    assert (stats.count, stats.median, stats.minimum, stats.maximum) == (5, 3.0, 1.0, 20.0)
+    assert stats.mean == pytest.approx(6.2)
+    assert stats.cv == pytest.approx(math.sqrt(246.8 / 4) / 6.2)
+    assert (stats.ci95_low, stats.ci95_high) == (1.0, 20.0)  # 5 samples: no 95% interval
+
+
+def test_summarize_of_negative_samples_has_a_positive_spread() -> None:
+    # sorted -9 -4 -2; median -4, mean -5; deviations -4 1 3: variance 26 / 2 = 13
+    stats = summarize([-4.0, -9.0, -2.0])
+    assert (stats.median, stats.minimum, stats.maximum, stats.mean) == (-4.0, -9.0, -2.0, -5.0)
+    assert stats.cv == pytest.approx(math.sqrt(13) / 5)
+
+
+def test_summarize_interval_picks_the_ranks_of_the_sorted_samples() -> None:
+    # 10 samples: the 95% interval is the 2nd and 9th smallest (ranks 1 and 8)
+    samples = [10.0, 0.5, 9.0, 2.0, 8.0, 3.0, 7.0, 4.0, 6.0, 5.0]
+    stats = summarize(samples)
+    assert (stats.ci95_low, stats.ci95_high) == (2.0, 9.0)
+    assert stats.median == 5.5 and stats.mean == pytest.approx(54.5 / 10)
