@@ -531,6 +531,20 @@ class Nvml:
         self.ensure_init()
         return self.backend.call(function, device, *args)
 
+    def confirms_lost(self, device: int, error: NvmlError) -> bool:
+        """Whether `error`, from a call on GPU `device`, says the GPU is lost: GpuIsLost
+        from any call does; an Unknown error only when a re-check of the handle (its PCI
+        info, asked again) fails too, so one call's Unknown error never loses a GPU."""
+        if error.code == "GpuIsLost":
+            return True
+        if error.code != "Unknown":
+            return False
+        try:
+            self.call("nvmlDeviceGetPciInfo", device)
+        except NvmlError:
+            return True
+        return False
+
     def reading(
         self,
         key: str,

@@ -128,6 +128,7 @@ class GpuCalls:
     nvml: Nvml
     index: int
     memo: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+    lost: NvmlError | None = None  # the first failure that says the GPU is lost
 
     def call(self, function: str, *args: int) -> Any:
         key = (function, *args)
@@ -136,10 +137,19 @@ class GpuCalls:
                 self.memo[key] = self.nvml.call(function, self.index, *args)
             except NvmlError as exc:
                 self.memo[key] = exc
+                if self.lost is None and self.nvml.confirms_lost(self.index, exc):
+                    self.lost = exc
         result = self.memo[key]
         if isinstance(result, NvmlError):
             raise result
         return result
+
+    def call_or_none(self, function: str, *args: int) -> Any:
+        """The call's value, or None where it failed (the failure is remembered)."""
+        try:
+            return self.call(function, *args)
+        except NvmlError:
+            return None
 
     def reading(
         self,
@@ -390,15 +400,28 @@ def _fabric(gpu: GpuCalls) -> Iterator[Reading]:
         function = "nvmlDeviceGetGpuFabricInfo"
         state = gpu.reading("fabric.state", function, convert=lambda f: FABRIC_STATES[f["state"]])
     yield state
+    status_key = f"gpu.{gpu.index}.fabric.status"
+    source = f"nvml:{function}"
     if state.ok and state.value == "completed":  # nvml.h: status is valid once completed
-        yield gpu.reading(
-            "fabric.status",
-            function,
-            convert=fabric_status,
-        )
+        yield gpu.reading("fabric.status", function, convert=fabric_status)
+    elif state.ok and state.value == "not-supported":  # the GPU is on no NVLink fabric
+        reason = "the GPU has no NVLink fabric (fabric state not-supported)"
+        yield Reading.failed(status_key, ReadingStatus.UNSUPPORTED, reason, source)
+    elif state.ok:  # NVL008 reports the state; the status comes once registration completes
+        reason = f"fabric registration has not completed (state {state.value})"
+        yield Reading.failed(status_key, ReadingStatus.MISSING, reason, source)
+    else:
+        yield Reading.failed(status_key, state.status, state.reason, state.source)
     if function.endswith("V"):
         yield gpu.reading(
             "fabric.health_flags", function, convert=lambda f: fabric_health(f["healthMask"])
+        )
+    else:  # the older structure has no health mask: NVL010 cannot apply on this driver
+        yield Reading.failed(
+            f"gpu.{gpu.index}.fabric.health_flags",
+            ReadingStatus.UNSUPPORTED,
+            "driver lacks nvmlDeviceGetGpuFabricInfoV (R535 and older): no fabric health mask",
+            source,
         )
 
 
@@ -473,15 +496,16 @@ def nvlink_readings(gpu: GpuCalls) -> tuple[list[Reading], dict[int, str], int]:
                 )
             )
     source = "nvml:nvmlDeviceGetNvLinkState"
-    if links == 0 and first_failure is not None:
-        readings.append(
+    if links == 0 and first_failure is not None:  # both say why: the rules do not apply
+        readings += [
             Reading.failed(
-                f"gpu.{gpu.index}.nvlink.count",
+                f"gpu.{gpu.index}.nvlink.{name}",
                 first_failure.status,
                 f"no NVLink: {first_failure.reason}",
                 source,
             )
-        )
+            for name in ("count", "active")
+        ]
     else:
         readings.append(Reading(f"gpu.{gpu.index}.nvlink.count", links, source=source))
         active_count = sum(1 for r in readings if r.key.endswith(".state") and r.value == "active")
@@ -521,13 +545,13 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     remotes: dict[int, dict[int, str]] = {}
     switch_links: dict[int, int] = {}
     calls = {index: GpuCalls(nvml, index) for index in range(count)}
+    probed: list[GpuCalls] = []
     for index, gpu in calls.items():
         if context.cancel.is_set():
-            return
-        name = gpu.reading("health", "nvmlDeviceGetName", convert=lambda _: "ok")
-        yield name
-        lost = not name.ok and "GpuIsLost" in name.reason
-        if lost:
+            break
+        probed.append(gpu)
+        gpu.call_or_none("nvmlDeviceGetName")
+        if gpu.lost is not None:
             continue  # every other call would say the same
         for group in (
             _identity,
@@ -542,7 +566,24 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
                     bus_ids[index] = str(reading.value)
         links, remotes[index], switch_links[index] = nvlink_readings(gpu)
         yield from links
-    yield from _topology(calls, bus_ids, remotes, switch_links)
+        if gpu.lost is not None:  # lost part-way: its topology says so, not a guess
+            del remotes[index]
+    if not context.cancel.is_set():
+        yield from _topology(calls, bus_ids, remotes, switch_links)
+    for gpu in probed:  # last: a GPU lost by any call, its topology's included, is lost
+        yield health_reading(gpu)
+
+
+def health_reading(gpu: GpuCalls) -> Reading:
+    """gpu.N.health: ok, or the failure that lost the GPU (GPU001), whichever call it
+    came from: GpuIsLost, or an Unknown error the handle's re-check confirmed."""
+    key, source = f"gpu.{gpu.index}.health", "nvml:nvmlDeviceGetName"
+    if gpu.lost is None:
+        return Reading(key, "ok", source=source)
+    reason = gpu.lost.reason
+    if gpu.lost.code != "GpuIsLost":
+        reason += " (and the re-check of its PCI info failed too)"
+    return Reading.failed(key, ReadingStatus.ERROR, reason, f"nvml:{gpu.lost.function}")
 
 
 def _topology(

@@ -199,7 +199,11 @@ def test_an_older_driver_degrades_one_reading_per_missing_symbol(
     assert live["gpu.0.throttle_reasons"][1] == ["GpuIdle"]
     assert "nvmlDeviceGetCurrentClocksThrottleReasons gpu=0" in calls
     assert live["gpu.0.fabric.state"][1] == "completed"
-    assert live["gpu.0.fabric.status"][1] == "ok" and "gpu.0.fabric.health_flags" not in live
+    assert live["gpu.0.fabric.status"][1] == "ok"
+    # no health mask in the older structure: unsupported, so NVL010 does not apply (R535)
+    health_flags = live["gpu.0.fabric.health_flags"]
+    assert health_flags[0] == "unsupported"
+    assert "driver lacks nvmlDeviceGetGpuFabricInfoV" in health_flags[2]
     margin = live["gpu.0.temperature.tlimit_margin"]
     assert margin[0] == "unsupported" and "older driver" in margin[2]
     # without the margin the absolute limit stays what the driver said: NotSupported
