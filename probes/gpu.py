@@ -445,6 +445,7 @@ def nvlink_readings(gpu: GpuCalls) -> tuple[list[Reading], dict[int, str], int]:
     to_switch = 0
     links = 0
     first_failure: NvmlError | None = None
+    unread: list[NvmlError] = []  # links whose state could not be read
     for link in range(NVLINK_MAX_LINKS):
         try:
             state = gpu.call("nvmlDeviceGetNvLinkState", link)
@@ -453,6 +454,7 @@ def nvlink_readings(gpu: GpuCalls) -> tuple[list[Reading], dict[int, str], int]:
                 first_failure = first_failure or exc
                 break  # links are numbered from 0: the first missing one ends the list
             readings.append(gpu.reading(f"nvlink.{link}.state", "nvmlDeviceGetNvLinkState", link))
+            unread.append(exc)
             links += 1
             continue
         links += 1
@@ -505,6 +507,16 @@ def nvlink_readings(gpu: GpuCalls) -> tuple[list[Reading], dict[int, str], int]:
                 source,
             )
             for name in ("count", "active")
+        ]
+    elif unread:  # a link whose state failed: how many are active is not known
+        failure = unread[0]
+        reason = f"{len(unread)} of {links} NVLink states unread: {failure.reason}"
+        count: Reading = Reading(f"gpu.{gpu.index}.nvlink.count", links, source=source)
+        if len(unread) == links:  # not one link answered: their number is not known either
+            count = Reading.failed(count.key, failure.status, reason, source)
+        readings += [
+            count,
+            Reading.failed(f"gpu.{gpu.index}.nvlink.active", failure.status, reason, source),
         ]
     else:
         readings.append(Reading(f"gpu.{gpu.index}.nvlink.count", links, source=source))

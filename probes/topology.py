@@ -56,8 +56,9 @@ def _gpudirect(readings: dict[str, Reading], kinds: dict[str, Reading]) -> list[
     has_ib = any(r.value == "infiniband" and r.ok for r in kinds.values())
     source = "kernel.modules, pcie.*.kind"
     if not has_ib:
-        if not kinds:
-            return []  # no PCIe readings: nothing to say either way
+        devices = readings.get("pcie.devices")
+        if not kinds and (devices is None or not devices.ok):
+            return []  # the PCIe probe did not run (an import): nothing to say either way
         return [Reading("kernel.gpudirect_rdma", "not needed", source=source)]
     if modules is None or not modules.ok or not isinstance(modules.value, list):
         return [
