@@ -174,3 +174,14 @@ def test_numa_minus_one_on_a_two_node_machine_still_fires_pcie010(
     pcie010 = [f for f in snapshot.findings if f.rule_id == "PCIE010"]
     assert [f.severity for f in pcie010] == [Severity.WARNING, Severity.WARNING]
     assert "no NUMA affinity (-1)" in pcie010[0].message
+
+
+def test_a_geforce_without_an_inforom_image_is_not_compared(tmp_path: Path) -> None:
+    """GPU020 on a real GeForce GTX 1050 (nvidia-smi -q -x prints img_version N/A): the
+    rule does not apply, where it said 'cannot check'."""
+    xml = realdata_dir() / "nvidia-smi-xml" / "datakit__gtx-1050-1.xml"
+    out = tmp_path / "gtx1050.json"
+    assert run_cli("import", str(xml), "-o", str(out)).returncode in (0, 1, 2)
+    (gpu020,) = [f for f in json.loads(out.read_text())["findings"] if f["rule_id"] == "GPU020"]
+    assert gpu020["severity"] == "not-applicable", gpu020
+    assert "inforom.image is unsupported" in gpu020["message"]

@@ -286,3 +286,24 @@ def test_the_quick_check_and_the_full_comparison_agree_on_every_operator() -> No
             assert quick(value) == full, (operator, value)
             checked += 1
     assert checked > 40
+
+
+def test_a_comparison_across_gpus_that_no_gpu_supports_does_not_apply() -> None:
+    """GPU020 compares InfoROM images; on GeForce no GPU has one (NotSupported): it does
+    not apply, never 'cannot check'. One GPU without it: the others are compared."""
+    none = _by_key(
+        *(
+            Reading.failed(f"gpu.{g}.inforom.image", ReadingStatus.UNSUPPORTED, "N/A")
+            for g in (0, 1)
+        )
+    )
+    (finding,) = [f for f in evaluate(load_rules(), none) if f.rule_id == "GPU020"]
+    assert finding.severity is Severity.NOT_APPLICABLE
+    assert "inforom.image is unsupported" in finding.message
+    some = _by_key(
+        Reading.failed("gpu.0.inforom.image", ReadingStatus.UNSUPPORTED, "N/A"),
+        Reading("gpu.1.inforom.image", "G520.0200.00.05"),
+        Reading("gpu.2.inforom.image", "G520.0200.00.04"),
+    )
+    (finding,) = [f for f in evaluate(load_rules(), some) if f.rule_id == "GPU020"]
+    assert finding.severity is Severity.INFO and "differ" in finding.message
