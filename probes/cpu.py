@@ -236,6 +236,9 @@ def _frequency_files(host: HostFS, cpus: list[int]) -> Iterator[Reading]:
 def _idle(host: HostFS, cpus: list[int], vm: str | None) -> Iterator[Reading]:
     yield host.reading("cpu.idle.driver", f"{CPU_DIR}/cpuidle/current_driver")
     if not cpus:
+        source = f"sysfs:{CPU_DIR.removeprefix('/sys/')}"
+        for key in ("cpu.idle.states", "cpu.idle.C6.disabled"):
+            yield Reading.failed(key, ReadingStatus.MISSING, "no online CPUs in sysfs", source)
         return
     first = cpus[0]
     states = node_ids(host, f"{CPU_DIR}/cpu{first}/cpuidle", "state")

@@ -35,6 +35,13 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     binding = getattr(nvml.backend, "binding", None)
     if binding is not None:  # a replay says nothing of the binding; a capture does
         yield from _binding(nvml, binding)
+    else:
+        yield Reading.failed(
+            "nvml.binding_branch",
+            ReadingStatus.UNSUPPORTED,
+            "an NVML replay records no nvidia-ml-py version (a capture does)",
+            "python:nvidia-ml-py",
+        )
 
 
 def host_files_match(context: ProbeContext) -> Reading:

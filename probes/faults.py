@@ -138,7 +138,8 @@ def _kernel_log(host: HostFS) -> tuple[str | None, str, ReadingStatus, str]:
 def _xids(host: HostFS) -> Iterator[Reading]:
     text, source, status, reason = kernel_log(host)
     if text is None:
-        yield Reading.failed("faults.xid.total", status, reason, source)
+        for key in ("faults.xid.total", "faults.xid.codes"):
+            yield Reading.failed(key, status, reason, source)
         return
     events = parse_xid_events(text)
     yield Reading("faults.xid.total", len(events), source=source)

@@ -282,6 +282,7 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
             if reading.key.endswith(".bridges") and isinstance(reading.value, list):
                 bridges.update(reading.value)
     yield Reading("pcie.devices", reported, source="sysfs:bus/pci/devices")
+    yield Reading("pcie.functions", len(addresses), source="sysfs:bus/pci/devices")
     yield Reading("pcie.gpu_count", len(gpus), unit="GPUs", source="sysfs:bus/pci/devices")
     for bridge in sorted(bridges):
         yield _acs(host, bridge)
@@ -324,6 +325,7 @@ READINGS = (
         catalog.config("pcie.{device}.max_link_speed", "GT/s"),
         catalog.config("pcie.{device}.max_link_width", "lanes"),
         catalog.config("pcie.{device}.numa_node"),
+        catalog.config("pcie.functions", help="how many PCI functions the bus lists"),
         catalog.config("pcie.{device}.vendor"),
     ),
 )

@@ -19,7 +19,7 @@ from gpudiag.probes import default_probes
 from gpudiag.rulefile import load_rules
 from gpudiag.session import LiveNode
 
-from conftest import realdata_dir, run_cli
+from conftest import REPO, realdata_dir, run_cli
 
 RULES = load_rules()
 
@@ -185,3 +185,46 @@ def test_a_geforce_without_an_inforom_image_is_not_compared(tmp_path: Path) -> N
     (gpu020,) = [f for f in json.loads(out.read_text())["findings"] if f["rule_id"] == "GPU020"]
     assert gpu020["severity"] == "not-applicable", gpu020
     assert "inforom.image is unsupported" in gpu020["message"]
+
+
+def no_gpu_node(recorded: dict[str, Any], bus: bool) -> dict[str, Any]:
+    """The real node with its NVIDIA driver gone (nvmlInit: DriverNotLoaded), and without
+    its GPU on the bus too unless `bus`: a login node, or a GPU node whose GPU fell off."""
+    data = copy.deepcopy(recorded)
+    data["nvml"] = {"init": {"error": "DriverNotLoaded"}, "system": {}, "devices": []}
+    if not bus:
+        data["host"]["listdir"]["/sys/bus/pci/devices"].remove("0000:00:06.0")
+    return data
+
+
+def test_a_node_without_nvidia_gpus_is_ok_and_says_so(recorded, tmp_path: Path) -> None:
+    """No NVIDIA PCI device and no NVML: NVML001, NVML002, GPU002, GPU003 and GPU031 do
+    not apply; health is OK with 'no NVIDIA GPU on this node'. With the GPU still on the
+    bus, NVML not answering stays NVML001 CRITICAL."""
+    path = tmp_path / "login.capture.json"
+    path.write_text(json.dumps(no_gpu_node(recorded, bus=False)))
+    result = run_cli("--replay", str(path), "health", "--for", "nagios", timeout=120)
+    assert result.returncode == 0, result.stdout
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("OK - ") and "; no NVIDIA GPU on this node |" in first
+    snapshot = judged(no_gpu_node(recorded, bus=False), tmp_path)
+    for rule in ("NVML001", "NVML002", "GPU002", "GPU003", "GPU031"):
+        (finding,) = [f for f in snapshot.findings if f.rule_id == rule]
+        assert finding.severity is Severity.NOT_APPLICABLE, finding
+        assert "no NVIDIA GPU on this node" in finding.message
+
+    on_bus = judged(no_gpu_node(recorded, bus=True), tmp_path, "driver-gone")
+    assert severities(on_bus)["NVML001"] == {Severity.CRITICAL}
+
+
+def test_a_site_that_expects_gpus_gets_critical_when_none_is_there(
+    recorded, tmp_path: Path
+) -> None:
+    """examples/site-rules/expected-gpus.toml (8 GPUs expected): the same node without
+    GPUs is CRITICAL, as GPUs that vanished from the bus are the worst fault."""
+    path = tmp_path / "gone.capture.json"
+    path.write_text(json.dumps(no_gpu_node(recorded, bus=False)))
+    site = str(REPO / "examples" / "site-rules")
+    result = run_cli("--replay", str(path), "--rules", site, "health", timeout=120)
+    assert result.returncode == 2, result.stdout
+    assert "SITE001" in result.stdout and "lists 0 NVIDIA GPUs, this node has 8" in result.stdout

@@ -307,3 +307,20 @@ def test_a_comparison_across_gpus_that_no_gpu_supports_does_not_apply() -> None:
     )
     (finding,) = [f for f in evaluate(load_rules(), some) if f.rule_id == "GPU020"]
     assert finding.severity is Severity.INFO and "differ" in finding.message
+
+
+@pytest.mark.parametrize("tree", ["host-basic", "empty"])
+@pytest.mark.parametrize("replay", ["replay-no-driver.toml", "replay-2gpu.toml"])
+def test_no_rule_is_told_no_probe_produced_it(tmp_path: Path, tree: str, replay: str) -> None:
+    """Every probe says what it skipped and why, even on a sparse or empty host tree:
+    'no probe produced it' never reaches a user for a reading whose producer ran."""
+    from gpudiag.hostfs import HostFS
+    from gpudiag.nvml import Nvml, ReplayBackend
+    from gpudiag.probes import default_probes
+    from gpudiag.session import LiveNode
+
+    root = FIXTURES / tree if tree != "empty" else tmp_path
+    nvml = Nvml(ReplayBackend.from_file(FIXTURES / replay))
+    snapshot = LiveNode(HostFS(root), nvml, default_probes(), load_rules()).snapshot()
+    said = [(f.rule_id, f.message) for f in snapshot.findings if "no probe produced" in f.message]
+    assert said == []
