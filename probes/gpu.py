@@ -129,6 +129,8 @@ class GpuCalls:
     index: int
     memo: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     lost: NvmlError | None = None  # the first failure that says the GPU is lost
+    # active NVLinks whose remote device type could not be read: (remote bus id, why)
+    untyped_links: list[tuple[str, str]] = field(default_factory=list)
 
     def call(self, function: str, *args: int) -> Any:
         key = (function, *args)
@@ -487,6 +489,8 @@ def nvlink_readings(gpu: GpuCalls) -> tuple[list[Reading], dict[int, str], int]:
             to_switch += 1
         elif remote.ok and isinstance(remote.value, str):
             remotes[link] = remote.value
+            if not kind.ok:  # a GPU's bus id says so; any other remote may be an NVSwitch
+                gpu.untyped_links.append((remote.value, kind.reason))
         for name, counter in NVLINK_ERRORS.items():
             readings.append(
                 gpu.reading(
@@ -622,9 +626,26 @@ def _topology(
             except NvmlError as exc:
                 level, source = None, f"nvml:{exc.function}"
                 failure = exc
+            gpu_buses = set(bus_ids.values())
+            untyped = [
+                (x, why)
+                for x in (a, b)
+                for bus, why in calls[x].untyped_links
+                if bus not in gpu_buses
+            ]
             try:
                 label = topology_label(level, direct, (switch_links[a], switch_links[b]))
-                yield Reading(key, label, source=source + ", nvml:nvmlDeviceGetNvLinkRemotePciInfo")
+                if untyped:  # links to devices of unknown type: maybe NVSwitches; never guess
+                    x, why = untyped[0]
+                    reason = (
+                        f"uncertain: GPU {x} has NVLinks to devices of unknown type ({why}); "
+                        f"through NVSwitches they would add to the {label} counted"
+                    )
+                    yield Reading.failed(key, ReadingStatus.MISSING, reason, source)
+                else:
+                    yield Reading(
+                        key, label, source=source + ", nvml:nvmlDeviceGetNvLinkRemotePciInfo"
+                    )
             except ValueError:
                 yield Reading.failed(key, failure.status, failure.reason, source)
             supported = []

@@ -29,7 +29,7 @@ ALARMS = ("critical", "warning")
 
 # Runs the driver and GPU probes for each case (argv: a JSON file of [name, flat file]),
 # judges them, and prints {name: {"findings": [[rule, severity, subject, message]],
-# "failed": [[key, status, source]], "ok": {key: value}}} as JSON.
+# "failed": [[key, status, reason]], "ok": {key: value}}} as JSON.
 SCRIPT = """
 import json, os, sys
 from gpudiag.hostfs import HostFS
@@ -54,7 +54,7 @@ for name, flat in json.load(open(sys.argv[1])):
         "probes": [[p.name, p.status.value, p.error] for p in results],
         "findings": [[f.rule_id, f.severity.value, f.subject, f.message]
                      for f in snapshot.findings],
-        "failed": [[r.key, r.status.value, r.source] for r in readings if not r.ok],
+        "failed": [[r.key, r.status.value, r.reason] for r in readings if not r.ok],
         "ok": {r.key: r.value for r in readings if r.ok},
     }
 print(json.dumps(out))
@@ -177,7 +177,7 @@ def test_no_failed_reading_is_judged_fine(outcomes) -> None:
             continue
         subjects = {f[2] for f in case["findings"] if f[0] == "GPU001"}
         judged = {(f[0], f[2]) for f in case["findings"]}
-        for key, _status, _source in case["failed"]:
+        for key, _status, _reason in case["failed"]:
             if key not in healthy_ok or not key.startswith("gpu.0."):
                 continue
             if "GPU 0" in subjects:
@@ -200,3 +200,15 @@ def _rules_by_key() -> dict[str, tuple[str, ...]]:
 SHIPPED = load_rules()
 RULES_BY_KEY = _rules_by_key()
 NVML_RULES = {r.id for r in SHIPPED if r.reading.startswith(("gpu.", "nvml.", "topo.gpu."))}
+
+
+def test_topology_through_links_of_unknown_type_is_uncertain_never_a_guess(outcomes) -> None:
+    """Where nvmlDeviceGetNvLinkRemoteDeviceType is missing (FunctionNotFound), GPUs joined
+    through NVSwitches would fall from NV18 to a PCIe level: the pair says it is
+    uncertain instead, and nothing else is guessed."""
+    assert outcomes["healthy"]["ok"]["topo.gpu.0.1"] == "NV18"
+    case = outcomes["nvmlDeviceGetNvLinkRemoteDeviceType:FunctionNotFound"]
+    assert "topo.gpu.0.1" not in case["ok"] and "topo.gpu.1.0" not in case["ok"]
+    failed = {key: (status, reason) for key, status, reason in case["failed"]}
+    status, reason = failed["topo.gpu.0.1"]
+    assert status == "missing" and reason.startswith("uncertain: GPU 0 has NVLinks to devices")
