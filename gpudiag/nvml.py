@@ -215,7 +215,20 @@ def struct_version(struct: type[ctypes.Structure], version: int) -> int:
 
 
 # gpudiag's own calls: C symbol, structure, version (0: none), pynvml-free
+class MemoryV2(ctypes.Structure):
+    """nvml.h's nvmlMemory_v2_t: used without the memory the driver reserves (R510 on)."""
+
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("total", ctypes.c_ulonglong),
+        ("reserved", ctypes.c_ulonglong),
+        ("free", ctypes.c_ulonglong),
+        ("used", ctypes.c_ulonglong),
+    ]
+
+
 OWN_STRUCT_CALLS: dict[str, tuple[type[ctypes.Structure], int]] = {
+    "nvmlDeviceGetMemoryInfo_v2": (MemoryV2, 2),
     "nvmlDeviceGetGpuFabricInfo": (GpuFabricInfo, 0),
     "nvmlDeviceGetGpuFabricInfoV": (GpuFabricInfoV2, 2),
     "nvmlDeviceGetMarginTemperature": (MarginTemperatureV1, 1),

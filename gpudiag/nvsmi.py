@@ -60,6 +60,7 @@ READINGS = (
         "gpu.{gpu}.inforom.image",
         "gpu.{gpu}.memory.total",
         "gpu.{gpu}.memory.used",
+        "gpu.{gpu}.memory.reserved",
         "gpu.{gpu}.mig.current",
         "gpu.{gpu}.mig.pending",
         "gpu.{gpu}.name",
@@ -235,6 +236,7 @@ FIELDS = (
     _f("board_part_number", "board_part_number", "Board Part Number"),
     _f("memory.total", "fb_memory_usage/total", "FB Memory Usage/Total", integer, "MiB"),
     _f("memory.used", "fb_memory_usage/used", "FB Memory Usage/Used", integer, "MiB"),
+    _f("memory.reserved", "fb_memory_usage/reserved", "FB Memory Usage/Reserved", integer, "MiB"),
     _f("bar1.total", "bar1_memory_usage/total", "BAR1 Memory Usage/Total", integer, "MiB"),
     _f("bar1.used", "bar1_memory_usage/used", "BAR1 Memory Usage/Used", integer, "MiB"),
     _f("compute_mode", "compute_mode", "Compute Mode", compute_mode),
@@ -657,6 +659,28 @@ RELATIVE_THRESHOLDS = {
 }
 
 
+TLIMIT_MARGIN = ("temperature/gpu_temp_tlimit", "Temperature/GPU T.Limit Temp")
+CURRENT_TEMPERATURE = ("temperature/gpu_temp", "Temperature/GPU Current Temp")
+
+
+def _from_tlimit(
+    key: str, shown: str, find: Lookup, xml: bool, prefix: str, relative: str
+) -> Reading:
+    """An absolute threshold nvidia-smi prints only relative to T.Limit, as the live
+    probe derives it (probes/gpu.py from_tlimit): the current temperature plus the margin
+    to T.Limit ('GPU T.Limit Temp'), less the threshold's T.Limit value; unsupported,
+    saying so, where the current temperature or the margin is not printed."""
+    margin_path, current_path = TLIMIT_MARGIN[0 if xml else 1], CURRENT_TEMPERATURE[0 if xml else 1]
+    margin, current = find(margin_path), find(current_path)
+    source = f"{prefix}/{current_path}+{margin_path}+{relative}"
+    try:
+        value = integer(current or "") + integer(margin or "") - integer(shown)
+    except (ValueError, KeyError):
+        reason = f"nvidia-smi prints it only relative to T.Limit ({shown.strip()})"
+        return Reading.failed(key, ReadingStatus.UNSUPPORTED, reason, f"{prefix}/{relative}", "C")
+    return Reading(key, value, "C", source)
+
+
 def _field_readings(
     index: int, find: Lookup, xml: bool, prefix: str, sections: set[str]
 ) -> list[Reading]:
@@ -675,10 +699,10 @@ def _field_readings(
         raw = find(path)
         relative = RELATIVE_THRESHOLDS.get(spec.suffix, ("", ""))[0 if xml else 1]
         if raw is None and relative and (shown := find(relative)) is not None:
-            reason = f"nvidia-smi prints it only relative to T.Limit ({shown.strip()})"
-            reading = Reading.failed(
-                key, ReadingStatus.UNSUPPORTED, reason, f"{prefix}/{relative}", spec.unit
-            )
+            reading = _from_tlimit(key, shown, find, xml, prefix, relative)
+        elif spec.suffix == "fabric.state" and raw is not None and status_of(raw):
+            # nvidia-smi prints N/A where NVML answers the state 'not supported'
+            reading = Reading(key, "not-supported", "", f"{prefix}/{path}")
         else:
             reading = _reading(key, raw, spec.parse, spec.unit, f"{prefix}/{path}")
         readings.append(reading)

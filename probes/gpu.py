@@ -192,9 +192,26 @@ def _memory_and_modes(gpu: GpuCalls) -> Iterator[Reading]:
     yield gpu.reading(
         "memory.total", "nvmlDeviceGetMemoryInfo", unit="MiB", convert=lambda m: mib(m["total"])
     )
-    yield gpu.reading(
-        "memory.used", "nvmlDeviceGetMemoryInfo", unit="MiB", convert=lambda m: mib(m["used"])
+    # the v2 structure counts the driver's reserved memory apart, as nvidia-smi does; the
+    # first one's used includes it (480 MiB on an idle H100)
+    reserved = gpu.reading(
+        "memory.reserved",
+        "nvmlDeviceGetMemoryInfo_v2",
+        unit="MiB",
+        convert=lambda m: mib(m["reserved"]),
     )
+    yield reserved
+    if reserved.ok:
+        yield gpu.reading(
+            "memory.used",
+            "nvmlDeviceGetMemoryInfo_v2",
+            unit="MiB",
+            convert=lambda m: mib(m["used"]),
+        )
+    else:  # a driver before R510, or a recording without the v2 call
+        yield gpu.reading(
+            "memory.used", "nvmlDeviceGetMemoryInfo", unit="MiB", convert=lambda m: mib(m["used"])
+        )
     yield gpu.reading(
         "bar1.total",
         "nvmlDeviceGetBAR1MemoryInfo",
@@ -702,6 +719,7 @@ READINGS = (
         catalog.config("gpu.{gpu}.inforom.image"),
         catalog.config("gpu.{gpu}.memory.total", "MiB"),
         catalog.volatile("gpu.{gpu}.memory.used", "MiB"),
+        catalog.volatile("gpu.{gpu}.memory.reserved", "MiB"),
         catalog.config("gpu.{gpu}.mig.current"),
         catalog.config("gpu.{gpu}.mig.pending"),
         catalog.config("gpu.{gpu}.mig.instances"),

@@ -126,11 +126,15 @@ def test_remapped_rows_printed_as_one_placeholder_are_unsupported() -> None:
         assert r[f"gpu.0.remapped_rows.{name}"].status is ReadingStatus.UNSUPPORTED
 
 
-def test_thresholds_printed_only_relative_to_t_limit_are_unsupported() -> None:
+def test_thresholds_printed_only_relative_to_t_limit_are_derived_as_live() -> None:
+    """R570 on prints the thresholds only relative to T.Limit: the import derives them as
+    the live probe does, current temperature + T.Limit margin - relative threshold
+    (41 C + 46 C - (-2 C) = 89 C slowdown, 95 C shutdown, 87 C max operating)."""
     r = _readings(_text(H100_Q))
-    slowdown = r["gpu.0.temperature.slowdown"]
-    assert slowdown.status is ReadingStatus.UNSUPPORTED
-    assert slowdown.reason == "nvidia-smi prints it only relative to T.Limit (-2 C)"
+    assert r["gpu.0.temperature.slowdown"].value == 89
+    assert r["gpu.0.temperature.shutdown"].value == 95
+    assert r["gpu.0.temperature.gpu_max"].value == 87
+    assert "GPU T.Limit Temp" in r["gpu.0.temperature.slowdown"].source
 
 
 def test_q_text_processes_by_type() -> None:
