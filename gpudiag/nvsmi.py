@@ -1026,6 +1026,8 @@ def detect(text: str) -> str:
         r"^GPU \d+: .+\(UUID", text, re.MULTILINE
     ):
         return "nvlink"
+    if lost_gpus(text):  # nothing but the error lines of GPUs it could not reach
+        return "q"
     raise ImportError_("not an nvidia-smi -q, -q -x, topo -m or nvlink -s output")
 
 
@@ -1084,13 +1086,51 @@ def import_files(paths: list[str]) -> Snapshot:
     )
 
 
+# nvidia-smi's line for a GPU it cannot reach, printed instead of the GPU's section:
+# "Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error",
+# "GPU 00000000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU"
+_LOST_LINE = re.compile(
+    r"^\s*(Unable to determine the device handle for\s+)?(?:GPU|gpu)\s?"
+    r"([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]):\s*(\S.*?)\s*$",
+    re.MULTILINE,
+)
+
+
+def lost_gpus(text: str) -> list[tuple[str, str]]:
+    """(bus id, nvidia-smi's line) of every GPU nvidia-smi printed an error line for:
+    lost, fallen off the bus, or its handle not determined."""
+    found: dict[str, str] = {}
+    for match in _LOST_LINE.finditer(text):
+        handle, bus, why = match.groups()
+        if handle or re.search(r"lost|fallen off the bus|Unknown Error", why, re.IGNORECASE):
+            found.setdefault(normalize_bus_id(bus), match.group(0).strip())
+    return list(found.items())
+
+
+def _with_lost_gpus(readings: list[Reading], lost: list[tuple[str, str]]) -> list[Reading]:
+    """The GPUs nvidia-smi could not reach, after the ones it printed: each lost (its
+    health reading failed, GPU001), with its bus id; never dropped as if absent."""
+    listed = {r.value for r in readings if r.key.endswith(".pci.bus_id") and r.ok}
+    indices = [int(k.split(".")[1]) for k in (r.key for r in readings) if k.endswith(".health")]
+    index = max(indices, default=-1) + 1
+    for bus, line in lost:
+        if bus in listed:
+            continue
+        source = "nvidia-smi:error line"
+        reason = f"nvidia-smi: {line}"
+        readings.append(Reading.failed(f"gpu.{index}.health", ReadingStatus.ERROR, reason, source))
+        readings.append(Reading(f"gpu.{index}.pci.bus_id", bus, source=source))
+        index += 1
+    return readings
+
+
 def import_text(text: str) -> tuple[str, list[Reading]]:
     """(format, readings) of one file's text."""
     kind = detect(text)
     if kind == "xml":
-        return kind, _xml_readings(extract_from_bug_report(text))
+        return kind, _with_lost_gpus(_xml_readings(extract_from_bug_report(text)), lost_gpus(text))
     if kind == "q":
-        return kind, _q_readings(extract_from_bug_report(text))
+        return kind, _with_lost_gpus(_q_readings(extract_from_bug_report(text)), lost_gpus(text))
     if kind == "topo":
         return kind, parse_topo_matrix(text)
     return kind, parse_nvlink_status(text)

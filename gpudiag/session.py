@@ -165,11 +165,10 @@ class RuleTally:
     def text(self) -> str:
         ran = f"{self.ran} ran, " if self.ran >= 0 else ""
         text = (
-            f"rules: {ran}{self.not_applicable} did not apply, "
-            f"{self.unknown} could not be checked (unknown)"
+            f"rules: {ran}{self.not_applicable} did not apply, {self.unknown} could not be checked"
         )
-        if self.info_unchecked:
-            text += f", {self.info_unchecked} info rules could not be checked (not counted)"
+        if self.info_unchecked:  # short: the overview shows it on one line at 80 columns
+            text += f" (+{self.info_unchecked} info, not counted)"
         return text
 
 

@@ -164,9 +164,7 @@ def test_bare_metal_without_cpufreq_or_edac_stays_unknown(recorded, tmp_path: Pa
     assert found["PCIE004"] == {Severity.NOT_APPLICABLE}
 
 
-def test_numa_minus_one_on_a_two_node_machine_still_fires_pcie010(
-    recorded, tmp_path: Path
-) -> None:
+def test_numa_minus_one_on_a_two_node_machine_still_fires_pcie010(recorded, tmp_path: Path) -> None:
     """The counter-case: -1 on a machine with two NUMA nodes is a missing affinity."""
     two = copy.deepcopy(recorded)
     two["host"]["listdir"]["/sys/devices/system/node"].append("node1")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gpudiag.model import ReadingStatus, Severity
 from gpudiag.nvsmi import import_text
 from gpudiag.rulefile import load_rules
@@ -590,3 +592,32 @@ def test_explain_and_profiles_say_where_a_rule_applies() -> None:
     assert "Applies only where: profile persistence_mode is True" in explain.stdout
     profiles = run_cli("rules", "profiles")
     assert "(brand or name: GeForce, Titan, TITAN)" in profiles.stdout
+
+
+LOST_LINE = (
+    "Unable to determine the device handle for GPU 00000000:00:07.0: GPU is lost.  "
+    "Reboot the system to recover this GPU"
+)
+
+
+@pytest.mark.parametrize("name", ["nvidia-smi-q.txt", "nvidia-smi-q-x.xml"])
+def test_a_gpu_nvidia_smi_cannot_reach_is_imported_as_lost(tmp_path: Path, name: str) -> None:
+    """The file a customer sends when a GPU fell off: nvidia-smi prints an error line for
+    it instead of its section. The real H100's output with such a line for a second GPU
+    imports both: the lost one is GPU001 CRITICAL (exit 2), never dropped as absent."""
+    text = (realdata_dir() / "h100-vm" / name).read_text()
+    sick = tmp_path / name
+    sick.write_text(f"{LOST_LINE}\n{text}")
+    out = tmp_path / "sick.json"
+    result = run_cli("import", str(sick), "-o", str(out))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "CRITICAL GPU001   GPU 1: GPU 1 does not answer NVML: nvidia-smi: Unable" in (
+        result.stdout
+    )
+    snapshot = load(out)
+    assert snapshot.reading("gpu.1.pci.bus_id").value == "0000:00:07.0"  # type: ignore[union-attr]
+    assert snapshot.reading("gpu.0.name").value == "NVIDIA H100 80GB HBM3"  # type: ignore[union-attr]
+    only = tmp_path / "only-the-error.txt"  # nvidia-smi printed nothing else
+    only.write_text(LOST_LINE + "\n")
+    alone = run_cli("import", str(only), "-o", str(tmp_path / "alone.json"))
+    assert alone.returncode == 2 and "GPU001" in alone.stdout, alone.stdout + alone.stderr
