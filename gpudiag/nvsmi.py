@@ -732,6 +732,26 @@ def _q_processes(index: int, tree: Node, prefix: str) -> list[Reading]:
     return readings
 
 
+# what a paste puts where it left lines out
+ELISIONS = frozenset({"...", "[...]", "\u2026", "[\u2026]", "<snip>", "[snip]", "[snipped]"})
+CUT = "the paste is cut here (lines replaced by '...'): not known"
+
+
+def _is_cut(tree: Node) -> bool:
+    """Whether a GPU's section had lines left out of the paste."""
+    return any(label in ELISIONS for label, _ in tree.walk())
+
+
+def _said_cut(readings: list[Reading]) -> list[Reading]:
+    """A cut section's readings that are absent say so: unknown, never 'not there'."""
+    return [
+        Reading.failed(r.key, ReadingStatus.MISSING, CUT, r.source, r.unit)
+        if r.status is ReadingStatus.MISSING and r.reason == "not in the imported file"
+        else r
+        for r in readings
+    ]
+
+
 def _q_readings(text: str) -> list[Reading]:
     header, gpus = parse_q_text(text)
     readings = _node_readings(
@@ -741,12 +761,24 @@ def _q_readings(text: str) -> list[Reading]:
         "nvidia-smi-q",
         len(gpus),
     )
+    cut = any(line.strip() in ELISIONS for line in text.splitlines())
+    if cut and header.get("Attached GPUs") is None:  # a count of a cut paste's GPUs: wrong
+        readings = [
+            Reading.failed(r.key, ReadingStatus.MISSING, f"{CUT}: how many GPUs", r.source, "GPUs")
+            if r.key == "nvml.gpu_count"
+            else r
+            for r in readings
+        ]
     for index, (bus_id, tree) in enumerate(gpus):
         source_prefix = f"nvidia-smi-q:GPU {bus_id}"
         readings.append(Reading(f"gpu.{index}.health", "ok", source=source_prefix))
         sections = set(tree.children)
         find = partial(_q_value, tree)
-        readings.extend(_field_readings(index, find, False, source_prefix, sections))
+        if _is_cut(tree):  # a section left out may be one the GPU has: every field is asked
+            every = {p.split("/")[0] for spec in FIELDS for p in spec.text}
+            readings.extend(_said_cut(_field_readings(index, find, False, source_prefix, every)))
+        else:
+            readings.extend(_field_readings(index, find, False, source_prefix, sections))
         if "ECC Errors" in sections:
             readings.extend(_ecc_readings(index, find, False, source_prefix))
         readings.extend(_q_processes(index, tree, source_prefix))

@@ -85,7 +85,7 @@ def _nvidia_gpus(readings: dict[str, Reading]) -> list[Reading]:
     false where the bus was read, lists none, and NVML sees none (a node without GPUs:
     the NVML and bus-count rules do not apply; a site that expects GPUs there says so
     with a rule of its own, examples/site-rules/expected-gpus.toml). Nothing without
-    the bus (an nvidia-smi import); missing where the bus listed nothing at all."""
+    the bus (an nvidia-smi import, a tree without /sys/bus/pci): the GPU rules apply."""
     source = "pcie.gpu_count, nvml.gpu_count"
     on_bus, in_nvml = readings.get("pcie.gpu_count"), readings.get("nvml.gpu_count")
     functions = readings.get("pcie.functions")
@@ -96,8 +96,7 @@ def _nvidia_gpus(readings: dict[str, Reading]) -> list[Reading]:
         return []  # the PCIe probe did not run (an import): nothing to say
     listed = functions.value if functions.ok else 0
     if on_bus is None or not on_bus.ok or not listed:
-        reason = "the PCI bus was not read (no /sys/bus/pci/devices)"
-        return [Reading.failed("node.nvidia_gpus", ReadingStatus.MISSING, reason, source)]
+        return []  # the bus was not read (no /sys/bus/pci/devices): the GPU rules apply
     reason = f"no NVIDIA GPU on this node: its PCI bus lists {listed} functions, no NVIDIA GPU"
     if in_nvml is not None and not in_nvml.ok:
         reason += ", and NVML does not answer"

@@ -621,3 +621,21 @@ def test_a_gpu_nvidia_smi_cannot_reach_is_imported_as_lost(tmp_path: Path, name:
     only.write_text(LOST_LINE + "\n")
     alone = run_cli("import", str(only), "-o", str(tmp_path / "alone.json"))
     assert alone.returncode == 2 and "GPU001" in alone.stdout, alone.stdout + alone.stderr
+
+
+def test_a_cut_paste_says_what_it_does_not_show() -> None:
+    """A paste with lines replaced by '...' (the real H100's -q, its memory sections
+    left out): what was cut is unknown, never 'not there', and without the 'Attached
+    GPUs' line the number of GPUs listed is no count of the node's GPUs."""
+    lines = (realdata_dir() / "h100-vm" / "nvidia-smi-q.txt").read_text().split("\n")
+    start = next(n for n, line in enumerate(lines) if "FB Memory Usage" in line)
+    cut = [*lines[:start], "    ...", *lines[start + 12 :]]
+    r = _readings("\n".join(cut))
+    for key in ("gpu.0.memory.used", "gpu.0.memory.total", "gpu.0.bar1.total"):
+        assert r[key].status is ReadingStatus.MISSING and "the paste is cut" in r[key].reason
+    assert r["nvml.gpu_count"].value == 1  # 'Attached GPUs : 1' is printed above the cut
+    assert r["gpu.0.name"].value == "NVIDIA H100 80GB HBM3"  # what is shown is read
+    headless = _readings("\n".join(line for line in cut if "Attached GPUs" not in line))
+    assert headless["nvml.gpu_count"].status is ReadingStatus.MISSING
+    whole = _readings("\n".join(lines))
+    assert whole["gpu.0.memory.used"].value == 0 and "gpu.0.memory.total" in whole
