@@ -752,8 +752,29 @@ def _said_cut(readings: list[Reading]) -> list[Reading]:
     ]
 
 
+NVSMI_BANNER = re.compile(r"^==============NVSMI LOG==============\s*$", re.MULTILINE)
+
+
+def _merged_q(text: str) -> tuple[dict[str, str], list[tuple[str, Node]]]:
+    """A file of one or several -q outputs one after another (a bug report, an
+    exporter's bundle: idle, then under load): the first output's header, and each GPU
+    once, by bus id, as the first output that lists it shows it."""
+    parts = [p for p in NVSMI_BANNER.split(text) if p.strip()] or [text]
+    header: dict[str, str] = {}
+    gpus: dict[str, tuple[str, Node]] = {}
+    for part in parts:
+        part_header, part_gpus = parse_q_text(part)
+        if not header and "Driver Version" in part_header:
+            header = part_header
+        for bus_id, tree in part_gpus:
+            gpus.setdefault(normalize_bus_id(bus_id), (bus_id, tree))
+    if not header:
+        header = parse_q_text(parts[0])[0]
+    return header, list(gpus.values())
+
+
 def _q_readings(text: str) -> list[Reading]:
-    header, gpus = parse_q_text(text)
+    header, gpus = _merged_q(text)
     readings = _node_readings(
         header.get("Driver Version"),
         header.get("CUDA Version"),
@@ -1156,13 +1177,30 @@ def _with_lost_gpus(readings: list[Reading], lost: list[tuple[str, str]]) -> lis
     return readings
 
 
+def _with_bundled(text: str, readings: list[Reading]) -> list[Reading]:
+    """A file holding other outputs after the -q or -q -x one (an exporter's or a bug
+    report's bundle): its `topo -m` matrix and `nvlink -s` too, each read as its kind,
+    where they add what the first did not say."""
+    have = {r.key for r in readings}
+    for parse in (parse_topo_matrix, parse_nvlink_status):
+        try:
+            extra = parse(text)
+        except ImportError_:
+            continue  # not in this file
+        readings += [r for r in extra if r.key not in have and r.key.startswith("gpu.")]
+        have |= {r.key for r in extra}
+    return readings
+
+
 def import_text(text: str) -> tuple[str, list[Reading]]:
     """(format, readings) of one file's text."""
     kind = detect(text)
     if kind == "xml":
-        return kind, _with_lost_gpus(_xml_readings(extract_from_bug_report(text)), lost_gpus(text))
+        readings = _with_lost_gpus(_xml_readings(extract_from_bug_report(text)), lost_gpus(text))
+        return kind, _with_bundled(text, readings)
     if kind == "q":
-        return kind, _with_lost_gpus(_q_readings(extract_from_bug_report(text)), lost_gpus(text))
+        readings = _with_lost_gpus(_q_readings(extract_from_bug_report(text)), lost_gpus(text))
+        return kind, _with_bundled(text, readings)
     if kind == "topo":
         return kind, parse_topo_matrix(text)
     return kind, parse_nvlink_status(text)

@@ -639,3 +639,17 @@ def test_a_cut_paste_says_what_it_does_not_show() -> None:
     assert headless["nvml.gpu_count"].status is ReadingStatus.MISSING
     whole = _readings("\n".join(lines))
     assert whole["gpu.0.memory.used"].value == 0 and "gpu.0.memory.total" in whole
+
+
+def test_a_bundle_of_outputs_is_split_one_gpu_per_bus_id() -> None:
+    """An exporter's bundle (the real nvidia_gpu_exporter capture of an H100: -q idle,
+    then -q under load, topo -m, nvlink -s, one after another) is one GPU, as its first
+    -q shows it (not a second GPU at the same bus id), with the topology's NUMA node
+    and the NVLink states of the other outputs."""
+    name = "nvidia_gpu_exporter__linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
+    r = _readings((realdata_dir() / "captures-full" / name).read_text())
+    assert r["gpu.0.pci.bus_id"].value == "0000:00:09.0"
+    assert not any(key.startswith("gpu.1.") for key in r)
+    assert r["gpu.0.processes.compute"].value == []  # the idle output's, the first
+    assert r["gpu.0.numa_node"].value == 0  # from the bundled topo -m
+    assert r["gpu.0.nvlink.17.state"].value == "active"  # from the bundled nvlink -s
