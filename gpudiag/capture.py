@@ -172,7 +172,8 @@ class CapturedHostFS(HostFS):
 
     def __init__(self, record: dict[str, Any], live: bool, root_user: bool) -> None:
         super().__init__("/", root_user)
-        self.is_live = live
+        self.is_live = live  # as the captured node was: the probes behave as they did there
+        self.is_this_machine = False  # the files are the captured node's, beside its NVML
         self.record = record
 
     def read(self, host_path: str, max_bytes: int = 4 * 1024 * 1024) -> FileText:

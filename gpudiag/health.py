@@ -49,7 +49,14 @@ from typing import Any
 from gpudiag import inputs
 from gpudiag.formats import applicable, strongest_action
 from gpudiag.model import Action, Finding, Severity, Snapshot
-from gpudiag.session import EXIT_UNKNOWN, LiveNode, exit_code, run_kernels, severity_counts
+from gpudiag.session import (
+    EXIT_UNKNOWN,
+    LiveNode,
+    exit_code,
+    run_kernels,
+    severity_counts,
+    severity_words,
+)
 
 CONVENTIONS = ("nagios", "npd", "slurm", "json")
 STATUS_WORDS = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
@@ -211,6 +218,13 @@ def _headline(finding: Finding) -> str:
     return f"{finding.rule_id} {finding.subject}: {finding.title}"
 
 
+def no_nvidia_gpu(verdict: Verdict) -> bool:
+    """Whether the check found a node without NVIDIA GPUs (none on its PCI bus, none in
+    NVML): the GPU rules did not apply, which the summary says in words."""
+    reading = verdict.snapshot.reading("node.nvidia_gpus") if verdict.snapshot else None
+    return reading is not None and reading.ok and reading.value is False
+
+
 def nagios(verdict: Verdict) -> tuple[str, int]:
     """`STATUS - summary | perfdata` on the first line, one finding per line after. No
     host name and no timing: Nagios knows the host, and `clubak -c` folds the identical
@@ -220,10 +234,11 @@ def nagios(verdict: Verdict) -> tuple[str, int]:
     if verdict.error:
         summary = verdict.error
     else:
-        counts = severity_counts(verdict.findings)
-        summary = ", ".join(f"{n} {s.value}" for s, n in counts.items())
+        summary = severity_words(verdict.findings)
         if verdict.not_applicable:
             summary += f", {verdict.not_applicable} not applicable"
+        if no_nvidia_gpu(verdict):
+            summary += "; no NVIDIA GPU on this node"
         ranked = verdict.ranked()
         if ranked and ranked[0].action is not Action.NONE:
             summary += f"; action {ranked[0].action.value}: {_headline(ranked[0])}"

@@ -88,6 +88,8 @@ class HostFS:
     def __init__(self, root: str | Path = "/", is_root_user: bool | None = None) -> None:
         self.root = Path(root)
         self.is_live = self.root.resolve() == Path("/")
+        # a capture's host files are its own node's, whatever `is_live` says of that node
+        self.is_this_machine = self.is_live
         self.is_root_user = (os.geteuid() == 0) if is_root_user is None else is_root_user
 
     def path(self, host_path: str) -> Path:

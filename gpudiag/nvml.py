@@ -215,7 +215,20 @@ def struct_version(struct: type[ctypes.Structure], version: int) -> int:
 
 
 # gpudiag's own calls: C symbol, structure, version (0: none), pynvml-free
+class MemoryV2(ctypes.Structure):
+    """nvml.h's nvmlMemory_v2_t: used without the memory the driver reserves (R510 on)."""
+
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("total", ctypes.c_ulonglong),
+        ("reserved", ctypes.c_ulonglong),
+        ("free", ctypes.c_ulonglong),
+        ("used", ctypes.c_ulonglong),
+    ]
+
+
 OWN_STRUCT_CALLS: dict[str, tuple[type[ctypes.Structure], int]] = {
+    "nvmlDeviceGetMemoryInfo_v2": (MemoryV2, 2),
     "nvmlDeviceGetGpuFabricInfo": (GpuFabricInfo, 0),
     "nvmlDeviceGetGpuFabricInfoV": (GpuFabricInfoV2, 2),
     "nvmlDeviceGetMarginTemperature": (MarginTemperatureV1, 1),
@@ -224,6 +237,37 @@ FIELD_VALUES = "nvmlDeviceGetFieldValues"
 # nvmlValueType_t -> the member of nvmlValue_t holding the value
 VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal"}
 
+
+class ProcessInfoV2(ctypes.Structure):
+    """nvml.h's nvmlProcessInfo_v2_t, filled by the _v2 process calls (R470 on)."""
+
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]
+
+
+# Calls gpudiag makes through the binding's function lookup where the binding has no
+# wrapper for them (nvidia-ml-py 12.535.161 has neither the _v2 process calls, the only
+# ones of drivers R470 to R505, nor nvmlDeviceGetNumaNodeId): the driver still answers.
+PROCESS_CALLS = frozenset(
+    {
+        "nvmlDeviceGetComputeRunningProcesses",
+        "nvmlDeviceGetGraphicsRunningProcesses",
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+        "nvmlDeviceGetGraphicsRunningProcesses_v2",
+    }
+)
+SYMBOL_CALLS = frozenset(
+    {
+        "nvmlDeviceGetNumaNodeId",
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+        "nvmlDeviceGetGraphicsRunningProcesses_v2",
+    }
+)
+PROCESS_RETRIES = 3  # a list that grows between the size query and the read: ask again
 
 # Calls whose first argument after the device is a second device (index -> handle).
 PEER_FUNCTIONS = frozenset({"nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetP2PStatus"})
@@ -283,6 +327,8 @@ class PynvmlBackend:
             if device is not None and function == FIELD_VALUES:
                 return self._field_value(device, *args)
             func: Callable[..., Any] | None = getattr(pynvml, function, None)
+            if func is None and device is not None and function in SYMBOL_CALLS:
+                return self._symbol_call(function, device)
             if func is None:
                 raise NvmlError(
                     "FunctionNotFound", function, f"not in nvidia-ml-py {self._binding()}"
@@ -292,6 +338,12 @@ class PynvmlBackend:
             call_args: list[Any] = [self._handle(device), *args]
             if function in PEER_FUNCTIONS:
                 call_args[1] = self._handle(args[0])
+            for _ in range(PROCESS_RETRIES - 1):  # a process list that grew: ask again
+                try:
+                    return plain(func(*call_args))
+                except pynvml.NVMLError as exc:
+                    if function not in PROCESS_CALLS or getattr(exc, "value", None) != 7:
+                        raise
             return plain(func(*call_args))
         except mismatch as exc:  # nvidia-ml-py 13: the driver lacks the _vN it calls
             raise NvmlError(
@@ -322,6 +374,27 @@ class PynvmlBackend:
     def _symbol(self, name: str) -> Any:
         """A C function of the loaded library (pynvml raises FunctionNotFound if absent)."""
         return self._pynvml._nvmlGetFunctionPointer(name)
+
+    def _symbol_call(self, function: str, device: int) -> Any:
+        """A call the binding has no wrapper for, through its function lookup (pynvml
+        raises FunctionNotFound where the driver lacks it too)."""
+        func = self._symbol(function)
+        handle = self._handle(device)
+        if function == "nvmlDeviceGetNumaNodeId":
+            node = ctypes.c_uint()
+            self._check(func(handle, ctypes.byref(node)), function)
+            return node.value
+        count = ctypes.c_uint(0)  # the process lists: the size first, then the list
+        for _ in range(PROCESS_RETRIES):
+            room = count.value
+            infos = (ProcessInfoV2 * max(room, 1))()
+            code = func(handle, ctypes.byref(count), infos if room else None)
+            if code == 0:
+                return [plain(infos[i]) for i in range(min(count.value, room))]
+            if code != 7:  # NVML_ERROR_INSUFFICIENT_SIZE: retry with the size NVML gave
+                self._check(code, function)
+        self._check(7, function)
+        return []
 
     def _check(self, code: int, function: str) -> None:
         if code != 0:
@@ -530,6 +603,20 @@ class Nvml:
         """Call after initialising; raises NvmlError."""
         self.ensure_init()
         return self.backend.call(function, device, *args)
+
+    def confirms_lost(self, device: int, error: NvmlError) -> bool:
+        """Whether `error`, from a call on GPU `device`, says the GPU is lost: GpuIsLost
+        from any call does; an Unknown error only when a re-check of the handle (its PCI
+        info, asked again) fails too, so one call's Unknown error never loses a GPU."""
+        if error.code == "GpuIsLost":
+            return True
+        if error.code != "Unknown":
+            return False
+        try:
+            self.call("nvmlDeviceGetPciInfo", device)
+        except NvmlError:
+            return True
+        return False
 
     def reading(
         self,

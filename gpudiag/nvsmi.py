@@ -60,6 +60,7 @@ READINGS = (
         "gpu.{gpu}.inforom.image",
         "gpu.{gpu}.memory.total",
         "gpu.{gpu}.memory.used",
+        "gpu.{gpu}.memory.reserved",
         "gpu.{gpu}.mig.current",
         "gpu.{gpu}.mig.pending",
         "gpu.{gpu}.name",
@@ -235,6 +236,7 @@ FIELDS = (
     _f("board_part_number", "board_part_number", "Board Part Number"),
     _f("memory.total", "fb_memory_usage/total", "FB Memory Usage/Total", integer, "MiB"),
     _f("memory.used", "fb_memory_usage/used", "FB Memory Usage/Used", integer, "MiB"),
+    _f("memory.reserved", "fb_memory_usage/reserved", "FB Memory Usage/Reserved", integer, "MiB"),
     _f("bar1.total", "bar1_memory_usage/total", "BAR1 Memory Usage/Total", integer, "MiB"),
     _f("bar1.used", "bar1_memory_usage/used", "BAR1 Memory Usage/Used", integer, "MiB"),
     _f("compute_mode", "compute_mode", "Compute Mode", compute_mode),
@@ -657,6 +659,28 @@ RELATIVE_THRESHOLDS = {
 }
 
 
+TLIMIT_MARGIN = ("temperature/gpu_temp_tlimit", "Temperature/GPU T.Limit Temp")
+CURRENT_TEMPERATURE = ("temperature/gpu_temp", "Temperature/GPU Current Temp")
+
+
+def _from_tlimit(
+    key: str, shown: str, find: Lookup, xml: bool, prefix: str, relative: str
+) -> Reading:
+    """An absolute threshold nvidia-smi prints only relative to T.Limit, as the live
+    probe derives it (probes/gpu.py from_tlimit): the current temperature plus the margin
+    to T.Limit ('GPU T.Limit Temp'), less the threshold's T.Limit value; unsupported,
+    saying so, where the current temperature or the margin is not printed."""
+    margin_path, current_path = TLIMIT_MARGIN[0 if xml else 1], CURRENT_TEMPERATURE[0 if xml else 1]
+    margin, current = find(margin_path), find(current_path)
+    source = f"{prefix}/{current_path}+{margin_path}+{relative}"
+    try:
+        value = integer(current or "") + integer(margin or "") - integer(shown)
+    except (ValueError, KeyError):
+        reason = f"nvidia-smi prints it only relative to T.Limit ({shown.strip()})"
+        return Reading.failed(key, ReadingStatus.UNSUPPORTED, reason, f"{prefix}/{relative}", "C")
+    return Reading(key, value, "C", source)
+
+
 def _field_readings(
     index: int, find: Lookup, xml: bool, prefix: str, sections: set[str]
 ) -> list[Reading]:
@@ -675,10 +699,10 @@ def _field_readings(
         raw = find(path)
         relative = RELATIVE_THRESHOLDS.get(spec.suffix, ("", ""))[0 if xml else 1]
         if raw is None and relative and (shown := find(relative)) is not None:
-            reason = f"nvidia-smi prints it only relative to T.Limit ({shown.strip()})"
-            reading = Reading.failed(
-                key, ReadingStatus.UNSUPPORTED, reason, f"{prefix}/{relative}", spec.unit
-            )
+            reading = _from_tlimit(key, shown, find, xml, prefix, relative)
+        elif spec.suffix == "fabric.state" and raw is not None and status_of(raw):
+            # nvidia-smi prints N/A where NVML answers the state 'not supported'
+            reading = Reading(key, "not-supported", "", f"{prefix}/{path}")
         else:
             reading = _reading(key, raw, spec.parse, spec.unit, f"{prefix}/{path}")
         readings.append(reading)
@@ -708,8 +732,49 @@ def _q_processes(index: int, tree: Node, prefix: str) -> list[Reading]:
     return readings
 
 
+# what a paste puts where it left lines out
+ELISIONS = frozenset({"...", "[...]", "\u2026", "[\u2026]", "<snip>", "[snip]", "[snipped]"})
+CUT = "the paste is cut here (lines replaced by '...'): not known"
+
+
+def _is_cut(tree: Node) -> bool:
+    """Whether a GPU's section had lines left out of the paste."""
+    return any(label in ELISIONS for label, _ in tree.walk())
+
+
+def _said_cut(readings: list[Reading]) -> list[Reading]:
+    """A cut section's readings that are absent say so: unknown, never 'not there'."""
+    return [
+        Reading.failed(r.key, ReadingStatus.MISSING, CUT, r.source, r.unit)
+        if r.status is ReadingStatus.MISSING and r.reason == "not in the imported file"
+        else r
+        for r in readings
+    ]
+
+
+NVSMI_BANNER = re.compile(r"^==============NVSMI LOG==============\s*$", re.MULTILINE)
+
+
+def _merged_q(text: str) -> tuple[dict[str, str], list[tuple[str, Node]]]:
+    """A file of one or several -q outputs one after another (a bug report, an
+    exporter's bundle: idle, then under load): the first output's header, and each GPU
+    once, by bus id, as the first output that lists it shows it."""
+    parts = [p for p in NVSMI_BANNER.split(text) if p.strip()] or [text]
+    header: dict[str, str] = {}
+    gpus: dict[str, tuple[str, Node]] = {}
+    for part in parts:
+        part_header, part_gpus = parse_q_text(part)
+        if not header and "Driver Version" in part_header:
+            header = part_header
+        for bus_id, tree in part_gpus:
+            gpus.setdefault(normalize_bus_id(bus_id), (bus_id, tree))
+    if not header:
+        header = parse_q_text(parts[0])[0]
+    return header, list(gpus.values())
+
+
 def _q_readings(text: str) -> list[Reading]:
-    header, gpus = parse_q_text(text)
+    header, gpus = _merged_q(text)
     readings = _node_readings(
         header.get("Driver Version"),
         header.get("CUDA Version"),
@@ -717,12 +782,24 @@ def _q_readings(text: str) -> list[Reading]:
         "nvidia-smi-q",
         len(gpus),
     )
+    cut = any(line.strip() in ELISIONS for line in text.splitlines())
+    if cut and header.get("Attached GPUs") is None:  # a count of a cut paste's GPUs: wrong
+        readings = [
+            Reading.failed(r.key, ReadingStatus.MISSING, f"{CUT}: how many GPUs", r.source, "GPUs")
+            if r.key == "nvml.gpu_count"
+            else r
+            for r in readings
+        ]
     for index, (bus_id, tree) in enumerate(gpus):
         source_prefix = f"nvidia-smi-q:GPU {bus_id}"
         readings.append(Reading(f"gpu.{index}.health", "ok", source=source_prefix))
         sections = set(tree.children)
         find = partial(_q_value, tree)
-        readings.extend(_field_readings(index, find, False, source_prefix, sections))
+        if _is_cut(tree):  # a section left out may be one the GPU has: every field is asked
+            every = {p.split("/")[0] for spec in FIELDS for p in spec.text}
+            readings.extend(_said_cut(_field_readings(index, find, False, source_prefix, every)))
+        else:
+            readings.extend(_field_readings(index, find, False, source_prefix, sections))
         if "ECC Errors" in sections:
             readings.extend(_ecc_readings(index, find, False, source_prefix))
         readings.extend(_q_processes(index, tree, source_prefix))
@@ -1002,6 +1079,8 @@ def detect(text: str) -> str:
         r"^GPU \d+: .+\(UUID", text, re.MULTILINE
     ):
         return "nvlink"
+    if lost_gpus(text):  # nothing but the error lines of GPUs it could not reach
+        return "q"
     raise ImportError_("not an nvidia-smi -q, -q -x, topo -m or nvlink -s output")
 
 
@@ -1060,13 +1139,68 @@ def import_files(paths: list[str]) -> Snapshot:
     )
 
 
+# nvidia-smi's line for a GPU it cannot reach, printed instead of the GPU's section:
+# "Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error",
+# "GPU 00000000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU"
+_LOST_LINE = re.compile(
+    r"^\s*(Unable to determine the device handle for\s+)?(?:GPU|gpu)\s?"
+    r"([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]):\s*(\S.*?)\s*$",
+    re.MULTILINE,
+)
+
+
+def lost_gpus(text: str) -> list[tuple[str, str]]:
+    """(bus id, nvidia-smi's line) of every GPU nvidia-smi printed an error line for:
+    lost, fallen off the bus, or its handle not determined."""
+    found: dict[str, str] = {}
+    for match in _LOST_LINE.finditer(text):
+        handle, bus, why = match.groups()
+        if handle or re.search(r"lost|fallen off the bus|Unknown Error", why, re.IGNORECASE):
+            found.setdefault(normalize_bus_id(bus), match.group(0).strip())
+    return list(found.items())
+
+
+def _with_lost_gpus(readings: list[Reading], lost: list[tuple[str, str]]) -> list[Reading]:
+    """The GPUs nvidia-smi could not reach, after the ones it printed: each lost (its
+    health reading failed, GPU001), with its bus id; never dropped as if absent."""
+    listed = {r.value for r in readings if r.key.endswith(".pci.bus_id") and r.ok}
+    indices = [int(k.split(".")[1]) for k in (r.key for r in readings) if k.endswith(".health")]
+    index = max(indices, default=-1) + 1
+    for bus, line in lost:
+        if bus in listed:
+            continue
+        source = "nvidia-smi:error line"
+        reason = f"nvidia-smi: {line}"
+        readings.append(Reading.failed(f"gpu.{index}.health", ReadingStatus.ERROR, reason, source))
+        readings.append(Reading(f"gpu.{index}.pci.bus_id", bus, source=source))
+        index += 1
+    return readings
+
+
+def _with_bundled(text: str, readings: list[Reading]) -> list[Reading]:
+    """A file holding other outputs after the -q or -q -x one (an exporter's or a bug
+    report's bundle): its `topo -m` matrix and `nvlink -s` too, each read as its kind,
+    where they add what the first did not say."""
+    have = {r.key for r in readings}
+    for parse in (parse_topo_matrix, parse_nvlink_status):
+        try:
+            extra = parse(text)
+        except ImportError_:
+            continue  # not in this file
+        readings += [r for r in extra if r.key not in have and r.key.startswith("gpu.")]
+        have |= {r.key for r in extra}
+    return readings
+
+
 def import_text(text: str) -> tuple[str, list[Reading]]:
     """(format, readings) of one file's text."""
     kind = detect(text)
     if kind == "xml":
-        return kind, _xml_readings(extract_from_bug_report(text))
+        readings = _with_lost_gpus(_xml_readings(extract_from_bug_report(text)), lost_gpus(text))
+        return kind, _with_bundled(text, readings)
     if kind == "q":
-        return kind, _q_readings(extract_from_bug_report(text))
+        readings = _with_lost_gpus(_q_readings(extract_from_bug_report(text)), lost_gpus(text))
+        return kind, _with_bundled(text, readings)
     if kind == "topo":
         return kind, parse_topo_matrix(text)
     return kind, parse_nvlink_status(text)

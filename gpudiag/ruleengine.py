@@ -151,6 +151,10 @@ def _all_equal(
         return None
     if all(context.cannot_hold(k) for k in keys):
         return _not_applicable(rule, {}, keys[0], context)
+    unsupported = ReadingStatus.UNSUPPORTED
+    if all(r.status is unsupported for r in readings):  # no GPU has it (a GeForce's InfoROM)
+        return _unsupported(rule, {}, readings[0])
+    readings = [r for r in readings if r.status is not unsupported]  # compare those that have it
     failed = next((r for r in readings if not r.ok), None)
     if failed is not None:
         return _unknown(rule, "node", failed, readings)

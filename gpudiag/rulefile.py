@@ -31,7 +31,8 @@ reading exists, for readings that only some nodes have, like the GPU-to-NIC topo
 `applies_if = { reading = "KEY", equal = V }` (or `{ profile = "FIELD", equal = V }`,
 a GPU-class flag such as `ecc` or `persistence_mode`) limits a rule to where that holds:
 where the reading or profile field is known and differs, the rule gives a
-`not-applicable` finding; where it is not known, the rule applies.
+`not-applicable` finding; where it is not known, the rule applies. A list of such
+tables limits it to where all hold.
 
 Operators (`expect` holds exactly one):
 - present = true: the reading was taken.
@@ -248,7 +249,10 @@ def _check_expectation(table: dict[str, Any], where: str) -> tuple[str, Any]:
 def _check_applies_if(table: Any, scope: str, where: str) -> tuple[tuple[str, str, Any], ...]:
     """`applies_if = { reading = "KEY", equal = V }` or `{ profile = "FIELD", equal = V }`:
     the rule does not apply where that reading (or the GPU model's profile field) is
-    known and differs (persistence mode on a workstation card). Unknown: it applies."""
+    known and differs (persistence mode on a workstation card). Unknown: it applies.
+    A list of such tables: the rule applies where every one holds."""
+    if isinstance(table, list) and table:
+        return tuple(c for t in table for c in _check_applies_if(t, scope, where))
     if table == {}:
         return ()
     if not isinstance(table, dict) or set(table) not in (

@@ -153,23 +153,39 @@ def format_finding(finding: Finding) -> str:
 
 @dataclass(frozen=True)
 class RuleTally:
-    """How many rules ran, did not apply, and could not be checked."""
+    """How many rules ran, did not apply, and could not be checked: the warning and
+    critical ones (UNKNOWN, counted against the node) apart from the info ones (which
+    stay INFO and never set the exit code)."""
 
     ran: int
     not_applicable: int
     unknown: int
+    info_unchecked: int = 0
 
     def text(self) -> str:
         ran = f"{self.ran} ran, " if self.ran >= 0 else ""
-        return (
+        text = (
             f"rules: {ran}{self.not_applicable} did not apply, {self.unknown} could not be checked"
         )
+        if self.info_unchecked:  # short: the overview shows it on one line at 80 columns
+            text += f" (+{self.info_unchecked} info, not counted)"
+        return text
 
 
-def _cannot_check(finding: Finding) -> bool:
-    return finding.severity is Severity.UNKNOWN or (
-        finding.severity is Severity.INFO and finding.message.startswith("cannot check:")
-    )
+def info_unchecked(finding: Finding) -> bool:
+    """An info rule's 'cannot check': it stays INFO and never counts against a node."""
+    return finding.severity is Severity.INFO and finding.message.startswith("cannot check:")
+
+
+def severity_words(findings: Sequence[Finding]) -> str:
+    """'0 critical, 1 warning, 0 unknown, 4 info (2 could not be checked)': the counts
+    that count against a node, the info notes that could not check said apart."""
+    counts = severity_counts(findings)
+    unchecked = sum(1 for f in findings if info_unchecked(f))
+    words = [f"{n} {s.value}" for s, n in counts.items()]
+    if unchecked:
+        words[-1] += f" ({unchecked} could not be checked)"
+    return ", ".join(words)
 
 
 def rule_tally(
@@ -177,26 +193,29 @@ def rule_tally(
     rules: Sequence[Rule] | None = None,
     readings: dict[str, Reading] | None = None,
 ) -> RuleTally:
-    """A rule could not be checked when any of its findings is unknown (an info rule's
-    'cannot check'); it did not apply when all of its findings are not-applicable, or
+    """A rule could not be checked when any of its findings is unknown (counted as
+    unknown) or, for an info rule, says 'cannot check' (counted apart); it did not apply
+    when all of its findings are not-applicable, or
     when the `readings` hold nothing for it to check (no NVLink on a PCIe card); it ran
     otherwise (checked, whether or not it fired). Without `rules` and `readings` the
     number that ran is not known (-1)."""
     by_rule: dict[str, list[Finding]] = {}
     for finding in findings:
         by_rule.setdefault(finding.rule_id, []).append(finding)
-    unknown = {r for r, fs in by_rule.items() if any(_cannot_check(f) for f in fs)}
+    unknown = {r for r, fs in by_rule.items() if any(f.severity is Severity.UNKNOWN for f in fs)}
+    info = {r for r, fs in by_rule.items() if any(map(info_unchecked, fs))} - unknown
+    unchecked = unknown | info
     not_applicable = {
         r
         for r, fs in by_rule.items()
-        if r not in unknown and all(f.severity is Severity.NOT_APPLICABLE for f in fs)
+        if r not in unchecked and all(f.severity is Severity.NOT_APPLICABLE for f in fs)
     }
     if rules is None or readings is None:
-        return RuleTally(-1, len(not_applicable), len(unknown))
+        return RuleTally(-1, len(not_applicable), len(unknown), len(info))
     active = {r.id for r in rules if r.status != "deprecated" and not r.disabled}
-    not_applicable |= active - rules_with_instances(rules, readings) - unknown
-    ran = len(active - unknown - not_applicable)
-    return RuleTally(ran, len(not_applicable & active), len(unknown & active))
+    not_applicable |= active - rules_with_instances(rules, readings) - unchecked
+    ran = len(active - unchecked - not_applicable)
+    return RuleTally(ran, len(not_applicable & active), len(unknown & active), len(info & active))
 
 
 def format_summary(snapshot: Snapshot, rules: Sequence[Rule] | None = None) -> str:
@@ -206,8 +225,7 @@ def format_summary(snapshot: Snapshot, rules: Sequence[Rule] | None = None) -> s
     probes = [p for p in snapshot.probes if p.name != DERIVED]  # derived: not a probe
     probes_ok = sum(1 for p in probes if p.status.value == "ok")
     readings = len(snapshot.readings_by_key)
-    counts = severity_counts(snapshot.findings)
-    count_text = ", ".join(f"{n} {s.value}" for s, n in counts.items())
+    count_text = severity_words(snapshot.findings)
     kernels = f", {len(snapshot.kernels)} kernel results" if snapshot.kernels else ""
     lines = [
         f"{snapshot.host}: {len(probes)} probes ({probes_ok} ok), "

@@ -209,6 +209,11 @@ def sample_gpu(
         except (ValueError, TypeError, KeyError, IndexError) as exc:
             values[column.name] = None
             errors[column.name] = f"{column.function} returned {raw!r:.40}: {exc}"
+    failures = [a for a in answers.values() if isinstance(a, NvmlError)]
+    if any(nvml.confirms_lost(gpu, exc) for exc in failures):  # lost: in every column
+        for name in values:
+            values[name] = None
+            errors[name] = "GpuIsLost"
     now = time.time() if now is None else now
     listed = _processes(nvml, answers.get(PROCESSES_CALL), describe)
     sample = Sample(now, gpu, values, errors, processes=listed)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from gpudiag.hostfs import HostFS
+from gpudiag.hostfs import LARGE_HOST_FILE, HostFS
 from gpudiag.model import Reading, ReadingStatus, Value
 from gpudiag.textparse import format_cpulist
 
@@ -65,3 +65,58 @@ def node_ids(host: HostFS, directory: str, prefix: str) -> list[int]:
         for name in host.listdir(directory)
         if name.startswith(prefix) and name[len(prefix) :].isdigit()
     ]
+
+
+# DMI system vendors (and product names) that only virtual machines report.
+VM_VENDORS = {
+    "qemu": "qemu",
+    "kvm": "kvm",
+    "vmware, inc.": "vmware",
+    "xen": "xen",
+    "innotek gmbh": "virtualbox",
+    "parallels software international inc.": "parallels",
+    "openstack foundation": "openstack",
+    "bochs": "bochs",
+}
+
+
+def cpuinfo_has_flag(text: str, flag: str) -> bool | None:
+    """Whether the first x86 'flags' line of /proc/cpuinfo lists `flag`; None when the
+    file has no flags line (other architectures)."""
+    for line in text.splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip() == "flags":
+            return flag in value.split()
+    return None
+
+
+def vm_from_dmi(sys_vendor: str, product_name: str) -> str | None:
+    """The hypervisor a DMI vendor/product pair names, or None for physical hardware."""
+    vendor = sys_vendor.strip().lower()
+    product = product_name.strip().lower()
+    if vendor in VM_VENDORS:
+        return VM_VENDORS[vendor]
+    if vendor == "microsoft corporation" and product == "virtual machine":
+        return "hyper-v"
+    if vendor == "google" and product == "google compute engine":
+        return "gce"
+    if vendor == "amazon ec2" and not product.endswith(".metal"):
+        return "aws-nitro"
+    return None
+
+
+def hypervisor(host: HostFS) -> str | None:
+    """The hypervisor the node runs under (DMI's name for it, else 'unknown hypervisor'
+    from the CPU's hypervisor flag), or None on bare metal or where neither says. The
+    probes use it to tell a file a VM never has (cpufreq, EDAC) from one that is missing:
+    the host probe's host.virt.vm reports the same, for HOST001."""
+    vendor = host.read("/sys/class/dmi/id/sys_vendor")
+    product = host.read("/sys/class/dmi/id/product_name")
+    if vendor.ok and product.ok:
+        found = vm_from_dmi(vendor.text or "", product.text or "")
+        if found is not None:
+            return found
+    cpuinfo = host.read("/proc/cpuinfo", LARGE_HOST_FILE)
+    if cpuinfo.ok and cpuinfo_has_flag(cpuinfo.text or "", "hypervisor"):
+        return "unknown hypervisor"
+    return None

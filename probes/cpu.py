@@ -21,7 +21,7 @@ from gpudiag import catalog
 from gpudiag.hostfs import LARGE_HOST_FILE, HostFS
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
-from gpudiag.probes.common import node_ids, per_cpu_reading
+from gpudiag.probes.common import hypervisor, node_ids, per_cpu_reading
 from gpudiag.textparse import format_cpulist, parse_bool01, parse_cpulist, parse_int
 
 CPU_DIR = "/sys/devices/system/cpu"
@@ -158,7 +158,24 @@ def _topology(host: HostFS, cpus: list[int]) -> Iterator[Reading]:
     yield Reading("cpu.threads_per_core", round(len(packages) / len(cores), 2), source=source)
 
 
-def _frequency(host: HostFS, cpus: list[int]) -> Iterator[Reading]:
+def hidden_by_vm(reading: Reading, vm: str | None, what: str) -> Reading:
+    """A reading missing on a VM, where the hypervisor hides `what`: unsupported (the
+    rules judging it do not apply there), with the reason. On bare metal (`vm` None) the
+    reading stays missing: there the file should exist, and its rule stays unknown."""
+    if vm is None or reading.status is not ReadingStatus.MISSING:
+        return reading
+    reason = f"a VM ({vm}) has no {what}: the hypervisor keeps it ({reading.reason})"
+    return Reading.failed(
+        reading.key, ReadingStatus.UNSUPPORTED, reason, reading.source, reading.unit
+    )
+
+
+def _frequency(host: HostFS, cpus: list[int], vm: str | None) -> Iterator[Reading]:
+    for reading in _frequency_files(host, cpus):
+        yield hidden_by_vm(reading, vm, "CPU frequency scaling")
+
+
+def _frequency_files(host: HostFS, cpus: list[int]) -> Iterator[Reading]:
     def cpufreq(name: str):
         return lambda cpu: f"{CPU_DIR}/cpu{cpu}/cpufreq/{name}"
 
@@ -216,17 +233,22 @@ def _frequency(host: HostFS, cpus: list[int]) -> Iterator[Reading]:
             yield status.reading(f"cpu.freq.{driver}_status")
 
 
-def _idle(host: HostFS, cpus: list[int]) -> Iterator[Reading]:
+def _idle(host: HostFS, cpus: list[int], vm: str | None) -> Iterator[Reading]:
     yield host.reading("cpu.idle.driver", f"{CPU_DIR}/cpuidle/current_driver")
     if not cpus:
+        source = f"sysfs:{CPU_DIR.removeprefix('/sys/')}"
+        for key in ("cpu.idle.states", "cpu.idle.C6.disabled"):
+            yield Reading.failed(key, ReadingStatus.MISSING, "no online CPUs in sysfs", source)
         return
     first = cpus[0]
     states = node_ids(host, f"{CPU_DIR}/cpu{first}/cpuidle", "state")
     source = f"sysfs:devices/system/cpu/cpu{first}/cpuidle"
-    if not states:
-        yield Reading.failed(
-            "cpu.idle.states", ReadingStatus.MISSING, "no cpuidle states in sysfs", source
-        )
+    if not states:  # CPU003 judges C6: say why there is none, on a VM or not
+        for key in ("cpu.idle.states", "cpu.idle.C6.disabled"):
+            missing = Reading.failed(
+                key, ReadingStatus.MISSING, "no cpuidle states in sysfs", source
+            )
+            yield hidden_by_vm(missing, vm, "CPU idle states")
         return
     names = []
     for state in states:
@@ -328,8 +350,9 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     yield from _topology(host, cpus)
     if context.cancel.is_set():
         return
-    yield from _frequency(host, cpus)
-    yield from _idle(host, cpus)
+    vm = hypervisor(host)
+    yield from _frequency(host, cpus, vm)
+    yield from _idle(host, cpus, vm)
 
 
 # the readings this probe makes (gpudiag/catalog.py)

@@ -35,15 +35,23 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     binding = getattr(nvml.backend, "binding", None)
     if binding is not None:  # a replay says nothing of the binding; a capture does
         yield from _binding(nvml, binding)
+    else:
+        yield Reading.failed(
+            "nvml.binding_branch",
+            ReadingStatus.UNSUPPORTED,
+            "an NVML replay records no nvidia-ml-py version (a capture does)",
+            "python:nvidia-ml-py",
+        )
 
 
 def host_files_match(context: ProbeContext) -> Reading:
     """nvml.host_files_match: whether NVML and the host files describe the same node.
     False only for an NVML replay read beside this machine's own files (`--nvml-replay`
-    without `--root`): then the rules that compare the two (GPU002, GPU003) do not apply.
-    A replay with a captured tree (--root) is taken as that node's whole capture."""
+    without `--root`): then the rules that compare the two (GPU002, GPU003, GPU031) do
+    not apply. A replay with a captured tree (--root), or a capture (`--replay`, whose
+    host files are its own node's), is taken as that node's whole record."""
     source = "gpudiag:--nvml-replay and --root"
-    if isinstance(context.nvml.backend, ReplayBackend) and context.host.is_live:
+    if isinstance(context.nvml.backend, ReplayBackend) and context.host.is_this_machine:
         reason = "NVML answers from a replay file, the host files are this machine's"
         return Reading("nvml.host_files_match", False, source=source, reason=reason)
     return Reading("nvml.host_files_match", True, source=source)

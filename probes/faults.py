@@ -20,7 +20,7 @@ from gpudiag import catalog
 from gpudiag.hostfs import LARGE_HOST_FILE, HostFS
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
-from gpudiag.probes.common import node_ids
+from gpudiag.probes.common import hypervisor, node_ids
 from gpudiag.textparse import parse_int
 
 XID = re.compile(
@@ -138,7 +138,8 @@ def _kernel_log(host: HostFS) -> tuple[str | None, str, ReadingStatus, str]:
 def _xids(host: HostFS) -> Iterator[Reading]:
     text, source, status, reason = kernel_log(host)
     if text is None:
-        yield Reading.failed("faults.xid.total", status, reason, source)
+        for key in ("faults.xid.total", "faults.xid.codes"):
+            yield Reading.failed(key, status, reason, source)
         return
     events = parse_xid_events(text)
     yield Reading("faults.xid.total", len(events), source=source)
@@ -157,13 +158,15 @@ def _edac(host: HostFS) -> Iterator[Reading]:
     base = "/sys/devices/system/edac/mc"
     controllers = node_ids(host, base, "mc")
     if not controllers:
+        vm = hypervisor(host)  # a VM has none: its memory errors are the host's to see
+        status = ReadingStatus.UNSUPPORTED if vm else ReadingStatus.MISSING
+        reason = (
+            f"a VM ({vm}) has no EDAC memory controllers: the hypervisor handles memory errors"
+            if vm
+            else "no EDAC memory controllers (EDAC driver not loaded)"
+        )
         for key in ("faults.edac.correctable", "faults.edac.uncorrectable"):
-            yield Reading.failed(
-                key,
-                ReadingStatus.MISSING,
-                "no EDAC memory controllers (EDAC driver not loaded)",
-                "sysfs:devices/system/edac/mc",
-            )
+            yield Reading.failed(key, status, reason, "sysfs:devices/system/edac/mc")
         return
     totals = {"ce_count": 0, "ue_count": 0}
     for mc in controllers:

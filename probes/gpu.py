@@ -128,6 +128,9 @@ class GpuCalls:
     nvml: Nvml
     index: int
     memo: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+    lost: NvmlError | None = None  # the first failure that says the GPU is lost
+    # active NVLinks whose remote device type could not be read: (remote bus id, why)
+    untyped_links: list[tuple[str, str]] = field(default_factory=list)
 
     def call(self, function: str, *args: int) -> Any:
         key = (function, *args)
@@ -136,10 +139,19 @@ class GpuCalls:
                 self.memo[key] = self.nvml.call(function, self.index, *args)
             except NvmlError as exc:
                 self.memo[key] = exc
+                if self.lost is None and self.nvml.confirms_lost(self.index, exc):
+                    self.lost = exc
         result = self.memo[key]
         if isinstance(result, NvmlError):
             raise result
         return result
+
+    def call_or_none(self, function: str, *args: int) -> Any:
+        """The call's value, or None where it failed (the failure is remembered)."""
+        try:
+            return self.call(function, *args)
+        except NvmlError:
+            return None
 
     def reading(
         self,
@@ -180,9 +192,26 @@ def _memory_and_modes(gpu: GpuCalls) -> Iterator[Reading]:
     yield gpu.reading(
         "memory.total", "nvmlDeviceGetMemoryInfo", unit="MiB", convert=lambda m: mib(m["total"])
     )
-    yield gpu.reading(
-        "memory.used", "nvmlDeviceGetMemoryInfo", unit="MiB", convert=lambda m: mib(m["used"])
+    # the v2 structure counts the driver's reserved memory apart, as nvidia-smi does; the
+    # first one's used includes it (480 MiB on an idle H100)
+    reserved = gpu.reading(
+        "memory.reserved",
+        "nvmlDeviceGetMemoryInfo_v2",
+        unit="MiB",
+        convert=lambda m: mib(m["reserved"]),
     )
+    yield reserved
+    if reserved.ok:
+        yield gpu.reading(
+            "memory.used",
+            "nvmlDeviceGetMemoryInfo_v2",
+            unit="MiB",
+            convert=lambda m: mib(m["used"]),
+        )
+    else:  # a driver before R510, or a recording without the v2 call
+        yield gpu.reading(
+            "memory.used", "nvmlDeviceGetMemoryInfo", unit="MiB", convert=lambda m: mib(m["used"])
+        )
     yield gpu.reading(
         "bar1.total",
         "nvmlDeviceGetBAR1MemoryInfo",
@@ -390,15 +419,28 @@ def _fabric(gpu: GpuCalls) -> Iterator[Reading]:
         function = "nvmlDeviceGetGpuFabricInfo"
         state = gpu.reading("fabric.state", function, convert=lambda f: FABRIC_STATES[f["state"]])
     yield state
+    status_key = f"gpu.{gpu.index}.fabric.status"
+    source = f"nvml:{function}"
     if state.ok and state.value == "completed":  # nvml.h: status is valid once completed
-        yield gpu.reading(
-            "fabric.status",
-            function,
-            convert=fabric_status,
-        )
+        yield gpu.reading("fabric.status", function, convert=fabric_status)
+    elif state.ok and state.value == "not-supported":  # the GPU is on no NVLink fabric
+        reason = "the GPU has no NVLink fabric (fabric state not-supported)"
+        yield Reading.failed(status_key, ReadingStatus.UNSUPPORTED, reason, source)
+    elif state.ok:  # NVL008 reports the state; the status comes once registration completes
+        reason = f"fabric registration has not completed (state {state.value})"
+        yield Reading.failed(status_key, ReadingStatus.MISSING, reason, source)
+    else:
+        yield Reading.failed(status_key, state.status, state.reason, state.source)
     if function.endswith("V"):
         yield gpu.reading(
             "fabric.health_flags", function, convert=lambda f: fabric_health(f["healthMask"])
+        )
+    else:  # the older structure has no health mask: NVL010 cannot apply on this driver
+        yield Reading.failed(
+            f"gpu.{gpu.index}.fabric.health_flags",
+            ReadingStatus.UNSUPPORTED,
+            "driver lacks nvmlDeviceGetGpuFabricInfoV (R535 and older): no fabric health mask",
+            source,
         )
 
 
@@ -422,6 +464,7 @@ def nvlink_readings(gpu: GpuCalls) -> tuple[list[Reading], dict[int, str], int]:
     to_switch = 0
     links = 0
     first_failure: NvmlError | None = None
+    unread: list[NvmlError] = []  # links whose state could not be read
     for link in range(NVLINK_MAX_LINKS):
         try:
             state = gpu.call("nvmlDeviceGetNvLinkState", link)
@@ -430,6 +473,7 @@ def nvlink_readings(gpu: GpuCalls) -> tuple[list[Reading], dict[int, str], int]:
                 first_failure = first_failure or exc
                 break  # links are numbered from 0: the first missing one ends the list
             readings.append(gpu.reading(f"nvlink.{link}.state", "nvmlDeviceGetNvLinkState", link))
+            unread.append(exc)
             links += 1
             continue
         links += 1
@@ -462,6 +506,8 @@ def nvlink_readings(gpu: GpuCalls) -> tuple[list[Reading], dict[int, str], int]:
             to_switch += 1
         elif remote.ok and isinstance(remote.value, str):
             remotes[link] = remote.value
+            if not kind.ok:  # a GPU's bus id says so; any other remote may be an NVSwitch
+                gpu.untyped_links.append((remote.value, kind.reason))
         for name, counter in NVLINK_ERRORS.items():
             readings.append(
                 gpu.reading(
@@ -473,15 +519,26 @@ def nvlink_readings(gpu: GpuCalls) -> tuple[list[Reading], dict[int, str], int]:
                 )
             )
     source = "nvml:nvmlDeviceGetNvLinkState"
-    if links == 0 and first_failure is not None:
-        readings.append(
+    if links == 0 and first_failure is not None:  # both say why: the rules do not apply
+        readings += [
             Reading.failed(
-                f"gpu.{gpu.index}.nvlink.count",
+                f"gpu.{gpu.index}.nvlink.{name}",
                 first_failure.status,
                 f"no NVLink: {first_failure.reason}",
                 source,
             )
-        )
+            for name in ("count", "active")
+        ]
+    elif unread:  # a link whose state failed: how many are active is not known
+        failure = unread[0]
+        reason = f"{len(unread)} of {links} NVLink states unread: {failure.reason}"
+        count: Reading = Reading(f"gpu.{gpu.index}.nvlink.count", links, source=source)
+        if len(unread) == links:  # not one link answered: their number is not known either
+            count = Reading.failed(count.key, failure.status, reason, source)
+        readings += [
+            count,
+            Reading.failed(f"gpu.{gpu.index}.nvlink.active", failure.status, reason, source),
+        ]
     else:
         readings.append(Reading(f"gpu.{gpu.index}.nvlink.count", links, source=source))
         active_count = sum(1 for r in readings if r.key.endswith(".state") and r.value == "active")
@@ -521,13 +578,13 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     remotes: dict[int, dict[int, str]] = {}
     switch_links: dict[int, int] = {}
     calls = {index: GpuCalls(nvml, index) for index in range(count)}
+    probed: list[GpuCalls] = []
     for index, gpu in calls.items():
         if context.cancel.is_set():
-            return
-        name = gpu.reading("health", "nvmlDeviceGetName", convert=lambda _: "ok")
-        yield name
-        lost = not name.ok and "GpuIsLost" in name.reason
-        if lost:
+            break
+        probed.append(gpu)
+        gpu.call_or_none("nvmlDeviceGetName")
+        if gpu.lost is not None:
             continue  # every other call would say the same
         for group in (
             _identity,
@@ -542,7 +599,24 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
                     bus_ids[index] = str(reading.value)
         links, remotes[index], switch_links[index] = nvlink_readings(gpu)
         yield from links
-    yield from _topology(calls, bus_ids, remotes, switch_links)
+        if gpu.lost is not None:  # lost part-way: its topology says so, not a guess
+            del remotes[index]
+    if not context.cancel.is_set():
+        yield from _topology(calls, bus_ids, remotes, switch_links)
+    for gpu in probed:  # last: a GPU lost by any call, its topology's included, is lost
+        yield health_reading(gpu)
+
+
+def health_reading(gpu: GpuCalls) -> Reading:
+    """gpu.N.health: ok, or the failure that lost the GPU (GPU001), whichever call it
+    came from: GpuIsLost, or an Unknown error the handle's re-check confirmed."""
+    key, source = f"gpu.{gpu.index}.health", "nvml:nvmlDeviceGetName"
+    if gpu.lost is None:
+        return Reading(key, "ok", source=source)
+    reason = gpu.lost.reason
+    if gpu.lost.code != "GpuIsLost":
+        reason += " (and the re-check of its PCI info failed too)"
+    return Reading.failed(key, ReadingStatus.ERROR, reason, f"nvml:{gpu.lost.function}")
 
 
 def _topology(
@@ -569,9 +643,26 @@ def _topology(
             except NvmlError as exc:
                 level, source = None, f"nvml:{exc.function}"
                 failure = exc
+            gpu_buses = set(bus_ids.values())
+            untyped = [
+                (x, why)
+                for x in (a, b)
+                for bus, why in calls[x].untyped_links
+                if bus not in gpu_buses
+            ]
             try:
                 label = topology_label(level, direct, (switch_links[a], switch_links[b]))
-                yield Reading(key, label, source=source + ", nvml:nvmlDeviceGetNvLinkRemotePciInfo")
+                if untyped:  # links to devices of unknown type: maybe NVSwitches; never guess
+                    x, why = untyped[0]
+                    reason = (
+                        f"uncertain: GPU {x} has NVLinks to devices of unknown type ({why}); "
+                        f"through NVSwitches they would add to the {label} counted"
+                    )
+                    yield Reading.failed(key, ReadingStatus.MISSING, reason, source)
+                else:
+                    yield Reading(
+                        key, label, source=source + ", nvml:nvmlDeviceGetNvLinkRemotePciInfo"
+                    )
             except ValueError:
                 yield Reading.failed(key, failure.status, failure.reason, source)
             supported = []
@@ -628,6 +719,7 @@ READINGS = (
         catalog.config("gpu.{gpu}.inforom.image"),
         catalog.config("gpu.{gpu}.memory.total", "MiB"),
         catalog.volatile("gpu.{gpu}.memory.used", "MiB"),
+        catalog.volatile("gpu.{gpu}.memory.reserved", "MiB"),
         catalog.config("gpu.{gpu}.mig.current"),
         catalog.config("gpu.{gpu}.mig.pending"),
         catalog.config("gpu.{gpu}.mig.instances"),

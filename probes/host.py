@@ -9,18 +9,7 @@ from gpudiag import catalog
 from gpudiag.hostfs import LARGE_HOST_FILE, FileText, HostFS
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
-
-# DMI system vendors (and product names) that only virtual machines report.
-VM_VENDORS = {
-    "qemu": "qemu",
-    "kvm": "kvm",
-    "vmware, inc.": "vmware",
-    "xen": "xen",
-    "innotek gmbh": "virtualbox",
-    "parallels software international inc.": "parallels",
-    "openstack foundation": "openstack",
-    "bochs": "bochs",
-}
+from gpudiag.probes.common import cpuinfo_has_flag, vm_from_dmi
 
 
 def parse_os_release(text: str) -> dict[str, str]:
@@ -50,31 +39,6 @@ def parse_proc_version(text: str) -> str | None:
 def parse_uptime(text: str) -> float:
     """Seconds since boot, the first field of /proc/uptime."""
     return float(text.split()[0])
-
-
-def cpuinfo_has_flag(text: str, flag: str) -> bool | None:
-    """Whether the first x86 'flags' line of /proc/cpuinfo lists `flag`; None when the
-    file has no flags line (other architectures)."""
-    for line in text.splitlines():
-        name, sep, value = line.partition(":")
-        if sep and name.strip() == "flags":
-            return flag in value.split()
-    return None
-
-
-def vm_from_dmi(sys_vendor: str, product_name: str) -> str | None:
-    """The hypervisor a DMI vendor/product pair names, or None for physical hardware."""
-    vendor = sys_vendor.strip().lower()
-    product = product_name.strip().lower()
-    if vendor in VM_VENDORS:
-        return VM_VENDORS[vendor]
-    if vendor == "microsoft corporation" and product == "virtual machine":
-        return "hyper-v"
-    if vendor == "google" and product == "google compute engine":
-        return "gce"
-    if vendor == "amazon ec2" and not product.endswith(".metal"):
-        return "aws-nitro"
-    return None
 
 
 def _first_ok(host: HostFS, *paths: str) -> FileText:

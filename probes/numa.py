@@ -27,13 +27,10 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     nodes = node_ids(host, NODE_DIR, "node")
     source = "sysfs:devices/system/node"
     yield host.reading("numa.balancing", "/proc/sys/kernel/numa_balancing", parse_int)
-    if not nodes:
-        yield Reading.failed(
-            "numa.nodes",
-            ReadingStatus.MISSING,
-            f"{NODE_DIR} lists no nodes (kernel without NUMA support?)",
-            source,
-        )
+    if not nodes:  # every node-wide reading says why, for the rules that judge them
+        reason = f"{NODE_DIR} lists no nodes (kernel without NUMA support?)"
+        for key in ("numa.nodes", "numa.memory_imbalance", "numa.nodes_per_socket"):
+            yield Reading.failed(key, ReadingStatus.MISSING, reason, source)
         return
     yield Reading("numa.nodes", nodes, source=source)
     cpu_nodes: list[int] = []
@@ -81,6 +78,14 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
             ReadingStatus.UNSUPPORTED,
             "one NUMA node with CPUs: no imbalance between nodes",
             "sysfs:devices/system/node",
+            "%",
+        )
+    else:  # no node with CPUs, or their memory sizes unread
+        yield Reading.failed(
+            "numa.memory_imbalance",
+            ReadingStatus.MISSING,
+            "the memory of the NUMA nodes with CPUs was not read (node*/meminfo, node*/cpulist)",
+            "sysfs:devices/system/node/node*/meminfo",
             "%",
         )
     topology = "sysfs:devices/system/cpu/cpu*/topology/physical_package_id"

@@ -15,6 +15,7 @@ from gpudiag import catalog
 from gpudiag.hostfs import HostFS
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.probe import Cost, Probe, ProbeContext
+from gpudiag.probes.common import node_ids
 from gpudiag.textparse import (
     format_cpulist,
     parse_cpulist,
@@ -37,6 +38,14 @@ ACS_CONTROL_BITS = (
     "DirectTranslatedP2P",
 )
 ACS_CAPABILITY_ID = 0x000D
+# PCI vendors of paravirtual devices, which have no PCIe link (no *_link_* files)
+VIRTUAL_VENDORS = {
+    0x1AF4: "virtio",
+    0x1B36: "QEMU",
+    0x15AD: "VMware",
+    0x1414: "Hyper-V",
+    0x5853: "Xen",
+}
 IOMMU_OPTIONS = ("iommu", "intel_iommu", "amd_iommu", "iommu.passthrough", "iommu.strict")
 
 
@@ -125,8 +134,37 @@ def _acs(host: HostFS, bridge: str) -> Reading:
     return Reading(key, flags, source=result.source)
 
 
+def numa_reading(numa: Reading, numa_nodes: int) -> Reading:
+    """A device's NUMA node: the kernel's -1 (no affinity) is unsupported, which PCIE010
+    reports, but on a machine with one NUMA node, where the kernel gives -1 for every
+    device, the device is local to node 0 (as `nvidia-smi topo -m` says): 0, with why."""
+    if not (numa.ok and isinstance(numa.value, int) and numa.value < 0):
+        return numa
+    if numa_nodes == 1:
+        reason = "the kernel reports -1 (no affinity) on a machine with one NUMA node, node 0"
+        return Reading(
+            numa.key, 0, source=f"{numa.source}, sysfs:devices/system/node", reason=reason
+        )
+    reason = "the platform reports no NUMA affinity (-1)"
+    return Reading.failed(numa.key, ReadingStatus.UNSUPPORTED, reason, numa.source)
+
+
+def link_reading(link: Reading, vendor: int | None) -> Reading:
+    """A link file a paravirtual device (virtio...) does not have: unsupported, so the
+    link rules do not apply to it; on any other device a missing link file stays missing."""
+    if link.status is not ReadingStatus.MISSING or vendor not in VIRTUAL_VENDORS:
+        return link
+    reason = f"a virtual {VIRTUAL_VENDORS[vendor]} device (vendor 0x{vendor:04x}) has no PCIe link"
+    return Reading.failed(link.key, ReadingStatus.UNSUPPORTED, reason, link.source, link.unit)
+
+
 def _device(
-    host: HostFS, address: str, kind: str, vendor: int | None, class_code: int
+    host: HostFS,
+    address: str,
+    kind: str,
+    vendor: int | None,
+    class_code: int,
+    numa_nodes: int = 0,
 ) -> Iterator[Reading]:
     base = f"{PCI_DIR}/{address}"
     prefix = f"pcie.{address}"
@@ -138,15 +176,9 @@ def _device(
         yield Reading(f"{prefix}.vendor", f"0x{vendor:04x}", source=f"{source}/vendor")
     yield host.reading(f"{prefix}.device", f"{base}/device")
     yield Reading(f"{prefix}.class", f"0x{class_code:06x}", source=f"{source}/class")
-    numa = host.reading(f"{prefix}.numa_node", f"{base}/numa_node", parse_int)
-    if numa.ok and isinstance(numa.value, int) and numa.value < 0:
-        numa = Reading.failed(
-            numa.key,
-            ReadingStatus.UNSUPPORTED,
-            "the platform reports no NUMA affinity (-1)",
-            numa.source,
-        )
-    yield numa
+    yield numa_reading(
+        host.reading(f"{prefix}.numa_node", f"{base}/numa_node", parse_int), numa_nodes
+    )
     if host.exists(f"{base}/local_cpulist"):
         yield host.reading(
             f"{prefix}.local_cpus",
@@ -164,7 +196,9 @@ def _device(
         source=f"{source}/driver",
     )
     for name in ("current_link_speed", "max_link_speed"):
-        speed = host.reading(f"{prefix}.{name}", f"{base}/{name}", parse_link_speed, "GT/s")
+        speed = link_reading(
+            host.reading(f"{prefix}.{name}", f"{base}/{name}", parse_link_speed, "GT/s"), vendor
+        )
         yield speed
         gen_key = f"{prefix}.{name.replace('speed', 'gen')}"
         if speed.ok and float(speed.value) in GEN_BY_SPEED:
@@ -177,7 +211,9 @@ def _device(
                 speed.source,
             )
     for name in ("current_link_width", "max_link_width"):
-        yield host.reading(f"{prefix}.{name}", f"{base}/{name}", parse_int, "lanes")
+        yield link_reading(
+            host.reading(f"{prefix}.{name}", f"{base}/{name}", parse_int, "lanes"), vendor
+        )
     aer = host.exists(f"{base}/aer_dev_correctable")
     for name, field in (
         ("correctable", "TOTAL_ERR_COR"),
@@ -225,6 +261,7 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     reported: list[str] = []
     gpus: list[str] = []
     bridges: set[str] = set()
+    numa_nodes = len(node_ids(host, "/sys/devices/system/node", "node"))
     for address in addresses:
         base = f"{PCI_DIR}/{address}"
         vendor_file, class_file = host.read(f"{base}/vendor"), host.read(f"{base}/class")
@@ -239,12 +276,13 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
         reported.append(address)
         if kind == "gpu":
             gpus.append(address)
-        readings = list(_device(host, address, kind, vendor, class_code))
+        readings = list(_device(host, address, kind, vendor, class_code, numa_nodes))
         yield from readings
         for reading in readings:
             if reading.key.endswith(".bridges") and isinstance(reading.value, list):
                 bridges.update(reading.value)
     yield Reading("pcie.devices", reported, source="sysfs:bus/pci/devices")
+    yield Reading("pcie.functions", len(addresses), source="sysfs:bus/pci/devices")
     yield Reading("pcie.gpu_count", len(gpus), unit="GPUs", source="sysfs:bus/pci/devices")
     for bridge in sorted(bridges):
         yield _acs(host, bridge)
@@ -287,6 +325,7 @@ READINGS = (
         catalog.config("pcie.{device}.max_link_speed", "GT/s"),
         catalog.config("pcie.{device}.max_link_width", "lanes"),
         catalog.config("pcie.{device}.numa_node"),
+        catalog.config("pcie.functions", help="how many PCI functions the bus lists"),
         catalog.config("pcie.{device}.vendor"),
     ),
 )

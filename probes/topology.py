@@ -21,6 +21,13 @@ READINGS = (
         "Kernel",
         catalog.config("kernel.gpudirect_rdma", help="loaded, missing, or not needed"),
     ),
+    *catalog.declare(
+        "Node",
+        catalog.config(
+            "node.nvidia_gpus",
+            help="whether the node has NVIDIA GPUs: on its PCI bus, or seen by NVML",
+        ),
+    ),
 )
 
 _GPU_BUS = re.compile(r"^gpu\.(\d+)\.pci\.bus_id$")
@@ -56,8 +63,9 @@ def _gpudirect(readings: dict[str, Reading], kinds: dict[str, Reading]) -> list[
     has_ib = any(r.value == "infiniband" and r.ok for r in kinds.values())
     source = "kernel.modules, pcie.*.kind"
     if not has_ib:
-        if not kinds:
-            return []  # no PCIe readings: nothing to say either way
+        devices = readings.get("pcie.devices")
+        if not kinds and (devices is None or not devices.ok):
+            return []  # the PCIe probe did not run (an import): nothing to say either way
         return [Reading("kernel.gpudirect_rdma", "not needed", source=source)]
     if modules is None or not modules.ok or not isinstance(modules.value, list):
         return [
@@ -70,6 +78,29 @@ def _gpudirect(readings: dict[str, Reading], kinds: dict[str, Reading]) -> list[
         ]
     loaded = any(m in modules.value for m in PEERMEM_MODULES)
     return [Reading("kernel.gpudirect_rdma", "loaded" if loaded else "missing", source=source)]
+
+
+def _nvidia_gpus(readings: dict[str, Reading]) -> list[Reading]:
+    """node.nvidia_gpus: true where the PCI bus lists an NVIDIA GPU or NVML sees one;
+    false where the bus was read, lists none, and NVML sees none (a node without GPUs:
+    the NVML and bus-count rules do not apply; a site that expects GPUs there says so
+    with a rule of its own, examples/site-rules/expected-gpus.toml). Nothing without
+    the bus (an nvidia-smi import, a tree without /sys/bus/pci): the GPU rules apply."""
+    source = "pcie.gpu_count, nvml.gpu_count"
+    on_bus, in_nvml = readings.get("pcie.gpu_count"), readings.get("nvml.gpu_count")
+    functions = readings.get("pcie.functions")
+    seen = [r for r in (on_bus, in_nvml) if r is not None and r.ok and r.value]
+    if seen:
+        return [Reading("node.nvidia_gpus", True, source=source)]
+    if functions is None:
+        return []  # the PCIe probe did not run (an import): nothing to say
+    listed = functions.value if functions.ok else 0
+    if on_bus is None or not on_bus.ok or not listed:
+        return []  # the bus was not read (no /sys/bus/pci/devices): the GPU rules apply
+    reason = f"no NVIDIA GPU on this node: its PCI bus lists {listed} functions, no NVIDIA GPU"
+    if in_nvml is not None and not in_nvml.ok:
+        reason += ", and NVML does not answer"
+    return [Reading("node.nvidia_gpus", False, source=source, reason=reason)]
 
 
 def _gpus_and_kinds(readings: dict[str, Reading]) -> tuple[dict[int, str], dict[str, Reading]]:
@@ -125,6 +156,7 @@ def derive(readings: dict[str, Reading]) -> ProbeResult:
                 Reading(f"topo.gpu.{gpu}.nearest_nic", nearest, source="topo.gpu.*.nic.*")
             )
     derived.extend(_gpudirect(readings, kinds))
+    derived.extend(_nvidia_gpus(readings))
     return ProbeResult(
         name="topology",
         title="GPU-NIC topology (derived)",

@@ -78,7 +78,14 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
     "GPU012": one("remapped_rows.failure", True, False),
     "GPU013": one("remapped_rows.uncorrectable", 1, 0),
     "GPU014": one("throttle_reasons", ["HwSlowdown"], ["GpuIdle", "SwPowerCap"]),
-    "GPU015": pair("clocks.app_sm", 1410, 1980, "clocks.max_sm", 1980),
+    "GPU015": (  # a stock H100 before R570: application clock 1755 = default, max 1980
+        [gpu("clocks.app_sm", 1410), gpu("clocks.default_app_sm", 1755)],
+        [
+            gpu("clocks.app_sm", 1755),
+            gpu("clocks.default_app_sm", 1755),
+            gpu("clocks.max_sm", 1980),
+        ],
+    ),
     "GPU016": pair("power.limit", 500.0, 700.0, "power.default_limit", 700.0),
     "GPU017": one("power.limit", 500.0, 700.0),
     "GPU018": pair("temperature.gpu", 85, 60, "temperature.slowdown", 87),

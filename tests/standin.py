@@ -76,7 +76,7 @@ def _processes(ps: list[dict[str, Any]]) -> list[Any]:
 ENCODERS: dict[str, Callable[[Any], list[Any]]] = {
     "nvmlDeviceGetPciInfo": _pci,
     "nvmlDeviceGetNvLinkRemotePciInfo": _pci,
-    "nvmlDeviceGetMemoryInfo": lambda m: [m["total"], m["free"], m["used"]],
+    "nvmlDeviceGetMemoryInfo": lambda m: [m["total"], m["free"], m["used"], m.get("reserved", 0)],
     "nvmlDeviceGetBAR1MemoryInfo": lambda m: [m["bar1Total"], m["bar1Free"], m["bar1Used"]],
     "nvmlDeviceGetUtilizationRates": lambda u: [u["gpu"], u["memory"]],
     "nvmlDeviceGetGpuFabricInfo": _fabric,

@@ -17,7 +17,7 @@ from gpudiag.kernels.plans import KernelPlan
 from gpudiag.kernels.readings import kernel_readings
 from gpudiag.kernels.runner import PlanRun
 from gpudiag.kernels.stats import summarize
-from gpudiag.model import KernelResult, ProbeResult, ProbeStatus, ReadingStatus, Snapshot
+from gpudiag.model import KernelResult, ProbeResult, ProbeStatus, Reading, ReadingStatus, Snapshot
 from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.probes import default_probes
 from gpudiag.probes.topology import derive as topology_derive
@@ -236,3 +236,13 @@ def test_a_saved_file_viewed_gets_its_derived_readings_and_keeps_its_findings(
     assert viewed.findings == old.findings  # as recorded: viewing judges nothing
     assert viewed.readings_by_key["node.profile"].value == "h100-sxm5"
     assert ensure_derived(judged) is judged
+
+
+def test_gpudirect_is_not_needed_on_a_node_whose_bus_lists_no_device() -> None:
+    """The PCIe probe ran and listed no device (a node without GPUs or adapters): no
+    InfiniBand, so GPUDirect RDMA is not needed; said, never left for OS002 to call
+    missing. Without PCIe readings at all (an nvidia-smi import) nothing is said."""
+    ran = {"pcie.devices": Reading("pcie.devices", [], source="sysfs:bus/pci/devices")}
+    (said,) = [r for r in topology_derive(ran).readings if r.key == "kernel.gpudirect_rdma"]
+    assert said.value == "not needed"
+    assert [r for r in topology_derive({}).readings if r.key == "kernel.gpudirect_rdma"] == []

@@ -314,3 +314,41 @@ def test_rules_lint_refuses_every_key_no_probe_declares(
     path.write_text(declared)
     ok = run_cli("rules", "lint", str(path))
     assert ok.returncode == 0 and ": ok (1 rules, 0 overrides)" in ok.stdout, ok.stdout
+
+
+def test_a_comparison_across_gpus_that_no_gpu_supports_does_not_apply() -> None:
+    """GPU020 compares InfoROM images; on GeForce no GPU has one (NotSupported): it does
+    not apply, never 'cannot check'. One GPU without it: the others are compared."""
+    none = _by_key(
+        *(
+            Reading.failed(f"gpu.{g}.inforom.image", ReadingStatus.UNSUPPORTED, "N/A")
+            for g in (0, 1)
+        )
+    )
+    (finding,) = [f for f in evaluate(load_rules(), none) if f.rule_id == "GPU020"]
+    assert finding.severity is Severity.NOT_APPLICABLE
+    assert "inforom.image is unsupported" in finding.message
+    some = _by_key(
+        Reading.failed("gpu.0.inforom.image", ReadingStatus.UNSUPPORTED, "N/A"),
+        Reading("gpu.1.inforom.image", "G520.0200.00.05"),
+        Reading("gpu.2.inforom.image", "G520.0200.00.04"),
+    )
+    (finding,) = [f for f in evaluate(load_rules(), some) if f.rule_id == "GPU020"]
+    assert finding.severity is Severity.INFO and "differ" in finding.message
+
+
+@pytest.mark.parametrize("tree", ["host-basic", "empty"])
+@pytest.mark.parametrize("replay", ["replay-no-driver.toml", "replay-2gpu.toml"])
+def test_no_rule_is_told_no_probe_produced_it(tmp_path: Path, tree: str, replay: str) -> None:
+    """Every probe says what it skipped and why, even on a sparse or empty host tree:
+    'no probe produced it' never reaches a user for a reading whose producer ran."""
+    from gpudiag.hostfs import HostFS
+    from gpudiag.nvml import Nvml, ReplayBackend
+    from gpudiag.probes import default_probes
+    from gpudiag.session import LiveNode
+
+    root = FIXTURES / tree if tree != "empty" else tmp_path
+    nvml = Nvml(ReplayBackend.from_file(FIXTURES / replay))
+    snapshot = LiveNode(HostFS(root), nvml, default_probes(), load_rules()).snapshot()
+    said = [(f.rule_id, f.message) for f in snapshot.findings if "no probe produced" in f.message]
+    assert said == []

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gpudiag.model import ReadingStatus, Severity
 from gpudiag.nvsmi import import_text
 from gpudiag.rulefile import load_rules
@@ -126,11 +128,15 @@ def test_remapped_rows_printed_as_one_placeholder_are_unsupported() -> None:
         assert r[f"gpu.0.remapped_rows.{name}"].status is ReadingStatus.UNSUPPORTED
 
 
-def test_thresholds_printed_only_relative_to_t_limit_are_unsupported() -> None:
+def test_thresholds_printed_only_relative_to_t_limit_are_derived_as_live() -> None:
+    """R570 on prints the thresholds only relative to T.Limit: the import derives them as
+    the live probe does, current temperature + T.Limit margin - relative threshold
+    (41 C + 46 C - (-2 C) = 89 C slowdown, 95 C shutdown, 87 C max operating)."""
     r = _readings(_text(H100_Q))
-    slowdown = r["gpu.0.temperature.slowdown"]
-    assert slowdown.status is ReadingStatus.UNSUPPORTED
-    assert slowdown.reason == "nvidia-smi prints it only relative to T.Limit (-2 C)"
+    assert r["gpu.0.temperature.slowdown"].value == 89
+    assert r["gpu.0.temperature.shutdown"].value == 95
+    assert r["gpu.0.temperature.gpu_max"].value == 87
+    assert "GPU T.Limit Temp" in r["gpu.0.temperature.slowdown"].source
 
 
 def test_q_text_processes_by_type() -> None:
@@ -586,3 +592,64 @@ def test_explain_and_profiles_say_where_a_rule_applies() -> None:
     assert "Applies only where: profile persistence_mode is True" in explain.stdout
     profiles = run_cli("rules", "profiles")
     assert "(brand or name: GeForce, Titan, TITAN)" in profiles.stdout
+
+
+LOST_LINE = (
+    "Unable to determine the device handle for GPU 00000000:00:07.0: GPU is lost.  "
+    "Reboot the system to recover this GPU"
+)
+
+
+@pytest.mark.parametrize("name", ["nvidia-smi-q.txt", "nvidia-smi-q-x.xml"])
+def test_a_gpu_nvidia_smi_cannot_reach_is_imported_as_lost(tmp_path: Path, name: str) -> None:
+    """The file a customer sends when a GPU fell off: nvidia-smi prints an error line for
+    it instead of its section. The real H100's output with such a line for a second GPU
+    imports both: the lost one is GPU001 CRITICAL (exit 2), never dropped as absent."""
+    text = (realdata_dir() / "h100-vm" / name).read_text()
+    sick = tmp_path / name
+    sick.write_text(f"{LOST_LINE}\n{text}")
+    out = tmp_path / "sick.json"
+    result = run_cli("import", str(sick), "-o", str(out))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "CRITICAL GPU001   GPU 1: GPU 1 does not answer NVML: nvidia-smi: Unable" in (
+        result.stdout
+    )
+    snapshot = load(out)
+    assert snapshot.reading("gpu.1.pci.bus_id").value == "0000:00:07.0"  # type: ignore[union-attr]
+    assert snapshot.reading("gpu.0.name").value == "NVIDIA H100 80GB HBM3"  # type: ignore[union-attr]
+    only = tmp_path / "only-the-error.txt"  # nvidia-smi printed nothing else
+    only.write_text(LOST_LINE + "\n")
+    alone = run_cli("import", str(only), "-o", str(tmp_path / "alone.json"))
+    assert alone.returncode == 2 and "GPU001" in alone.stdout, alone.stdout + alone.stderr
+
+
+def test_a_cut_paste_says_what_it_does_not_show() -> None:
+    """A paste with lines replaced by '...' (the real H100's -q, its memory sections
+    left out): what was cut is unknown, never 'not there', and without the 'Attached
+    GPUs' line the number of GPUs listed is no count of the node's GPUs."""
+    lines = (realdata_dir() / "h100-vm" / "nvidia-smi-q.txt").read_text().split("\n")
+    start = next(n for n, line in enumerate(lines) if "FB Memory Usage" in line)
+    cut = [*lines[:start], "    ...", *lines[start + 12 :]]
+    r = _readings("\n".join(cut))
+    for key in ("gpu.0.memory.used", "gpu.0.memory.total", "gpu.0.bar1.total"):
+        assert r[key].status is ReadingStatus.MISSING and "the paste is cut" in r[key].reason
+    assert r["nvml.gpu_count"].value == 1  # 'Attached GPUs : 1' is printed above the cut
+    assert r["gpu.0.name"].value == "NVIDIA H100 80GB HBM3"  # what is shown is read
+    headless = _readings("\n".join(line for line in cut if "Attached GPUs" not in line))
+    assert headless["nvml.gpu_count"].status is ReadingStatus.MISSING
+    whole = _readings("\n".join(lines))
+    assert whole["gpu.0.memory.used"].value == 0 and "gpu.0.memory.total" in whole
+
+
+def test_a_bundle_of_outputs_is_split_one_gpu_per_bus_id() -> None:
+    """An exporter's bundle (the real nvidia_gpu_exporter capture of an H100: -q idle,
+    then -q under load, topo -m, nvlink -s, one after another) is one GPU, as its first
+    -q shows it (not a second GPU at the same bus id), with the topology's NUMA node
+    and the NVLink states of the other outputs."""
+    name = "nvidia_gpu_exporter__linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
+    r = _readings((realdata_dir() / "captures-full" / name).read_text())
+    assert r["gpu.0.pci.bus_id"].value == "0000:00:09.0"
+    assert not any(key.startswith("gpu.1.") for key in r)
+    assert r["gpu.0.processes.compute"].value == []  # the idle output's, the first
+    assert r["gpu.0.numa_node"].value == 0  # from the bundled topo -m
+    assert r["gpu.0.nvlink.17.state"].value == "active"  # from the bundled nvlink -s

@@ -42,7 +42,10 @@ from hosttree import build_hgx_tree
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ALL_OK = [[p.name, "ok"] for p in default_probes()]
-NO_NVML = [[p.name, "skipped" if p.name == "gpu" else "ok"] for p in default_probes()]
+# and the derived result: the tree's bus lists no device, so GPUDirect RDMA is not needed
+NO_NVML = [[p.name, "skipped" if p.name == "gpu" else "ok"] for p in default_probes()] + [
+    ["derived", "ok"]
+]
 
 
 def _node(
@@ -155,7 +158,8 @@ def test_saved_snapshot_is_shown_read_only(tmp_path: Path) -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             await pilot.pause()
             assert "gpunode01  health: CRITICAL" in _banner(app)  # GPU 1 is lost
-            assert [row[:2] for row in _cells(app, "#probes")] == ALL_OK
+            # and the derived result (GPUDirect RDMA not needed: the tree's bus is empty)
+            assert [row[:2] for row in _cells(app, "#probes")] == [*ALL_OK, ["derived", "ok"]]
             await pilot.press("r")
             await pilot.pause()
             assert app.snapshot is loaded

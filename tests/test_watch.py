@@ -73,6 +73,31 @@ def test_one_failing_call_leaves_one_gap() -> None:
     assert json.loads(next(format_rows([sample], "jsonl", True)))["power"] is None
 
 
+def _one_gpu(failure: str, pci_info: object) -> Nvml:
+    device = {
+        "nvmlDeviceGetPowerUsage": {"error": failure},
+        "nvmlDeviceGetTemperature": {"0": 55},
+        "nvmlDeviceGetClockInfo": {"1": 1980, "2": 2619},
+        "nvmlDeviceGetPciInfo": pci_info,
+    }
+    return Nvml(ReplayBackend({"format": "gpudiag-nvml-replay", "version": 1, "devices": [device]}))
+
+
+def test_a_gpu_lost_by_one_call_is_lost_in_every_cell() -> None:
+    """GpuIsLost from one column's call (the others answered first, or from a cache):
+    the GPU is lost, LOST in every cell, as the snapshot's GPU001 says."""
+    sample = sample_gpu(_one_gpu("GpuIsLost", {"busId": "00000000:18:00.0"}), 0)
+    assert set(sample.values.values()) == {None}
+    assert set(sample.errors.values()) == {"GpuIsLost"}
+
+
+def test_an_unknown_error_is_lost_only_when_the_recheck_fails() -> None:
+    answering = sample_gpu(_one_gpu("Unknown", {"busId": "00000000:18:00.0"}), 0)
+    assert answering.errors["power"] == "Unknown" and answering.values["temp"] == 55
+    lost = sample_gpu(_one_gpu("Unknown", {"error": "Unknown"}), 0)
+    assert set(lost.errors.values()) == {"GpuIsLost"}
+
+
 def test_history_is_a_ring_buffer() -> None:
     history = History(length=50)
     for i in range(1000):

@@ -634,11 +634,13 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
     if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     answer_t a;
     nvmlReturn_t code = lookup(__func__, "nvmlDeviceGetMemoryInfo", device, "-", &a);
-    if (!code) {
+    if (!code) { /* the record is the first structure's (its used includes the reserved
+                  * memory), then the reserved memory where recorded */
         memory->total = next_u(&a);
         memory->free = next_u(&a);
         memory->used = next_u(&a);
-        memory->reserved = 0;
+        memory->reserved = next_u(&a);
+        memory->used -= memory->reserved;
     }
     return code;
 }
