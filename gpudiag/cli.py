@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn
 
 from gpudiag import __version__, capture, catalog, inputs
 from gpudiag.fleetcli import FLEET_COMMANDS, add_fleet_commands
@@ -32,7 +32,7 @@ from gpudiag.formats import (
 from gpudiag.health import add_health_parser, run_health
 from gpudiag.hostfs import HostFS
 from gpudiag.kernels.plans import BURN_PRECISIONS, DTYPE_NAMES, KERNELS, PLANS, KernelPlan
-from gpudiag.model import KernelResult, ProbeStatus, Severity, Snapshot
+from gpudiag.model import Severity, Snapshot
 from gpudiag.nvml import ReplayError, open_nvml
 from gpudiag.probes import default_probes
 from gpudiag.profiles import load_profiles
@@ -50,10 +50,8 @@ from gpudiag.session import (
     with_kernel_results,
 )
 from gpudiag.snapshot import SnapshotError, is_json_path, load, save, target_problem
-from gpudiag.views import result_name
 
 if TYPE_CHECKING:
-    from gpudiag.kernels.runner import PlanRun
     from gpudiag.redact import Redactor
 
 
@@ -329,13 +327,13 @@ def _export(node: LiveNode, args: argparse.Namespace) -> int:
         plan = replace(PLANS[args.kernels], until_confident=args.until_confident)
         print(f"gpudiag: running kernels ({args.kernels}) ...", file=sys.stderr)
         from gpudiag.kernels.runner import PlanRun
-        from gpudiag.run_report import run_with_progress
+        from gpudiag.run_report import print_results, run_with_progress
 
         run = PlanRun(plan, node.host, nvml=node.nvml)
         # progress per kernel as `gpudiag run` shows it, then the results table, on
         # stderr (stdout may be the snapshot: --export -)
         results, interrupted, others = run_with_progress(run, strict=False)
-        _print_results(run, results, others, sys.stderr)
+        print_results(run, results, others, sys.stderr)
         if interrupted:  # the results so far are shown; nothing is written
             raise KeyboardInterrupt
         snapshot = with_kernel_results(snapshot, results, node.rules, node.profile_name)
@@ -392,7 +390,7 @@ def _run_kernels(args: argparse.Namespace) -> int:
         args.until_confident,
     )
     from gpudiag.kernels.runner import KernelUnavailable, PlanRun
-    from gpudiag.run_report import run_with_progress
+    from gpudiag.run_report import print_results, run_with_progress
 
     run = PlanRun(plan)
     interrupted = False
@@ -403,65 +401,11 @@ def _run_kernels(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # Ctrl-C: the results so far, then exit 130
         run.cancel.set()
         results, interrupted = run.results, True
-    failed = _print_results(run, results, others)
+    failed = print_results(run, results, others)
     if interrupted:
         print("gpudiag: interrupted (the results above are partial)", file=sys.stderr)
         return 130
     return EXIT_CRITICAL if failed or any(b.faulty for b in run.burns) else 0
-
-
-def _print_results(
-    run: PlanRun, results: Sequence[KernelResult], others: float | None, file: TextIO | None = None
-) -> bool:
-    """The kernels' results as a table (and the burns' reports) on `file` (stdout);
-    whether any failed (not skipped)."""
-    from gpudiag.run_report import busy_note, trust_note
-
-    def say(line: str) -> None:
-        print(line, file=file or sys.stdout)
-
-    for report in run.burns:
-        verdict = "FAULTY" if report.faulty else "ok"
-        say(
-            f"burn           {report.device:<12} {verdict}: {report.iterations} "
-            f"products in {report.seconds:.1f} s ({report.gflops:.4g} GFLOP/s), "
-            f"{report.mismatches} mismatches, {report.nans} NaNs"
-            + (
-                f", measurement problem: {report.unreproduced} mismatches not reproduced"
-                if report.unreproduced
-                else ""
-            )
-            + (f", {report.error}" if report.error else "")
-            + (f", {len(report.samples)} NVML samples" if report.samples else "")
-        )
-    shown = [r for r in results if r.kernel != "burn"]
-    width = max([22, *(len(result_name(r)) + 1 for r in shown)])
-    if shown:
-        say(
-            f"{'kernel':<{width}} {'device':<12} {'median':>10} {'min':>10} {'max':>10} "
-            f"{'cv':>6}  95% CI of the median"
-        )
-    failed = False
-    for r in shown:
-        name = result_name(r)
-        if r.stats is None:
-            say(f"{name:<{width}} {r.device:<12} {r.status.value.upper()}: {r.error}")
-            failed = failed or r.status is not ProbeStatus.SKIPPED
-            continue
-        s = r.stats
-        say(
-            f"{name:<{width}} {r.device:<12} {s.median:>10.4g} {s.minimum:>10.4g} "
-            f"{s.maximum:>10.4g} {s.cv:>6.1%}  {s.ci95_low:.4g}-{s.ci95_high:.4g} {r.unit}"
-        )
-        if r.status is ProbeStatus.CANCELLED:
-            say(f"{'':<{width}} partial: {r.error}")
-        if dict(r.params).get("confident") is False:
-            say(f"{'':<{width}} not confident: the --until-confident budget ran out first")
-        if note := trust_note(r):
-            say(f"{'':<{width}} {note}")
-    if note := busy_note(others):
-        say(note)
-    return failed
 
 
 def _diff(args: argparse.Namespace) -> int:

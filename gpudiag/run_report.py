@@ -1,18 +1,21 @@
 """`gpudiag run` while it works: progress on stderr (a bar on a terminal, one line per
-step otherwise), partial results on Ctrl-C, and words beside a figure that cannot be
-trusted (a coefficient of variation over CV_LIMIT, a host busy with other work)."""
+step otherwise), partial results on Ctrl-C, the results table (print_results), and words
+beside a figure that cannot be trusted (a coefficient of variation over CV_LIMIT, a host
+busy with other work)."""
 
 from __future__ import annotations
 
 import os
 import sys
 import threading
+from collections.abc import Sequence
 from typing import TextIO
 
 import psutil
 
 from gpudiag.kernels.runner import PlanRun
-from gpudiag.model import KernelResult
+from gpudiag.model import KernelResult, ProbeStatus
+from gpudiag.views import result_name
 
 CV_LIMIT = 0.10  # the spread above which diff gives no verdict either
 BUSY_LIMIT = 25.0  # % of the host's CPUs used by other processes during the run
@@ -134,3 +137,56 @@ def busy_note(others: float | None) -> str:
         f"WARNING: other processes used {others:.0f}% of the host's CPUs during the run: "
         "figures may be low"
     )
+
+
+def print_results(
+    run: PlanRun, results: Sequence[KernelResult], others: float | None, file: TextIO | None = None
+) -> bool:
+    """The kernels' results as a table (and the burns' reports) on `file` (stdout);
+    whether any failed (not skipped)."""
+
+    def say(line: str) -> None:
+        print(line, file=file or sys.stdout)
+
+    for report in run.burns:
+        verdict = "FAULTY" if report.faulty else "ok"
+        say(
+            f"burn           {report.device:<12} {verdict}: {report.iterations} "
+            f"products in {report.seconds:.1f} s ({report.gflops:.4g} GFLOP/s), "
+            f"{report.mismatches} mismatches, {report.nans} NaNs"
+            + (
+                f", measurement problem: {report.unreproduced} mismatches not reproduced"
+                if report.unreproduced
+                else ""
+            )
+            + (f", {report.error}" if report.error else "")
+            + (f", {len(report.samples)} NVML samples" if report.samples else "")
+        )
+    shown = [r for r in results if r.kernel != "burn"]
+    width = max([22, *(len(result_name(r)) + 1 for r in shown)])
+    if shown:
+        say(
+            f"{'kernel':<{width}} {'device':<12} {'median':>10} {'min':>10} {'max':>10} "
+            f"{'cv':>6}  95% CI of the median"
+        )
+    failed = False
+    for r in shown:
+        name = result_name(r)
+        if r.stats is None:
+            say(f"{name:<{width}} {r.device:<12} {r.status.value.upper()}: {r.error}")
+            failed = failed or r.status is not ProbeStatus.SKIPPED
+            continue
+        s = r.stats
+        say(
+            f"{name:<{width}} {r.device:<12} {s.median:>10.4g} {s.minimum:>10.4g} "
+            f"{s.maximum:>10.4g} {s.cv:>6.1%}  {s.ci95_low:.4g}-{s.ci95_high:.4g} {r.unit}"
+        )
+        if r.status is ProbeStatus.CANCELLED:
+            say(f"{'':<{width}} partial: {r.error}")
+        if dict(r.params).get("confident") is False:
+            say(f"{'':<{width}} not confident: the --until-confident budget ran out first")
+        if note := trust_note(r):
+            say(f"{'':<{width}} {note}")
+    if note := busy_note(others):
+        say(note)
+    return failed
