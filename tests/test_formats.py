@@ -116,7 +116,7 @@ def test_prometheus_kernel_results_and_not_applicable_findings(
         'rule="NVL008",subject="GPU 0",severity="not-applicable",action="none",'
         'status="not_applicable"'
     ) in text
-    assert 'gpudiag_findings_by_severity{severity="info"} 12\n' in text  # not counted
+    assert 'gpudiag_findings_by_severity{severity="info"} 11\n' in text  # not counted
     report = tmp_path / "na.xml"
     report.write_text(junit(snapshot, load_rules()))
     (suite,) = list(JUnitXml.fromfile(str(report)))

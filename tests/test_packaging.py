@@ -11,6 +11,7 @@ import hook, which would quietly answer for a module the wheel lacks, is not the
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -208,6 +209,14 @@ def fleet(installed: Installed, tmp_path_factory: pytest.TempPathFactory) -> Pat
         export = installed.run("--replay", capture, "--export", str(fleet / f"{name}.toml"))
         assert export.returncode == (0 if name == "healthy" else 2), export.stderr
         assert f"wrote {fleet / name}.toml" in export.stdout, export.stdout
+    # Both captures are of one host, so the fleet sees one node with two runs, and its
+    # latest run is the one judged. Exported in the same second, the two runs would tie:
+    # the healthy run is made the older one, so that the faulty run is the latest.
+    healthy = fleet / "healthy.toml"
+    text = healthy.read_text()
+    created = re.search(r'^created = "([^"]+)"$', text, re.M)
+    assert created, text[:300]
+    healthy.write_text(text.replace(created.group(0), 'created = "2020-01-01T00:00:00Z"', 1))
     return fleet
 
 
