@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+import slurm_cluster
 
 from gpudiag import cli, inputs
 from gpudiag.slurmgres import GresError, expected_gpus, gpu_count
 
-from conftest import realdata_dir
+from conftest import realdata_dir, run_cli
 
 
 @pytest.mark.parametrize(
@@ -133,3 +136,31 @@ def test_a_gres_scontrol_shows_that_cannot_be_read(recorded, tmp_path: Path, cap
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert "scontrol show node n1: Gres entry 'gpu:h100:8:x' not understood" in err, err
     assert "update" not in calls
+
+
+@pytest.mark.timeout(120)
+def test_a_real_slurmctld_node_configured_with_a_gpu_it_lost(recorded, tmp_path: Path) -> None:
+    """Real slurmctld, slurmd and munged (tests/slurm_cluster.py), the node configured
+    with Gres=gpu:1: the health check, run as slurmd runs it, reads the GPU from the real
+    `scontrol show node` and drains the node with gpudiag's reason while the bus lists
+    none; with the GPU back it resumes the node it drained."""
+    if reason := slurm_cluster.missing():
+        pytest.skip(reason)
+    gone = tmp_path / "gone.capture.json"
+    gone.write_text(json.dumps(_without_gpu(recorded)))
+    back = realdata_dir() / "h100-vm" / "h100-vm.capture.json"
+    folder = Path(tempfile.mkdtemp(prefix="gpudiag-gres-", dir="/tmp"))
+    try:
+        with slurm_cluster.cluster(folder, gpus=1) as cluster:
+            args = ["health", "--for", "slurm", "--slurm-conf", str(cluster.conf)]
+            args += ["--node", cluster.node]
+            result = run_cli("--replay", str(gone), *args, timeout=60)
+            assert result.returncode == 2, result.stdout + result.stderr
+            assert result.stdout == f"gpudiag: {cluster.node}: drained: {REASON} (drain)\n"
+            assert cluster.wait_state("drained") == ("drained", f"{REASON} (drain)")
+            result = run_cli("--replay", str(back), *args, timeout=60)
+            assert result.returncode == 0, result.stdout + result.stderr
+            assert "healthy again; resumed" in result.stdout, result.stdout
+            cluster.wait_state("idle")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
