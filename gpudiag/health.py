@@ -19,7 +19,9 @@ textfile format, so a periodic health check keeps the node's metrics fresh.
   Reason="gpudiag: ..."`) when a critical finding recommends one of `--drain-on`
   (drain, service); resumes a node only when gpudiag drained it (its reason starts with
   `gpudiag:`) and the check now finds nothing to drain for; a node drained by anyone
-  else is left alone. `gpudiag-slurm-healthcheck` runs this with no arguments.
+  else is left alone. The GPUs Slurm configures for the node (its GRES, `Gres=gpu:8`) are
+  what it should have (node.expected_gpus): fewer on the PCI bus or in NVML is critical
+  and drains (NODE001, NODE002). `gpudiag-slurm-healthcheck` runs this with no arguments.
 - json: the verdict and the findings, for pipelines.
 
 Not-applicable findings never count against a node, warnings never drain one, unknown
@@ -42,13 +44,13 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gpudiag import inputs
+from gpudiag import inputs, slurmgres
 from gpudiag.formats import applicable, strongest_action
-from gpudiag.model import Action, Finding, Severity, Snapshot
+from gpudiag.model import Action, Finding, ProbeResult, Severity, Snapshot
 from gpudiag.session import (
     EXIT_UNKNOWN,
     LiveNode,
@@ -352,16 +354,30 @@ class Slurm:
             raise HealthError(f"{what}: {why}")
         return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
 
-    def state(self) -> tuple[str, str]:
-        """The node's state (IDLE+DRAIN, ...) and its reason, without the [user@time]."""
+    def show(self) -> str:
+        """`scontrol show node <node> --oneliner`'s answer; HealthError without State=."""
         what = f"scontrol show node {self.node}"
         result = self._run(what, "show", "node", self.node, "--oneliner")
-        state = re.search(r"\bState=(\S+)", result.stdout)
-        if state is None:
+        if re.search(r"\bState=(\S+)", result.stdout) is None:
             answer = _one_line(result.stdout)[:80]
             raise HealthError(f"{what}: no State= in {answer!r}")
-        reason = re.search(r"\bReason=(.*?)(?: \[[^\[\]]*\])?\s*$", result.stdout.strip())
+        return result.stdout
+
+    def state(self) -> tuple[str, str]:
+        """The node's state (IDLE+DRAIN, ...) and its reason, without the [user@time]."""
+        answer = self.show()
+        state = re.search(r"\bState=(\S+)", answer)
+        assert state is not None  # show() checked it
+        reason = re.search(r"\bReason=(.*?)(?: \[[^\[\]]*\])?\s*$", answer.strip())
         return (state.group(1), reason.group(1) if reason else "")
+
+    def expected_gpus(self) -> ProbeResult | None:
+        """The GPUs Slurm configures for the node (its GRES) as the `slurm` pseudo-probe's
+        node.expected_gpus; None where scontrol shows no Gres= field."""
+        try:
+            return slurmgres.expected_gpus(self.show(), self.node)
+        except slurmgres.GresError as exc:
+            raise HealthError(f"scontrol show node {self.node}: {exc}") from None
 
     def update(self, *fields: str) -> None:
         """scontrol update NodeName=<node> FIELDS..."""
@@ -480,6 +496,11 @@ def run_health(args: argparse.Namespace, argv: Sequence[str]) -> int:
             # the probes' share (45 s): scontrol gets the rest, whatever setting up took
             timeout = min(timeout, SLURM_BUDGET_S - SCONTROL_RESERVE_S)
         live = _live_node(args, argv)
+        if cluster is not None:
+            # the GPUs Slurm configures for the node, judged as a reading (NODE001, NODE002)
+            expected = cluster.expected_gpus()
+            if expected is not None:
+                live = replace(live, extra=(*live.extra, expected))
         verdict = None
         try:
             verdict = check_node(live, timeout, kernels)

@@ -38,12 +38,16 @@ class LiveNode:
     timeout_scale: float = 1.0
     profile_name: str | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
+    # results from outside the node's files and NVML (the GPUs Slurm configures for it),
+    # judged with the probes' readings
+    extra: Sequence[ProbeResult] = ()
 
     def snapshot(self, on_result: Callable[[ProbeResult], None] | None = None) -> Snapshot:
         """Run the probes, evaluate the rules, and return the snapshot."""
         self.cancel.clear()
         context = ProbeContext(host=self.host, nvml=self.nvml, cancel=self.cancel)
         results = probe_node(self.probes, context, on_result, self.timeout_scale)
+        results = [*results, *self.extra]
         snapshot = Snapshot(
             host=_hostname(results),
             created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -83,8 +83,9 @@ def _gpudirect(readings: dict[str, Reading], kinds: dict[str, Reading]) -> list[
 def _nvidia_gpus(readings: dict[str, Reading]) -> list[Reading]:
     """node.nvidia_gpus: true where the PCI bus lists an NVIDIA GPU or NVML sees one;
     false where the bus was read, lists none, and NVML sees none (a node without GPUs:
-    the NVML and bus-count rules do not apply; a site that expects GPUs there says so
-    with a rule of its own, examples/site-rules/expected-gpus.toml). Nothing without
+    the NVML and bus-count rules do not apply; where GPUs are expected there, Slurm's
+    GRES as node.expected_gpus (NODE001) or a site rule, examples/site-rules/
+    expected-gpus.toml, says so). Nothing without
     the bus (an nvidia-smi import, a tree without /sys/bus/pci): the GPU rules apply."""
     source = "pcie.gpu_count, nvml.gpu_count"
     on_bus, in_nvml = readings.get("pcie.gpu_count"), readings.get("nvml.gpu_count")

@@ -49,6 +49,15 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
         [R("nvml.init", "ok")],
     ),
     "NVML002": node("nvml.gpu_count", 0, 8),
+    # the GPUs Slurm configures (or any source of node.expected_gpus) against the bus
+    "NODE001": (
+        [R("node.expected_gpus", 8), R("pcie.gpu_count", 0), R("node.nvidia_gpus", False)],
+        [R("node.expected_gpus", 8), R("pcie.gpu_count", 8), R("node.nvidia_gpus", True)],
+    ),
+    "NODE002": (
+        [R("node.expected_gpus", 8), R("nvml.gpu_count", 7), R("node.nvidia_gpus", True)],
+        [R("node.expected_gpus", 8), R("nvml.gpu_count", 8), R("node.nvidia_gpus", True)],
+    ),
     "HOST001": node("host.virt.vm", "kvm", "none"),
     "HOST002": node("host.virt.container", "docker", "none"),
     "GPU001": (

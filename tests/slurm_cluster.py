@@ -104,16 +104,21 @@ MailProg=/bin/true
 ReturnToService=2
 SlurmdTimeout=30
 {health}
-NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000
+{gres_types}
+NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000{gres}
 PartitionName=debug Nodes={node} Default=YES MaxTime=10 State=UP
 """
 
 
 @contextlib.contextmanager
-def cluster(folder: Path, health_check: str | None = None, interval: int = 2) -> Iterator[Cluster]:
+def cluster(
+    folder: Path, health_check: str | None = None, interval: int = 2, gpus: int = 0
+) -> Iterator[Cluster]:
     """Start munged, slurmctld and slurmd in `folder`, which every folder above must let
     others through (munged refuses a socket below a private folder: not pytest's
-    tmp_path); stop them, by process id, on exit."""
+    tmp_path); stop them, by process id, on exit. `gpus`: the node is configured with
+    that many GPUs (Gres=gpu:N), which this machine does not have: slurmd is given them
+    as /dev/null in gres.conf, so slurmctld accepts the node (checked with N = 1)."""
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o755)
     (folder / "state").mkdir(exist_ok=True)
@@ -125,8 +130,17 @@ def cluster(folder: Path, health_check: str | None = None, interval: int = 2) ->
             f"HealthCheckProgram={health_check}\nHealthCheckInterval={interval}\n"
             "HealthCheckNodeState=ANY"
         )
+    gres_types, gres = "", ""
+    if gpus:
+        gres_types, gres = "GresTypes=gpu", f" Gres=gpu:{gpus}"
+        files = ",".join(["/dev/null"] * gpus)
+        (folder / "gres.conf").write_text(f"NodeName={node} Name=gpu File={files}\n")
     conf = folder / "slurm.conf"
-    conf.write_text(CONF.format(node=node, folder=folder, cpus=os.cpu_count() or 1, health=health))
+    text = CONF.format(
+        node=node, folder=folder, cpus=os.cpu_count() or 1, health=health,
+        gres_types=gres_types, gres=gres,
+    )  # fmt: skip
+    conf.write_text(text)
     env = {**os.environ, "SLURM_CONF": str(conf)}
     key = folder / "munge.key"
     subprocess.run([find("mungekey"), "--create", f"--keyfile={key}"], check=True)

@@ -134,6 +134,17 @@ def _binding_keys() -> set[str]:
     return {r.key for r in driver._binding(nvml, "13.615.71")}
 
 
+def _slurm_keys() -> set[str]:
+    """What the Slurm health check adds from `scontrol show node` (the GPUs Slurm
+    configures for the node), from the line a real slurmctld 22.05 answered."""
+    from gpudiag import slurmgres
+
+    line = "NodeName=vm Arch=x86_64 CPUTot=2 Gres=gpu:1 NodeAddr=127.0.0.1 State=IDLE"
+    result = slurmgres.expected_gpus(line, "vm")
+    assert result is not None
+    return {r.key for r in result.readings}
+
+
 def _template(key: str) -> re.Pattern[str]:
     """A rule's key template as a pattern of the keys it reads (the subjects' placeholder
     forms; any other placeholder is one key segment)."""
@@ -162,6 +173,7 @@ def _derived_keys(live: tuple) -> set[str]:
 def test_every_key_a_rule_reads_has_a_producer(live) -> None:
     produced = {r.key for result in live for r in result.readings}
     produced |= _imported_keys() | _kernel_keys() | _binding_keys() | _derived_keys(live)
+    produced |= _slurm_keys()
     orphans = {
         template: sorted(ids)
         for template, ids in _keys_rules_read().items()
