@@ -755,6 +755,23 @@ def _said_cut(readings: list[Reading]) -> list[Reading]:
 NVSMI_BANNER = re.compile(r"^==============NVSMI LOG==============\s*$", re.MULTILINE)
 
 
+def ends_cut(text: str) -> tuple[str, str] | None:
+    """(bus id, the text without its last line) where the file stops part-way through
+    its last GPU's section: a whole -q section (it starts with 'Product Name') always
+    prints 'Processes', and this one does not. Its last line may be cut mid-value, so it
+    is dropped. None where the last section is whole, or cannot be told whole (a
+    `-q -d` file prints only the sections asked for)."""
+    last = [p for p in NVSMI_BANNER.split(text) if p.strip()] or [text]
+    gpus = parse_q_text(last[-1])[1]
+    if not gpus:
+        return None
+    bus_id, tree = gpus[-1]
+    if "Product Name" not in tree.children or "Processes" in tree.children:
+        return None
+    kept = text.rstrip().rsplit("\n", 1)[0]
+    return bus_id, kept
+
+
 def _merged_q(text: str) -> tuple[dict[str, str], list[tuple[str, Node]]]:
     """A file of one or several -q outputs one after another (a bug report, an
     exporter's bundle: idle, then under load): the first output's header, and each GPU
@@ -773,7 +790,14 @@ def _merged_q(text: str) -> tuple[dict[str, str], list[tuple[str, Node]]]:
     return header, list(gpus.values())
 
 
+def _ended(bus_id: str) -> str:
+    return f"the file stops part-way through GPU {bus_id}'s section: not known"
+
+
 def _q_readings(text: str) -> list[Reading]:
+    cut_at_end = ends_cut(text)
+    if cut_at_end is not None:
+        text = cut_at_end[1]
     header, gpus = _merged_q(text)
     readings = _node_readings(
         header.get("Driver Version"),
@@ -790,11 +814,23 @@ def _q_readings(text: str) -> list[Reading]:
             else r
             for r in readings
         ]
+    ended = cut_at_end is not None and gpus[-1][0] == cut_at_end[0]
+    if ended and header.get("Attached GPUs") is None:  # GPUs after the cut are not listed
+        reason = f"{_ended(gpus[-1][0])}: how many GPUs"
+        readings = [
+            Reading.failed(r.key, ReadingStatus.MISSING, reason, r.source, "GPUs")
+            if r.key == "nvml.gpu_count"
+            else r
+            for r in readings
+        ]
     for index, (bus_id, tree) in enumerate(gpus):
         source_prefix = f"nvidia-smi-q:GPU {bus_id}"
         readings.append(Reading(f"gpu.{index}.health", "ok", source=source_prefix))
         sections = set(tree.children)
         find = partial(_q_value, tree)
+        if ended and index == len(gpus) - 1:  # what the file does not reach is unknown
+            readings.extend(_ended_readings(index, tree, bus_id, source_prefix))
+            continue
         if _is_cut(tree):  # a section left out may be one the GPU has: every field is asked
             every = {p.split("/")[0] for spec in FIELDS for p in spec.text}
             readings.extend(_said_cut(_field_readings(index, find, False, source_prefix, every)))
@@ -819,10 +855,70 @@ def _q_readings(text: str) -> list[Reading]:
     return list(with_ecc_totals(tuple(readings)))
 
 
+def _ended_readings(index: int, tree: Node, bus_id: str, prefix: str) -> list[Reading]:
+    """The readings of a GPU whose section the file stops in: what it shows, and every
+    other field, its ECC counts, processes and throttle reasons unknown, saying so."""
+    find = partial(_q_value, tree)
+    every = {p.split("/")[0] for spec in FIELDS for p in spec.text}
+    readings = _field_readings(index, find, False, prefix, every)
+    readings += _ecc_readings(index, find, False, prefix)
+    readings += _q_processes(index, tree, prefix) or [
+        Reading.failed(f"gpu.{index}.processes.{kind}", ReadingStatus.MISSING, "", prefix)
+        for kind in ("compute", "graphics")
+    ]
+    reasons = tree.find("Clocks Event Reasons") or tree.find("Clocks Throttle Reasons")
+    if reasons is None or reasons is tree.entries[-1][1]:  # absent, or where the file stops
+        readings.append(_throttle_reading(index, None, f"{prefix}/Clocks Event Reasons"))
+    else:
+        active = [
+            name
+            for label, node in reasons.walk()
+            if node.value and node.value.strip() == "Active" and (name := _throttle_name(label))
+        ]
+        readings.append(_throttle_reading(index, active, f"{prefix}/Clocks Event Reasons"))
+    reason = _ended(bus_id)
+    return [
+        Reading.failed(r.key, ReadingStatus.MISSING, reason, r.source, r.unit)
+        if r.status is ReadingStatus.MISSING
+        else r
+        for r in readings
+    ]
+
+
+_XML_TAG = re.compile(r"<(/?)([A-Za-z_][\w.:-]*)((?:\s[^<>]*?)?)(/?)>")
+_GPU_ID = re.compile(r"""\bid\s*=\s*["']([^"']+)["']""")
+
+
+def xml_stops_part_way(text: str) -> str | None:
+    """Where an XML that stops before its end leaves off: 'in <gpu id=...>, <clocks>',
+    naming the elements it does not close, innermost last; None where every element it
+    opens is closed (any other fault is the parser's to name)."""
+    stack: list[str] = []
+    for match in _XML_TAG.finditer(text):
+        closing, name, attributes, empty = match.groups()
+        if empty:
+            continue
+        if not closing:
+            bus = _GPU_ID.search(attributes) if name == "gpu" else None
+            stack.append(f"<gpu id={bus.group(1)}>" if bus else f"<{name}>")
+        elif stack and stack[-1].startswith((f"<{name}>", f"<{name} ")):
+            stack.pop()
+        else:
+            return None  # mismatched: not a file cut short
+    if not stack:
+        return None
+    shown = stack if len(stack) <= 8 else [*stack[:3], "...", *stack[-4:]]
+    return ", ".join(shown)
+
+
 def _xml_readings(text: str) -> list[Reading]:
     try:
         root = SafeET.fromstring(text.encode("utf-8"))
     except Exception as exc:  # defusedxml raises several types for hostile or broken XML
+        if (open_ := xml_stops_part_way(text)) is not None:
+            raise ImportError_(
+                f"the XML stops part-way ({exc}): the end of {open_} is missing"
+            ) from None
         raise ImportError_(f"not readable XML: {exc}") from None
     if root.tag != "nvidia_smi_log":
         raise ImportError_(f"XML root is <{root.tag}>, not <nvidia_smi_log>")

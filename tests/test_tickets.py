@@ -653,3 +653,89 @@ def test_a_bundle_of_outputs_is_split_one_gpu_per_bus_id() -> None:
     assert r["gpu.0.processes.compute"].value == []  # the idle output's, the first
     assert r["gpu.0.numa_node"].value == 0  # from the bundled topo -m
     assert r["gpu.0.nvlink.17.state"].value == "active"  # from the bundled nvlink -s
+
+
+H100_VM_Q = "h100-vm/nvidia-smi-q.txt"
+STOPPED = "the file stops part-way through GPU 00000000:00:06.0's section"
+
+
+@pytest.mark.parametrize(
+    ("stop_after", "unknown", "read"),
+    [
+        ("FB Memory Usage", "gpu.0.memory.used", "gpu.0.pci.bus_id"),
+        ("Clocks Event Reasons", "gpu.0.throttle_reasons", "gpu.0.pci.bus_id"),
+        ("Max Clocks", "gpu.0.clocks.max_mem", "gpu.0.power.limit"),
+    ],
+)
+def test_a_q_file_that_stops_part_way_says_what_it_does_not_reach(
+    stop_after: str, unknown: str, read: str
+) -> None:
+    """The real H100's -q stopped at end of file inside a section (a paste cut short,
+    its last line cut mid-value): what it shows is read, what it does not reach
+    (that section's rest, processes, the sections after) is unknown, saying so, and
+    never read as 'not there' or counted from."""
+    text = _text(H100_VM_Q)
+    lines = text.split("\n")
+    start = next(n for n, line in enumerate(lines) if line.strip().startswith(stop_after))
+    cut = "\n".join(lines[: start + 2]) + lines[start + 2][:20]  # mid-value, no newline
+    r = _readings(cut)
+    for key in (unknown, "gpu.0.processes.compute", "gpu.0.processes.graphics"):
+        assert r[key].status is ReadingStatus.MISSING and STOPPED in r[key].reason, key
+    assert r[read].ok, r[read]
+    assert r["gpu.0.name"].value == "NVIDIA H100 80GB HBM3"
+    assert r["nvml.gpu_count"].value == 1  # 'Attached GPUs : 1' is printed above
+    headless = _readings(cut.replace("Attached GPUs", "Attached"))
+    assert headless["nvml.gpu_count"].status is ReadingStatus.MISSING
+    assert STOPPED in headless["nvml.gpu_count"].reason
+    whole = _readings(text)
+    assert whole["gpu.0.processes.compute"].value == []
+    assert whole["gpu.0.clocks.max_mem"].value == 2619
+    assert whole["gpu.0.throttle_reasons"].value == []  # none active: known, not unknown
+
+
+def test_a_cut_value_is_not_read_at_the_end_of_a_file() -> None:
+    """The last line of a file stopped part-way may be cut mid-value: 'Max Power Limit :
+    7' is no limit of 7 W. The line before it is read."""
+    lines = _text(H100_VM_Q).split("\n")
+    at = next(n for n, line in enumerate(lines) if "Max Power Limit" in line)
+    r = _readings("\n".join(lines[:at]) + "\n" + lines[at][: lines[at].index(":") + 3])
+    assert r["gpu.0.power.max_limit"].status is ReadingStatus.MISSING
+    assert STOPPED in r["gpu.0.power.max_limit"].reason
+
+
+def test_a_q_d_file_is_not_taken_for_one_cut_short() -> None:
+    """A `-q -d PAGE_RETIREMENT` file (the real Azure 8-GPU one) prints only the section
+    asked for: no 'Processes' there is no cut."""
+    name = "nvidia-smi-q/azurehpc__orig_nvsmi8_output__q-d-PAGE_RETIREMENT_8gpu_535.86.10.txt"
+    r = _readings(_text(name))
+    assert not [k for k, v in r.items() if "stops part-way" in v.reason]
+    assert r["nvml.gpu_count"].value == 8 and "gpu.7.retired_pages.pending" in r
+
+
+@pytest.mark.parametrize(
+    ("name", "stop_at", "missing"),
+    [
+        ("h100-vm/nvidia-smi-q-x.xml", "<fb_memory_usage>", "<gpu id=00000000:00:06.0>"),
+        (
+            "nvidia-smi-xml/telegraf__dual_a5000-v13.xml",
+            "<processes>",
+            "<gpu id=00000000:81:00.0>, <processes>, <process_info>",
+        ),
+    ],
+)
+def test_an_xml_that_stops_part_way_is_refused_naming_what_is_missing(
+    tmp_path: Path, name: str, stop_at: str, missing: str
+) -> None:
+    """A -q -x file cut short cannot be read as XML: one line, exit 3, naming the
+    elements it leaves open (the GPU by its bus id), and nothing written."""
+    text = _text(name)
+    cut = tmp_path / "cut.xml"
+    cut.write_text(text[: text.index(stop_at) + len(stop_at) + 40])
+    out = tmp_path / "out.json"
+    result = run_cli("import", str(cut), "-o", str(out))
+    assert result.returncode == 3, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "the XML stops part-way" in lines[0] and "<nvidia_smi_log>" in lines[0]
+    assert missing in lines[0], lines[0]
+    assert not out.exists()
