@@ -56,12 +56,14 @@ READINGS = (
         "gpu.{gpu}.ecc.volatile.uncorrected.dram",
         "gpu.{gpu}.ecc.volatile.uncorrected.sram",
         "gpu.{gpu}.fabric.state",
+        "gpu.{gpu}.fabric.status",
         "gpu.{gpu}.health",
         "gpu.{gpu}.inforom.image",
         "gpu.{gpu}.memory.total",
         "gpu.{gpu}.memory.used",
         "gpu.{gpu}.memory.reserved",
         "gpu.{gpu}.mig.current",
+        "gpu.{gpu}.mig.instances",
         "gpu.{gpu}.mig.pending",
         "gpu.{gpu}.name",
         "gpu.{gpu}.numa_node",
@@ -96,6 +98,10 @@ READINGS = (
         "gpu.{gpu}.serial",
         "gpu.{gpu}.temperature.gpu",
         "gpu.{gpu}.temperature.gpu_max",
+        "gpu.{gpu}.temperature.gpu_max_tlimit",
+        "gpu.{gpu}.temperature.shutdown_tlimit",
+        "gpu.{gpu}.temperature.slowdown_tlimit",
+        "gpu.{gpu}.temperature.tlimit_margin",
         "gpu.{gpu}.temperature.shutdown",
         "gpu.{gpu}.temperature.slowdown",
         "gpu.{gpu}.throttle_reasons",
@@ -709,6 +715,114 @@ def _field_readings(
     return readings
 
 
+# the T.Limit temperatures (R5xx on): the margin to T.Limit and each threshold relative to it
+TLIMIT_FIELDS = (
+    ("temperature.tlimit_margin", "temperature/gpu_temp_tlimit", "Temperature/GPU T.Limit Temp"),
+    *((f"temperature.{name}_tlimit", xml, text) for name, (xml, text) in (
+        ("slowdown", RELATIVE_THRESHOLDS["temperature.slowdown"]),
+        ("shutdown", RELATIVE_THRESHOLDS["temperature.shutdown"]),
+        ("gpu_max", RELATIVE_THRESHOLDS["temperature.gpu_max"]),
+    )),
+)  # fmt: skip
+
+
+def _tlimit_readings(index: int, find: Lookup, xml: bool, prefix: str) -> list[Reading]:
+    """gpu.N.temperature.{tlimit_margin,*_tlimit}, where the file has its Temperature
+    section; unsupported where it prints no T.Limit lines (drivers before them: NVML
+    answers NotSupported there too)."""
+    readings = []
+    for suffix, xml_path, text_path in TLIMIT_FIELDS:
+        path = xml_path if xml else text_path
+        key, raw = f"gpu.{index}.{suffix}", find(path)
+        if raw is None:
+            reason = "nvidia-smi prints no T.Limit temperatures here (older driver)"
+            readings.append(
+                Reading.failed(key, ReadingStatus.UNSUPPORTED, reason, f"{prefix}/{path}", "C")
+            )
+        else:
+            readings.append(_reading(key, raw, integer, "C", f"{prefix}/{path}"))
+    return readings
+
+
+def _fabric_status(index: int, find: Lookup, xml: bool, prefix: str) -> list[Reading]:
+    """gpu.N.fabric.status as the live probe gives it: 'ok' for nvidia-smi's 'Success'
+    (else its text) once the state is Completed; unsupported where the state is N/A (no
+    NVLink fabric); missing while registration has not completed."""
+    state_path, status_path = ("fabric/state", "fabric/status") if xml else (
+        "Fabric/State", "Fabric/Status")  # fmt: skip
+    state, status = find(state_path), find(status_path)
+    key, source = f"gpu.{index}.fabric.status", f"{prefix}/{status_path}"
+    if state is None:
+        return []  # a file without the Fabric section (older driver, -q -d) cannot hold it
+    if status_of(state):
+        reason = "the GPU has no NVLink fabric (fabric state not-supported)"
+        return [Reading.failed(key, ReadingStatus.UNSUPPORTED, reason, source)]
+    if state.strip().lower() != "completed":
+        reason = f"fabric registration has not completed (state {state.strip().lower()})"
+        return [Reading.failed(key, ReadingStatus.MISSING, reason, source)]
+    if status is not None and status.strip().lower() == "success":
+        return [Reading(key, "ok", source=source)]
+    return [_reading(key, status, text_value, "", source)]
+
+
+def _mig_instances(
+    index: int, devices: list[tuple[str | None, str | None, str | None, str | None]], source: str
+) -> Reading:
+    """gpu.N.mig.instances from (index, GPU instance, compute instance, FB total) of each
+    MIG device, as the live probe gives them: 'GI 2 / CI 0: 40448 MiB', in index order."""
+    key = f"gpu.{index}.mig.instances"
+    try:
+        rows = sorted((integer(i or ""), integer(g or ""), integer(c or ""), integer(t or ""))
+                      for i, g, c, t in devices)  # fmt: skip
+    except ValueError as exc:
+        return Reading.failed(key, ReadingStatus.ERROR, f"cannot parse a MIG device: {exc}", source)
+    return Reading(key, [f"GI {g} / CI {c}: {t} MiB" for _, g, c, t in rows], source=source)
+
+
+def _q_mig(index: int, tree: Node, prefix: str) -> list[Reading]:
+    """MIG devices of a GPU in MIG mode: 'MIG Device' blocks (R590 prints them in the
+    GPU's section, older drivers under 'MIG Devices'); none where MIG is off."""
+    current = _q_value(tree, "MIG Mode/Current")
+    if current is None or current.strip() != "Enabled":
+        return []
+    holder = tree.children.get("MIG Devices", tree)
+    if holder is not tree and holder.value is not None and holder.value.strip() == "None":
+        return [Reading(f"gpu.{index}.mig.instances", [], source=f"{prefix}/MIG Devices")]
+    blocks = [node for label, node in holder.entries if label == "MIG Device"]
+    if not blocks:
+        return []
+    devices = [
+        (
+            _q_value(b, "Index"),
+            _q_value(b, "GPU Instance ID"),
+            _q_value(b, "Compute Instance ID"),
+            _q_value(b, "Shared FB Memory Usage/Total") or _q_value(b, "FB Memory Usage/Total"),
+        )
+        for b in blocks
+    ]
+    return [_mig_instances(index, devices, f"{prefix}/MIG Device")]
+
+
+def _xml_mig(index: int, gpu: Any, prefix: str) -> list[Reading]:
+    """As _q_mig, for <mig_devices><mig_device> (never seen in a real file here: the
+    real XML files have MIG off or 'None'; the tags are nvidia-smi's DTD's)."""
+    if (gpu.findtext("mig_mode/current_mig") or "").strip() != "Enabled":
+        return []
+    holder = gpu.find("mig_devices")
+    if holder is None:
+        return []
+    devices = [
+        (
+            d.findtext("index"),
+            d.findtext("gpu_instance_id"),
+            d.findtext("compute_instance_id"),
+            d.findtext("shared_fb_memory_usage/total") or d.findtext("fb_memory_usage/total"),
+        )
+        for d in holder.findall("mig_device")
+    ]
+    return [_mig_instances(index, devices, f"{prefix}/mig_devices")]
+
+
 def _q_processes(index: int, tree: Node, prefix: str) -> list[Reading]:
     """gpu.N.processes.{compute,graphics}: the PIDs by type ('C', 'G', 'C+G')."""
     processes = tree.children.get("Processes")
@@ -838,6 +952,10 @@ def _q_readings(text: str) -> list[Reading]:
             readings.extend(_field_readings(index, find, False, source_prefix, sections))
         if "ECC Errors" in sections:
             readings.extend(_ecc_readings(index, find, False, source_prefix))
+        if "Temperature" in sections:
+            readings.extend(_tlimit_readings(index, find, False, source_prefix))
+        readings.extend(_fabric_status(index, find, False, source_prefix))
+        readings.extend(_q_mig(index, tree, source_prefix))
         readings.extend(_q_processes(index, tree, source_prefix))
         reasons = tree.find("Clocks Event Reasons") or tree.find("Clocks Throttle Reasons")
         if reasons is None:
@@ -937,6 +1055,10 @@ def _xml_readings(text: str) -> list[Reading]:
         readings.extend(_field_readings(index, find, True, prefix, sections))
         if "ecc_errors" in sections:
             readings.extend(_ecc_readings(index, find, True, prefix))
+        if "temperature" in sections:
+            readings.extend(_tlimit_readings(index, find, True, prefix))
+        readings.extend(_fabric_status(index, find, True, prefix))
+        readings.extend(_xml_mig(index, gpu, prefix))
         reasons = gpu.find("clocks_event_reasons")
         if reasons is None:
             reasons = gpu.find("clocks_throttle_reasons")

@@ -739,3 +739,75 @@ def test_an_xml_that_stops_part_way_is_refused_naming_what_is_missing(
     assert "the XML stops part-way" in lines[0] and "<nvidia_smi_log>" in lines[0]
     assert missing in lines[0], lines[0]
     assert not out.exists()
+
+
+H100_MIG_Q = "nvidia-smi-q/nvgpuexp__linux-x86_64__nvidia-h100-mig__590.48.01__idle.txt"
+H200_MIG_Q = "nvidia-smi-q/nvgpuexp__linux-x86_64__nvidia-h200-mig__590.48.01__load.txt"
+
+
+def test_q_text_reads_mig_devices_fabric_status_and_tlimit_temperatures() -> None:
+    """Fields -q prints that the live probe reads and the import did not (the format
+    audit of issue 26): each MIG device (GI / CI and its memory, as the live probe's
+    mig.instances), the fabric status once registration completed, and the T.Limit
+    temperatures; values from the real H100 and H200 in MIG mode."""
+    r = _readings(_text(H100_MIG_Q))
+    assert r["gpu.0.mig.instances"].value == [
+        "GI 2 / CI 0: 40448 MiB",
+        "GI 3 / CI 0: 20096 MiB",
+        "GI 9 / CI 0: 9984 MiB",
+        "GI 10 / CI 0: 9984 MiB",
+    ]
+    assert r["gpu.0.fabric.state"].value == "completed"
+    assert r["gpu.0.fabric.status"].value == "ok"  # 'Status : Success'
+    assert r["gpu.0.temperature.tlimit_margin"].value == 45
+    tlimits = ("slowdown", "shutdown", "gpu_max")
+    assert [r[f"gpu.0.temperature.{n}_tlimit"].value for n in tlimits] == [-2, -8, 0]
+    h200 = _readings(_text(H200_MIG_Q))
+    assert h200["gpu.0.mig.instances"].value[:2] == [
+        "GI 2 / CI 0: 71424 MiB",
+        "GI 2 / CI 1: 71424 MiB",  # two compute instances share their GPU instance's memory
+    ]
+    assert len(h200["gpu.0.mig.instances"].value) == 5
+    h100 = _readings(_text(H100_Q))  # MIG off: no instances to list
+    assert "gpu.0.mig.instances" not in h100 and h100["gpu.0.mig.current"].value is False
+
+
+def test_xml_reads_fabric_status_and_tlimit_temperatures() -> None:
+    """The same fields in -q -x: the real H100 VM's fabric is N/A (no NVLink fabric:
+    the status does not apply, as live), its T.Limit temperatures are read; a driver
+    that prints no T.Limit lines (the GTX 1070 Ti's) has them unsupported, not missing."""
+    r = _readings(_text("h100-vm/nvidia-smi-q-x.xml"))
+    assert r["gpu.0.fabric.status"].status is ReadingStatus.UNSUPPORTED
+    assert "no NVLink fabric" in r["gpu.0.fabric.status"].reason
+    assert r["gpu.0.temperature.tlimit_margin"].value == 42
+    assert r["gpu.0.temperature.shutdown_tlimit"].value == -8
+    blackwell = _readings(_text(BLACKWELL_XML))
+    assert blackwell["gpu.0.temperature.tlimit_margin"].value == 68
+    assert blackwell["gpu.0.temperature.shutdown_tlimit"].value == -5
+    old = _readings(_text("nvidia-smi-xml/telegraf__gtx-1070-ti.xml"))
+    assert old["gpu.0.temperature.tlimit_margin"].status is ReadingStatus.UNSUPPORTED
+    assert "gpu.0.fabric.status" not in old  # no Fabric section in this driver's output
+
+
+def test_xml_reads_mig_devices_as_the_q_text_does() -> None:
+    """No real -q -x here has MIG on: the real H100 VM's XML is edited to MIG mode with
+    the two devices of the real MIG H100's -q (tags as nvidia-smi's DTD prints them:
+    mig_device/index, gpu_instance_id, compute_instance_id, fb_memory_usage/total), and
+    reads as the -q text does; unedited ('None', MIG off) it lists none."""
+    text = _text("h100-vm/nvidia-smi-q-x.xml")
+    assert "gpu.0.mig.instances" not in _readings(text)
+    device = (
+        "<mig_device><index>{0}</index><gpu_instance_id>{1}</gpu_instance_id>"
+        "<compute_instance_id>0</compute_instance_id><fb_memory_usage><total>{2} MiB</total>"
+        "</fb_memory_usage></mig_device>"
+    )
+    blocks = device.format(1, 3, 20096) + device.format(0, 2, 40448)
+    on = text.replace("<current_mig>Disabled", "<current_mig>Enabled", 1)
+    on = on.replace(
+        "<mig_devices>\n\t\t\tNone\n\t\t</mig_devices>", f"<mig_devices>{blocks}</mig_devices>"
+    )
+    assert blocks in on  # the edit was made
+    r = _readings(on)
+    assert r["gpu.0.mig.instances"].value == ["GI 2 / CI 0: 40448 MiB", "GI 3 / CI 0: 20096 MiB"]
+    none = text.replace("<current_mig>Disabled", "<current_mig>Enabled", 1)
+    assert _readings(none)["gpu.0.mig.instances"].value == []  # MIG on, no instance made
