@@ -55,6 +55,7 @@ READINGS = (
         "gpu.{gpu}.ecc.volatile.uncorrected",
         "gpu.{gpu}.ecc.volatile.uncorrected.dram",
         "gpu.{gpu}.ecc.volatile.uncorrected.sram",
+        "gpu.{gpu}.fabric.health_flags",
         "gpu.{gpu}.fabric.state",
         "gpu.{gpu}.fabric.status",
         "gpu.{gpu}.health",
@@ -765,6 +766,41 @@ def _fabric_status(index: int, find: Lookup, xml: bool, prefix: str) -> list[Rea
     return [_reading(key, status, text_value, "", source)]
 
 
+# the fabric health lines nvidia-smi prints (R560 on) -> the live probe's flag names
+FABRIC_HEALTH = (
+    ("degraded-bandwidth", "health/bandwidth", "Health/Bandwidth"),
+    ("route-recovery", "health/route_recovery_in_progress", "Health/Route Recovery in progress"),
+    ("route-unhealthy", "health/route_unhealthy", "Health/Route Unhealthy"),
+    ("access-timeout-recovery", "health/access_timeout_recovery", "Health/Access Timeout Recovery"),
+)
+FLAG_SET = {"true": True, "degraded": True, "false": False, "full": False}
+
+
+def _fabric_health(index: int, find: Lookup, xml: bool, prefix: str) -> list[Reading]:
+    """gpu.N.fabric.health_flags from the fabric's Health lines, as the live probe reads
+    NVML's mask: the flags whose line says True (Bandwidth: Degraded); a line printed
+    N/A is a flag not set (NVML's 'not supported' bits, which the live probe does not
+    count either: the real H100s' lines are all N/A, live and imported []). Unsupported
+    where the file has a Fabric section but no Health lines (a driver before them); an
+    error naming a value this importer does not know, never a guess."""
+    base = "fabric" if xml else "Fabric"
+    state = find(f"{base}/state" if xml else f"{base}/State")
+    health = f"{base}/{'health' if xml else 'Health'}"
+    key, source = f"gpu.{index}.fabric.health_flags", f"{prefix}/{health}"
+    if state is None:
+        return []  # no Fabric section: the file cannot hold it
+    values = [(name, find(f"{base}/{x if xml else t}")) for name, x, t in FABRIC_HEALTH]
+    if all(v is None for _, v in values):
+        reason = "nvidia-smi prints no fabric health lines (a driver before them)"
+        return [Reading.failed(key, ReadingStatus.UNSUPPORTED, reason, source)]
+    shown = [(name, v.strip()) for name, v in values if v is not None and not status_of(v)]
+    unknown = [f"{name} {v!r}" for name, v in shown if v.lower() not in FLAG_SET]
+    if unknown:
+        reason = f"cannot parse the fabric health: {', '.join(unknown)[:120]}"
+        return [Reading.failed(key, ReadingStatus.ERROR, reason, source)]
+    return [Reading(key, [name for name, v in shown if FLAG_SET[v.lower()]], source=source)]
+
+
 def _mig_instances(
     index: int, devices: list[tuple[str | None, str | None, str | None, str | None]], source: str
 ) -> Reading:
@@ -955,6 +991,7 @@ def _q_readings(text: str) -> list[Reading]:
         if "Temperature" in sections:
             readings.extend(_tlimit_readings(index, find, False, source_prefix))
         readings.extend(_fabric_status(index, find, False, source_prefix))
+        readings.extend(_fabric_health(index, find, False, source_prefix))
         readings.extend(_q_mig(index, tree, source_prefix))
         readings.extend(_q_processes(index, tree, source_prefix))
         reasons = tree.find("Clocks Event Reasons") or tree.find("Clocks Throttle Reasons")
@@ -1058,6 +1095,7 @@ def _xml_readings(text: str) -> list[Reading]:
         if "temperature" in sections:
             readings.extend(_tlimit_readings(index, find, True, prefix))
         readings.extend(_fabric_status(index, find, True, prefix))
+        readings.extend(_fabric_health(index, find, True, prefix))
         readings.extend(_xml_mig(index, gpu, prefix))
         reasons = gpu.find("clocks_event_reasons")
         if reasons is None:
@@ -1235,16 +1273,22 @@ def parse_nvlink_status(text: str) -> list[Reading]:
     gpu = None
     links: dict[int, list[bool]] = {}
     notes: dict[int, str] = {}
+    after_header = False
     source = "nvidia-smi-nvlink"
     for raw in text.replace("\r\n", "\n").split("\n"):
         line = raw.strip()
-        if match := re.match(r"^GPU (\d+):", line):
+        if match := re.match(r"^GPU (\d+): ", line):  # never a -q section's 'GPU 0000:3B:..
             gpu = int(match.group(1))
             links[gpu] = []
+            notes.pop(gpu, None)
+            after_header = True
             continue
         match = re.match(r"^Link (\d+): (.+)$", line)
-        if gpu is not None and line and not match:
-            notes[gpu] = line  # e.g. 'NVML: Unable to retrieve NVLink information as ...'
+        if gpu is not None and line and not match and after_header:
+            # 'NVML: Unable to retrieve NVLink information as ...': the line right after
+            # the GPU's (in a bundle, the other outputs' lines that follow are not)
+            notes[gpu] = line
+        after_header = after_header and not line
         if gpu is None or not match:
             continue
         link, state = int(match.group(1)), match.group(2).strip()
@@ -1268,9 +1312,10 @@ def parse_nvlink_status(text: str) -> list[Reading]:
             readings.append(Reading(active_key, 0, source=source))
             reason = f"nvidia-smi: {note}"
             readings.append(Reading.failed(count_key, ReadingStatus.MISSING, reason, source))
-        else:
+        else:  # no NVLink, or MIG mode: the active count does not apply either, as live
             reason = f"nvidia-smi: {note}"
             readings.append(Reading.failed(count_key, ReadingStatus.UNSUPPORTED, reason, source))
+            readings.append(Reading.failed(active_key, ReadingStatus.UNSUPPORTED, reason, source))
     return readings
 
 

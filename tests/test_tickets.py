@@ -811,3 +811,56 @@ def test_xml_reads_mig_devices_as_the_q_text_does() -> None:
     assert r["gpu.0.mig.instances"].value == ["GI 2 / CI 0: 40448 MiB", "GI 3 / CI 0: 20096 MiB"]
     none = text.replace("<current_mig>Disabled", "<current_mig>Enabled", 1)
     assert _readings(none)["gpu.0.mig.instances"].value == []  # MIG on, no instance made
+
+
+H100_NVLINK_Q = "nvidia-smi-q/nvgpuexp__linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01__idle.txt"
+
+
+def test_fabric_health_lines_become_the_live_probes_flags() -> None:
+    """-q's fabric Health lines, as the live probe reads NVML's mask: the real H100
+    (fabric Completed, R590) prints each as N/A (NVML's 'not supported' bits), no flag
+    set, [] as live (the H100 VM's contract test compares them); edited to say a line
+    is True or the bandwidth Degraded, they are the live probe's flag names; a value
+    not known is an error; a driver without the lines has them unsupported."""
+    text = _text(H100_NVLINK_Q)
+    assert _readings(text)["gpu.0.fabric.health_flags"].value == []
+    old = _readings(_text("nvidia-smi-xml/telegraf__rtx-3080-v12.xml"))  # <fabric>, no <health>
+    assert old["gpu.0.fabric.health_flags"].status is ReadingStatus.UNSUPPORTED
+    assert "gpu.0.fabric.health_flags" not in _readings(
+        _text("nvidia-smi-xml/telegraf__tesla-t4.xml")
+    )
+
+    def health(bandwidth: str, unhealthy: str) -> object:
+        edited = text.replace(
+            "Bandwidth                                  : N/A", f"Bandwidth : {bandwidth}"
+        )
+        edited = edited.replace(
+            "Route Unhealthy                            : N/A", f"Route Unhealthy : {unhealthy}"
+        )
+        assert edited.count(f"Bandwidth : {bandwidth}") == 1  # the edit was made
+        return _readings(edited)["gpu.0.fabric.health_flags"]
+
+    sick = health("Degraded", "True")
+    assert sick.value == ["degraded-bandwidth", "route-unhealthy"]
+    assert health("Full", "False").value == []
+    odd = health("Half", "False")
+    assert odd.status is ReadingStatus.ERROR and "'Half'" in odd.reason
+
+
+def test_nvlink_s_without_links_says_why_for_both_counts() -> None:
+    """nvlink -s of a GPU in MIG mode or without NVLink (the real H100 MIG and L40S
+    files): the link count and the active count are unsupported with nvidia-smi's line,
+    so NVL006 does not apply for that reason; a -q file's 'GPU 0000:..' lines are never
+    taken for nvlink -s GPUs (they gave an 'unsupported' count from an unrelated line)."""
+    for name, says in (
+        ("nvlink/nvgpuexp__linux-x86_64__nvidia-h100-mig__590.48.01__nvlink-s.txt", "MIG mode"),
+        ("nvlink/nvgpuexp__linux-x86_64__nvidia-l40s__595.80__nvlink-s.txt", "support Nvlink"),
+    ):
+        r = _readings(_text(name))
+        for key in ("gpu.0.nvlink.count", "gpu.0.nvlink.active"):
+            assert r[key].status is ReadingStatus.UNSUPPORTED and says in r[key].reason, key
+    q = _readings(_text(H100_NVLINK_Q))
+    assert "gpu.0.nvlink.count" not in q and "gpu.0.nvlink.active" not in q
+    name = "captures-full/nvidia_gpu_exporter__linux-x86_64__nvidia-l40s__595.80.txt"
+    bundle = _readings(_text(name))  # the bundle's nvlink -s, its line, not a later one
+    assert "support Nvlink" in bundle["gpu.0.nvlink.active"].reason
