@@ -864,3 +864,19 @@ def test_nvlink_s_without_links_says_why_for_both_counts() -> None:
     name = "captures-full/nvidia_gpu_exporter__linux-x86_64__nvidia-l40s__595.80.txt"
     bundle = _readings(_text(name))  # the bundle's nvlink -s, its line, not a later one
     assert "support Nvlink" in bundle["gpu.0.nvlink.active"].reason
+
+
+def test_no_whole_real_file_is_taken_for_one_cut_short() -> None:
+    """The end-of-file check on every real -q, -q -x and bundle in ../shared/realdata
+    (whole files): none says it stops part-way."""
+    base = realdata_dir()
+    names = [
+        *sorted((base / "nvidia-smi-q").glob("*")),
+        *sorted((base / "nvidia-smi-xml").glob("*")),
+        *sorted((base / "captures-full").glob("*")),
+        base / "h100-vm" / "nvidia-smi-q.txt",
+    ]
+    assert len(names) > 40
+    for path in names:
+        readings = import_text(path.read_text(errors="replace"))[1]
+        assert not [r.key for r in readings if "stops part-way" in r.reason], path.name
