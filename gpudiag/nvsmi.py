@@ -55,13 +55,16 @@ READINGS = (
         "gpu.{gpu}.ecc.volatile.uncorrected",
         "gpu.{gpu}.ecc.volatile.uncorrected.dram",
         "gpu.{gpu}.ecc.volatile.uncorrected.sram",
+        "gpu.{gpu}.fabric.health_flags",
         "gpu.{gpu}.fabric.state",
+        "gpu.{gpu}.fabric.status",
         "gpu.{gpu}.health",
         "gpu.{gpu}.inforom.image",
         "gpu.{gpu}.memory.total",
         "gpu.{gpu}.memory.used",
         "gpu.{gpu}.memory.reserved",
         "gpu.{gpu}.mig.current",
+        "gpu.{gpu}.mig.instances",
         "gpu.{gpu}.mig.pending",
         "gpu.{gpu}.name",
         "gpu.{gpu}.numa_node",
@@ -96,6 +99,10 @@ READINGS = (
         "gpu.{gpu}.serial",
         "gpu.{gpu}.temperature.gpu",
         "gpu.{gpu}.temperature.gpu_max",
+        "gpu.{gpu}.temperature.gpu_max_tlimit",
+        "gpu.{gpu}.temperature.shutdown_tlimit",
+        "gpu.{gpu}.temperature.slowdown_tlimit",
+        "gpu.{gpu}.temperature.tlimit_margin",
         "gpu.{gpu}.temperature.shutdown",
         "gpu.{gpu}.temperature.slowdown",
         "gpu.{gpu}.throttle_reasons",
@@ -709,6 +716,149 @@ def _field_readings(
     return readings
 
 
+# the T.Limit temperatures (R5xx on): the margin to T.Limit and each threshold relative to it
+TLIMIT_FIELDS = (
+    ("temperature.tlimit_margin", "temperature/gpu_temp_tlimit", "Temperature/GPU T.Limit Temp"),
+    *((f"temperature.{name}_tlimit", xml, text) for name, (xml, text) in (
+        ("slowdown", RELATIVE_THRESHOLDS["temperature.slowdown"]),
+        ("shutdown", RELATIVE_THRESHOLDS["temperature.shutdown"]),
+        ("gpu_max", RELATIVE_THRESHOLDS["temperature.gpu_max"]),
+    )),
+)  # fmt: skip
+
+
+def _tlimit_readings(index: int, find: Lookup, xml: bool, prefix: str) -> list[Reading]:
+    """gpu.N.temperature.{tlimit_margin,*_tlimit}, where the file has its Temperature
+    section; unsupported where it prints no T.Limit lines (drivers before them: NVML
+    answers NotSupported there too)."""
+    readings = []
+    for suffix, xml_path, text_path in TLIMIT_FIELDS:
+        path = xml_path if xml else text_path
+        key, raw = f"gpu.{index}.{suffix}", find(path)
+        if raw is None:
+            reason = "nvidia-smi prints no T.Limit temperatures here (older driver)"
+            readings.append(
+                Reading.failed(key, ReadingStatus.UNSUPPORTED, reason, f"{prefix}/{path}", "C")
+            )
+        else:
+            readings.append(_reading(key, raw, integer, "C", f"{prefix}/{path}"))
+    return readings
+
+
+def _fabric_status(index: int, find: Lookup, xml: bool, prefix: str) -> list[Reading]:
+    """gpu.N.fabric.status as the live probe gives it: 'ok' for nvidia-smi's 'Success'
+    (else its text) once the state is Completed; unsupported where the state is N/A (no
+    NVLink fabric); missing while registration has not completed."""
+    state_path, status_path = ("fabric/state", "fabric/status") if xml else (
+        "Fabric/State", "Fabric/Status")  # fmt: skip
+    state, status = find(state_path), find(status_path)
+    key, source = f"gpu.{index}.fabric.status", f"{prefix}/{status_path}"
+    if state is None:
+        return []  # a file without the Fabric section (older driver, -q -d) cannot hold it
+    if status_of(state):
+        reason = "the GPU has no NVLink fabric (fabric state not-supported)"
+        return [Reading.failed(key, ReadingStatus.UNSUPPORTED, reason, source)]
+    if state.strip().lower() != "completed":
+        reason = f"fabric registration has not completed (state {state.strip().lower()})"
+        return [Reading.failed(key, ReadingStatus.MISSING, reason, source)]
+    if status is not None and status.strip().lower() == "success":
+        return [Reading(key, "ok", source=source)]
+    return [_reading(key, status, text_value, "", source)]
+
+
+# the fabric health lines nvidia-smi prints (R560 on) -> the live probe's flag names
+FABRIC_HEALTH = (
+    ("degraded-bandwidth", "health/bandwidth", "Health/Bandwidth"),
+    ("route-recovery", "health/route_recovery_in_progress", "Health/Route Recovery in progress"),
+    ("route-unhealthy", "health/route_unhealthy", "Health/Route Unhealthy"),
+    ("access-timeout-recovery", "health/access_timeout_recovery", "Health/Access Timeout Recovery"),
+)
+FLAG_SET = {"true": True, "degraded": True, "false": False, "full": False}
+
+
+def _fabric_health(index: int, find: Lookup, xml: bool, prefix: str) -> list[Reading]:
+    """gpu.N.fabric.health_flags from the fabric's Health lines, as the live probe reads
+    NVML's mask: the flags whose line says True (Bandwidth: Degraded); a line printed
+    N/A is a flag not set (NVML's 'not supported' bits, which the live probe does not
+    count either: the real H100s' lines are all N/A, live and imported []). Unsupported
+    where the file has a Fabric section but no Health lines (a driver before them); an
+    error naming a value this importer does not know, never a guess."""
+    base = "fabric" if xml else "Fabric"
+    state = find(f"{base}/state" if xml else f"{base}/State")
+    health = f"{base}/{'health' if xml else 'Health'}"
+    key, source = f"gpu.{index}.fabric.health_flags", f"{prefix}/{health}"
+    if state is None:
+        return []  # no Fabric section: the file cannot hold it
+    values = [(name, find(f"{base}/{x if xml else t}")) for name, x, t in FABRIC_HEALTH]
+    if all(v is None for _, v in values):
+        reason = "nvidia-smi prints no fabric health lines (a driver before them)"
+        return [Reading.failed(key, ReadingStatus.UNSUPPORTED, reason, source)]
+    shown = [(name, v.strip()) for name, v in values if v is not None and not status_of(v)]
+    unknown = [f"{name} {v!r}" for name, v in shown if v.lower() not in FLAG_SET]
+    if unknown:
+        reason = f"cannot parse the fabric health: {', '.join(unknown)[:120]}"
+        return [Reading.failed(key, ReadingStatus.ERROR, reason, source)]
+    return [Reading(key, [name for name, v in shown if FLAG_SET[v.lower()]], source=source)]
+
+
+def _mig_instances(
+    index: int, devices: list[tuple[str | None, str | None, str | None, str | None]], source: str
+) -> Reading:
+    """gpu.N.mig.instances from (index, GPU instance, compute instance, FB total) of each
+    MIG device, as the live probe gives them: 'GI 2 / CI 0: 40448 MiB', in index order."""
+    key = f"gpu.{index}.mig.instances"
+    try:
+        rows = sorted((integer(i or ""), integer(g or ""), integer(c or ""), integer(t or ""))
+                      for i, g, c, t in devices)  # fmt: skip
+    except ValueError as exc:
+        return Reading.failed(key, ReadingStatus.ERROR, f"cannot parse a MIG device: {exc}", source)
+    return Reading(key, [f"GI {g} / CI {c}: {t} MiB" for _, g, c, t in rows], source=source)
+
+
+def _q_mig(index: int, tree: Node, prefix: str) -> list[Reading]:
+    """MIG devices of a GPU in MIG mode: 'MIG Device' blocks (R590 prints them in the
+    GPU's section, older drivers under 'MIG Devices'); none where MIG is off."""
+    current = _q_value(tree, "MIG Mode/Current")
+    if current is None or current.strip() != "Enabled":
+        return []
+    holder = tree.children.get("MIG Devices", tree)
+    if holder is not tree and holder.value is not None and holder.value.strip() == "None":
+        return [Reading(f"gpu.{index}.mig.instances", [], source=f"{prefix}/MIG Devices")]
+    blocks = [node for label, node in holder.entries if label == "MIG Device"]
+    if not blocks:
+        return []
+    devices = [
+        (
+            _q_value(b, "Index"),
+            _q_value(b, "GPU Instance ID"),
+            _q_value(b, "Compute Instance ID"),
+            _q_value(b, "Shared FB Memory Usage/Total") or _q_value(b, "FB Memory Usage/Total"),
+        )
+        for b in blocks
+    ]
+    return [_mig_instances(index, devices, f"{prefix}/MIG Device")]
+
+
+def _xml_mig(index: int, gpu: Any, prefix: str) -> list[Reading]:
+    """As _q_mig, for <mig_devices><mig_device> (never seen in a real file here: the
+    real XML files have MIG off or 'None'; the tags are nvidia-smi's DTD's)."""
+    if (gpu.findtext("mig_mode/current_mig") or "").strip() != "Enabled":
+        return []
+    holder = gpu.find("mig_devices")
+    if holder is None:
+        return []
+    devices = [
+        (
+            d.findtext("index"),
+            d.findtext("gpu_instance_id"),
+            d.findtext("compute_instance_id"),
+            d.findtext("shared_fb_memory_usage/total") or d.findtext("fb_memory_usage/total"),
+        )
+        for d in holder.findall("mig_device")
+    ]
+    return [_mig_instances(index, devices, f"{prefix}/mig_devices")]
+
+
 def _q_processes(index: int, tree: Node, prefix: str) -> list[Reading]:
     """gpu.N.processes.{compute,graphics}: the PIDs by type ('C', 'G', 'C+G')."""
     processes = tree.children.get("Processes")
@@ -755,6 +905,23 @@ def _said_cut(readings: list[Reading]) -> list[Reading]:
 NVSMI_BANNER = re.compile(r"^==============NVSMI LOG==============\s*$", re.MULTILINE)
 
 
+def ends_cut(text: str) -> tuple[str, str] | None:
+    """(bus id, the text without its last line) where the file stops part-way through
+    its last GPU's section: a whole -q section (it starts with 'Product Name') always
+    prints 'Processes', and this one does not. Its last line may be cut mid-value, so it
+    is dropped. None where the last section is whole, or cannot be told whole (a
+    `-q -d` file prints only the sections asked for)."""
+    last = [p for p in NVSMI_BANNER.split(text) if p.strip()] or [text]
+    gpus = parse_q_text(last[-1])[1]
+    if not gpus:
+        return None
+    bus_id, tree = gpus[-1]
+    if "Product Name" not in tree.children or "Processes" in tree.children:
+        return None
+    kept = text.rstrip().rsplit("\n", 1)[0]
+    return bus_id, kept
+
+
 def _merged_q(text: str) -> tuple[dict[str, str], list[tuple[str, Node]]]:
     """A file of one or several -q outputs one after another (a bug report, an
     exporter's bundle: idle, then under load): the first output's header, and each GPU
@@ -773,7 +940,14 @@ def _merged_q(text: str) -> tuple[dict[str, str], list[tuple[str, Node]]]:
     return header, list(gpus.values())
 
 
+def _ended(bus_id: str) -> str:
+    return f"the file stops part-way through GPU {bus_id}'s section: not known"
+
+
 def _q_readings(text: str) -> list[Reading]:
+    cut_at_end = ends_cut(text)
+    if cut_at_end is not None:
+        text = cut_at_end[1]
     header, gpus = _merged_q(text)
     readings = _node_readings(
         header.get("Driver Version"),
@@ -790,11 +964,23 @@ def _q_readings(text: str) -> list[Reading]:
             else r
             for r in readings
         ]
+    ended = cut_at_end is not None and gpus[-1][0] == cut_at_end[0]
+    if ended and header.get("Attached GPUs") is None:  # GPUs after the cut are not listed
+        reason = f"{_ended(gpus[-1][0])}: how many GPUs"
+        readings = [
+            Reading.failed(r.key, ReadingStatus.MISSING, reason, r.source, "GPUs")
+            if r.key == "nvml.gpu_count"
+            else r
+            for r in readings
+        ]
     for index, (bus_id, tree) in enumerate(gpus):
         source_prefix = f"nvidia-smi-q:GPU {bus_id}"
         readings.append(Reading(f"gpu.{index}.health", "ok", source=source_prefix))
         sections = set(tree.children)
         find = partial(_q_value, tree)
+        if ended and index == len(gpus) - 1:  # what the file does not reach is unknown
+            readings.extend(_ended_readings(index, tree, bus_id, source_prefix))
+            continue
         if _is_cut(tree):  # a section left out may be one the GPU has: every field is asked
             every = {p.split("/")[0] for spec in FIELDS for p in spec.text}
             readings.extend(_said_cut(_field_readings(index, find, False, source_prefix, every)))
@@ -802,6 +988,11 @@ def _q_readings(text: str) -> list[Reading]:
             readings.extend(_field_readings(index, find, False, source_prefix, sections))
         if "ECC Errors" in sections:
             readings.extend(_ecc_readings(index, find, False, source_prefix))
+        if "Temperature" in sections:
+            readings.extend(_tlimit_readings(index, find, False, source_prefix))
+        readings.extend(_fabric_status(index, find, False, source_prefix))
+        readings.extend(_fabric_health(index, find, False, source_prefix))
+        readings.extend(_q_mig(index, tree, source_prefix))
         readings.extend(_q_processes(index, tree, source_prefix))
         reasons = tree.find("Clocks Event Reasons") or tree.find("Clocks Throttle Reasons")
         if reasons is None:
@@ -819,10 +1010,70 @@ def _q_readings(text: str) -> list[Reading]:
     return list(with_ecc_totals(tuple(readings)))
 
 
+def _ended_readings(index: int, tree: Node, bus_id: str, prefix: str) -> list[Reading]:
+    """The readings of a GPU whose section the file stops in: what it shows, and every
+    other field, its ECC counts, processes and throttle reasons unknown, saying so."""
+    find = partial(_q_value, tree)
+    every = {p.split("/")[0] for spec in FIELDS for p in spec.text}
+    readings = _field_readings(index, find, False, prefix, every)
+    readings += _ecc_readings(index, find, False, prefix)
+    readings += _q_processes(index, tree, prefix) or [
+        Reading.failed(f"gpu.{index}.processes.{kind}", ReadingStatus.MISSING, "", prefix)
+        for kind in ("compute", "graphics")
+    ]
+    reasons = tree.find("Clocks Event Reasons") or tree.find("Clocks Throttle Reasons")
+    if reasons is None or reasons is tree.entries[-1][1]:  # absent, or where the file stops
+        readings.append(_throttle_reading(index, None, f"{prefix}/Clocks Event Reasons"))
+    else:
+        active = [
+            name
+            for label, node in reasons.walk()
+            if node.value and node.value.strip() == "Active" and (name := _throttle_name(label))
+        ]
+        readings.append(_throttle_reading(index, active, f"{prefix}/Clocks Event Reasons"))
+    reason = _ended(bus_id)
+    return [
+        Reading.failed(r.key, ReadingStatus.MISSING, reason, r.source, r.unit)
+        if r.status is ReadingStatus.MISSING
+        else r
+        for r in readings
+    ]
+
+
+_XML_TAG = re.compile(r"<(/?)([A-Za-z_][\w.:-]*)((?:\s[^<>]*?)?)(/?)>")
+_GPU_ID = re.compile(r"""\bid\s*=\s*["']([^"']+)["']""")
+
+
+def xml_stops_part_way(text: str) -> str | None:
+    """Where an XML that stops before its end leaves off: 'in <gpu id=...>, <clocks>',
+    naming the elements it does not close, innermost last; None where every element it
+    opens is closed (any other fault is the parser's to name)."""
+    stack: list[str] = []
+    for match in _XML_TAG.finditer(text):
+        closing, name, attributes, empty = match.groups()
+        if empty:
+            continue
+        if not closing:
+            bus = _GPU_ID.search(attributes) if name == "gpu" else None
+            stack.append(f"<gpu id={bus.group(1)}>" if bus else f"<{name}>")
+        elif stack and stack[-1].startswith((f"<{name}>", f"<{name} ")):
+            stack.pop()
+        else:
+            return None  # mismatched: not a file cut short
+    if not stack:
+        return None
+    shown = stack if len(stack) <= 8 else [*stack[:3], "...", *stack[-4:]]
+    return ", ".join(shown)
+
+
 def _xml_readings(text: str) -> list[Reading]:
     try:
         root = SafeET.fromstring(text.encode("utf-8"))
     except Exception as exc:  # defusedxml raises several types for hostile or broken XML
+        if (open_ := xml_stops_part_way(text)) is not None:
+            raise ImportError_(
+                f"the XML stops part-way ({exc}): the end of {open_} is missing"
+            ) from None
         raise ImportError_(f"not readable XML: {exc}") from None
     if root.tag != "nvidia_smi_log":
         raise ImportError_(f"XML root is <{root.tag}>, not <nvidia_smi_log>")
@@ -841,6 +1092,11 @@ def _xml_readings(text: str) -> list[Reading]:
         readings.extend(_field_readings(index, find, True, prefix, sections))
         if "ecc_errors" in sections:
             readings.extend(_ecc_readings(index, find, True, prefix))
+        if "temperature" in sections:
+            readings.extend(_tlimit_readings(index, find, True, prefix))
+        readings.extend(_fabric_status(index, find, True, prefix))
+        readings.extend(_fabric_health(index, find, True, prefix))
+        readings.extend(_xml_mig(index, gpu, prefix))
         reasons = gpu.find("clocks_event_reasons")
         if reasons is None:
             reasons = gpu.find("clocks_throttle_reasons")
@@ -1017,16 +1273,22 @@ def parse_nvlink_status(text: str) -> list[Reading]:
     gpu = None
     links: dict[int, list[bool]] = {}
     notes: dict[int, str] = {}
+    after_header = False
     source = "nvidia-smi-nvlink"
     for raw in text.replace("\r\n", "\n").split("\n"):
         line = raw.strip()
-        if match := re.match(r"^GPU (\d+):", line):
+        if match := re.match(r"^GPU (\d+): ", line):  # never a -q section's 'GPU 0000:3B:..
             gpu = int(match.group(1))
             links[gpu] = []
+            notes.pop(gpu, None)
+            after_header = True
             continue
         match = re.match(r"^Link (\d+): (.+)$", line)
-        if gpu is not None and line and not match:
-            notes[gpu] = line  # e.g. 'NVML: Unable to retrieve NVLink information as ...'
+        if gpu is not None and line and not match and after_header:
+            # 'NVML: Unable to retrieve NVLink information as ...': the line right after
+            # the GPU's (in a bundle, the other outputs' lines that follow are not)
+            notes[gpu] = line
+        after_header = after_header and not line
         if gpu is None or not match:
             continue
         link, state = int(match.group(1)), match.group(2).strip()
@@ -1050,9 +1312,10 @@ def parse_nvlink_status(text: str) -> list[Reading]:
             readings.append(Reading(active_key, 0, source=source))
             reason = f"nvidia-smi: {note}"
             readings.append(Reading.failed(count_key, ReadingStatus.MISSING, reason, source))
-        else:
+        else:  # no NVLink, or MIG mode: the active count does not apply either, as live
             reason = f"nvidia-smi: {note}"
             readings.append(Reading.failed(count_key, ReadingStatus.UNSUPPORTED, reason, source))
+            readings.append(Reading.failed(active_key, ReadingStatus.UNSUPPORTED, reason, source))
     return readings
 
 

@@ -385,6 +385,9 @@ def _measure(
     return samples, ""
 
 
+NO_REMOTE = "one NUMA node: no remote host memory"
+
+
 def run_host_copies(
     engine: Any,
     endpoint_nodes: dict[int, int],
@@ -395,11 +398,14 @@ def run_host_copies(
     warmup: int = 2,
     cancel: threading.Event | None = None,
     progress: Callable[[float], None] | None = None,
+    no_remote: str = NO_REMOTE,
 ) -> list[KernelResult]:
     """Per endpoint (GPU) and placement (host memory on its own node, "local", and on the
     first other node with CPUs, "remote"): host-to-device, device-to-host and both at once,
     in GB/s. `endpoint_nodes` maps each endpoint to its NUMA node (-1 where unknown: then
-    the first node counts as local)."""
+    the first node counts as local). Where there is no other node, the remote placement is
+    a skipped result per direction saying why (`no_remote`): its readings are unsupported,
+    so the rules comparing local with remote do not apply."""
     nbytes -= nbytes % 8
     results: list[KernelResult] = []
     steps = max(1, len(endpoint_nodes) * 2)
@@ -411,6 +417,13 @@ def run_host_copies(
         for placement, node in (("local", local), ("remote", remote)):
             done += 1
             if node is None:
+                results += [
+                    KernelResult(
+                        "copy", device, f"{direction}.{placement}", "GB/s",
+                        ProbeStatus.SKIPPED, error=no_remote,
+                    )
+                    for direction in DIRECTIONS
+                ]  # fmt: skip
                 continue
             if cancel is not None and cancel.is_set():
                 return results

@@ -372,6 +372,9 @@ class PlanRun:
         if not gpus:
             return
         step = self._step("copy host<->gpu")
+        no_remote = copies.NO_REMOTE
+        if len(numa_cpus(self.host)) > len(nodes):  # a cpuset hides the other nodes' CPUs
+            no_remote = "no CPU of another NUMA node is in this process's cpuset"
         for index, gpu in enumerate(gpus):  # one engine per GPU: a broken one fails alone
             try:
                 engine = copies.CudaEngine([gpu], nodes)
@@ -384,6 +387,7 @@ class PlanRun:
                         trials=self.plan.trials,
                         cancel=self.cancel,
                         progress=lambda f, i=index: step((i + f) / len(gpus)),
+                        no_remote=no_remote,
                     )
                 finally:
                     engine.close()

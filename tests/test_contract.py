@@ -452,6 +452,8 @@ def test_every_value_a_rule_reads_is_the_files(name: str) -> None:
             assert reading.value == current + margin - relative, (reading.key, where)
         elif reading.key.endswith("fabric.state") and reading.value == "not-supported":
             assert raw_of(text, where).strip() == "N/A", (reading.key, where)
+        elif reading.key.endswith("fabric.status") and reading.value == "ok":
+            assert raw_of(text, where).strip() == "Success", (reading.key, where)
         elif "+" in where:  # a sum: DRAM + SRAM, or SRAM parity + SEC-DED
             parts = [re.sub(r"^nvidia-smi-(xml|q):", "", p) for p in where.split("+")]
             total = 0
@@ -482,6 +484,7 @@ H100_VM_IDENTITY = ("serial", "uuid")  # redacted in the capture, zeroed in nvid
 H100_VM_MOMENT = {  # read a moment apart: the same within what a moment changes
     "power.draw": 5.0,
     "temperature.gpu": 2,
+    "temperature.tlimit_margin": 2,  # the margin moves with the temperature
     "utilization.gpu": 5,
     "utilization.memory": 5,
     # derived from the temperature and the T.Limit margin, two reads: 1 C either way

@@ -59,13 +59,19 @@ def test_host_copies_local_and_remote_every_direction_verified() -> None:
     assert by_metric[("cpu-numa1", "h2d.local")] == 0  # node unknown (-1): the first is local
 
 
-def test_one_node_has_no_remote_placement() -> None:
+def test_one_node_has_no_remote_placement_and_says_why() -> None:
     engine = copies.NumaEngine({0: CPUS})
     try:
         results = copies.run_host_copies(engine, {0: 0}, [0], nbytes=NBYTES, trials=2, warmup=0)
     finally:
         engine.close()
-    assert [r.metric for r in results] == ["h2d.local", "d2h.local", "bidir.local"]
+    assert [r.metric for r in results] == [
+        f"{d}.{p}" for p in ("local", "remote") for d in copies.DIRECTIONS
+    ]
+    remote = results[3:]
+    assert {r.status for r in remote} == {ProbeStatus.SKIPPED}
+    assert {r.error for r in remote} == {"one NUMA node: no remote host memory"}
+    assert all(not r.samples and r.stats is None for r in remote)
 
 
 def test_a_corrupted_copy_is_an_error_however_fast() -> None:

@@ -8,17 +8,23 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpudiag import capture
-from gpudiag.model import Severity, Snapshot
+from gpudiag.kernels import device
+from gpudiag.kernels.plans import KernelPlan
+from gpudiag.kernels.runner import PlanRun
+from gpudiag.model import ProbeStatus, Severity, Snapshot
 from gpudiag.probes import default_probes
 from gpudiag.rulefile import load_rules
-from gpudiag.session import LiveNode
+from gpudiag.session import LiveNode, with_findings
 
+import fakecuda
 from conftest import REPO, realdata_dir, run_cli
 
 RULES = load_rules()
@@ -226,3 +232,57 @@ def test_a_site_that_expects_gpus_gets_critical_when_none_is_there(
     result = run_cli("--replay", str(path), "--rules", site, "health", timeout=120)
     assert result.returncode == 2, result.stdout
     assert "SITE001" in result.stdout and "lists 0 NVIDIA GPUs, this node has 8" in result.stdout
+
+
+def _after_copies(data: dict[str, Any], tmp_path: Path, name: str) -> Snapshot:
+    """The capture judged with host-to-device copies run on its host files (the device
+    fake standing in for its one GPU: no GPU figure here is a measurement)."""
+    path = tmp_path / f"{name}.capture.json"
+    path.write_text(json.dumps(data))
+    host, nvml, _ = capture.load(path)
+    previous = device.use(fakecuda.FakeCuda(1))
+    try:
+        plan = KernelPlan(("copy",), "gpu", 1 << 20, trials=2)
+        results = PlanRun(plan, host=host).run()
+    finally:
+        device.use(previous)
+    snapshot = LiveNode(host, nvml, default_probes(), RULES).snapshot()
+    return with_findings(replace(snapshot, kernels=tuple(results)), RULES)
+
+
+def test_one_numa_node_has_no_remote_copy_to_judge(recorded, tmp_path: Path) -> None:
+    """KRN012 (host memory on the GPU's own node slower than a remote one) does not apply
+    on the real one-node H100: the runner says why the remote placement is not there,
+    where it said nothing and the rule found 'no probe produced it'."""
+    snapshot = _after_copies(recorded, tmp_path, "one-node")
+    skipped = [k for k in snapshot.kernels if k.metric.endswith(".remote")]
+    assert [k.metric for k in skipped] == ["h2d.remote", "d2h.remote", "bidir.remote"]
+    assert {k.status for k in skipped} == {ProbeStatus.SKIPPED}
+    assert {k.error for k in skipped} == {"one NUMA node: no remote host memory"}
+    krn012 = [f for f in snapshot.findings if f.rule_id == "KRN012"]
+    assert [f.severity for f in krn012] == [Severity.NOT_APPLICABLE]
+    assert "one NUMA node: no remote host memory" in krn012[0].message
+    assert not [f for f in snapshot.findings if "no probe produced it" in f.message]
+
+
+def test_two_numa_nodes_copy_from_both_and_krn012_judges(recorded, tmp_path: Path) -> None:
+    """The counter-case: with a second node (each node one of this machine's CPUs) the
+    remote copies run and KRN012 judges them: quiet where local is as fast, fired where
+    the local copies are made slower."""
+    cpus = sorted(os.sched_getaffinity(0))
+    two = copy.deepcopy(recorded)
+    two["host"]["listdir"]["/sys/devices/system/node"].append("node1")
+    files = two["host"]["files"]
+    files["/sys/devices/system/node/node0/cpulist"] = {"text": f"{cpus[0]}\n"}
+    second = cpus[1] if len(cpus) > 1 else cpus[0]
+    files["/sys/devices/system/node/node1/cpulist"] = {"text": f"{second}\n"}
+    snapshot = _after_copies(two, tmp_path, "two-nodes")
+    by = {k.metric: k for k in snapshot.kernels if k.kernel == "copy"}
+    assert by["h2d.remote"].status is ProbeStatus.OK, by["h2d.remote"].error
+    assert dict(by["h2d.remote"].params)["numa_node"] == 1
+    assert not [f for f in snapshot.findings if f.rule_id == "KRN012"]  # judged, fine
+    local = by["h2d.local"]
+    slow = replace(local, samples=tuple(v / 2 for v in local.samples), stats=None)
+    kernels = tuple(slow if k is local else k for k in snapshot.kernels)
+    fired = with_findings(replace(snapshot, kernels=kernels, findings=()), RULES)
+    assert [f.severity for f in fired.findings if f.rule_id == "KRN012"] == [Severity.WARNING]

@@ -109,7 +109,7 @@ CLASSES: dict[str, tuple[bytes | None, bytes | None, str]] = {
     "truncated": (
         b"schema_version = 1\nhost = ",
         b"<?xml version='1.0'?>\n<nvidia_smi_log>",
-        "not valid|not readable XML",
+        "not valid|the XML stops part-way .*: the end of <nvidia_smi_log> is missing",
     ),
     "nan": (b"x = nan\n", b"x = nan\n", "non-finite|not an nvidia-smi"),
     "deep": (NESTED.encode(), _q_deep().encode(), "nested too deeply"),

@@ -653,3 +653,230 @@ def test_a_bundle_of_outputs_is_split_one_gpu_per_bus_id() -> None:
     assert r["gpu.0.processes.compute"].value == []  # the idle output's, the first
     assert r["gpu.0.numa_node"].value == 0  # from the bundled topo -m
     assert r["gpu.0.nvlink.17.state"].value == "active"  # from the bundled nvlink -s
+
+
+H100_VM_Q = "h100-vm/nvidia-smi-q.txt"
+STOPPED = "the file stops part-way through GPU 00000000:00:06.0's section"
+
+
+@pytest.mark.parametrize(
+    ("stop_after", "unknown", "read"),
+    [
+        ("FB Memory Usage", "gpu.0.memory.used", "gpu.0.pci.bus_id"),
+        ("Clocks Event Reasons", "gpu.0.throttle_reasons", "gpu.0.pci.bus_id"),
+        ("Max Clocks", "gpu.0.clocks.max_mem", "gpu.0.power.limit"),
+    ],
+)
+def test_a_q_file_that_stops_part_way_says_what_it_does_not_reach(
+    stop_after: str, unknown: str, read: str
+) -> None:
+    """The real H100's -q stopped at end of file inside a section (a paste cut short,
+    its last line cut mid-value): what it shows is read, what it does not reach
+    (that section's rest, processes, the sections after) is unknown, saying so, and
+    never read as 'not there' or counted from."""
+    text = _text(H100_VM_Q)
+    lines = text.split("\n")
+    start = next(n for n, line in enumerate(lines) if line.strip().startswith(stop_after))
+    cut = "\n".join(lines[: start + 2]) + lines[start + 2][:20]  # mid-value, no newline
+    r = _readings(cut)
+    for key in (unknown, "gpu.0.processes.compute", "gpu.0.processes.graphics"):
+        assert r[key].status is ReadingStatus.MISSING and STOPPED in r[key].reason, key
+    assert r[read].ok, r[read]
+    assert r["gpu.0.name"].value == "NVIDIA H100 80GB HBM3"
+    assert r["nvml.gpu_count"].value == 1  # 'Attached GPUs : 1' is printed above
+    headless = _readings(cut.replace("Attached GPUs", "Attached"))
+    assert headless["nvml.gpu_count"].status is ReadingStatus.MISSING
+    assert STOPPED in headless["nvml.gpu_count"].reason
+    whole = _readings(text)
+    assert whole["gpu.0.processes.compute"].value == []
+    assert whole["gpu.0.clocks.max_mem"].value == 2619
+    assert whole["gpu.0.throttle_reasons"].value == []  # none active: known, not unknown
+
+
+def test_a_cut_value_is_not_read_at_the_end_of_a_file() -> None:
+    """The last line of a file stopped part-way may be cut mid-value: 'Max Power Limit :
+    7' is no limit of 7 W. The line before it is read."""
+    lines = _text(H100_VM_Q).split("\n")
+    at = next(n for n, line in enumerate(lines) if "Max Power Limit" in line)
+    r = _readings("\n".join(lines[:at]) + "\n" + lines[at][: lines[at].index(":") + 3])
+    assert r["gpu.0.power.max_limit"].status is ReadingStatus.MISSING
+    assert STOPPED in r["gpu.0.power.max_limit"].reason
+
+
+def test_a_q_d_file_is_not_taken_for_one_cut_short() -> None:
+    """A `-q -d PAGE_RETIREMENT` file (the real Azure 8-GPU one) prints only the section
+    asked for: no 'Processes' there is no cut."""
+    name = "nvidia-smi-q/azurehpc__orig_nvsmi8_output__q-d-PAGE_RETIREMENT_8gpu_535.86.10.txt"
+    r = _readings(_text(name))
+    assert not [k for k, v in r.items() if "stops part-way" in v.reason]
+    assert r["nvml.gpu_count"].value == 8 and "gpu.7.retired_pages.pending" in r
+
+
+@pytest.mark.parametrize(
+    ("name", "stop_at", "missing"),
+    [
+        ("h100-vm/nvidia-smi-q-x.xml", "<fb_memory_usage>", "<gpu id=00000000:00:06.0>"),
+        (
+            "nvidia-smi-xml/telegraf__dual_a5000-v13.xml",
+            "<processes>",
+            "<gpu id=00000000:81:00.0>, <processes>, <process_info>",
+        ),
+    ],
+)
+def test_an_xml_that_stops_part_way_is_refused_naming_what_is_missing(
+    tmp_path: Path, name: str, stop_at: str, missing: str
+) -> None:
+    """A -q -x file cut short cannot be read as XML: one line, exit 3, naming the
+    elements it leaves open (the GPU by its bus id), and nothing written."""
+    text = _text(name)
+    cut = tmp_path / "cut.xml"
+    cut.write_text(text[: text.index(stop_at) + len(stop_at) + 40])
+    out = tmp_path / "out.json"
+    result = run_cli("import", str(cut), "-o", str(out))
+    assert result.returncode == 3, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "the XML stops part-way" in lines[0] and "<nvidia_smi_log>" in lines[0]
+    assert missing in lines[0], lines[0]
+    assert not out.exists()
+
+
+H100_MIG_Q = "nvidia-smi-q/nvgpuexp__linux-x86_64__nvidia-h100-mig__590.48.01__idle.txt"
+H200_MIG_Q = "nvidia-smi-q/nvgpuexp__linux-x86_64__nvidia-h200-mig__590.48.01__load.txt"
+
+
+def test_q_text_reads_mig_devices_fabric_status_and_tlimit_temperatures() -> None:
+    """Fields -q prints that the live probe reads and the import did not (the format
+    audit of issue 26): each MIG device (GI / CI and its memory, as the live probe's
+    mig.instances), the fabric status once registration completed, and the T.Limit
+    temperatures; values from the real H100 and H200 in MIG mode."""
+    r = _readings(_text(H100_MIG_Q))
+    assert r["gpu.0.mig.instances"].value == [
+        "GI 2 / CI 0: 40448 MiB",
+        "GI 3 / CI 0: 20096 MiB",
+        "GI 9 / CI 0: 9984 MiB",
+        "GI 10 / CI 0: 9984 MiB",
+    ]
+    assert r["gpu.0.fabric.state"].value == "completed"
+    assert r["gpu.0.fabric.status"].value == "ok"  # 'Status : Success'
+    assert r["gpu.0.temperature.tlimit_margin"].value == 45
+    tlimits = ("slowdown", "shutdown", "gpu_max")
+    assert [r[f"gpu.0.temperature.{n}_tlimit"].value for n in tlimits] == [-2, -8, 0]
+    h200 = _readings(_text(H200_MIG_Q))
+    assert h200["gpu.0.mig.instances"].value[:2] == [
+        "GI 2 / CI 0: 71424 MiB",
+        "GI 2 / CI 1: 71424 MiB",  # two compute instances share their GPU instance's memory
+    ]
+    assert len(h200["gpu.0.mig.instances"].value) == 5
+    h100 = _readings(_text(H100_Q))  # MIG off: no instances to list
+    assert "gpu.0.mig.instances" not in h100 and h100["gpu.0.mig.current"].value is False
+
+
+def test_xml_reads_fabric_status_and_tlimit_temperatures() -> None:
+    """The same fields in -q -x: the real H100 VM's fabric is N/A (no NVLink fabric:
+    the status does not apply, as live), its T.Limit temperatures are read; a driver
+    that prints no T.Limit lines (the GTX 1070 Ti's) has them unsupported, not missing."""
+    r = _readings(_text("h100-vm/nvidia-smi-q-x.xml"))
+    assert r["gpu.0.fabric.status"].status is ReadingStatus.UNSUPPORTED
+    assert "no NVLink fabric" in r["gpu.0.fabric.status"].reason
+    assert r["gpu.0.temperature.tlimit_margin"].value == 42
+    assert r["gpu.0.temperature.shutdown_tlimit"].value == -8
+    blackwell = _readings(_text(BLACKWELL_XML))
+    assert blackwell["gpu.0.temperature.tlimit_margin"].value == 68
+    assert blackwell["gpu.0.temperature.shutdown_tlimit"].value == -5
+    old = _readings(_text("nvidia-smi-xml/telegraf__gtx-1070-ti.xml"))
+    assert old["gpu.0.temperature.tlimit_margin"].status is ReadingStatus.UNSUPPORTED
+    assert "gpu.0.fabric.status" not in old  # no Fabric section in this driver's output
+
+
+def test_xml_reads_mig_devices_as_the_q_text_does() -> None:
+    """No real -q -x here has MIG on: the real H100 VM's XML is edited to MIG mode with
+    the two devices of the real MIG H100's -q (tags as nvidia-smi's DTD prints them:
+    mig_device/index, gpu_instance_id, compute_instance_id, fb_memory_usage/total), and
+    reads as the -q text does; unedited ('None', MIG off) it lists none."""
+    text = _text("h100-vm/nvidia-smi-q-x.xml")
+    assert "gpu.0.mig.instances" not in _readings(text)
+    device = (
+        "<mig_device><index>{0}</index><gpu_instance_id>{1}</gpu_instance_id>"
+        "<compute_instance_id>0</compute_instance_id><fb_memory_usage><total>{2} MiB</total>"
+        "</fb_memory_usage></mig_device>"
+    )
+    blocks = device.format(1, 3, 20096) + device.format(0, 2, 40448)
+    on = text.replace("<current_mig>Disabled", "<current_mig>Enabled", 1)
+    on = on.replace(
+        "<mig_devices>\n\t\t\tNone\n\t\t</mig_devices>", f"<mig_devices>{blocks}</mig_devices>"
+    )
+    assert blocks in on  # the edit was made
+    r = _readings(on)
+    assert r["gpu.0.mig.instances"].value == ["GI 2 / CI 0: 40448 MiB", "GI 3 / CI 0: 20096 MiB"]
+    none = text.replace("<current_mig>Disabled", "<current_mig>Enabled", 1)
+    assert _readings(none)["gpu.0.mig.instances"].value == []  # MIG on, no instance made
+
+
+H100_NVLINK_Q = "nvidia-smi-q/nvgpuexp__linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01__idle.txt"
+
+
+def test_fabric_health_lines_become_the_live_probes_flags() -> None:
+    """-q's fabric Health lines, as the live probe reads NVML's mask: the real H100
+    (fabric Completed, R590) prints each as N/A (NVML's 'not supported' bits), no flag
+    set, [] as live (the H100 VM's contract test compares them); edited to say a line
+    is True or the bandwidth Degraded, they are the live probe's flag names; a value
+    not known is an error; a driver without the lines has them unsupported."""
+    text = _text(H100_NVLINK_Q)
+    assert _readings(text)["gpu.0.fabric.health_flags"].value == []
+    old = _readings(_text("nvidia-smi-xml/telegraf__rtx-3080-v12.xml"))  # <fabric>, no <health>
+    assert old["gpu.0.fabric.health_flags"].status is ReadingStatus.UNSUPPORTED
+    assert "gpu.0.fabric.health_flags" not in _readings(
+        _text("nvidia-smi-xml/telegraf__tesla-t4.xml")
+    )
+
+    def health(bandwidth: str, unhealthy: str) -> object:
+        edited = text.replace(
+            "Bandwidth                                  : N/A", f"Bandwidth : {bandwidth}"
+        )
+        edited = edited.replace(
+            "Route Unhealthy                            : N/A", f"Route Unhealthy : {unhealthy}"
+        )
+        assert edited.count(f"Bandwidth : {bandwidth}") == 1  # the edit was made
+        return _readings(edited)["gpu.0.fabric.health_flags"]
+
+    sick = health("Degraded", "True")
+    assert sick.value == ["degraded-bandwidth", "route-unhealthy"]
+    assert health("Full", "False").value == []
+    odd = health("Half", "False")
+    assert odd.status is ReadingStatus.ERROR and "'Half'" in odd.reason
+
+
+def test_nvlink_s_without_links_says_why_for_both_counts() -> None:
+    """nvlink -s of a GPU in MIG mode or without NVLink (the real H100 MIG and L40S
+    files): the link count and the active count are unsupported with nvidia-smi's line,
+    so NVL006 does not apply for that reason; a -q file's 'GPU 0000:..' lines are never
+    taken for nvlink -s GPUs (they gave an 'unsupported' count from an unrelated line)."""
+    for name, says in (
+        ("nvlink/nvgpuexp__linux-x86_64__nvidia-h100-mig__590.48.01__nvlink-s.txt", "MIG mode"),
+        ("nvlink/nvgpuexp__linux-x86_64__nvidia-l40s__595.80__nvlink-s.txt", "support Nvlink"),
+    ):
+        r = _readings(_text(name))
+        for key in ("gpu.0.nvlink.count", "gpu.0.nvlink.active"):
+            assert r[key].status is ReadingStatus.UNSUPPORTED and says in r[key].reason, key
+    q = _readings(_text(H100_NVLINK_Q))
+    assert "gpu.0.nvlink.count" not in q and "gpu.0.nvlink.active" not in q
+    name = "captures-full/nvidia_gpu_exporter__linux-x86_64__nvidia-l40s__595.80.txt"
+    bundle = _readings(_text(name))  # the bundle's nvlink -s, its line, not a later one
+    assert "support Nvlink" in bundle["gpu.0.nvlink.active"].reason
+
+
+def test_no_whole_real_file_is_taken_for_one_cut_short() -> None:
+    """The end-of-file check on every real -q, -q -x and bundle in ../shared/realdata
+    (whole files): none says it stops part-way."""
+    base = realdata_dir()
+    names = [
+        *sorted((base / "nvidia-smi-q").glob("*")),
+        *sorted((base / "nvidia-smi-xml").glob("*")),
+        *sorted((base / "captures-full").glob("*")),
+        base / "h100-vm" / "nvidia-smi-q.txt",
+    ]
+    assert len(names) > 40
+    for path in names:
+        readings = import_text(path.read_text(errors="replace"))[1]
+        assert not [r.key for r in readings if "stops part-way" in r.reason], path.name
