@@ -1181,3 +1181,28 @@ def test_kernels_status_wraps_at_80_columns(tmp_path: Path) -> None:
         assert status.size.height * status.size.width >= len(reason)
 
     _run(app, steps)
+
+
+def test_a_kernel_reason_the_table_cuts_is_read_whole_below_it(frozen: Snapshot) -> None:
+    """At 80 columns the results table cuts its last cells (the range, a reason); the
+    highlighted row is shown whole, wrapped, below the table."""
+    reason = (
+        "CuPy is not installed: pip install 'gpudiag[cuda12]' or 'gpudiag[cuda13]' to "
+        "match the driver, then run the kernels again on this node"
+    )
+    failed = KernelResult("stream", "gpu", "all", "", ProbeStatus.SKIPPED, error=reason)
+    snapshot = replace(frozen, kernels=(*frozen.kernels[:2], failed))
+    app = GpudiagApp(snapshot)
+
+    async def steps(pilot) -> None:
+        await pilot.press("6")
+        table = app.query_one("#kernel-results", DataTable)
+        table.focus()
+        await pilot.pause()
+        assert "triad" in _text(app, "#kernel-detail")  # the first row, highlighted
+        await pilot.press("down", "down")
+        await pilot.pause()
+        shown = " ".join(_text(app, "#kernel-detail").split())
+        assert f"min-max: {reason}" in shown, shown
+
+    _run(app, steps)

@@ -78,6 +78,7 @@ class KernelsPane(Pane):
     #kernel-status { height: auto; width: 100%; padding: 0 1; }  /* wraps, never cut */
     #kernel-progress { height: 1; padding: 0 1; }
     #kernel-results { height: auto; max-height: 12; }
+    #kernel-detail { height: auto; padding: 0 1; }
     #kernel-charts { height: auto; padding: 0 1; }
     """
 
@@ -89,6 +90,7 @@ class KernelsPane(Pane):
         self.measurable = measurable
         self.budget_s = budget_s
         self.until_confident: float | None = None  # the budget, when `u` is on
+        self.results = views.kernel_table([])  # the table's rows, as shown
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="kernels"):
@@ -115,6 +117,7 @@ class KernelsPane(Pane):
                             id="kernel-hint",
                         )
             yield DataTable(id="kernel-results", cursor_type="row", zebra_stripes=True)
+            yield Static("", id="kernel-detail")
             yield Static("", id="kernel-charts")
 
     def on_mount(self) -> None:
@@ -124,8 +127,10 @@ class KernelsPane(Pane):
         kernels = view.snapshot.kernels
         table = self.query_one("#kernel-results", DataTable)
         table.clear()
-        for row in views.kernel_table(kernels, view.readings).rows:
+        self.results = views.kernel_table(kernels, view.readings)
+        for row in self.results.rows:
             table.add_row(*(Text(cell) for cell in row))
+        self._show_detail(table.cursor_row)
         width = max(40, self.app.size.width - 4)
         text = Text()
         for title, items, unit in views.kernel_charts(kernels):
@@ -137,6 +142,22 @@ class KernelsPane(Pane):
         if not kernels:
             text.append("no kernel results yet")
         self.query_one("#kernel-charts", Static).update(text)
+
+    @on(DataTable.RowHighlighted, "#kernel-results")
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_detail(event.cursor_row)
+
+    def _show_detail(self, row: int) -> None:
+        """The highlighted result in full, wrapped below the table: what its cells cut at
+        80 columns (a reason, the range) is read here, one cursor key away."""
+        rows = self.results.rows
+        text = Text()
+        if 0 <= row < len(rows):
+            for header, cell in zip(self.results.headers, rows[row], strict=True):
+                if cell:
+                    text.append(f"{header}: ", "bold")
+                    text.append(f"{cell}  ")
+        self.query_one("#kernel-detail", Static).update(text)
 
     @property
     def chosen(self) -> tuple[str, ...]:
