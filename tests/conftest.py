@@ -30,6 +30,19 @@ NO_BUS_RULES = (
 REALDATA = Path(os.environ.get("GPUDIAG_REALDATA", REPO.parent / "shared" / "realdata"))
 
 
+@pytest.fixture
+def cuda():
+    """The device boundary replaced by the CUDA fake (tests/fakecuda.py), two GPUs."""
+    from gpudiag.kernels import device
+
+    from fakecuda import FakeCuda
+
+    fake = FakeCuda(2)
+    previous = device.use(fake)
+    yield fake
+    device.use(previous)
+
+
 def realdata_dir() -> Path:
     """../shared/realdata, or skip the test with the reason."""
     if not REALDATA.is_dir():

@@ -25,15 +25,6 @@ from gpudiag.snapshot import dumps, load, loads
 import fakecuda
 from fakecuda import FakeCuda
 
-
-@pytest.fixture
-def cuda():
-    fake = FakeCuda(2)
-    previous = device.use(fake)
-    yield fake
-    device.use(previous)
-
-
 N = 1 << 20  # 8 MiB per FP64 array: a copy takes 8 us at the fake's 2000 GB/s, a launch 5 us
 
 

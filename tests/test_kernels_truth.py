@@ -24,17 +24,8 @@ from gpudiag.snapshot import dumps, load
 
 import fakecuda
 from conftest import FIXTURES, REPO, run_cli
-from fakecuda import FakeCuda
 
 H100 = load_profiles()["h100-sxm5"].values
-
-
-@pytest.fixture
-def cuda():
-    fake = FakeCuda(2)
-    previous = device.use(fake)
-    yield fake
-    device.use(previous)
 
 
 def _gemm(precision: str, tflops: float, device_name: str = "gpu0") -> KernelResult:

@@ -69,13 +69,17 @@ def _tui_in_pty(argv: list[str] = NODE_TUI) -> tuple[subprocess.Popen[bytes], in
     return process, master
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
-def test_signal_restores_the_terminal(signum: int) -> None:
-    process, master = _tui_in_pty()
+def _signal_leaves_cleanly(
+    argv: list[str], painted: bytes, signum: int, taken: tuple[bytes, ...]
+) -> None:
+    """Start the TUI in a pty, wait until it has taken the terminal (`taken`: alternate
+    screen, mouse tracking, ...) and painted `painted`, send `signum`: it exits
+    128 + signum, having restored the terminal (alternate screen left, mouse tracking
+    off, cursor shown), with no traceback."""
+    process, master = _tui_in_pty(argv)
     try:
-        # wait until the app has taken the terminal and painted (mouse on, cursor hidden)
-        seen = _read_until(master, lambda d: MOUSE_ON in d and b"Findings" in d, 30)
-        assert ENTER_ALT in seen and MOUSE_ON in seen and CURSOR_HIDE in seen, seen[-400:]
+        seen = _read_until(master, lambda d: MOUSE_ON in d and painted in d, 30)
+        assert all(code in seen for code in taken), seen[-400:]
         time.sleep(0.5)
         process.send_signal(signum)
         rest = _read_until(master, lambda d: False, 10)
@@ -88,6 +92,12 @@ def test_signal_restores_the_terminal(signum: int) -> None:
     for restore in (LEAVE_ALT, MOUSE_OFF, CURSOR_SHOW):
         assert restore in rest, (restore, rest[-300:])
     assert b"Traceback" not in rest
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_signal_restores_the_terminal(signum: int) -> None:
+    # painted: the app has taken the terminal (mouse on, cursor hidden) and drawn
+    _signal_leaves_cleanly(NODE_TUI, b"Findings", signum, (ENTER_ALT, MOUSE_ON, CURSOR_HIDE))
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
@@ -100,22 +110,7 @@ def test_every_tui_leaves_on_signals(which: str, signum: int, tmp_path) -> None:
     else:
         (tmp_path / "a.toml").write_bytes(SAVED.read_bytes())
         argv, painted = ["fleet", str(tmp_path)], b"Why slow"
-    process, master = _tui_in_pty(argv)
-    try:
-        seen = _read_until(master, lambda d: MOUSE_ON in d and painted in d, 30)
-        assert ENTER_ALT in seen and MOUSE_ON in seen, seen[-400:]
-        time.sleep(0.5)
-        process.send_signal(signum)
-        rest = _read_until(master, lambda d: False, 10)
-        code = process.wait(timeout=10)
-    finally:
-        if process.poll() is None:
-            process.kill()
-        os.close(master)
-    assert code == 128 + signum
-    for restore in (LEAVE_ALT, MOUSE_OFF, CURSOR_SHOW):
-        assert restore in rest, (restore, rest[-300:])
-    assert b"Traceback" not in rest
+    _signal_leaves_cleanly(argv, painted, signum, (ENTER_ALT, MOUSE_ON))
 
 
 def test_ctrl_c_during_burn_exits_at_once_with_partial_results() -> None:
