@@ -305,12 +305,18 @@ def _replay(text: str, work: Path) -> bool:
     return True
 
 
+def _written(text: str, work: Path) -> Path:
+    """The fuzz input as a file a loader reads (lone surrogates kept, as bytes)."""
+    path = work / "fuzz.json"
+    path.write_bytes(text.encode("utf-8", errors="surrogatepass"))
+    return path
+
+
 def _capture(text: str, work: Path) -> bool:
     from gpudiag import capture
     from gpudiag.nvml import NvmlError
 
-    path = work / "fuzz.json"
-    path.write_bytes(text.encode("utf-8", errors="surrogatepass"))
+    path = _written(text, work)
     try:
         host, nvml, _ = capture.load(path)
     except capture.CaptureError:
@@ -339,8 +345,7 @@ def _fleet(text: str, work: Path) -> bool:
     from gpudiag.fleet import analyse, report_text
     from gpudiag.fleetload import load_fleet
 
-    path = work / "fuzz.json"
-    path.write_bytes(text.encode("utf-8", errors="surrogatepass"))
+    path = _written(text, work)
     loaded = load_fleet([path], workers=1)
     _printable(*loaded.bad)
     if not loaded.runs:
@@ -356,8 +361,7 @@ def _samples(text: str, work: Path) -> bool:
     from gpudiag import capture
     from gpudiag.nvml import NvmlError
 
-    path = work / "fuzz.json"
-    path.write_bytes(text.encode("utf-8", errors="surrogatepass"))
+    path = _written(text, work)
     try:
         _, _, data = capture.load(path)
         series = capture.recorded_samples(data)

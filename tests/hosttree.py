@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from gpudiag.hostfs import HostFS
+
 GPU = "0000:18:00.0"
 HCA = "0000:19:00.0"
 ROOT_PORT = "0000:15:01.0"
@@ -296,3 +298,12 @@ def add_infiniband(root: Path) -> Path:
             pci=HCA if i == 0 else None,
         )
     return root
+
+
+def pci_tree(root: Path, device_ids: dict[str, str]) -> HostFS:
+    """A host tree under `root` whose PCI bus lists these devices (bus id -> device id)."""
+    for bus, device_id in device_ids.items():
+        folder = root / "sys/bus/pci/devices" / bus
+        folder.mkdir(parents=True)
+        (folder / "device").write_text(device_id + "\n")
+    return HostFS(root)

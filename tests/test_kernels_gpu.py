@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpudiag.hostfs import HostFS
 from gpudiag.kernels import allreduce, burn, copies, device, gemm, stream
 from gpudiag.kernels.plans import KERNELS, PLANS, KernelPlan
 from gpudiag.kernels.readings import kernel_readings
@@ -24,6 +23,7 @@ from gpudiag.snapshot import dumps, load, loads
 
 import fakecuda
 from fakecuda import FakeCuda
+from hosttree import pci_tree
 
 N = 1 << 20  # 8 MiB per FP64 array: a copy takes 8 us at the fake's 2000 GB/s, a launch 5 us
 
@@ -567,16 +567,8 @@ def test_cli_burns_the_gpus_in_the_precision_asked() -> None:
     assert lines[-1] == f"{{({FakeCuda.CUDA_R_16BF}, {FakeCuda.cublas_CUBLAS_COMPUTE_32F})}}"
 
 
-def _pci_tree(root: Path, device_ids: dict[str, str]) -> HostFS:
-    for bus, device_id in device_ids.items():
-        folder = root / "sys/bus/pci/devices" / bus
-        folder.mkdir(parents=True)
-        (folder / "device").write_text(device_id + "\n")
-    return HostFS(root)
-
-
 def test_the_triad_threshold_is_the_rule_share_of_the_model_bandwidth(tmp_path: Path) -> None:
-    host = _pci_tree(tmp_path, {"0000:18:00.0": "0x2330", "0000:19:00.0": "0x1234"})
+    host = pci_tree(tmp_path, {"0000:18:00.0": "0x2330", "0000:19:00.0": "0x1234"})
     # H100 SXM5: 3350 GB/s (rules/profiles.toml), KRN005/KRN006 judge triad at 85% of it
     assert triad_threshold(host, "0000:18:00.0", "fp64") == pytest.approx(2847.5)
     assert triad_threshold(host, "00000000:18:00.0", "fp32") == pytest.approx(2847.5)
@@ -589,7 +581,7 @@ def test_until_confident_on_a_gpu_stops_at_its_models_threshold(cuda, tmp_path: 
     """The fake GPU 0 is an H100 SXM5 by its sysfs device id; its triad (the fake's 2000
     GB/s copy engine, not a GPU figure) lies wholly under 2847.5 GB/s: the run says so.
     GPU 1 has no profile: the tight interval alone decides, no threshold recorded."""
-    host = _pci_tree(tmp_path, {"0000:18:00.0": "0x2330", "0000:19:00.0": "0x1234"})
+    host = pci_tree(tmp_path, {"0000:18:00.0": "0x2330", "0000:19:00.0": "0x1234"})
     plan = KernelPlan(("stream",), "gpu", 1 << 20, trials=2, dtypes=("fp64",))
     plan = replace(plan, until_confident=5.0)
     results = PlanRun(plan, host=host).run()
@@ -601,7 +593,7 @@ def test_until_confident_on_a_gpu_stops_at_its_models_threshold(cuda, tmp_path: 
 
 
 def test_the_gemm_thresholds_are_krn007_and_krn008s(tmp_path: Path) -> None:
-    host = _pci_tree(tmp_path, {"0000:18:00.0": "0x2330", "0000:19:00.0": "0x1234"})
+    host = pci_tree(tmp_path, {"0000:18:00.0": "0x2330", "0000:19:00.0": "0x1234"})
     # H100 SXM5: 34 TFLOP/s FP64, 989.5 FP16 (rules/profiles.toml), judged at half
     assert rule_threshold(host, "0000:18:00.0", "gemm.fp64") == pytest.approx(17.0)
     assert rule_threshold(host, "0000:18:00.0", "gemm.fp16") == pytest.approx(494.75)
@@ -613,7 +605,7 @@ def test_until_confident_reaches_gemm_on_a_gpu(cuda, tmp_path: Path) -> None:
     """GEMM on the CUDA fake (its timings, not a GPU figure) with --until-confident: the
     plan's budget reaches run_gpu_gemm, which records whether its interval settled and,
     on the H100 (GPU 0), the FP64 threshold it was judged against."""
-    host = _pci_tree(tmp_path, {"0000:18:00.0": "0x2330", "0000:19:00.0": "0x1234"})
+    host = pci_tree(tmp_path, {"0000:18:00.0": "0x2330", "0000:19:00.0": "0x1234"})
     plan = replace(KernelPlan(("gemm",), "gpu", trials=2, gemm_n=64), until_confident=2.0)
     results = PlanRun(plan, host=host).run()
     gemms = {(r.device, r.metric): r for r in results if r.status is ProbeStatus.OK}

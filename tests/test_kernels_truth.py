@@ -7,12 +7,10 @@ GPU runs are the NumPy fake of the device boundary (tests/fakecuda.py), not a GP
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from gpudiag.hostfs import HostFS
 from gpudiag.kernels import device, gemm
 from gpudiag.kernels.plans import KernelPlan
 from gpudiag.kernels.readings import impossible, kernel_readings, physical_bound
@@ -24,6 +22,7 @@ from gpudiag.snapshot import dumps, load
 
 import fakecuda
 from conftest import FIXTURES, REPO, run_cli
+from hosttree import pci_tree
 
 H100 = load_profiles()["h100-sxm5"].values
 
@@ -87,7 +86,7 @@ def test_an_impossible_gemm_in_a_new_run_is_an_error(cuda, tmp_path, monkeypatch
     19.5): the run's result is an error that says why, not a figure."""
     monkeypatch.setitem(fakecuda.TFLOPS, "fp64", 25.0)
     monkeypatch.setattr(gemm, "MAX_BATCH", 8)
-    host = _pci_tree(tmp_path, {"0000:18:00.0": "0x20b0", "0000:19:00.0": "0x1234"})
+    host = pci_tree(tmp_path, {"0000:18:00.0": "0x20b0", "0000:19:00.0": "0x1234"})
     plan = KernelPlan(("gemm",), "gpu", trials=2, gemm_n=512)
     results = {(r.device, r.metric): r for r in PlanRun(plan, host=host).run()}
     on_a100 = results[("gpu0", "fp64")]
@@ -121,14 +120,6 @@ def test_events_that_agree_with_the_wall_clock_are_a_figure(cuda) -> None:
     result = gemm.run_gpu_gemm(0, "fp64", 256, 2, warmup=0, sample_seconds=0.005)
     assert result.status is ProbeStatus.OK, result.error
     assert dict(result.params)["event_over_wall"] == pytest.approx(1.0, abs=0.1)
-
-
-def _pci_tree(root: Path, device_ids: dict[str, str]) -> HostFS:
-    for bus, device_id in device_ids.items():
-        folder = root / "sys/bus/pci/devices" / bus
-        folder.mkdir(parents=True)
-        (folder / "device").write_text(device_id + "\n")
-    return HostFS(root)
 
 
 def test_check_reads_an_old_snapshots_impossible_figure_as_a_measurement_problem(
