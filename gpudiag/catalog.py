@@ -32,6 +32,8 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from gpudiag.model import ReadingStatus
+
 if TYPE_CHECKING:
     from gpudiag.model import KernelResult, Reading
 
@@ -299,9 +301,10 @@ def kernel_key(result: KernelResult) -> str | None:
 
 def is_lost(readings: Mapping[str, Reading], gpu: int | str) -> bool:
     """Whether a GPU stopped answering: its health reading was taken and failed (NVML
-    lost it, or the importer saw 'GPU is lost'). The one place this is decided."""
+    lost it, or the importer saw 'GPU is lost'); one the source never reached (a paste
+    cut before its section) is not known lost. The one place this is decided."""
     health = readings.get(f"gpu.{gpu}.health")
-    return health is not None and not health.ok
+    return health is not None and not health.ok and health.status is not ReadingStatus.NOT_REACHED
 
 
 def lost_gpus(readings: Mapping[str, Reading]) -> list[int]:

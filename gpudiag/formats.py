@@ -33,7 +33,7 @@ from typing import IO
 from gpudiag import catalog
 from gpudiag.atomic import write_atomic
 from gpudiag.inputs import printable
-from gpudiag.model import Action, Finding, Severity, Snapshot
+from gpudiag.model import Action, Finding, ReadingStatus, Severity, Snapshot
 from gpudiag.ruleengine import instances
 from gpudiag.rulefile import SCOPES, Rule
 from gpudiag.session import exit_code, severity_counts
@@ -253,7 +253,8 @@ def prometheus(snapshot: Snapshot) -> str:
             uuid = readings.get(f"gpu.{gpu}.uuid")
             labels = [("gpu", gpu), ("uuid", str(uuid.value) if uuid and uuid.ok else "")]
             if gauge.reading == "health" and reading is not None:
-                m.add(gauge.name, gauge.help, int(reading.ok), labels)
+                if reading.status is not ReadingStatus.NOT_REACHED:  # not known: left out
+                    m.add(gauge.name, gauge.help, int(reading.ok), labels)
                 continue
             if reading is None or not reading.ok or isinstance(reading.value, (list, str)):
                 continue  # not read: left out, never a zero
@@ -322,6 +323,10 @@ def _testcases(
             )
             if lost and key not in by_key:
                 skip = f"GPU {values['gpu']} is lost (GPU001): it answers nothing"
+            health = readings.get(f"gpu.{values['gpu']}.health") if "gpu" in values else None
+            unreached = health is not None and health.status is ReadingStatus.NOT_REACHED
+            if unreached and key not in by_key:  # nothing of it was read: not judged, not passed
+                skip = f"GPU {values['gpu']} was not read (GPU001): {health.reason}"
             cases.append((*key, by_key.get(key, []), skip))
     for key, findings in by_key.items():
         if key not in seen:

@@ -18,13 +18,16 @@ Value = Scalar | list[Scalar]
 
 
 class ReadingStatus(str, Enum):
-    """Whether a reading could be taken, and if not, why."""
+    """Whether a reading could be taken, and if not, why. `not-reached`: the source
+    stops before it (a paste cut short, a file of some of the GPUs): not known, neither
+    failed nor absent; a rule on it cannot check, never fires."""
 
     OK = "ok"
     UNSUPPORTED = "unsupported"
     MISSING = "missing"
     NEEDS_ROOT = "needs-root"
     ERROR = "error"
+    NOT_REACHED = "not-reached"
 
 
 class ProbeStatus(str, Enum):

@@ -1440,6 +1440,30 @@ def _with_lost_gpus(readings: list[Reading], lost: list[tuple[str, str]]) -> lis
     return readings
 
 
+def _with_unreached(readings: list[Reading]) -> list[Reading]:
+    """The GPUs nvidia-smi counts ('Attached GPUs : 8') that the file shows neither a
+    section nor an error line for (a paste cut short, or `-i` chose the others): each
+    not reached (GPU001 cannot check it, and says why), never dropped as if the node had
+    fewer GPUs, never lost."""
+    count = next((r for r in readings if r.key == "nvml.gpu_count"), None)
+    shown = sum(1 for r in readings if r.key.startswith("gpu.") and r.key.endswith(".health"))
+    if count is None or not count.ok or not isinstance(count.value, int) or count.value <= shown:
+        return readings
+    total = min(count.value, MAX_UNREACHED)
+    reason = (
+        f"the file shows {shown} of the {count.value} attached GPUs and not this one: "
+        "the paste stops before it, or nvidia-smi -i left it out"
+    )
+    return readings + [
+        Reading.failed(f"gpu.{index}.health", ReadingStatus.NOT_REACHED, reason, count.source)
+        for index in range(shown, total)
+    ]
+
+
+# no node has more GPUs than this: a larger 'Attached GPUs' is not taken as so many GPUs
+MAX_UNREACHED = 1024
+
+
 def _with_bundled(text: str, readings: list[Reading]) -> list[Reading]:
     """A file holding other outputs after the -q or -q -x one (an exporter's or a bug
     report's bundle): its `topo -m` matrix and `nvlink -s` too, each read as its kind,
@@ -1460,10 +1484,10 @@ def import_text(text: str) -> tuple[str, list[Reading]]:
     kind = detect(text)
     if kind == "xml":
         readings = _with_lost_gpus(_xml_readings(extract_from_bug_report(text)), lost_gpus(text))
-        return kind, _with_bundled(text, readings)
+        return kind, _with_bundled(text, _with_unreached(readings))
     if kind == "q":
         readings = _with_lost_gpus(_q_readings(extract_from_bug_report(text)), lost_gpus(text))
-        return kind, _with_bundled(text, readings)
+        return kind, _with_bundled(text, _with_unreached(readings))
     if kind == "topo":
         return kind, parse_topo_matrix(text)
     return kind, parse_nvlink_status(text)

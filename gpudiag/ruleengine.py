@@ -141,16 +141,24 @@ def _unsupported(rule: Rule, values: dict[str, str], reading: Reading) -> Findin
 
 
 def _all_equal(
-    rule: Rule, context: _Context, gpus: tuple[str, ...], lost: set[str]
+    rule: Rule,
+    context: _Context,
+    gpus: tuple[str, ...],
+    lost: set[str],
+    unreached: tuple[Reading, ...] = (),
 ) -> Finding | None:
+    """`unreached`: the health readings of the GPUs the source did not reach; where the
+    others agree, whether these do too is not known."""
     if rule.applies_if and (finding := _does_not_apply(rule, {}, context)) is not None:
         return finding
-    keys = [rule.reading.replace("{gpu}", gpu) for gpu in gpus if gpu not in lost]
-    readings = [context.readings.get(k) or _missing(k) for k in keys]
-    if not readings:
+    skipped = lost | {r.key.split(".")[1] for r in unreached}
+    keys = [rule.reading.replace("{gpu}", gpu) for gpu in gpus if gpu not in skipped]
+    if not keys:
         return None
-    if all(context.cannot_hold(k) for k in keys):
+    held = [k for k in keys if not context.cannot_hold(k)]  # a -q -d file shows some GPUs'
+    if not held:
         return _not_applicable(rule, {}, keys[0], context)
+    readings = [context.readings.get(k) or _missing(k) for k in held]
     unsupported = ReadingStatus.UNSUPPORTED
     if all(r.status is unsupported for r in readings):  # no GPU has it (a GeForce's InfoROM)
         return _unsupported(rule, {}, readings[0])
@@ -160,7 +168,7 @@ def _all_equal(
         return _unknown(rule, "node", failed, readings)
     values = Counter(str(r.value) for r in readings)
     if len(values) <= 1:
-        return None
+        return _unknown(rule, "node", unreached[0], readings) if unreached else None
     listing = "; ".join(f"{v} on {n} GPU{'s' if n > 1 else ''}" for v, n in values.most_common())
     message = (
         _render(rule.message, {"value": listing})
@@ -221,6 +229,10 @@ def _evaluate_instance(
     if status is ReadingStatus.UNSUPPORTED and rule.operator != "present":
         assert reading is not None  # the device answered it has no such thing: does not apply
         return _unsupported(rule, values, reading)
+    if status is ReadingStatus.NOT_REACHED:  # not known, not failed: even `present` cannot tell
+        assert reading is not None
+        subject = catalog.subject_title(rule.applies_to, values)
+        return _unknown(rule, subject, reading, (reading,), values)
     operator = rule.operator
     if status is ReadingStatus.OK and operator == "present":
         return None
@@ -337,14 +349,23 @@ def evaluate(
     findings = probe_findings(probes) + profile_finding(profile, list(device_ids), rules)
     plan = _plan(rules, readings)
     lost = {gpu for gpu in plan.gpus if catalog.is_lost(readings, gpu)}
+    unreached = tuple(
+        health
+        for gpu in plan.gpus
+        if (health := readings.get(f"gpu.{gpu}.health")) is not None
+        and health.status is ReadingStatus.NOT_REACHED
+    )
     for rule in plan.all_equal:
-        finding = _all_equal(rule, context, plan.gpus, lost)
+        finding = _all_equal(rule, context, plan.gpus, lost, unreached)
         if finding is not None:
             findings.append(finding)
     ok = ReadingStatus.OK
+    # a lost GPU answers nothing, and one the source did not reach tells nothing: GPU001
+    # says so, once (critical where lost, unknown where not reached)
+    skipped = lost.union(r.key.split(".")[1] for r in unreached)
     for rule, values, key, check, gpu in plan.checks:
-        if lost and gpu in lost and not rule.reading.endswith(".health"):
-            continue  # a lost GPU answers nothing: GPU001 says so, once
+        if skipped and gpu in skipped and not rule.reading.endswith(".health"):
+            continue
         if check is not None:
             reading = readings.get(key)
             if reading is not None and reading.status is ok and check(reading.value):

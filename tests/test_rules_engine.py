@@ -156,6 +156,47 @@ def test_a_lost_gpu_is_reported_once_not_by_every_rule() -> None:
     ]
 
 
+def test_a_gpu_the_source_did_not_reach_cannot_be_checked_never_lost() -> None:
+    """A GPU a cut paste never reaches (its health `not-reached`): GPU001 cannot check
+    it, saying why, never critical (a GPU not read is not a GPU lost) and never ok; no
+    other rule is asked of it ('no probe produced it' never reaches a user); where the
+    GPUs read agree, a comparison across all GPUs cannot tell either."""
+    from gpudiag import catalog
+
+    why = "the file shows 2 of the 3 attached GPUs and not this one"
+    readings = _by_key(
+        *(Reading(f"gpu.{g}.health", "ok") for g in (0, 1)),
+        *(Reading(f"gpu.{g}.vbios", "96.00.74.00.01") for g in (0, 1)),
+        *(Reading(f"gpu.{g}.persistence_mode", True) for g in (0, 1)),
+        Reading.failed("gpu.2.health", ReadingStatus.NOT_REACHED, why, "nvidia-smi-q"),
+    )
+    assert not catalog.is_lost(readings, 2) and catalog.lost_gpus(readings) == []
+    findings = evaluate(load_rules(), readings)
+    (lost,) = [f for f in findings if f.rule_id == "GPU001"]
+    assert (lost.subject, lost.severity) == ("GPU 2", Severity.UNKNOWN)
+    assert lost.message == f"cannot check: gpu.2.health is not-reached ({why})"
+    assert [f.rule_id for f in findings if f.subject == "GPU 2"] == ["GPU001"]
+    assert not [f.message for f in findings if "gpu.2." in f.message.replace("gpu.2.health", "")]
+    (vbios,) = [f for f in findings if f.rule_id == "GPU019"]
+    assert vbios.subject == "node" and vbios.severity is not Severity.CRITICAL
+    assert "not-reached" in vbios.message and why in vbios.message
+    differ = {**readings, "gpu.1.vbios": Reading("gpu.1.vbios", "96.00.99.00.01")}
+    (vbios,) = [f for f in evaluate(load_rules(), differ) if f.rule_id == "GPU019"]
+    assert "differ" in vbios.message  # what was read still disagrees: said as it is
+    read = {
+        **readings,
+        "gpu.2.health": Reading("gpu.2.health", "ok"),
+        "gpu.2.vbios": Reading("gpu.2.vbios", "96.00.74.00.01"),
+    }
+    assert not [f for f in evaluate(load_rules(), read) if f.rule_id in ("GPU001", "GPU019")]
+    lost_now = {
+        **readings,
+        "gpu.2.health": Reading.failed("gpu.2.health", ReadingStatus.ERROR, "GpuIsLost"),
+    }
+    (gone,) = [f for f in evaluate(load_rules(), lost_now) if f.rule_id == "GPU001"]
+    assert gone.severity is Severity.CRITICAL  # a lost one still is
+
+
 def test_unsupported_readings_are_not_judged() -> None:
     readings = _by_key(Reading.failed("gpu.0.ecc.current", ReadingStatus.UNSUPPORTED, "N/A"))
     (finding,) = [f for f in evaluate(load_rules(), readings) if f.rule_id == "GPU005"]

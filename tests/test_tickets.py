@@ -641,6 +641,71 @@ def test_a_cut_paste_says_what_it_does_not_show() -> None:
     assert whole["gpu.0.memory.used"].value == 0 and "gpu.0.memory.total" in whole
 
 
+AZURE_8 = "nvidia-smi-q/azurehpc__orig_nvsmi8_output__q-d-PAGE_RETIREMENT_8gpu_535.86.10.txt"
+
+
+@pytest.mark.parametrize(
+    ("keep", "marker", "shown"),
+    [(3, "", 4), (3, "[...]", 4), (0, "", 3)],
+    ids=["stops-mid-section", "elided-mid-section", "stops-between-sections"],
+)
+def test_gpus_a_cut_paste_never_reaches_are_unknown_never_fewer(
+    tmp_path: Path, keep: int, marker: str, shown: int
+) -> None:
+    """The real Azure 8-GPU -q ('Attached GPUs : 8') pasted up to its fourth GPU's
+    'Single Bit ECC' line, the rest of that section and the four later sections gone
+    (stopped there, or with '[...]' where the lines were left out), or up to the end
+    of its third GPU's section: the node is not taken for a smaller one that passes.
+    Each GPU the paste never reaches is named unknown with why (GPU001 cannot check
+    it: not critical, a GPU not read is not a GPU lost), no rule is told 'no probe
+    produced it', and the verdict is unknown (exit 3), never OK. The whole file still
+    exits 0 (below)."""
+    lines = _text(AZURE_8).split("\n")
+    fourth = [n for n, line in enumerate(lines) if line.startswith("GPU ")][3]
+    assert lines[fourth + 2].strip().startswith("Single Bit ECC")
+    cut = tmp_path / "cut.txt"
+    cut.write_text("\n".join([*lines[: fourth + keep], *([f"    {marker}"] if marker else [])]))
+    out = tmp_path / "cut.toml"
+    result = run_cli("import", str(cut), "-o", str(out))
+    assert result.returncode == 3, result.stdout + result.stderr  # unknown, never OK
+    first = result.stdout.splitlines()[0]
+    assert "findings: 0 critical, 0 warning, " in first and " 0 unknown" not in first
+    why = f"the file shows {shown} of the 8 attached GPUs and not this one"
+    for gpu in range(shown, 8):
+        assert (
+            f"UNKNOWN  GPU001   GPU {gpu}: cannot check: gpu.{gpu}.health is not-reached ({why}"
+            in result.stdout
+        )
+    assert "no probe produced it" not in result.stdout
+    assert "CRITICAL" not in result.stdout
+    if keep:  # the part of its section the paste does not show
+        assert "UNKNOWN  GPU010   GPU 3: cannot check: gpu.3.retired_pages.double_bit" in (
+            result.stdout
+        )
+    snapshot = load(out)
+    assert snapshot.reading("nvml.gpu_count").value == 8  # type: ignore[union-attr]
+    assert snapshot.reading("gpu.2.retired_pages.pending").value is False  # type: ignore[union-attr]
+    assert snapshot.reading("gpu.7.health").status is ReadingStatus.NOT_REACHED  # type: ignore[union-attr]
+    check = run_cli("check", str(out))
+    assert check.returncode == 3 and check.stdout.splitlines()[0] == first
+    if keep == 0:  # once: JUnit skips the checks of a GPU not read, never passes them
+        junit = run_cli("--format", "junit", "check", str(out)).stdout.replace("\n", "")
+        assert 'classname="gpudiag.GPU009" name="GPU 5" time="0"><skipped' in junit.replace(
+            "  ", ""
+        )
+        metrics = run_cli("--format", "prometheus", "check", str(out)).stdout
+        up = [line for line in metrics.splitlines() if line.startswith("gpudiag_gpu_up{")]
+        assert [line.split('"')[1] for line in up] == ["0", "1", "2"]  # not 0 (down): left out
+
+
+def test_the_whole_azure_file_is_still_ok(tmp_path: Path) -> None:
+    """The uncut file of the test above: its 8 GPUs read, nothing unknown, exit 0."""
+    whole = run_cli("import", str(realdata_dir() / AZURE_8), "-o", str(tmp_path / "w.toml"))
+    assert whole.returncode == 0, whole.stdout + whole.stderr
+    assert "findings: 0 critical, 0 warning, 0 unknown, 0 info" in whole.stdout
+    assert "not-reached" not in (tmp_path / "w.toml").read_text()
+
+
 def test_a_bundle_of_outputs_is_split_one_gpu_per_bus_id() -> None:
     """An exporter's bundle (the real nvidia_gpu_exporter capture of an H100: -q idle,
     then -q under load, topo -m, nvlink -s, one after another) is one GPU, as its first
