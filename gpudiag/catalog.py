@@ -72,7 +72,7 @@ class Subject:
     words: str  # "every NVLink of every GPU", for `rules explain`
     every_instance: bool = False  # judged on every instance, even one without the reading
 
-    @property
+    @functools.cached_property
     def placeholders(self) -> tuple[str, ...]:
         """The placeholders of the stem, in order: ('gpu', 'link')."""
         return tuple(_PLACEHOLDER.findall(self.stem))
@@ -120,12 +120,31 @@ def subject_title(scope: str, values: Mapping[str, str]) -> str:
     return fill(SUBJECTS[scope].title, values)
 
 
+@functools.cache
+def _subjects_by_head() -> dict[str, tuple[Subject, ...]]:
+    """The subjects with a stem, by the stem's first segment (in SUBJECTS' order): a key
+    can only start with a stem whose first segment is the key's. A stem whose first
+    segment is not literal text would be listed under every head ('{')."""
+    by_head: dict[str, list[Subject]] = {}
+    for subject in SUBJECTS.values():
+        if subject.stem:
+            by_head.setdefault("{" if "{" in subject.head else subject.head, []).append(subject)
+    anywhere = by_head.pop("{", [])
+    return {
+        head: tuple(s for s in SUBJECTS.values() if s in found or s in anywhere)
+        for head, found in by_head.items()
+    } | {"{": tuple(anywhere)}
+
+
 def subject_of_key(key: str) -> tuple[str, dict[str, str]]:
     """The most specific subject whose stem starts `key`, with its values:
-    'gpu.3.nvlink.5.state' -> ('nvlink', {'gpu': '3', 'link': '5'}); ('node', {}) else."""
+    'gpu.3.nvlink.5.state' -> ('nvlink', {'gpu': '3', 'link': '5'}); ('node', {}) else.
+    Only the subjects whose stem begins with the key's first segment are tried (one or
+    two patterns, not every subject's)."""
     best: tuple[str, dict[str, str]] = ("node", {})
-    for subject in SUBJECTS.values():
-        if subject.stem and len(subject.placeholders) > len(best[1]):
+    by_head = _subjects_by_head()
+    for subject in by_head.get(key.partition(".")[0], by_head["{"]):
+        if len(subject.placeholders) > len(best[1]):
             match = subject.instance_pattern.match(key)
             if match:
                 best = (subject.name, dict(zip(subject.placeholders, match.groups(), strict=True)))
