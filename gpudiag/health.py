@@ -36,12 +36,7 @@ import json
 import math
 import os
 import re
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -55,6 +50,8 @@ from gpudiag.model import Action, Finding, ProbeResult, Severity, Snapshot
 # the command line loads this module for its parser (add_health_parser): gpudiag.session
 # (the probes and the rules engine) and slurmgres are imported where they are used
 if TYPE_CHECKING:
+    import subprocess
+
     from gpudiag.session import LiveNode
 
 CONVENTIONS = ("nagios", "npd", "slurm", "json")
@@ -165,6 +162,9 @@ class Verdict:
 def check_node(node: LiveNode, timeout: float, kernels: str | None = None) -> Verdict:
     """Probe and judge the node in a worker thread; an UNKNOWN verdict saying so when it
     does not finish within `timeout` seconds (probes are then cancelled)."""
+    import socket
+    import threading
+
     started = time.monotonic()
     box: dict[str, Any] = {}
 
@@ -328,6 +328,9 @@ class Slurm:
     def _run(self, what: str, *args: str) -> subprocess.CompletedProcess[str]:
         """scontrol ARGS; HealthError in one line, starting `what`, when it cannot run,
         hangs or fails."""
+        import signal
+        import subprocess
+
         left = min(SCONTROL_CALL_S, self.deadline - time.monotonic())
         if left <= 0:
             raise HealthError(f"{what}: no time left within the {SLURM_BUDGET_S:g} s check")
@@ -397,6 +400,8 @@ def find_scontrol(explicit: str | None) -> str:
     for folder in SLURM_BIN_DIRS:
         if os.access(f"{folder}/scontrol", os.X_OK):
             return f"{folder}/scontrol"
+    import shutil
+
     found = shutil.which("scontrol")
     if found is None:
         raise HealthError(f"scontrol not found in {', '.join(SLURM_BIN_DIRS)} or PATH")
@@ -491,6 +496,8 @@ def run_health(args: argparse.Namespace, argv: Sequence[str]) -> int:
             env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **os.environ}
             if args.slurm_conf:
                 env["SLURM_CONF"] = args.slurm_conf
+            import socket
+
             node = args.node or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
             if not NODE_NAME.fullmatch(node):
                 raise HealthError(
