@@ -121,19 +121,24 @@ def subject_title(scope: str, values: Mapping[str, str]) -> str:
 
 
 @functools.cache
-def _subjects_by_head() -> dict[str, tuple[Subject, ...]]:
-    """The subjects with a stem, by the stem's first segment (in SUBJECTS' order): a key
-    can only start with a stem whose first segment is the key's. A stem whose first
-    segment is not literal text would be listed under every head ('{')."""
+def _subjects_by_head() -> dict[str, tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...]]:
+    """(name, instance pattern, placeholders) of the subjects with a stem, by the stem's
+    first segment, in SUBJECTS' order: a key can only start with a stem whose first
+    segment is the key's. A stem whose first segment is not literal text would be listed
+    under every head (and under '{')."""
     by_head: dict[str, list[Subject]] = {}
     for subject in SUBJECTS.values():
         if subject.stem:
             by_head.setdefault("{" if "{" in subject.head else subject.head, []).append(subject)
     anywhere = by_head.pop("{", [])
     return {
-        head: tuple(s for s in SUBJECTS.values() if s in found or s in anywhere)
-        for head, found in by_head.items()
-    } | {"{": tuple(anywhere)}
+        head: tuple(
+            (s.name, s.instance_pattern, s.placeholders)
+            for s in SUBJECTS.values()
+            if s in found or s in anywhere
+        )
+        for head, found in [*by_head.items(), ("{", [])]
+    }
 
 
 def subject_of_key(key: str) -> tuple[str, dict[str, str]]:
@@ -141,13 +146,11 @@ def subject_of_key(key: str) -> tuple[str, dict[str, str]]:
     'gpu.3.nvlink.5.state' -> ('nvlink', {'gpu': '3', 'link': '5'}); ('node', {}) else.
     Only the subjects whose stem begins with the key's first segment are tried (one or
     two patterns, not every subject's)."""
-    best: tuple[str, dict[str, str]] = ("node", {})
     by_head = _subjects_by_head()
-    for subject in by_head.get(key.partition(".")[0], by_head["{"]):
-        if len(subject.placeholders) > len(best[1]):
-            match = subject.instance_pattern.match(key)
-            if match:
-                best = (subject.name, dict(zip(subject.placeholders, match.groups(), strict=True)))
+    best: tuple[str, dict[str, str]] = ("node", {})
+    for name, pattern, placeholders in by_head.get(key.partition(".")[0], by_head["{"]):
+        if len(placeholders) > len(best[1]) and (match := pattern.match(key)):
+            best = (name, dict(zip(placeholders, match.groups(), strict=True)))
     return best
 
 

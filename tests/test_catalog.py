@@ -22,7 +22,7 @@ from gpudiag.session import LiveNode, with_findings
 from gpudiag.snapshot import save
 from gpudiag.views import host_tree
 
-from conftest import REPO, run_cli
+from conftest import REPO, realdata_dir, run_cli
 from fleetgen import base_snapshot, make_node, with_values
 
 
@@ -261,17 +261,27 @@ def _subject_by_every_pattern(key: str) -> tuple[str, dict[str, str]]:
     return best
 
 
+def _assert_subjects_as_every_pattern(keys: set[str]) -> None:
+    for key in sorted(keys):
+        assert catalog.subject_of_key(key) == _subject_by_every_pattern(key), key
+
+
+def _captured_keys(captures: list[Path]) -> set[str]:
+    """Every key of the snapshots the captures give on replay (derived ones included)."""
+    from gpudiag import capture
+    from gpudiag.probes import default_probes
+
+    keys: set[str] = set()
+    for path in captures:
+        host, nvml, _ = capture.load(path)
+        keys |= set(LiveNode(host, nvml, default_probes(), load_rules()).snapshot().readings_by_key)
+    return keys
+
+
 def test_subject_of_key_by_the_key_head_answers_as_every_pattern() -> None:
     """subject_of_key tries only the subjects whose stem begins with the key's first
     segment: the same answer as trying every subject's pattern, for every key of the demo
-    captures and the real H100 capture (probed on replay, derived readings included), the
-    real nvidia-smi imports, every declared template and keys made to be awkward."""
-    from gpudiag import capture
-    from gpudiag.nvsmi import import_files
-    from gpudiag.probes import default_probes
-
-    from conftest import REALDATA
-
+    captures (probed on replay), every declared template and keys made to be awkward."""
     keys = {catalog.sample_key(t) for t in catalog.catalog().declared}
     keys |= {
         "gpu", "gpu.", "gpu.x", "gpu.3", "gpu.1234567.name", "gpu.3.nvlink", "gpu.3.nvlink.x",
@@ -280,14 +290,21 @@ def test_subject_of_key_by_the_key_head_answers_as_every_pattern() -> None:
         "nvme.0.model", "numa.1", "numa.x.y", "x\ngpu.1.y", "gpu.1\n.y", "", ".", "..",
     }  # fmt: skip
     captures = sorted((REPO / "snapshots").glob("*.capture.json"))
-    captures += sorted(REALDATA.glob("*/*.capture.json"))
-    assert len(captures) >= 2
-    for path in captures:
-        host, nvml, _ = capture.load(path)
-        node = LiveNode(host, nvml, default_probes(), load_rules())
-        keys |= set(node.snapshot().readings_by_key)
-    for text in sorted(REALDATA.glob("nvidia-smi-q/*.txt")):
-        keys |= set(import_files([str(text)]).readings_by_key)
+    assert len(captures) == 2
+    keys |= _captured_keys(captures)
     assert len(keys) > 2000
-    for key in sorted(keys):
-        assert catalog.subject_of_key(key) == _subject_by_every_pattern(key), key
+    _assert_subjects_as_every_pattern(keys)
+
+
+def test_subject_of_key_answers_as_every_pattern_on_real_data() -> None:
+    """The same for every key of the real captures (the H100 VM) and of the real
+    nvidia-smi outputs imported."""
+    from gpudiag.nvsmi import import_files
+
+    captures = sorted(realdata_dir().glob("*/*.capture.json"))
+    assert captures
+    keys = _captured_keys(captures)
+    for text in sorted(realdata_dir().glob("nvidia-smi-q/*.txt")):
+        keys |= set(import_files([str(text)]).readings_by_key)
+    assert len(keys) > 200
+    _assert_subjects_as_every_pattern(keys)
