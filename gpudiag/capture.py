@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpudiag import __version__, inputs
-from gpudiag.atomic import write_atomic
 from gpudiag.hostfs import FileText, HostFS, source_name
 from gpudiag.model import ReadingStatus
 from gpudiag.nvml import Nvml, NvmlBackend, NvmlError, ReplayBackend, ReplayError
@@ -259,6 +258,7 @@ def record(
 
 def save(capture: dict[str, Any], path: Path) -> None:
     """Write the capture atomically (JSON)."""
+    from gpudiag.atomic import write_atomic  # loaded by the command that writes
 
     def write(stream: IO[str]) -> None:
         json.dump(capture, stream, separators=(",", ":"))

@@ -74,7 +74,7 @@ class Subject:
     words: str  # "every NVLink of every GPU", for `rules explain`
     every_instance: bool = False  # judged on every instance, even one without the reading
 
-    @property
+    @functools.cached_property
     def placeholders(self) -> tuple[str, ...]:
         """The placeholders of the stem, in order: ('gpu', 'link')."""
         return tuple(_PLACEHOLDER.findall(self.stem))
@@ -122,15 +122,37 @@ def subject_title(scope: str, values: Mapping[str, str]) -> str:
     return fill(SUBJECTS[scope].title, values)
 
 
+@functools.cache
+def _subjects_by_head() -> dict[str, tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...]]:
+    """(name, instance pattern, placeholders) of the subjects with a stem, by the stem's
+    first segment, in SUBJECTS' order: a key can only start with a stem whose first
+    segment is the key's. A stem whose first segment is not literal text would be listed
+    under every head (and under '{')."""
+    by_head: dict[str, list[Subject]] = {}
+    for subject in SUBJECTS.values():
+        if subject.stem:
+            by_head.setdefault("{" if "{" in subject.head else subject.head, []).append(subject)
+    anywhere = by_head.pop("{", [])
+    return {
+        head: tuple(
+            (s.name, s.instance_pattern, s.placeholders)
+            for s in SUBJECTS.values()
+            if s in found or s in anywhere
+        )
+        for head, found in [*by_head.items(), ("{", [])]
+    }
+
+
 def subject_of_key(key: str) -> tuple[str, dict[str, str]]:
     """The most specific subject whose stem starts `key`, with its values:
-    'gpu.3.nvlink.5.state' -> ('nvlink', {'gpu': '3', 'link': '5'}); ('node', {}) else."""
+    'gpu.3.nvlink.5.state' -> ('nvlink', {'gpu': '3', 'link': '5'}); ('node', {}) else.
+    Only the subjects whose stem begins with the key's first segment are tried (one or
+    two patterns, not every subject's)."""
+    by_head = _subjects_by_head()
     best: tuple[str, dict[str, str]] = ("node", {})
-    for subject in SUBJECTS.values():
-        if subject.stem and len(subject.placeholders) > len(best[1]):
-            match = subject.instance_pattern.match(key)
-            if match:
-                best = (subject.name, dict(zip(subject.placeholders, match.groups(), strict=True)))
+    for name, pattern, placeholders in by_head.get(key.partition(".")[0], by_head["{"]):
+        if len(placeholders) > len(best[1]) and (match := pattern.match(key)):
+            best = (name, dict(zip(placeholders, match.groups(), strict=True)))
     return best
 
 
@@ -673,7 +695,10 @@ def _index_order(part: str) -> tuple[int, int, str]:
 
 
 def _ordered(values: Iterable[tuple[str, ...]]) -> list[tuple[str, ...]]:
-    return sorted(set(values), key=lambda v: [_index_order(x) for x in v])
+    distinct = set(values)
+    # each part's order once (64 GPUs' 4,032 pairs have 64 distinct parts)
+    order = {part: _index_order(part) for part in {p for v in distinct for p in v}}
+    return sorted(distinct, key=lambda v: [order[p] for p in v])
 
 
 @dataclass(frozen=True)
@@ -688,8 +713,9 @@ class SubjectIndex:
         """The index of `keys` (a dict of readings gives its keys)."""
         passes = _passes(tuple(SUBJECTS.values()))
         groups: dict[str, list[str]] = {head: [] for head, _, _ in passes}
-        for key in keys:
-            group = groups.get(key[: key.find(".")])
+        group_of = groups.get
+        for key in keys:  # a key without a dot matches no stem, in whichever group
+            group = group_of(key.partition(".")[0])
             if group is not None:
                 group.append(key)
         by_scope: dict[str, list[tuple[str, ...]]] = {"node": [()]}

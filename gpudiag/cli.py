@@ -12,48 +12,25 @@ Exit codes: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad input, usage error, fail
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import traceback
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from gpudiag import __version__, capture, catalog, inputs
+from gpudiag import __version__, capture, inputs
 from gpudiag.fleetcli import FLEET_COMMANDS, add_fleet_commands
-from gpudiag.formats import (
-    FORMAT_NAMES,
-    add_format_options,
-    render,
-    write_text,
-)
-from gpudiag.health import add_health_parser, run_health
-from gpudiag.hostfs import HostFS
+from gpudiag.formats import add_format_options
+from gpudiag.health import add_health_parser
 from gpudiag.kernels.plans import BURN_PRECISIONS, DTYPE_NAMES, KERNELS, PLANS, KernelPlan
-from gpudiag.model import Severity, Snapshot
-from gpudiag.nvml import ReplayError, open_nvml
-from gpudiag.probes import default_probes
-from gpudiag.profiles import load_profiles
-from gpudiag.rule_operators import RuleError
-from gpudiag.rulefile import Rule, action_for, lint_data_file, lint_rule_file, load_rules
-from gpudiag.session import (
-    EXIT_CRITICAL,
-    EXIT_UNKNOWN,
-    LiveNode,
-    exit_code,
-    format_finding,
-    format_not_applicable,
-    format_summary,
-    with_findings,
-    with_kernel_results,
-)
-from gpudiag.snapshot import SnapshotError, is_json_path, load, save, target_problem
 
+# What a command needs is imported when it runs (`gpudiag --help` and `--version` load
+# only the parser's modules): the imports inside the functions below are deliberate.
 if TYPE_CHECKING:
+    from gpudiag.model import Snapshot
     from gpudiag.redact import Redactor
-
+    from gpudiag.rulefile import Rule
+    from gpudiag.session import LiveNode
 
 # What each kernel of `gpudiag run` measures, one line each (its --help lists them).
 KERNEL_HELP = {
@@ -302,6 +279,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _live_node(args: argparse.Namespace, argv: Sequence[str]) -> LiveNode:
+    from gpudiag.hostfs import HostFS
+    from gpudiag.nvml import open_nvml
+    from gpudiag.probes import default_probes
+    from gpudiag.rulefile import load_rules
+    from gpudiag.session import LiveNode
+
     root = Path(args.root)
     if not root.is_dir():
         raise UsageError(f"--root {args.root}: no such directory")
@@ -324,6 +307,10 @@ def _live_node(args: argparse.Namespace, argv: Sequence[str]) -> LiveNode:
 def _export(node: LiveNode, args: argparse.Namespace) -> int:
     snapshot = node.snapshot()
     if args.kernels:
+        from dataclasses import replace
+
+        from gpudiag.session import with_kernel_results
+
         plan = replace(PLANS[args.kernels], until_confident=args.until_confident)
         print(f"gpudiag: running kernels ({args.kernels}) ...", file=sys.stderr)
         from gpudiag.kernels.runner import PlanRun
@@ -365,6 +352,8 @@ def _redacted(snapshot: Snapshot, args: argparse.Namespace) -> Snapshot:
 def _run_kernels(args: argparse.Namespace) -> int:
     # --trials, --seconds, --until-confident, --size and --gemm-n: inputs.number_option
     import psutil
+
+    from gpudiag.session import EXIT_CRITICAL
 
     memory = psutil.virtual_memory().total
     if 3 * args.size > memory:
@@ -409,7 +398,10 @@ def _run_kernels(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
+    import json
+
     from gpudiag.diff import diff_snapshots, report_json, report_text
+    from gpudiag.snapshot import load
 
     a, b = load(args.snapshot_a), load(args.snapshot_b)
     if getattr(args, "redact", False):
@@ -431,6 +423,8 @@ def _diff(args: argparse.Namespace) -> int:
 
 def _import(args: argparse.Namespace) -> int:
     from gpudiag.nvsmi import ImportError_, import_files
+    from gpudiag.rulefile import load_rules
+    from gpudiag.session import with_findings
 
     try:
         snapshot = import_files(args.files)
@@ -450,6 +444,10 @@ def _write_and_report(
 ) -> int:
     """Write the snapshot (or print it for '-') in --format, and the --prometheus file;
     then the summary; exit code by findings."""
+    from gpudiag.formats import FORMAT_NAMES, render, write_text
+    from gpudiag.session import exit_code, format_summary
+    from gpudiag.snapshot import is_json_path, save, target_problem
+
     fmt = args.format or ("json" if is_json_path(target) else "toml")
     if args.prometheus:
         _write_prometheus(snapshot, args.prometheus)
@@ -488,11 +486,16 @@ def _rules_for(rules: Sequence[Rule] | None, args: argparse.Namespace) -> Sequen
     """The rules the JUnit report lists as test cases."""
     if args.format != "junit":
         return ()
+    from gpudiag.rulefile import load_rules
+
     return rules if rules is not None else load_rules(args.rules, site=True)
 
 
 def _write_prometheus(snapshot: Snapshot, target: str) -> None:
     """--prometheus FILE: node_exporter's textfile collector format, written atomically."""
+    from gpudiag.formats import render, write_text
+    from gpudiag.snapshot import target_problem
+
     path = Path(target)
     if problem := target_problem(path):
         raise UsageError(f"--prometheus {target}: {problem}")
@@ -503,6 +506,18 @@ def _write_prometheus(snapshot: Snapshot, target: str) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from gpudiag.formats import render
+    from gpudiag.model import Severity
+    from gpudiag.rulefile import load_rules
+    from gpudiag.session import (
+        exit_code,
+        format_finding,
+        format_not_applicable,
+        format_summary,
+        with_findings,
+    )
+    from gpudiag.snapshot import load
+
     rules = load_rules(args.rules, site=True)
     snapshot = with_findings(load(args.snapshot), rules, args.profile)
     if args.prometheus:
@@ -523,12 +538,16 @@ def _rules(args: argparse.Namespace) -> int:
     if args.rules_command == "lint":
         return _lint(args.lint_files)
     if args.rules_command == "profiles":
+        from gpudiag.profiles import load_profiles
+
         for profile in load_profiles().values():
             words = [*profile.brands, *profile.name_words]
             classes = f"(brand or name: {', '.join(dict.fromkeys(words))})" if words else ""
             ids = ", ".join(profile.device_ids) or classes or "(select with --profile)"
             print(f"{profile.name:<16} {profile.title:<44} {ids}")
         return 0
+    from gpudiag.rulefile import load_rules
+
     rules = load_rules(args.rules, site=True)
     if args.rules_command == "list":
         for rule in rules:
@@ -547,6 +566,9 @@ def _rules(args: argparse.Namespace) -> int:
 
 def explain_rule(rule: Rule) -> str:
     """What a rule checks, why it matters, how to fix it, an example: ruff's explain."""
+    from gpudiag import catalog
+    from gpudiag.rulefile import action_for
+
     expectation = f"{rule.operator.replace('_', ' ')} {rule.operand!r}"
     if rule.factor != 1.0:
         expectation += f" x {rule.factor:g}"
@@ -584,6 +606,10 @@ def explain_rule(rule: Rule) -> str:
 def _lint(paths: Sequence[Path]) -> int:
     """Check each rule file as loading it beside the shipped rules would (the same code
     path, rulefile.lint_rule_file); one line per file."""
+    from gpudiag.rule_operators import RuleError
+    from gpudiag.rulefile import lint_data_file, lint_rule_file
+    from gpudiag.session import EXIT_UNKNOWN
+
     failed = False
     for path in paths:
         try:
@@ -636,6 +662,7 @@ def run(argv: Sequence[str]) -> int:
         return _check(args)
     if args.command == "view":
         from gpudiag.derive import ensure_derived
+        from gpudiag.snapshot import load
 
         return _tui(ensure_derived(load(args.snapshot)))
     if args.command == "import":
@@ -647,6 +674,8 @@ def run(argv: Sequence[str]) -> int:
     if args.command == "run":
         return _run_kernels(args)
     if args.command == "health":
+        from gpudiag.health import run_health
+
         return run_health(args, argv)
     if args.command in FLEET_COMMANDS:
         return FLEET_COMMANDS[args.command](args)
@@ -682,16 +711,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         return run(argv)
-    except (
-        UsageError,
-        SnapshotError,
-        ReplayError,
-        RuleError,
-        inputs.InputError,
-        capture.CaptureError,
-    ) as exc:
-        print(f"gpudiag: {inputs.printable(str(exc))}", file=sys.stderr)
-        return EXIT_UNKNOWN
     except KeyboardInterrupt:
         print("gpudiag: interrupted", file=sys.stderr)
         return 130
@@ -699,16 +718,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         # stdout closed early (gpudiag --export - | head): not an error of ours.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_UNKNOWN
+        return _EXIT_UNKNOWN
+    except _user_errors() as exc:
+        print(f"gpudiag: {inputs.printable(str(exc))}", file=sys.stderr)
+        return _EXIT_UNKNOWN
     except Exception as exc:
         if os.environ.get("GPUDIAG_DEBUG"):
+            import traceback
+
             traceback.print_exc()
         print(
             f"gpudiag: internal error: {type(exc).__name__}: {inputs.printable(str(exc))} "
             "(set GPUDIAG_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )
-        return EXIT_UNKNOWN
+        return _EXIT_UNKNOWN
+
+
+# the errors that are bad input (one line, exit 3): (module, class name)
+_USER_ERRORS = (
+    ("gpudiag.snapshot", "SnapshotError"),
+    ("gpudiag.nvml", "ReplayError"),
+    ("gpudiag.rule_operators", "RuleError"),
+    ("gpudiag.inputs", "InputError"),
+    ("gpudiag.capture", "CaptureError"),
+)
+_EXIT_UNKNOWN = 3  # gpudiag.session.EXIT_UNKNOWN (test_cli checks they agree)
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    """UsageError and the _USER_ERRORS of the modules this run loaded (a module that was
+    never imported raised nothing), so that an error costs no import."""
+    loaded = (sys.modules.get(module) for module, _ in _USER_ERRORS)
+    return (
+        UsageError,
+        *(getattr(m, name) for m, (_, name) in zip(loaded, _USER_ERRORS, strict=True) if m),
+    )
 
 
 if __name__ == "__main__":

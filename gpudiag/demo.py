@@ -8,7 +8,6 @@ is the one place that names them.
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +19,8 @@ DEMOS = ("healthy", "faulty")
 
 def demo_file(name: str) -> Path:
     """The shipped demo file of that name (healthy or faulty)."""
+    from importlib import resources  # not loaded for the parser (DEMOS)
+
     if name not in DEMOS:
         raise ValueError(f"no demo {name!r} (choose {' or '.join(DEMOS)})")
     return Path(str(resources.files("gpudiag.snapshots") / f"demo-hgx-h100-{name}.toml"))
@@ -27,6 +28,8 @@ def demo_file(name: str) -> Path:
 
 def demo_capture(name: str) -> Path:
     """The shipped whole-node capture of that demo (healthy or faulty)."""
+    from importlib import resources
+
     demo_file(name)  # the same names
     files = resources.files("gpudiag.snapshots")
     return Path(str(files / f"demo-hgx-h100-{name}.capture.json"))

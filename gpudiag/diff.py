@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-import numpy as np
-
 from gpudiag import catalog, tomlcompat
 from gpudiag.catalog import is_kernel_reading
 from gpudiag.hostfs import natural_key
@@ -170,6 +168,8 @@ def bootstrap_ratio(
     (resampling each side with replacement, `rounds` times, in one numpy pass)."""
     if len(a) < 2 or len(b) < 2:
         raise ValueError("a ratio with a confidence interval needs two samples a side")
+    import numpy as np  # only where both sides hold kernel results (most snapshots hold none)
+
     xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     median_a, median_b = float(np.median(xa)), float(np.median(xb))
     if median_a == 0:

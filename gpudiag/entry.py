@@ -22,8 +22,15 @@ def _interrupted() -> int:
 
 
 def main() -> int:
-    """Run the command line (gpudiag.cli.main) with Ctrl-C covered from the start."""
+    """Run the command line (gpudiag.cli.main) with Ctrl-C covered from the start.
+    `gpudiag --version` alone is answered here, loading nothing else: the same line as
+    the parser's --version (test_cli checks it)."""
     try:
+        if sys.argv[1:] == ["--version"]:
+            from gpudiag import __version__
+
+            print(f"gpudiag {__version__}")
+            return 0
         from gpudiag.cli import main as cli_main
 
         return cli_main()

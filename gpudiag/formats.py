@@ -23,20 +23,20 @@ from __future__ import annotations
 import argparse
 import math
 import re
-import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from gpudiag import catalog
-from gpudiag.atomic import write_atomic
 from gpudiag.inputs import printable
 from gpudiag.model import Action, Finding, ReadingStatus, Severity, Snapshot
-from gpudiag.ruleengine import instances
-from gpudiag.rulefile import SCOPES, Rule
-from gpudiag.session import exit_code, severity_counts
+
+# the command line loads this module for its options (add_format_options): what writing a
+# format needs (the rules engine, the catalog, XML) is imported where it is written
+if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET
+
+    from gpudiag.rulefile import Rule
 
 FORMAT_NAMES = {"toml": "TOML", "json": "JSON", "prometheus": "Prometheus", "junit": "JUnit"}
 FORMATS = tuple(FORMAT_NAMES)
@@ -79,6 +79,7 @@ def strongest_action(findings: Iterable[Finding]) -> Action:
 
 def write_text(path: Path, text: str) -> None:
     """Write `text` to `path` atomically (temporary file beside it, then rename)."""
+    from gpudiag.atomic import write_atomic
 
     def write(stream: IO[str]) -> None:
         stream.write(text)
@@ -191,12 +192,18 @@ class _Metrics:
 
 
 def _status_code(findings: Sequence[Finding]) -> int:
+    from gpudiag.session import exit_code
 
     return exit_code(applicable(findings))
 
 
 def prometheus(snapshot: Snapshot) -> str:
     """The snapshot in Prometheus' text exposition format (node_exporter textfile)."""
+    from datetime import datetime
+
+    from gpudiag import catalog
+    from gpudiag.session import severity_counts
+
     m = _Metrics()
     m.add(
         "gpudiag_info",
@@ -300,6 +307,10 @@ def _testcases(
 ) -> list[tuple[str, str, list[Finding], str]]:
     """(rule id, subject, findings, skip reason) for every check the rules made, then
     for findings no rule instance names (probe failures, no profile)."""
+    from gpudiag import catalog
+    from gpudiag.ruleengine import instances
+    from gpudiag.rulefile import SCOPES
+
     index = catalog.SubjectIndex.of(readings)
     by_key: dict[tuple[str, str], list[Finding]] = {}
     for finding in snapshot.findings:
@@ -357,6 +368,8 @@ def junit(snapshot: Snapshot, rules: Sequence[Rule]) -> str:
     """JUnit XML: one testcase per rule and subject; a failure for a warning or critical
     finding, an error for one that could not be checked (unknown), skipped for a check
     that does not apply; info findings pass with their message as output."""
+    import xml.etree.ElementTree as ET
+
     from gpudiag.session import judged_readings
 
     readings, _, _ = judged_readings(snapshot)

@@ -36,29 +36,23 @@ import json
 import math
 import os
 import re
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpudiag import inputs, slurmgres
+from gpudiag import inputs
 from gpudiag.formats import applicable, strongest_action
 from gpudiag.model import Action, Finding, ProbeResult, Severity, Snapshot
-from gpudiag.session import (
-    EXIT_UNKNOWN,
-    LiveNode,
-    exit_code,
-    run_kernels,
-    severity_counts,
-    severity_words,
-)
+
+# the command line loads this module for its parser (add_health_parser): gpudiag.session
+# (the probes and the rules engine) and slurmgres are imported where they are used
+if TYPE_CHECKING:
+    import subprocess
+
+    from gpudiag.session import LiveNode
 
 CONVENTIONS = ("nagios", "npd", "slurm", "json")
 STATUS_WORDS = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
@@ -147,6 +141,8 @@ class Verdict:
     @property
     def code(self) -> int:
         """The monitoring-plugin exit code: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN."""
+        from gpudiag.session import EXIT_UNKNOWN, exit_code
+
         return EXIT_UNKNOWN if self.error else exit_code(self.findings)
 
     @property
@@ -166,6 +162,9 @@ class Verdict:
 def check_node(node: LiveNode, timeout: float, kernels: str | None = None) -> Verdict:
     """Probe and judge the node in a worker thread; an UNKNOWN verdict saying so when it
     does not finish within `timeout` seconds (probes are then cancelled)."""
+    import socket
+    import threading
+
     started = time.monotonic()
     box: dict[str, Any] = {}
 
@@ -175,6 +174,7 @@ def check_node(node: LiveNode, timeout: float, kernels: str | None = None) -> Ve
             if kernels:
                 from gpudiag.kernels.plans import PLANS
                 from gpudiag.kernels.runner import PlanRun
+                from gpudiag.session import run_kernels
 
                 run = PlanRun(PLANS[kernels], node.host, cancel=node.cancel, nvml=node.nvml)
                 snapshot = run_kernels(snapshot, run, node.rules, node.profile_name)
@@ -231,6 +231,8 @@ def nagios(verdict: Verdict) -> tuple[str, int]:
     """`STATUS - summary | perfdata` on the first line, one finding per line after. No
     host name and no timing: Nagios knows the host, and `clubak -c` folds the identical
     outputs of a fleet's healthy nodes into one."""
+    from gpudiag.session import severity_counts, severity_words
+
     code = verdict.code
     status = STATUS_WORDS[code]
     if verdict.error:
@@ -278,6 +280,8 @@ def npd(verdict: Verdict) -> tuple[str, int]:
 
 def as_json(verdict: Verdict) -> tuple[str, int]:
     """The verdict and the findings as one JSON object."""
+    from gpudiag.session import severity_counts
+
     data = {
         "host": verdict.host,
         "status": STATUS_WORDS[verdict.code],
@@ -324,6 +328,9 @@ class Slurm:
     def _run(self, what: str, *args: str) -> subprocess.CompletedProcess[str]:
         """scontrol ARGS; HealthError in one line, starting `what`, when it cannot run,
         hangs or fails."""
+        import signal
+        import subprocess
+
         left = min(SCONTROL_CALL_S, self.deadline - time.monotonic())
         if left <= 0:
             raise HealthError(f"{what}: no time left within the {SLURM_BUDGET_S:g} s check")
@@ -374,6 +381,8 @@ class Slurm:
     def expected_gpus(self) -> ProbeResult | None:
         """The GPUs Slurm configures for the node (its GRES) as the `slurm` pseudo-probe's
         node.expected_gpus; None where scontrol shows no Gres= field."""
+        from gpudiag import slurmgres
+
         try:
             return slurmgres.expected_gpus(self.show(), self.node)
         except slurmgres.GresError as exc:
@@ -391,6 +400,8 @@ def find_scontrol(explicit: str | None) -> str:
     for folder in SLURM_BIN_DIRS:
         if os.access(f"{folder}/scontrol", os.X_OK):
             return f"{folder}/scontrol"
+    import shutil
+
     found = shutil.which("scontrol")
     if found is None:
         raise HealthError(f"scontrol not found in {', '.join(SLURM_BIN_DIRS)} or PATH")
@@ -485,6 +496,8 @@ def run_health(args: argparse.Namespace, argv: Sequence[str]) -> int:
             env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **os.environ}
             if args.slurm_conf:
                 env["SLURM_CONF"] = args.slurm_conf
+            import socket
+
             node = args.node or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
             if not NODE_NAME.fullmatch(node):
                 raise HealthError(
@@ -572,6 +585,7 @@ def slurm_healthcheck_main(argv: Sequence[str] | None = None) -> int:
     slurmd runs with no arguments and almost no environment. Settings come from FILE, or
     the first of config_paths() that exists; without one, the defaults."""
     from gpudiag.cli import main
+    from gpudiag.session import EXIT_UNKNOWN
 
     argv = list(sys.argv[1:] if argv is None else argv)
     path: Path | None = None

@@ -34,8 +34,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpudiag import tomlcompat
-
 MiB = 1024 * 1024
 DEFAULT_MAX_INPUT = 256 * MiB
 _limit = DEFAULT_MAX_INPUT
@@ -205,16 +203,25 @@ def parse_data(
     """TOML or JSON text (JSON when `as_json`, or when None and it starts with '{') into
     plain data, every string `printable` (but with `keep_controls`, for a loader that
     holds a file's raw bytes as text and guards them itself: a capture's host files);
-    NaN and infinity refused; every failure an InputError."""
+    NaN and infinity refused; every failure an InputError.
+
+    One pass in Python at most: every float is checked as the parser makes it, and the
+    strings are walked (`printable_data`) only where the text may hold a control
+    character or an escape (`_may_hold_controls`, a scan in C); a file gpudiag wrote
+    holds none."""
+    from gpudiag import tomlcompat
+
     if as_json is None:
         as_json = text.lstrip().startswith("{")
     try:
-        if as_json:
-            data = json.loads(text, parse_constant=_refuse_constant)
-        else:
-            data = tomlcompat.loads(text)
-        check_finite(data)
-        return data if keep_controls else printable_data(data)
+        try:
+            data = _parse(text, as_json, _finite_float)
+        except _NonFinite as exc:  # parsed again, to say where
+            check_finite(_parse(text, as_json, float))
+            raise ValueError(f"non-finite number {exc} is not allowed") from None
+        if keep_controls or not _may_hold_controls(text, as_json):
+            return data
+        return printable_data(data)
     except json.JSONDecodeError as exc:
         raise InputError(
             name, f"not valid JSON (truncated?): {exc.msg} at line {exc.lineno}"
@@ -225,6 +232,42 @@ def parse_data(
         raise InputError(name, "nested too deeply") from None
     except ValueError as exc:  # an integer over Python's 4,300-digit limit, NaN, ...
         raise InputError(name, _one_line(str(exc))) from None
+
+
+class _NonFinite(ValueError):
+    """A float the parser met that is NaN or infinite (str(): its text)."""
+
+
+def _finite_float(text: str) -> float:
+    """The parsers' parse_float: a finite float, else _NonFinite (TOML's nan and inf,
+    JSON's 1e999)."""
+    value = float(text)
+    if value - value != 0:  # inf - inf and nan - nan are nan
+        raise _NonFinite(text)
+    return value
+
+
+def _parse(text: str, as_json: bool, parse_float: Callable[[str], float]) -> Any:
+    from gpudiag import tomlcompat
+
+    if as_json:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=parse_float)
+    return tomlcompat.loads(text, parse_float=parse_float)
+
+
+# What `printable` removes can only reach a parsed string through these characters in
+# the text: a backslash (an escape), a control character, DEL, C1 or a surrogate
+_MAY_CONTROL = re.compile(r"[\\\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _may_hold_controls(text: str, as_json: bool) -> bool:
+    """Whether a string parsed from `text` may hold something `printable` removes. ASCII
+    JSON: only through an escape or a raw DEL (a raw control character in a JSON string
+    is refused by the parser), two searches in C (microseconds for a snapshot); else
+    (non-ASCII JSON, TOML) one regular-expression scan of the text."""
+    if as_json and text.isascii():
+        return "\\" in text or "\x7f" in text
+    return _MAY_CONTROL.search(text) is not None
 
 
 def check_finite(data: Any, where: str = "") -> None:

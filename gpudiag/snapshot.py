@@ -280,6 +280,53 @@ def _reading_from(data: object, where: str) -> Reading:
         raise ValueError(f"{where}: {exc}") from None
 
 
+_READING_FIELDS = frozenset({"key", "value", "unit", "source", "status", "reason"})
+_READING_STATUS = {status.value: status for status in ReadingStatus}
+_VALUE_TYPES = frozenset({bool, int, float, str, list})
+
+
+def _readings_from(items: object, where: str) -> tuple[Reading, ...]:
+    """The readings of a table list (`where` names it: probes[0].readings): each one
+    that is well-formed made at once (`_plain_reading`), any other by `_reading_from`,
+    which says what is wrong with it and where."""
+    if not isinstance(items, list):
+        raise ValueError(f"{where}: expected a list, got {_type_name(items)}")
+    readings = []
+    for i, data in enumerate(items):
+        reading = _plain_reading(data)
+        readings.append(reading if reading is not None else _reading_from(data, f"{where}[{i}]"))
+    return tuple(readings)
+
+
+def _plain_reading(data: object) -> Reading | None:
+    """A reading from a table that holds nothing wrong (the fields of `_reading_from`, of
+    their exact types, a known status, a finite number), else None: `_reading_from`
+    then finds what is wrong. The one pass a snapshot's readings take when loaded."""
+    if type(data) is not dict or not data.keys() <= _READING_FIELDS:
+        return None
+    key, status = data.get("key"), data.get("status")
+    unit, source, reason = data.get("unit", ""), data.get("source", ""), data.get("reason", "")
+    if not (
+        type(key) is str
+        and type(status) is str
+        and type(unit) is str
+        and type(source) is str
+        and type(reason) is str
+        and status in _READING_STATUS
+    ):
+        return None
+    value = data.get("value")
+    if value is None:
+        if "value" in data:
+            return None
+    elif type(value) not in _VALUE_TYPES or (type(value) is float and value - value != 0):
+        return None
+    try:
+        return Reading(key, value, unit, source, _READING_STATUS[status], reason)
+    except ValueError:
+        return None
+
+
 def _probe_from(data: object, where: str) -> ProbeResult:
     f = _Fields(data, where)
     result = ProbeResult(
@@ -288,7 +335,7 @@ def _probe_from(data: object, where: str) -> ProbeResult:
         status=f.enum("status", ProbeStatus),
         duration_s=f.take("duration_s", float),
         error=f.take("error", str, ""),
-        readings=tuple(_reading_from(d, w) for d, w in f.table_list("readings")),
+        readings=_readings_from(f.take("readings", list, []), f"{where}.readings"),
     )
     f.done()
     return result
@@ -351,7 +398,7 @@ def _finding_from(data: object, where: str) -> Finding:
         why=f.take("why", str, ""),
         fix=f.take("fix", str, ""),
         action=f.enum("action", Action) if "action" in f.data else Action.NONE,
-        evidence=tuple(_reading_from(d, w) for d, w in f.table_list("evidence")),
+        evidence=_readings_from(f.take("evidence", list, []), f"{where}.evidence"),
     )
     f.done()
     return finding

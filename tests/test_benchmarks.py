@@ -4,6 +4,7 @@ beside its reference: benchmarks rot when nothing runs them. Timings are not jud
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,10 @@ from conftest import REPO
 BENCHMARKS = REPO / "benchmarks"
 # script: (its smallest settings, what it must print: its figure and its reference)
 SMALLEST = {
+    "cli_speed.py": (
+        ["--runs", "1", "--gpus", "16"],
+        ["gpudiag --version:", "gpudiag --help:", "gpudiag check, 16 GPUs", "gpudiag diff of"],
+    ),
     "cpu_triad.py": (
         ["--mib", "8", "--trials", "2", "--rounds", "1"],
         ["C OpenMP (gcc -O3 -fopenmp):", "gpudiag CPU (Numba loops):", "NumPy blocks"],
@@ -82,3 +87,33 @@ def test_benchmark_runs_and_prints_its_figures(script: str) -> None:
     for text in expected:
         assert text in run.stdout, (text, run.stdout)
     assert "Traceback" not in run.stderr
+
+
+def test_cli_speed_prints_sane_figures() -> None:
+    """Each line of cli_speed.py (smallest settings): a positive CPU time beside a
+    positive reference, and their ratio (the figures, not judged against the targets)."""
+    run = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "cli_speed.py"), "--runs", "1", "--gpus", "9"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        cwd=REPO,
+    )
+    figures = re.findall(
+        r"^(.+): (\d+) ms CPU \((\d+) ms wall\) \| reference (\d+) ms CPU \((\d+) ms wall\)"
+        r" \| ratio ([0-9.]+) \(target <= ([0-9.]+): (?:met|NOT met)\)$",
+        run.stdout,
+        re.M,
+    )
+    labels = [re.sub(r"\d+ readings", "N readings", f[0]) for f in figures]
+    assert labels == [
+        "gpudiag --version",
+        "gpudiag --help",
+        "gpudiag check, 8 GPUs (N readings)",
+        "gpudiag check, 9 GPUs (N readings)",
+        "gpudiag diff of two 8-GPU snapshots (text report)",
+    ], run.stdout
+    for label, cpu, wall, ref_cpu, ref_wall, ratio, _target in figures:
+        assert int(cpu) > 0 and int(wall) > 0 and int(ref_cpu) > 0 and int(ref_wall) > 0, label
+        assert abs(float(ratio) - int(cpu) / int(ref_cpu)) < 0.1 * float(ratio) + 0.05, label

@@ -18,11 +18,11 @@ from gpudiag.fleetload import load_fleet
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.redact import Redactor
 from gpudiag.rulefile import DATA_FILES, lint_rule_file, load_rules
-from gpudiag.session import with_findings
+from gpudiag.session import LiveNode, with_findings
 from gpudiag.snapshot import save
 from gpudiag.views import host_tree
 
-from conftest import REPO, run_cli
+from conftest import REPO, realdata_dir, run_cli
 from fleetgen import base_snapshot, make_node, with_values
 
 
@@ -248,3 +248,63 @@ def test_keys_are_taken_apart_by_their_declared_template() -> None:
     )
     assert catalog.renumber_gpus("gpu.3.not_declared.x", moved) == "gpu.1.not_declared.x"
     assert catalog.renumber_gpus("numa.3.cpus", moved) == "numa.3.cpus"  # not a GPU index
+
+
+def _subject_by_every_pattern(key: str) -> tuple[str, dict[str, str]]:
+    """catalog.subject_of_key as it was: every subject's pattern tried on the key."""
+    best: tuple[str, dict[str, str]] = ("node", {})
+    for subject in catalog.SUBJECTS.values():
+        if subject.stem and len(subject.placeholders) > len(best[1]):
+            match = subject.instance_pattern.match(key)
+            if match:
+                best = (subject.name, dict(zip(subject.placeholders, match.groups(), strict=True)))
+    return best
+
+
+def _assert_subjects_as_every_pattern(keys: set[str]) -> None:
+    for key in sorted(keys):
+        assert catalog.subject_of_key(key) == _subject_by_every_pattern(key), key
+
+
+def _captured_keys(captures: list[Path]) -> set[str]:
+    """Every key of the snapshots the captures give on replay (derived ones included)."""
+    from gpudiag import capture
+    from gpudiag.probes import default_probes
+
+    keys: set[str] = set()
+    for path in captures:
+        host, nvml, _ = capture.load(path)
+        keys |= set(LiveNode(host, nvml, default_probes(), load_rules()).snapshot().readings_by_key)
+    return keys
+
+
+def test_subject_of_key_by_the_key_head_answers_as_every_pattern() -> None:
+    """subject_of_key tries only the subjects whose stem begins with the key's first
+    segment: the same answer as trying every subject's pattern, for every key of the demo
+    captures (probed on replay), every declared template and keys made to be awkward."""
+    keys = {catalog.sample_key(t) for t in catalog.catalog().declared}
+    keys |= {
+        "gpu", "gpu.", "gpu.x", "gpu.3", "gpu.1234567.name", "gpu.3.nvlink", "gpu.3.nvlink.x",
+        "topo.gpu.1", "topo.gpu.1.2", "topo.gpu.1.nic.0000:19:00.0", "pcie.0000:1b:00.0",
+        "pcie.0000:1b:00.0.link.speed", "pcie.zz", "ib.mlx5_0.1.state", "ib.mlx5_0",
+        "nvme.0.model", "numa.1", "numa.x.y", "x\ngpu.1.y", "gpu.1\n.y", "", ".", "..",
+    }  # fmt: skip
+    captures = sorted((REPO / "snapshots").glob("*.capture.json"))
+    assert len(captures) == 2
+    keys |= _captured_keys(captures)
+    assert len(keys) > 2000
+    _assert_subjects_as_every_pattern(keys)
+
+
+def test_subject_of_key_answers_as_every_pattern_on_real_data() -> None:
+    """The same for every key of the real captures (the H100 VM) and of the real
+    nvidia-smi outputs imported."""
+    from gpudiag.nvsmi import import_files
+
+    captures = sorted(realdata_dir().glob("*/*.capture.json"))
+    assert captures
+    keys = _captured_keys(captures)
+    for text in sorted(realdata_dir().glob("nvidia-smi-q/*.txt")):
+        keys |= set(import_files([str(text)]).readings_by_key)
+    assert len(keys) > 200
+    _assert_subjects_as_every_pattern(keys)

@@ -205,6 +205,42 @@ def test_version_and_help() -> None:
         assert option in help_text.stdout
 
 
+def test_version_alone_is_answered_as_the_parser_answers_it(capsys) -> None:
+    """`gpudiag --version` is answered by the entry point without loading the command
+    line: the same output as the parser's --version."""
+    from gpudiag.cli import build_parser
+
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["--version"])
+    assert exited.value.code == 0
+    parsed = capsys.readouterr().out
+    version = run_cli("--version")
+    assert version.returncode == 0 and version.stdout == parsed and version.stderr == ""
+
+
+def test_help_and_version_load_no_command_implementation() -> None:
+    """The parser (--help) loads no probe, rules engine, session, catalog or NumPy: each
+    command imports what it needs when it runs; the exit code of bad input is session's."""
+    code = (
+        "import sys\n"
+        "from gpudiag import cli\n"
+        "cli.build_parser().format_help()\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    loaded = set(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        .stdout.split()
+    )
+    heavy = {
+        "gpudiag.session", "gpudiag.probes", "gpudiag.ruleengine", "gpudiag.rulefile",
+        "gpudiag.derive", "gpudiag.catalog", "gpudiag.snapshot", "gpudiag.diff", "numpy",
+    }  # fmt: skip
+    assert not heavy & loaded, heavy & loaded
+    from gpudiag import cli, session
+
+    assert cli._EXIT_UNKNOWN == session.EXIT_UNKNOWN
+
+
 def test_live_node_without_gpu_driver_here(tmp_path: Path) -> None:
     """On this machine (no NVIDIA driver) the real backend must say why, not crash."""
     import ctypes.util
