@@ -64,8 +64,11 @@ for _base in _COMPARED:
 QUICK_OPERATORS = frozenset({"present", *CONSTANT_OPERATORS, "empty"})
 
 
-def _is_number(value: Any) -> bool:
-    return type(value) in (int, float)
+_NUMBERS = (int, float)  # exactly: a bool (or any subclass) goes to the full evaluation
+
+
+def _always(value: Any) -> bool:
+    return True
 
 
 def compare(value: Any, operator: str, expected: Any) -> bool:
@@ -87,11 +90,12 @@ def quick_check(operator: str, operand: Any) -> Callable[[Any], bool]:
     """The rule plan's fast test of a value against a constant: True means it passes;
     False (a wrong type included) sends it to the full evaluation."""
     if operator == "present":
-        return lambda v: True
+        return _always
     found = _BY_NAME[operator]
     test = found.test
     if found.needs == "number":
-        return lambda v: _is_number(v) and test(v, operand)
+        numbers = _NUMBERS  # a local: the check runs for every instance of every snapshot
+        return lambda v: type(v) in numbers and test(v, operand)
     if found.needs == "list":
         return lambda v: type(v) is list and test(v, operand)
     return lambda v: test(v, operand)
