@@ -99,3 +99,28 @@ def quick_check(operator: str, operand: Any) -> Callable[[Any], bool]:
     if found.needs == "list":
         return lambda v: type(v) is list and test(v, operand)
     return lambda v: test(v, operand)
+
+
+def _every_number(values: list[Any]) -> bool:
+    return _NUMBER_TYPES.issuperset(map(type, values))
+
+
+_NUMBER_TYPES = frozenset(_NUMBERS)
+
+
+def all_pass(operator: str, operand: Any) -> Callable[[list[Any]], bool] | None:
+    """A test of many read values at once, in C loops: True means each would pass
+    `quick_check(operator, operand)`; False says nothing (test them one by one). None
+    for an operator without one. A value of None (a reading not taken) never passes."""
+    if operator == "present":
+        return lambda values: None not in values
+    if operator == "equal":  # operands are scalars from a rule file, never None or NaN
+        return lambda values: values.count(operand) == len(values)
+    if operator == "min":
+        return lambda values: _every_number(values) and min(values) >= operand
+    if operator == "max":
+        return lambda values: _every_number(values) and max(values) <= operand
+    if operator == "between":
+        low, high = operand
+        return lambda values: _every_number(values) and low <= min(values) and max(values) <= high
+    return None

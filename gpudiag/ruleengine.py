@@ -13,6 +13,7 @@ import functools
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from gpudiag import catalog
@@ -30,6 +31,7 @@ from gpudiag.rule_operators import (
     PROFILE_OPERATORS,
     QUICK_OPERATORS,
     READING_OPERATORS,
+    all_pass,
     compare,
     quick_check,
 )
@@ -378,16 +380,18 @@ def _unsure(
     get = readings.get
     ok = ReadingStatus.OK
     unsure: list[int] = list(plan.slow)
-    for check, keys, positions in plan.quick:
-        for position, reading in zip(positions, map(get, keys), strict=True):
-            if reading is None or reading.status is not ok or not check(reading.value):
-                unsure.append(position)
+    # the plan's keys are those of the readings it was made for (it is cached by them):
+    # each is there, and its value is None exactly when it was not taken
+    values = _values_of(readings)
     fields = profile.values if profile is not None else None
-    for rule, keys, positions in plan.profiled:
-        check = _profile_check(rule, fields)
-        if check is None:
-            unsure.extend(positions)
-            continue
+    for rule, check, every, keys, positions in plan.quick:
+        if check is None:  # a *_profile rule: its test is made for this profile
+            check, every = _profile_check(rule, fields)
+            if check is None:
+                unsure.extend(positions)
+                continue
+        if every is not None and every(values(keys)):
+            continue  # the common case: every instance read, and fine
         for position, reading in zip(positions, map(get, keys), strict=True):
             if reading is None or reading.status is not ok or not check(reading.value):
                 unsure.append(position)
@@ -427,19 +431,36 @@ _Lookup = Callable[[str], Reading | None]
 _Guarded = Callable[[Any, _Lookup, dict[str, Any] | None], bool]
 
 
-def _profile_check(rule: Rule, fields: dict[str, Any] | None) -> Callable[[Any], bool] | None:
-    """The quick test of a *_profile rule's value against this profile: as `fast_check`
-    (True only where the full evaluation finds the value fine); None where every
-    instance needs the full evaluation (a field that is not a number for min or max)."""
+_Check = Callable[[Any], bool]
+_Every = Callable[[list[Any]], bool]
+
+
+def _values_of(readings: dict[str, Reading]) -> Callable[[tuple[str, ...]], list[Any]]:
+    """The values of these keys, in C loops (every key must be there)."""
+    lookup = readings.__getitem__
+    return lambda keys: list(map(_VALUE, map(lookup, keys)))
+
+
+_VALUE = attrgetter("value")
+
+
+def _profile_check(
+    rule: Rule, fields: dict[str, Any] | None
+) -> tuple[_Check | None, _Every | None]:
+    """The quick tests of a *_profile rule's values against this profile, one at a time
+    and all at once: as `fast_check` (True only where the full evaluation finds the
+    value fine); (None, None) where every instance needs the full evaluation (a field
+    that is not a number, for min or max)."""
     if fields is None or rule.operand not in fields:
-        return quick_check("present", None)  # no profile or no such field: nothing to check
+        # no profile, or it leaves the field out: nothing to check
+        return quick_check("present", None), all_pass("present", None)
     expected = fields[rule.operand]
     if rule.factor != 1.0 and isinstance(expected, _NUMBER):
         expected = expected * rule.factor
     base = rule.operator.removesuffix("_profile")
     if base != "equal" and type(expected) not in _NUMBER:
-        return None
-    return quick_check(base, expected)
+        return None, None
+    return quick_check(base, expected), all_pass(base, expected)
 
 
 def _compared(rule: Rule, values: tuple[str, ...]) -> _Guarded | None:
@@ -449,7 +470,7 @@ def _compared(rule: Rule, values: tuple[str, ...]) -> _Guarded | None:
     doubtful) sends the instance there. None where there is no quick test."""
     if rule.operator in PROFILE_OPERATORS:
         return lambda value, get, fields: (
-            (check := _profile_check(rule, fields)) is not None and check(value)
+            (check := _profile_check(rule, fields)[0]) is not None and check(value)
         )
     if rule.operator not in READING_OPERATORS:
         constant = fast_check(rule)
@@ -518,12 +539,14 @@ class _Plan:
     checks: tuple[tuple[Rule, tuple[str, ...], str, Callable[[Any], bool] | None, str | None], ...]
     all_equal: tuple[Rule, ...]
     # The quick tests, by the positions of their checks in `checks`. `quick`: a rule's
-    # test of the value alone, (test, keys, positions); `profiled`: a *_profile rule's,
-    # whose test is made per profile, (rule, keys, positions); `guarded`: one instance's
-    # test that also looks at other readings or the profile, (test, key, position);
-    # `slow`: the positions with no quick test.
-    quick: tuple[tuple[Callable[[Any], bool], tuple[str, ...], tuple[int, ...]], ...] = ()
-    profiled: tuple[tuple[Rule, tuple[str, ...], tuple[int, ...]], ...] = ()
+    # tests of the value alone, one at a time and all at once, over the keys there are,
+    # (rule, test or None for a *_profile rule's, made per profile, all-at-once test or
+    # None, keys, positions); `guarded`: one instance's test that also looks at other
+    # readings or the profile, (test, key, position); `slow`: the positions with no
+    # quick test, or whose key is not there.
+    quick: tuple[
+        tuple[Rule, _Check | None, _Every | None, tuple[str, ...], tuple[int, ...]], ...
+    ] = ()
     guarded: tuple[tuple[_Guarded, str, int], ...] = ()
     slow: tuple[int, ...] = ()
 
@@ -542,7 +565,6 @@ def _plan(rules: Sequence[Rule], readings: dict[str, Reading]) -> _Plan:
     checks = []
     all_equal = []
     quick = []
-    profiled = []
     guarded = []
     slow = []
     for rule in rules:
@@ -561,11 +583,17 @@ def _plan(rules: Sequence[Rule], readings: dict[str, Reading]) -> _Plan:
             for values, key in found
         )
         positions = tuple(range(first, len(checks)))
-        keys = tuple(key for _, key in found)
-        if check is not None:
-            quick.append((check, keys, positions))
-        elif rule.operator in PROFILE_OPERATORS and not rule.applies_if:
-            profiled.append((rule, keys, positions))
+        if check is not None or (rule.operator in PROFILE_OPERATORS and not rule.applies_if):
+            there = [
+                (p, key) for p, (_, key) in zip(positions, found, strict=True) if key in readings
+            ]
+            slow.extend(
+                p for p, (_, key) in zip(positions, found, strict=True) if key not in readings
+            )
+            if there:
+                every = all_pass(rule.operator, rule.operand) if check is not None else None
+                keys = tuple(key for _, key in there)
+                quick.append((rule, check, every, keys, tuple(p for p, _ in there)))
         else:
             for position, (values, key) in zip(positions, found, strict=True):
                 if (test := _guarded_test(rule, values)) is not None:
@@ -577,7 +605,6 @@ def _plan(rules: Sequence[Rule], readings: dict[str, Reading]) -> _Plan:
         tuple(checks),
         tuple(all_equal),
         tuple(quick),
-        tuple(profiled),
         tuple(guarded),
         tuple(slow),
     )

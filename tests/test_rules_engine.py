@@ -436,3 +436,34 @@ def test_the_quick_tests_give_exactly_the_full_evaluations_findings(tmp_path: Pa
         assert quick == full, path.name
         judged += 1
     assert judged > 20
+
+
+def test_the_all_at_once_tests_pass_only_lists_every_value_of_which_passes() -> None:
+    """`all_pass` (the plan's test of a rule's values in one go) is True only where the
+    one-at-a-time quick check passes every value; a value not taken (None) never passes."""
+    from gpudiag.rule_operators import all_pass, quick_check
+
+    cases = {
+        "present": [True],
+        "equal": [5, "a", True],
+        "min": [5, 2.5],
+        "max": [5, 0],
+        "between": [[0, 10], [2.5, 5]],
+    }
+    values = [0, 5, 11, 2.5, 1.0, True, False, "a", "5", [], ["a"], None]
+    checked = 0
+    for operator, operands in cases.items():
+        for operand in operands:
+            every = all_pass(operator, operand)
+            one = quick_check(operator, operand)
+            assert every is not None
+            for first in values:
+                for second in values:
+                    pair = [first, second]
+                    if every(pair):
+                        assert one(first) and one(second), (operator, operand, pair)
+                        assert None not in pair
+                        checked += 1
+                    elif one(first) and one(second) and None not in pair:
+                        assert operator != "present", pair  # it may only miss the C shortcut
+    assert checked > 50
