@@ -46,7 +46,7 @@ SMALLEST = {
     ),
     "tui_startup.py": (
         ["--runs", "1"],
-        ["minimal Textual app: painted", "gpudiag (faulty demo): first screen"],
+        ["minimal Textual app: painted", "gpudiag (faulty demo): first screen", "ratio to the"],
     ),
 }
 NEEDS = {
