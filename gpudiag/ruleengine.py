@@ -390,8 +390,14 @@ def _unsure(
             if check is None:
                 unsure.extend(positions)
                 continue
-        if every is not None and every(values(keys)):
-            continue  # the common case: every instance read, and fine
+        if every is not None:
+            read = values(keys)
+            if every(read):
+                continue  # the common case: every instance read, and fine
+            unsure.extend(
+                p for p, v in zip(positions, read, strict=True) if v is None or not check(v)
+            )
+            continue
         for position, reading in zip(positions, map(get, keys), strict=True):
             if reading is None or reading.status is not ok or not check(reading.value):
                 unsure.append(position)
