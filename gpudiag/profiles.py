@@ -134,11 +134,7 @@ def detect_profile(
     readings: dict[str, Reading], profiles: dict[str, Profile]
 ) -> tuple[Profile | None, list[str]]:
     """The profile of the node's most common GPU model, and the device ids seen."""
-    ids = [
-        str(r.value)
-        for key, r in readings.items()
-        if key.endswith(".pci.device_id") and catalog.GPU_KEY.match(key) and r.ok
-    ]
+    ids = [str(r.value) for key in _device_id_keys(tuple(readings)) if (r := readings[key]).ok]
     if not ids:
         return None, []
     common = Counter(ids).most_common(1)[0][0]
@@ -146,6 +142,13 @@ def detect_profile(
         if common in profile.device_ids:
             return profile, sorted(set(ids))
     return class_profile(readings, profiles), sorted(set(ids))
+
+
+@functools.lru_cache(maxsize=16)
+def _device_id_keys(keys: tuple[str, ...]) -> tuple[str, ...]:
+    """The GPUs' PCI device id keys among these keys: found once per shape of readings
+    (every judgment detects the profile again)."""
+    return tuple(k for k in keys if k.endswith(".pci.device_id") and catalog.GPU_KEY.match(k))
 
 
 def class_profile(readings: dict[str, Reading], profiles: dict[str, Profile]) -> Profile | None:

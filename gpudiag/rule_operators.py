@@ -64,8 +64,11 @@ for _base in _COMPARED:
 QUICK_OPERATORS = frozenset({"present", *CONSTANT_OPERATORS, "empty"})
 
 
-def _is_number(value: Any) -> bool:
-    return type(value) in (int, float)
+_NUMBERS = (int, float)  # exactly: a bool (or any subclass) goes to the full evaluation
+
+
+def _always(value: Any) -> bool:
+    return True
 
 
 def compare(value: Any, operator: str, expected: Any) -> bool:
@@ -87,11 +90,37 @@ def quick_check(operator: str, operand: Any) -> Callable[[Any], bool]:
     """The rule plan's fast test of a value against a constant: True means it passes;
     False (a wrong type included) sends it to the full evaluation."""
     if operator == "present":
-        return lambda v: True
+        return _always
     found = _BY_NAME[operator]
     test = found.test
     if found.needs == "number":
-        return lambda v: _is_number(v) and test(v, operand)
+        numbers = _NUMBERS  # a local: the check runs for every instance of every snapshot
+        return lambda v: type(v) in numbers and test(v, operand)
     if found.needs == "list":
         return lambda v: type(v) is list and test(v, operand)
     return lambda v: test(v, operand)
+
+
+def _every_number(values: list[Any]) -> bool:
+    return _NUMBER_TYPES.issuperset(map(type, values))
+
+
+_NUMBER_TYPES = frozenset(_NUMBERS)
+
+
+def all_pass(operator: str, operand: Any) -> Callable[[list[Any]], bool] | None:
+    """A test of many read values at once, in C loops: True means each would pass
+    `quick_check(operator, operand)`; False says nothing (test them one by one). None
+    for an operator without one. A value of None (a reading not taken) never passes."""
+    if operator == "present":
+        return lambda values: None not in values
+    if operator == "equal":  # operands are scalars from a rule file, never None or NaN
+        return lambda values: values.count(operand) == len(values)
+    if operator == "min":
+        return lambda values: _every_number(values) and min(values) >= operand
+    if operator == "max":
+        return lambda values: _every_number(values) and max(values) <= operand
+    if operator == "between":
+        low, high = operand
+        return lambda values: _every_number(values) and low <= min(values) and max(values) <= high
+    return None

@@ -9,9 +9,11 @@ and the findings, worst first.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from gpudiag import catalog
@@ -29,6 +31,7 @@ from gpudiag.rule_operators import (
     PROFILE_OPERATORS,
     QUICK_OPERATORS,
     READING_OPERATORS,
+    all_pass,
     compare,
     quick_check,
 )
@@ -340,8 +343,12 @@ def evaluate(
     probes: Sequence[ProbeResult] = (),
     profile: Profile | None = None,
     device_ids: Sequence[str] = (),
+    *,
+    quick: bool = True,
 ) -> list[Finding]:
-    """All findings, worst first (then by rule id and subject)."""
+    """All findings, worst first (then by rule id and subject). `quick=False` sends every
+    instance through the full evaluation: the reference the plan's quick tests (which
+    only ever skip an instance the full evaluation finds nothing in) are tested against."""
     context = _Context(readings, profile, tuple(dict.fromkeys(p.name for p in probes)))
     if any(rule.gpu_models for rule in rules):
         seen = set(device_ids)
@@ -359,23 +366,72 @@ def evaluate(
         finding = _all_equal(rule, context, plan.gpus, lost, unreached)
         if finding is not None:
             findings.append(finding)
-    ok = ReadingStatus.OK
     # a lost GPU answers nothing, and one the source did not reach tells nothing: GPU001
     # says so, once (critical where lost, unknown where not reached)
     skipped = lost.union(r.key.split(".")[1] for r in unreached)
-    for rule, values, key, check, gpu in plan.checks:
-        if skipped and gpu in skipped and not rule.reading.endswith(".health"):
-            continue
-        if check is not None:
-            reading = readings.get(key)
-            if reading is not None and reading.status is ok and check(reading.value):
-                continue  # the common case: read, and fine
+    checks = plan.checks
+    if quick:
+        positions = _unsure(plan, readings, profile, skipped)
+    else:
+        positions = [i for i, (*_, gpu) in enumerate(plan.checks) if gpu not in skipped]
+    for position in positions:
+        rule, values, key, _, _ = checks[position]
         assignment = dict(zip(SCOPES[rule.applies_to], values, strict=True))
         finding = _evaluate_instance(rule, assignment, context, key)
         if finding is not None:
             findings.append(finding)
-    findings.sort(key=lambda f: (-f.severity.rank, f.rule_id, natural_key(f.subject)))
+    findings.sort(key=lambda f: (-_RANKS[f.severity], f.rule_id, _subject_order(f.subject)))
     return findings
+
+
+_RANKS = {severity: severity.rank for severity in Severity}
+
+
+@functools.lru_cache(maxsize=4096)
+def _subject_order(subject: str) -> tuple[object, ...]:
+    """How findings of one rule are ordered by subject: GPU 2 before GPU 10."""
+    return tuple(natural_key(subject))
+
+
+def _unsure(
+    plan: _Plan, readings: dict[str, Reading], profile: Profile | None, skipped: set[str]
+) -> list[int]:
+    """The positions in plan.checks that need the full evaluation, in order: those whose
+    quick test does not pass (a lost or unreached GPU's are left out: GPU001 says so,
+    once)."""
+    get = readings.get
+    ok = ReadingStatus.OK
+    unsure: list[int] = list(plan.slow)
+    # the plan's keys are those of the readings it was made for (it is cached by them):
+    # each is there, and its value is None exactly when it was not taken
+    values = _values_of(readings)
+    fields = profile.values if profile is not None else None
+    for rule, check, every, keys, positions in plan.quick:
+        if check is None:  # a *_profile rule: its test is made for this profile
+            check, every = _profile_check(rule, fields)
+            if check is None:
+                unsure.extend(positions)
+                continue
+        if every is not None:
+            read = values(keys)
+            if every(read):
+                continue  # the common case: every instance read, and fine
+            unsure.extend(
+                p for p, v in zip(positions, read, strict=True) if v is None or not check(v)
+            )
+            continue
+        for position, reading in zip(positions, map(get, keys), strict=True):
+            if reading is None or reading.status is not ok or not check(reading.value):
+                unsure.append(position)
+    for test, key, position in plan.guarded:
+        reading = get(key)
+        if reading is None or reading.status is not ok or not test(reading.value, get, fields):
+            unsure.append(position)
+    if skipped:
+        checks = plan.checks
+        unsure = [p for p in unsure if checks[p][4] is None or checks[p][4] not in skipped]
+    unsure.sort()
+    return unsure
 
 
 def rules_with_instances(rules: Sequence[Rule], readings: dict[str, Reading]) -> set[str]:
@@ -397,14 +453,130 @@ def fast_check(rule: Rule) -> Callable[[Any], bool] | None:
     return quick_check(rule.operator, rule.operand)
 
 
+_NUMBER = (int, float)
+_Lookup = Callable[[str], Reading | None]
+# a quick test of a read value that may look at other readings and the profile's fields
+_Guarded = Callable[[Any, _Lookup, dict[str, Any] | None], bool]
+
+
+_Check = Callable[[Any], bool]
+_Every = Callable[[list[Any]], bool]
+
+
+def _values_of(readings: dict[str, Reading]) -> Callable[[tuple[str, ...]], list[Any]]:
+    """The values of these keys, in C loops (every key must be there)."""
+    lookup = readings.__getitem__
+    return lambda keys: list(map(_VALUE, map(lookup, keys)))
+
+
+_VALUE = attrgetter("value")
+
+
+def _profile_check(
+    rule: Rule, fields: dict[str, Any] | None
+) -> tuple[_Check | None, _Every | None]:
+    """The quick tests of a *_profile rule's values against this profile, one at a time
+    and all at once: as `fast_check` (True only where the full evaluation finds the
+    value fine); (None, None) where every instance needs the full evaluation (a field
+    that is not a number, for min or max)."""
+    if fields is None or rule.operand not in fields:
+        # no profile, or it leaves the field out: nothing to check
+        return quick_check("present", None), all_pass("present", None)
+    expected = fields[rule.operand]
+    if rule.factor != 1.0 and isinstance(expected, _NUMBER):
+        expected = expected * rule.factor
+    base = rule.operator.removesuffix("_profile")
+    if base != "equal" and type(expected) not in _NUMBER:
+        return None, None
+    return quick_check(base, expected), all_pass(base, expected)
+
+
+def _compared(rule: Rule, values: tuple[str, ...]) -> _Guarded | None:
+    """The quick test of one instance's value, whatever its operator compares with (a
+    constant, another reading, the profile): True only where the full evaluation
+    (`_evaluate_instance`, the applies_if aside) finds the value fine; False (anything
+    doubtful) sends the instance there. None where there is no quick test."""
+    if rule.operator in PROFILE_OPERATORS:
+        return lambda value, get, fields: (
+            (check := _profile_check(rule, fields)[0]) is not None and check(value)
+        )
+    if rule.operator not in READING_OPERATORS:
+        constant = fast_check(rule)
+        if constant is None:
+            return None
+        return lambda value, get, fields: constant(value)
+    other_key = catalog.key_former(rule.operand, SCOPES[rule.applies_to])(*values)
+    base = rule.operator.removesuffix("_reading")
+    factor = rule.factor
+    ok = ReadingStatus.OK
+
+    def passes(value: Any, get: _Lookup, fields: dict[str, Any] | None) -> bool:
+        other = get(other_key)
+        if other is None or other.status is not ok:
+            return False
+        expected = other.value
+        if factor != 1.0 and isinstance(expected, _NUMBER):
+            expected = expected * factor
+        if base != "equal" and type(expected) not in _NUMBER:
+            return False
+        return quick_check(base, expected)(value)
+
+    return passes
+
+
+def _applies_test(rule: Rule, values: tuple[str, ...]) -> Callable[..., bool]:
+    """True where every applies_if condition holds or is not known (the rule applies)."""
+    names = SCOPES[rule.applies_to]
+    conditions = [
+        (kind, catalog.key_former(name, names)(*values) if kind == "reading" else name, equal)
+        for kind, name, equal in rule.applies_if
+    ]
+    ok = ReadingStatus.OK
+
+    def applies(get: _Lookup, fields: dict[str, Any] | None) -> bool:
+        for kind, name, equal in conditions:
+            if kind == "profile":
+                if fields is not None and name in fields and fields[name] != equal:
+                    return False
+                continue
+            reading = get(name)
+            if reading is not None and reading.status is ok and reading.value != equal:
+                return False
+        return True
+
+    return applies
+
+
+def _guarded_test(rule: Rule, values: tuple[str, ...]) -> _Guarded | None:
+    """The quick test of one instance of a rule: its applies_if conditions, then its
+    comparison; None where there is none."""
+    compared = _compared(rule, values)
+    if compared is None or not rule.applies_if:
+        return compared
+    applies = _applies_test(rule, values)
+    return lambda value, get, fields: applies(get, fields) and compared(value, get, fields)
+
+
 @dataclass(frozen=True)
 class _Plan:
     """Which rule checks which key, for one set of rules and one shape of readings."""
 
     gpus: tuple[str, ...]
-    # (rule, its placeholders' values, the key it reads, its quick check, the GPU or None)
+    # (rule, its placeholders' values, the key it reads, its quick check, the GPU whose
+    # loss skips it or None: a lost GPU answers nothing, GPU001 says so once)
     checks: tuple[tuple[Rule, tuple[str, ...], str, Callable[[Any], bool] | None, str | None], ...]
     all_equal: tuple[Rule, ...]
+    # The quick tests, by the positions of their checks in `checks`. `quick`: a rule's
+    # tests of the value alone, one at a time and all at once, over the keys there are,
+    # (rule, test or None for a *_profile rule's, made per profile, all-at-once test or
+    # None, keys, positions); `guarded`: one instance's test that also looks at other
+    # readings or the profile, (test, key, position); `slow`: the positions with no
+    # quick test, or whose key is not there.
+    quick: tuple[
+        tuple[Rule, _Check | None, _Every | None, tuple[str, ...], tuple[int, ...]], ...
+    ] = ()
+    guarded: tuple[tuple[_Guarded, str, int], ...] = ()
+    slow: tuple[int, ...] = ()
 
 
 _PLANS: dict[tuple[Any, ...], _Plan] = {}
@@ -420,6 +592,9 @@ def _plan(rules: Sequence[Rule], readings: dict[str, Reading]) -> _Plan:
     index = catalog.SubjectIndex.of(readings)
     checks = []
     all_equal = []
+    quick = []
+    guarded = []
+    slow = []
     for rule in rules:
         if rule.status == "deprecated" or rule.disabled:
             continue
@@ -428,11 +603,39 @@ def _plan(rules: Sequence[Rule], readings: dict[str, Reading]) -> _Plan:
             continue
         check = None if rule.applies_if else fast_check(rule)  # applies_if: full path
         on_gpu = SCOPES[rule.applies_to][:1] == ("gpu",)
+        health = rule.reading.endswith(".health")  # a lost GPU's health is still judged
+        found = instances(rule, readings, index)
+        first = len(checks)
         checks.extend(
-            (rule, values, key, check, values[0] if on_gpu else None)
-            for values, key in instances(rule, readings, index)
+            (rule, values, key, check, values[0] if on_gpu and not health else None)
+            for values, key in found
         )
-    plan = _Plan(tuple(g for (g,) in index.by_scope["gpu"]), tuple(checks), tuple(all_equal))
+        positions = tuple(range(first, len(checks)))
+        if check is not None or (rule.operator in PROFILE_OPERATORS and not rule.applies_if):
+            there = [
+                (p, key) for p, (_, key) in zip(positions, found, strict=True) if key in readings
+            ]
+            slow.extend(
+                p for p, (_, key) in zip(positions, found, strict=True) if key not in readings
+            )
+            if there:
+                every = all_pass(rule.operator, rule.operand) if check is not None else None
+                keys = tuple(key for _, key in there)
+                quick.append((rule, check, every, keys, tuple(p for p, _ in there)))
+        else:
+            for position, (values, key) in zip(positions, found, strict=True):
+                if (test := _guarded_test(rule, values)) is not None:
+                    guarded.append((test, key, position))
+                else:
+                    slow.append(position)
+    plan = _Plan(
+        tuple(g for (g,) in index.by_scope["gpu"]),
+        tuple(checks),
+        tuple(all_equal),
+        tuple(quick),
+        tuple(guarded),
+        tuple(slow),
+    )
     if len(_PLANS) >= 16:
         _PLANS.clear()
     _PLANS[cache_key] = plan

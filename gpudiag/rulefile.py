@@ -76,6 +76,7 @@ Site rules: any rule file may also hold `[[override]]` tables, `id` plus `severi
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Sequence
@@ -154,6 +155,7 @@ class Rule:
     gpu_models: tuple[str, ...] = ()  # PCI device ids; empty: every model
 
 
+@functools.cache  # a closed set of arguments; every finding asks
 def action_for(severity: Severity, declared: Action | None) -> Action:
     """The action a finding of this severity recommends, given the rule's declared one:
     the default where the rule says nothing; none for unknown, info and not-applicable

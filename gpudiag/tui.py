@@ -22,7 +22,7 @@ from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Header, Input, TabbedContent
-from textual.worker import Worker, WorkerState
+from textual.worker import Worker, WorkerState, get_current_worker
 
 from gpudiag.kernels.plans import PLANS, KernelPlan
 from gpudiag.model import ProbeResult, Snapshot
@@ -57,6 +57,7 @@ class Tab:
 
 
 TABS = tuple(Tab(pane.KEY, pane.NAME, pane.TITLE) for pane in PANES)
+FIRST = "overview"  # the tab shown first
 WATCH_INTERVAL_S = 1.0
 UNTIL_CONFIDENT_S = 60.0  # the budget `u` gives STREAM to tighten its intervals
 # Actions a saved snapshot or a replay refuses (not shown for them).
@@ -101,20 +102,25 @@ class GpudiagApp(GpudiagAppBase):
         self.stale: set[str] = set()  # lazy panes not drawn since the snapshot changed
         self.host_load = None
         self.kernels_running = False
+        # set once the first screen is painted and the panes probing reports to built:
+        # the probing waits for it, so that it does not delay that screen
+        self.filled = threading.Event()
 
     # ------------------------------------------------------------------ layout
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Banner("", id="banner")
-        with TabbedContent(initial="overview-tab"):
-            for pane in PANES:
-                if pane is KernelsPane:
-                    yield KernelsPane(
+        with TabbedContent(initial=f"{FIRST}-tab"):
+            for kind in PANES:
+                if kind is KernelsPane:
+                    pane: Pane = KernelsPane(
                         self.plans["quick"].kernels, self._measurable(), UNTIL_CONFIDENT_S
                     )
                 else:
-                    yield pane()
+                    pane = kind()
+                pane.build_later = pane.NAME != FIRST  # after the first paint (`_fill`)
+                yield pane
         yield Footer()
 
     @property
@@ -132,22 +138,45 @@ class GpudiagApp(GpudiagAppBase):
         return self.query_one(KernelsPane)
 
     def on_mount(self) -> None:
+        """Paint the frame, then fill it (`_fill`): the hidden panes are built, and the
+        snapshot drawn (a saved one) or the probes run (a live node: the worker starts
+        now, and waits for `filled`), once the first screen is painted, so that none of
+        it delays that screen (the probing thread holds the GIL much of the time:
+        benchmarks/tui_startup.py)."""
         if isinstance(self.source, Snapshot):
             self.sub_title = f"{self.source.host} (saved {self.source.created}, read-only)"
-            self.set_snapshot(self.source)
+        else:
+            self.action_refresh()
+        self.action_show_tab(FIRST)
+        self.call_after_refresh(self._fill)
+        self.set_interval(WATCH_INTERVAL_S, self._watch_tick)
+
+    async def _fill(self) -> None:
+        """After the first paint: the panes the probing reports to, then the snapshot or
+        the probing, then every other pane (each drawn as it comes, if shown or cheap)."""
+        if not await self.query_one(ProbesPane).build() or not await self.kernels.build():
+            return  # the app is leaving
+        if isinstance(self.source, Snapshot):
             self.kernels.say("a saved snapshot: its kernel results are shown, none run")
+            self.set_snapshot(self.source)
         else:
             self.kernels.say(
                 "ready" if self._measurable() else "a recording: its kernel results are shown"
             )
-            self.action_refresh()
-        self.action_show_tab("overview")
-        self.set_interval(WATCH_INTERVAL_S, self._watch_tick)
+        self.filled.set()
+        for pane in self.panes:
+            if not pane.built:
+                if not await pane.build():
+                    return
+                pane.fit_width(self.size.width)
+                if not pane.LAZY or pane.id == self.query_one(TabbedContent).active:
+                    self._draw_if_stale(pane.id or "")
 
     def on_resize(self, event: events.Resize) -> None:
         if self.is_mounted and self.query(Pane):
             for pane in self.panes:
-                pane.fit_width(event.size.width)
+                if pane.built:
+                    pane.fit_width(event.size.width)
 
     # ------------------------------------------------------------------ snapshots
 
@@ -164,39 +193,55 @@ class GpudiagApp(GpudiagAppBase):
         )
         self.query_one(Banner).update_from(self.view)
         active = self.query_one(TabbedContent).active
-        self.stale = {p.id or "" for p in self.panes if p.LAZY and p.id != active}
+        self.stale = {p.id or "" for p in self.panes if not p.built or (p.LAZY and p.id != active)}
         for pane in self.panes:
             if pane.id not in self.stale:
                 pane.update_from(self.view)
 
     def _draw_if_stale(self, tab_id: str) -> None:
-        """Draw a pane whose snapshot changed while it was hidden."""
-        if tab_id in self.stale and self.view is not None:
+        """Draw a pane whose snapshot changed while it was hidden (or not yet built)."""
+        pane = self.query_one(f"#{tab_id}", Pane)
+        if tab_id in self.stale and self.view is not None and pane.built:
             self.stale.discard(tab_id)
-            self.query_one(f"#{tab_id}", Pane).update_from(self.view)
+            pane.update_from(self.view)
 
     @on(TabbedContent.TabActivated)
-    def _tab_changed(self) -> None:
+    async def _tab_changed(self) -> None:
         self.refresh_bindings()
-        self._draw_if_stale(self.query_one(TabbedContent).active)
-        if self.query_one(TabbedContent).active == "watch-tab":
+        active = self.query_one(TabbedContent).active
+        if not await self.query_one(f"#{active}", Pane).build():  # shown before `_fill` built it
+            return
+        self._draw_if_stale(active)
+        if active == "watch-tab":
             self._watch_tick()
 
     # ------------------------------------------------------------------ actions
 
     def action_show_tab(self, tab: str) -> None:
-        """Switch to a tab and focus its main widget."""
+        """Switch to a tab and focus its main widget (once built, if it is not yet)."""
         pane = self.pane(tab)
         self.query_one(TabbedContent).active = f"{tab}-tab"
-        self._draw_if_stale(f"{tab}-tab")
-        pane.query_one(pane.FOCUS).focus()
+        if pane.built:
+            self._draw_if_stale(f"{tab}-tab")
+            pane.query_one(pane.FOCUS).focus()
+        else:
+            self.call_later(self._show_when_built, pane)
+
+    async def _show_when_built(self, pane: Pane) -> None:
+        if not await pane.build():
+            return
+        pane.fit_width(self.size.width)
+        if self.query_one(TabbedContent).active == pane.id:
+            self._draw_if_stale(pane.id or "")
+            pane.query_one(pane.FOCUS).focus()
 
     def action_refresh(self) -> None:
         """Probe the live node again (a saved snapshot cannot be refreshed)."""
         if not isinstance(self.source, LiveNode):
             self.notify("a saved snapshot is read-only", severity="warning")
             return
-        self.query_one(ProbesPane).clear_results()
+        if self.query_one(ProbesPane).built:
+            self.query_one(ProbesPane).clear_results()
         self.query_one(Banner).probing()
         self.probe_node()
 
@@ -320,9 +365,14 @@ class GpudiagApp(GpudiagAppBase):
         self.query_one(ProbesPane).add_result(result)
 
     @work(thread=True, exclusive=True, group="probe", exit_on_error=False)
-    def probe_node(self) -> Snapshot:
-        """Run the probes off the UI thread; each result is shown as it arrives."""
+    def probe_node(self) -> Snapshot | None:
+        """Run the probes off the UI thread, once the first screen is painted (`filled`);
+        each result is shown as it arrives."""
         assert isinstance(self.source, LiveNode)
+        worker = get_current_worker()
+        while not self.filled.wait(0.05):
+            if worker.is_cancelled or self.source.cancel.is_set():
+                return None
         snapshot = self.source.snapshot(
             on_result=lambda result: self.call_from_thread(self._add_probe_result, result)
         )
@@ -388,12 +438,11 @@ class GpudiagApp(GpudiagAppBase):
 
     def _watch_tick(self) -> None:
         """Sample every GPU once, off the UI thread, while the watch screen is shown."""
-        if self.query_one(TabbedContent).active != "watch-tab":
-            return
+        tabs, watch = self.query(TabbedContent), self.query(WatchPane)
+        if not tabs or tabs.first().active != "watch-tab" or not watch or not watch.first().built:
+            return  # not shown, not built yet, or the app is leaving (its widgets going)
         if not isinstance(self.source, LiveNode):
-            self.query_one(WatchPane).say(
-                "a saved snapshot has no live readings (gpudiag watch; demo)"
-            )
+            watch.first().say("a saved snapshot has no live readings (gpudiag watch; demo)")
             return
         self.sample_gpus()
 

@@ -5,6 +5,7 @@ adapter; whether GPUDirect RDMA is set up where InfiniBand is present."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 from gpudiag import catalog
@@ -104,18 +105,28 @@ def _nvidia_gpus(readings: dict[str, Reading]) -> list[Reading]:
     return [Reading("node.nvidia_gpus", False, source=source, reason=reason)]
 
 
-def _gpus_and_kinds(readings: dict[str, Reading]) -> tuple[dict[int, str], dict[str, Reading]]:
-    """GPU index -> its PCI bus id, and PCIe address -> its pcie.ADDRESS.kind reading, in
-    one pass with a cheap test first (every judgment derives the topology again)."""
-    gpus: dict[int, str] = {}
-    kinds: dict[str, Reading] = {}
-    for key, r in readings.items():
+@functools.lru_cache(maxsize=16)
+def _shape(
+    keys: tuple[str, ...],
+) -> tuple[tuple[tuple[int, str], ...], tuple[tuple[str, str], ...]]:
+    """Among these keys, each GPU's bus id key (index, key) and each PCIe address's kind
+    key (address, key), in order: found once per shape of readings."""
+    gpus, kinds = [], []
+    for key in keys:
         if key.endswith(".kind"):
             if m := _NIC_KIND.match(key):
-                kinds[m.group(1)] = r
-        elif key.endswith(".bus_id") and r.ok and (m := _GPU_BUS.match(key)):
-            gpus[int(m.group(1))] = str(r.value)
-    return gpus, kinds
+                kinds.append((m.group(1), key))
+        elif key.endswith(".bus_id") and (m := _GPU_BUS.match(key)):
+            gpus.append((int(m.group(1)), key))
+    return tuple(gpus), tuple(kinds)
+
+
+def _gpus_and_kinds(readings: dict[str, Reading]) -> tuple[dict[int, str], dict[str, Reading]]:
+    """GPU index -> its PCI bus id, and PCIe address -> its pcie.ADDRESS.kind reading
+    (every judgment derives the topology again: the keys are found once per shape)."""
+    bus_keys, kind_keys = _shape(tuple(readings))
+    gpus = {gpu: str(r.value) for gpu, key in bus_keys if (r := readings[key]).ok}
+    return gpus, {address: readings[key] for address, key in kind_keys}
 
 
 def derive(readings: dict[str, Reading]) -> ProbeResult:

@@ -51,7 +51,7 @@ SMALLEST = {
     ),
     "tui_startup.py": (
         ["--runs", "1"],
-        ["minimal Textual app: painted", "gpudiag (faulty demo): first screen"],
+        ["minimal Textual app: painted", "gpudiag (faulty demo): first screen", "ratio to the"],
     ),
 }
 NEEDS = {

@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 
 from gpudiag.model import Reading, ReadingStatus, Severity
+from gpudiag.probes import default_probes
 from gpudiag.profiles import detect_profile, load_profiles, parse_profiles
 from gpudiag.rule_operators import RuleError
 from gpudiag.ruleengine import evaluate
 from gpudiag.rulefile import load_rules, parse_rules
 from gpudiag.session import with_findings
 
-from conftest import FIXTURES, REPO, run_cli
+from conftest import FIXTURES, REPO, realdata_dir, run_cli
 
 FAULTY = REPO / "snapshots" / "demo-hgx-h100-faulty.toml"
 HEALTHY = REPO / "snapshots" / "demo-hgx-h100-healthy.toml"
@@ -393,3 +394,117 @@ def test_no_rule_is_told_no_probe_produced_it(tmp_path: Path, tree: str, replay:
     snapshot = LiveNode(HostFS(root), nvml, default_probes(), load_rules()).snapshot()
     said = [(f.rule_id, f.message) for f in snapshot.findings if "no probe produced" in f.message]
     assert said == []
+
+
+def _both_ways(snapshot, profile_name: str | None = None) -> tuple[list, list]:
+    """The findings of the rule plan's quick tests, and of the full evaluation of every
+    instance (the straightforward engine), for one snapshot."""
+    from gpudiag.derive import with_derived
+
+    snapshot, derivation = with_derived(snapshot, profile_name)
+    args = (RULES, snapshot.readings_by_key, snapshot.probes, derivation.profile)
+    ids = derivation.device_ids
+    return evaluate(*args, ids), evaluate(*args, ids, quick=False)
+
+
+RULES = load_rules()
+
+
+def _applies_if_flipped(snapshot):
+    """The snapshot with every reading a rule's applies_if looks at made to differ from
+    what the rule wants (a bool negated, anything else another word)."""
+    import re
+    from dataclasses import replace
+
+    from gpudiag import catalog
+    from gpudiag.model import ProbeResult
+
+    wanted = [
+        (re.compile(catalog.template_regex(name) + "$"), equal)
+        for rule in RULES
+        for kind, name, equal in rule.applies_if
+        if kind == "reading"
+    ]
+
+    def flipped(reading: Reading) -> Reading:
+        for pattern, equal in wanted:
+            if reading.ok and pattern.match(reading.key):
+                other = (not equal) if isinstance(equal, bool) else f"not {equal}"
+                return replace(reading, value=other)
+        return reading
+
+    probes = tuple(
+        ProbeResult(p.name, p.status, p.duration_s, tuple(map(flipped, p.readings)))
+        for p in snapshot.probes
+    )
+    return replace(snapshot, probes=probes)
+
+
+def test_the_quick_tests_give_exactly_the_full_evaluations_findings(tmp_path: Path) -> None:
+    """The plan skips an instance only where its quick test says the full evaluation
+    would find nothing: over the demo replays (judged by their own profile and by
+    others', so the profile comparisons fail), a lost GPU, the real H100 capture and
+    every real nvidia-smi output, the findings are the same, in the same order."""
+    from gpudiag import capture
+    from gpudiag.nvsmi import ImportError_, import_files
+    from gpudiag.session import LiveNode
+
+    judged = 0
+    for name in ("healthy", "faulty"):
+        host, nvml, _ = capture.load(REPO / "snapshots" / f"demo-hgx-h100-{name}.capture.json")
+        snapshot = LiveNode(host, nvml, default_probes(), RULES).snapshot()
+        for profile_name in (None, "b200", "a100-sxm4-80gb", "geforce"):
+            quick, full = _both_ways(snapshot, profile_name)
+            assert quick == full, (name, profile_name)
+            judged += 1
+            assert any(f.rule_id == "GPU017" for f in quick) or profile_name != "b200"
+        # every reading an applies_if looks at made to differ: the rules do not apply
+        flipped = _applies_if_flipped(snapshot)
+        quick, full = _both_ways(flipped)
+        assert quick == full and quick != _both_ways(snapshot)[0]
+    base = realdata_dir()
+    host, nvml, _ = capture.load(base / "h100-vm" / "h100-vm.capture.json")
+    quick, full = _both_ways(LiveNode(host, nvml, default_probes(), RULES).snapshot())
+    assert quick == full and quick
+    outputs = [p for d in ("nvidia-smi-q", "nvidia-smi-xml") for p in sorted((base / d).glob("*"))]
+    assert len(outputs) > 20
+    for path in outputs:
+        try:
+            snapshot = import_files([str(path)])
+        except ImportError_:  # a file the importer refuses has nothing to judge
+            continue
+        quick, full = _both_ways(snapshot)
+        assert quick == full, path.name
+        judged += 1
+    assert judged > 20
+
+
+def test_the_all_at_once_tests_pass_only_lists_every_value_of_which_passes() -> None:
+    """`all_pass` (the plan's test of a rule's values in one go) is True only where the
+    one-at-a-time quick check passes every value; a value not taken (None) never passes."""
+    from gpudiag.rule_operators import all_pass, quick_check
+
+    cases = {
+        "present": [True],
+        "equal": [5, "a", True],
+        "min": [5, 2.5],
+        "max": [5, 0],
+        "between": [[0, 10], [2.5, 5]],
+    }
+    values = [0, 5, 11, 2.5, 1.0, True, False, "a", "5", [], ["a"], None]
+    checked = 0
+    for operator, operands in cases.items():
+        for operand in operands:
+            every = all_pass(operator, operand)
+            one = quick_check(operator, operand)
+            assert every is not None
+            for first in values:
+                for second in values:
+                    pair = [first, second]
+                    if every(pair):
+                        assert one(first) and one(second), (operator, operand, pair)
+                        assert None not in pair
+                        checked += 1
+                    elif one(first) and one(second) and None not in pair:
+                        assert operator != "present", pair  # it may only miss the C shortcut
+    assert checked > 50

@@ -28,7 +28,7 @@ from gpudiag.kernels.plans import KernelPlan
 from gpudiag.kernels.stats import summarize
 from gpudiag.model import KernelResult, ProbeStatus, Reading, Severity, Snapshot
 from gpudiag.nvml import Nvml, ReplayBackend, open_nvml
-from gpudiag.panes import PANES, KernelsPane, Pane, SnapshotView
+from gpudiag.panes import PANES, KernelsPane, Pane, ProbesPane, SnapshotView
 from gpudiag.panes.kernels import NOT_MEASURABLE
 from gpudiag.probe import Cost, Probe
 from gpudiag.probes import default_probes
@@ -113,6 +113,48 @@ def test_refresh_probes_again() -> None:
             assert len(_cells(app, "#probes")) == 1
 
     asyncio.run(scenario())
+
+
+def test_the_first_screen_comes_before_the_hidden_panes_and_the_probing() -> None:
+    """The frame is painted first, then filled: when the app mounts, only the first tab's
+    widgets are there (the others' hundreds wait, benchmarks/tui_startup.py), and the
+    probes run once the first screen is painted and the probes pane is built; then
+    every pane is built, and each key shows its pane, focused."""
+    seen: dict[str, object] = {}
+
+    class Watched(GpudiagApp):
+        def on_mount(self) -> None:  # Textual runs GpudiagApp's on_mount as well
+            seen["built at mount"] = [p.NAME for p in self.panes if p.built]
+
+    def probing(ctx):
+        seen["filled when probing"] = app.filled.is_set()
+        seen["probes pane built"] = app.query_one(ProbesPane).built
+        return [Reading("test.x", 1)]
+
+    app = Watched(_node(probes=[Probe("p", "P", Cost.INSTANT, frozenset(), probing)]))
+
+    async def scenario() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await app.workers.wait_for_complete()
+            for _ in range(200):  # the hidden panes are built after the first paint
+                await pilot.pause(0.01)
+                if all(p.built for p in app.panes):
+                    break
+            assert all(p.built for p in app.panes)
+            for tab in TABS:
+                await pilot.press(tab.key)
+                await pilot.pause()
+                pane = app.pane(tab.id)
+                assert app.query_one(TabbedContent).active == f"{tab.id}-tab"
+                assert app.focused is pane.query_one(pane.FOCUS), tab.id
+            assert [row[:2] for row in _cells(app, "#probes")] == [["p", "ok"]]
+
+    asyncio.run(scenario())
+    assert seen == {
+        "built at mount": ["overview"],
+        "filled when probing": True,
+        "probes pane built": True,
+    }
 
 
 def test_hanging_probe_does_not_freeze_the_screen() -> None:

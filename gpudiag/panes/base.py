@@ -3,12 +3,14 @@ arrives), the pane base class, and the severity styles."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.text import Text
 from textual.binding import Binding
+from textual.widget import Widget
 from textual.widgets import DataTable, TabbedContent, TabPane
 
 from gpudiag.model import Reading, Severity, Snapshot
@@ -60,7 +62,13 @@ class SnapshotView:
 
 class Pane(TabPane):
     """One screen of the app, in a tab: its key, its bindings, and `update_from`, which
-    draws it from a snapshot and nothing else."""
+    draws it from a snapshot and nothing else.
+
+    A pane whose app sets `build_later` (gpudiag's app does for every tab but the first)
+    mounts its widgets when the app asks (`build`), not with the app: the first screen
+    is painted without the hidden ones' hundreds of widgets and their styles
+    (benchmarks/tui_startup.py). What a pane does once its widgets are there is
+    `on_built`, where a widget would use on_mount."""
 
     KEY: ClassVar[str]  # the number key that shows it
     NAME: ClassVar[str]  # its id is NAME-tab
@@ -70,18 +78,55 @@ class Pane(TabPane):
 
     def __init__(self) -> None:
         super().__init__(self.TITLE, id=f"{self.NAME}-tab")
+        self.build_later = False  # mount the widgets on `build`, not with the app
+        self._unmounted: list[Widget] | None = None  # composed, waiting for `build`
+        self._built = asyncio.Event()
+
+    @property
+    def built(self) -> bool:
+        """Whether this pane's widgets are mounted (it can be drawn and queried)."""
+        return self._built.is_set()
+
+    async def mount_composed_widgets(self, widgets: list[Widget]) -> None:
+        """Textual's hook after compose: the widgets are mounted now, or kept for
+        `build`."""
+        if self.build_later:
+            self._unmounted = widgets
+        else:
+            await super().mount_composed_widgets(widgets)
+            self._done()
+
+    async def build(self) -> bool:
+        """Mount this pane's widgets, once; returns when they are there (True), or
+        False when they never will be (the app is leaving)."""
+        if self._unmounted is not None:
+            widgets, self._unmounted = self._unmounted, None
+            await self.mount_all(widgets)
+            if not all(w.is_attached for w in widgets):
+                return False
+            self._done()
+        await self._built.wait()
+        return True
+
+    def _done(self) -> None:
+        self._built.set()
+        self.on_built()
+
+    def on_built(self) -> None:
+        """Set up the widgets once mounted (columns, widths)."""
 
     def update_from(self, view: SnapshotView) -> None:
         """Draw this pane from a snapshot."""
         raise NotImplementedError
 
     def fit_width(self, width: int) -> None:
-        """Size what depends on the terminal's width (on mount, and on each resize)."""
+        """Size what depends on the terminal's width (once built, and on each resize)."""
 
     def show(self) -> None:
         """Bring this pane to the front and focus its main widget, as its key does."""
         self.screen.query_one(TabbedContent).active = self.id or ""
-        self.query_one(self.FOCUS).focus()
+        if self.built:
+            self.query_one(self.FOCUS).focus()
 
 
 class RowTable(DataTable):

@@ -46,7 +46,7 @@ class FindingsPane(Pane):
         yield RowTable(id="findings", cursor_type="row", zebra_stripes=True, fixed_columns=1)
         yield VerticalScroll(Static("", id="finding-text"), id="finding-detail")
 
-    def on_mount(self) -> None:
+    def on_built(self) -> None:
         self.query_one("#findings", DataTable).add_columns("severity", "id", "subject", "title")
         self.query_one("#findings-filter", Input).cursor_blink = False
 

@@ -31,7 +31,7 @@ class GpusPane(Pane):
         yield DataTable(id="gpus", cursor_type="row", zebra_stripes=True, fixed_columns=2)
         yield DataTable(id="gpu-readings", cursor_type="row")
 
-    def on_mount(self) -> None:
+    def on_built(self) -> None:
         self.fit_width(self.app.size.width)
 
     def fit_width(self, width: int) -> None:

@@ -120,7 +120,7 @@ class KernelsPane(Pane):
             yield Static("", id="kernel-detail")
             yield Static("", id="kernel-charts")
 
-    def on_mount(self) -> None:
+    def on_built(self) -> None:
         self.query_one("#kernel-results", DataTable).add_columns(*views.kernel_table([]).headers)
 
     def update_from(self, view: SnapshotView) -> None:

@@ -25,7 +25,7 @@ class ProbesPane(Pane):
         yield RowTable(id="probes", cursor_type="row")
         yield Static("", id="probe-detail")
 
-    def on_mount(self) -> None:
+    def on_built(self) -> None:
         self.query_one("#probes", DataTable).add_columns(
             "probe", "status", "time", "readings", "error"
         )

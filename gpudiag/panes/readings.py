@@ -34,7 +34,7 @@ class ReadingsPane(Pane):
         yield DataTable(id="readings", cursor_type="row", zebra_stripes=True)
         yield Static("", id="reading-detail")
 
-    def on_mount(self) -> None:
+    def on_built(self) -> None:
         self.query_one("#readings-filter", Input).cursor_blink = False
         self.fit_width(self.app.size.width)
 
