@@ -31,7 +31,8 @@ SCRIPT = Path(sys.executable).parent / "gpudiag-slurm-healthcheck"
 GPUDIAG = Path(sys.executable).parent / "gpudiag"
 INTERVAL = 1  # HealthCheckInterval, seconds
 
-pytestmark = pytest.mark.timeout(120)
+# one worker runs both files of real-cluster tests (tests/slurm_cluster.py: fixed ports)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("slurm")]
 
 
 def _swap(target: Path, source: Path) -> None:
