@@ -166,9 +166,9 @@ def _tests_own(function: Callable[..., object]) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`--dist loadgroup`, pyproject's addopts): the tests of a module
-    that has a fixture of its own shared beyond one test (scope module or session: a
-    built wheel, a running Slurm cluster, a generated fleet) run on one worker, so that
+    """Under pytest-xdist (`--dist loadgroup`, pytest_cmdline_main above): the tests that
+    use a fixture of their module's own shared beyond one test (scope module or session:
+    a built wheel, a running Slurm cluster, a generated fleet) run on one worker, so that
     it is made once; every other test goes to whichever worker is free. A test with an
     xdist_group of its own keeps it."""
     for item in items:
