@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -122,6 +123,25 @@ def realdata_trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     _, roots = built_once(tmp_path_factory, "realdata-trees", _unpack_realdata_trees)
     assert isinstance(roots, dict)
     return {name: Path(root) for name, root in roots.items()}
+
+
+def _bytecode_outside_the_tree() -> None:
+    """Under PYTHONDONTWRITEBYTECODE (set on this project's machines), every `python -m
+    gpudiag` the tests start compiled gpudiag from source again (about 0.15 s of CPU
+    each, hundreds of times), and every xdist worker its test modules. Bytecode is
+    written instead under a cache folder of this machine's temporary folder
+    (PYTHONPYCACHEPREFIX), never beside the sources, by this process and the ones it
+    starts. A PYTHONPYCACHEPREFIX of the caller's own is left as it is."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    prefix = Path(tempfile.gettempdir()) / f"gpudiag-tests-pycache-{os.getuid()}"
+    os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    sys.pycache_prefix = str(prefix)
+    sys.dont_write_bytecode = False
+
+
+_bytecode_outside_the_tree()
 
 
 WORKERS = 2  # the machine the suite's 5 minutes are measured on has two cores
