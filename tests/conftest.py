@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import inspect
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -50,19 +56,51 @@ def realdata_dir() -> Path:
     return REALDATA
 
 
-@pytest.fixture(scope="session")
-def realdata_trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Every captured host tree in realdata/sysfs-procfs, unpacked, by name -> root."""
+@contextlib.contextmanager
+def machine_lock(name: str) -> Iterator[None]:
+    """Hold an exclusive lock, machine-wide, named NAME (a file in /tmp): for what only one
+    test at a time may use on this machine, whichever worker or pytest run it is in (the
+    Slurm tests' fixed ports)."""
+    with open(f"/tmp/gpudiag-tests-{name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def built_once(
+    tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]
+) -> tuple[Path, object]:
+    """BUILD(folder) run once per pytest run, shared by its xdist workers: the first worker
+    to ask builds it in the run's shared temporary folder, under a lock; the others wait
+    and reuse it. Returns the folder and what BUILD returned (as JSON holds it)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the folder every worker of this run has its own folder in
+    folder, done = base / f"shared-{name}", base / f"shared-{name}.json"
+    with open(base / f"shared-{name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            if not done.exists():
+                folder.mkdir()
+                done.write_text(json.dumps(build(folder)))
+            return folder, json.loads(done.read_text())
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _unpack_realdata_trees(dest: Path) -> dict[str, str]:
+    """Every captured host tree in realdata/sysfs-procfs unpacked into DEST: name -> root."""
     base = realdata_dir() / "sysfs-procfs"
-    dest = tmp_path_factory.mktemp("realdata-trees")
-    roots: dict[str, Path] = {}
+    roots: dict[str, str] = {}
     for archive in sorted((base / "raw").glob("*.tar.bz2")):
         name = archive.name.removesuffix(".tar.bz2")
         with tarfile.open(archive, "r:bz2") as tar:
             # trusted archives from shared/realdata; "tar" keeps their relative symlinks
             tar.extractall(dest / name, filter="tar")
         (inner,) = [p for p in (dest / name).iterdir() if p.is_dir()]
-        roots[name] = inner
+        roots[name] = str(inner)
     for archive in sorted((base / "raw").glob("*.ttar")):
         name = archive.name.removesuffix(".ttar")
         subprocess.run(
@@ -71,11 +109,100 @@ def realdata_trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             capture_output=True,
         )
         fixtures = dest / name / "fixtures"
-        roots[name] = fixtures if fixtures.is_dir() else dest / name
+        roots[name] = str(fixtures if fixtures.is_dir() else dest / name)
     proc_only = dest / "node_exporter_proc"
     shutil.copytree(base / "node_exporter_proc", proc_only / "proc")
-    roots["node_exporter_proc"] = proc_only
+    roots["node_exporter_proc"] = str(proc_only)
     return roots
+
+
+@pytest.fixture(scope="session")
+def realdata_trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every captured host tree in realdata/sysfs-procfs, unpacked once, by name -> root."""
+    realdata_dir()
+    _, roots = built_once(tmp_path_factory, "realdata-trees", _unpack_realdata_trees)
+    assert isinstance(roots, dict)
+    return {name: Path(root) for name, root in roots.items()}
+
+
+def _bytecode_outside_the_tree() -> None:
+    """Under PYTHONDONTWRITEBYTECODE (set on this project's machines), every `python -m
+    gpudiag` the tests start compiled gpudiag from source again (about 0.15 s of CPU
+    each, hundreds of times), and every xdist worker its test modules. Bytecode is
+    written instead under a cache folder of this machine's temporary folder
+    (PYTHONPYCACHEPREFIX), never beside the sources, by this process and the ones it
+    starts. A PYTHONPYCACHEPREFIX of the caller's own is left as it is."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    prefix = Path(tempfile.gettempdir()) / f"gpudiag-tests-pycache-{os.getuid()}"
+    os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    sys.pycache_prefix = str(prefix)
+    sys.dont_write_bytecode = False
+
+
+_bytecode_outside_the_tree()
+
+
+WORKERS = 2  # the machine the suite's 5 minutes are measured on has two cores
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """The suite on WORKERS pytest-xdist workers, `--dist loadgroup`, unless the command
+    line says how many (-n N; -n 0 or -p no:xdist: one process) or asks for --pdb. Here,
+    not in pyproject's addopts, so that -p no:xdist and an environment without
+    pytest-xdist still run the suite."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # a worker parses the command line again, which named no --dist: take the
+        # controller's (pytest_configure_node)
+        if getattr(config, "workerinput", {}).get("gpudiag_loadgroup"):
+            config.option.loadgroup = True
+        return
+    if (
+        config.option.numprocesses is None
+        and not config.option.tx
+        and not config.getoption("usepdb", False)
+    ):
+        config.option.numprocesses = WORKERS
+    if config.option.numprocesses and config.option.dist == "no":
+        config.option.dist = "loadgroup"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:  # node: xdist's WorkerController
+    """Tell each worker whether the run is `--dist loadgroup` (pytest_cmdline_main)."""
+    node.workerinput["gpudiag_loadgroup"] = node.config.option.dist == "loadgroup"
+
+
+def _tests_own(function: Callable[..., object]) -> bool:
+    """A fixture defined in a test module or helper under tests/, not in this conftest
+    (whose shared fixtures are built once for all workers) nor in pytest or a plugin."""
+    path = Path(inspect.getfile(function)).resolve()
+    return path.parent == Path(__file__).resolve().parent and path.name != "conftest.py"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`--dist loadgroup`, pytest_cmdline_main above): the tests that
+    use a fixture of their module's own shared beyond one test (scope module or session:
+    a built wheel, a running Slurm cluster, a generated fleet) run on one worker, so that
+    it is made once; every other test goes to whichever worker is free. A test with an
+    xdist_group of its own keeps it."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        definitions = info.name2fixturedefs.values() if info is not None else ()
+        module = getattr(item, "module", None)
+        if module is not None and any(
+            d.scope in ("module", "session") and _tests_own(d.func)
+            for defs in definitions
+            for d in defs
+        ):
+            item.add_marker(pytest.mark.xdist_group(module.__name__))
 
 
 def run_cli(

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from conftest import machine_lock
+
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "scontrol", "srun", "sbatch", "sinfo")
 SBIN = ("/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin")
 
@@ -119,6 +121,12 @@ def cluster(
     tmp_path); stop them, by process id, on exit. `gpus`: the node is configured with
     that many GPUs (Gres=gpu:N), which this machine does not have: slurmd is given them
     as /dev/null in gres.conf, so slurmctld accepts the node (checked with N = 1)."""
+    # the ports are fixed: one cluster at a time on this machine, whatever runs the tests
+    with machine_lock("slurm-cluster"):
+        yield from _cluster(folder, health_check, interval, gpus)
+
+
+def _cluster(folder: Path, health_check: str | None, interval: int, gpus: int) -> Iterator[Cluster]:
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o755)
     (folder / "state").mkdir(exist_ok=True)

@@ -22,6 +22,9 @@ from gpudiag.slurmgres import GresError, expected_gpus, gpu_count
 
 from conftest import realdata_dir, run_cli
 
+# one worker runs both files of real-cluster tests (tests/slurm_cluster.py: fixed ports)
+pytestmark = pytest.mark.xdist_group("slurm")
+
 
 @pytest.mark.parametrize(
     ("gres", "count"),
