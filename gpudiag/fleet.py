@@ -21,9 +21,10 @@ latest is the node. The report has, headline first:
   the first run where it got slower is when the regression started.
 - Findings: per rule, how many nodes and which.
 
-The numeric data is one long table (node, model, reading, device, value) in Polars:
-statistics are group-wise medians over it, and `--parquet FILE` writes it (with each
-node's configuration group) for pandas, DuckDB or a dashboard.
+The numeric data is one long table (node, model, reading, device, value) held as NumPy
+columns: statistics are group-wise medians over it, and `--parquet FILE` writes it (with
+each node's configuration group) through Polars for pandas, DuckDB or a dashboard.
+Polars is imported only then: a report does not pay for it.
 """
 
 from __future__ import annotations
