@@ -45,7 +45,7 @@ from itertools import chain
 from multiprocessing import get_context
 from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal, NamedTuple, Union
 
 import msgspec
 import numpy as np
@@ -88,10 +88,11 @@ class Layout:
         return {key: i for i, key in enumerate(self.keys)}
 
 
-@dataclass(frozen=True)
-class KernelValue:
+class KernelValue(NamedTuple):
     """One kernel figure of a node as a reading-like key (gpu.3.kernel.stream.triad.fp64,
-    topo.gpu.0.1.copy_gbs), with what explains it: the kernel's name and device."""
+    topo.gpu.0.1.copy_gbs), with what explains it: the kernel's name and device. A named
+    tuple: a node has one per result, made while reading and sent from the reading
+    workers, where a frozen dataclass costs several times as much to make and to pickle."""
 
     key: str
     value: float
@@ -354,6 +355,7 @@ class _Reader:
         self.findings: dict[tuple[tuple[str, str, str], ...], tuple[tuple[str, str, str], ...]]
         self.findings = {}
         self.last: int | None = None
+        self.sent = (0, 0)  # layouts and configurations already in a chunk (_read_chunk)
 
     def read(self, path: Path) -> NodeRun:
         """One snapshot file, or SnapshotError. Every file's strings are guarded: a file
@@ -427,6 +429,7 @@ class _Reader:
             PackedKernels(_KERNELS_ENCODER.encode(kernels)) if kernels else (),
             tuple(map(_FINDING, findings)),
             types,
+            kernel_values(kernels),  # from the parsed results, before they are packed
         )
 
     def _known(
@@ -491,6 +494,7 @@ class _Reader:
         kernels: Sequence[Any],
         findings: tuple[tuple[str, str, str], ...],
         types: tuple[type, ...] | None = None,
+        figures: tuple[KernelValue, ...] | None = None,
     ) -> NodeRun:
         shape = self.shapes[layout_id]
         config = shape.config_of(values)
@@ -514,7 +518,7 @@ class _Reader:
             layout=layout_id,
             config=config_id,
             numbers=array,
-            kernel_values=kernel_values(kernels),
+            kernel_values=kernel_values(kernels) if figures is None else figures,
             kernels=kernels,
             findings=self.findings.setdefault(findings, findings),
         )
@@ -628,7 +632,7 @@ def _read_chunk(paths: list[Path]) -> _Chunk:
     if _WORKER_READER is None:
         _WORKER_READER = _Reader()
     reader = _WORKER_READER
-    seen_layouts, seen_configs = len(reader.layouts), len(reader.configs)
+    seen_layouts, seen_configs = reader.sent
     runs, bad = [], []
     with _no_gc():
         for path in paths:
@@ -639,6 +643,7 @@ def _read_chunk(paths: list[Path]) -> _Chunk:
             except (OSError, ValueError, RecursionError, MemoryError) as exc:
                 bad.append(printable(f"{path}: {type(exc).__name__}: {exc}"))
     configs = sorted(reader.configs.items(), key=lambda item: item[1])
+    reader.sent = (len(reader.layouts), len(reader.configs))
     return _Chunk(
         reader.layouts[seen_layouts:],
         [c for c, _ in configs[seen_configs:]],
@@ -681,8 +686,8 @@ def load_fleet(paths: Iterable[str | Path], workers: int | None = None) -> Loade
     parquet = [f for f in files if f.suffix.lower() == PARQUET_SUFFIX]
     files = [f for f in files if f.suffix.lower() != PARQUET_SUFFIX]
     chunks = [files[i : i + CHUNK] for i in range(0, len(files), CHUNK)]
+    global _WORKER_READER
     if workers <= 1 or len(files) < PARALLEL_FROM:
-        global _WORKER_READER
         _WORKER_READER = None
         layout_map: list[int] = []
         config_map: list[int] = []
@@ -692,8 +697,17 @@ def load_fleet(paths: Iterable[str | Path], workers: int | None = None) -> Loade
         _merge_parquet(parquet, merge)
         return fleet
     # Each worker numbers layouts and configurations in its own reader, so results are
-    # merged per worker: a chunk is tagged with the worker's pid.
-    maps: dict[int, tuple[list[int], list[int]]] = {}
+    # merged per worker: a chunk is tagged with the worker's pid. The first file is read
+    # here: the catalog is built and the first shape vouched for (the loader reads it)
+    # once, and forked workers inherit both instead of each doing it again; each sends
+    # the inherited layouts with its first chunk, in its own numbering.
+    _WORKER_READER = None
+    maps: dict[int, tuple[list[int], list[int]]] = {os.getpid(): ([], [])}
+    merge(_read_chunk(files[:1]), *maps[os.getpid()])
+    assert _WORKER_READER is not None
+    _WORKER_READER.sent = (0, 0)
+    rest = files[1:]
+    chunks = [rest[i : i + CHUNK] for i in range(0, len(rest), CHUNK)]
     # fork is cheapest (the workers need not import anything again), but a process that
     # holds Polars' thread pool must not fork (its locks may be held): spawn there
     context = get_context("spawn" if "polars" in sys.modules else "fork")
@@ -706,6 +720,8 @@ def load_fleet(paths: Iterable[str | Path], workers: int | None = None) -> Loade
         # no worker processes here (a sandbox, a __main__ that cannot be re-imported):
         # read everything in this process instead
         return load_fleet(paths_given, workers=1)
+    finally:
+        _WORKER_READER = None
     _merge_parquet(parquet, merge)  # after the workers: Polars is imported only now
     return fleet
 
