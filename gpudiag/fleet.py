@@ -456,6 +456,8 @@ def numeric_columns(fleet: _Fleet, names: TableNames) -> Columns:
         )
     kernel_rows: tuple[list[int], ...] = ([], [], [], [], [])
     ids: dict[str, tuple[int, int]] = {}
+    groups: dict[tuple[int, str], int] = {}  # (model, key) -> group, asked once
+    models = model_of.tolist()
     for i, run in enumerate(fleet.current):
         for kv in run.kernel_values:
             found = ids.get(kv.key)
@@ -463,11 +465,14 @@ def numeric_columns(fleet: _Fleet, names: TableNames) -> Columns:
                 name, device = template(kv.key)
                 found = ids[kv.key] = (names.readings.id(name), names.devices.id(device))
                 names.units.setdefault(found[0], kv.unit)
+            group = groups.get((models[i], kv.key))
+            if group is None:
+                group = groups[(models[i], kv.key)] = group_of(models[i], *found)
             kernel_rows[0].append(i)
             kernel_rows[1].append(found[0])
             kernel_rows[2].append(found[1])
             kernel_rows[3].append(kv.value)  # type: ignore[arg-type]
-            kernel_rows[4].append(group_of(int(model_of[i]), found[0], found[1]))
+            kernel_rows[4].append(group)
     parts.append(
         (
             np.asarray(kernel_rows[0], dtype=np.uint32),
