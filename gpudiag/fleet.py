@@ -60,12 +60,27 @@ _DEVICE_ID = re.compile(r"^gpu\.\d+\.pci\.device_id$")
 _FOLDABLE = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
+_FOLDED: dict[frozenset[str], str] = {}
+
+
 def fold(names: list[str] | set[str]) -> str:
     """Node names folded as ClusterShell folds them: node[0001-0016,0018]. Names that are
     not plain host names (ClusterShell would read `,` `[` `@` as its own syntax) are listed
-    as they are, comma-separated."""
+    as they are, comma-separated. Remembered by the set of names: ClusterShell parses each
+    name (about 45 us), and a report folds one node set many times (every finding on all
+    nodes: 1.1 s of a 1,000-node report)."""
     if not names:
         return ""
+    key = frozenset(names)
+    found = _FOLDED.get(key)
+    if found is None:
+        found = _fold(key)
+        if len(_FOLDED) < 256:
+            _FOLDED[key] = found
+    return found
+
+
+def _fold(names: frozenset[str]) -> str:
     if all(_FOLDABLE.match(name) for name in names):
         return str(NodeSet.fromlist(list(names)))
     return ",".join(sorted(names, key=natural_key))
