@@ -21,9 +21,10 @@ latest is the node. The report has, headline first:
   the first run where it got slower is when the regression started.
 - Findings: per rule, how many nodes and which.
 
-The numeric data is one long table (node, model, reading, device, value) in Polars:
-statistics are group-wise medians over it, and `--parquet FILE` writes it (with each
-node's configuration group) for pandas, DuckDB or a dashboard.
+The numeric data is one long table (node, model, reading, device, value) held as NumPy
+columns: statistics are group-wise medians over it, and `--parquet FILE` writes it (with
+each node's configuration group) through Polars for pandas, DuckDB or a dashboard.
+Polars is imported only then: a report does not pay for it.
 """
 
 from __future__ import annotations
@@ -34,10 +35,9 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import polars as pl
 from ClusterShell.NodeSet import NodeSet
 
 from gpudiag import catalog
@@ -46,6 +46,9 @@ from gpudiag.diff import _kernel_key, bootstrap_ratio, higher_is_better, load_ex
 from gpudiag.fleetload import Layout, LoadedFleet, NodeRun
 from gpudiag.hostfs import natural_key
 from gpudiag.profiles import load_profiles
+
+if TYPE_CHECKING:
+    import polars as pl
 
 EXIT_SAME, EXIT_ODD, EXIT_BAD_INPUT = 0, 1, 3
 DEFAULT_THRESHOLD = 5.0
@@ -57,12 +60,27 @@ _DEVICE_ID = re.compile(r"^gpu\.\d+\.pci\.device_id$")
 _FOLDABLE = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
+_FOLDED: dict[frozenset[str], str] = {}
+
+
 def fold(names: list[str] | set[str]) -> str:
     """Node names folded as ClusterShell folds them: node[0001-0016,0018]. Names that are
     not plain host names (ClusterShell would read `,` `[` `@` as its own syntax) are listed
-    as they are, comma-separated."""
+    as they are, comma-separated. Remembered by the set of names: ClusterShell parses each
+    name (about 45 us), and a report folds one node set many times (every finding on all
+    nodes: 1.1 s of a 1,000-node report)."""
     if not names:
         return ""
+    key = frozenset(names)
+    found = _FOLDED.get(key)
+    if found is None:
+        found = _fold(key)
+        if len(_FOLDED) < 256:
+            _FOLDED[key] = found
+    return found
+
+
+def _fold(names: frozenset[str]) -> str:
     if all(_FOLDABLE.match(name) for name in names):
         return str(NodeSet.fromlist(list(names)))
     return ",".join(sorted(names, key=natural_key))
@@ -207,9 +225,18 @@ class FleetReport:
     findings: list[FleetFinding]
     threshold: float
     rising: list[RisingCounter] = field(default_factory=list)
-    table: pl.DataFrame | None = None
+    columns: Columns | None = None
     names: TableNames | None = None
     node_names: list[str] = field(default_factory=list)
+    _table: pl.DataFrame | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def table(self) -> pl.DataFrame | None:
+        """The long numeric table as a Polars frame (node_id, reading_id, device_id,
+        value, model_id, config, slot), built when first asked for."""
+        if self._table is None and self.columns is not None:
+            self._table = self.columns.frame()
+        return self._table
 
     @property
     def odd(self) -> bool:
@@ -328,6 +355,8 @@ class Names:
 
     def frame(self, column: str) -> pl.DataFrame:
         """id -> name, for turning a column back into strings."""
+        import polars as pl
+
         return pl.DataFrame(
             {f"{column}_id": range(len(self.items)), column: self.items},
             schema={f"{column}_id": pl.UInt32, column: pl.String},
@@ -347,20 +376,68 @@ class TableNames:
 NO_SLOT = 2**32 - 1  # a kernel figure's slot: it is not one of the node's numbers
 
 
-def numeric_table(fleet: _Fleet, names: TableNames) -> pl.DataFrame:
-    """The long table of every numeric reading and kernel figure of the latest runs:
-    node_id, reading_id (template), device_id, value, model_id, config (group), slot (the
-    index in the node's numbers, NO_SLOT for a kernel figure); the ids are numbers in
-    `names` (and node_id an index into fleet.current)."""
+@dataclass
+class Columns:
+    """The long table of every numeric reading and kernel figure of the latest runs, as
+    NumPy columns (one row a number; not-read values left out): node_id (an index into
+    fleet.current), reading_id (template) and device_id (numbers in TableNames), value,
+    slot (the index in the node's numbers, NO_SLOT for a kernel figure), and group: the
+    rows compared with each other, one id per (model, reading, position). model_of and
+    config_of are per node."""
+
+    node_id: np.ndarray
+    reading_id: np.ndarray
+    device_id: np.ndarray
+    value: np.ndarray
+    slot: np.ndarray
+    group: np.ndarray
+    groups: list[tuple[int, int, int]]  # group id -> (model_id, reading_id, position)
+    model_of: np.ndarray
+    config_of: np.ndarray
+
+    def frame(self) -> pl.DataFrame:
+        """The table as Polars has it (for --parquet, pandas or DuckDB)."""
+        import polars as pl
+
+        return pl.DataFrame(
+            {
+                "node_id": self.node_id,
+                "reading_id": self.reading_id,
+                "device_id": self.device_id,
+                "value": self.value,
+                "model_id": self.model_of[self.node_id],
+                "config": self.config_of[self.node_id],
+                "slot": self.slot,
+            }
+        )
+
+
+def numeric_columns(fleet: _Fleet, names: TableNames) -> Columns:
+    """The long table (Columns) of the fleet's latest runs. Nodes of one layout are one
+    matrix, so a layout's rows are its matrix raveled and its column ids tiled; GPUs of one
+    model are pooled (one group a reading template), NUMA nodes are not (a CPU-less memory
+    node differs): their position is their device."""
     loaded = fleet.loaded
     model_of = np.asarray(
         [names.models.id(fleet.model(run.config)) for run in fleet.current], dtype=np.uint32
     )
     config_of = np.asarray([run.config for run in fleet.current], dtype=np.uint32)
+    group_ids: dict[tuple[int, int, int], int] = {}
+    numa: dict[int, bool] = {}
+
+    def position(reading_id: int, device_id: int) -> int:
+        if reading_id not in numa:
+            numa[reading_id] = names.readings.items[reading_id].startswith("numa.")
+        return device_id if numa[reading_id] else 0
+
+    def group_of(model_id: int, reading_id: int, device_id: int) -> int:
+        key = (model_id, reading_id, position(reading_id, device_id))
+        return group_ids.setdefault(key, len(group_ids))
+
     by_layout: dict[int, list[int]] = defaultdict(list)
     for i, run in enumerate(fleet.current):
         by_layout[run.layout].append(i)
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    parts: list[tuple[np.ndarray, ...]] = []
     for layout_id, members in by_layout.items():
         layout = loaded.layouts[layout_id]
         if not layout.numeric:
@@ -371,19 +448,31 @@ def numeric_table(fleet: _Fleet, names: TableNames) -> pl.DataFrame:
             reading_ids.append(names.readings.id(name))
             device_ids.append(names.devices.id(device))
             names.units.setdefault(reading_ids[-1], layout.units[p])
+        rows = np.asarray(members, dtype=np.uint32)
+        models, model_index = np.unique(model_of[rows], return_inverse=True)
+        group_table = np.asarray(
+            [
+                [group_of(int(m), r, d) for r, d in zip(reading_ids, device_ids, strict=True)]
+                for m in models
+            ],
+            dtype=np.uint32,
+        )
         matrix = np.vstack([fleet.current[i].numbers for i in members])
         count, width = matrix.shape
         parts.append(
             (
-                np.repeat(np.asarray(members, dtype=np.uint32), width),
+                np.repeat(rows, width),
                 np.tile(np.asarray(reading_ids, dtype=np.uint32), count),
                 np.tile(np.asarray(device_ids, dtype=np.uint32), count),
                 matrix.ravel(),
                 np.tile(np.arange(width, dtype=np.uint32), count),
+                group_table[model_index.ravel()].ravel(),
             )
         )
-    kernel_rows: tuple[list[int], list[int], list[int], list[float]] = ([], [], [], [])
+    kernel_rows: tuple[list[int], ...] = ([], [], [], [], [])
     ids: dict[str, tuple[int, int]] = {}
+    groups: dict[tuple[int, str], int] = {}  # (model, key) -> group, asked once
+    models = model_of.tolist()
     for i, run in enumerate(fleet.current):
         for kv in run.kernel_values:
             found = ids.get(kv.key)
@@ -391,10 +480,14 @@ def numeric_table(fleet: _Fleet, names: TableNames) -> pl.DataFrame:
                 name, device = template(kv.key)
                 found = ids[kv.key] = (names.readings.id(name), names.devices.id(device))
                 names.units.setdefault(found[0], kv.unit)
+            group = groups.get((models[i], kv.key))
+            if group is None:
+                group = groups[(models[i], kv.key)] = group_of(models[i], *found)
             kernel_rows[0].append(i)
             kernel_rows[1].append(found[0])
             kernel_rows[2].append(found[1])
-            kernel_rows[3].append(kv.value)
+            kernel_rows[3].append(kv.value)  # type: ignore[arg-type]
+            kernel_rows[4].append(group)
     parts.append(
         (
             np.asarray(kernel_rows[0], dtype=np.uint32),
@@ -402,75 +495,127 @@ def numeric_table(fleet: _Fleet, names: TableNames) -> pl.DataFrame:
             np.asarray(kernel_rows[2], dtype=np.uint32),
             np.asarray(kernel_rows[3], dtype=np.float64),
             np.full(len(kernel_rows[0]), NO_SLOT, dtype=np.uint32),
+            np.asarray(kernel_rows[4], dtype=np.uint32),
         )
     )
-    node_id, reading_id, device_id, value, slot = (
+    node_id, reading_id, device_id, value, slot, group = (
         np.concatenate(c) for c in zip(*parts, strict=True)
     )
     keep = ~np.isnan(value)
-    node_id = node_id[keep]
-    return pl.DataFrame(
-        {
-            "node_id": node_id,
-            "reading_id": reading_id[keep],
-            "device_id": device_id[keep],
-            "value": value[keep],
-            "model_id": model_of[node_id],
-            "config": config_of[node_id],
-            "slot": slot[keep],
-        }
+    if not keep.all():
+        node_id, reading_id, device_id, value, slot, group = (
+            c[keep] for c in (node_id, reading_id, device_id, value, slot, group)
+        )
+    return Columns(
+        node_id,
+        reading_id,
+        device_id,
+        value,
+        slot,
+        group,
+        list(group_ids),
+        model_of,
+        config_of,
     )
 
 
-def robust_outliers(table: pl.DataFrame, threshold: float, names: TableNames) -> pl.DataFrame:
-    """Rows far from the median of their (model, reading): robust z beyond `threshold`,
-    or, where the MAD is 0, any value off the median by more than 1% (or off 0)."""
-    group = ["model_id", "reading_id", "position"]
-    # NUMA nodes differ within a node (a CPU-less memory node): each is compared with the
-    # same NUMA node elsewhere; GPUs of one model are alike, so they are pooled
-    numa = [i for i, name in enumerate(names.readings.items) if name.startswith("numa.")]
-    rows = table.lazy().with_columns(
-        pl.when(pl.col("reading_id").is_in(numa))
-        .then(pl.col("device_id"))
-        .otherwise(pl.lit(0, dtype=pl.UInt32))
-        .alias("position")
-    )
-    medians = rows.group_by(group).agg(
-        pl.col("value").median().alias("median"), pl.len().alias("comparable")
-    )
-    rows = rows.join(medians, on=group, how="left").with_columns(
-        (pl.col("value") - pl.col("median")).alias("dev")
-    )
-    mads = rows.group_by(group).agg(pl.col("dev").abs().median().alias("mad"))
-    scale = pl.col("mad") * MAD_SCALE
-    z = (
-        pl.when(scale > 0)
-        .then(pl.col("dev") / scale)
-        .otherwise(pl.when(pl.col("dev") > 0).then(math.inf).otherwise(-math.inf))
-    )
-    off = pl.col("dev").abs() > pl.col("median").abs() * 0.01  # most rows are not: drop them
-    return (
-        rows.filter(off & (pl.col("comparable") >= MIN_COMPARABLE))
-        .join(mads, on=group, how="left")
-        .filter(z.abs() > threshold)
-        .with_columns(z.alias("z"))
-        .drop("position")
-        .collect()
-    )
+def numeric_table(fleet: _Fleet, names: TableNames) -> pl.DataFrame:
+    """The long table as a Polars frame: node_id, reading_id, device_id, value, model_id,
+    config, slot (Columns.frame)."""
+    return numeric_columns(fleet, names).frame()
 
 
-def _outlier(row: dict[str, Any], fleet: _Fleet, names: TableNames) -> Outlier:
-    return Outlier(
-        reading=names.readings.items[row["reading_id"]],
-        node=fleet.current[row["node_id"]].host,
-        device=names.devices.items[row["device_id"]],
-        value=row["value"],
-        unit=names.units.get(row["reading_id"], ""),
-        median=row["median"],
-        mad=row["mad"],
-        z=row["z"],
-        model=names.models.items[row["model_id"]],
-    )
+def _median(values: np.ndarray) -> float:
+    """The median as Polars computes it (linear interpolation between the two middle
+    values of an even count: lower + (upper - lower) * 0.5, which is not always NumPy's
+    (lower + upper) / 2 to the last bit): the report's figures are the ones Polars gave
+    before the statistics moved to NumPy."""
+    n = len(values)
+    k = (n - 1) // 2
+    if n % 2:
+        return float(np.partition(values, k)[k])
+    part = np.partition(values, (k, k + 1))
+    lower, upper = float(part[k]), float(part[k + 1])
+    return lower + (upper - lower) * 0.5
+
+
+@dataclass
+class GroupStats:
+    """Per group of Columns: how many rows, their median and their MAD."""
+
+    count: np.ndarray
+    median: np.ndarray
+    mad: np.ndarray
+
+
+def group_stats(columns: Columns) -> GroupStats:
+    """Median and MAD (median of absolute deviations from the median) of each group. The
+    rows are ordered by group once (a radix sort where there are at most 65,536 groups),
+    then each group's median is a partition, O(n), of its slice."""
+    size = len(columns.groups)
+    group = columns.group
+    count = np.bincount(group, minlength=size)
+    order = np.argsort(group.astype(np.uint16) if size <= 2**16 else group, kind="stable")
+    ordered = columns.value[order]
+    del order
+    bounds = np.concatenate(([0], np.cumsum(count)))
+    median = np.full(size, math.nan)
+    mad = np.full(size, math.nan)
+    for g in range(size):
+        values = ordered[bounds[g] : bounds[g + 1]]
+        if len(values):
+            median[g] = m = _median(values)
+            mad[g] = _median(np.abs(values - m))
+    return GroupStats(count, median, mad)
+
+
+@dataclass
+class OddRows:
+    """The rows of Columns far from their group: indices, and each one's figures."""
+
+    rows: np.ndarray
+    median: np.ndarray
+    mad: np.ndarray
+    z: np.ndarray
+
+
+def robust_outliers(columns: Columns, stats: GroupStats, threshold: float) -> OddRows:
+    """Rows far from the median of their group (model, reading, position): robust z
+    beyond `threshold`, or, where the MAD is 0, any value off the median by more than 1%
+    (or off 0); only in groups of at least MIN_COMPARABLE rows."""
+    median = stats.median[columns.group]
+    dev = columns.value - median
+    off = np.abs(dev) > np.abs(median) * 0.01  # most rows are not: look at the others only
+    off &= stats.count[columns.group] >= MIN_COMPARABLE
+    rows = np.flatnonzero(off)
+    del off
+    dev, median = dev[rows], median[rows]
+    mad = stats.mad[columns.group[rows]]
+    scale = mad * MAD_SCALE
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(scale > 0, dev / scale, np.where(dev > 0, math.inf, -math.inf))
+    far = np.abs(z) > threshold
+    return OddRows(rows[far], median[far], mad[far], z[far])
+
+
+def _outliers(columns: Columns, odd: OddRows, fleet: _Fleet, names: TableNames) -> list[Outlier]:
+    out = []
+    for i, row in enumerate(odd.rows.tolist()):
+        reading_id = int(columns.reading_id[row])
+        out.append(
+            Outlier(
+                reading=names.readings.items[reading_id],
+                node=fleet.current[int(columns.node_id[row])].host,
+                device=names.devices.items[int(columns.device_id[row])],
+                value=float(columns.value[row]),
+                unit=names.units.get(reading_id, ""),
+                median=float(odd.median[i]),
+                mad=float(odd.mad[i]),
+                z=float(odd.z[i]),
+                model=names.models.items[int(columns.model_of[columns.node_id[row]])],
+            )
+        )
+    return out
 
 
 def _candidate_key(candidate: str, device: str) -> str:
@@ -489,26 +634,18 @@ def _candidate_key(candidate: str, device: str) -> str:
 
 
 def explain_slow(
-    fleet: _Fleet, units: pl.DataFrame, name: str, kernel_device: str, devices: Names
+    fleet: _Fleet, counts: Counter[tuple[int, str, bool]], name: str, kernel_device: str
 ) -> list[Cause]:
     """The configuration readings that separate slow units (node, device) from the
     others, among those the explanations say can move metric `name` on `kernel_device`,
-    best first."""
+    best first. `counts`: how many units have each (configuration, device, slow); units
+    with one configuration and device behave alike, so they are counted together."""
     explanations = [
         e for e in load_explanations() if e.metric.search(name) and e.device.search(kernel_device)
     ]
     if not explanations:
         return []
     patterns = [p for e in explanations for p in e.readings]
-    # units with one configuration and device behave alike: count them together
-    counts: Counter[tuple[int, str, bool]] = Counter(
-        {
-            (config, devices.items[device], slow): n
-            for config, device, slow, n in units.group_by(["config", "device_id", "slow"])
-            .len()
-            .iter_rows()
-        }
-    )
     candidates: set[str] = set()
     for config in {c for c, _, _ in counts}:
         layout = fleet.loaded.layouts[fleet.loaded.config_layout[config]]
@@ -660,15 +797,42 @@ def fleet_findings(fleet: _Fleet) -> list[FleetFinding]:
     ]
 
 
+def _unit_counts(
+    columns: Columns, gids: list[int], slow: list[Outlier], ids: dict[str, int], names: TableNames
+) -> tuple[Counter[tuple[int, str, bool]], int]:
+    """How many units (node, device) of some groups have each (configuration, device,
+    slow), and how many units there are."""
+    rows = np.flatnonzero(np.isin(columns.group, np.asarray(gids, dtype=np.uint32)))
+    node = columns.node_id[rows].astype(np.int64)
+    device = columns.device_id[rows].astype(np.int64)
+    marked = np.asarray(
+        [(ids[o.node] << 32) | names.devices.ids[o.device] for o in slow], dtype=np.int64
+    )
+    flags = np.isin((node << 32) | device, marked).astype(np.int64)
+    keys = np.stack([columns.config_of[node].astype(np.int64), device, flags], axis=1)
+    found, numbers = np.unique(keys, axis=0, return_counts=True)
+    counts: Counter[tuple[int, str, bool]] = Counter(
+        {
+            (config, names.devices.items[device_id], bool(flag)): n
+            for (config, device_id, flag), n in zip(
+                found.tolist(), numbers.tolist(), strict=True
+            )
+        }
+    )
+    return counts, len(rows)
+
+
 def analyse(loaded: LoadedFleet, threshold: float = DEFAULT_THRESHOLD) -> FleetReport:
-    """The fleet report of loaded snapshots."""
+    """The fleet report of loaded snapshots. The statistics are NumPy over the long
+    table's columns; Polars is imported only where the table is asked for as a frame
+    (FleetReport.table: --parquet, other tools)."""
     fleet = _Fleet(loaded)
     names = TableNames()
-    table = numeric_table(fleet, names)
+    columns = numeric_columns(fleet, names)
     ids = {run.host: i for i, run in enumerate(fleet.current)}
-    odd = robust_outliers(table, threshold, names)
+    odd = robust_outliers(columns, group_stats(columns), threshold)
     outliers = sorted(
-        (_outlier(row, fleet, names) for row in odd.iter_rows(named=True)),
+        _outliers(columns, odd, fleet, names),
         key=lambda o: (-abs(o.z), o.reading, natural_key(o.node), natural_key(o.device)),
     )
     kernel_names: dict[str, tuple[str, str]] = {}
@@ -684,22 +848,11 @@ def analyse(loaded: LoadedFleet, threshold: float = DEFAULT_THRESHOLD) -> FleetR
         by_metric[(o.model, o.reading)].append(o)
     for (model, reading), slow in sorted(by_metric.items()):
         name, device = kernel_names[reading]
-        marked = pl.DataFrame(
-            {
-                "node_id": [ids[o.node] for o in slow],
-                "device_id": [names.devices.ids[o.device] for o in slow],
-            },
-            schema={"node_id": pl.UInt32, "device_id": pl.UInt32},
-        ).with_columns(pl.lit(True).alias("slow"))
-        units = (
-            table.filter(
-                (pl.col("model_id") == names.models.ids[model])
-                & (pl.col("reading_id") == names.readings.ids[reading])
-            )
-            .select("node_id", "device_id", "config")
-            .join(marked, on=["node_id", "device_id"], how="left")
-            .with_columns(pl.col("slow").fill_null(False))
-        )
+        model_id, reading_id = names.models.ids[model], names.readings.ids[reading]
+        gids = [
+            g for g, (m, r, _) in enumerate(columns.groups) if (m, r) == (model_id, reading_id)
+        ]
+        counts, comparable = _unit_counts(columns, gids, slow, ids, names)
         slow_metrics.append(
             SlowMetric(
                 reading,
@@ -707,8 +860,8 @@ def analyse(loaded: LoadedFleet, threshold: float = DEFAULT_THRESHOLD) -> FleetR
                 slow[0].unit,
                 slow[0].median,
                 sorted(slow, key=lambda o: (natural_key(o.node), o.device)),
-                units.height,
-                explain_slow(fleet, units, name, device, names.devices),
+                comparable,
+                explain_slow(fleet, counts, name, device),
             )
         )
     return FleetReport(
@@ -722,7 +875,7 @@ def analyse(loaded: LoadedFleet, threshold: float = DEFAULT_THRESHOLD) -> FleetR
         rising=rising_counters(fleet),
         findings=fleet_findings(fleet),
         threshold=threshold,
-        table=table,
+        columns=columns,
         names=names,
         node_names=[run.host for run in fleet.current],
     )
@@ -915,6 +1068,8 @@ def write_parquet(report: FleetReport, path: str, loaded: LoadedFleet) -> None:
     FILE` reads it back (fleetparquet.py); written to a temporary file and renamed
     (`atomic.atomic_target`: an existing file keeps its mode, a new one 0666 & ~umask)."""
     import os
+
+    import polars as pl
 
     from gpudiag.atomic import atomic_target
     from gpudiag.fleetparquet import METADATA_KEY, encode_fleet

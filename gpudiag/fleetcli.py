@@ -7,7 +7,7 @@ PATH: snapshot files (TOML or JSON) or folders of them, or (fleet) a FILE.parque
 `fleet --parquet` wrote, alone or with more snapshots. Unreadable files are named on
 stderr and skipped. fleet exits 0 when nothing is odd, 1 when something is, 3 when
 nothing is odd but some input was bad; baseline 0, or 3 when nothing could be read or
-the file cannot be written. Polars is imported only when these commands run.
+the file cannot be written. Polars is imported only to read or write Parquet.
 """
 
 from __future__ import annotations

@@ -19,26 +19,33 @@ way without building objects:
 
 Each node then becomes its readings' shape (interned: a fleet of one SKU has one or a
 few), its configuration values (interned too: identical nodes share one tuple), an array
-of its numeric values and its kernel results. Files are read by worker processes (one
-per CPU) in chunks, forked where Polars has not been imported yet (the command line loads
-first and analyses after), spawned otherwise.
+of its numeric values, its findings (interned) and its kernel results (msgpack bytes,
+decoded when used). A file's shape is compared with the last one found, in C, before it
+is looked up by hash; a file whose values have the types of its shape's first file needs
+no per-value check. What is left after msgspec's parse is mostly touching each reading a
+few times (its key, status, unit and value): about half the parse's time. Files are read
+by worker processes (one per CPU) in chunks, forked where Polars has not been imported yet
+(it is only for Parquet, read after the workers), spawned otherwise.
 """
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import statistics
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import chain
 from multiprocessing import get_context
 from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal, NamedTuple, Union
 
 import msgspec
 import numpy as np
@@ -81,10 +88,11 @@ class Layout:
         return {key: i for i, key in enumerate(self.keys)}
 
 
-@dataclass(frozen=True)
-class KernelValue:
+class KernelValue(NamedTuple):
     """One kernel figure of a node as a reading-like key (gpu.3.kernel.stream.triad.fp64,
-    topo.gpu.0.1.copy_gbs), with what explains it: the kernel's name and device."""
+    topo.gpu.0.1.copy_gbs), with what explains it: the kernel's name and device. A named
+    tuple: a node has one per result, made while reading and sent from the reading
+    workers, where a frozen dataclass costs several times as much to make and to pickle."""
 
     key: str
     value: float
@@ -155,7 +163,7 @@ _Severity = Literal[tuple(s.value for s in Severity)]  # type: ignore[valid-type
 _Action = Literal[tuple(a.value for a in Action)]  # type: ignore[valid-type]
 
 
-class _Reading(msgspec.Struct, forbid_unknown_fields=True):
+class _Reading(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """A reading as the schema has it (snapshot.py); lists read as tuples, and a value
     left out is UNSET (a JSON null is refused, as the loader refuses it)."""
 
@@ -167,7 +175,7 @@ class _Reading(msgspec.Struct, forbid_unknown_fields=True):
     reason: str = ""
 
 
-class _Probe(msgspec.Struct, forbid_unknown_fields=True):
+class _Probe(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     name: str
     status: _ProbeStatus
     duration_s: float
@@ -176,7 +184,7 @@ class _Probe(msgspec.Struct, forbid_unknown_fields=True):
     readings: list[_Reading] = msgspec.field(default_factory=list)
 
 
-class _Stats(msgspec.Struct, forbid_unknown_fields=True):
+class _Stats(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     count: int
     median: float
     minimum: float
@@ -187,7 +195,7 @@ class _Stats(msgspec.Struct, forbid_unknown_fields=True):
     ci95_high: float
 
 
-class _Kernel(msgspec.Struct, forbid_unknown_fields=True):
+class _Kernel(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     kernel: str
     device: str
     metric: str
@@ -199,7 +207,7 @@ class _Kernel(msgspec.Struct, forbid_unknown_fields=True):
     stats: Union[_Stats, UnsetType] = UNSET  # noqa: UP007
 
 
-class _Finding(msgspec.Struct, forbid_unknown_fields=True):
+class _Finding(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     rule_id: str
     severity: _Severity
     subject: str
@@ -211,14 +219,14 @@ class _Finding(msgspec.Struct, forbid_unknown_fields=True):
     action: _Action = "none"  # schema 2 writes it on every finding
 
 
-class _End(msgspec.Struct, forbid_unknown_fields=True):
+class _End(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     probes: int
     readings: int
     kernels: int
     findings: int
 
 
-class _Snapshot(msgspec.Struct, forbid_unknown_fields=True):
+class _Snapshot(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     schema_version: int
     gpudiag_version: str
     host: str
@@ -233,11 +241,56 @@ class _Snapshot(msgspec.Struct, forbid_unknown_fields=True):
 _DECODER = msgspec.json.Decoder(_Snapshot)
 _PROBE_STATUSES = {s.value: s for s in ProbeStatus}
 _KEY, _STATUS, _UNIT, _VALUE = (attrgetter(name) for name in ("key", "status", "unit", "value"))
+_READINGS, _EVIDENCE = attrgetter("readings"), attrgetter("evidence")
+_FINDING = attrgetter("rule_id", "severity", "subject")
+_NUMBER_TYPES = frozenset((int, float))
+_KERNELS_ENCODER = msgspec.msgpack.Encoder()
+_KERNELS_DECODER = msgspec.msgpack.Decoder(tuple[_Kernel, ...])
 
 
-def _readings_ok(readings: list[_Reading]) -> bool:
+def _readings_ok(readings: Iterable[_Reading]) -> bool:
     """What the schema's types cannot say: a key, and a value exactly when read."""
     return all(r.key and ((r.status == "ok") != (r.value is UNSET)) for r in readings)
+
+
+class PackedKernels(Sequence[Any]):
+    """A node's kernel results as the fast path parsed them (`_Kernel`), held as msgpack
+    bytes and decoded when first used: most nodes' results are never looked at again
+    (the fleet takes their figures, `kernel_values`, while reading), and bytes cross from
+    a reading worker to the parent and sit in memory at a fraction of the objects' cost."""
+
+    __slots__ = ("_items", "raw")
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+        self._items: tuple[_Kernel, ...] | None = None
+
+    def _all(self) -> tuple[_Kernel, ...]:
+        if self._items is None:
+            self._items = _KERNELS_DECODER.decode(self.raw)
+        return self._items
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._all()[index]
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __iter__(self) -> Iterator[_Kernel]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PackedKernels):
+            return self.raw == other.raw
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PackedKernels({self._all()!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return PackedKernels, (self.raw,)  # the bytes only, never the decoded results
 
 
 def as_kernel_result(k: _Kernel | KernelResult) -> KernelResult:
@@ -271,16 +324,38 @@ def _value(value: Any) -> Any:
     return tuple(value) if type(value) is list else value
 
 
+@dataclass
+class _Shape:
+    """What a reader keeps of a validated layout to check and pick a later file's values
+    in C: which values were not read (UNSET), each value's type in the file that made it
+    (a later file whose values have the same types needs no check of them), and getters
+    of the numeric and configuration values."""
+
+    none_mask: tuple[bool, ...]
+    types: tuple[type, ...]
+    numeric_of: Any
+    config_of: Any
+    last_config: tuple[tuple[Any, ...], int] | None = None
+
+
 class _Reader:
     """Reads files into NodeRuns; remembers the layouts it has validated and interns
-    layouts and configuration tuples (per process)."""
+    layouts, configuration tuples and findings (per process).
+
+    A file's layout is compared with the last one found first (tuple equality of its keys,
+    statuses and units: a memcmp a string, cheaper than hashing the three tuples, which
+    a fleet of one SKU would otherwise do for every file); only a file of another layout
+    than the last looks the layouts up by hash."""
 
     def __init__(self) -> None:
         self.validated: dict[tuple[Any, ...], int] = {}
         self.layouts: list[Layout] = []
-        self.none_masks: list[tuple[bool, ...]] = []
-        self.getters: list[tuple[Any, Any]] = []
+        self.shapes: list[_Shape] = []
         self.configs: dict[tuple[int, tuple[Any, ...]], int] = {}
+        self.findings: dict[tuple[tuple[str, str, str], ...], tuple[tuple[str, str, str], ...]]
+        self.findings = {}
+        self.last: int | None = None
+        self.sent = (0, 0)  # layouts and configurations already in a chunk (_read_chunk)
 
     def read(self, path: Path) -> NodeRun:
         """One snapshot file, or SnapshotError. Every file's strings are guarded: a file
@@ -312,17 +387,15 @@ class _Reader:
             return None
         if data.schema_version != SCHEMA_VERSION:
             return None  # another version: the loader migrates it or says why not
-        readings = [r for p in data.probes for r in p.readings]
-        counted = len(readings)
-        if any(p.name == DERIVED for p in data.probes):
-            readings = _fleet_readings(data.probes)
-        evidence = [r for f in data.findings for r in f.evidence]
-        end = data.end
-        counts = (len(data.probes), counted, len(data.kernels), len(data.findings))
+        probes, kernels, findings, end = data.probes, data.kernels, data.findings, data.end
+        readings = list(chain.from_iterable(map(_READINGS, probes)))
+        counts = (len(probes), len(readings), len(kernels), len(findings))
         if (end.probes, end.readings, end.kernels, end.findings) != counts:
             return None
-        if not _readings_ok(evidence) or not all(
-            all(map(math.isfinite, k.samples)) for k in data.kernels
+        if any(p.name == DERIVED for p in probes):
+            readings = _fleet_readings(probes)
+        if not _readings_ok(chain.from_iterable(map(_EVIDENCE, findings))) or not all(
+            all(map(math.isfinite, k.samples)) for k in kernels
         ):
             return None
         try:
@@ -333,8 +406,8 @@ class _Reader:
         statuses = tuple(map(_STATUS, readings))
         units = tuple(map(_UNIT, readings))
         values = list(map(_VALUE, readings))
-        signature = (keys, statuses, units)
-        layout_id = self.validated.get(signature)
+        types = tuple(map(type, values))
+        layout_id = self._known(keys, statuses, units)
         if layout_id is None:
             if len(set(keys)) != len(keys) or not _readings_ok(readings):
                 return None  # a key twice: the loader keeps the last, as readings_by_key
@@ -343,8 +416,9 @@ class _Reader:
             except (ValueError, msgspec.DecodeError):
                 return None
             layout_id = self._layout(keys, statuses, units, values)
-            self.validated[signature] = layout_id
-        elif tuple([v is UNSET for v in values]) != self.none_masks[layout_id]:
+        elif types != self.shapes[layout_id].types and (
+            tuple([v is UNSET for v in values]) != self.shapes[layout_id].none_mask
+        ):
             return None  # the statuses are the layout's, so a value where none was read
         return self._run(
             name,
@@ -352,9 +426,25 @@ class _Reader:
             data.created,
             layout_id,
             values,
-            tuple(data.kernels),  # as parsed: KernelResults are built only if needed
-            tuple((f.rule_id, f.severity, f.subject) for f in data.findings),
+            PackedKernels(_KERNELS_ENCODER.encode(kernels)) if kernels else (),
+            tuple(map(_FINDING, findings)),
+            types,
+            kernel_values(kernels),  # from the parsed results, before they are packed
         )
+
+    def _known(
+        self, keys: tuple[str, ...], statuses: tuple[str, ...], units: tuple[str, ...]
+    ) -> int | None:
+        """The layout these keys, statuses and units make, if this reader has one."""
+        last = self.last
+        if last is not None:
+            layout = self.layouts[last]
+            if keys == layout.keys and statuses == layout.statuses and units == layout.units:
+                return last
+        found = self.validated.get((keys, statuses, units))
+        if found is not None:
+            self.last = found
+        return found
 
     def _layout(
         self,
@@ -366,9 +456,17 @@ class _Reader:
         numeric = tuple(i for i, v in enumerate(values) if type(v) in (int, float))
         config = tuple(i for i, k in enumerate(keys) if is_configuration(k))
         self.layouts.append(Layout(keys, statuses, units, numeric, config))
-        self.none_masks.append(tuple(v is UNSET for v in values))
-        self.getters.append((_getter(numeric), _getter(config)))
-        return len(self.layouts) - 1
+        self.shapes.append(
+            _Shape(
+                tuple(v is UNSET for v in values),
+                tuple(map(type, values)),
+                _getter(numeric),
+                _getter(config),
+            )
+        )
+        layout_id = self.last = len(self.layouts) - 1
+        self.validated[(keys, statuses, units)] = layout_id
+        return layout_id
 
     def _from_snapshot(self, name: str, snapshot: Snapshot) -> NodeRun:
         """The slow path: a snapshot the loader built (TOML, older versions, ...)."""
@@ -378,11 +476,9 @@ class _Reader:
         statuses = tuple(r.status.value for r in readings)
         units = tuple(r.unit for r in readings)
         values = [_value(r.value) for r in readings]
-        signature = (keys, statuses, units)
-        layout_id = self.validated.get(signature)
+        layout_id = self._known(keys, statuses, units)
         if layout_id is None:
             layout_id = self._layout(keys, statuses, units, values)
-            self.validated[signature] = layout_id
         findings = tuple((f.rule_id, f.severity.value, f.subject) for f in snapshot.findings)
         return self._run(
             name, snapshot.host, snapshot.created, layout_id, values, snapshot.kernels, findings
@@ -395,14 +491,21 @@ class _Reader:
         created: str,
         layout_id: int,
         values: list[Any],
-        kernels: tuple[Any, ...],
+        kernels: Sequence[Any],
         findings: tuple[tuple[str, str, str], ...],
+        types: tuple[type, ...] | None = None,
+        figures: tuple[KernelValue, ...] | None = None,
     ) -> NodeRun:
-        numeric_of, config_of = self.getters[layout_id]
-        config = config_of(values)
-        config_id = self.configs.setdefault((layout_id, config), len(self.configs))
-        numbers = numeric_of(values)
-        if {type(v) for v in numbers} <= {int, float}:
+        shape = self.shapes[layout_id]
+        config = shape.config_of(values)
+        last = shape.last_config
+        if last is not None and last[0] == config:
+            config_id = last[1]
+        else:
+            config_id = self.configs.setdefault((layout_id, config), len(self.configs))
+            shape.last_config = (config, config_id)
+        numbers = shape.numeric_of(values)
+        if types == shape.types or set(map(type, numbers)) <= _NUMBER_TYPES:
             array = np.array(numbers, dtype=np.float64)
         else:
             array = np.array(
@@ -415,9 +518,9 @@ class _Reader:
             layout=layout_id,
             config=config_id,
             numbers=array,
-            kernel_values=kernel_values(kernels),
+            kernel_values=kernel_values(kernels) if figures is None else figures,
             kernels=kernels,
-            findings=findings,
+            findings=self.findings.setdefault(findings, findings),
         )
 
 
@@ -431,8 +534,22 @@ def _fleet_readings(probes: Iterable[Any], kernel: bool = False) -> list[Any]:
             if not kernel:
                 out.extend(p.readings)
             continue
-        out.extend(r for r in p.readings if is_kernel_reading(r.key) is kernel)
+        out.extend(r for r in p.readings if _is_kernel_reading(r.key) is kernel)
     return out
+
+
+_KERNEL_READINGS: dict[str, bool] = {}
+
+
+def _is_kernel_reading(key: str) -> bool:
+    """catalog.is_kernel_reading, remembered (a fleet asks of the same keys in every file;
+    bounded: a file of made-up keys cannot grow it without end)."""
+    found = _KERNEL_READINGS.get(key)
+    if found is None:
+        found = is_kernel_reading(key)
+        if len(_KERNEL_READINGS) < 65536:
+            _KERNEL_READINGS[key] = found
+    return found
 
 
 def _getter(positions: tuple[int, ...]) -> Any:
@@ -445,16 +562,37 @@ def _getter(positions: tuple[int, ...]) -> Any:
     return itemgetter(*positions)
 
 
+_KERNEL_KEYS: dict[tuple[Any, ...], tuple[str | None, str]] = {}
+
+
+def _kernel_key(result: Any) -> tuple[str | None, str]:
+    """(catalog.kernel_key, 'kernel.metric') of a kernel result, remembered by what they
+    depend on (kernel, device, metric, and a STREAM result's dtype with its type, so that
+    1 and True stay apart); bounded like _is_kernel_reading's memory."""
+    dtype: Any = None
+    if result.kernel == "stream":
+        params = result.params
+        dtype = (params if type(params) is dict else dict(params)).get("dtype", "fp64")
+    identity = (result.kernel, result.device, result.metric, type(dtype), dtype)
+    found = _KERNEL_KEYS.get(identity)
+    if found is None:
+        found = (kernel_key(result), f"{result.kernel}.{result.metric}")
+        if len(_KERNEL_KEYS) < 65536:
+            _KERNEL_KEYS[identity] = found
+    return found
+
+
 def kernel_values(kernels: Iterable[Any]) -> tuple[KernelValue, ...]:
     """Each measured kernel result's median under the key its derived reading has
     (kernels/readings.py): gpu.N.kernel.stream.triad.fp64, topo.gpu.I.J.copy_gbs, ..."""
     out = []
     for result in kernels:
-        key = kernel_key(result)
-        if key is None or result.status != "ok" or not result.samples:
+        if result.status != "ok" or not result.samples:
+            continue
+        key, name = _kernel_key(result)
+        if key is None:
             continue
         median = result.stats.median if result.stats else statistics.median(result.samples)
-        name = f"{result.kernel}.{result.metric}"
         out.append(KernelValue(key, float(median), result.unit, name, result.device))
     return tuple(out)
 
@@ -473,6 +611,20 @@ class _Chunk:
 _WORKER_READER: _Reader | None = None
 
 
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused: reading makes no cycles, and a collection
+    every 700 new containers walks everything read so far (a quarter of the reading time
+    at 1,000 nodes). Reference counting still frees what is let go."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _read_chunk(paths: list[Path]) -> _Chunk:
     """Read some files (in a worker process, or here); layouts and configurations are
     numbered within the chunk's reader."""
@@ -480,16 +632,18 @@ def _read_chunk(paths: list[Path]) -> _Chunk:
     if _WORKER_READER is None:
         _WORKER_READER = _Reader()
     reader = _WORKER_READER
-    seen_layouts, seen_configs = len(reader.layouts), len(reader.configs)
+    seen_layouts, seen_configs = reader.sent
     runs, bad = [], []
-    for path in paths:
-        try:
-            runs.append(reader.read(path))
-        except SnapshotError as exc:
-            bad.append(str(exc))
-        except (OSError, ValueError, RecursionError, MemoryError) as exc:
-            bad.append(printable(f"{path}: {type(exc).__name__}: {exc}"))
+    with _no_gc():
+        for path in paths:
+            try:
+                runs.append(reader.read(path))
+            except SnapshotError as exc:
+                bad.append(str(exc))
+            except (OSError, ValueError, RecursionError, MemoryError) as exc:
+                bad.append(printable(f"{path}: {type(exc).__name__}: {exc}"))
     configs = sorted(reader.configs.items(), key=lambda item: item[1])
+    reader.sent = (len(reader.layouts), len(reader.configs))
     return _Chunk(
         reader.layouts[seen_layouts:],
         [c for c, _ in configs[seen_configs:]],
@@ -532,8 +686,8 @@ def load_fleet(paths: Iterable[str | Path], workers: int | None = None) -> Loade
     parquet = [f for f in files if f.suffix.lower() == PARQUET_SUFFIX]
     files = [f for f in files if f.suffix.lower() != PARQUET_SUFFIX]
     chunks = [files[i : i + CHUNK] for i in range(0, len(files), CHUNK)]
+    global _WORKER_READER
     if workers <= 1 or len(files) < PARALLEL_FROM:
-        global _WORKER_READER
         _WORKER_READER = None
         layout_map: list[int] = []
         config_map: list[int] = []
@@ -543,8 +697,17 @@ def load_fleet(paths: Iterable[str | Path], workers: int | None = None) -> Loade
         _merge_parquet(parquet, merge)
         return fleet
     # Each worker numbers layouts and configurations in its own reader, so results are
-    # merged per worker: a chunk is tagged with the worker's pid.
-    maps: dict[int, tuple[list[int], list[int]]] = {}
+    # merged per worker: a chunk is tagged with the worker's pid. The first file is read
+    # here: the catalog is built and the first shape vouched for (the loader reads it)
+    # once, and forked workers inherit both instead of each doing it again; each sends
+    # the inherited layouts with its first chunk, in its own numbering.
+    _WORKER_READER = None
+    maps: dict[int, tuple[list[int], list[int]]] = {os.getpid(): ([], [])}
+    merge(_read_chunk(files[:1]), *maps[os.getpid()])
+    assert _WORKER_READER is not None
+    _WORKER_READER.sent = (0, 0)
+    rest = files[1:]
+    chunks = [rest[i : i + CHUNK] for i in range(0, len(rest), CHUNK)]
     # fork is cheapest (the workers need not import anything again), but a process that
     # holds Polars' thread pool must not fork (its locks may be held): spawn there
     context = get_context("spawn" if "polars" in sys.modules else "fork")
@@ -557,6 +720,8 @@ def load_fleet(paths: Iterable[str | Path], workers: int | None = None) -> Loade
         # no worker processes here (a sandbox, a __main__ that cannot be re-imported):
         # read everything in this process instead
         return load_fleet(paths_given, workers=1)
+    finally:
+        _WORKER_READER = None
     _merge_parquet(parquet, merge)  # after the workers: Polars is imported only now
     return fleet
 

@@ -1,0 +1,64 @@
+"""The fleet report is the same whichever way the snapshots were read: the fast JSON path
+(msgspec structs, layouts compared with the last one, kernel results kept packed), the
+loader itself (every file refused by the fast path), and reading workers; on a fleet with
+outliers, slow nodes explained, odd configurations, a node with history and a hot GPU
+(fleetgen's fleet_dir)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gpudiag import fleetload
+from gpudiag.fleet import analyse, report_json, report_text
+from gpudiag.fleetload import load_fleet
+from gpudiag.snapshot import load, save
+
+from fleetgen import fleet_dir
+
+__all__ = ["fleet_dir"]
+
+
+def _as_json(source: Path, target: Path) -> Path:
+    """Every snapshot of `source` as JSON, in the same folders (TOML ones saved again)."""
+    for path in source.rglob("*"):
+        if path.suffix in (".json", ".toml"):
+            out = target / path.relative_to(source).with_suffix(".json")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            if path.suffix == ".json":
+                shutil.copy(path, out)
+            else:
+                save(load(path), out)
+    return target
+
+
+def test_the_fast_path_and_the_loader_give_one_report(
+    fleet_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    as_json = _as_json(fleet_dir, tmp_path / "json")
+    slow_reads: list[str] = []
+    from_snapshot = fleetload._Reader._from_snapshot
+
+    def counted(self: fleetload._Reader, name: str, snapshot: object) -> object:
+        slow_reads.append(name)
+        return from_snapshot(self, name, snapshot)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fleetload._Reader, "_from_snapshot", counted)
+    fast = analyse(load_fleet([as_json], workers=1))
+    assert slow_reads == [], "every JSON file of the current schema takes the fast path"
+    with monkeypatch.context() as patch:  # the fast path refuses every file: the loader reads
+        patch.setattr(fleetload._Reader, "_fast", lambda self, name, raw: None)
+        slow = analyse(load_fleet([as_json], workers=1))
+    assert len(slow_reads) == 21  # 20 nodes and node005's later run
+    monkeypatch.setattr(fleetload, "PARALLEL_FROM", 0)
+    monkeypatch.setattr(fleetload, "CHUNK", 3)
+    workers = analyse(load_fleet([as_json], workers=2))
+    # the fleet has what the comparison is about: outliers, slow nodes, groups, history
+    assert fast.outliers and fast.slow and len(fast.groups) > 1 and fast.regressions
+    for report in (slow, workers):
+        assert report_json(report) == report_json(fast)
+        assert report_text(report) == report_text(fast)
+        assert report_text(report, markdown=True) == report_text(fast, markdown=True)
+    assert fast.table is not None and fast.table.equals(slow.table)
