@@ -377,7 +377,8 @@ def _samples(text: str, work: Path) -> bool:
 
 def _healthcheck(text: str, work: Path) -> bool:
     """gpudiag-slurm-healthcheck's settings file, then the command line it stands for."""
-    from gpudiag.cli import UsageError, build_parser
+    from gpudiag.cli import build_parser
+    from gpudiag.commands.common import UsageError
     from gpudiag.health import HealthError, config_arguments
 
     path = work / "slurm-healthcheck.toml"
