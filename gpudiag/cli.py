@@ -422,7 +422,7 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from gpudiag.nvsmi import ImportError_, import_files
+    from gpudiag.importing import ImportError_, import_files
     from gpudiag.rulefile import load_rules
     from gpudiag.session import with_findings
 
