@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, NoReturn
 
 from gpudiag import __version__, capture, inputs
 from gpudiag.fleetcli import FLEET_COMMANDS, add_fleet_commands
-from gpudiag.formats import add_format_options
 from gpudiag.health import add_health_parser
 from gpudiag.kernels.plans import BURN_PRECISIONS, DTYPE_NAMES, KERNELS, PLANS, KernelPlan
+from gpudiag.output import add_format_options
 
 # What a command needs is imported when it runs (`gpudiag --help` and `--version` load
 # only the parser's modules): the imports inside the functions below are deliberate.
@@ -444,7 +444,7 @@ def _write_and_report(
 ) -> int:
     """Write the snapshot (or print it for '-') in --format, and the --prometheus file;
     then the summary; exit code by findings."""
-    from gpudiag.formats import FORMAT_NAMES, render, write_text
+    from gpudiag.output import FORMAT_NAMES, render, write_text
     from gpudiag.session import exit_code, format_summary
     from gpudiag.snapshot import is_json_path, save, target_problem
 
@@ -493,7 +493,7 @@ def _rules_for(rules: Sequence[Rule] | None, args: argparse.Namespace) -> Sequen
 
 def _write_prometheus(snapshot: Snapshot, target: str) -> None:
     """--prometheus FILE: node_exporter's textfile collector format, written atomically."""
-    from gpudiag.formats import render, write_text
+    from gpudiag.output import render, write_text
     from gpudiag.snapshot import target_problem
 
     path = Path(target)
@@ -506,8 +506,8 @@ def _write_prometheus(snapshot: Snapshot, target: str) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from gpudiag.formats import render
     from gpudiag.model import Severity
+    from gpudiag.output import render
     from gpudiag.rulefile import load_rules
     from gpudiag.session import (
         exit_code,

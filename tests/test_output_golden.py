@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.formats import FORMATS, render
+from gpudiag.output import FORMATS, render
 from gpudiag.rulefile import load_rules
 from gpudiag.snapshot import load
 
