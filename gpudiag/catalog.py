@@ -517,7 +517,7 @@ DERIVED_PRODUCERS = frozenset({"topology", "profile", "kernels"})
 def catalog() -> Catalog:
     """The catalog of everything gpudiag ships: the registered probes', the importer's,
     the kernel readings' and the derived readings' declarations."""
-    from gpudiag import derive, nvsmi, slurmgres
+    from gpudiag import derive, importing, slurmgres
     from gpudiag.kernels import readings as kernel_readings
     from gpudiag.probes import REGISTRY, topology
 
@@ -527,7 +527,7 @@ def catalog() -> Catalog:
             ("topology", topology.READINGS),
             ("profile", derive.READINGS),
             ("kernels", kernel_readings.READINGS),
-            ("import", nvsmi.READINGS),
+            ("import", importing.READINGS),
             (slurmgres.PRODUCER, slurmgres.READINGS),
         ]
     )

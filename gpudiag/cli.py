@@ -36,8 +36,8 @@ from gpudiag.commands import (
 from gpudiag.commands import run as run_command
 from gpudiag.commands.common import UsageError
 from gpudiag.fleetcli import FLEET_COMMANDS, add_fleet_commands
-from gpudiag.formats import add_format_options
 from gpudiag.kernels.plans import PLANS
+from gpudiag.output import add_format_options
 
 # What a command needs is imported when it runs (`gpudiag --help` and `--version` load
 # only the parser's modules): each command module imports its work inside run.

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudiag import inputs
-from gpudiag.formats import applicable, strongest_action
 from gpudiag.model import Action, Finding, ProbeResult, Severity, Snapshot
+from gpudiag.output import applicable, strongest_action
 
 # the command line loads this module for its parser (gpudiag/commands/health.py: the
 # conventions, the defaults): gpudiag.session (the probes and the rules engine) and

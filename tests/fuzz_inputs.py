@@ -267,7 +267,7 @@ def _snapshot(text: str, work: Path) -> bool:
 
 
 def _import(text: str, work: Path) -> bool:
-    from gpudiag.nvsmi import ImportError_, import_files
+    from gpudiag.importing import ImportError_, import_files
 
     path = work / "fuzz.txt"
     path.write_bytes(text.encode("utf-8", errors="surrogatepass"))

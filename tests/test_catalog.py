@@ -299,7 +299,7 @@ def test_subject_of_key_by_the_key_head_answers_as_every_pattern() -> None:
 def test_subject_of_key_answers_as_every_pattern_on_real_data() -> None:
     """The same for every key of the real captures (the H100 VM) and of the real
     nvidia-smi outputs imported."""
-    from gpudiag.nvsmi import import_files
+    from gpudiag.importing import import_files
 
     captures = sorted(realdata_dir().glob("*/*.capture.json"))
     assert captures

@@ -21,12 +21,13 @@ import pytest
 from gpudiag import catalog
 from gpudiag.derive import derive
 from gpudiag.hostfs import HostFS
+from gpudiag.importing import import_text
+from gpudiag.importing.gpus import FIELDS
 from gpudiag.kernels.plans import KERNELS, KernelPlan
 from gpudiag.kernels.readings import kernel_readings
 from gpudiag.kernels.stats import summarize
 from gpudiag.model import KernelResult, ProbeStatus, Reading, ReadingStatus
 from gpudiag.nvml import Nvml, ReplayBackend
-from gpudiag.nvsmi import FIELDS, import_text
 from gpudiag.probe import ProbeContext
 from gpudiag.probes import default_probes
 from gpudiag.rule_operators import READING_OPERATORS

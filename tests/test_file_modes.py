@@ -16,7 +16,7 @@ from gpudiag import capture
 from gpudiag.baseline import write_rules
 from gpudiag.fleet import analyse, write_parquet
 from gpudiag.fleetload import load_fleet
-from gpudiag.formats import write_text
+from gpudiag.output import write_text
 from gpudiag.snapshot import load, save
 
 from conftest import FIXTURES, run_cli

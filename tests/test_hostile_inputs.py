@@ -149,7 +149,8 @@ def test_capture_host_records_are_guarded(hostile_capture: Path, fmt: str) -> No
 
 def test_formats_escape_whatever_reaches_them() -> None:
     """The writers' own guard, for a snapshot built in memory (no loader on the way)."""
-    from gpudiag.formats import junit, prometheus
+    from gpudiag.output.junit import junit
+    from gpudiag.output.prometheus import prometheus
     from gpudiag.rulefile import load_rules
 
     snap = replace(base_snapshot(), host=f"n{HOSTILE}\ufffe\ud800\"\\")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag.commands.common import write_prometheus
-from gpudiag.formats import add_format_options
+from gpudiag.output import add_format_options
 
 
 def add_parser(subparsers: Any) -> None:
@@ -34,8 +34,8 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Judge the snapshot again with the rules; print its findings (or --format)."""
-    from gpudiag.formats import render
     from gpudiag.model import Severity
+    from gpudiag.output import render
     from gpudiag.rulefile import load_rules
     from gpudiag.session import (
         exit_code,

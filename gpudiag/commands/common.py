@@ -101,7 +101,7 @@ def write_and_report(
 ) -> int:
     """Write the snapshot (or print it for '-') in --format, and the --prometheus file;
     then the summary; exit code by findings."""
-    from gpudiag.formats import FORMAT_NAMES, render, write_text
+    from gpudiag.output import FORMAT_NAMES, render, write_text
     from gpudiag.session import exit_code, format_summary
     from gpudiag.snapshot import is_json_path, save, target_problem
 
@@ -150,7 +150,7 @@ def _rules_for(rules: Sequence[Rule] | None, args: argparse.Namespace) -> Sequen
 
 def write_prometheus(snapshot: Snapshot, target: str) -> None:
     """--prometheus FILE: node_exporter's textfile collector format, written atomically."""
-    from gpudiag.formats import render, write_text
+    from gpudiag.output import render, write_text
     from gpudiag.snapshot import target_problem
 
     path = Path(target)

@@ -33,7 +33,7 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Import the files, judge the snapshot, write it; exit code by findings."""
-    from gpudiag.nvsmi import ImportError_, import_files
+    from gpudiag.importing import ImportError_, import_files
     from gpudiag.rulefile import load_rules
     from gpudiag.session import with_findings
 
