@@ -42,7 +42,13 @@ from ClusterShell.NodeSet import NodeSet
 
 from gpudiag import catalog
 from gpudiag.derive import PROFILE_KEY
-from gpudiag.diff import _kernel_key, bootstrap_ratio, higher_is_better, load_explanations, verdict
+from gpudiag.diff import (
+    bootstrap_ratio,
+    higher_is_better,
+    kernel_match_key,
+    load_explanations,
+    verdict,
+)
 from gpudiag.fleetload import Layout, LoadedFleet, NodeRun
 from gpudiag.hostfs import natural_key
 from gpudiag.profiles import load_profiles
@@ -715,9 +721,9 @@ def regressions(fleet: _Fleet) -> list[Regression]:
             continue
         reported: set[tuple[str, ...]] = set()
         for before, after in pairwise(runs):
-            earlier = {_kernel_key(k): k for k in before.kernels}
+            earlier = {kernel_match_key(k): k for k in before.kernels}
             for k in after.kernels:
-                key = _kernel_key(k)
+                key = kernel_match_key(k)
                 old = earlier.get(key)
                 if key in reported or old is None or len(old.samples) < 2 or len(k.samples) < 2:
                     continue
