@@ -83,7 +83,7 @@ def _fail(message: str) -> int:
 
 
 def _load(paths: list[str], workers: int | None) -> Any:
-    from gpudiag.fleetload import load_fleet
+    from gpudiag.fleet.load import load_fleet
 
     loaded = load_fleet(paths, workers)
     for problem in loaded.bad:
@@ -109,16 +109,19 @@ def run_fleet(args: argparse.Namespace) -> int:
     loaded = _load(args.paths, args.workers)
     if not loaded.runs:
         return _fail("no snapshot could be read")
-    from gpudiag.fleet import analyse, report_json, report_text, write_parquet
+    from gpudiag.fleet.analysis import analyse
+    from gpudiag.fleet.report import report_json, report_text
 
     report = analyse(loaded, args.threshold)
     if args.parquet:
+        from gpudiag.fleet.parquet import write_parquet
+
         try:
             write_parquet(report, args.parquet, loaded)
         except OSError as exc:
             return _fail(f"--parquet {args.parquet}: cannot write: {exc.strerror or exc}")
     if args.format is None and sys.stdout.isatty() and sys.stdin.isatty():
-        from gpudiag.tui_fleet import FleetApp
+        from gpudiag.fleet.screen import FleetApp
 
         app = FleetApp(report)
         app.run()
@@ -142,7 +145,7 @@ def run_baseline(args: argparse.Namespace) -> int:
     loaded = _load(args.paths, None)
     if not loaded.runs:
         return _fail("no snapshot could be read")
-    from gpudiag.baseline import baseline_rules, write_rules
+    from gpudiag.fleet.baseline import baseline_rules, write_rules
 
     text, count = baseline_rules(loaded, args.quantile, args.margin)
     try:
