@@ -22,11 +22,13 @@ from typing import NoReturn
 
 from gpudiag import __version__, inputs
 from gpudiag.commands import (
+    baseline,
     capture,
     check,
     default,
     demo,
     diff,
+    fleet,
     health,
     import_,
     rules,
@@ -35,7 +37,6 @@ from gpudiag.commands import (
 )
 from gpudiag.commands import run as run_command
 from gpudiag.commands.common import UsageError
-from gpudiag.fleetcli import FLEET_COMMANDS, add_fleet_commands
 from gpudiag.kernels.plans import PLANS
 from gpudiag.output import add_format_options
 
@@ -43,18 +44,8 @@ from gpudiag.output import add_format_options
 # only the parser's modules): each command module imports its work inside run.
 
 
-class _Fleet:
-    """fleet and baseline: gpudiag/fleetcli.py adds both parsers and runs each."""
-
-    add_parser = staticmethod(add_fleet_commands)
-
-    @staticmethod
-    def run(args: argparse.Namespace) -> int:
-        return FLEET_COMMANDS[args.command](args)
-
-
 # The subcommands, in --help's order: name -> the module that adds its parser and runs it.
-COMMANDS: dict[str, ModuleType | type[_Fleet]] = {
+COMMANDS: dict[str, ModuleType] = {
     "check": check,
     "diff": diff,
     "run": run_command,
@@ -65,8 +56,8 @@ COMMANDS: dict[str, ModuleType | type[_Fleet]] = {
     "view": view,
     "import": import_,
     "health": health,
-    "fleet": _Fleet,
-    "baseline": _Fleet,
+    "fleet": fleet,
+    "baseline": baseline,
 }
 # the commands that write what --redact hides, besides --export (the default command)
 _REDACTING = ("import", "diff", "capture")
@@ -169,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_format_options(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in dict.fromkeys(COMMANDS.values()):  # fleet and baseline: one call
+    for command in COMMANDS.values():
         command.add_parser(commands)
     return parser
 

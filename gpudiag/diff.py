@@ -283,7 +283,9 @@ def concerns(key: str, gpus: set[str]) -> bool:
     return not about or any(gpu in gpus for gpu in about)
 
 
-def _kernel_key(result: KernelResult, gpu_map: dict[str, str] | None = None) -> tuple[str, ...]:
+def kernel_match_key(
+    result: KernelResult, gpu_map: dict[str, str] | None = None
+) -> tuple[str, ...]:
     """(kernel, device, metric, element type: catalog.kernel_identity), with B's GPU
     indices turned into A's where they differ."""
     kernel, device, metric, dtype = catalog.kernel_identity(result)
@@ -340,11 +342,11 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
     ids_b = {(f.rule_id, f.subject) for f in found_b}
     result.findings_only_a = [f for f in found_a if (f.rule_id, f.subject) not in ids_b]
     result.findings_only_b = [f for f in found_b if (f.rule_id, f.subject) not in ids_a]
-    kernels_b = {_kernel_key(k, result.gpu_map): k for k in b.kernels}
+    kernels_b = {kernel_match_key(k, result.gpu_map): k for k in b.kernels}
     explanations = load_explanations() if a.kernels else []
     config = result.differences()
     for ka in a.kernels:
-        kb = kernels_b.get(_kernel_key(ka))
+        kb = kernels_b.get(kernel_match_key(ka))
         if kb is None or len(ka.samples) < 2 or len(kb.samples) < 2:
             continue
         try:

@@ -342,8 +342,9 @@ def _printable(*texts: str) -> None:
 
 def _fleet(text: str, work: Path) -> bool:
     """The fleet's loader (the fast JSON path first) and its report, one file."""
-    from gpudiag.fleet import analyse, report_text
-    from gpudiag.fleetload import load_fleet
+    from gpudiag.fleet.analysis import analyse
+    from gpudiag.fleet.load import load_fleet
+    from gpudiag.fleet.report import report_text
 
     path = _written(text, work)
     loaded = load_fleet([path], workers=1)

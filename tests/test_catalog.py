@@ -12,9 +12,9 @@ import pytest
 from gpudiag import catalog
 from gpudiag.catalog import Catalog, CatalogError, Change, SubjectIndex
 from gpudiag.diff import diff_snapshots, report_json, report_text
-from gpudiag.fleet import analyse
-from gpudiag.fleet import report_text as fleet_text
-from gpudiag.fleetload import load_fleet
+from gpudiag.fleet.analysis import analyse
+from gpudiag.fleet.load import load_fleet
+from gpudiag.fleet.report import report_text as fleet_text
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.redact import Redactor
 from gpudiag.rulefile import DATA_FILES, lint_rule_file, load_rules
@@ -192,7 +192,7 @@ def test_fleet_history_reports_counters_that_rose(tmp_path: Path) -> None:
 
 
 def test_the_fleet_names_devices_by_the_catalogs_subjects() -> None:
-    from gpudiag.fleet import template
+    from gpudiag.fleet.analysis import template
 
     assert template("gpu.3.power.limit") == ("gpu.{gpu}.power.limit", "GPU 3")
     assert template("gpu.3.nvlink.5.state") == ("gpu.{gpu}.nvlink.5.state", "GPU 3")

@@ -21,8 +21,8 @@ import pytest
 from test_formats import promtool
 
 from gpudiag import inputs
-from gpudiag.fleetload import load_fleet
-from gpudiag.fleetparquet import METADATA_KEY, read_parquet_fleet
+from gpudiag.fleet.load import load_fleet
+from gpudiag.fleet.parquet import METADATA_KEY, read_parquet_fleet
 from gpudiag.snapshot import save
 
 from conftest import REPO, run_cli
