@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from gpudiag import catalog, tomlcompat
-from gpudiag.catalog import is_kernel_reading
+from gpudiag import catalog, shipped, tomlcompat
 from gpudiag.hostfs import natural_key
 from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
 from gpudiag.rule_operators import RuleError
+from gpudiag.shipped import is_kernel_reading
 
 EXIT_EQUIVALENT, EXIT_CONFIG, EXIT_PERFORMANCE = 0, 1, 2
 BOOTSTRAP_ROUNDS = 2000
@@ -111,7 +111,7 @@ class Diff:
             c
             for c in self.readings
             if c.kind == "changed"
-            and catalog.is_counter(c.key)
+            and shipped.is_counter(c.key)
             and (numbers := _numbers(c)) is not None
             and numbers[1] > numbers[0]
         ]
@@ -154,7 +154,7 @@ def match_gpus(a: dict[str, Reading], b: dict[str, Reading]) -> dict[str, str]:
 def _rekey(readings: dict[str, Reading], gpu_map: dict[str, str]) -> dict[str, Reading]:
     if not gpu_map or all(k == v for k, v in gpu_map.items()):
         return readings
-    return {catalog.renumber_gpus(key, gpu_map): reading for key, reading in readings.items()}
+    return {shipped.renumber_gpus(key, gpu_map): reading for key, reading in readings.items()}
 
 
 def _same(a: Reading, b: Reading) -> bool:
@@ -279,7 +279,7 @@ _PEER_GPU = re.compile(r"\.gpu(\d+)$")
 def concerns(key: str, gpus: set[str]) -> bool:
     """Whether a reading can bear on a metric of these GPUs: per-GPU readings of other
     GPUs cannot; node-wide ones can."""
-    about = catalog.gpus_of(key)
+    about = shipped.gpus_of(key)
     return not about or any(gpu in gpus for gpu in about)
 
 
@@ -313,7 +313,7 @@ def _numbers(change: ReadingChange) -> tuple[int | float, int | float] | None:
 def _always_varies(key: str) -> bool:
     """A reading declared volatile (temperatures, clocks at idle, serials): hidden by
     default. Counters are shown (and rising ones called out); an undeclared key is shown."""
-    found = catalog.find(key)
+    found = shipped.find(key)
     return found is not None and found.change is catalog.Change.VOLATILE
 
 

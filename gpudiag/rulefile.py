@@ -524,7 +524,7 @@ def lint_rule_file(path: Path) -> tuple[int, int]:
     merge_rules([*shipped, (str(path), text)])
     for rule in rules:
         for key in read_keys(rule):
-            if not catalog.catalog().covers(key):
+            if not shipped.catalog().covers(key):
                 raise RuleError(
                     f"{rule.origin}: reads {key}, which no probe, importer or derivation "
                     "declares (gpudiag/catalog.py)"

@@ -13,11 +13,11 @@ import polars as pl
 import pytest
 from textual.widgets import Static, TabbedContent
 
-from gpudiag.catalog import is_configuration, is_volatile
 from gpudiag.fleet import load as fleetload
 from gpudiag.fleet.analysis import analyse, fold
 from gpudiag.fleet.load import load_fleet
 from gpudiag.fleet.screen import FleetApp
+from gpudiag.shipped import is_configuration, is_volatile
 from gpudiag.snapshot import load, save
 
 from conftest import run_cli

@@ -59,14 +59,14 @@ def run(args: argparse.Namespace) -> int:
 
 def explain_rule(rule: Rule) -> str:
     """What a rule checks, why it matters, how to fix it, an example: ruff's explain."""
-    from gpudiag import catalog
+    from gpudiag import catalog, shipped
     from gpudiag.rulefile import action_for
 
     expectation = f"{rule.operator.replace('_', ' ')} {rule.operand!r}"
     if rule.factor != 1.0:
         expectation += f" x {rule.factor:g}"
     subject = catalog.SUBJECTS[rule.applies_to]
-    declared = catalog.find(catalog.sample_key(rule.reading))
+    declared = shipped.find(catalog.sample_key(rule.reading))
     made_by = (
         f"made by {', '.join(sorted(declared.producers))}"
         + (f", in {declared.unit}" if declared.unit not in ("", "*") else "")

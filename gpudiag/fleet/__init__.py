@@ -1,6 +1,6 @@
 """The fleet: `gpudiag fleet` and `gpudiag baseline` over many snapshots (the commands
-themselves are gpudiag/commands/fleet.py and baseline.py). Nothing is imported here: each module is imported
-where it is used, so that `gpudiag --help` loads none of them (nor NumPy).
+themselves are gpudiag/commands/fleet.py and baseline.py). Nothing is imported here: each
+module is imported where it is used, so that `gpudiag --help` loads none of them (nor NumPy).
 
 - records.py: what a loaded fleet is made of (Layout, NodeRun, KernelValue, LoadedFleet,
   the parsed kernel results), shared by both readers, which import it and not each other.

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from ClusterShell.NodeSet import NodeSet
 
-from gpudiag import catalog
+from gpudiag import catalog, shipped
 from gpudiag.derive import PROFILE_KEY
 from gpudiag.diff import (
     bootstrap_ratio,
@@ -758,7 +758,7 @@ def rising_counters(fleet: Fleet) -> list[RisingCounter]:
             counters[run.layout] = {
                 layout.keys[p]: i
                 for i, p in enumerate(layout.numeric)
-                if catalog.is_counter(layout.keys[p])
+                if shipped.is_counter(layout.keys[p])
             }
         return counters[run.layout]
 

@@ -50,7 +50,7 @@ import msgspec
 import numpy as np
 from msgspec import UNSET, UnsetType
 
-from gpudiag.catalog import DERIVED, is_configuration, is_kernel_reading
+from gpudiag.catalog import DERIVED
 from gpudiag.fleet.records import (
     KernelValue,
     Layout,
@@ -72,6 +72,7 @@ from gpudiag.model import (
     Snapshot,
     Statistics,
 )
+from gpudiag.shipped import is_configuration, is_kernel_reading
 from gpudiag.snapshot import SnapshotError, load, snapshot_from_dict
 
 MAX_FILE_BYTES = 256 * 2**20
@@ -470,7 +471,7 @@ _KERNEL_READINGS: dict[str, bool] = {}
 
 
 def _is_kernel_reading(key: str) -> bool:
-    """catalog.is_kernel_reading, remembered (a fleet asks of the same keys in every file;
+    """shipped.is_kernel_reading, remembered (a fleet asks of the same keys in every file;
     bounded: a file of made-up keys cannot grow it without end)."""
     found = _KERNEL_READINGS.get(key)
     if found is None:
