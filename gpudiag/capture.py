@@ -1,4 +1,5 @@
 """`gpudiag capture OUT`: a node, recorded, and `gpudiag --replay CAPTURE`: that node again.
+(The command's arguments and its run: gpudiag/commands/capture.py.)
 
 A capture records what the probes asked of the node, through its two seams and nothing
 else: every NVML call with its result or error (`RecordingBackend`, in the replay format
