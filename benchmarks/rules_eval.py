@@ -26,7 +26,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from gpudiag import catalog, profiles, ruleengine
+from gpudiag import catalog, profiles, ruleengine, shipped
 from gpudiag.hostfs import HostFS
 from gpudiag.model import ProbeResult, ProbeStatus, Reading, Snapshot
 from gpudiag.nvml import Nvml, ReplayBackend
@@ -77,8 +77,8 @@ def forget_caches() -> None:
     profiles._shipped_profiles.cache_clear()
     ruleengine._PLANS.clear()
     catalog.key_former.cache_clear()
-    catalog.catalog.cache_clear()
-    catalog._known_sources.cache_clear()
+    shipped.catalog.cache_clear()
+    shipped._known_sources.cache_clear()
 
 
 def median_ms(times: list[float]) -> str:

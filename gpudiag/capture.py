@@ -1,4 +1,5 @@
 """`gpudiag capture OUT`: a node, recorded, and `gpudiag --replay CAPTURE`: that node again.
+(The command's arguments and its run: gpudiag/commands/capture.py.)
 
 A capture records what the probes asked of the node, through its two seams and nothing
 else: every NVML call with its result or error (`RecordingBackend`, in the replay format
@@ -399,62 +400,3 @@ def _check_host(host: dict[str, Any], name: str) -> None:
     for key, value in host["realpath"].items():
         if value is not None and not isinstance(value, str):
             raise damaged("realpath", key, "a path is expected")
-
-
-def add_parser(commands: Any) -> None:
-    """The `capture` subcommand's arguments (registered by gpudiag/cli.py)."""
-    parser = commands.add_parser(
-        "capture",
-        help="record this node (every NVML call, host file and command output the probes"
-        " use) into one file that --replay probes later",
-    )
-    parser.add_argument("out", metavar="OUT", help="the capture file to write (JSON)")
-    parser.add_argument(
-        "--samples",
-        type=inputs.number_option(1, 3600, integer=True),
-        default=1, metavar="N", help="record the GPUs' NVML N times"
-    )
-    parser.add_argument(
-        "--interval",
-        type=inputs.number_option(0, 3600, above=True),
-        default=1.0, metavar="S", help="seconds between samples"
-    )
-
-
-def run_capture(node: Any, args: Any, redactor: Any = None) -> int:
-    """`gpudiag capture OUT`: probe the node while recording it, then write the capture,
-    redacted by `redactor` (gpudiag.redact.Redactor) where given."""
-    from dataclasses import replace
-
-    from gpudiag.probe import ProbeContext
-    from gpudiag.probes import gpu
-    from gpudiag.snapshot import target_problem
-
-    target = Path(args.out)
-    if problem := target_problem(target):
-        raise CaptureError(f"capture {args.out}: {problem}")
-    if target.exists() and not target.is_file():
-        raise CaptureError(f"capture {args.out}: not a regular file")
-
-    def probe(host: HostFS, nvml: Nvml) -> Any:
-        return replace(node, host=host, nvml=nvml).snapshot()
-
-    def sample(nvml: Nvml) -> None:
-        for _ in gpu.collect(ProbeContext(host=node.host, nvml=nvml)):
-            pass
-
-    capture, snapshot = record(node.host, node.nvml, probe, args.samples, args.interval, sample)
-    if redactor is not None:
-        capture = redactor.capture(capture, snapshot)
-    try:
-        save(capture, target)
-    except OSError as exc:
-        raise CaptureError(f"capture {args.out}: cannot write: {exc.strerror or exc}") from None
-    host = capture["host"]
-    calls = sum(len(d) for d in capture["nvml"]["devices"]) + len(capture["nvml"]["system"])
-    print(
-        f"wrote {args.out}: {calls} NVML calls of {len(capture['nvml']['devices'])} GPUs, "
-        f"{len(host['files'])} host files, {len(host['outputs'])} command outputs, "
-        f"{args.samples} sample{'s' if args.samples > 1 else ''}"
-    )
-    return 0

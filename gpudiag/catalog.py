@@ -58,7 +58,7 @@ PLACEHOLDER_FORMS: dict[str, str] = {
 _SEGMENT = r"[^.\n]+"
 # a sample value per placeholder: what `rules lint` fills a rule's key with to look it up
 _SAMPLES = {"device": "0000:00:00.0", "nic": "0000:00:00.0", "metric": "sample.metric"}
-_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+PLACEHOLDER_PATTERN = re.compile(r"\{(\w+)\}")
 
 
 # ------------------------------------------------------------------ subjects
@@ -77,7 +77,7 @@ class Subject:
     @functools.cached_property
     def placeholders(self) -> tuple[str, ...]:
         """The placeholders of the stem, in order: ('gpu', 'link')."""
-        return tuple(_PLACEHOLDER.findall(self.stem))
+        return tuple(PLACEHOLDER_PATTERN.findall(self.stem))
 
     @functools.cached_property
     def head(self) -> str:
@@ -181,7 +181,7 @@ def key_former(template: str, names: tuple[str, ...]) -> Callable[..., str]:
     key_former('gpu.{gpu}.nvlink.{link}.state', ('gpu', 'link'))('3', '5'). The literal
     text is escaped and only the names given are fields, so nothing in a template (a rule
     file's) is ever looked up as an attribute; other placeholders stay as written."""
-    parts = _PLACEHOLDER.split(template)
+    parts = PLACEHOLDER_PATTERN.split(template)
     out = []
     for i, part in enumerate(parts):
         if i % 2 == 0:
@@ -200,12 +200,12 @@ def fill(template: str, values: Mapping[str, str]) -> str:
 
 def placeholders_of(template: str) -> set[str]:
     """The placeholder names a template uses."""
-    return set(_PLACEHOLDER.findall(template))
+    return set(PLACEHOLDER_PATTERN.findall(template))
 
 
 def template_regex(template: str, capture: bool = False) -> str:
     """A key template as a regular expression of the keys it stands for."""
-    parts = _PLACEHOLDER.split(template)
+    parts = PLACEHOLDER_PATTERN.split(template)
     out = []
     for i, part in enumerate(parts):
         if i % 2 == 0:
@@ -511,154 +511,6 @@ class Catalog:
 # results, wherever a live probe ran
 DERIVED = "derived"
 DERIVED_PRODUCERS = frozenset({"topology", "profile", "kernels"})
-
-
-@functools.lru_cache(maxsize=1)
-def catalog() -> Catalog:
-    """The catalog of everything gpudiag ships: the registered probes', the importer's,
-    the kernel readings' and the derived readings' declarations."""
-    from gpudiag import derive, nvsmi, slurmgres
-    from gpudiag.kernels import readings as kernel_readings
-    from gpudiag.probes import REGISTRY, topology
-
-    return Catalog.build(
-        [
-            *((probe.name, probe.readings) for probe in REGISTRY),
-            ("topology", topology.READINGS),
-            ("profile", derive.READINGS),
-            ("kernels", kernel_readings.READINGS),
-            ("import", nvsmi.READINGS),
-            (slurmgres.PRODUCER, slurmgres.READINGS),
-        ]
-    )
-
-
-def find(key: str) -> Declared | None:
-    """The shipped declaration of `key`, or None."""
-    return catalog().find(key)
-
-
-def is_volatile(key: str) -> bool:
-    """A value that differs between healthy nodes or runs; an undeclared key counts as
-    volatile (never grouped on, never written into a baseline)."""
-    found = catalog().find(key)
-    return found is None or found.volatile
-
-
-def is_configuration(key: str) -> bool:
-    """A declared reading that says how the node is set up."""
-    return not is_volatile(key)
-
-
-def is_kernel_reading(key: str) -> bool:
-    """A reading derived from kernel results (a measured figure, which differs from run
-    to run: the diff and the fleet compare the kernel results themselves instead)."""
-    return "kernels" in catalog().producers(key)
-
-
-def is_counter(key: str) -> bool:
-    """A counter since boot."""
-    found = catalog().find(key)
-    return found is not None and found.change is Change.COUNTER
-
-
-def identifying_kind(key: str) -> str:
-    """Redaction's placeholder kind where the reading's value identifies the machine."""
-    found = catalog().find(key)
-    return found.identifying if found else ""
-
-
-def group_of(key: str) -> str:
-    """The screen group a reading is shown in ('' when undeclared)."""
-    found = catalog().find(key)
-    return found.group if found else ""
-
-
-@functools.lru_cache(maxsize=1024)
-def _capturing(template: str) -> re.Pattern[str]:
-    return re.compile(template_regex(template, capture=True) + r"\Z")
-
-
-@functools.lru_cache(maxsize=65536)
-def parts(key: str) -> tuple[str, dict[str, str]]:
-    """A key taken apart by the template that declares it: (template, its placeholders'
-    values): topo.gpu.2.nic.0000:19:00.0 -> (topo.gpu.{gpu}.nic.{nic}, {gpu: 2, nic: ...}).
-    An undeclared key is taken apart by its subject's stem (template_of), else it is its
-    own template with no values."""
-    found = catalog().find(key)
-    if found is not None:
-        match = _capturing(found.template).match(key)
-        if match is not None:
-            names = _PLACEHOLDER.findall(found.template)
-            return found.template, dict(zip(names, match.groups(), strict=True))
-    scope, values = subject_of_key(key)
-    return stem_template(key, scope, values), values
-
-
-# the placeholders whose values are GPU indices
-GPU_PLACEHOLDERS = ("gpu", "peer")
-
-
-def gpus_of(key: str) -> tuple[str, ...]:
-    """The GPU indices a key is about (a GPU's, a GPU pair's, a GPU and a NIC's), as text;
-    () for a node-wide key."""
-    values = parts(key)[1]
-    return tuple(values[n] for n in GPU_PLACEHOLDERS if n in values)
-
-
-def renumber_gpus(key: str, mapping: Mapping[str, str]) -> str:
-    """The key with its GPU indices mapped (another node's GPU 3 is this node's GPU 5)."""
-    template, values = parts(key)
-    if not any(n in values for n in GPU_PLACEHOLDERS):
-        return key
-    renamed = {n: mapping.get(v, v) if n in GPU_PLACEHOLDERS else v for n, v in values.items()}
-    return fill(template, renamed)
-
-
-def host_groups() -> list[str]:
-    """The host screen's groups, in order."""
-    seen = [g for g in GROUP_ORDER]
-    for d in catalog().declared.values():
-        if d.group not in seen and d.group not in NOT_HOST_GROUPS:
-            seen.append(d.group)
-    return seen
-
-
-# ------------------------------------------------------------------ which source holds what
-
-
-def can_hold(sources: Iterable[str], key: str) -> bool:
-    """Whether any of these sources (probe names) can hold `key`: a probe that declares
-    it; a derived reading wherever a live probe ran; an nvidia-smi import (import-KIND)
-    holds what it wrote, which is never absent; a source not known here holds anything
-    (not knowing is never turned into a pass)."""
-    producers = catalog().producers(key)
-    for name in sources:
-        if name.startswith("import-") or name == DERIVED:
-            continue  # the derived result holds what the sources' readings give
-        if name not in _known_sources():
-            return True
-        if name in producers or producers & DERIVED_PRODUCERS:
-            return True
-    return False
-
-
-@functools.lru_cache(maxsize=1)
-def _known_sources() -> frozenset[str]:
-    return frozenset(p for d in catalog().declared.values() for p in d.producers)
-
-
-def describe(sources: Iterable[str]) -> str:
-    """The sources in words, for a not-applicable finding's message (the derived result
-    is no source of its own: it holds what the others' readings give)."""
-    names = sorted(set(sources) - {DERIVED})
-    imports = [n.removeprefix("import-") for n in names if n.startswith("import-")]
-    if imports and len(imports) == len(names):
-        return "an import of nvidia-smi " + ", ".join(imports) + " output"
-    return "probes " + ", ".join(names)
-
-
-# ------------------------------------------------------------------ instances of subjects
 
 
 @functools.lru_cache(maxsize=8)

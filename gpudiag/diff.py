@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from gpudiag import catalog, tomlcompat
-from gpudiag.catalog import is_kernel_reading
+from gpudiag import catalog, shipped, tomlcompat
 from gpudiag.hostfs import natural_key
 from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
 from gpudiag.rule_operators import RuleError
+from gpudiag.shipped import is_kernel_reading
 
 EXIT_EQUIVALENT, EXIT_CONFIG, EXIT_PERFORMANCE = 0, 1, 2
 BOOTSTRAP_ROUNDS = 2000
@@ -111,7 +111,7 @@ class Diff:
             c
             for c in self.readings
             if c.kind == "changed"
-            and catalog.is_counter(c.key)
+            and shipped.is_counter(c.key)
             and (numbers := _numbers(c)) is not None
             and numbers[1] > numbers[0]
         ]
@@ -154,7 +154,7 @@ def match_gpus(a: dict[str, Reading], b: dict[str, Reading]) -> dict[str, str]:
 def _rekey(readings: dict[str, Reading], gpu_map: dict[str, str]) -> dict[str, Reading]:
     if not gpu_map or all(k == v for k, v in gpu_map.items()):
         return readings
-    return {catalog.renumber_gpus(key, gpu_map): reading for key, reading in readings.items()}
+    return {shipped.renumber_gpus(key, gpu_map): reading for key, reading in readings.items()}
 
 
 def _same(a: Reading, b: Reading) -> bool:
@@ -279,11 +279,13 @@ _PEER_GPU = re.compile(r"\.gpu(\d+)$")
 def concerns(key: str, gpus: set[str]) -> bool:
     """Whether a reading can bear on a metric of these GPUs: per-GPU readings of other
     GPUs cannot; node-wide ones can."""
-    about = catalog.gpus_of(key)
+    about = shipped.gpus_of(key)
     return not about or any(gpu in gpus for gpu in about)
 
 
-def _kernel_key(result: KernelResult, gpu_map: dict[str, str] | None = None) -> tuple[str, ...]:
+def kernel_match_key(
+    result: KernelResult, gpu_map: dict[str, str] | None = None
+) -> tuple[str, ...]:
     """(kernel, device, metric, element type: catalog.kernel_identity), with B's GPU
     indices turned into A's where they differ."""
     kernel, device, metric, dtype = catalog.kernel_identity(result)
@@ -311,7 +313,7 @@ def _numbers(change: ReadingChange) -> tuple[int | float, int | float] | None:
 def _always_varies(key: str) -> bool:
     """A reading declared volatile (temperatures, clocks at idle, serials): hidden by
     default. Counters are shown (and rising ones called out); an undeclared key is shown."""
-    found = catalog.find(key)
+    found = shipped.find(key)
     return found is not None and found.change is catalog.Change.VOLATILE
 
 
@@ -340,11 +342,11 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
     ids_b = {(f.rule_id, f.subject) for f in found_b}
     result.findings_only_a = [f for f in found_a if (f.rule_id, f.subject) not in ids_b]
     result.findings_only_b = [f for f in found_b if (f.rule_id, f.subject) not in ids_a]
-    kernels_b = {_kernel_key(k, result.gpu_map): k for k in b.kernels}
+    kernels_b = {kernel_match_key(k, result.gpu_map): k for k in b.kernels}
     explanations = load_explanations() if a.kernels else []
     config = result.differences()
     for ka in a.kernels:
-        kb = kernels_b.get(_kernel_key(ka))
+        kb = kernels_b.get(kernel_match_key(ka))
         if kb is None or len(ka.samples) < 2 or len(kb.samples) < 2:
             continue
         try:

@@ -1,4 +1,5 @@
-"""The `gpudiag` command's entry point (and `python -m gpudiag`'s).
+"""The `gpudiag` command's entry point (and `python -m gpudiag`'s), and
+`gpudiag-slurm-healthcheck`'s.
 
 Ctrl-C at any moment ends with one line and exit code 130, never a traceback: also
 while gpudiag's modules are still being imported (the first few hundred milliseconds),
@@ -10,6 +11,7 @@ interpreter's start.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 
 def _interrupted() -> int:
@@ -42,3 +44,30 @@ def main() -> int:
         if isinstance(exc.__cause__, KeyboardInterrupt):
             return _interrupted()
         raise
+
+
+def slurm_healthcheck_main(argv: Sequence[str] | None = None) -> int:
+    """`gpudiag-slurm-healthcheck [--config FILE]`: Slurm's HealthCheckProgram, which
+    slurmd runs with no arguments and almost no environment. Settings come from FILE, or
+    the first of gpudiag.health.config_paths() that exists; without one, the defaults."""
+    from pathlib import Path
+
+    from gpudiag.cli import main as cli_main
+    from gpudiag.health import HealthError, config_arguments, config_paths
+    from gpudiag.session import EXIT_UNKNOWN
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    path: Path | None = None
+    if argv[:1] == ["--config"] and len(argv) == 2:
+        path = Path(argv[1])
+    elif argv:
+        print("usage: gpudiag-slurm-healthcheck [--config FILE]", file=sys.stderr)
+        return EXIT_UNKNOWN
+    else:
+        path = next((p for p in config_paths() if p.is_file()), None)
+    try:
+        arguments = config_arguments(path)
+    except HealthError as exc:
+        print(f"gpudiag: {exc}", file=sys.stderr)
+        return EXIT_UNKNOWN
+    return cli_main(arguments)

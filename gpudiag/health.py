@@ -1,7 +1,7 @@
 """`gpudiag health`: the quick, safe check, spoken in the conventions of the engines
-fleets already run. Probes and rules only (the kernels only with `--kernels quick`),
-bounded by `--timeout` (45 s by default: Slurm kills a health check at 60 s, and the
-drain must still happen).
+fleets already run (the command's arguments: gpudiag/commands/health.py). Probes and
+rules only (the kernels only with `--kernels quick`), bounded by `--timeout` (45 s by
+default: Slurm kills a health check at 60 s, and the drain must still happen).
 
     gpudiag [OPTIONS] health [--for nagios|npd|slurm|json] [--timeout S] [--kernels quick]
                              [--drain-on ACTIONS] [--node NAME] [--scontrol PATH]
@@ -30,7 +30,6 @@ counts as unknown (no drain, no resume).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
@@ -39,16 +38,17 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudiag import inputs
-from gpudiag.formats import applicable, strongest_action
 from gpudiag.model import Action, Finding, ProbeResult, Severity, Snapshot
+from gpudiag.output import applicable, strongest_action
 
-# the command line loads this module for its parser (add_health_parser): gpudiag.session
-# (the probes and the rules engine) and slurmgres are imported where they are used
+# the command line loads this module for its parser (gpudiag/commands/health.py: the
+# conventions, the defaults): gpudiag.session (the probes and the rules engine) and
+# slurmgres are imported where they are used
 if TYPE_CHECKING:
     import subprocess
 
@@ -81,46 +81,6 @@ TIMEOUT_MAX = 3600.0
 
 class HealthError(Exception):
     """Bad health-check input; str() is the one-line message (exit 3)."""
-
-
-def add_health_parser(commands: Any) -> None:
-    """Register `health` on the command line's subcommands."""
-    health = commands.add_parser(
-        "health", help="the quick, safe check for Nagios, NPD, Slurm or a pipeline"
-    )
-    health.add_argument(
-        "--for",
-        dest="convention",
-        choices=CONVENTIONS,
-        default="nagios",
-        help="whose convention to speak (default nagios)",
-    )
-    health.add_argument(
-        "--timeout",
-        type=inputs.number_option(0, TIMEOUT_MAX, above=True),
-        default=DEFAULT_TIMEOUT,
-        metavar="S",
-        help=f"give up after S seconds with an UNKNOWN verdict (default {DEFAULT_TIMEOUT:g})",
-    )
-    health.add_argument(
-        "--kernels",
-        choices=("quick",),
-        default=argparse.SUPPRESS,
-        help="also run the quick kernels (seconds on a GPU node, about a minute on a"
-        " small CPU-only machine: raise --timeout there)",
-    )
-    health.add_argument(
-        "--drain-on",
-        default=",".join(a.value for a in DEFAULT_DRAIN_ON),
-        metavar="ACTIONS",
-        help="--for slurm: drain for a critical finding recommending one of these"
-        " (comma-separated; default drain,service)",
-    )
-    health.add_argument(
-        "--node", metavar="NAME", help="--for slurm: the node (default $SLURMD_NODENAME)"
-    )
-    health.add_argument("--scontrol", metavar="PATH", help="--for slurm: scontrol to use")
-    health.add_argument("--slurm-conf", metavar="FILE", help="--for slurm: SLURM_CONF for scontrol")
 
 
 # ------------------------------------------------------------------ the check
@@ -475,62 +435,7 @@ def parse_actions(text: str) -> tuple[Action, ...]:
     return tuple(Action(name) for name in names)
 
 
-# ------------------------------------------------------------------ entry points
-
-
-def run_health(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    """`gpudiag health`: check the node and report in the convention asked for."""
-    from gpudiag.cli import UsageError, _live_node, _write_prometheus
-
-    started = time.monotonic()
-    kernels = getattr(args, "kernels", None)
-    try:
-        if kernels not in (None, "quick"):
-            raise HealthError("health runs the quick kernels only (--kernels quick)")
-        if kernels and (args.root != "/" or args.nvml_replay):
-            raise HealthError("--kernels measures this machine: not with --root or --nvml-replay")
-        drain_on = parse_actions(args.drain_on)
-        cluster = None
-        timeout = args.timeout
-        if args.convention == "slurm":
-            env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **os.environ}
-            if args.slurm_conf:
-                env["SLURM_CONF"] = args.slurm_conf
-            import socket
-
-            node = args.node or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-            if not NODE_NAME.fullmatch(node):
-                raise HealthError(
-                    f"node name {node[:80]!r}: one Slurm node name is expected"
-                    " (letters, digits, '.', '_', '-'; no list or range)"
-                )
-            deadline = started + SLURM_BUDGET_S
-            cluster = Slurm(node, find_scontrol(args.scontrol), env, deadline)
-            # the probes' share (45 s): scontrol gets the rest, whatever setting up took
-            timeout = min(timeout, SLURM_BUDGET_S - SCONTROL_RESERVE_S)
-        live = _live_node(args, argv)
-        if cluster is not None:
-            # the GPUs Slurm configures for the node, judged as a reading (NODE001, NODE002)
-            expected = cluster.expected_gpus()
-            if expected is not None:
-                live = replace(live, extra=(*live.extra, expected))
-        verdict = None
-        try:
-            verdict = check_node(live, timeout, kernels)
-        finally:
-            if verdict is None or not verdict.timed_out:
-                live.nvml.close()  # else the worker may still be inside NVML: exit frees it
-        if args.prometheus and verdict.snapshot is not None:
-            _write_prometheus(verdict.snapshot, args.prometheus)
-        if cluster is not None:
-            text, code = slurm(verdict, cluster, drain_on)
-        else:
-            text, code = {"nagios": nagios, "npd": npd, "json": as_json}[args.convention](verdict)
-    except HealthError as exc:
-        raise UsageError(str(exc)) from None
-    sys.stdout.write(text)
-    sys.stdout.flush()
-    return code
+# ------------------------------------------------------------------ the settings file
 
 
 def config_paths() -> list[Path]:
@@ -578,27 +483,3 @@ def config_arguments(path: Path | None) -> list[str]:
                 raise HealthError(f"{path}: {key} must be a string")
             health += [f"--{key.replace('_', '-')}", data[key]]
     return [*options, "health", *health]
-
-
-def slurm_healthcheck_main(argv: Sequence[str] | None = None) -> int:
-    """`gpudiag-slurm-healthcheck [--config FILE]`: Slurm's HealthCheckProgram, which
-    slurmd runs with no arguments and almost no environment. Settings come from FILE, or
-    the first of config_paths() that exists; without one, the defaults."""
-    from gpudiag.cli import main
-    from gpudiag.session import EXIT_UNKNOWN
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    path: Path | None = None
-    if argv[:1] == ["--config"] and len(argv) == 2:
-        path = Path(argv[1])
-    elif argv:
-        print("usage: gpudiag-slurm-healthcheck [--config FILE]", file=sys.stderr)
-        return EXIT_UNKNOWN
-    else:
-        path = next((p for p in config_paths() if p.is_file()), None)
-    try:
-        arguments = config_arguments(path)
-    except HealthError as exc:
-        print(f"gpudiag: {exc}", file=sys.stderr)
-        return EXIT_UNKNOWN
-    return main(arguments)

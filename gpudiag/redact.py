@@ -31,9 +31,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpudiag.catalog import identifying_kind
 from gpudiag.inputs import InputError, read_input
 from gpudiag.model import Snapshot
+from gpudiag.shipped import identifying_kind
 from gpudiag.snapshot import snapshot_from_dict, snapshot_to_dict
 
 # Fields of a snapshot's plain form that gpudiag itself names: never redacted.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
-from gpudiag import catalog
+from gpudiag import catalog, shipped
 from gpudiag.hostfs import natural_key
 from gpudiag.model import (
     Finding,
@@ -91,7 +91,7 @@ class _Context:
         return (
             bool(self.sources)
             and key not in self.readings
-            and not catalog.can_hold(self.sources, key)
+            and not shipped.can_hold(self.sources, key)
         )
 
 
@@ -131,7 +131,7 @@ def _unknown(
 
 
 def _not_applicable(rule: Rule, values: dict[str, str], key: str, context: _Context) -> Finding:
-    message = f"does not apply: {key} is not something {catalog.describe(context.sources)} holds"
+    message = f"does not apply: {key} is not something {shipped.describe(context.sources)} holds"
     subject = catalog.subject_title(rule.applies_to, values)
     return _finding(rule, subject, Severity.NOT_APPLICABLE, message, [_missing(key)], values)
 

@@ -517,14 +517,16 @@ def lint_rule_file(path: Path) -> tuple[int, int]:
     in place of itself): (rules, overrides) it holds, or RuleError."""
     text = read_rule_file(path)
     rules, overrides = parse_rule_file(text, str(path))
-    shipped = shipped_sources()
+    from gpudiag.shipped import catalog as shipped_catalog
+
+    sources = shipped_sources()
     shipped_dir = Path(str(resources.files("gpudiag.rules"))).resolve()
     if path.resolve().parent == shipped_dir:
-        shipped = [(o, t) for o, t in shipped if o != f"rules/{path.name}"]
-    merge_rules([*shipped, (str(path), text)])
+        sources = [(o, t) for o, t in sources if o != f"rules/{path.name}"]
+    merge_rules([*sources, (str(path), text)])
     for rule in rules:
         for key in read_keys(rule):
-            if not catalog.catalog().covers(key):
+            if not shipped_catalog().covers(key):
                 raise RuleError(
                     f"{rule.origin}: reads {key}, which no probe, importer or derivation "
                     "declares (gpudiag/catalog.py)"

@@ -478,7 +478,7 @@ def migrate_v1(snapshot: Snapshot) -> Snapshot:
     readings version 1 imports lacked and the rules read (the uncorrectable ECC totals,
     summed from the per-location counts the importer wrote). Findings stay as recorded;
     `gpudiag check` judges them again."""
-    from gpudiag.nvsmi import with_ecc_totals  # the importer's own derivation
+    from gpudiag.importing.gpus import with_ecc_totals  # the importer's own derivation
 
     probes = tuple(
         replace(p, readings=with_ecc_totals(p.readings)) if p.name.startswith("import-") else p

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpudiag import catalog
+from gpudiag import catalog, shipped
 from gpudiag.catalog import device_prefix, metric_key
 from gpudiag.hostfs import natural_key
 from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
@@ -33,7 +33,7 @@ def topology_matrix(snapshot: Snapshot, profile: Mapping[str, object] | None = N
     readings = snapshot.readings_by_key
     gpus = catalog.gpu_indices(readings)
     # the topology readings taken apart by the templates that declare them
-    topology = [(key, *catalog.parts(key)) for key in readings if key.startswith("topo.gpu.")]
+    topology = [(key, *shipped.parts(key)) for key in readings if key.startswith("topo.gpu.")]
     nics = sorted({values["nic"] for _, template, values in topology if template == GPU_NIC})
 
     def cell(key: str) -> str:
@@ -389,10 +389,10 @@ def host_tree(snapshot: Snapshot) -> dict[str, dict[str, list[Reading]]]:
     segment (a CPU area); '' holds the group's own. Readings no producer declares (a
     newer gpudiag's, or a site's) are shown last, under UNDECLARED, never dropped."""
     tree: dict[str, dict[str, list[Reading]]] = {}
-    host_groups = [*catalog.host_groups(), UNDECLARED]
+    host_groups = [*shipped.host_groups(), UNDECLARED]
     shown = set(host_groups)
     for key in sorted(snapshot.readings_by_key, key=natural_key):
-        group = catalog.group_of(key) or UNDECLARED
+        group = shipped.group_of(key) or UNDECLARED
         if group not in shown:
             continue
         _, values = catalog.subject_of_key(key)

@@ -267,7 +267,7 @@ def _snapshot(text: str, work: Path) -> bool:
 
 
 def _import(text: str, work: Path) -> bool:
-    from gpudiag.nvsmi import ImportError_, import_files
+    from gpudiag.importing import ImportError_, import_files
 
     path = work / "fuzz.txt"
     path.write_bytes(text.encode("utf-8", errors="surrogatepass"))
@@ -342,8 +342,9 @@ def _printable(*texts: str) -> None:
 
 def _fleet(text: str, work: Path) -> bool:
     """The fleet's loader (the fast JSON path first) and its report, one file."""
-    from gpudiag.fleet import analyse, report_text
-    from gpudiag.fleetload import load_fleet
+    from gpudiag.fleet.analysis import analyse
+    from gpudiag.fleet.load import load_fleet
+    from gpudiag.fleet.report import report_text
 
     path = _written(text, work)
     loaded = load_fleet([path], workers=1)
@@ -377,7 +378,8 @@ def _samples(text: str, work: Path) -> bool:
 
 def _healthcheck(text: str, work: Path) -> bool:
     """gpudiag-slurm-healthcheck's settings file, then the command line it stands for."""
-    from gpudiag.cli import UsageError, build_parser
+    from gpudiag.cli import build_parser
+    from gpudiag.commands.common import UsageError
     from gpudiag.health import HealthError, config_arguments
 
     path = work / "slurm-healthcheck.toml"

@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 
 from gpudiag import cli, inputs
-from gpudiag.fleetparquet import METADATA_KEY, read_parquet_fleet
+from gpudiag.fleet.parquet import METADATA_KEY, read_parquet_fleet
 from gpudiag.snapshot import SnapshotError
 
 from conftest import FIXTURES, REPO, run_cli

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag import catalog
+from gpudiag import catalog, shipped
 from gpudiag.catalog import Catalog, CatalogError, Change, SubjectIndex
 from gpudiag.diff import diff_snapshots, report_json, report_text
-from gpudiag.fleet import analyse
-from gpudiag.fleet import report_text as fleet_text
-from gpudiag.fleetload import load_fleet
+from gpudiag.fleet.analysis import analyse
+from gpudiag.fleet.load import load_fleet
+from gpudiag.fleet.report import report_text as fleet_text
 from gpudiag.model import Reading, ReadingStatus
 from gpudiag.redact import Redactor
 from gpudiag.rulefile import DATA_FILES, lint_rule_file, load_rules
@@ -54,21 +54,21 @@ def test_fill_escapes_and_leaves_unknown_placeholders() -> None:
 
 
 def test_declarations_are_found_by_key() -> None:
-    found = catalog.find("gpu.3.nvlink.5.errors.replay")
+    found = shipped.find("gpu.3.nvlink.5.errors.replay")
     assert found is not None and found.change is Change.COUNTER
     assert found.producers == frozenset({"gpu"})
-    assert catalog.find("gpu.0.power.limit").unit == "W"  # type: ignore[union-attr]
-    assert catalog.find("gpu.0.kernel.stream.triad.fp64.ci_low").template == (  # type: ignore[union-attr]
+    assert shipped.find("gpu.0.power.limit").unit == "W"  # type: ignore[union-attr]
+    assert shipped.find("gpu.0.kernel.stream.triad.fp64.ci_low").template == (  # type: ignore[union-attr]
         "gpu.{gpu}.kernel.{metric}.ci_low"
     )
-    assert catalog.find("topo.gpu.0.nic.mlx5_0").producers == {"import", "topology"}  # type: ignore[union-attr]
-    assert catalog.find("gpu.0.no_such_reading") is None
-    assert catalog.find("nothing") is None
-    assert catalog.is_configuration("cpu.freq.governor")
-    assert catalog.is_volatile("gpu.0.temperature.gpu")
-    assert catalog.is_volatile("never.declared")  # never grouped on or baselined
-    assert catalog.identifying_kind("gpu.2.serial") == "serial"
-    assert catalog.group_of("mem.total") == "Memory"
+    assert shipped.find("topo.gpu.0.nic.mlx5_0").producers == {"import", "topology"}  # type: ignore[union-attr]
+    assert shipped.find("gpu.0.no_such_reading") is None
+    assert shipped.find("nothing") is None
+    assert shipped.is_configuration("cpu.freq.governor")
+    assert shipped.is_volatile("gpu.0.temperature.gpu")
+    assert shipped.is_volatile("never.declared")  # never grouped on or baselined
+    assert shipped.identifying_kind("gpu.2.serial") == "serial"
+    assert shipped.group_of("mem.total") == "Memory"
 
 
 def test_two_producers_must_declare_a_template_alike() -> None:
@@ -110,11 +110,11 @@ def test_subject_index_finds_every_instance() -> None:
 
 
 def test_which_source_can_hold_a_key() -> None:
-    assert catalog.can_hold(["gpu"], "gpu.0.ecc.current")
-    assert not catalog.can_hold(["cpu"], "gpu.0.ecc.current")
-    assert not catalog.can_hold(["import-xml"], "cpu.freq.governor")  # holds what it wrote
-    assert catalog.can_hold(["cpu"], "gpu.0.kernel.verified")  # derived where probes ran
-    assert catalog.can_hold(["someone-else"], "cpu.model")  # unknown: never a pass
+    assert shipped.can_hold(["gpu"], "gpu.0.ecc.current")
+    assert not shipped.can_hold(["cpu"], "gpu.0.ecc.current")
+    assert not shipped.can_hold(["import-xml"], "cpu.freq.governor")  # holds what it wrote
+    assert shipped.can_hold(["cpu"], "gpu.0.kernel.verified")  # derived where probes ran
+    assert shipped.can_hold(["someone-else"], "cpu.model")  # unknown: never a pass
 
 
 def test_rules_lint_refuses_a_rule_reading_an_undeclared_key(tmp_path: Path) -> None:
@@ -192,7 +192,7 @@ def test_fleet_history_reports_counters_that_rose(tmp_path: Path) -> None:
 
 
 def test_the_fleet_names_devices_by_the_catalogs_subjects() -> None:
-    from gpudiag.fleet import template
+    from gpudiag.fleet.analysis import template
 
     assert template("gpu.3.power.limit") == ("gpu.{gpu}.power.limit", "GPU 3")
     assert template("gpu.3.nvlink.5.state") == ("gpu.{gpu}.nvlink.5.state", "GPU 3")
@@ -232,22 +232,22 @@ def test_lint_checks_every_shipped_file_data_files_included() -> None:
 
 
 def test_keys_are_taken_apart_by_their_declared_template() -> None:
-    assert catalog.parts("topo.gpu.2.nic.0000:19:00.0") == (
+    assert shipped.parts("topo.gpu.2.nic.0000:19:00.0") == (
         "topo.gpu.{gpu}.nic.{nic}",
         {"gpu": "2", "nic": "0000:19:00.0"},
     )
-    assert catalog.gpus_of("topo.gpu.2.7.copy_gbs") == ("2", "7")
-    assert catalog.gpus_of("gpu.3.nvlink.5.state") == ("3",)
-    assert catalog.gpus_of("cpu.model") == ()
+    assert shipped.gpus_of("topo.gpu.2.7.copy_gbs") == ("2", "7")
+    assert shipped.gpus_of("gpu.3.nvlink.5.state") == ("3",)
+    assert shipped.gpus_of("cpu.model") == ()
     moved = {"2": "5", "7": "0", "3": "1"}
-    assert catalog.renumber_gpus("topo.gpu.2.nic.mlx5_0", moved) == "topo.gpu.5.nic.mlx5_0"
-    assert catalog.renumber_gpus("topo.gpu.2.7.p2p", moved) == "topo.gpu.5.0.p2p"
-    assert catalog.renumber_gpus("gpu.3.nvlink.5.state", moved) == "gpu.1.nvlink.5.state"
-    assert catalog.renumber_gpus("gpu.3.kernel.stream.triad.fp64.ci_low", moved) == (
+    assert shipped.renumber_gpus("topo.gpu.2.nic.mlx5_0", moved) == "topo.gpu.5.nic.mlx5_0"
+    assert shipped.renumber_gpus("topo.gpu.2.7.p2p", moved) == "topo.gpu.5.0.p2p"
+    assert shipped.renumber_gpus("gpu.3.nvlink.5.state", moved) == "gpu.1.nvlink.5.state"
+    assert shipped.renumber_gpus("gpu.3.kernel.stream.triad.fp64.ci_low", moved) == (
         "gpu.1.kernel.stream.triad.fp64.ci_low"
     )
-    assert catalog.renumber_gpus("gpu.3.not_declared.x", moved) == "gpu.1.not_declared.x"
-    assert catalog.renumber_gpus("numa.3.cpus", moved) == "numa.3.cpus"  # not a GPU index
+    assert shipped.renumber_gpus("gpu.3.not_declared.x", moved) == "gpu.1.not_declared.x"
+    assert shipped.renumber_gpus("numa.3.cpus", moved) == "numa.3.cpus"  # not a GPU index
 
 
 def _subject_by_every_pattern(key: str) -> tuple[str, dict[str, str]]:
@@ -282,7 +282,7 @@ def test_subject_of_key_by_the_key_head_answers_as_every_pattern() -> None:
     """subject_of_key tries only the subjects whose stem begins with the key's first
     segment: the same answer as trying every subject's pattern, for every key of the demo
     captures (probed on replay), every declared template and keys made to be awkward."""
-    keys = {catalog.sample_key(t) for t in catalog.catalog().declared}
+    keys = {catalog.sample_key(t) for t in shipped.catalog().declared}
     keys |= {
         "gpu", "gpu.", "gpu.x", "gpu.3", "gpu.1234567.name", "gpu.3.nvlink", "gpu.3.nvlink.x",
         "topo.gpu.1", "topo.gpu.1.2", "topo.gpu.1.nic.0000:19:00.0", "pcie.0000:1b:00.0",
@@ -299,7 +299,7 @@ def test_subject_of_key_by_the_key_head_answers_as_every_pattern() -> None:
 def test_subject_of_key_answers_as_every_pattern_on_real_data() -> None:
     """The same for every key of the real captures (the H100 VM) and of the real
     nvidia-smi outputs imported."""
-    from gpudiag.nvsmi import import_files
+    from gpudiag.importing import import_files
 
     captures = sorted(realdata_dir().glob("*/*.capture.json"))
     assert captures

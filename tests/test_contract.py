@@ -18,15 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag import catalog
+from gpudiag import catalog, shipped
 from gpudiag.derive import derive
 from gpudiag.hostfs import HostFS
+from gpudiag.importing import import_text
+from gpudiag.importing.gpus import FIELDS
 from gpudiag.kernels.plans import KERNELS, KernelPlan
 from gpudiag.kernels.readings import kernel_readings
 from gpudiag.kernels.stats import summarize
 from gpudiag.model import KernelResult, ProbeStatus, Reading, ReadingStatus
 from gpudiag.nvml import Nvml, ReplayBackend
-from gpudiag.nvsmi import FIELDS, import_text
 from gpudiag.probe import ProbeContext
 from gpudiag.probes import default_probes
 from gpudiag.rule_operators import READING_OPERATORS
@@ -194,7 +195,7 @@ def _undeclared(producer: str | frozenset[str], readings) -> list[str]:
     producers = {producer} if isinstance(producer, str) else producer
     wrong = []
     for r in readings:
-        found = catalog.find(r.key)
+        found = shipped.find(r.key)
         if found is None or not producers & found.producers:
             wrong.append(f"{r.key}: not declared by {producer}")
         elif r.ok and found.unit != "*" and r.unit != found.unit:
@@ -225,7 +226,7 @@ def test_the_derived_result_makes_only_what_the_derivations_declare(live) -> Non
         r.key for r in derived
     }
     assert _undeclared(catalog.DERIVED_PRODUCERS, derived) == []
-    assert catalog.is_configuration("node.profile")
+    assert shipped.is_configuration("node.profile")
 
 
 def test_the_declaration_check_can_fail(live) -> None:

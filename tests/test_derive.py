@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.catalog import is_kernel_reading
 from gpudiag.derive import DERIVED, derive, ensure_derived, source_readings
 from gpudiag.diff import diff_snapshots
 from gpudiag.hostfs import HostFS
@@ -30,6 +29,7 @@ from gpudiag.session import (
     with_findings,
     with_kernel_results,
 )
+from gpudiag.shipped import is_kernel_reading
 from gpudiag.snapshot import load, save
 
 from conftest import FIXTURES, REPO

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from gpudiag import capture
-from gpudiag.baseline import write_rules
-from gpudiag.fleet import analyse, write_parquet
-from gpudiag.fleetload import load_fleet
-from gpudiag.formats import write_text
+from gpudiag.fleet.analysis import analyse
+from gpudiag.fleet.baseline import write_rules
+from gpudiag.fleet.load import load_fleet
+from gpudiag.fleet.parquet import write_parquet
+from gpudiag.output import write_text
 from gpudiag.snapshot import load, save
 
 from conftest import FIXTURES, run_cli

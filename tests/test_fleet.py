@@ -13,12 +13,12 @@ import polars as pl
 import pytest
 from textual.widgets import Static, TabbedContent
 
-from gpudiag import fleetload
-from gpudiag.catalog import is_configuration, is_volatile
-from gpudiag.fleet import analyse, fold
-from gpudiag.fleetload import load_fleet
+from gpudiag.fleet import load as fleetload
+from gpudiag.fleet.analysis import analyse, fold
+from gpudiag.fleet.load import load_fleet
+from gpudiag.fleet.screen import FleetApp
+from gpudiag.shipped import is_configuration, is_volatile
 from gpudiag.snapshot import load, save
-from gpudiag.tui_fleet import FleetApp
 
 from conftest import run_cli
 from fleetgen import clean_dir, fleet_dir

@@ -14,7 +14,7 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpudiag.fleetload import _Reader, _value, as_kernel_result
+from gpudiag.fleet.load import _Reader, _value, as_kernel_result
 from gpudiag.model import SCHEMA_VERSION
 from gpudiag.snapshot import SnapshotError, loads
 

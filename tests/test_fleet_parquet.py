@@ -11,9 +11,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from gpudiag.fleet import analyse, report_json, report_text
-from gpudiag.fleetload import load_fleet
-from gpudiag.fleetparquet import METADATA_KEY
+from gpudiag.fleet.analysis import analyse
+from gpudiag.fleet.load import load_fleet
+from gpudiag.fleet.parquet import METADATA_KEY
+from gpudiag.fleet.report import report_json, report_text
 
 from conftest import run_cli
 from fleetgen import clean_dir, fleet_dir

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag import fleetload
-from gpudiag.fleet import analyse, report_json, report_text
-from gpudiag.fleetload import load_fleet
+from gpudiag.fleet import load as fleetload
+from gpudiag.fleet.analysis import analyse
+from gpudiag.fleet.load import load_fleet
+from gpudiag.fleet.report import report_json, report_text
 from gpudiag.snapshot import load, save
 
 from fleetgen import fleet_dir

@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 
 from gpudiag import tomlcompat
-from gpudiag.baseline import baseline_rules
-from gpudiag.fleet import FleetReport, analyse, report_json, report_text, write_parquet
-from gpudiag.fleetload import load_fleet
+from gpudiag.fleet.analysis import FleetReport, analyse
+from gpudiag.fleet.baseline import baseline_rules
+from gpudiag.fleet.load import load_fleet
+from gpudiag.fleet.parquet import write_parquet
+from gpudiag.fleet.report import report_json, report_text
 from gpudiag.snapshot import save
 
 from conftest import realdata_dir

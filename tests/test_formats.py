@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped
 
-from gpudiag.formats import is_not_applicable, junit, prometheus
 from gpudiag.model import Finding, KernelResult, ProbeStatus, Severity, Statistics
+from gpudiag.output import is_not_applicable
+from gpudiag.output.junit import junit
+from gpudiag.output.prometheus import prometheus
 from gpudiag.rulefile import load_rules
 from gpudiag.snapshot import load, loads
 

@@ -52,8 +52,8 @@ def test_loader_survives_mutated_inputs(loader: str) -> None:
 @pytest.mark.parametrize("loader", list(LOADERS))
 def test_seeds_load(loader: str) -> None:
     """The seeds themselves are accepted (a fuzzer of refused seeds tests little)."""
+    from gpudiag.importing import import_text
     from gpudiag.nvml import ReplayBackend
-    from gpudiag.nvsmi import import_text
     from gpudiag.rulefile import merge_rules
     from gpudiag.snapshot import loads
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.formats import applicable
 from gpudiag.health import (
     NPD_LINE_MAX,
     REASON_MAX,
@@ -23,6 +22,7 @@ from gpudiag.health import (
     slurm,
 )
 from gpudiag.model import Action, Finding, Severity
+from gpudiag.output import applicable
 from gpudiag.session import rule_tally
 
 from conftest import NO_BUS_RULES, REPO, run_cli

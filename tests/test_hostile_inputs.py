@@ -21,8 +21,8 @@ import pytest
 from test_formats import promtool
 
 from gpudiag import inputs
-from gpudiag.fleetload import load_fleet
-from gpudiag.fleetparquet import METADATA_KEY, read_parquet_fleet
+from gpudiag.fleet.load import load_fleet
+from gpudiag.fleet.parquet import METADATA_KEY, read_parquet_fleet
 from gpudiag.snapshot import save
 
 from conftest import REPO, run_cli
@@ -149,7 +149,8 @@ def test_capture_host_records_are_guarded(hostile_capture: Path, fmt: str) -> No
 
 def test_formats_escape_whatever_reaches_them() -> None:
     """The writers' own guard, for a snapshot built in memory (no loader on the way)."""
-    from gpudiag.formats import junit, prometheus
+    from gpudiag.output.junit import junit
+    from gpudiag.output.prometheus import prometheus
     from gpudiag.rulefile import load_rules
 
     snap = replace(base_snapshot(), host=f"n{HOSTILE}\ufffe\ud800\"\\")

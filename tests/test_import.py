@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from gpudiag.importing import ImportError_, detect, import_text
+from gpudiag.importing.common import status_of
+from gpudiag.importing.query_text import parse_q_text
 from gpudiag.model import Reading, ReadingStatus
-from gpudiag.nvsmi import ImportError_, detect, import_text, parse_q_text, status_of
 
 from conftest import REALDATA, realdata_dir, run_cli
 

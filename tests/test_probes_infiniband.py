@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag import catalog, views
+from gpudiag import catalog, shipped, views
 from gpudiag.hostfs import HostFS
 from gpudiag.model import Reading, ReadingStatus, Severity
 from gpudiag.nvml import Nvml, ReplayBackend
@@ -239,12 +239,12 @@ def test_the_catalog_knows_the_port_subject() -> None:
         {"hca": "mlx5_10", "port": "2"},
     )
     assert catalog.subject_of_key("ib.mlx5_0.fw_ver") == ("node", {})  # an HCA's own
-    assert catalog.is_counter("ib.mlx5_3.1.symbol_error")
-    assert catalog.is_counter("ib.mlx5_3.1.link_downed")
-    assert catalog.is_configuration("ib.mlx5_3.1.rate")
-    assert catalog.identifying_kind("ib.mlx5_3.node_guid") == "guid"
-    assert catalog.identifying_kind("ib.mlx5_3.sys_image_guid") == "guid"
-    assert catalog.group_of("ib.mlx5_0.1.state") == catalog.group_of("ib.hcas") == "InfiniBand"
+    assert shipped.is_counter("ib.mlx5_3.1.symbol_error")
+    assert shipped.is_counter("ib.mlx5_3.1.link_downed")
+    assert shipped.is_configuration("ib.mlx5_3.1.rate")
+    assert shipped.identifying_kind("ib.mlx5_3.node_guid") == "guid"
+    assert shipped.identifying_kind("ib.mlx5_3.sys_image_guid") == "guid"
+    assert shipped.group_of("ib.mlx5_0.1.state") == shipped.group_of("ib.hcas") == "InfiniBand"
 
 
 # ------------------------------------------------------------------ end to end

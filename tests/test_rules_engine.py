@@ -446,7 +446,7 @@ def test_the_quick_tests_give_exactly_the_full_evaluations_findings(tmp_path: Pa
     others', so the profile comparisons fail), a lost GPU, the real H100 capture and
     every real nvidia-smi output, the findings are the same, in the same order."""
     from gpudiag import capture
-    from gpudiag.nvsmi import ImportError_, import_files
+    from gpudiag.importing import ImportError_, import_files
     from gpudiag.session import LiveNode
 
     judged = 0

@@ -115,8 +115,8 @@ def test_unknown_versions_are_refused() -> None:
 
 
 def test_version_1_import_of_a_pre_r450_file_gets_no_guessed_total() -> None:
+    from gpudiag.importing.gpus import with_ecc_totals
     from gpudiag.model import Reading
-    from gpudiag.nvsmi import with_ecc_totals
 
     base = "nvidia-smi-xml:gpu[0]/ecc_errors/volatile/double_bit"
     v1 = (

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from gpudiag.importing import import_text
 from gpudiag.model import ReadingStatus, Severity
-from gpudiag.nvsmi import import_text
 from gpudiag.rulefile import load_rules
 from gpudiag.session import with_findings
 from gpudiag.snapshot import load
@@ -286,7 +286,7 @@ def test_eight_gpu_matrix_with_nics_in_every_form() -> None:
 
 
 def test_glued_affinity_split() -> None:
-    from gpudiag.nvsmi import split_glued_affinity
+    from gpudiag.importing.topo import split_glued_affinity
 
     assert split_glued_affinity("0-45,92-1370") == ("0-45,92-137", "0")
     assert split_glued_affinity("46-91,138-1831") == ("46-91,138-183", "1")

@@ -139,10 +139,10 @@ def test_plain_keeps_text_as_text() -> None:
 
 
 def test_the_fleet_app_shows_hostile_hosts_literally(tmp_path: Path) -> None:
-    from gpudiag.fleet import analyse
-    from gpudiag.fleetload import load_fleet
+    from gpudiag.fleet.analysis import analyse
+    from gpudiag.fleet.load import load_fleet
+    from gpudiag.fleet.screen import FleetApp
     from gpudiag.snapshot import save
-    from gpudiag.tui_fleet import FleetApp
 
     victims = tmp_path / "victims"
     victims.mkdir()

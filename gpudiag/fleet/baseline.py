@@ -36,8 +36,8 @@ import tomli_w
 from gpudiag import __version__, catalog
 from gpudiag.atomic import write_atomic
 from gpudiag.diff import higher_is_better
-from gpudiag.fleet import _DEVICE_ID, _Fleet
-from gpudiag.fleetload import LoadedFleet
+from gpudiag.fleet.analysis import DEVICE_ID, Fleet
+from gpudiag.fleet.records import LoadedFleet
 from gpudiag.hostfs import natural_key
 
 _TEXT = re.compile(r"^[\x20-\x7e]*$")
@@ -74,13 +74,13 @@ def baseline_rules(
     loaded: LoadedFleet, quantile: float = 0.01, margin: float = 0.05
 ) -> tuple[str, int]:
     """The rules file's text and how many rules it holds."""
-    fleet = _Fleet(loaded)
+    fleet = Fleet(loaded)
     by_model: dict[str, list[int]] = defaultdict(list)  # device id -> node indices
     for i, run in enumerate(fleet.current):
         ids = []
         layout = loaded.layouts[run.layout]
         for key in layout.keys:
-            if _DEVICE_ID.match(key):
+            if DEVICE_ID.match(key):
                 found = fleet.config_value(run.config, key)
                 if found and found[2] == "ok":
                     ids.append(str(found[0]))
@@ -105,7 +105,7 @@ def baseline_rules(
 
 
 def _config_rules(
-    fleet: _Fleet, members: list[int], model: str, node_count: int
+    fleet: Fleet, members: list[int], model: str, node_count: int
 ) -> list[dict[str, Any]]:
     """One rule per configuration reading template with one value everywhere."""
     configs = Counter(fleet.current[i].config for i in members)
@@ -155,7 +155,7 @@ def _config_rules(
 
 
 def _metric_rules(
-    fleet: _Fleet, members: list[int], model: str, quantile: float, margin: float
+    fleet: Fleet, members: list[int], model: str, quantile: float, margin: float
 ) -> list[dict[str, Any]]:
     """A lower bound per kernel figure that is better higher."""
     figures: dict[str, list[float]] = defaultdict(list)

@@ -1,5 +1,5 @@
-"""Snapshot output for the tools fleets already run: Prometheus' text format (for
-node_exporter's textfile collector) and JUnit XML (for acceptance pipelines).
+"""The snapshot in Prometheus' text exposition format, for node_exporter's textfile
+collector.
 
 The Prometheus metric names and labels are an interface: the README lists them, the tests
 check them, and a change to one is made only with a note in the README.
@@ -20,74 +20,17 @@ A reading that could not be taken is left out, never written as a zero.
 
 from __future__ import annotations
 
-import argparse
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from gpudiag.inputs import printable
-from gpudiag.model import Action, Finding, ReadingStatus, Severity, Snapshot
+from gpudiag.model import Action, Finding, ReadingStatus, Snapshot
+from gpudiag.output import applicable, is_not_applicable, strongest_action
 
-# the command line loads this module for its options (add_format_options): what writing a
-# format needs (the rules engine, the catalog, XML) is imported where it is written
 if TYPE_CHECKING:
-    import xml.etree.ElementTree as ET
-
     from gpudiag.rulefile import Rule
-
-FORMAT_NAMES = {"toml": "TOML", "json": "JSON", "prometheus": "Prometheus", "junit": "JUnit"}
-FORMATS = tuple(FORMAT_NAMES)
-
-
-def add_format_options(parser: argparse.ArgumentParser, default: object = None) -> None:
-    """--format and --prometheus, for the headless export and for check."""
-    parser.add_argument(
-        "--format",
-        choices=FORMATS,
-        default=default,
-        help="with --export or check: write the snapshot in this form (default for --export:"
-        " TOML, JSON for a .json file; prometheus: node_exporter's textfile format; junit:"
-        " one test case per rule and subject)",
-    )
-    parser.add_argument(
-        "--prometheus",
-        metavar="FILE",
-        default=default,
-        help="with --export, check or health: also write FILE in node_exporter's textfile"
-        " format (atomically; name it *.prom in the collector's folder)",
-    )
-
-
-def is_not_applicable(finding: Finding) -> bool:
-    """A finding for a check that does not apply to this node. Such findings never count
-    against a node (JUnit: skipped; Prometheus: a status label; NPD and Slurm: ignored)."""
-    return finding.severity is Severity.NOT_APPLICABLE
-
-
-def applicable(findings: Iterable[Finding]) -> list[Finding]:
-    """The findings that count: every one except the not-applicable ones."""
-    return [f for f in findings if not is_not_applicable(f)]
-
-
-def strongest_action(findings: Iterable[Finding]) -> Action:
-    """The strongest action any applicable finding recommends (none when there are none)."""
-    return max((f.action for f in applicable(findings)), key=lambda a: a.rank, default=Action.NONE)
-
-
-def write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` atomically (temporary file beside it, then rename)."""
-    from gpudiag.atomic import write_atomic
-
-    def write(stream: IO[str]) -> None:
-        stream.write(text)
-
-    write_atomic(path, write)
-
-
-# ------------------------------------------------------------------ Prometheus
 
 
 @dataclass(frozen=True)
@@ -299,124 +242,6 @@ def prometheus(snapshot: Snapshot) -> str:
     return m.text()
 
 
-# ------------------------------------------------------------------ JUnit
-
-
-def _testcases(
-    snapshot: Snapshot, rules: Sequence[Rule], readings: dict
-) -> list[tuple[str, str, list[Finding], str]]:
-    """(rule id, subject, findings, skip reason) for every check the rules made, then
-    for findings no rule instance names (probe failures, no profile)."""
-    from gpudiag import catalog
-    from gpudiag.ruleengine import instances
-    from gpudiag.rulefile import SCOPES
-
-    index = catalog.SubjectIndex.of(readings)
-    by_key: dict[tuple[str, str], list[Finding]] = {}
-    for finding in snapshot.findings:
-        by_key.setdefault((finding.rule_id, finding.subject), []).append(finding)
-    cases = []
-    seen = set()
-    for rule in rules:
-        if rule.disabled or rule.status == "deprecated":
-            continue
-        for placeholders, _ in instances(rule, readings, index):
-            values = dict(zip(SCOPES[rule.applies_to], placeholders, strict=True))
-            key = (rule.id, catalog.subject_title(rule.applies_to, values))
-            if key in seen:
-                continue
-            seen.add(key)
-            skip = ""
-            lost = (
-                "gpu" in values
-                and catalog.is_lost(readings, values["gpu"])
-                and not rule.reading.endswith(".health")
-            )
-            if lost and key not in by_key:
-                skip = f"GPU {values['gpu']} is lost (GPU001): it answers nothing"
-            health = readings.get(f"gpu.{values['gpu']}.health") if "gpu" in values else None
-            unreached = health is not None and health.status is ReadingStatus.NOT_REACHED
-            if unreached and key not in by_key:  # nothing of it was read: not judged, not passed
-                skip = f"GPU {values['gpu']} was not read (GPU001): {health.reason}"
-            cases.append((*key, by_key.get(key, []), skip))
-    for key, findings in by_key.items():
-        if key not in seen:
-            cases.append((*key, findings, ""))
-    return cases
-
-
-# What XML 1.0 cannot hold even as a character reference, once `printable` has removed
-# the controls and lone surrogates
-_NOT_XML = re.compile("[\ufffe\uffff]")
-
-
-def _xml_text(text: str) -> str:
-    return _NOT_XML.sub("", printable(text))
-
-
-def _xml_safe(root: ET.Element) -> None:
-    """Every text and attribute of the tree made printable and valid in XML 1.0, in one
-    place, whatever field a value came from: the document stays well-formed."""
-    for element in root.iter():
-        if element.text:
-            element.text = _xml_text(element.text)
-        for name, value in element.attrib.items():
-            element.set(name, _xml_text(value))
-
-
-def junit(snapshot: Snapshot, rules: Sequence[Rule]) -> str:
-    """JUnit XML: one testcase per rule and subject; a failure for a warning or critical
-    finding, an error for one that could not be checked (unknown), skipped for a check
-    that does not apply; info findings pass with their message as output."""
-    import xml.etree.ElementTree as ET
-
-    from gpudiag.session import judged_readings
-
-    readings, _, _ = judged_readings(snapshot)
-    cases = _testcases(snapshot, rules, readings)
-    suite = ET.Element("testsuite", name=f"gpudiag {snapshot.host}", hostname=snapshot.host)
-    suite.set("timestamp", snapshot.created.replace("Z", ""))
-    counts = {"failures": 0, "errors": 0, "skipped": 0}
-    for rule_id, subject, findings, skip in cases:
-        case = ET.SubElement(suite, "testcase", classname=f"gpudiag.{rule_id}", name=subject)
-        case.set("time", "0")
-        counted = applicable(findings)
-        worst = max(counted, key=lambda f: f.severity.rank, default=None)
-        if skip or (findings and not counted):
-            reason = skip or "; ".join(f.message for f in findings) or "not applicable"
-            ET.SubElement(case, "skipped", message=reason)
-            counts["skipped"] += 1
-        elif worst is not None and worst.severity in (Severity.CRITICAL, Severity.WARNING):
-            failure = ET.SubElement(
-                case, "failure", message=worst.message, type=worst.severity.value
-            )
-            failure.text = "\n".join(
-                [f"{f.severity.value}: {f.message}" for f in counted]
-                + [f"action: {worst.action.value}", f"why: {worst.why}", f"fix: {worst.fix}"]
-            )
-            counts["failures"] += 1
-        elif worst is not None and worst.severity is Severity.UNKNOWN:
-            ET.SubElement(case, "error", message=worst.message, type="unknown")
-            counts["errors"] += 1
-        elif worst is not None:
-            ET.SubElement(case, "system-out").text = "\n".join(f.message for f in counted)
-    suite.set("tests", str(len(cases)))
-    for name, count in counts.items():
-        suite.set(name, str(count))
-    suite.set("time", "0")
-    root = ET.Element("testsuites", name="gpudiag")
-    root.append(suite)
-    _xml_safe(root)
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, "unicode") + "\n"
-
-
 def render(snapshot: Snapshot, fmt: str, rules: Sequence[Rule] = ()) -> str:
-    """The snapshot as text in one of FORMATS."""
-    from gpudiag.snapshot import dumps
-
-    if fmt == "prometheus":
-        return prometheus(snapshot)
-    if fmt == "junit":
-        return junit(snapshot, rules)
-    return dumps(snapshot, as_json=fmt == "json")
+    """The registry's entry (gpudiag/output/__init__.py): `prometheus`."""
+    return prometheus(snapshot)

@@ -23,8 +23,9 @@ latest is the node. The report has, headline first:
 
 The numeric data is one long table (node, model, reading, device, value) held as NumPy
 columns: statistics are group-wise medians over it, and `--parquet FILE` writes it (with
-each node's configuration group) through Polars for pandas, DuckDB or a dashboard.
-Polars is imported only then: a report does not pay for it.
+each node's configuration group) through Polars for pandas, DuckDB or a dashboard
+(parquet.py). Polars is imported only then: a report does not pay for it. The report's
+text, markdown and JSON are report.py's.
 """
 
 from __future__ import annotations
@@ -40,10 +41,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from ClusterShell.NodeSet import NodeSet
 
-from gpudiag import catalog
+from gpudiag import catalog, shipped
 from gpudiag.derive import PROFILE_KEY
-from gpudiag.diff import _kernel_key, bootstrap_ratio, higher_is_better, load_explanations, verdict
-from gpudiag.fleetload import Layout, LoadedFleet, NodeRun
+from gpudiag.diff import (
+    bootstrap_ratio,
+    higher_is_better,
+    kernel_match_key,
+    load_explanations,
+    verdict,
+)
+from gpudiag.fleet.records import Layout, LoadedFleet, NodeRun
 from gpudiag.hostfs import natural_key
 from gpudiag.profiles import load_profiles
 
@@ -54,7 +61,7 @@ EXIT_SAME, EXIT_ODD, EXIT_BAD_INPUT = 0, 1, 3
 DEFAULT_THRESHOLD = 5.0
 MAD_SCALE = 1.4826  # MAD of a normal distribution -> its standard deviation
 MIN_COMPARABLE = 3
-_DEVICE_ID = re.compile(r"^gpu\.\d+\.pci\.device_id$")
+DEVICE_ID = re.compile(r"^gpu\.\d+\.pci\.device_id$")
 
 
 _FOLDABLE = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -107,10 +114,6 @@ def _display(value: Any, unit: str, status: str) -> str:
     if isinstance(value, tuple):
         value = ", ".join(map(str, value))
     return f"{value} {unit}".rstrip() if unit else str(value)
-
-
-def _number(value: float) -> str:
-    return f"{value:.4g}"
 
 
 # ------------------------------------------------------------------ results
@@ -260,7 +263,7 @@ class FleetReport:
 # ------------------------------------------------------------------ analysis
 
 
-class _Fleet:
+class Fleet:
     """The loaded fleet's latest run per node, with per-node model labels and lookups."""
 
     def __init__(self, loaded: LoadedFleet) -> None:
@@ -310,7 +313,7 @@ class _Fleet:
                 return self._models[config]
             ids = []
             for key in layout.keys:
-                if _DEVICE_ID.match(key):
+                if DEVICE_ID.match(key):
                     found = self.config_value(config, key)
                     if found and found[2] == "ok":
                         ids.append(str(found[0]))
@@ -412,7 +415,7 @@ class Columns:
         )
 
 
-def numeric_columns(fleet: _Fleet, names: TableNames) -> Columns:
+def numeric_columns(fleet: Fleet, names: TableNames) -> Columns:
     """The long table (Columns) of the fleet's latest runs. Nodes of one layout are one
     matrix, so a layout's rows are its matrix raveled and its column ids tiled; GPUs of one
     model are pooled (one group a reading template), NUMA nodes are not (a CPU-less memory
@@ -519,7 +522,7 @@ def numeric_columns(fleet: _Fleet, names: TableNames) -> Columns:
     )
 
 
-def numeric_table(fleet: _Fleet, names: TableNames) -> pl.DataFrame:
+def numeric_table(fleet: Fleet, names: TableNames) -> pl.DataFrame:
     """The long table as a Polars frame: node_id, reading_id, device_id, value, model_id,
     config, slot (Columns.frame)."""
     return numeric_columns(fleet, names).frame()
@@ -598,7 +601,7 @@ def robust_outliers(columns: Columns, stats: GroupStats, threshold: float) -> Od
     return OddRows(rows[far], median[far], mad[far], z[far])
 
 
-def _outliers(columns: Columns, odd: OddRows, fleet: _Fleet, names: TableNames) -> list[Outlier]:
+def _outliers(columns: Columns, odd: OddRows, fleet: Fleet, names: TableNames) -> list[Outlier]:
     out = []
     for i, row in enumerate(odd.rows.tolist()):
         reading_id = int(columns.reading_id[row])
@@ -634,7 +637,7 @@ def _candidate_key(candidate: str, device: str) -> str:
 
 
 def explain_slow(
-    fleet: _Fleet, counts: Counter[tuple[int, str, bool]], name: str, kernel_device: str
+    fleet: Fleet, counts: Counter[tuple[int, str, bool]], name: str, kernel_device: str
 ) -> list[Cause]:
     """The configuration readings that separate slow units (node, device) from the
     others, among those the explanations say can move metric `name` on `kernel_device`,
@@ -682,7 +685,7 @@ def explain_slow(
     return causes
 
 
-def config_groups(fleet: _Fleet) -> list[ConfigGroup]:
+def config_groups(fleet: Fleet) -> list[ConfigGroup]:
     """Nodes by identical configuration, largest group first, each with what differs
     from the largest group of its model."""
     members: dict[int, list[str]] = defaultdict(list)
@@ -706,7 +709,7 @@ def config_groups(fleet: _Fleet) -> list[ConfigGroup]:
     return groups
 
 
-def regressions(fleet: _Fleet) -> list[Regression]:
+def regressions(fleet: Fleet) -> list[Regression]:
     """Kernel metrics that got slower between consecutive runs of a node (the diff's
     interval test); the first such run is when it started."""
     found = []
@@ -715,9 +718,9 @@ def regressions(fleet: _Fleet) -> list[Regression]:
             continue
         reported: set[tuple[str, ...]] = set()
         for before, after in pairwise(runs):
-            earlier = {_kernel_key(k): k for k in before.kernels}
+            earlier = {kernel_match_key(k): k for k in before.kernels}
             for k in after.kernels:
-                key = _kernel_key(k)
+                key = kernel_match_key(k)
                 old = earlier.get(key)
                 if key in reported or old is None or len(old.samples) < 2 or len(k.samples) < 2:
                     continue
@@ -744,7 +747,7 @@ def regressions(fleet: _Fleet) -> list[Regression]:
     return found
 
 
-def rising_counters(fleet: _Fleet) -> list[RisingCounter]:
+def rising_counters(fleet: Fleet) -> list[RisingCounter]:
     """Counters since boot that rose between consecutive snapshots of a node (a reboot
     between them resets them: a counter that fell is not reported)."""
     counters: dict[int, dict[str, int]] = {}
@@ -755,7 +758,7 @@ def rising_counters(fleet: _Fleet) -> list[RisingCounter]:
             counters[run.layout] = {
                 layout.keys[p]: i
                 for i, p in enumerate(layout.numeric)
-                if catalog.is_counter(layout.keys[p])
+                if shipped.is_counter(layout.keys[p])
             }
         return counters[run.layout]
 
@@ -773,7 +776,7 @@ def rising_counters(fleet: _Fleet) -> list[RisingCounter]:
     return found
 
 
-def fleet_findings(fleet: _Fleet) -> list[FleetFinding]:
+def fleet_findings(fleet: Fleet) -> list[FleetFinding]:
     """Per rule (and severity), the nodes whose latest snapshot has it, in node order.
     Identical findings tuples (most nodes of a fleet) are looked at once."""
     by_findings: dict[tuple[tuple[str, str, str], ...], list[str]] = defaultdict(list)
@@ -826,7 +829,7 @@ def analyse(loaded: LoadedFleet, threshold: float = DEFAULT_THRESHOLD) -> FleetR
     """The fleet report of loaded snapshots. The statistics are NumPy over the long
     table's columns; Polars is imported only where the table is asked for as a frame
     (FleetReport.table: --parquet, other tools)."""
-    fleet = _Fleet(loaded)
+    fleet = Fleet(loaded)
     names = TableNames()
     columns = numeric_columns(fleet, names)
     ids = {run.host: i for i, run in enumerate(fleet.current)}
@@ -879,226 +882,3 @@ def analyse(loaded: LoadedFleet, threshold: float = DEFAULT_THRESHOLD) -> FleetR
         names=names,
         node_names=[run.host for run in fleet.current],
     )
-
-
-# ------------------------------------------------------------------ reports
-
-MAX_LISTED = 8
-MIN_F1 = 0.5  # a cause shown must separate at least this well
-
-
-def _odd_lines(report: FleetReport, markdown: bool) -> list[str]:
-    """Outliers grouped by reading: the fleet's median and MAD, then the odd units."""
-    lines = []
-    by_reading: dict[tuple[str, str], list[Outlier]] = defaultdict(list)
-    for o in report.outliers:
-        by_reading[(o.model, o.reading)].append(o)
-    bullet = "- " if markdown else "  "
-    for (model, reading), odd in by_reading.items():
-        first = odd[0]
-        unit = f" {first.unit}" if first.unit else ""
-        lines.append(
-            f"{bullet}{reading} ({model}): median {_number(first.median)}{unit}, "
-            f"MAD {_number(first.mad)}; {len(odd)} odd"
-        )
-        for o in odd[:MAX_LISTED]:
-            where = f"{o.node} {o.device}".rstrip()
-            z = "MAD 0" if math.isinf(o.z) else f"z {o.z:+.1f}"
-            unit = f" {o.unit}" if o.unit else ""
-            lines.append(
-                f"{'  - ' if markdown else '      '}{where}: {_number(o.value)}{unit} "
-                f"({o.off}, {z})"
-            )
-        if len(odd) > MAX_LISTED:
-            rest = {o.node for o in odd[MAX_LISTED:]}
-            lines.append(
-                f"{'  - ' if markdown else '      '}and {len(odd) - MAX_LISTED} more on "
-                f"{fold(rest)}"
-            )
-    return lines
-
-
-def report_text(report: FleetReport, markdown: bool = False) -> str:
-    """The report for a terminal, or as markdown."""
-    h = (lambda t: f"\n## {t}\n") if markdown else (lambda t: f"\n{t}")
-    bullet = "- " if markdown else "  "
-    lines = [
-        ("# gpudiag fleet\n\n" if markdown else "")
-        + f"{report.nodes} node{'s' if report.nodes != 1 else ''}, {report.snapshots} "
-        + f"snapshot{'s' if report.snapshots != 1 else ''}"
-        + (f", {len(report.bad)} unreadable files (named on stderr)" if report.bad else "")
-        + f"; outliers beyond robust z {report.threshold:g}"
-    ]
-    lines.append(h("Why slow"))
-    if not report.slow:
-        lines.append(f"{bullet}no kernel metric has slow outliers")
-    for s in report.slow:
-        nodes = fold({o.node for o in s.slow})
-        lines.append(
-            f"{bullet}{s.metric} ({s.model}): {len(s.slow)} of {s.comparable} slow on {nodes}; "
-            f"fleet median {_number(s.median)} {s.unit}"
-        )
-        for o in s.slow[:MAX_LISTED]:
-            lines.append(
-                f"{'  - ' if markdown else '      '}{o.node} {o.device}: "
-                f"{_number(o.value)} {o.unit} ({o.off})".replace(" :", ":")
-            )
-        causes = [c for c in s.causes if c.f1 >= MIN_F1]
-        if not causes:
-            lines.append(
-                f"{'  - ' if markdown else '      '}no configuration reading known to move it "
-                "separates them"
-            )
-        for c in causes[:3]:
-            slow_values = ", ".join(f"{v} x{n}" for v, n in c.slow_values)
-            other_values = ", ".join(f"{v} x{n}" for v, n in c.other_values[:3])
-            lines.append(
-                f"{'  - ' if markdown else '      because '}{c.reading} (F1 {c.f1:.2f}): "
-                f"slow {slow_values}; others {other_values}"
-            )
-    lines.append(h("Configuration groups"))
-    for i, g in enumerate(report.groups, 1):
-        count = f"{len(g.nodes)} node{'s' if len(g.nodes) != 1 else ''}"
-        lines.append(f"{bullet}group {i}: {g.folded} ({count}, {g.model})")
-        if i == 1 and len(report.groups) > 1:
-            lines.append(f"{'  - ' if markdown else '      '}the reference for the others")
-        for key, ref, this in g.differences[:12]:
-            lines.append(f"{'  - ' if markdown else '      '}{key}: {ref} -> {this}")
-        if len(g.differences) > 12:
-            lines.append(
-                f"{'  - ' if markdown else '      '}and {len(g.differences) - 12} more differences"
-            )
-    lines.append(h("Outliers"))
-    lines.extend(_odd_lines(report, markdown) or [f"{bullet}none"])
-    lines.append(h("History"))
-    if not report.regressions:
-        lines.append(f"{bullet}no regression between runs of a node")
-    for c in report.rising:
-        lines.append(
-            f"{bullet}{c.node} {c.reading}: rose {c.before:g} -> {c.after:g} "
-            f"between {c.previous} and {c.seen}"
-        )
-    for r in report.regressions:
-        lines.append(
-            f"{bullet}{r.node} {r.device} {r.metric}: slower since {r.started} "
-            f"(x{r.ratio:.3f}, 95% CI {r.ci_low:.3f}-{r.ci_high:.3f}, against {r.previous})"
-        )
-    lines.append(h("Findings"))
-    if not report.findings:
-        lines.append(f"{bullet}none")
-    for f in report.findings:
-        count = "all" if len(f.nodes) == report.nodes else f"{len(f.nodes)} of {report.nodes}"
-        lines.append(
-            f"{bullet}{f.severity.upper()} {f.rule_id}: {count} nodes: {fold(set(f.nodes))}"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def report_json(report: FleetReport) -> dict[str, Any]:
-    """The report as plain data for pipelines."""
-
-    def outlier(o: Outlier) -> dict[str, Any]:
-        return {
-            "reading": o.reading,
-            "node": o.node,
-            "device": o.device,
-            "value": o.value,
-            "unit": o.unit,
-            "median": o.median,
-            "mad": o.mad,
-            "z": None if math.isinf(o.z) else o.z,
-            "model": o.model,
-        }
-
-    return {
-        "nodes": report.nodes,
-        "snapshots": report.snapshots,
-        "bad_files": report.bad,
-        "threshold": report.threshold,
-        "odd": report.odd,
-        "why_slow": [
-            {
-                "metric": s.metric,
-                "model": s.model,
-                "unit": s.unit,
-                "median": s.median,
-                "comparable": s.comparable,
-                "slow": [outlier(o) for o in s.slow],
-                "causes": [
-                    {
-                        "reading": c.reading,
-                        "f1": c.f1,
-                        "slow_values": dict(c.slow_values),
-                        "other_values": dict(c.other_values),
-                    }
-                    for c in s.causes
-                ],
-            }
-            for s in report.slow
-        ],
-        "groups": [
-            {
-                "nodes": g.folded,
-                "count": len(g.nodes),
-                "model": g.model,
-                "differences": [
-                    {"reading": k, "reference": a, "value": b} for k, a, b in g.differences
-                ],
-            }
-            for g in report.groups
-        ],
-        "outliers": [outlier(o) for o in report.outliers],
-        "regressions": [r.__dict__ for r in report.regressions],
-        "rising_counters": [c.__dict__ for c in report.rising],
-        "findings": [
-            {
-                "rule_id": f.rule_id,
-                "severity": f.severity,
-                "nodes": fold(set(f.nodes)),
-                "count": len(f.nodes),
-            }
-            for f in report.findings
-        ],
-    }
-
-
-def write_parquet(report: FleetReport, path: str, loaded: LoadedFleet) -> None:
-    """The numeric table (node, model, config group, reading, device, unit, value, slot)
-    as Parquet, with the rest of the loaded fleet in its metadata so that `gpudiag fleet
-    FILE` reads it back (fleetparquet.py); written to a temporary file and renamed
-    (`atomic.atomic_target`: an existing file keeps its mode, a new one 0666 & ~umask)."""
-    import os
-
-    import polars as pl
-
-    from gpudiag.atomic import atomic_target
-    from gpudiag.fleetparquet import METADATA_KEY, encode_fleet
-
-    assert report.table is not None
-    with atomic_target(os.path.abspath(path), suffix=".parquet.tmp") as temporary:
-        names = report.names
-        assert names is not None
-        nodes = pl.DataFrame(
-            {"node_id": range(len(report.node_names)), "node": report.node_names},
-            schema={"node_id": pl.UInt32, "node": pl.String},
-        )
-        units = pl.DataFrame(
-            {"reading_id": list(names.units), "unit": list(names.units.values())},
-            schema={"reading_id": pl.UInt32, "unit": pl.String},
-        )
-        table = report.table
-        for frame, key in (
-            (nodes, "node_id"),
-            (names.readings.frame("reading"), "reading_id"),
-            (names.devices.frame("device"), "device_id"),
-            (names.models.frame("model"), "model_id"),
-            (units, "reading_id"),
-        ):
-            table = table.join(frame, on=key, how="left")
-        table = table.with_columns(
-            pl.when(pl.col("slot") != NO_SLOT).then(pl.col("slot")).alias("slot")
-        )
-        columns = ["node", "model", "config", "reading", "device", "unit", "value", "slot"]
-        table.select(columns).write_parquet(
-            temporary, metadata={METADATA_KEY: encode_fleet(loaded)}
-        )

@@ -1,18 +1,20 @@
-"""The `watch` and `demo` subcommands (registered in cli.py by two lines)."""
+"""`gpudiag watch`: sample every GPU at an interval, one row per GPU per sample (the
+sampling and its rows: gpudiag/watch.py)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from typing import Any
 
 from gpudiag import inputs
+from gpudiag.commands.common import UsageError
 from gpudiag.demo import DEMOS, demo_file
 
 
-def add_parsers(commands: argparse._SubParsersAction) -> None:
-    """`gpudiag watch` and `gpudiag demo`."""
-    watch = commands.add_parser(
+def add_parser(subparsers: Any) -> None:
+    """`gpudiag watch`."""
+    watch = subparsers.add_parser(
         "watch", help="sample every GPU at an interval: one row per GPU per sample"
     )
     watch.add_argument(
@@ -28,18 +30,11 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     )
     watch.add_argument("--format", choices=("table", "csv", "jsonl"), default="table")
     watch.add_argument("--demo", choices=DEMOS, help="watch a demo node instead of this one")
-    demo = commands.add_parser(
-        "demo", help="the TUI on a recorded 8-GPU HGX H100 node (healthy or faulty)"
-    )
-    demo.add_argument("demo_name", metavar="NAME", nargs="?", choices=DEMOS, default="faulty")
 
 
-def run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    """Run watch or demo; returns the exit code."""
-    from gpudiag.cli import UsageError
-
-    if args.command == "demo":
-        return _demo(args, argv)
+def run(args: argparse.Namespace) -> int:
+    """Watch this node (its device events too), a demo node, an NVML replay or a
+    capture's recorded samples; 0 at the end or on Ctrl-C."""
     if args.replay:
         return _replay(args)
     interval = 1.0 if args.interval is None else args.interval
@@ -83,7 +78,6 @@ def run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def _replay(args: argparse.Namespace) -> int:
     """`gpudiag --replay CAPTURE watch`: the capture's recorded samples, in order."""
     from gpudiag import capture
-    from gpudiag.cli import UsageError
     from gpudiag.nvml import NvmlError
     from gpudiag.watch import replay
 
@@ -107,14 +101,3 @@ def _replay(args: argparse.Namespace) -> int:
         for _, recorded in series:
             recorded.close()
     return 0
-
-
-def _demo(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from gpudiag.cli import _tui
-    from gpudiag.demo import demo_node
-
-    node = demo_node(args.demo_name, ("gpudiag", *argv))
-    try:
-        return _tui(node)
-    finally:
-        node.nvml.close()

@@ -33,25 +33,34 @@ from __future__ import annotations
 import gc
 import math
 import os
-import statistics
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from itertools import chain
 from multiprocessing import get_context
 from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, Union
+from typing import Any, Literal, Union
 
 import msgspec
 import numpy as np
 from msgspec import UNSET, UnsetType
 
-from gpudiag.catalog import DERIVED, is_configuration, is_kernel_reading, kernel_key
+from gpudiag.catalog import DERIVED
+from gpudiag.fleet.records import (
+    KernelValue,
+    Layout,
+    LoadedFleet,
+    NodeRun,
+    ParsedKernel,
+    ProbeStatusName,
+    Scalar,
+    kernel_values,
+)
 from gpudiag.inputs import json_may_hold_controls, printable
 from gpudiag.model import (
     SCHEMA_VERSION,
@@ -63,6 +72,7 @@ from gpudiag.model import (
     Snapshot,
     Statistics,
 )
+from gpudiag.shipped import is_configuration, is_kernel_reading
 from gpudiag.snapshot import SnapshotError, load, snapshot_from_dict
 
 MAX_FILE_BYTES = 256 * 2**20
@@ -70,62 +80,6 @@ SNAPSHOT_SUFFIXES = (".json", ".toml")
 PARQUET_SUFFIX = ".parquet"  # a fleet written by `gpudiag fleet --parquet`; named, not found
 PARALLEL_FROM = 64  # files; fewer are read in this process
 CHUNK = 64
-
-
-@dataclass(frozen=True)
-class Layout:
-    """The shape of a node's readings: which keys, with which status and unit. Nodes of
-    one SKU share one. `numeric` and `config` index into `keys`."""
-
-    keys: tuple[str, ...]
-    statuses: tuple[str, ...]
-    units: tuple[str, ...]
-    numeric: tuple[int, ...]
-    config: tuple[int, ...]
-
-    def position(self) -> dict[str, int]:
-        """key -> index."""
-        return {key: i for i, key in enumerate(self.keys)}
-
-
-class KernelValue(NamedTuple):
-    """One kernel figure of a node as a reading-like key (gpu.3.kernel.stream.triad.fp64,
-    topo.gpu.0.1.copy_gbs), with what explains it: the kernel's name and device. A named
-    tuple: a node has one per result, made while reading and sent from the reading
-    workers, where a frozen dataclass costs several times as much to make and to pickle."""
-
-    key: str
-    value: float
-    unit: str
-    name: str
-    device: str
-
-
-@dataclass
-class NodeRun:
-    """One snapshot of one node, in compact form."""
-
-    path: str
-    host: str
-    created: str
-    layout: int
-    config: int
-    numbers: np.ndarray
-    kernel_values: tuple[KernelValue, ...]
-    kernels: tuple[Any, ...]  # KernelResult, or the fast path's parsed form of one
-    findings: tuple[tuple[str, str, str], ...]  # rule id, severity, subject
-
-
-@dataclass
-class LoadedFleet:
-    """Every snapshot read, with the layouts and configuration tuples they refer to,
-    and the files that could not be read (path: reason)."""
-
-    layouts: list[Layout] = field(default_factory=list)
-    configs: list[tuple[Any, ...]] = field(default_factory=list)
-    config_layout: list[int] = field(default_factory=list)
-    runs: list[NodeRun] = field(default_factory=list)
-    bad: list[str] = field(default_factory=list)
 
 
 def snapshot_paths(paths: Iterable[str | Path]) -> tuple[list[Path], list[str]]:
@@ -156,9 +110,7 @@ def snapshot_paths(paths: Iterable[str | Path]) -> tuple[list[Path], list[str]]:
 
 # ------------------------------------------------------------------ one file
 
-_Scalar = Union[bool, int, float, str]  # noqa: UP007 - msgspec reads the typing form
 _ReadingStatus = Literal[tuple(s.value for s in ReadingStatus)]  # type: ignore[valid-type]
-_ProbeStatus = Literal[tuple(s.value for s in ProbeStatus)]  # type: ignore[valid-type]
 _Severity = Literal[tuple(s.value for s in Severity)]  # type: ignore[valid-type]
 _Action = Literal[tuple(a.value for a in Action)]  # type: ignore[valid-type]
 
@@ -169,7 +121,7 @@ class _Reading(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
     key: str
     status: _ReadingStatus
-    value: Union[_Scalar, tuple[_Scalar, ...], UnsetType] = UNSET  # noqa: UP007
+    value: Union[Scalar, tuple[Scalar, ...], UnsetType] = UNSET  # noqa: UP007
     unit: str = ""
     source: str = ""
     reason: str = ""
@@ -177,34 +129,11 @@ class _Reading(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 class _Probe(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     name: str
-    status: _ProbeStatus
+    status: ProbeStatusName
     duration_s: float
     title: str = ""
     error: str = ""
     readings: list[_Reading] = msgspec.field(default_factory=list)
-
-
-class _Stats(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    count: int
-    median: float
-    minimum: float
-    maximum: float
-    mean: float
-    cv: float
-    ci95_low: float
-    ci95_high: float
-
-
-class _Kernel(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    kernel: str
-    device: str
-    metric: str
-    status: _ProbeStatus
-    unit: str = ""
-    error: str = ""
-    samples: list[float] = msgspec.field(default_factory=list)
-    params: dict[str, _Scalar] = msgspec.field(default_factory=dict)
-    stats: Union[_Stats, UnsetType] = UNSET  # noqa: UP007
 
 
 class _Finding(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -234,7 +163,7 @@ class _Snapshot(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     end: _End
     command_line: list[str] = msgspec.field(default_factory=list)
     probes: list[_Probe] = msgspec.field(default_factory=list)
-    kernels: list[_Kernel] = msgspec.field(default_factory=list)
+    kernels: list[ParsedKernel] = msgspec.field(default_factory=list)
     findings: list[_Finding] = msgspec.field(default_factory=list)
 
 
@@ -245,7 +174,7 @@ _READINGS, _EVIDENCE = attrgetter("readings"), attrgetter("evidence")
 _FINDING = attrgetter("rule_id", "severity", "subject")
 _NUMBER_TYPES = frozenset((int, float))
 _KERNELS_ENCODER = msgspec.msgpack.Encoder()
-_KERNELS_DECODER = msgspec.msgpack.Decoder(tuple[_Kernel, ...])
+_KERNELS_DECODER = msgspec.msgpack.Decoder(tuple[ParsedKernel, ...])
 
 
 def _readings_ok(readings: Iterable[_Reading]) -> bool:
@@ -254,7 +183,7 @@ def _readings_ok(readings: Iterable[_Reading]) -> bool:
 
 
 class PackedKernels(Sequence[Any]):
-    """A node's kernel results as the fast path parsed them (`_Kernel`), held as msgpack
+    """A node's kernel results as the fast path parsed them (`ParsedKernel`), held as msgpack
     bytes and decoded when first used: most nodes' results are never looked at again
     (the fleet takes their figures, `kernel_values`, while reading), and bytes cross from
     a reading worker to the parent and sit in memory at a fraction of the objects' cost."""
@@ -263,9 +192,9 @@ class PackedKernels(Sequence[Any]):
 
     def __init__(self, raw: bytes) -> None:
         self.raw = raw
-        self._items: tuple[_Kernel, ...] | None = None
+        self._items: tuple[ParsedKernel, ...] | None = None
 
-    def _all(self) -> tuple[_Kernel, ...]:
+    def _all(self) -> tuple[ParsedKernel, ...]:
         if self._items is None:
             self._items = _KERNELS_DECODER.decode(self.raw)
         return self._items
@@ -276,7 +205,7 @@ class PackedKernels(Sequence[Any]):
     def __len__(self) -> int:
         return len(self._all())
 
-    def __iter__(self) -> Iterator[_Kernel]:
+    def __iter__(self) -> Iterator[ParsedKernel]:
         return iter(self._all())
 
     def __eq__(self, other: object) -> bool:
@@ -293,7 +222,7 @@ class PackedKernels(Sequence[Any]):
         return PackedKernels, (self.raw,)  # the bytes only, never the decoded results
 
 
-def as_kernel_result(k: _Kernel | KernelResult) -> KernelResult:
+def as_kernel_result(k: ParsedKernel | KernelResult) -> KernelResult:
     """A kernel result as the model has it (the fast path keeps what it parsed: the
     history needs only the fields both share)."""
     if isinstance(k, KernelResult):
@@ -542,7 +471,7 @@ _KERNEL_READINGS: dict[str, bool] = {}
 
 
 def _is_kernel_reading(key: str) -> bool:
-    """catalog.is_kernel_reading, remembered (a fleet asks of the same keys in every file;
+    """shipped.is_kernel_reading, remembered (a fleet asks of the same keys in every file;
     bounded: a file of made-up keys cannot grow it without end)."""
     found = _KERNEL_READINGS.get(key)
     if found is None:
@@ -560,41 +489,6 @@ def _getter(positions: tuple[int, ...]) -> Any:
         position = positions[0]
         return lambda values: (values[position],)
     return itemgetter(*positions)
-
-
-_KERNEL_KEYS: dict[tuple[Any, ...], tuple[str | None, str]] = {}
-
-
-def _kernel_key(result: Any) -> tuple[str | None, str]:
-    """(catalog.kernel_key, 'kernel.metric') of a kernel result, remembered by what they
-    depend on (kernel, device, metric, and a STREAM result's dtype with its type, so that
-    1 and True stay apart); bounded like _is_kernel_reading's memory."""
-    dtype: Any = None
-    if result.kernel == "stream":
-        params = result.params
-        dtype = (params if type(params) is dict else dict(params)).get("dtype", "fp64")
-    identity = (result.kernel, result.device, result.metric, type(dtype), dtype)
-    found = _KERNEL_KEYS.get(identity)
-    if found is None:
-        found = (kernel_key(result), f"{result.kernel}.{result.metric}")
-        if len(_KERNEL_KEYS) < 65536:
-            _KERNEL_KEYS[identity] = found
-    return found
-
-
-def kernel_values(kernels: Iterable[Any]) -> tuple[KernelValue, ...]:
-    """Each measured kernel result's median under the key its derived reading has
-    (kernels/readings.py): gpu.N.kernel.stream.triad.fp64, topo.gpu.I.J.copy_gbs, ..."""
-    out = []
-    for result in kernels:
-        if result.status != "ok" or not result.samples:
-            continue
-        key, name = _kernel_key(result)
-        if key is None:
-            continue
-        median = result.stats.median if result.stats else statistics.median(result.samples)
-        out.append(KernelValue(key, float(median), result.unit, name, result.device))
-    return tuple(out)
 
 
 # ------------------------------------------------------------------ many files
@@ -727,11 +621,11 @@ def load_fleet(paths: Iterable[str | Path], workers: int | None = None) -> Loade
 
 
 def _merge_parquet(paths: list[Path], merge: Any) -> None:
-    """Read fleets written by `gpudiag fleet --parquet` (fleetparquet.py) into the fleet
+    """Read fleets written by `gpudiag fleet --parquet` (parquet.py) into the fleet
     being loaded; a file that is not one is a bad input like any other."""
     if not paths:
         return
-    from gpudiag.fleetparquet import read_parquet_fleet
+    from gpudiag.fleet.parquet import read_parquet_fleet
 
     for path in paths:
         try:

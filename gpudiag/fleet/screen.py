@@ -11,7 +11,8 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
-from gpudiag.fleet import FleetReport, report_text
+from gpudiag.fleet.analysis import FleetReport
+from gpudiag.fleet.report import report_text
 from gpudiag.tui_base import GpudiagAppBase
 
 SECTIONS = ("Why slow", "Configuration groups", "Outliers", "History", "Findings")

@@ -24,23 +24,27 @@ import binascii
 import math
 import zlib
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 import msgspec
 import numpy as np
 
 from gpudiag import inputs
-from gpudiag.fleetload import (
-    KernelResult,
+from gpudiag.fleet.records import (
     Layout,
     LoadedFleet,
     NodeRun,
-    _Kernel,
-    _Stats,
+    ParsedKernel,
+    ParsedStats,
+    Scalar,
     kernel_values,
 )
 from gpudiag.inputs import json_may_hold_controls, printable_data
+from gpudiag.model import KernelResult
 from gpudiag.snapshot import SnapshotError
+
+if TYPE_CHECKING:
+    from gpudiag.fleet.analysis import FleetReport
 
 METADATA_KEY = "gpudiag.fleet"
 FORMAT = 1
@@ -53,8 +57,7 @@ MAX_PARQUET_BYTES = 4 * 2**30
 METADATA_RATIO = 64
 METADATA_MIN_BYTES = 16 * 2**20
 
-_Scalar = Union[bool, int, float, str]  # noqa: UP007 - msgspec reads the typing form
-_ConfigValue = Union[_Scalar, list[_Scalar], None]  # noqa: UP007 - None: not read
+_ConfigValue = Union[Scalar, list[Scalar], None]  # noqa: UP007 - None: not read
 
 
 class _PqLayout(msgspec.Struct, forbid_unknown_fields=True):
@@ -72,7 +75,7 @@ class _PqRun(msgspec.Struct, forbid_unknown_fields=True):
     layout: int
     config: int
     latest: bool
-    kernels: list[_Kernel]
+    kernels: list[ParsedKernel]
     findings: list[tuple[str, str, str]]
     numbers: Union[list[Union[float, None]], None] = None  # noqa: UP007 - older runs only
 
@@ -85,18 +88,18 @@ class _PqFleet(msgspec.Struct, forbid_unknown_fields=True):
     runs: list[_PqRun]
 
 
-def _as_parsed_kernel(k: Any) -> _Kernel:
+def _as_parsed_kernel(k: Any) -> ParsedKernel:
     """A kernel result in the fast path's parsed form (what the metadata stores)."""
-    if isinstance(k, _Kernel):
+    if isinstance(k, ParsedKernel):
         return k
     assert isinstance(k, KernelResult)
     stats = msgspec.UNSET
     if k.stats is not None:
         s = k.stats
-        stats = _Stats(
+        stats = ParsedStats(
             s.count, s.median, s.minimum, s.maximum, s.mean, s.cv, s.ci95_low, s.ci95_high
         )
-    return _Kernel(
+    return ParsedKernel(
         kernel=k.kernel,
         device=k.device,
         metric=k.metric,
@@ -302,3 +305,45 @@ def read_parquet_fleet(path: Path) -> LoadedFleet:
         config_layout=list(document.config_layout),
         runs=runs,
     )
+
+
+def write_parquet(report: FleetReport, path: str, loaded: LoadedFleet) -> None:
+    """The numeric table (node, model, config group, reading, device, unit, value, slot)
+    as Parquet, with the rest of the loaded fleet in its metadata so that `gpudiag fleet
+    FILE` reads it back (read_parquet_fleet); written to a temporary file and renamed
+    (`atomic.atomic_target`: an existing file keeps its mode, a new one 0666 & ~umask)."""
+    import os
+
+    import polars as pl
+
+    from gpudiag.atomic import atomic_target
+    from gpudiag.fleet.analysis import NO_SLOT
+
+    assert report.table is not None
+    with atomic_target(os.path.abspath(path), suffix=".parquet.tmp") as temporary:
+        names = report.names
+        assert names is not None
+        nodes = pl.DataFrame(
+            {"node_id": range(len(report.node_names)), "node": report.node_names},
+            schema={"node_id": pl.UInt32, "node": pl.String},
+        )
+        units = pl.DataFrame(
+            {"reading_id": list(names.units), "unit": list(names.units.values())},
+            schema={"reading_id": pl.UInt32, "unit": pl.String},
+        )
+        table = report.table
+        for frame, key in (
+            (nodes, "node_id"),
+            (names.readings.frame("reading"), "reading_id"),
+            (names.devices.frame("device"), "device_id"),
+            (names.models.frame("model"), "model_id"),
+            (units, "reading_id"),
+        ):
+            table = table.join(frame, on=key, how="left")
+        table = table.with_columns(
+            pl.when(pl.col("slot") != NO_SLOT).then(pl.col("slot")).alias("slot")
+        )
+        columns = ["node", "model", "config", "reading", "device", "unit", "value", "slot"]
+        table.select(columns).write_parquet(
+            temporary, metadata={METADATA_KEY: encode_fleet(loaded)}
+        )

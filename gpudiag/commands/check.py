@@ -1,0 +1,62 @@
+"""`gpudiag check SNAPSHOT`: the findings of a saved snapshot."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpudiag.commands.common import write_prometheus
+from gpudiag.output import add_format_options
+
+
+def add_parser(subparsers: Any) -> None:
+    """`gpudiag check`."""
+    check = subparsers.add_parser("check", help="evaluate the rules on a saved snapshot")
+    check.add_argument("snapshot", metavar="SNAPSHOT")
+    check.add_argument(
+        "--rules",
+        metavar="DIR",
+        action="append",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="also load the rule files in DIR",
+    )
+    check.add_argument(
+        "--profile",
+        metavar="NAME",
+        default=argparse.SUPPRESS,
+        help="judge against this GPU-model profile",
+    )
+    add_format_options(check, argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Judge the snapshot again with the rules; print its findings (or --format)."""
+    from gpudiag.model import Severity
+    from gpudiag.output import render
+    from gpudiag.rulefile import load_rules
+    from gpudiag.session import (
+        exit_code,
+        format_finding,
+        format_not_applicable,
+        format_summary,
+        with_findings,
+    )
+    from gpudiag.snapshot import load
+
+    rules = load_rules(args.rules, site=True)
+    snapshot = with_findings(load(args.snapshot), rules, args.profile)
+    if args.prometheus:
+        write_prometheus(snapshot, args.prometheus)
+    if args.format is not None:
+        sys.stdout.write(render(snapshot, args.format, rules))
+        return exit_code(snapshot.findings)
+    print(format_summary(snapshot, rules).splitlines()[0])
+    for finding in snapshot.findings:
+        if finding.severity is not Severity.NOT_APPLICABLE:
+            print(format_finding(finding))
+    for line in format_not_applicable(snapshot.findings):
+        print(line)
+    return exit_code(snapshot.findings)

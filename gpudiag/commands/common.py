@@ -1,0 +1,183 @@
+"""What the commands share: the usage error, the live node the options describe, the
+redactor, the TUI's launch, and writing a snapshot (and its --prometheus file).
+
+Imported by the command line when it loads (`gpudiag --help`): what a helper needs is
+imported when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpudiag import inputs
+
+if TYPE_CHECKING:
+    from gpudiag.model import Snapshot
+    from gpudiag.redact import Redactor
+    from gpudiag.rulefile import Rule
+    from gpudiag.session import LiveNode
+
+
+class UsageError(Exception):
+    """Bad arguments; str() is the one-line message."""
+
+
+def check_node_options(args: argparse.Namespace) -> None:
+    """The global options that describe what to do with the live node (the TUI, --export
+    and capture): which go together."""
+    if (args.format or args.prometheus) and not args.export:
+        raise UsageError("--format and --prometheus go with --export or check")
+    if args.until_confident is not None and not args.kernels:
+        raise UsageError("--until-confident takes positive seconds and goes with --kernels")
+    if args.kernels and not args.export:
+        raise UsageError("--kernels goes with --export (the TUI runs kernels on request: k)")
+    if args.kernels and (args.root != "/" or args.nvml_replay or args.replay):
+        raise UsageError(
+            "--kernels measures this machine: it cannot go with --root or --nvml-replay"
+        )
+
+
+def live_node(args: argparse.Namespace) -> LiveNode:
+    """The node the global options describe (--root, --nvml-replay, --replay, --rules,
+    --timeout-scale, --profile); args.argv is its command line."""
+    from gpudiag import capture
+    from gpudiag.hostfs import HostFS
+    from gpudiag.nvml import open_nvml
+    from gpudiag.probes import default_probes
+    from gpudiag.rulefile import load_rules
+    from gpudiag.session import LiveNode
+
+    root = Path(args.root)
+    if not root.is_dir():
+        raise UsageError(f"--root {args.root}: no such directory")
+    host, nvml = HostFS(root), None
+    if args.replay:
+        if args.root != "/" or args.nvml_replay:
+            raise UsageError("--replay holds the whole node: not with --root or --nvml-replay")
+        host, nvml, _ = capture.load(args.replay)
+    return LiveNode(
+        host=host,
+        nvml=nvml or open_nvml(args.nvml_replay),
+        probes=default_probes(),
+        rules=load_rules(args.rules, site=True),
+        command_line=("gpudiag", *args.argv),
+        timeout_scale=args.timeout_scale,
+        profile_name=args.profile,
+    )
+
+
+def redactor(args: argparse.Namespace) -> Redactor:
+    """The redactor --redact-key asks for (a keyed hash), else the plain one."""
+    from gpudiag.redact import Redactor, read_key
+
+    key = None
+    if getattr(args, "redact_key", None):
+        try:
+            key = read_key(args.redact_key)
+        except inputs.InputError as exc:
+            raise UsageError(f"--redact-key {exc}") from None
+    return Redactor(key=key)
+
+
+def redacted(snapshot: Snapshot, args: argparse.Namespace) -> Snapshot:
+    """The snapshot, redacted when --redact was given."""
+    if not getattr(args, "redact", False):
+        if getattr(args, "redact_key", None):
+            raise UsageError("--redact-key goes with --redact")
+        return snapshot
+    return redactor(args).snapshot(snapshot)
+
+
+def write_and_report(
+    snapshot: Snapshot,
+    target: str,
+    option: str,
+    args: argparse.Namespace,
+    rules: Sequence[Rule] | None = None,
+) -> int:
+    """Write the snapshot (or print it for '-') in --format, and the --prometheus file;
+    then the summary; exit code by findings."""
+    from gpudiag.output import FORMAT_NAMES, render, write_text
+    from gpudiag.session import exit_code, format_summary
+    from gpudiag.snapshot import is_json_path, save, target_problem
+
+    fmt = args.format or ("json" if is_json_path(target) else "toml")
+    if args.prometheus:
+        write_prometheus(snapshot, args.prometheus)
+    if target == "-":
+        if sys.stdout is None:
+            raise UsageError(f"{option} -: standard output is closed")
+        try:
+            sys.stdout.write(render(snapshot, fmt, _rules_for(rules, args)))
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise UsageError(
+                f"{option} -: cannot write to standard output: {exc.strerror or exc}"
+            ) from None
+        report = sys.stderr
+    else:
+        path = Path(target)
+        if problem := target_problem(path):
+            raise UsageError(f"{option} {target}: {problem}")
+        try:
+            if fmt in ("toml", "json") and args.format is None:
+                save(snapshot, path)
+            else:
+                write_text(path, render(snapshot, fmt, _rules_for(rules, args)))
+        except OSError as exc:
+            raise UsageError(f"{option} {target}: cannot write: {exc.strerror or exc}") from None
+        report = sys.stdout
+    print(format_summary(snapshot, rules), file=report)
+    if target != "-":
+        print(f"wrote {target} ({FORMAT_NAMES[fmt]})", file=report)
+    return exit_code(snapshot.findings)
+
+
+def _rules_for(rules: Sequence[Rule] | None, args: argparse.Namespace) -> Sequence[Rule]:
+    """The rules the JUnit report lists as test cases."""
+    if args.format != "junit":
+        return ()
+    from gpudiag.rulefile import load_rules
+
+    return rules if rules is not None else load_rules(args.rules, site=True)
+
+
+def write_prometheus(snapshot: Snapshot, target: str) -> None:
+    """--prometheus FILE: node_exporter's textfile collector format, written atomically."""
+    from gpudiag.output import render, write_text
+    from gpudiag.snapshot import target_problem
+
+    path = Path(target)
+    if problem := target_problem(path):
+        raise UsageError(f"--prometheus {target}: {problem}")
+    try:
+        write_text(path, render(snapshot, "prometheus"))
+    except OSError as exc:
+        raise UsageError(f"--prometheus {target}: cannot write: {exc.strerror or exc}") from None
+
+
+def need_terminal() -> None:
+    """The TUI draws on a terminal and reads its keys: with standard output a file, a pipe
+    or cron's mail it would write escape codes there and never end."""
+    for name, stream in (("output", sys.stdout), ("input", sys.stdin)):
+        if stream is None or not stream.isatty():
+            raise UsageError(
+                f"standard {name} is not a terminal, so the TUI cannot start: run"
+                " `gpudiag --export -` for the snapshot or `gpudiag health` for the verdict"
+            )
+
+
+def tui(app_source: object) -> int:
+    """Run the TUI on a live node or a snapshot; its exit code."""
+    need_terminal()
+    from gpudiag.tui import GpudiagApp
+
+    app = GpudiagApp(app_source)
+    app.run()
+    return int(app.return_code or 0)

@@ -1,0 +1,58 @@
+"""`gpudiag diff A B`: what differs between two snapshots, and why."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from gpudiag.commands.common import redactor
+
+
+def add_parser(subparsers: Any) -> None:
+    """`gpudiag diff`."""
+    diff = subparsers.add_parser("diff", help="compare two snapshots: what differs, and why")
+    diff.add_argument("snapshot_a", metavar="A")
+    diff.add_argument("snapshot_b", metavar="B")
+    diff.add_argument(
+        "--format",
+        choices=("text", "markdown", "json"),
+        default=None,
+        help="print a report in this form (default: the TUI in a terminal, else text)",
+    )
+    diff.add_argument(
+        "--all",
+        action="store_true",
+        help="also show readings that always differ (serials, idle clocks, ...)",
+    )
+    diff.add_argument(
+        "--redact",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="replace host names, serials, UUIDs, MAC and IP addresses",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """The diff screen in a terminal, else the report; exit code by the differences."""
+    import json
+
+    from gpudiag.diff import diff_snapshots, report_json, report_text
+    from gpudiag.snapshot import load
+
+    a, b = load(args.snapshot_a), load(args.snapshot_b)
+    if getattr(args, "redact", False):
+        redact = redactor(args)
+        a, b = redact.snapshot(a), redact.snapshot(b)
+    result = diff_snapshots(a, b)
+    if args.format is None and sys.stdout.isatty() and sys.stdin.isatty():
+        from gpudiag.tui_diff import DiffApp
+
+        app = DiffApp(result, a, b, args.all, (args.snapshot_a, args.snapshot_b))
+        app.run()
+        return int(app.return_code or 0) if app.signalled else result.exit_code()
+    if args.format == "json":
+        print(json.dumps(report_json(result, args.all), indent=1))
+    else:
+        sys.stdout.write(report_text(result, a, b, args.all, args.format == "markdown"))
+    return result.exit_code()

@@ -1,0 +1,113 @@
+"""`gpudiag fleet PATH...`: what is odd across many nodes' snapshots, and why.
+
+    gpudiag fleet PATH... [--format text|markdown|json] [--threshold Z] [--parquet FILE]
+
+PATH: snapshot files (TOML or JSON) or folders of them, or a FILE.parquet that
+`fleet --parquet` wrote, alone or with more snapshots. Unreadable files are named on
+stderr and skipped. Exits 0 when nothing is odd, 1 when something is, 3 when nothing is
+odd but some input was bad. Polars is imported only to read or write Parquet. What
+`baseline` shares with it (reading the paths, checking the target, failing) is here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpudiag import inputs
+
+EXIT_BAD = 3
+
+
+def add_parser(subparsers: Any) -> None:
+    """`gpudiag fleet`."""
+    fleet = subparsers.add_parser(
+        "fleet", help="what is odd across many nodes' snapshots, and why the slow ones are slow"
+    )
+    fleet.add_argument(
+        "paths",
+        metavar="PATH",
+        nargs="+",
+        help="snapshot files or folders, or a fleet written by --parquet",
+    )
+    fleet.add_argument(
+        "--format",
+        choices=("text", "markdown", "json"),
+        default=None,
+        help="print a report in this form (default: a screen in a terminal, else text)",
+    )
+    fleet.add_argument(
+        "--threshold",
+        type=inputs.number_option(0, 1e6, above=True),
+        default=5.0,
+        metavar="Z",
+        help="robust z (distance from the median in MADs x 1.4826) that makes a value odd",
+    )
+    fleet.add_argument("--parquet", metavar="FILE", help="also write the fleet table as Parquet")
+    fleet.add_argument(
+        "--workers",
+        type=inputs.number_option(1, 1024, integer=True),
+        default=None,
+        metavar="N",
+        help="processes reading files",
+    )
+
+
+def fail(message: str) -> int:
+    print(f"gpudiag: {inputs.printable(message)}", file=sys.stderr)  # names are data
+    return EXIT_BAD
+
+
+def load_paths(paths: list[str], workers: int | None) -> Any:
+    from gpudiag.fleet.load import load_fleet
+
+    loaded = load_fleet(paths, workers)
+    for problem in loaded.bad:
+        print(f"gpudiag: skipped {problem}", file=sys.stderr)
+    return loaded
+
+
+def target_problem_of(target: str, suffix: str) -> str | None:
+    from gpudiag.snapshot import target_problem
+
+    path = Path(target)
+    if path.exists() and not path.is_file():
+        return "not a regular file"
+    if not path.name.endswith(suffix):
+        return f"the file name must end in {suffix}"
+    return target_problem(path)
+
+
+def run(args: argparse.Namespace) -> int:
+    """`gpudiag fleet`: the report, or the fleet screen in a terminal; its exit code."""
+    if args.parquet and (problem := target_problem_of(args.parquet, ".parquet")):
+        return fail(f"--parquet {args.parquet}: {problem}")
+    loaded = load_paths(args.paths, args.workers)
+    if not loaded.runs:
+        return fail("no snapshot could be read")
+    from gpudiag.fleet.analysis import analyse
+    from gpudiag.fleet.report import report_json, report_text
+
+    report = analyse(loaded, args.threshold)
+    if args.parquet:
+        from gpudiag.fleet.parquet import write_parquet
+
+        try:
+            write_parquet(report, args.parquet, loaded)
+        except OSError as exc:
+            return fail(f"--parquet {args.parquet}: cannot write: {exc.strerror or exc}")
+    if args.format is None and sys.stdout.isatty() and sys.stdin.isatty():
+        from gpudiag.fleet.screen import FleetApp
+
+        app = FleetApp(report)
+        app.run()
+        if app.signalled:
+            return int(app.return_code or 0)
+    elif args.format == "json":
+        print(json.dumps(report_json(report), indent=1))
+    else:
+        sys.stdout.write(report_text(report, args.format == "markdown"))
+    return report.exit_code()

@@ -1,0 +1,119 @@
+"""`gpudiag rules list|explain|lint|profiles`: the rules and the GPU-model profiles."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpudiag import inputs
+from gpudiag.commands.common import UsageError
+
+if TYPE_CHECKING:
+    from gpudiag.rulefile import Rule
+
+
+def add_parser(subparsers: Any) -> None:
+    """`gpudiag rules` and its actions."""
+    rules = subparsers.add_parser("rules", help="list, explain and lint rules; list profiles")
+    rules_commands = rules.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
+    rules_commands.add_parser("list", help="every rule: id, severity, status, scope, title")
+    explain = rules_commands.add_parser("explain", help="what a rule checks, why, how to fix")
+    explain.add_argument("rule_id", metavar="ID")
+    lint = rules_commands.add_parser("lint", help="check rule files without running them")
+    lint.add_argument("lint_files", metavar="FILE", nargs="+", type=Path)
+    rules_commands.add_parser("profiles", help="the GPU-model profiles and their device ids")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the rules action asked for."""
+    if args.rules_command == "lint":
+        return _lint(args.lint_files)
+    if args.rules_command == "profiles":
+        from gpudiag.profiles import load_profiles
+
+        for profile in load_profiles().values():
+            words = [*profile.brands, *profile.name_words]
+            classes = f"(brand or name: {', '.join(dict.fromkeys(words))})" if words else ""
+            ids = ", ".join(profile.device_ids) or classes or "(select with --profile)"
+            print(f"{profile.name:<16} {profile.title:<44} {ids}")
+        return 0
+    from gpudiag.rulefile import load_rules
+
+    rules = load_rules(args.rules, site=True)
+    if args.rules_command == "list":
+        for rule in rules:
+            state = "disabled" if rule.disabled else rule.status
+            print(
+                f"{rule.id:<8} {rule.severity.value:<8} {state:<10} {rule.applies_to:<11} "
+                f"{rule.title}"
+            )
+        return 0
+    rule = next((r for r in rules if r.id == args.rule_id.upper()), None)
+    if rule is None:
+        raise UsageError(f"no rule {args.rule_id} (gpudiag rules list shows them)")
+    print(explain_rule(rule))
+    return 0
+
+
+def explain_rule(rule: Rule) -> str:
+    """What a rule checks, why it matters, how to fix it, an example: ruff's explain."""
+    from gpudiag import catalog, shipped
+    from gpudiag.rulefile import action_for
+
+    expectation = f"{rule.operator.replace('_', ' ')} {rule.operand!r}"
+    if rule.factor != 1.0:
+        expectation += f" x {rule.factor:g}"
+    subject = catalog.SUBJECTS[rule.applies_to]
+    declared = shipped.find(catalog.sample_key(rule.reading))
+    made_by = (
+        f"made by {', '.join(sorted(declared.producers))}"
+        + (f", in {declared.unit}" if declared.unit not in ("", "*") else "")
+        + f", {declared.change.value}"
+        + (f": {declared.help}" if declared.help else "")
+        if declared
+        else "declared by no producer (rules lint refuses it)"
+    )
+    lines = [
+        f"{rule.id} ({rule.severity.value}, {rule.status}): {rule.title}",
+        "",
+        f"What it checks: {rule.reading}, on {subject.words}: {expectation}.",
+        f"The reading: {made_by}.",
+        *(
+            f"Applies only where: {kind} {name} is {value!r} (elsewhere: not applicable)."
+            for kind, name, value in rule.applies_if
+        ),
+        f"Why it matters: {rule.why}",
+        f"How to fix: {rule.fix}",
+        f"Recommended action: {action_for(rule.severity, rule.action).value}"
+        + ("" if rule.action is not None else " (the default for its severity)"),
+    ]
+    if rule.example:
+        lines.append(f"Example that fires: {rule.example}")
+    lines.extend(f"Reference: {ref}" for ref in rule.references)
+    lines.append(f"Defined in: {rule.origin.split(': rule')[0]}")
+    return "\n".join(lines)
+
+
+def _lint(paths: Sequence[Path]) -> int:
+    """Check each rule file as loading it beside the shipped rules would (the same code
+    path, rulefile.lint_rule_file); one line per file."""
+    from gpudiag.rule_operators import RuleError
+    from gpudiag.rulefile import lint_data_file, lint_rule_file
+    from gpudiag.session import EXIT_UNKNOWN
+
+    failed = False
+    for path in paths:
+        try:
+            data = lint_data_file(path)
+            if data is not None:
+                print(f"{path}: ok (a data file: {data})")
+                continue
+            rules, overrides = lint_rule_file(path)
+        except RuleError as exc:
+            print(inputs.printable(str(exc)))
+            failed = True
+            continue
+        print(f"{path}: ok ({rules} rules, {overrides} overrides)")
+    return EXIT_UNKNOWN if failed else 0

@@ -1,0 +1,134 @@
+"""`gpudiag run KERNEL...`: run measurement kernels and print the results."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from gpudiag import inputs
+from gpudiag.commands.common import UsageError
+from gpudiag.kernels.plans import BURN_PRECISIONS, DTYPE_NAMES, KERNELS, KernelPlan
+
+# What each kernel of `gpudiag run` measures, one line each (its --help lists them).
+KERNEL_HELP = {
+    "stream": "memory bandwidth: copy, scale, add, triad, dot (GB/s)",
+    "gemm": "matrix multiply throughput (TFLOP/s), every product checked",
+    "copy": "host-to-GPU and GPU-to-host copies, local and remote NUMA node",
+    "peer": "GPU-to-GPU copies and latency, every pair, peer access",
+    "allreduce": "NCCL all-reduce across the node's GPUs (bus bandwidth)",
+    "burn": "one GEMM again and again (--seconds); a mismatch is FAULTY",
+}
+
+
+def add_parser(subparsers: Any) -> None:
+    """`gpudiag run`."""
+    run = subparsers.add_parser(
+        "run",
+        help="run measurement kernels and print the results",
+        description="Run measurement kernels and print the results. Kernels:\n"
+        + "\n".join(f"  {name:<10} {KERNEL_HELP[name]}" for name in KERNELS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument(
+        "kernels",
+        metavar="KERNEL",
+        nargs="+",
+        choices=KERNELS,
+        help=f"one or more of: {', '.join(KERNELS)} (above)",
+    )
+    run.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu (every NUMA node), gpu (every GPU), all, or a GPU index",
+    )
+    run.add_argument(
+        "--size",
+        type=inputs.number_option(4096, 2**62, integer=True),  # and this machine's memory
+        default=256 * 2**20,
+        metavar="BYTES",
+        help="bytes per array (default 256 MiB: well beyond the last-level cache)",
+    )
+    run.add_argument(
+        "--trials",
+        type=inputs.number_option(2, 10**6, integer=True),
+        default=10,
+        help="measured rounds after warm-up (at least 2: statistics need two samples)",
+    )
+    run.add_argument(
+        "--seconds",
+        type=inputs.number_option(0, 7 * 86400, above=True),
+        metavar="S",
+        help="how long the burn runs (default 60); for STREAM and GEMM, keep running trials"
+        " until S seconds have passed",
+    )
+    run.add_argument(
+        "--dtype", choices=(*DTYPE_NAMES, "both"), default="fp64", help="STREAM's element type"
+    )
+    run.add_argument(
+        "--until-confident",
+        type=inputs.number_option(0, 86400, above=True),
+        metavar="S",
+        help="STREAM: after the trials, go on until every interval of the median is within"
+        " 3%% of it (enough for diff to judge), or S seconds have passed",
+    )
+    run.add_argument(
+        "--gemm-n",
+        type=inputs.number_option(1, 2**31, integer=True),  # and this machine's memory
+        default=4096,
+        metavar="N",
+        help="GEMM matrix size (N x N; default 4096)",
+    )
+    run.add_argument(
+        "--burn-precision", choices=BURN_PRECISIONS, default="fp32", help="the GPU burn's GEMM"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the kernels with progress, print the results; 2 for a failure or a faulty
+    burn, 130 when interrupted."""
+    # --trials, --seconds, --until-confident, --size and --gemm-n: inputs.number_option
+    import psutil
+
+    from gpudiag.session import EXIT_CRITICAL
+
+    memory = psutil.virtual_memory().total
+    if 3 * args.size > memory:
+        raise UsageError(
+            f"--size {args.size}: three arrays of that size exceed this machine's memory"
+            f" ({memory / 2**30:.1f} GiB)"
+        )
+    if 3 * 8 * args.gemm_n**2 > memory:
+        raise UsageError(
+            f"--gemm-n {args.gemm_n}: three {args.gemm_n} x {args.gemm_n} matrices exceed"
+            f" this machine's memory ({memory / 2**30:.1f} GiB)"
+        )
+    plan = KernelPlan(
+        tuple(dict.fromkeys(args.kernels)),
+        args.device,
+        args.size,
+        DTYPE_NAMES if args.dtype == "both" else (args.dtype,),
+        args.trials,
+        args.seconds,
+        args.gemm_n,
+        60.0 if args.seconds is None else args.seconds,
+        args.burn_precision,
+        args.until_confident,
+    )
+    from gpudiag.kernels.runner import KernelUnavailable, PlanRun
+    from gpudiag.run_report import print_results, run_with_progress
+
+    run = PlanRun(plan)
+    interrupted = False
+    try:
+        results, interrupted, others = run_with_progress(run)
+    except KernelUnavailable as exc:
+        raise UsageError(f"--device {args.device}: {exc}") from None
+    except KeyboardInterrupt:  # Ctrl-C: the results so far, then exit 130
+        run.cancel.set()
+        results, interrupted = run.results, True
+    failed = print_results(run, results, others)
+    if interrupted:
+        print("gpudiag: interrupted (the results above are partial)", file=sys.stderr)
+        return 130
+    return EXIT_CRITICAL if failed or any(b.faulty for b in run.burns) else 0

@@ -1,0 +1,24 @@
+"""`gpudiag view SNAPSHOT`: a saved snapshot in the TUI (read-only)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from gpudiag.commands.common import UsageError, tui
+
+
+def add_parser(subparsers: Any) -> None:
+    """`gpudiag view`."""
+    view = subparsers.add_parser("view", help="open a saved snapshot in the TUI (read-only)")
+    view.add_argument("snapshot", metavar="SNAPSHOT")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Open the snapshot in the TUI; its exit code."""
+    if args.snapshot == "-":
+        raise UsageError("view reads the keyboard on standard input: name a snapshot file")
+    from gpudiag.derive import ensure_derived
+    from gpudiag.snapshot import load
+
+    return tui(ensure_derived(load(args.snapshot)))

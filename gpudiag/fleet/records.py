@@ -1,0 +1,146 @@
+"""The records a loaded fleet is made of, shared by both of its readers: the snapshot
+files' (load.py) and the Parquet file's (parquet.py), which import this module and not
+each other.
+
+A LoadedFleet holds the readings' layouts (one per readings shape), the configuration
+tuples, and one NodeRun per snapshot: its numbers, its kernel figures (KernelValue, from
+`kernel_values`) and its kernel results, as model.KernelResult or in the fast path's parsed
+form (ParsedKernel).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple, Union
+
+import msgspec
+import numpy as np
+from msgspec import UNSET, UnsetType
+
+from gpudiag.catalog import kernel_key
+from gpudiag.model import ProbeStatus
+
+Scalar = Union[bool, int, float, str]  # noqa: UP007 - msgspec reads the typing form
+ProbeStatusName = Literal[tuple(s.value for s in ProbeStatus)]  # type: ignore[valid-type]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The shape of a node's readings: which keys, with which status and unit. Nodes of
+    one SKU share one. `numeric` and `config` index into `keys`."""
+
+    keys: tuple[str, ...]
+    statuses: tuple[str, ...]
+    units: tuple[str, ...]
+    numeric: tuple[int, ...]
+    config: tuple[int, ...]
+
+    def position(self) -> dict[str, int]:
+        """key -> index."""
+        return {key: i for i, key in enumerate(self.keys)}
+
+
+class KernelValue(NamedTuple):
+    """One kernel figure of a node as a reading-like key (gpu.3.kernel.stream.triad.fp64,
+    topo.gpu.0.1.copy_gbs), with what explains it: the kernel's name and device. A named
+    tuple: a node has one per result, made while reading and sent from the reading
+    workers, where a frozen dataclass costs several times as much to make and to pickle."""
+
+    key: str
+    value: float
+    unit: str
+    name: str
+    device: str
+
+
+@dataclass
+class NodeRun:
+    """One snapshot of one node, in compact form."""
+
+    path: str
+    host: str
+    created: str
+    layout: int
+    config: int
+    numbers: np.ndarray
+    kernel_values: tuple[KernelValue, ...]
+    kernels: tuple[Any, ...]  # KernelResult, or the fast path's parsed form of one
+    findings: tuple[tuple[str, str, str], ...]  # rule id, severity, subject
+
+
+@dataclass
+class LoadedFleet:
+    """Every snapshot read, with the layouts and configuration tuples they refer to,
+    and the files that could not be read (path: reason)."""
+
+    layouts: list[Layout] = field(default_factory=list)
+    configs: list[tuple[Any, ...]] = field(default_factory=list)
+    config_layout: list[int] = field(default_factory=list)
+    runs: list[NodeRun] = field(default_factory=list)
+    bad: list[str] = field(default_factory=list)
+
+
+class ParsedStats(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """A kernel result's statistics as the schema has them (model.Statistics)."""
+
+    count: int
+    median: float
+    minimum: float
+    maximum: float
+    mean: float
+    cv: float
+    ci95_low: float
+    ci95_high: float
+
+
+class ParsedKernel(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """A kernel result as the fast path parses it (load.py) and a Parquet fleet stores it
+    (parquet.py): the schema's fields, without building a model.KernelResult."""
+
+    kernel: str
+    device: str
+    metric: str
+    status: ProbeStatusName
+    unit: str = ""
+    error: str = ""
+    samples: list[float] = msgspec.field(default_factory=list)
+    params: dict[str, Scalar] = msgspec.field(default_factory=dict)
+    stats: Union[ParsedStats, UnsetType] = UNSET  # noqa: UP007
+
+
+_KERNEL_KEYS: dict[tuple[Any, ...], tuple[str | None, str]] = {}
+
+
+def _kernel_key(result: Any) -> tuple[str | None, str]:
+    """(catalog.kernel_key, 'kernel.metric') of a kernel result, remembered by what they
+    depend on (kernel, device, metric, and a STREAM result's dtype with its type, so that
+    1 and True stay apart); bounded: a file of made-up
+    kernels cannot grow it without end."""
+    dtype: Any = None
+    if result.kernel == "stream":
+        params = result.params
+        dtype = (params if type(params) is dict else dict(params)).get("dtype", "fp64")
+    identity = (result.kernel, result.device, result.metric, type(dtype), dtype)
+    found = _KERNEL_KEYS.get(identity)
+    if found is None:
+        found = (kernel_key(result), f"{result.kernel}.{result.metric}")
+        if len(_KERNEL_KEYS) < 65536:
+            _KERNEL_KEYS[identity] = found
+    return found
+
+
+def kernel_values(kernels: Iterable[Any]) -> tuple[KernelValue, ...]:
+    """Each measured kernel result's median under the key its derived reading has
+    (kernels/readings.py): gpu.N.kernel.stream.triad.fp64, topo.gpu.I.J.copy_gbs, ..."""
+    out = []
+    for result in kernels:
+        if result.status != "ok" or not result.samples:
+            continue
+        key, name = _kernel_key(result)
+        if key is None:
+            continue
+        median = result.stats.median if result.stats else statistics.median(result.samples)
+        out.append(KernelValue(key, float(median), result.unit, name, result.device))
+    return tuple(out)

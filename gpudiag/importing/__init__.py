@@ -1,0 +1,108 @@
+"""Import of nvidia-smi outputs into readings with the same keys a live probe gives:
+`nvidia-smi -q -x` XML (DTD v10 to v13), `nvidia-smi -q` text, an nvidia-bug-report.log
+holding either, `nvidia-smi topo -m` and `nvidia-smi nvlink -s`; one module per format.
+
+`detect` tells which format a file is and `import_text` reads it with that format's module;
+`import_files` makes a snapshot of files. A field that is absent is missing; 'N/A',
+'[Not Supported]' and 'deprecated' are unsupported; '[Insufficient Permissions]' is
+needs-root; an error text is an error (gpudiag/importing/common.py).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+from gpudiag import __version__
+from gpudiag.importing.bug_report import extract_from_bug_report, with_bundled
+from gpudiag.importing.common import READINGS, ImportError_
+from gpudiag.importing.gpus import lost_gpus, with_lost_gpus, with_unreached
+from gpudiag.importing.nvlink import parse_nvlink_status
+from gpudiag.importing.query_text import q_readings
+from gpudiag.importing.query_xml import xml_readings
+from gpudiag.importing.topo import parse_topo_matrix
+from gpudiag.inputs import InputError, printable, read_input
+from gpudiag.model import ProbeResult, ProbeStatus, Reading, Snapshot
+
+__all__ = ["READINGS", "ImportError_", "detect", "import_files", "import_text"]
+
+
+def detect(text: str) -> str:
+    """Which format a file is: xml, q, topo, nvlink (a bug report yields xml or q)."""
+    stripped = text.lstrip()
+    if stripped.startswith(("ERROR:", "Failed to", "NVIDIA-SMI has failed")):
+        first = stripped.splitlines()[0].strip()
+        raise ImportError_(f"the file holds an nvidia-smi error, not its output: {first}")
+    if "<nvidia_smi_log" in text[:4096] or stripped.startswith("<?xml"):
+        return "xml"
+    if "==============NVSMI LOG==============" in text or re.search(
+        r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:", text, re.MULTILINE
+    ):
+        return "q"
+    if re.search(r"^\s*(\x1b\[[0-9;]*m)?GPU0(\x1b\[[0-9;]*m)?\s", text, re.MULTILINE) and (
+        "Legend" in text or "CPU Affinity" in text
+    ):
+        return "topo"
+    if re.search(r"^GPU \d+: .+\n\s*Link \d+:", text, re.MULTILINE) or re.search(
+        r"^GPU \d+: .+\(UUID", text, re.MULTILINE
+    ):
+        return "nvlink"
+    if lost_gpus(text):  # nothing but the error lines of GPUs it could not reach
+        return "q"
+    raise ImportError_("not an nvidia-smi -q, -q -x, topo -m or nvlink -s output")
+
+
+def import_files(paths: list[str]) -> Snapshot:
+    """A snapshot (without findings) of the nvidia-smi outputs in `paths`: one pseudo-probe
+    result per file. Raises ImportError_ naming the file and the problem."""
+    results = []
+    host = "imported"
+    for path in paths:
+        try:  # '-' is standard input; an nvidia-bug-report.log.gz is unpacked
+            raw = read_input(path, stdin_ok=True, gzip_ok=True)
+        except InputError as exc:
+            raise ImportError_(str(exc)) from None
+        if not raw.strip():
+            raise ImportError_(f"{path}: file is empty")
+        if b"\x00" in raw:
+            raise ImportError_(f"{path}: binary data, not an nvidia-smi output")
+        text = printable(raw.decode("utf-8", errors="replace"))
+        try:
+            kind, readings = import_text(text)
+        except ValueError as exc:  # ImportError_, or a malformed number in a table
+            raise ImportError_(f"{path}: {exc}") from None
+        except RecursionError:
+            raise ImportError_(f"{path}: nested too deeply") from None
+        if match := re.search(r"<hostname>([^<]+)</hostname>", text):
+            host = match.group(1).strip()
+        results.append(
+            ProbeResult(
+                name=f"import-{kind}",
+                title=f"imported {'standard input' if path == '-' else Path(path).name}",
+                status=ProbeStatus.OK,
+                duration_s=0.0,
+                readings=tuple(readings),
+            )
+        )
+    return Snapshot(
+        host=host,
+        created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        gpudiag_version=__version__,
+        command_line=("gpudiag", "import", *paths),
+        probes=tuple(results),
+    )
+
+
+def import_text(text: str) -> tuple[str, list[Reading]]:
+    """(format, readings) of one file's text."""
+    kind = detect(text)
+    if kind == "xml":
+        readings = with_lost_gpus(xml_readings(extract_from_bug_report(text)), lost_gpus(text))
+        return kind, with_bundled(text, with_unreached(readings))
+    if kind == "q":
+        readings = with_lost_gpus(q_readings(extract_from_bug_report(text)), lost_gpus(text))
+        return kind, with_bundled(text, with_unreached(readings))
+    if kind == "topo":
+        return kind, parse_topo_matrix(text)
+    return kind, parse_nvlink_status(text)

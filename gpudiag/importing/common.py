@@ -1,0 +1,207 @@
+"""What every nvidia-smi importer shares: the readings an import makes (its
+declaration in the catalog), the error for a file that is none of the formats, and the
+parsing of nvidia-smi's values and placeholders.
+
+A field that is absent is missing; 'N/A', '[Not Supported]' and 'deprecated' are
+unsupported; '[Insufficient Permissions]' is needs-root; an error text is an error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from gpudiag import catalog
+from gpudiag.model import Reading, ReadingStatus, Value
+
+# the readings an import makes (gpudiag/catalog.py): the GPU and driver probes' keys, and
+# the product brand, which only nvidia-smi prints
+READINGS = (
+    *catalog.declare("GPU", catalog.config("gpu.{gpu}.brand", help="nvidia-smi's brand")),
+    catalog.also(
+        "gpu.{gpu}.bar1.total",
+        "gpu.{gpu}.bar1.used",
+        "gpu.{gpu}.board_part_number",
+        "gpu.{gpu}.clocks.app_mem",
+        "gpu.{gpu}.clocks.app_sm",
+        "gpu.{gpu}.clocks.default_app_mem",
+        "gpu.{gpu}.clocks.default_app_sm",
+        "gpu.{gpu}.clocks.max_mem",
+        "gpu.{gpu}.clocks.max_sm",
+        "gpu.{gpu}.clocks.mem",
+        "gpu.{gpu}.clocks.sm",
+        "gpu.{gpu}.compute_mode",
+        "gpu.{gpu}.cpu_affinity",
+        "gpu.{gpu}.ecc.aggregate.corrected",
+        "gpu.{gpu}.ecc.aggregate.corrected.dram",
+        "gpu.{gpu}.ecc.aggregate.corrected.sram",
+        "gpu.{gpu}.ecc.aggregate.uncorrected",
+        "gpu.{gpu}.ecc.aggregate.uncorrected.dram",
+        "gpu.{gpu}.ecc.aggregate.uncorrected.sram",
+        "gpu.{gpu}.ecc.current",
+        "gpu.{gpu}.ecc.pending",
+        "gpu.{gpu}.ecc.volatile.corrected",
+        "gpu.{gpu}.ecc.volatile.corrected.dram",
+        "gpu.{gpu}.ecc.volatile.corrected.sram",
+        "gpu.{gpu}.ecc.volatile.uncorrected",
+        "gpu.{gpu}.ecc.volatile.uncorrected.dram",
+        "gpu.{gpu}.ecc.volatile.uncorrected.sram",
+        "gpu.{gpu}.fabric.health_flags",
+        "gpu.{gpu}.fabric.state",
+        "gpu.{gpu}.fabric.status",
+        "gpu.{gpu}.health",
+        "gpu.{gpu}.inforom.image",
+        "gpu.{gpu}.memory.total",
+        "gpu.{gpu}.memory.used",
+        "gpu.{gpu}.memory.reserved",
+        "gpu.{gpu}.mig.current",
+        "gpu.{gpu}.mig.instances",
+        "gpu.{gpu}.mig.pending",
+        "gpu.{gpu}.name",
+        "gpu.{gpu}.numa_node",
+        "gpu.{gpu}.nvlink.active",
+        "gpu.{gpu}.nvlink.count",
+        "gpu.{gpu}.nvlink.{link}.speed",
+        "gpu.{gpu}.nvlink.{link}.state",
+        "gpu.{gpu}.pci.bus_id",
+        "gpu.{gpu}.pci.device_id",
+        "gpu.{gpu}.pcie.link_gen",
+        "gpu.{gpu}.pcie.link_width",
+        "gpu.{gpu}.pcie.max_link_gen",
+        "gpu.{gpu}.pcie.max_link_width",
+        "gpu.{gpu}.pcie.replay_counter",
+        "gpu.{gpu}.persistence_mode",
+        "gpu.{gpu}.power.default_limit",
+        "gpu.{gpu}.power.draw",
+        "gpu.{gpu}.power.enforced_limit",
+        "gpu.{gpu}.power.limit",
+        "gpu.{gpu}.power.max_limit",
+        "gpu.{gpu}.power.min_limit",
+        "gpu.{gpu}.processes.compute",
+        "gpu.{gpu}.processes.graphics",
+        "gpu.{gpu}.pstate",
+        "gpu.{gpu}.remapped_rows.correctable",
+        "gpu.{gpu}.remapped_rows.failure",
+        "gpu.{gpu}.remapped_rows.pending",
+        "gpu.{gpu}.remapped_rows.uncorrectable",
+        "gpu.{gpu}.retired_pages.double_bit",
+        "gpu.{gpu}.retired_pages.pending",
+        "gpu.{gpu}.retired_pages.single_bit",
+        "gpu.{gpu}.serial",
+        "gpu.{gpu}.temperature.gpu",
+        "gpu.{gpu}.temperature.gpu_max",
+        "gpu.{gpu}.temperature.gpu_max_tlimit",
+        "gpu.{gpu}.temperature.shutdown_tlimit",
+        "gpu.{gpu}.temperature.slowdown_tlimit",
+        "gpu.{gpu}.temperature.tlimit_margin",
+        "gpu.{gpu}.temperature.shutdown",
+        "gpu.{gpu}.temperature.slowdown",
+        "gpu.{gpu}.throttle_reasons",
+        "gpu.{gpu}.utilization.gpu",
+        "gpu.{gpu}.utilization.memory",
+        "gpu.{gpu}.uuid",
+        "gpu.{gpu}.vbios",
+        "nvml.cuda_driver_version",
+        "nvml.driver_version",
+        "nvml.gpu_count",
+        "nvml.init",
+        "topo.gpu.{gpu}.{peer}",
+        "topo.gpu.{gpu}.nic.{nic}",
+    ),
+)
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class ImportError_(ValueError):
+    """A file that is none of the formats gpudiag imports."""
+
+
+# ------------------------------------------------------------------ value parsing
+
+
+_UNSUPPORTED = ("n/a", "[not supported]", "not supported", "[n/a]")
+
+
+def status_of(raw: str) -> tuple[ReadingStatus, str] | None:
+    """The status an nvidia-smi placeholder stands for, or None for a real value."""
+    text = raw.strip()
+    lower = text.lower()
+    if lower in _UNSUPPORTED or lower == "":
+        return ReadingStatus.UNSUPPORTED, f"nvidia-smi printed {text!r}"
+    if "deprecated" in lower:
+        return ReadingStatus.UNSUPPORTED, "nvidia-smi: deprecated on this driver"
+    if "insufficient permissions" in lower:
+        return ReadingStatus.NEEDS_ROOT, f"nvidia-smi printed {text!r}"
+    if (lower.startswith("[") and lower.endswith("]")) or "error" in lower:
+        return ReadingStatus.ERROR, f"nvidia-smi printed {text!r}"
+    return None
+
+
+MAX_DIGITS = 40  # nvidia-smi prints 64-bit counters: 20 digits at most
+_NUMBER = re.compile(rf"^\s*(-?[0-9]{{1,{MAX_DIGITS}}}(\.[0-9]{{1,{MAX_DIGITS}}})?)")
+
+
+def number(text: str) -> float:
+    """'700.00 W', '1980 MHz', '16x', '41 C' -> the number (a finite float)."""
+    match = _NUMBER.match(text)
+    if not match or (len(text) > match.end() and text[match.end()].isdigit()):
+        raise ValueError(f"no number in {text.strip()[:60]!r}")
+    return float(match.group(1))
+
+
+def integer(text: str) -> int:
+    """An integer field: '16x' -> 16, '81559 MiB' -> 81559, '0x00' -> 0."""
+    stripped = text.strip()
+    if stripped.lower().startswith("0x"):
+        if len(stripped) > MAX_DIGITS:
+            raise ValueError(f"hex number too long: {stripped[:60]!r}")
+        return int(stripped, 16)
+    number(text)  # bounded and well-formed, or ValueError
+    match = _NUMBER.match(text)
+    assert match is not None
+    return int(match.group(1)) if match.group(2) is None else int(float(match.group(1)))
+
+
+def enabled(text: str) -> bool:
+    """'Enabled'/'Disabled', 'Yes'/'No', 'Active'/'Not Active' -> bool."""
+    value = text.strip().lower()
+    if value in ("enabled", "yes", "active"):
+        return True
+    if value in ("disabled", "no", "not active"):
+        return False
+    raise ValueError(f"not a yes/no value: {text.strip()!r}")
+
+
+def device_id(text: str) -> str:
+    """'0x233010DE' or '233010DE' -> '0x2330'."""
+    return f"0x{int(text.strip(), 16) >> 16:04x}"
+
+
+def compute_mode(text: str) -> str:
+    """'Default', 'Exclusive_Process' -> 'default', 'exclusive-process'."""
+    return text.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def text_value(text: str) -> str:
+    return text.strip()
+
+
+def reading_of(
+    key: str, raw: str | None, parse: Callable[[str], Value], unit: str, source: str
+) -> Reading:
+    if raw is None:
+        return Reading.failed(key, ReadingStatus.MISSING, "not in the imported file", source, unit)
+    placeholder = status_of(raw)
+    if placeholder is not None:
+        return Reading.failed(key, placeholder[0], placeholder[1], source, unit)
+    try:
+        return Reading(key, parse(raw), unit, source)
+    except (ValueError, KeyError) as exc:
+        return Reading.failed(
+            key, ReadingStatus.ERROR, f"cannot parse {raw.strip()!r}: {exc}", source, unit
+        )
+
+
+Lookup = Callable[[str], "str | None"]

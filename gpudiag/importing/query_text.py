@@ -1,0 +1,306 @@
+"""`nvidia-smi -q` text: one output, or several one after another (a bug report, an
+exporter's bundle), whole or pasted with lines left out or cut short at the end."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import partial
+
+from gpudiag.catalog import normalize_bus_id
+from gpudiag.importing.common import (
+    reading_of,
+    status_of,
+    text_value,
+)
+from gpudiag.importing.gpus import (
+    FIELDS,
+    ecc_readings,
+    fabric_health,
+    fabric_status,
+    field_readings,
+    mig_instances,
+    node_readings,
+    throttle_name,
+    throttle_reading,
+    tlimit_readings,
+    with_ecc_totals,
+)
+from gpudiag.model import Reading, ReadingStatus
+
+
+@dataclass
+class Node:
+    """One line of `nvidia-smi -q`: a label, its value (may be None) and nested lines."""
+
+    value: str | None = None
+    children: dict[str, Node] = field(default_factory=dict)
+    entries: list[tuple[str, Node]] = field(default_factory=list)  # in order, repeats kept
+
+    def find(self, path: str) -> Node | None:
+        node: Node | None = self
+        for part in path.split("/"):
+            if node is None:
+                return None
+            node = node.children.get(part)
+        return node
+
+    def walk(self) -> Iterator[tuple[str, Node]]:
+        for label, child in self.children.items():
+            yield label, child
+            yield from child.walk()
+
+
+def parse_q_text(text: str) -> tuple[dict[str, str], list[tuple[str, Node]]]:
+    """`nvidia-smi -q` -> (header fields, [(GPU bus id, tree of its lines)])."""
+    header: dict[str, str] = {}
+    gpus: list[tuple[str, Node]] = []
+    stack: list[tuple[int, Node]] = []
+    for raw_line in text.replace("\r\n", "\n").split("\n"):
+        line = raw_line.rstrip()
+        if not line.strip() or line.startswith("="):
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        label, sep, value = line.strip().partition(":")
+        label = label.strip()
+        if indent == 0:
+            match = re.match(
+                r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$", line.strip()
+            )
+            if match:
+                root = Node()
+                gpus.append((match.group(1), root))
+                stack = [(0, root)]
+            elif sep:
+                header[label] = value.strip()
+            continue
+        if not stack:
+            continue
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if not stack:
+            continue
+        node = Node(value.strip() if sep else None)
+        stack[-1][1].children.setdefault(label, node)
+        stack[-1][1].entries.append((label, node))
+        stack.append((indent, node))
+    return header, gpus
+
+
+def _q_value(tree: Node, path: str) -> str | None:
+    """The value at `path`, or the placeholder a whole section was printed as
+    ('Remapped Rows : N/A' holds no fields: each is N/A), or None when absent."""
+    node = tree
+    for part in path.split("/"):
+        child = node.children.get(part)
+        if child is None:
+            placeholder = node is not tree and node.value and status_of(node.value)
+            return node.value if placeholder else None
+        node = child
+    return node.value
+
+
+def _q_mig(index: int, tree: Node, prefix: str) -> list[Reading]:
+    """MIG devices of a GPU in MIG mode: 'MIG Device' blocks (R590 prints them in the
+    GPU's section, older drivers under 'MIG Devices'); none where MIG is off."""
+    current = _q_value(tree, "MIG Mode/Current")
+    if current is None or current.strip() != "Enabled":
+        return []
+    holder = tree.children.get("MIG Devices", tree)
+    if holder is not tree and holder.value is not None and holder.value.strip() == "None":
+        return [Reading(f"gpu.{index}.mig.instances", [], source=f"{prefix}/MIG Devices")]
+    blocks = [node for label, node in holder.entries if label == "MIG Device"]
+    if not blocks:
+        return []
+    devices = [
+        (
+            _q_value(b, "Index"),
+            _q_value(b, "GPU Instance ID"),
+            _q_value(b, "Compute Instance ID"),
+            _q_value(b, "Shared FB Memory Usage/Total") or _q_value(b, "FB Memory Usage/Total"),
+        )
+        for b in blocks
+    ]
+    return [mig_instances(index, devices, f"{prefix}/MIG Device")]
+
+
+def _q_processes(index: int, tree: Node, prefix: str) -> list[Reading]:
+    """gpu.N.processes.{compute,graphics}: the PIDs by type ('C', 'G', 'C+G')."""
+    processes = tree.children.get("Processes")
+    if processes is None:
+        return []
+    source = f"{prefix}/Processes"
+    if processes.value is not None and status_of(processes.value):
+        return [
+            reading_of(f"gpu.{index}.processes.{kind}", processes.value, text_value, "", source)
+            for kind in ("compute", "graphics")
+        ]
+    entries = [
+        (int(node.value), node)
+        for label, node in processes.entries
+        if label == "Process ID" and node.value and node.value.strip().isdigit()
+    ]
+    readings = []
+    for kind, letter in (("compute", "C"), ("graphics", "G")):
+        pids = [pid for pid, node in entries if letter in (_q_value(node, "Type") or "")]
+        readings.append(Reading(f"gpu.{index}.processes.{kind}", pids, source=source))
+    return readings
+
+
+# what a paste puts where it left lines out
+ELISIONS = frozenset({"...", "[...]", "\u2026", "[\u2026]", "<snip>", "[snip]", "[snipped]"})
+CUT = "the paste is cut here (lines replaced by '...'): not known"
+
+
+def _is_cut(tree: Node) -> bool:
+    """Whether a GPU's section had lines left out of the paste."""
+    return any(label in ELISIONS for label, _ in tree.walk())
+
+
+def _said_cut(readings: list[Reading]) -> list[Reading]:
+    """A cut section's readings that are absent say so: unknown, never 'not there'."""
+    return [
+        Reading.failed(r.key, ReadingStatus.MISSING, CUT, r.source, r.unit)
+        if r.status is ReadingStatus.MISSING and r.reason == "not in the imported file"
+        else r
+        for r in readings
+    ]
+
+
+NVSMI_BANNER = re.compile(r"^==============NVSMI LOG==============\s*$", re.MULTILINE)
+
+
+def ends_cut(text: str) -> tuple[str, str] | None:
+    """(bus id, the text without its last line) where the file stops part-way through
+    its last GPU's section: a whole -q section (it starts with 'Product Name') always
+    prints 'Processes', and this one does not. Its last line may be cut mid-value, so it
+    is dropped. None where the last section is whole, or cannot be told whole (a
+    `-q -d` file prints only the sections asked for)."""
+    last = [p for p in NVSMI_BANNER.split(text) if p.strip()] or [text]
+    gpus = parse_q_text(last[-1])[1]
+    if not gpus:
+        return None
+    bus_id, tree = gpus[-1]
+    if "Product Name" not in tree.children or "Processes" in tree.children:
+        return None
+    kept = text.rstrip().rsplit("\n", 1)[0]
+    return bus_id, kept
+
+
+def _merged_q(text: str) -> tuple[dict[str, str], list[tuple[str, Node]]]:
+    """A file of one or several -q outputs one after another (a bug report, an
+    exporter's bundle: idle, then under load): the first output's header, and each GPU
+    once, by bus id, as the first output that lists it shows it."""
+    parts = [p for p in NVSMI_BANNER.split(text) if p.strip()] or [text]
+    header: dict[str, str] = {}
+    gpus: dict[str, tuple[str, Node]] = {}
+    for part in parts:
+        part_header, part_gpus = parse_q_text(part)
+        if not header and "Driver Version" in part_header:
+            header = part_header
+        for bus_id, tree in part_gpus:
+            gpus.setdefault(normalize_bus_id(bus_id), (bus_id, tree))
+    if not header:
+        header = parse_q_text(parts[0])[0]
+    return header, list(gpus.values())
+
+
+def _ended(bus_id: str) -> str:
+    return f"the file stops part-way through GPU {bus_id}'s section: not known"
+
+
+def q_readings(text: str) -> list[Reading]:
+    cut_at_end = ends_cut(text)
+    if cut_at_end is not None:
+        text = cut_at_end[1]
+    header, gpus = _merged_q(text)
+    readings = node_readings(
+        header.get("Driver Version"),
+        header.get("CUDA Version"),
+        header.get("Attached GPUs"),
+        "nvidia-smi-q",
+        len(gpus),
+    )
+    cut = any(line.strip() in ELISIONS for line in text.splitlines())
+    if cut and header.get("Attached GPUs") is None:  # a count of a cut paste's GPUs: wrong
+        readings = [
+            Reading.failed(r.key, ReadingStatus.MISSING, f"{CUT}: how many GPUs", r.source, "GPUs")
+            if r.key == "nvml.gpu_count"
+            else r
+            for r in readings
+        ]
+    ended = cut_at_end is not None and gpus[-1][0] == cut_at_end[0]
+    if ended and header.get("Attached GPUs") is None:  # GPUs after the cut are not listed
+        reason = f"{_ended(gpus[-1][0])}: how many GPUs"
+        readings = [
+            Reading.failed(r.key, ReadingStatus.MISSING, reason, r.source, "GPUs")
+            if r.key == "nvml.gpu_count"
+            else r
+            for r in readings
+        ]
+    for index, (bus_id, tree) in enumerate(gpus):
+        source_prefix = f"nvidia-smi-q:GPU {bus_id}"
+        readings.append(Reading(f"gpu.{index}.health", "ok", source=source_prefix))
+        sections = set(tree.children)
+        find = partial(_q_value, tree)
+        if ended and index == len(gpus) - 1:  # what the file does not reach is unknown
+            readings.extend(_ended_readings(index, tree, bus_id, source_prefix))
+            continue
+        if _is_cut(tree):  # a section left out may be one the GPU has: every field is asked
+            every = {p.split("/")[0] for spec in FIELDS for p in spec.text}
+            readings.extend(_said_cut(field_readings(index, find, False, source_prefix, every)))
+        else:
+            readings.extend(field_readings(index, find, False, source_prefix, sections))
+        if "ECC Errors" in sections:
+            readings.extend(ecc_readings(index, find, False, source_prefix))
+        if "Temperature" in sections:
+            readings.extend(tlimit_readings(index, find, False, source_prefix))
+        readings.extend(fabric_status(index, find, False, source_prefix))
+        readings.extend(fabric_health(index, find, False, source_prefix))
+        readings.extend(_q_mig(index, tree, source_prefix))
+        readings.extend(_q_processes(index, tree, source_prefix))
+        reasons = tree.find("Clocks Event Reasons") or tree.find("Clocks Throttle Reasons")
+        if reasons is None:
+            continue
+        active = (
+            None
+            if reasons is None
+            else [
+                name
+                for label, node in reasons.walk()
+                if node.value and node.value.strip() == "Active" and (name := throttle_name(label))
+            ]
+        )
+        readings.append(throttle_reading(index, active, f"{source_prefix}/Clocks Event Reasons"))
+    return list(with_ecc_totals(tuple(readings)))
+
+
+def _ended_readings(index: int, tree: Node, bus_id: str, prefix: str) -> list[Reading]:
+    """The readings of a GPU whose section the file stops in: what it shows, and every
+    other field, its ECC counts, processes and throttle reasons unknown, saying so."""
+    find = partial(_q_value, tree)
+    every = {p.split("/")[0] for spec in FIELDS for p in spec.text}
+    readings = field_readings(index, find, False, prefix, every)
+    readings += ecc_readings(index, find, False, prefix)
+    readings += _q_processes(index, tree, prefix) or [
+        Reading.failed(f"gpu.{index}.processes.{kind}", ReadingStatus.MISSING, "", prefix)
+        for kind in ("compute", "graphics")
+    ]
+    reasons = tree.find("Clocks Event Reasons") or tree.find("Clocks Throttle Reasons")
+    if reasons is None or reasons is tree.entries[-1][1]:  # absent, or where the file stops
+        readings.append(throttle_reading(index, None, f"{prefix}/Clocks Event Reasons"))
+    else:
+        active = [
+            name
+            for label, node in reasons.walk()
+            if node.value and node.value.strip() == "Active" and (name := throttle_name(label))
+        ]
+        readings.append(throttle_reading(index, active, f"{prefix}/Clocks Event Reasons"))
+    reason = _ended(bus_id)
+    return [
+        Reading.failed(r.key, ReadingStatus.MISSING, reason, r.source, r.unit)
+        if r.status is ReadingStatus.MISSING
+        else r
+        for r in readings
+    ]
