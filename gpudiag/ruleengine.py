@@ -147,14 +147,14 @@ def _all_equal(
     rule: Rule,
     context: _Context,
     gpus: tuple[str, ...],
-    lost: set[str],
+    skipped: set[str],
     unreached: tuple[Reading, ...] = (),
 ) -> Finding | None:
-    """`unreached`: the health readings of the GPUs the source did not reach; where the
-    others agree, whether these do too is not known."""
+    """`skipped`: the GPUs left out (lost, or not reached); `unreached`: the health
+    readings of those the source did not reach: where the others agree, whether these do
+    too is not known."""
     if rule.applies_if and (finding := _does_not_apply(rule, {}, context)) is not None:
         return finding
-    skipped = lost | {r.key.split(".")[1] for r in unreached}
     keys = [rule.reading.replace("{gpu}", gpu) for gpu in gpus if gpu not in skipped]
     if not keys:
         return None
@@ -362,20 +362,20 @@ def evaluate(
         if (health := readings.get(f"gpu.{gpu}.health")) is not None
         and health.status is ReadingStatus.NOT_REACHED
     )
-    for rule in plan.all_equal:
-        finding = _all_equal(rule, context, plan.gpus, lost, unreached)
-        if finding is not None:
-            findings.append(finding)
     # a lost GPU answers nothing, and one the source did not reach tells nothing: GPU001
     # says so, once (critical where lost, unknown where not reached)
     skipped = lost.union(r.key.split(".")[1] for r in unreached)
+    for rule in plan.all_equal:
+        finding = _all_equal(rule, context, plan.gpus, skipped, unreached)
+        if finding is not None:
+            findings.append(finding)
     checks = plan.checks
     if quick:
         positions = _unsure(plan, readings, profile, skipped)
     else:
         positions = [i for i, (*_, gpu) in enumerate(plan.checks) if gpu not in skipped]
     for position in positions:
-        rule, values, key, _, _ = checks[position]
+        rule, values, key, _ = checks[position]
         assignment = dict(zip(SCOPES[rule.applies_to], values, strict=True))
         finding = _evaluate_instance(rule, assignment, context, key)
         if finding is not None:
@@ -429,7 +429,7 @@ def _unsure(
             unsure.append(position)
     if skipped:
         checks = plan.checks
-        unsure = [p for p in unsure if checks[p][4] is None or checks[p][4] not in skipped]
+        unsure = [p for p in unsure if checks[p][3] is None or checks[p][3] not in skipped]
     unsure.sort()
     return unsure
 
@@ -562,9 +562,9 @@ class _Plan:
     """Which rule checks which key, for one set of rules and one shape of readings."""
 
     gpus: tuple[str, ...]
-    # (rule, its placeholders' values, the key it reads, its quick check, the GPU whose
-    # loss skips it or None: a lost GPU answers nothing, GPU001 says so once)
-    checks: tuple[tuple[Rule, tuple[str, ...], str, Callable[[Any], bool] | None, str | None], ...]
+    # (rule, its placeholders' values, the key it reads, the GPU whose loss skips it or
+    # None: a lost GPU answers nothing, GPU001 says so once)
+    checks: tuple[tuple[Rule, tuple[str, ...], str, str | None], ...]
     all_equal: tuple[Rule, ...]
     # The quick tests, by the positions of their checks in `checks`. `quick`: a rule's
     # tests of the value alone, one at a time and all at once, over the keys there are,
@@ -607,7 +607,7 @@ def _plan(rules: Sequence[Rule], readings: dict[str, Reading]) -> _Plan:
         found = instances(rule, readings, index)
         first = len(checks)
         checks.extend(
-            (rule, values, key, check, values[0] if on_gpu and not health else None)
+            (rule, values, key, values[0] if on_gpu and not health else None)
             for values, key in found
         )
         positions = tuple(range(first, len(checks)))
