@@ -57,16 +57,21 @@ def realdata_dir() -> Path:
 
 
 @contextlib.contextmanager
-def machine_lock(name: str) -> Iterator[None]:
-    """Hold an exclusive lock, machine-wide, named NAME (a file in /tmp): for what only one
-    test at a time may use on this machine, whichever worker or pytest run it is in (the
-    Slurm tests' fixed ports)."""
-    with open(f"/tmp/gpudiag-tests-{name}.lock", "a") as handle:
+def _locked(path: str | Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file at PATH (made if missing) while the block runs."""
+    with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def machine_lock(name: str) -> contextlib.AbstractContextManager[None]:
+    """An exclusive lock, machine-wide, named NAME (a file in /tmp): for what only one
+    test at a time may use on this machine, whichever worker or pytest run it is in (the
+    Slurm tests' fixed ports)."""
+    return _locked(f"/tmp/gpudiag-tests-{name}.lock")
 
 
 def built_once(
@@ -79,15 +84,11 @@ def built_once(
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # the folder every worker of this run has its own folder in
     folder, done = base / f"shared-{name}", base / f"shared-{name}.json"
-    with open(base / f"shared-{name}.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            if not done.exists():
-                folder.mkdir()
-                done.write_text(json.dumps(build(folder)))
-            return folder, json.loads(done.read_text())
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with _locked(base / f"shared-{name}.lock"):
+        if not done.exists():
+            folder.mkdir()
+            done.write_text(json.dumps(build(folder)))
+        return folder, json.loads(done.read_text())
 
 
 def _unpack_realdata_trees(dest: Path) -> dict[str, str]:
