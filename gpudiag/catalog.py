@@ -329,6 +329,13 @@ def is_lost(readings: Mapping[str, Reading], gpu: int | str) -> bool:
     return health is not None and not health.ok and health.status is not ReadingStatus.NOT_REACHED
 
 
+def not_reached(readings: Mapping[str, Reading], gpu: int | str) -> Reading | None:
+    """The health reading of a GPU the source never reached (a paste cut before its
+    section: not known, neither lost nor well), or None. The one place this is decided."""
+    health = readings.get(f"gpu.{gpu}.health")
+    return health if health is not None and health.status is ReadingStatus.NOT_REACHED else None
+
+
 def lost_gpus(readings: Mapping[str, Reading]) -> list[int]:
     """The GPUs that stopped answering, in order."""
     return [g for g in gpu_indices(readings) if is_lost(readings, g)]

@@ -357,10 +357,7 @@ def evaluate(
     plan = _plan(rules, readings)
     lost = {gpu for gpu in plan.gpus if catalog.is_lost(readings, gpu)}
     unreached = tuple(
-        health
-        for gpu in plan.gpus
-        if (health := readings.get(f"gpu.{gpu}.health")) is not None
-        and health.status is ReadingStatus.NOT_REACHED
+        health for gpu in plan.gpus if (health := catalog.not_reached(readings, gpu)) is not None
     )
     # a lost GPU answers nothing, and one the source did not reach tells nothing: GPU001
     # says so, once (critical where lost, unknown where not reached)

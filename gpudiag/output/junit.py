@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpudiag.inputs import printable
-from gpudiag.model import Finding, ReadingStatus, Severity, Snapshot
+from gpudiag.model import Finding, Severity, Snapshot
 from gpudiag.output import applicable
 
 # XML is imported where the document is written: the command line loads this package
@@ -50,9 +50,9 @@ def _testcases(
             )
             if lost and key not in by_key:
                 skip = f"GPU {values['gpu']} is lost (GPU001): it answers nothing"
-            health = readings.get(f"gpu.{values['gpu']}.health") if "gpu" in values else None
-            unreached = health is not None and health.status is ReadingStatus.NOT_REACHED
-            if unreached and key not in by_key:  # nothing of it was read: not judged, not passed
+            # a GPU not reached: nothing of it was read, so its checks are not judged, not passed
+            health = catalog.not_reached(readings, values["gpu"]) if "gpu" in values else None
+            if health is not None and key not in by_key:
                 skip = f"GPU {values['gpu']} was not read (GPU001): {health.reason}"
             cases.append((*key, by_key.get(key, []), skip))
     for key, findings in by_key.items():
