@@ -356,14 +356,16 @@ def evaluate(
     findings = probe_findings(probes) + profile_finding(profile, list(device_ids), rules)
     plan = _plan(rules, readings)
     lost = {gpu for gpu in plan.gpus if catalog.is_lost(readings, gpu)}
-    unreached = tuple(
-        health for gpu in plan.gpus if (health := catalog.not_reached(readings, gpu)) is not None
-    )
+    unreached = {
+        gpu: health
+        for gpu in plan.gpus
+        if (health := catalog.not_reached(readings, gpu)) is not None
+    }
     # a lost GPU answers nothing, and one the source did not reach tells nothing: GPU001
     # says so, once (critical where lost, unknown where not reached)
-    skipped = lost.union(r.key.split(".")[1] for r in unreached)
+    skipped = lost | unreached.keys()
     for rule in plan.all_equal:
-        finding = _all_equal(rule, context, plan.gpus, skipped, unreached)
+        finding = _all_equal(rule, context, plan.gpus, skipped, tuple(unreached.values()))
         if finding is not None:
             findings.append(finding)
     checks = plan.checks
