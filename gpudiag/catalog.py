@@ -32,10 +32,10 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from gpudiag.model import ReadingStatus
+from gpudiag.model import Reading, ReadingStatus
 
 if TYPE_CHECKING:
-    from gpudiag.model import KernelResult, Reading
+    from gpudiag.model import KernelResult, Value
 
 PCI_ADDRESS = r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"
 # An instance index (a GPU, NVLink, NUMA node, port, NVMe controller): ASCII digits, at
@@ -368,6 +368,53 @@ class Declared:
     def volatile(self) -> bool:
         """Not configuration: differs between healthy nodes or runs (counters too)."""
         return self.change is not Change.CONFIGURATION
+
+    @functools.cached_property
+    def fields(self) -> tuple[str, ...]:
+        """The template's placeholders, in order, each once: ('gpu', 'link')."""
+        return tuple(dict.fromkeys(PLACEHOLDER_PATTERN.findall(self.template)))
+
+    @functools.cached_property
+    def _field_set(self) -> frozenset[str]:
+        return frozenset(self.fields)
+
+    @functools.cached_property
+    def _format(self) -> Callable[..., str]:
+        """str.format of the template with its literal text escaped: only the fields."""
+        parts = PLACEHOLDER_PATTERN.split(self.template)
+        return "".join(
+            part.replace("{", "{{").replace("}", "}}") if i % 2 == 0 else f"{{{part}}}"
+            for i, part in enumerate(parts)
+        ).format
+
+    def key(self, **fields: object) -> str:
+        """The key of one reading of this declaration, its template filled with `fields`
+        (every placeholder, and nothing else): GPU_POWER_LIMIT.key(gpu=3) ->
+        'gpu.3.power.limit'. A missing or unknown field is a ValueError: a producer that
+        emits through its declaration cannot write a key it did not declare."""
+        if fields.keys() != self._field_set:
+            raise ValueError(
+                f"{self.template}: fields {sorted(fields)} given, {list(self.fields)} needed"
+            )
+        return self._format(**fields)
+
+    def reading(self, value: Value, source: str = "", unit: str = "", **fields: object) -> Reading:
+        """A reading taken, under `key(**fields)`, in the declared unit (`unit` only where
+        the declaration lets each reading say its own: '*')."""
+        return Reading(self.key(**fields), value, self._unit(unit), source)
+
+    def failed(
+        self, status: ReadingStatus, reason: str, source: str = "", unit: str = "", **fields: object
+    ) -> Reading:
+        """A reading that could not be taken, under `key(**fields)`, in the declared unit."""
+        return Reading(self.key(**fields), None, self._unit(unit), source, status, reason)
+
+    def _unit(self, unit: str) -> str:
+        if self.unit != "*":
+            if unit and unit != self.unit:
+                raise ValueError(f"{self.template}: unit {unit!r}, declared {self.unit!r}")
+            return self.unit
+        return unit
 
 
 def config(template: str, unit: str = "", help: str = "", identifying: str = "") -> Declared:

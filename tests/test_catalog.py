@@ -53,6 +53,39 @@ def test_fill_escapes_and_leaves_unknown_placeholders() -> None:
     assert catalog.fill("gpu.{gpu}.x", {"gpu": "{0.__class__}"}) == "gpu.{0.__class__}.x"
 
 
+def test_a_declaration_fills_its_own_key_and_refuses_any_other() -> None:
+    speed = catalog.config("gpu.{gpu}.nvlink.{link}.speed", "GB/s")
+    assert speed.fields == ("gpu", "link")
+    assert speed.key(gpu=3, link=5) == "gpu.3.nvlink.5.speed"
+    assert speed.key(link="5", gpu="3") == "gpu.3.nvlink.5.speed"
+    assert catalog.config("gpu.count").key() == "gpu.count"
+    # a value is text, never a format field or attribute lookup
+    assert speed.key(gpu="{0.__class__}", link=0) == "gpu.{0.__class__}.nvlink.0.speed"
+    with pytest.raises(ValueError, match="'gpu', 'link'"):
+        speed.key(gpu=3)  # a field missing
+    with pytest.raises(ValueError, match="given"):
+        speed.key(gpu=3, link=5, port=1)  # a field the template does not have
+    with pytest.raises(ValueError, match="given"):
+        catalog.config("gpu.count").key(gpu=0)
+
+
+def test_a_declaration_makes_its_readings_in_its_unit() -> None:
+    speed = catalog.config("gpu.{gpu}.nvlink.{link}.speed", "GB/s")
+    assert speed.reading(25.0, "nvml:f", gpu=0, link=1) == Reading(
+        "gpu.0.nvlink.1.speed", 25.0, "GB/s", "nvml:f"
+    )
+    assert speed.failed(ReadingStatus.UNSUPPORTED, "no", "nvml:f", gpu=0, link=1) == (
+        Reading.failed("gpu.0.nvlink.1.speed", ReadingStatus.UNSUPPORTED, "no", "nvml:f", "GB/s")
+    )
+    with pytest.raises(ValueError, match="unit 'MB/s', declared 'GB/s'"):
+        speed.reading(1.0, unit="MB/s", gpu=0, link=1)
+    with pytest.raises(ValueError, match="needed"):
+        speed.reading(1.0, gpu=0)
+    # a declaration whose readings each say their unit ('*') takes the reading's
+    figure = catalog.volatile("gpu.{gpu}.kernel.{metric}", "*")
+    assert figure.reading(1.0, unit="GB/s", gpu=0, metric="stream.triad.fp64").unit == "GB/s"
+
+
 def test_declarations_are_found_by_key() -> None:
     found = shipped.find("gpu.3.nvlink.5.errors.replay")
     assert found is not None and found.change is Change.COUNTER
