@@ -234,8 +234,7 @@ def check_key(key: str) -> None:
     all-digit segment) longer than MAX_INDEX_DIGITS."""
     if _LONG_INDEX.search(key):
         raise ValueError(
-            f"reading key {key[:40]}...: an instance index of more than "
-            f"{MAX_INDEX_DIGITS} digits"
+            f"reading key {key[:40]}...: an instance index of more than {MAX_INDEX_DIGITS} digits"
         )
 
 
@@ -443,6 +442,19 @@ class Also:
     writes the GPU probe's keys): the same meaning, a second producer."""
 
     templates: tuple[str, ...]
+
+    @functools.cached_property
+    def _declared(self) -> dict[str, Declared]:
+        return {t: Declared(t) for t in self.templates}
+
+    def key(self, template: str, **fields: object) -> str:
+        """The key of a reading of `template`, one of these, filled as Declared.key fills
+        it: a KeyError for a template not among them (the unit is the full
+        declaration's, which this producer cannot see: the contract test compares)."""
+        found = self._declared.get(template)
+        if found is None:
+            raise KeyError(f"{template}: not among the templates this producer makes")
+        return found.key(**fields)
 
 
 def also(*templates: str) -> Also:

@@ -86,6 +86,22 @@ def test_a_declaration_makes_its_readings_in_its_unit() -> None:
     assert figure.reading(1.0, unit="GB/s", gpu=0, metric="stream.triad.fp64").unit == "GB/s"
 
 
+def test_a_producer_fills_the_keys_another_declares_only_from_its_list() -> None:
+    makes = catalog.also("gpu.{gpu}.power.limit", "topo.gpu.{gpu}.{peer}")
+    assert makes.key("topo.gpu.{gpu}.{peer}", gpu=0, peer=1) == "topo.gpu.0.1"
+    with pytest.raises(KeyError, match="not among"):
+        makes.key("gpu.{gpu}.power.limt", gpu=0)  # a typo is refused, not written
+    with pytest.raises(ValueError, match="needed"):
+        makes.key("topo.gpu.{gpu}.{peer}", gpu=0)
+    # the importers emit through theirs
+    from gpudiag.importing.common import key_of
+
+    assert key_of("gpu.{gpu}.brand", gpu=2) == "gpu.2.brand"
+    assert key_of("gpu.{gpu}.nvlink.{link}.state", gpu=2, link=3) == "gpu.2.nvlink.3.state"
+    with pytest.raises(KeyError):
+        key_of("gpu.{gpu}.nvlink.{link}.errors.replay", gpu=0, link=0)  # not imported
+
+
 def test_declarations_are_found_by_key() -> None:
     found = shipped.find("gpu.3.nvlink.5.errors.replay")
     assert found is not None and found.change is Change.COUNTER
