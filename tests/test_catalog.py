@@ -102,6 +102,29 @@ def test_a_producer_fills_the_keys_another_declares_only_from_its_list() -> None
         key_of("gpu.{gpu}.nvlink.{link}.errors.replay", gpu=0, link=0)  # not imported
 
 
+@pytest.mark.parametrize("demo", ["healthy", "faulty"])
+def test_every_reading_of_a_replayed_demo_is_declared_by_its_producer(demo: str) -> None:
+    """The shipped demo captures probed as `gpudiag --replay` probes them: every reading
+    of every result (the derived one's by a derivation) is one its producer declares, in
+    the declared unit where it was read; the producers emit through their declarations,
+    and this is where one that writes past them would show."""
+    from gpudiag.demo import demo_node
+
+    snapshot = demo_node(demo).snapshot()
+    wrong, seen = [], 0
+    for result in snapshot.probes:
+        producers = catalog.DERIVED_PRODUCERS if result.name == catalog.DERIVED else {result.name}
+        for r in result.readings:
+            seen += 1
+            found = shipped.find(r.key)
+            if found is None or not producers & found.producers:
+                wrong.append(f"{r.key}: not declared by {result.name}")
+            elif r.ok and found.unit != "*" and r.unit != found.unit:
+                wrong.append(f"{r.key}: unit {r.unit!r}, declared {found.unit!r}")
+    assert wrong == []
+    assert seen > 1000 and {p.name for p in snapshot.probes} >= {"gpu", "pcie", catalog.DERIVED}
+
+
 def test_declarations_are_found_by_key() -> None:
     found = shipped.find("gpu.3.nvlink.5.errors.replay")
     assert found is not None and found.change is Change.COUNTER
