@@ -14,7 +14,10 @@ of those keys and the declarations that give each one a meaning:
   and whether it identifies the machine (redaction's placeholder kind). The catalog
   collects them from the registries (`catalog()`), and the rules engine, `rules lint` and
   `explain`, the CLI, the views, the diff, the fleet and the redaction read it instead of
-  tables of their own.
+  tables of their own. A producer emits through its declarations, as node_exporter's
+  collectors emit through their Descs: `Declared.key(**fields)` fills the template and
+  refuses a missing or unknown field; `reading` and `failed` make the reading under that
+  key in the declared unit (`Also.key` for templates declared in full elsewhere).
 - Key helpers: filling a template, finding a key's declaration, the instances of each
   subject in a set of readings, and the one "is this GPU lost" check.
 
