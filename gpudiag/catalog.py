@@ -14,7 +14,10 @@ of those keys and the declarations that give each one a meaning:
   and whether it identifies the machine (redaction's placeholder kind). The catalog
   collects them from the registries (`catalog()`), and the rules engine, `rules lint` and
   `explain`, the CLI, the views, the diff, the fleet and the redaction read it instead of
-  tables of their own.
+  tables of their own. A producer emits through its declarations, as node_exporter's
+  collectors emit through their Descs: `Declared.key(**fields)` fills the template and
+  refuses a missing or unknown field; `reading` and `failed` make the reading under that
+  key in the declared unit (`Also.key` for templates declared in full elsewhere).
 - Key helpers: filling a template, finding a key's declaration, the instances of each
   subject in a set of readings, and the one "is this GPU lost" check.
 
@@ -32,10 +35,10 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from gpudiag.model import ReadingStatus
+from gpudiag.model import Reading, ReadingStatus
 
 if TYPE_CHECKING:
-    from gpudiag.model import KernelResult, Reading
+    from gpudiag.model import KernelResult, Value
 
 PCI_ADDRESS = r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"
 # An instance index (a GPU, NVLink, NUMA node, port, NVMe controller): ASCII digits, at
@@ -234,8 +237,7 @@ def check_key(key: str) -> None:
     all-digit segment) longer than MAX_INDEX_DIGITS."""
     if _LONG_INDEX.search(key):
         raise ValueError(
-            f"reading key {key[:40]}...: an instance index of more than "
-            f"{MAX_INDEX_DIGITS} digits"
+            f"reading key {key[:40]}...: an instance index of more than {MAX_INDEX_DIGITS} digits"
         )
 
 
@@ -369,6 +371,53 @@ class Declared:
         """Not configuration: differs between healthy nodes or runs (counters too)."""
         return self.change is not Change.CONFIGURATION
 
+    @functools.cached_property
+    def fields(self) -> tuple[str, ...]:
+        """The template's placeholders, in order, each once: ('gpu', 'link')."""
+        return tuple(dict.fromkeys(PLACEHOLDER_PATTERN.findall(self.template)))
+
+    @functools.cached_property
+    def _field_set(self) -> frozenset[str]:
+        return frozenset(self.fields)
+
+    @functools.cached_property
+    def _format(self) -> Callable[..., str]:
+        """str.format of the template with its literal text escaped: only the fields."""
+        parts = PLACEHOLDER_PATTERN.split(self.template)
+        return "".join(
+            part.replace("{", "{{").replace("}", "}}") if i % 2 == 0 else f"{{{part}}}"
+            for i, part in enumerate(parts)
+        ).format
+
+    def key(self, **fields: object) -> str:
+        """The key of one reading of this declaration, its template filled with `fields`
+        (every placeholder, and nothing else): GPU_POWER_LIMIT.key(gpu=3) ->
+        'gpu.3.power.limit'. A missing or unknown field is a ValueError: a producer that
+        emits through its declaration cannot write a key it did not declare."""
+        if fields.keys() != self._field_set:
+            raise ValueError(
+                f"{self.template}: fields {sorted(fields)} given, {list(self.fields)} needed"
+            )
+        return self._format(**fields)
+
+    def reading(self, value: Value, source: str = "", unit: str = "", **fields: object) -> Reading:
+        """A reading taken, under `key(**fields)`, in the declared unit (`unit` only where
+        the declaration lets each reading say its own: '*')."""
+        return Reading(self.key(**fields), value, self._unit(unit), source)
+
+    def failed(
+        self, status: ReadingStatus, reason: str, source: str = "", unit: str = "", **fields: object
+    ) -> Reading:
+        """A reading that could not be taken, under `key(**fields)`, in the declared unit."""
+        return Reading(self.key(**fields), None, self._unit(unit), source, status, reason)
+
+    def _unit(self, unit: str) -> str:
+        if self.unit != "*":
+            if unit and unit != self.unit:
+                raise ValueError(f"{self.template}: unit {unit!r}, declared {self.unit!r}")
+            return self.unit
+        return unit
+
 
 def config(template: str, unit: str = "", help: str = "", identifying: str = "") -> Declared:
     """A configuration reading: how the node is set up."""
@@ -396,6 +445,19 @@ class Also:
     writes the GPU probe's keys): the same meaning, a second producer."""
 
     templates: tuple[str, ...]
+
+    @functools.cached_property
+    def _declared(self) -> dict[str, Declared]:
+        return {t: Declared(t) for t in self.templates}
+
+    def key(self, template: str, **fields: object) -> str:
+        """The key of a reading of `template`, one of these, filled as Declared.key fills
+        it: a KeyError for a template not among them (the unit is the full
+        declaration's, which this producer cannot see: the contract test compares)."""
+        found = self._declared.get(template)
+        if found is None:
+            raise KeyError(f"{template}: not among the templates this producer makes")
+        return found.key(**fields)
 
 
 def also(*templates: str) -> Also:

@@ -32,11 +32,9 @@ PROFILE_KEY = "node.profile"
 DEVICE_IDS_KEY = "node.profile.device_ids"
 # the profile match's readings (gpudiag/catalog.py); the topology's and the kernel
 # readings' are declared where they are derived
-READINGS = catalog.declare(
-    "GPU",
-    catalog.config(PROFILE_KEY, help="the GPU model's profile the rules judge against"),
-    catalog.config(DEVICE_IDS_KEY, help="the GPUs' PCI device ids"),
-)
+PROFILE = catalog.config(PROFILE_KEY, help="the GPU model's profile the rules judge against")
+DEVICE_IDS = catalog.config(DEVICE_IDS_KEY, help="the GPUs' PCI device ids")
+READINGS = catalog.declare("GPU", PROFILE, DEVICE_IDS)
 
 
 @dataclass(frozen=True)
@@ -73,12 +71,12 @@ def profile_readings(
         profile, source = profiles[profile_name], "--profile"
     out: list[Reading] = []
     if profile is not None:
-        out.append(Reading(PROFILE_KEY, profile.name, source=source))
+        out.append(PROFILE.reading(profile.name, source))
     elif device_ids:
         reason = f"no profile matches PCI device id(s) {', '.join(device_ids)}"
-        out.append(Reading.failed(PROFILE_KEY, ReadingStatus.MISSING, reason, source))
+        out.append(PROFILE.failed(ReadingStatus.MISSING, reason, source))
     if device_ids:
-        out.append(Reading(DEVICE_IDS_KEY, list(device_ids), source="gpu.*.pci.device_id"))
+        out.append(DEVICE_IDS.reading(list(device_ids), "gpu.*.pci.device_id"))
     return out, profile, device_ids
 
 

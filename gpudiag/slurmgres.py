@@ -10,17 +10,15 @@ from __future__ import annotations
 import re
 
 from gpudiag import catalog
-from gpudiag.model import ProbeResult, ProbeStatus, Reading
+from gpudiag.model import ProbeResult, ProbeStatus
 
 PRODUCER = "slurm"
-READINGS = catalog.declare(
-    "Node",
-    catalog.config(
-        "node.expected_gpus",
-        "GPUs",
-        help="the NVIDIA GPUs the node should have: the GPUs Slurm configures for it (GRES)",
-    ),
+EXPECTED_GPUS = catalog.config(
+    "node.expected_gpus",
+    "GPUs",
+    help="the NVIDIA GPUs the node should have: the GPUs Slurm configures for it (GRES)",
 )
+READINGS = catalog.declare("Node", EXPECTED_GPUS)
 GRES = re.compile(r"(?:^|\s)Gres=(\S*)")
 # one GRES entry: NAME[:TYPE][:COUNT], COUNT with Slurm's K/M/G suffixes
 _ENTRY = re.compile(r"([A-Za-z0-9_/-]+)(?::([A-Za-z0-9_.-]+))?(?::([0-9]+[KMG]?))?")
@@ -67,7 +65,7 @@ def expected_gpus(node_line: str, node: str) -> ProbeResult | None:
         return None
     count = gpu_count(found.group(1))
     source = f"slurm:scontrol show node {node} (Gres={found.group(1)[:60]})"
-    reading = Reading("node.expected_gpus", count, unit="GPUs", source=source)
+    reading = EXPECTED_GPUS.reading(count, source)
     return ProbeResult(
         name=PRODUCER,
         title="Slurm's configuration of the node",

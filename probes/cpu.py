@@ -257,22 +257,22 @@ def _idle(host: HostFS, cpus: list[int], vm: str | None) -> Iterator[Reading]:
         names.append(label)
         yield per_cpu_reading(
             host,
-            f"cpu.idle.{label}.disabled",
+            IDLE_DISABLED.key(state=label),
             cpus,
             lambda cpu, s=state: f"{CPU_DIR}/cpu{cpu}/cpuidle/state{s}/disable",
             f"sysfs:devices/system/cpu/cpu*/cpuidle/state{state}/disable",
             parse_bool01,
         )
         yield host.reading(
-            f"cpu.idle.{label}.latency",
+            IDLE_LATENCY.key(state=label),
             f"{CPU_DIR}/cpu{first}/cpuidle/state{state}/latency",
             parse_int,
-            "us",
+            IDLE_LATENCY.unit,
         )
     yield Reading("cpu.idle.states", names, source=source)
     if "C6" not in names:  # CPU003 judges C6: on this CPU there is none to judge
         reason = f"this CPU has no C6 idle state ({', '.join(names)})"
-        yield Reading.failed("cpu.idle.C6.disabled", ReadingStatus.UNSUPPORTED, reason, source)
+        yield IDLE_DISABLED.failed(ReadingStatus.UNSUPPORTED, reason, source, state="C6")
 
 
 def collect(context: ProbeContext) -> Iterator[Reading]:
@@ -355,6 +355,10 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     yield from _idle(host, cpus, vm)
 
 
+# the readings of one idle state, emitted through these
+IDLE_DISABLED = catalog.config("cpu.idle.{state}.disabled")
+IDLE_LATENCY = catalog.config("cpu.idle.{state}.latency", "us")
+
 # the readings this probe makes (gpudiag/catalog.py)
 READINGS = (
     *catalog.declare(
@@ -372,8 +376,8 @@ READINGS = (
         catalog.config("cpu.freq.min", "MHz"),
         catalog.config("cpu.idle.driver"),
         catalog.config("cpu.idle.states"),
-        catalog.config("cpu.idle.{state}.disabled"),
-        catalog.config("cpu.idle.{state}.latency", "us"),
+        IDLE_DISABLED,
+        IDLE_LATENCY,
         catalog.config("cpu.isolated"),
         catalog.config("cpu.logical"),
         catalog.config("cpu.microcode"),

@@ -147,11 +147,11 @@ def _xids(host: HostFS) -> Iterator[Reading]:
     yield Reading("faults.xid.codes", codes, source=source)
     for code in codes:
         mine = [e for e in events if e.code == code]
-        yield Reading(f"faults.xid.{code}.count", len(mine), source=source)
-        yield Reading(f"faults.xid.{code}.gpus", sorted({e.pci for e in mine}), source=source)
+        yield XID_COUNT.reading(len(mine), source, xid=code)
+        yield XID_GPUS.reading(sorted({e.pci for e in mine}), source, xid=code)
         times = [e.seconds for e in mine if e.seconds is not None]
         if times:
-            yield Reading(f"faults.xid.{code}.last_seen", max(times), "s since boot", source)
+            yield XID_LAST_SEEN.reading(max(times), source, xid=code)
 
 
 def _edac(host: HostFS) -> Iterator[Reading]:
@@ -170,10 +170,8 @@ def _edac(host: HostFS) -> Iterator[Reading]:
         return
     totals = {"ce_count": 0, "ue_count": 0}
     for mc in controllers:
-        for name, label in (("ce_count", "correctable"), ("ue_count", "uncorrectable")):
-            reading = host.reading(
-                f"faults.edac.mc{mc}.{label}", f"{base}/mc{mc}/{name}", parse_int
-            )
+        for name, declared in (("ce_count", EDAC_CORRECTABLE), ("ue_count", EDAC_UNCORRECTABLE)):
+            reading = host.reading(declared.key(mc=f"mc{mc}"), f"{base}/mc{mc}/{name}", parse_int)
             yield reading
             if reading.ok and isinstance(reading.value, int):
                 totals[name] += reading.value
@@ -199,20 +197,27 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     yield from _edac(host)
 
 
+# the readings of one XID code or one memory controller, emitted through these
+XID_COUNT = catalog.counter("faults.xid.{xid}.count")
+XID_GPUS = catalog.volatile("faults.xid.{xid}.gpus")
+XID_LAST_SEEN = catalog.volatile("faults.xid.{xid}.last_seen", "s since boot")
+EDAC_CORRECTABLE = catalog.counter("faults.edac.{mc}.correctable")
+EDAC_UNCORRECTABLE = catalog.counter("faults.edac.{mc}.uncorrectable")
+
 # the readings this probe makes (gpudiag/catalog.py)
 READINGS = (
     *catalog.declare(
         "Faults",
         catalog.counter("faults.edac.correctable"),
         catalog.counter("faults.edac.uncorrectable"),
-        catalog.counter("faults.edac.{mc}.correctable"),
-        catalog.counter("faults.edac.{mc}.uncorrectable"),
+        EDAC_CORRECTABLE,
+        EDAC_UNCORRECTABLE,
         catalog.counter("faults.mce.count"),
         catalog.volatile("faults.xid.codes"),
         catalog.counter("faults.xid.total"),
-        catalog.counter("faults.xid.{xid}.count"),
-        catalog.volatile("faults.xid.{xid}.gpus"),
-        catalog.volatile("faults.xid.{xid}.last_seen", "s since boot"),
+        XID_COUNT,
+        XID_GPUS,
+        XID_LAST_SEEN,
     ),
 )
 

@@ -158,15 +158,17 @@ class GpuCalls:
         suffix: str,
         function: str,
         *args: int,
-        unit: str = "",
         convert: Callable[[Any], Value] | None = None,
+        **fields: int,
     ) -> Reading:
-        """The reading `gpu.<index>.<suffix>` of one (remembered) NVML call."""
+        """The reading of one (remembered) NVML call, through this probe's declaration of
+        `gpu.{gpu}.<suffix>` (its other placeholders filled by `fields`), in its unit."""
+        declared = declared_as(f"gpu.{{gpu}}.{suffix}")
         return self.nvml.reading_of(
-            f"gpu.{self.index}.{suffix}",
+            declared.key(gpu=self.index, **fields),
             function,
             lambda: self.call(function, *args),
-            unit,
+            declared.unit,
             convert,
         )
 
@@ -189,15 +191,12 @@ def _identity(gpu: GpuCalls) -> Iterator[Reading]:
 
 
 def _memory_and_modes(gpu: GpuCalls) -> Iterator[Reading]:
-    yield gpu.reading(
-        "memory.total", "nvmlDeviceGetMemoryInfo", unit="MiB", convert=lambda m: mib(m["total"])
-    )
+    yield gpu.reading("memory.total", "nvmlDeviceGetMemoryInfo", convert=lambda m: mib(m["total"]))
     # the v2 structure counts the driver's reserved memory apart, as nvidia-smi does; the
     # first one's used includes it (480 MiB on an idle H100)
     reserved = gpu.reading(
         "memory.reserved",
         "nvmlDeviceGetMemoryInfo_v2",
-        unit="MiB",
         convert=lambda m: mib(m["reserved"]),
     )
     yield reserved
@@ -205,21 +204,19 @@ def _memory_and_modes(gpu: GpuCalls) -> Iterator[Reading]:
         yield gpu.reading(
             "memory.used",
             "nvmlDeviceGetMemoryInfo_v2",
-            unit="MiB",
             convert=lambda m: mib(m["used"]),
         )
     else:  # a driver before R510, or a recording without the v2 call
         yield gpu.reading(
-            "memory.used", "nvmlDeviceGetMemoryInfo", unit="MiB", convert=lambda m: mib(m["used"])
+            "memory.used", "nvmlDeviceGetMemoryInfo", convert=lambda m: mib(m["used"])
         )
     yield gpu.reading(
         "bar1.total",
         "nvmlDeviceGetBAR1MemoryInfo",
-        unit="MiB",
         convert=lambda m: mib(m["bar1Total"]),
     )
     yield gpu.reading(
-        "bar1.used", "nvmlDeviceGetBAR1MemoryInfo", unit="MiB", convert=lambda m: mib(m["bar1Used"])
+        "bar1.used", "nvmlDeviceGetBAR1MemoryInfo", convert=lambda m: mib(m["bar1Used"])
     )
     yield gpu.reading(
         "compute_mode", "nvmlDeviceGetComputeMode", convert=lambda m: COMPUTE_MODES[int(m)]
@@ -269,16 +266,13 @@ def _memory_health(gpu: GpuCalls) -> Iterator[Reading]:
 
 def _clocks_power_thermal(gpu: GpuCalls) -> Iterator[Reading]:
     for domain, clock in (("sm", CLOCK_SM), ("mem", CLOCK_MEM)):
-        yield gpu.reading(f"clocks.{domain}", "nvmlDeviceGetClockInfo", clock, unit="MHz")
-        yield gpu.reading(f"clocks.max_{domain}", "nvmlDeviceGetMaxClockInfo", clock, unit="MHz")
-        yield gpu.reading(
-            f"clocks.app_{domain}", "nvmlDeviceGetApplicationsClock", clock, unit="MHz"
-        )
+        yield gpu.reading(f"clocks.{domain}", "nvmlDeviceGetClockInfo", clock)
+        yield gpu.reading(f"clocks.max_{domain}", "nvmlDeviceGetMaxClockInfo", clock)
+        yield gpu.reading(f"clocks.app_{domain}", "nvmlDeviceGetApplicationsClock", clock)
         yield gpu.reading(
             f"clocks.default_app_{domain}",
             "nvmlDeviceGetDefaultApplicationsClock",
             clock,
-            unit="MHz",
         )
     reasons = gpu.reading(
         "throttle_reasons",
@@ -293,32 +287,27 @@ def _clocks_power_thermal(gpu: GpuCalls) -> Iterator[Reading]:
         )
     yield reasons
     yield gpu.reading("pstate", "nvmlDeviceGetPerformanceState", convert=lambda p: f"P{int(p)}")
-    yield gpu.reading("power.draw", "nvmlDeviceGetPowerUsage", unit="W", convert=watts)
-    yield gpu.reading("power.limit", "nvmlDeviceGetPowerManagementLimit", unit="W", convert=watts)
+    yield gpu.reading("power.draw", "nvmlDeviceGetPowerUsage", convert=watts)
+    yield gpu.reading("power.limit", "nvmlDeviceGetPowerManagementLimit", convert=watts)
     yield gpu.reading(
-        "power.default_limit", "nvmlDeviceGetPowerManagementDefaultLimit", unit="W", convert=watts
+        "power.default_limit", "nvmlDeviceGetPowerManagementDefaultLimit", convert=watts
     )
-    yield gpu.reading(
-        "power.enforced_limit", "nvmlDeviceGetEnforcedPowerLimit", unit="W", convert=watts
-    )
+    yield gpu.reading("power.enforced_limit", "nvmlDeviceGetEnforcedPowerLimit", convert=watts)
     yield gpu.reading(
         "power.min_limit",
         "nvmlDeviceGetPowerManagementLimitConstraints",
-        unit="W",
         convert=lambda c: watts(c[0]),
     )
     yield gpu.reading(
         "power.max_limit",
         "nvmlDeviceGetPowerManagementLimitConstraints",
-        unit="W",
         convert=lambda c: watts(c[1]),
     )
-    yield gpu.reading("temperature.gpu", "nvmlDeviceGetTemperature", TEMPERATURE_GPU, unit="C")
+    yield gpu.reading("temperature.gpu", "nvmlDeviceGetTemperature", TEMPERATURE_GPU)
     # newer drivers give the limits relative to T.Limit: the margin to it is what they read
     yield gpu.reading(
         "temperature.tlimit_margin",
         "nvmlDeviceGetMarginTemperature",
-        unit="C",
         convert=lambda m: int(m["marginTemperature"]),
     )
     for name, threshold in (
@@ -327,14 +316,13 @@ def _clocks_power_thermal(gpu: GpuCalls) -> Iterator[Reading]:
         ("gpu_max", THRESHOLD_GPU_MAX),
     ):
         absolute = gpu.reading(
-            f"temperature.{name}", "nvmlDeviceGetTemperatureThreshold", threshold, unit="C"
+            f"temperature.{name}", "nvmlDeviceGetTemperatureThreshold", threshold
         )
         relative = gpu.reading(
             f"temperature.{name}_tlimit",
             "nvmlDeviceGetFieldValues",
             FIELD_TLIMIT[name],
             0,
-            unit="C",
             convert=int,
         )
         yield from_tlimit(absolute, relative, gpu) or absolute
@@ -360,25 +348,23 @@ def from_tlimit(absolute: Reading, relative: Reading, gpu: GpuCalls) -> Reading 
         return None
     value = int(temperature.value) + int(margin.value) - int(relative.value)  # type: ignore[arg-type]
     source = "nvml:nvmlDeviceGetTemperature+nvmlDeviceGetMarginTemperature+nvmlDeviceGetFieldValues"
-    return Reading(key=absolute.key, value=value, unit="C", source=source)
+    return Reading(key=absolute.key, value=value, unit=absolute.unit, source=source)
 
 
 def _pcie_and_use(gpu: GpuCalls) -> Iterator[Reading]:
     yield gpu.reading("pcie.link_gen", "nvmlDeviceGetCurrPcieLinkGeneration")
     yield gpu.reading("pcie.max_link_gen", "nvmlDeviceGetGpuMaxPcieLinkGeneration")
-    yield gpu.reading("pcie.link_width", "nvmlDeviceGetCurrPcieLinkWidth", unit="lanes")
-    yield gpu.reading("pcie.max_link_width", "nvmlDeviceGetMaxPcieLinkWidth", unit="lanes")
+    yield gpu.reading("pcie.link_width", "nvmlDeviceGetCurrPcieLinkWidth")
+    yield gpu.reading("pcie.max_link_width", "nvmlDeviceGetMaxPcieLinkWidth")
     yield gpu.reading("pcie.replay_counter", "nvmlDeviceGetPcieReplayCounter")
     yield gpu.reading(
         "utilization.gpu",
         "nvmlDeviceGetUtilizationRates",
-        unit="%",
         convert=lambda u: int(u["gpu"]),
     )
     yield gpu.reading(
         "utilization.memory",
         "nvmlDeviceGetUtilizationRates",
-        unit="%",
         convert=lambda u: int(u["memory"]),
     )
     for kind, function in (
@@ -419,40 +405,40 @@ def _fabric(gpu: GpuCalls) -> Iterator[Reading]:
         function = "nvmlDeviceGetGpuFabricInfo"
         state = gpu.reading("fabric.state", function, convert=lambda f: FABRIC_STATES[f["state"]])
     yield state
-    status_key = f"gpu.{gpu.index}.fabric.status"
+    status = declared_as("gpu.{gpu}.fabric.status")
     source = f"nvml:{function}"
     if state.ok and state.value == "completed":  # nvml.h: status is valid once completed
         yield gpu.reading("fabric.status", function, convert=fabric_status)
     elif state.ok and state.value == "not-supported":  # the GPU is on no NVLink fabric
         reason = "the GPU has no NVLink fabric (fabric state not-supported)"
-        yield Reading.failed(status_key, ReadingStatus.UNSUPPORTED, reason, source)
+        yield status.failed(ReadingStatus.UNSUPPORTED, reason, source, gpu=gpu.index)
     elif state.ok:  # NVL008 reports the state; the status comes once registration completes
         reason = f"fabric registration has not completed (state {state.value})"
-        yield Reading.failed(status_key, ReadingStatus.MISSING, reason, source)
+        yield status.failed(ReadingStatus.MISSING, reason, source, gpu=gpu.index)
     else:
-        yield Reading.failed(status_key, state.status, state.reason, state.source)
+        yield status.failed(state.status, state.reason, state.source, gpu=gpu.index)
     if function.endswith("V"):
         yield gpu.reading(
             "fabric.health_flags", function, convert=lambda f: fabric_health(f["healthMask"])
         )
     else:  # the older structure has no health mask: NVL010 cannot apply on this driver
-        yield Reading.failed(
-            f"gpu.{gpu.index}.fabric.health_flags",
+        yield declared_as("gpu.{gpu}.fabric.health_flags").failed(
             ReadingStatus.UNSUPPORTED,
             "driver lacks nvmlDeviceGetGpuFabricInfoV (R535 and older): no fabric health mask",
             source,
+            gpu=gpu.index,
         )
 
 
 def _nvlink_speed(gpu: GpuCalls, link: int) -> Reading:
     """A link's speed, read live (field NVML_FI_DEV_NVLINK_GET_SPEED), in GB/s."""
     return gpu.reading(
-        f"nvlink.{link}.speed",
+        "nvlink.{link}.speed",
         "nvmlDeviceGetFieldValues",
         FIELD_NVLINK_SPEED,
         link,
-        unit="GB/s",
         convert=lambda mbps: int(mbps) / 1000,
+        link=link,
     )
 
 
@@ -472,34 +458,40 @@ def nvlink_readings(gpu: GpuCalls) -> tuple[list[Reading], dict[int, str], int]:
             if exc.code in ("NotSupported", "InvalidArgument", "NotRecorded"):
                 first_failure = first_failure or exc
                 break  # links are numbered from 0: the first missing one ends the list
-            readings.append(gpu.reading(f"nvlink.{link}.state", "nvmlDeviceGetNvLinkState", link))
+            readings.append(
+                gpu.reading("nvlink.{link}.state", "nvmlDeviceGetNvLinkState", link, link=link)
+            )
             unread.append(exc)
             links += 1
             continue
         links += 1
-        prefix = f"nvlink.{link}"
         active = bool(state)
         readings.append(
-            Reading(
-                f"gpu.{gpu.index}.{prefix}.state",
+            declared_as("gpu.{gpu}.nvlink.{link}.state").reading(
                 "active" if active else "inactive",
-                source="nvml:nvmlDeviceGetNvLinkState",
+                "nvml:nvmlDeviceGetNvLinkState",
+                gpu=gpu.index,
+                link=link,
             )
         )
-        readings.append(gpu.reading(f"{prefix}.version", "nvmlDeviceGetNvLinkVersion", link))
+        readings.append(
+            gpu.reading("nvlink.{link}.version", "nvmlDeviceGetNvLinkVersion", link, link=link)
+        )
         if not active:
             continue
         remote = gpu.reading(
-            f"{prefix}.remote_bus_id",
+            "nvlink.{link}.remote_bus_id",
             "nvmlDeviceGetNvLinkRemotePciInfo",
             link,
             convert=lambda p: normalize_bus_id(p["busId"]),
+            link=link,
         )
         kind = gpu.reading(
-            f"{prefix}.remote_type",
+            "nvlink.{link}.remote_type",
             "nvmlDeviceGetNvLinkRemoteDeviceType",
             link,
             convert=lambda t: REMOTE_TYPES[int(t)],
+            link=link,
         )
         readings += [remote, kind, _nvlink_speed(gpu, link)]
         if kind.ok and kind.value == "nvswitch":
@@ -511,38 +503,38 @@ def nvlink_readings(gpu: GpuCalls) -> tuple[list[Reading], dict[int, str], int]:
         for name, counter in NVLINK_ERRORS.items():
             readings.append(
                 gpu.reading(
-                    f"{prefix}.errors.{name}",
+                    f"nvlink.{{link}}.errors.{name}",
                     "nvmlDeviceGetNvLinkErrorCounter",
                     link,
                     counter,
                     convert=int,
+                    link=link,
                 )
             )
     source = "nvml:nvmlDeviceGetNvLinkState"
+    count_of = declared_as("gpu.{gpu}.nvlink.count")
+    active_of = declared_as("gpu.{gpu}.nvlink.active")
     if links == 0 and first_failure is not None:  # both say why: the rules do not apply
         readings += [
-            Reading.failed(
-                f"gpu.{gpu.index}.nvlink.{name}",
+            declared.failed(
                 first_failure.status,
                 f"no NVLink: {first_failure.reason}",
                 source,
+                gpu=gpu.index,
             )
-            for name in ("count", "active")
+            for declared in (count_of, active_of)
         ]
     elif unread:  # a link whose state failed: how many are active is not known
         failure = unread[0]
         reason = f"{len(unread)} of {links} NVLink states unread: {failure.reason}"
-        count: Reading = Reading(f"gpu.{gpu.index}.nvlink.count", links, source=source)
+        count = count_of.reading(links, source, gpu=gpu.index)
         if len(unread) == links:  # not one link answered: their number is not known either
-            count = Reading.failed(count.key, failure.status, reason, source)
-        readings += [
-            count,
-            Reading.failed(f"gpu.{gpu.index}.nvlink.active", failure.status, reason, source),
-        ]
+            count = count_of.failed(failure.status, reason, source, gpu=gpu.index)
+        readings += [count, active_of.failed(failure.status, reason, source, gpu=gpu.index)]
     else:
-        readings.append(Reading(f"gpu.{gpu.index}.nvlink.count", links, source=source))
+        readings.append(count_of.reading(links, source, gpu=gpu.index))
         active_count = sum(1 for r in readings if r.key.endswith(".state") and r.value == "active")
-        readings.append(Reading(f"gpu.{gpu.index}.nvlink.active", active_count, source=source))
+        readings.append(active_of.reading(active_count, source, gpu=gpu.index))
     return readings, remotes, to_switch
 
 
@@ -560,20 +552,20 @@ def topology_label(level: int | None, direct_links: int, switch_links: tuple[int
 def collect(context: ProbeContext) -> Iterator[Reading]:
     """Every GPU's readings, then the pairwise topology."""
     nvml = context.nvml
+    gpu_count = declared_as("gpu.count")
     try:
         count = int(nvml.call("nvmlDeviceGetCount"))
     except NvmlError as exc:
-        yield Reading.failed("gpu.count", exc.status, exc.reason, "nvml:nvmlDeviceGetCount")
+        yield gpu_count.failed(exc.status, exc.reason, "nvml:nvmlDeviceGetCount")
         return
     if not 0 <= count <= MAX_GPUS:
-        yield Reading.failed(
-            "gpu.count",
+        yield gpu_count.failed(
             ReadingStatus.ERROR,
             f"nvmlDeviceGetCount returned {count}: not a GPU count (0 to {MAX_GPUS})",
             "nvml:nvmlDeviceGetCount",
         )
         return
-    yield Reading("gpu.count", count, source="nvml:nvmlDeviceGetCount")
+    yield gpu_count.reading(count, "nvml:nvmlDeviceGetCount")
     bus_ids: dict[int, str] = {}
     remotes: dict[int, dict[int, str]] = {}
     switch_links: dict[int, int] = {}
@@ -610,13 +602,13 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
 def health_reading(gpu: GpuCalls) -> Reading:
     """gpu.N.health: ok, or the failure that lost the GPU (GPU001), whichever call it
     came from: GpuIsLost, or an Unknown error the handle's re-check confirmed."""
-    key, source = f"gpu.{gpu.index}.health", "nvml:nvmlDeviceGetName"
+    health = declared_as("gpu.{gpu}.health")
     if gpu.lost is None:
-        return Reading(key, "ok", source=source)
+        return health.reading("ok", "nvml:nvmlDeviceGetName", gpu=gpu.index)
     reason = gpu.lost.reason
     if gpu.lost.code != "GpuIsLost":
         reason += " (and the re-check of its PCI info failed too)"
-    return Reading.failed(key, ReadingStatus.ERROR, reason, f"nvml:{gpu.lost.function}")
+    return health.failed(ReadingStatus.ERROR, reason, f"nvml:{gpu.lost.function}", gpu=gpu.index)
 
 
 def _topology(
@@ -629,12 +621,11 @@ def _topology(
         for b in calls:
             if a == b:
                 continue
-            key = f"topo.gpu.{a}.{b}"
             if a not in remotes or b not in remotes:
                 lost = a if a not in remotes else b
                 reason = f"GPU {lost} did not answer (lost)"
-                for suffix in ("", ".p2p"):
-                    yield Reading.failed(key + suffix, ReadingStatus.ERROR, reason, "nvml")
+                for declared in (TOPO_PAIR, TOPO_P2P):
+                    yield declared.failed(ReadingStatus.ERROR, reason, "nvml", gpu=a, peer=b)
                 continue
             direct = sum(1 for bus in remotes[a].values() if bus == bus_ids.get(b))
             try:
@@ -658,13 +649,12 @@ def _topology(
                         f"uncertain: GPU {x} has NVLinks to devices of unknown type ({why}); "
                         f"through NVSwitches they would add to the {label} counted"
                     )
-                    yield Reading.failed(key, ReadingStatus.MISSING, reason, source)
+                    yield TOPO_PAIR.failed(ReadingStatus.MISSING, reason, source, gpu=a, peer=b)
                 else:
-                    yield Reading(
-                        key, label, source=source + ", nvml:nvmlDeviceGetNvLinkRemotePciInfo"
-                    )
+                    source += ", nvml:nvmlDeviceGetNvLinkRemotePciInfo"
+                    yield TOPO_PAIR.reading(label, source, gpu=a, peer=b)
             except ValueError:
-                yield Reading.failed(key, failure.status, failure.reason, source)
+                yield TOPO_PAIR.failed(failure.status, failure.reason, source, gpu=a, peer=b)
             supported = []
             failures = []
             for name, capability in P2P_CAPABILITIES.items():
@@ -676,15 +666,20 @@ def _topology(
                 if status == 0:
                     supported.append(name)
             if failures and len(failures) == len(P2P_CAPABILITIES):
-                yield Reading.failed(
-                    f"{key}.p2p",
+                yield TOPO_P2P.failed(
                     failures[0].status,
                     failures[0].reason,
                     "nvml:nvmlDeviceGetP2PStatus",
+                    gpu=a,
+                    peer=b,
                 )
             else:
-                yield Reading(f"{key}.p2p", supported, source="nvml:nvmlDeviceGetP2PStatus")
+                yield TOPO_P2P.reading(supported, "nvml:nvmlDeviceGetP2PStatus", gpu=a, peer=b)
 
+
+# the pairwise topology, whose loop emits through these two
+TOPO_PAIR = catalog.config("topo.gpu.{gpu}.{peer}")
+TOPO_P2P = catalog.config("topo.gpu.{gpu}.{peer}.p2p")
 
 # the readings this probe makes (gpudiag/catalog.py)
 READINGS = (
@@ -775,12 +770,17 @@ READINGS = (
         catalog.volatile("gpu.{gpu}.uuid", identifying="uuid"),
         catalog.config("gpu.{gpu}.vbios"),
     ),
-    *catalog.declare(
-        "GPU topology",
-        catalog.config("topo.gpu.{gpu}.{peer}"),
-        catalog.config("topo.gpu.{gpu}.{peer}.p2p"),
-    ),
+    *catalog.declare("GPU topology", TOPO_PAIR, TOPO_P2P),
 )
+# the probe emits through its declarations: a key it does not declare is a KeyError
+_DECLARED = {d.template: d for d in READINGS}
+
+
+def declared_as(template: str) -> catalog.Declared:
+    """This probe's declaration of `template`, to make the reading through (KeyError for
+    a template it does not declare)."""
+    return _DECLARED[template]
+
 
 PROBE = Probe(
     name="gpu",

@@ -104,8 +104,8 @@ def _counter(host: HostFS, key: str, port_dir: str, name: str, has_dir: bool) ->
 def _hca(host: HostFS, hca: str) -> Iterator[Reading]:
     base = f"{IB_DIR}/{hca}"
     for name in (*HCA_FILES, *GUID_FILES):
-        yield host.reading(f"ib.{hca}.{name}", f"{base}/{name}")
-    key = f"ib.{hca}.pci_device"
+        yield host.reading(_key(f"ib.{{hca}}.{name}", hca=hca), f"{base}/{name}")
+    key = _key("ib.{hca}.pci_device", hca=hca)
     real = host.realpath(f"{base}/device") if host.exists(f"{base}/device") else None
     address = real.rsplit("/", 1)[-1] if real else ""
     if PCI_ADDRESS.match(address):
@@ -117,16 +117,19 @@ def _hca(host: HostFS, hca: str) -> Iterator[Reading]:
 
 def _port(host: HostFS, hca: str, port: str) -> Iterator[Reading]:
     base = f"{IB_DIR}/{hca}/ports/{port}"
-    prefix = f"ib.{hca}.{port}"
-    yield host.reading(f"{prefix}.state", f"{base}/state", parse_numbered)
-    yield host.reading(f"{prefix}.phys_state", f"{base}/phys_state", parse_numbered)
-    yield host.reading(f"{prefix}.link_layer", f"{base}/link_layer")
+
+    def key(name: str) -> str:
+        return _key(f"{_PORT}.{name}", hca=hca, port=port)
+
+    yield host.reading(key("state"), f"{base}/state", parse_numbered)
+    yield host.reading(key("phys_state"), f"{base}/phys_state", parse_numbered)
+    yield host.reading(key("link_layer"), f"{base}/link_layer")
     rate = host.read(f"{base}/rate")
-    yield rate.parsed(f"{prefix}.rate", parse_rate, "Gb/s")
-    yield rate.parsed(f"{prefix}.link_mode", parse_link_mode)
+    yield rate.parsed(key("rate"), parse_rate, "Gb/s")
+    yield rate.parsed(key("link_mode"), parse_link_mode)
     has_counters = host.exists(f"{base}/counters")
     for name in COUNTERS:
-        yield _counter(host, f"{prefix}.{name}", base, name, has_counters)
+        yield _counter(host, key(name), base, name, has_counters)
 
 
 def fastest_rates(ports: dict[tuple[str, str], dict[str, Reading]]) -> Iterator[Reading]:
@@ -139,17 +142,16 @@ def fastest_rates(ports: dict[tuple[str, str], dict[str, Reading]]) -> Iterator[
             layer_name = str(layer.value)
             fastest[layer_name] = max(fastest.get(layer_name, 0.0), float(rate.value))
     for (hca, port), readings in ports.items():
-        key = f"ib.{hca}.{port}.fastest_rate_on_node"
         layer = readings["link_layer"]
         if not layer.ok:
-            yield Reading.failed(
-                key, layer.status, f"its link layer is unknown: {layer.reason}", SOURCE, "Gb/s"
-            )
+            reason = f"its link layer is unknown: {layer.reason}"
+            yield FASTEST_RATE.failed(layer.status, reason, SOURCE, hca=hca, port=port)
         elif str(layer.value) not in fastest:
             reason = f"no active {layer.value} port on the node has a readable rate"
-            yield Reading.failed(key, ReadingStatus.UNSUPPORTED, reason, SOURCE, "Gb/s")
+            yield FASTEST_RATE.failed(ReadingStatus.UNSUPPORTED, reason, SOURCE, hca=hca, port=port)
         else:
-            yield Reading(key, fastest[str(layer.value)], "Gb/s", f"{SOURCE}/*/ports/*/rate")
+            rate = fastest[str(layer.value)]
+            yield FASTEST_RATE.reading(rate, f"{SOURCE}/*/ports/*/rate", hca=hca, port=port)
 
 
 def collect(context: ProbeContext) -> Iterator[Reading]:
@@ -173,6 +175,11 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
 
 
 _PORT = "ib.{hca}.{port}"
+FASTEST_RATE = catalog.config(
+    f"{_PORT}.fastest_rate_on_node",
+    "Gb/s",
+    help="the fastest rate of an active port with the same link layer on this node",
+)
 # the readings this probe makes (gpudiag/catalog.py)
 READINGS = catalog.declare(
     "InfiniBand",
@@ -188,11 +195,7 @@ READINGS = catalog.declare(
     catalog.config(f"{_PORT}.link_layer", help="InfiniBand, or Ethernet for RoCE"),
     catalog.config(f"{_PORT}.rate", "Gb/s", help="the link's data rate"),
     catalog.config(f"{_PORT}.link_mode", help="the rate's lanes and signalling: 4X NDR"),
-    catalog.config(
-        f"{_PORT}.fastest_rate_on_node",
-        "Gb/s",
-        help="the fastest rate of an active port with the same link layer on this node",
-    ),
+    FASTEST_RATE,
     catalog.counter(f"{_PORT}.link_downed", help="times the link went down (saturates at 255)"),
     catalog.counter(f"{_PORT}.symbol_error", help="symbol errors on the lanes (at most 65535)"),
     catalog.counter(f"{_PORT}.link_error_recovery", help="link retrains after errors"),
@@ -205,6 +208,15 @@ READINGS = catalog.declare(
         f"{_PORT}.excessive_buffer_overrun_errors", help="receive buffer overruns in a row"
     ),
 )
+# the probe emits through its declarations
+_DECLARED = {d.template: d for d in READINGS}
+
+
+def _key(template: str, **fields: str) -> str:
+    """The key of a reading, through this probe's declaration of `template` (a KeyError
+    for a template it does not declare)."""
+    return _DECLARED[template].key(**fields)
+
 
 PROBE = Probe(
     name="infiniband",

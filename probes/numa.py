@@ -44,17 +44,17 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
             cpus = parse_cpulist(cpulist.text or "") if cpulist.ok else []
         except ValueError:  # corrupt: the numa.N.cpus reading says so
             cpus = []
-        yield cpulist.parsed(f"numa.{node}.cpus", lambda t: format_cpulist(parse_cpulist(t)))
+        yield cpulist.parsed(NODE_CPUS.key(node=node), lambda t: format_cpulist(parse_cpulist(t)))
         meminfo = host.read(f"{base}/meminfo")
         fields = parse_meminfo(meminfo.text or "") if meminfo.ok else {}
         fields_by_node[node] = fields.get("MemTotal", 0)
-        for key, field in (("mem_total", "MemTotal"), ("mem_free", "MemFree")):
-            yield meminfo_reading(meminfo, f"numa.{node}.{key}", field)
-        yield host.reading(f"numa.{node}.distance", f"{base}/distance", parse_distance)
-        for size, label in (("2048kB", "2M"), ("1048576kB", "1G")):
+        for declared, field in ((NODE_MEM_TOTAL, "MemTotal"), (NODE_MEM_FREE, "MemFree")):
+            yield meminfo_reading(meminfo, declared.key(node=node), field)
+        yield host.reading(NODE_DISTANCE.key(node=node), f"{base}/distance", parse_distance)
+        for size, declared in (("2048kB", NODE_HUGEPAGES_2M), ("1048576kB", NODE_HUGEPAGES_1G)):
             path = f"{base}/hugepages/hugepages-{size}/nr_hugepages"
             if host.exists(path):
-                yield host.reading(f"numa.{node}.hugepages_{label}", path, parse_int)
+                yield host.reading(declared.key(node=node), path, parse_int)
         if cpus:
             cpu_nodes.append(node)
             package = host.read(f"{CPU_DIR}/cpu{cpus[0]}/topology/physical_package_id")
@@ -66,27 +66,18 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     totals = [fields_by_node[n] for n in cpu_nodes if fields_by_node.get(n)]
     if len(totals) >= 2:
         spread = (max(totals) - min(totals)) / max(totals) * 100
-        yield Reading(
-            "numa.memory_imbalance",
-            round(spread, 1),
-            "%",
-            source="sysfs:devices/system/node/node*/meminfo",
-        )
+        yield MEMORY_IMBALANCE.reading(round(spread, 1), "sysfs:devices/system/node/node*/meminfo")
     elif len(cpu_nodes) == 1:
-        yield Reading.failed(
-            "numa.memory_imbalance",
+        yield MEMORY_IMBALANCE.failed(
             ReadingStatus.UNSUPPORTED,
             "one NUMA node with CPUs: no imbalance between nodes",
             "sysfs:devices/system/node",
-            "%",
         )
     else:  # no node with CPUs, or their memory sizes unread
-        yield Reading.failed(
-            "numa.memory_imbalance",
+        yield MEMORY_IMBALANCE.failed(
             ReadingStatus.MISSING,
             "the memory of the NUMA nodes with CPUs was not read (node*/meminfo, node*/cpulist)",
             "sysfs:devices/system/node/node*/meminfo",
-            "%",
         )
     topology = "sysfs:devices/system/cpu/cpu*/topology/physical_package_id"
     sockets = set(socket_of_node.values())
@@ -98,22 +89,31 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
         yield Reading.failed("numa.nodes_per_socket", ReadingStatus.MISSING, reason, topology)
 
 
+# the readings of a unit or a node's, emitted through these
+MEMORY_IMBALANCE = catalog.config("numa.memory_imbalance", "%")
+NODE_CPUS = catalog.config("numa.{node}.cpus")
+NODE_DISTANCE = catalog.config("numa.{node}.distance")
+NODE_HUGEPAGES_1G = catalog.config("numa.{node}.hugepages_1G")
+NODE_HUGEPAGES_2M = catalog.config("numa.{node}.hugepages_2M")
+NODE_MEM_FREE = catalog.volatile("numa.{node}.mem_free", "KiB")
+NODE_MEM_TOTAL = catalog.config("numa.{node}.mem_total", "KiB")
+
 # the readings this probe makes (gpudiag/catalog.py)
 READINGS = (
     *catalog.declare(
         "NUMA",
         catalog.config("numa.balancing"),
         catalog.config("numa.cpu_nodes"),
-        catalog.config("numa.memory_imbalance", "%"),
+        MEMORY_IMBALANCE,
         catalog.config("numa.memory_only_nodes"),
         catalog.config("numa.nodes"),
         catalog.config("numa.nodes_per_socket"),
-        catalog.config("numa.{node}.cpus"),
-        catalog.config("numa.{node}.distance"),
-        catalog.config("numa.{node}.hugepages_1G"),
-        catalog.config("numa.{node}.hugepages_2M"),
-        catalog.volatile("numa.{node}.mem_free", "KiB"),
-        catalog.config("numa.{node}.mem_total", "KiB"),
+        NODE_CPUS,
+        NODE_DISTANCE,
+        NODE_HUGEPAGES_1G,
+        NODE_HUGEPAGES_2M,
+        NODE_MEM_FREE,
+        NODE_MEM_TOTAL,
     ),
 )
 

@@ -40,8 +40,10 @@ LINK_FILES = (
 
 
 def _key(name: str, reading: str) -> str:
-    """The key of a controller's reading: ('nvme0', 'model') -> 'nvme.0.model'."""
-    return f"nvme.{name.removeprefix('nvme')}.{reading}"
+    """The key of a controller's reading, through this probe's declaration of
+    nvme.{ctrl}.<reading>: ('nvme0', 'model') -> 'nvme.0.model' (a KeyError for a
+    reading it does not declare)."""
+    return _DECLARED[f"nvme.{{ctrl}}.{reading}"].key(ctrl=name.removeprefix("nvme"))
 
 
 def controller_dirs(host: HostFS) -> dict[str, str]:
@@ -127,17 +129,18 @@ def _copy(reading: Reading, key: str) -> Reading:
 
 def _link(host: HostFS, name: str, address: str) -> Iterator[Reading]:
     """The link readings of a controller's PCI function at `address`."""
-    prefix = _key(name, "")[:-1]
     base = f"{PCI_DIR}/{address}"
     real = host.realpath(base)
     bridges = upstream_bridges(real) if real else []
     port = bridges[-1] if bridges else None
     for what, sysfs, parse, unit in LINK_FILES:
-        yield host.reading(f"{prefix}.current_link_{what}", f"{base}/current_{sysfs}", parse, unit)
-        device_max = host.reading(f"{prefix}.max_link_{what}", f"{base}/max_{sysfs}", parse, unit)
+        current_key = _key(name, f"current_link_{what}")
+        yield host.reading(current_key, f"{base}/current_{sysfs}", parse, unit)
+        max_key = _key(name, f"max_link_{what}")
+        device_max = host.reading(max_key, f"{base}/max_{sysfs}", parse, unit)
         yield device_max
-        port_key = f"{prefix}.port_max_link_{what}"
-        attainable_key = f"{prefix}.attainable_link_{what}"
+        port_key = _key(name, f"port_max_link_{what}")
+        attainable_key = _key(name, f"attainable_link_{what}")
         if port is None:
             # on a root bus (a VM's passthrough, an integrated endpoint): no port file to
             # cap the link, so the link's maximum is the SSD's own
@@ -185,10 +188,9 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     controllers = controller_dirs(host)
     yield Reading("nvme.controllers", list(controllers), source="sysfs:class/nvme")
     for name, base in controllers.items():
-        prefix = _key(name, "")[:-1]
-        readings = {f: host.reading(f"{prefix}.{f}", f"{base}/{f}") for f in CONTROLLER_FILES}
+        readings = {f: host.reading(_key(name, f), f"{base}/{f}") for f in CONTROLLER_FILES}
         yield from readings.values()
-        yield host.reading(f"{prefix}.serial", f"{base}/serial")
+        yield host.reading(_key(name, "serial"), f"{base}/serial")
         function = _pci_function(host, base, name, owners, readings["transport"])
         yield function
         if function.ok:
@@ -219,6 +221,8 @@ READINGS = catalog.declare(
     catalog.config("nvme.{ctrl}.port_max_link_width", "lanes", help="the slot's maximum"),
     catalog.config("nvme.{ctrl}.attainable_link_width", "lanes", help="the lower of the two"),
 )
+# the probe emits through its declarations (_key)
+_DECLARED = {d.template: d for d in READINGS}
 
 PROBE = Probe(
     name="nvme",

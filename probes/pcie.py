@@ -112,8 +112,14 @@ def upstream_bridges(real_path: str) -> list[str]:
     return parts[:-1]
 
 
+def _key(address: str, reading: str) -> str:
+    """The key of a PCI function's reading, through this probe's declaration of
+    pcie.{device}.<reading> (a KeyError for a reading it does not declare)."""
+    return _DECLARED[f"pcie.{{device}}.{reading}"].key(device=address)
+
+
 def _acs(host: HostFS, bridge: str) -> Reading:
-    key = f"pcie.{bridge}.acs"
+    key = _key(bridge, "acs")
     result = host.read(f"{PCI_DIR}/{bridge}/config")
     if not result.ok or result.data is None:
         return result.reading(key)
@@ -167,40 +173,41 @@ def _device(
     numa_nodes: int = 0,
 ) -> Iterator[Reading]:
     base = f"{PCI_DIR}/{address}"
-    prefix = f"pcie.{address}"
     source = f"sysfs:bus/pci/devices/{address}"
-    yield Reading(f"{prefix}.kind", kind, source=f"{source}/class")
+    yield Reading(_key(address, "kind"), kind, source=f"{source}/class")
     if vendor is None:
-        yield host.reading(f"{prefix}.vendor", f"{base}/vendor")
+        yield host.reading(_key(address, "vendor"), f"{base}/vendor")
     else:
-        yield Reading(f"{prefix}.vendor", f"0x{vendor:04x}", source=f"{source}/vendor")
-    yield host.reading(f"{prefix}.device", f"{base}/device")
-    yield Reading(f"{prefix}.class", f"0x{class_code:06x}", source=f"{source}/class")
+        yield Reading(_key(address, "vendor"), f"0x{vendor:04x}", source=f"{source}/vendor")
+    yield host.reading(_key(address, "device"), f"{base}/device")
+    yield Reading(_key(address, "class"), f"0x{class_code:06x}", source=f"{source}/class")
     yield numa_reading(
-        host.reading(f"{prefix}.numa_node", f"{base}/numa_node", parse_int), numa_nodes
+        host.reading(_key(address, "numa_node"), f"{base}/numa_node", parse_int), numa_nodes
     )
     if host.exists(f"{base}/local_cpulist"):
         yield host.reading(
-            f"{prefix}.local_cpus",
+            _key(address, "local_cpus"),
             f"{base}/local_cpulist",
             lambda t: format_cpulist(parse_cpulist(t)),
         )
     else:  # older kernels and some captures only have the hex mask
         yield host.reading(
-            f"{prefix}.local_cpus", f"{base}/local_cpus", lambda t: format_cpulist(parse_cpumask(t))
+            _key(address, "local_cpus"),
+            f"{base}/local_cpus",
+            lambda t: format_cpulist(parse_cpumask(t)),
         )
     driver = host.realpath(f"{base}/driver") if host.exists(f"{base}/driver") else None
     yield Reading(
-        f"{prefix}.driver",
+        _key(address, "driver"),
         driver.rsplit("/", 1)[-1] if driver else "none",
         source=f"{source}/driver",
     )
     for name in ("current_link_speed", "max_link_speed"):
         speed = link_reading(
-            host.reading(f"{prefix}.{name}", f"{base}/{name}", parse_link_speed, "GT/s"), vendor
+            host.reading(_key(address, name), f"{base}/{name}", parse_link_speed, "GT/s"), vendor
         )
         yield speed
-        gen_key = f"{prefix}.{name.replace('speed', 'gen')}"
+        gen_key = _key(address, name.replace("speed", "gen"))
         if speed.ok and float(speed.value) in GEN_BY_SPEED:
             yield Reading(gen_key, link_generation(float(speed.value)), source=speed.source)
         else:
@@ -212,7 +219,7 @@ def _device(
             )
     for name in ("current_link_width", "max_link_width"):
         yield link_reading(
-            host.reading(f"{prefix}.{name}", f"{base}/{name}", parse_int, "lanes"), vendor
+            host.reading(_key(address, name), f"{base}/{name}", parse_int, "lanes"), vendor
         )
     aer = host.exists(f"{base}/aer_dev_correctable")
     for name, field in (
@@ -223,35 +230,37 @@ def _device(
         if not aer:
             reason = "the kernel reports no AER counters for this device"
             yield Reading.failed(
-                f"{prefix}.aer.{name}",
+                _key(address, f"aer.{name}"),
                 ReadingStatus.UNSUPPORTED,
                 reason,
                 f"{source}/aer_dev_{name}",
             )
             continue
         yield host.reading(
-            f"{prefix}.aer.{name}",
+            _key(address, f"aer.{name}"),
             f"{base}/aer_dev_{name}",
             lambda t, f=field: parse_key_counts(t)[f],
         )
     group = host.realpath(f"{base}/iommu_group") if host.exists(f"{base}/iommu_group") else None
     if group:
         yield Reading(
-            f"{prefix}.iommu_group", int(group.rsplit("/", 1)[-1]), source=f"{source}/iommu_group"
+            _key(address, "iommu_group"),
+            int(group.rsplit("/", 1)[-1]),
+            source=f"{source}/iommu_group",
         )
     real = host.realpath(base)
     if real is None:
         yield Reading.failed(
-            f"{prefix}.bridges",
+            _key(address, "bridges"),
             ReadingStatus.ERROR,
             f"{base} does not resolve inside the root",
             source,
         )
     else:
-        yield Reading(f"{prefix}.bridges", upstream_bridges(real), source=source)
+        yield Reading(_key(address, "bridges"), upstream_bridges(real), source=source)
         roots = [p for p in real.split("/") if p.startswith("pci") and ":" in p]
         if roots:
-            yield Reading(f"{prefix}.host_bridge", roots[0], source=source)
+            yield Reading(_key(address, "host_bridge"), roots[0], source=source)
 
 
 def collect(context: ProbeContext) -> Iterator[Reading]:
@@ -329,6 +338,8 @@ READINGS = (
         catalog.config("pcie.{device}.vendor"),
     ),
 )
+# the probe emits a function's readings through its declarations (_key)
+_DECLARED = {d.template: d for d in READINGS}
 
 PROBE = Probe(
     name="pcie",

@@ -30,16 +30,17 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     yield Reading("power.rapl.zones", zones, source="sysfs:class/powercap")
     for zone in zones:
         base = f"{POWERCAP}/{zone}"
-        prefix = f"power.rapl.{zone}"
-        yield host.reading(f"{prefix}.name", f"{base}/name")
-        yield host.reading(f"{prefix}.enabled", f"{base}/enabled", parse_bool01)
+        yield host.reading(RAPL_NAME.key(zone=zone), f"{base}/name")
+        yield host.reading(RAPL_ENABLED.key(zone=zone), f"{base}/enabled", parse_bool01)
         for constraint in (0, 1):
             name = host.read(f"{base}/constraint_{constraint}_name")
             if not name.ok:
                 continue
+            # the key names the constraint as the kernel does (long_term, short_term: the
+            # two declared); left an f-string, as a name the file gives is no field
             label = (name.text or "").strip() or f"constraint_{constraint}"
             yield host.reading(
-                f"{prefix}.{label}_limit",
+                f"power.rapl.{zone}.{label}_limit",
                 f"{base}/constraint_{constraint}_power_limit_uw",
                 microwatts_to_watts,
                 "W",
@@ -50,12 +51,20 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
     yield Reading("power.thermal.zones", thermal, source="sysfs:class/thermal")
     for zone in thermal:
         base = f"/sys/class/thermal/{zone}"
-        yield host.reading(f"power.thermal.{zone}.type", f"{base}/type")
-        yield host.reading(f"power.thermal.{zone}.temp", f"{base}/temp", millicelsius, "C")
+        yield host.reading(THERMAL_TYPE.key(zone=zone), f"{base}/type")
+        yield host.reading(
+            THERMAL_TEMP.key(zone=zone), f"{base}/temp", millicelsius, THERMAL_TEMP.unit
+        )
     yield host.reading(
         "power.intel_idle.max_cstate", "/sys/module/intel_idle/parameters/max_cstate", parse_int
     )
 
+
+# the per-zone readings, emitted through these
+RAPL_NAME = catalog.config("power.rapl.{zone}.name")
+RAPL_ENABLED = catalog.config("power.rapl.{zone}.enabled")
+THERMAL_TYPE = catalog.config("power.thermal.{zone}.type")
+THERMAL_TEMP = catalog.volatile("power.thermal.{zone}.temp", "C")
 
 # the readings this probe makes (gpudiag/catalog.py)
 READINGS = (
@@ -63,13 +72,13 @@ READINGS = (
         "Power",
         catalog.config("power.intel_idle.max_cstate"),
         catalog.config("power.platform_profile"),
-        catalog.config("power.rapl.{zone}.enabled"),
+        RAPL_ENABLED,
         catalog.config("power.rapl.{zone}.long_term_limit", "W"),
-        catalog.config("power.rapl.{zone}.name"),
+        RAPL_NAME,
         catalog.config("power.rapl.{zone}.short_term_limit", "W"),
         catalog.config("power.rapl.zones"),
-        catalog.volatile("power.thermal.{zone}.temp", "C"),
-        catalog.config("power.thermal.{zone}.type"),
+        THERMAL_TEMP,
+        THERMAL_TYPE,
         catalog.config("power.thermal.zones"),
         catalog.config("power.tuned_profile"),
     ),

@@ -12,12 +12,10 @@ from gpudiag import catalog
 from gpudiag.model import ProbeResult, ProbeStatus, Reading, ReadingStatus
 
 # the readings derived here (gpudiag/catalog.py)
+GPU_NIC = catalog.config("topo.gpu.{gpu}.nic.{nic}", help="the topo -m label GPU to adapter")
+NEAREST_NIC = catalog.config("topo.gpu.{gpu}.nearest_nic", help="the closest network adapter")
 READINGS = (
-    *catalog.declare(
-        "GPU topology",
-        catalog.config("topo.gpu.{gpu}.nic.{nic}", help="the topo -m label GPU to adapter"),
-        catalog.config("topo.gpu.{gpu}.nearest_nic", help="the closest network adapter"),
-    ),
+    *catalog.declare("GPU topology", GPU_NIC, NEAREST_NIC),
     *catalog.declare(
         "Kernel",
         catalog.config("kernel.gpudirect_rdma", help="loaded, missing, or not needed"),
@@ -136,7 +134,6 @@ def derive(readings: dict[str, Reading]) -> ProbeResult:
     nics = [nic for nic, r in kinds.items() if r.value in ("nic", "infiniband")]
     for gpu, bus in sorted(gpus.items()):
         for nic in nics:
-            key = f"topo.gpu.{gpu}.nic.{nic}"
             source = f"pcie:{bus}, pcie:{nic}"
             needed = [
                 f"pcie.{bus}.bridges",
@@ -146,8 +143,9 @@ def derive(readings: dict[str, Reading]) -> ProbeResult:
             ]
             absent = [k for k in needed if k not in readings or not readings[k].ok]
             if absent:
+                reason = f"no {absent[0]} reading"
                 derived.append(
-                    Reading.failed(key, ReadingStatus.MISSING, f"no {absent[0]} reading", source)
+                    GPU_NIC.failed(ReadingStatus.MISSING, reason, source, gpu=gpu, nic=nic)
                 )
                 continue
             numa = [readings.get(f"pcie.{x}.numa_node") for x in (bus, nic)]
@@ -160,13 +158,11 @@ def derive(readings: dict[str, Reading]) -> ProbeResult:
                 readings[needed[2]].value == readings[needed[3]].value,
                 same_numa,
             )
-            derived.append(Reading(key, label, source=source))
+            derived.append(GPU_NIC.reading(label, source, gpu=gpu, nic=nic))
         labels = [r.value for r in derived if r.key.startswith(f"topo.gpu.{gpu}.nic.") and r.ok]
         if labels:
             nearest = min(labels, key=lambda label: CLOSENESS.index(str(label)))
-            derived.append(
-                Reading(f"topo.gpu.{gpu}.nearest_nic", nearest, source="topo.gpu.*.nic.*")
-            )
+            derived.append(NEAREST_NIC.reading(nearest, "topo.gpu.*.nic.*", gpu=gpu))
     derived.extend(_gpudirect(readings, kinds))
     derived.extend(_nvidia_gpus(readings))
     return ProbeResult(

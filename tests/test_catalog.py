@@ -53,6 +53,78 @@ def test_fill_escapes_and_leaves_unknown_placeholders() -> None:
     assert catalog.fill("gpu.{gpu}.x", {"gpu": "{0.__class__}"}) == "gpu.{0.__class__}.x"
 
 
+def test_a_declaration_fills_its_own_key_and_refuses_any_other() -> None:
+    speed = catalog.config("gpu.{gpu}.nvlink.{link}.speed", "GB/s")
+    assert speed.fields == ("gpu", "link")
+    assert speed.key(gpu=3, link=5) == "gpu.3.nvlink.5.speed"
+    assert speed.key(link="5", gpu="3") == "gpu.3.nvlink.5.speed"
+    assert catalog.config("gpu.count").key() == "gpu.count"
+    # a value is text, never a format field or attribute lookup
+    assert speed.key(gpu="{0.__class__}", link=0) == "gpu.{0.__class__}.nvlink.0.speed"
+    with pytest.raises(ValueError, match="'gpu', 'link'"):
+        speed.key(gpu=3)  # a field missing
+    with pytest.raises(ValueError, match="given"):
+        speed.key(gpu=3, link=5, port=1)  # a field the template does not have
+    with pytest.raises(ValueError, match="given"):
+        catalog.config("gpu.count").key(gpu=0)
+
+
+def test_a_declaration_makes_its_readings_in_its_unit() -> None:
+    speed = catalog.config("gpu.{gpu}.nvlink.{link}.speed", "GB/s")
+    assert speed.reading(25.0, "nvml:f", gpu=0, link=1) == Reading(
+        "gpu.0.nvlink.1.speed", 25.0, "GB/s", "nvml:f"
+    )
+    assert speed.failed(ReadingStatus.UNSUPPORTED, "no", "nvml:f", gpu=0, link=1) == (
+        Reading.failed("gpu.0.nvlink.1.speed", ReadingStatus.UNSUPPORTED, "no", "nvml:f", "GB/s")
+    )
+    with pytest.raises(ValueError, match="unit 'MB/s', declared 'GB/s'"):
+        speed.reading(1.0, unit="MB/s", gpu=0, link=1)
+    with pytest.raises(ValueError, match="needed"):
+        speed.reading(1.0, gpu=0)
+    # a declaration whose readings each say their unit ('*') takes the reading's
+    figure = catalog.volatile("gpu.{gpu}.kernel.{metric}", "*")
+    assert figure.reading(1.0, unit="GB/s", gpu=0, metric="stream.triad.fp64").unit == "GB/s"
+
+
+def test_a_producer_fills_the_keys_another_declares_only_from_its_list() -> None:
+    makes = catalog.also("gpu.{gpu}.power.limit", "topo.gpu.{gpu}.{peer}")
+    assert makes.key("topo.gpu.{gpu}.{peer}", gpu=0, peer=1) == "topo.gpu.0.1"
+    with pytest.raises(KeyError, match="not among"):
+        makes.key("gpu.{gpu}.power.limt", gpu=0)  # a typo is refused, not written
+    with pytest.raises(ValueError, match="needed"):
+        makes.key("topo.gpu.{gpu}.{peer}", gpu=0)
+    # the importers emit through theirs
+    from gpudiag.importing.common import key_of
+
+    assert key_of("gpu.{gpu}.brand", gpu=2) == "gpu.2.brand"
+    assert key_of("gpu.{gpu}.nvlink.{link}.state", gpu=2, link=3) == "gpu.2.nvlink.3.state"
+    with pytest.raises(KeyError):
+        key_of("gpu.{gpu}.nvlink.{link}.errors.replay", gpu=0, link=0)  # not imported
+
+
+@pytest.mark.parametrize("demo", ["healthy", "faulty"])
+def test_every_reading_of_a_replayed_demo_is_declared_by_its_producer(demo: str) -> None:
+    """The shipped demo captures probed as `gpudiag --replay` probes them: every reading
+    of every result (the derived one's by a derivation) is one its producer declares, in
+    the declared unit where it was read; the producers emit through their declarations,
+    and this is where one that writes past them would show."""
+    from gpudiag.demo import demo_node
+
+    snapshot = demo_node(demo).snapshot()
+    wrong, seen = [], 0
+    for result in snapshot.probes:
+        producers = catalog.DERIVED_PRODUCERS if result.name == catalog.DERIVED else {result.name}
+        for r in result.readings:
+            seen += 1
+            found = shipped.find(r.key)
+            if found is None or not producers & found.producers:
+                wrong.append(f"{r.key}: not declared by {result.name}")
+            elif r.ok and found.unit != "*" and r.unit != found.unit:
+                wrong.append(f"{r.key}: unit {r.unit!r}, declared {found.unit!r}")
+    assert wrong == []
+    assert seen > 1000 and {p.name for p in snapshot.probes} >= {"gpu", "pcie", catalog.DERIVED}
+
+
 def test_declarations_are_found_by_key() -> None:
     found = shipped.find("gpu.3.nvlink.5.errors.replay")
     assert found is not None and found.change is Change.COUNTER

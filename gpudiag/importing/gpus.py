@@ -16,6 +16,7 @@ from gpudiag.importing.common import (
     device_id,
     enabled,
     integer,
+    key_of,
     number,
     reading_of,
     status_of,
@@ -282,7 +283,7 @@ def throttle_name(label: str) -> str | None:
 
 def throttle_reading(index: int, active: list[str] | None, source: str) -> Reading:
     """The throttle reasons marked Active, or missing when the file has no such section."""
-    key = f"gpu.{index}.throttle_reasons"
+    key = key_of("gpu.{gpu}.throttle_reasons", gpu=index)
     if active is None:
         return Reading.failed(key, ReadingStatus.MISSING, "not in the imported file", source)
     return Reading(key, active, source=source)
@@ -312,7 +313,7 @@ def ecc_readings(index: int, find: Lookup, xml: bool, prefix: str) -> list[Readi
     not SRAM: the SRAM count is missing there, and their printed total is the total."""
     readings = []
     for counter, kind, xml_kind, text_kind, old in ECC_COUNTERS:
-        key = f"gpu.{index}.ecc.{counter}.{kind}.sram"
+        key = key_of(f"gpu.{{gpu}}.ecc.{counter}.{kind}.sram", gpu=index)
         if xml:
             base = f"ecc_errors/{counter}/sram_{xml_kind}"
             split = (f"{base}_parity", f"{base}_secded")
@@ -330,7 +331,7 @@ def ecc_readings(index: int, find: Lookup, xml: bool, prefix: str) -> list[Readi
             reason = "not in the imported file (drivers before R450 count by unit, not SRAM)"
             readings.append(Reading.failed(key, ReadingStatus.MISSING, reason, f"{prefix}/{base}"))
         if find(old_total) is not None:
-            total_key = f"gpu.{index}.ecc.{counter}.{kind}"
+            total_key = key_of(f"gpu.{{gpu}}.ecc.{counter}.{kind}", gpu=index)
             readings.append(
                 reading_of(total_key, find(old_total), integer, "", f"{prefix}/{old_total}")
             )
@@ -422,7 +423,7 @@ def field_readings(
         if not any(p.split("/")[0] in sections for p in paths):
             continue
         path = next((p for p in paths if find(p) is not None), paths[0])
-        key = f"gpu.{index}.{spec.suffix}"
+        key = key_of(f"gpu.{{gpu}}.{spec.suffix}", gpu=index)
         raw = find(path)
         relative = RELATIVE_THRESHOLDS.get(spec.suffix, ("", ""))[0 if xml else 1]
         if raw is None and relative and (shown := find(relative)) is not None:
@@ -454,7 +455,7 @@ def tlimit_readings(index: int, find: Lookup, xml: bool, prefix: str) -> list[Re
     readings = []
     for suffix, xml_path, text_path in TLIMIT_FIELDS:
         path = xml_path if xml else text_path
-        key, raw = f"gpu.{index}.{suffix}", find(path)
+        key, raw = key_of(f"gpu.{{gpu}}.{suffix}", gpu=index), find(path)
         if raw is None:
             reason = "nvidia-smi prints no T.Limit temperatures here (older driver)"
             readings.append(
@@ -472,7 +473,7 @@ def fabric_status(index: int, find: Lookup, xml: bool, prefix: str) -> list[Read
     state_path, status_path = ("fabric/state", "fabric/status") if xml else (
         "Fabric/State", "Fabric/Status")  # fmt: skip
     state, status = find(state_path), find(status_path)
-    key, source = f"gpu.{index}.fabric.status", f"{prefix}/{status_path}"
+    key, source = key_of("gpu.{gpu}.fabric.status", gpu=index), f"{prefix}/{status_path}"
     if state is None:
         return []  # a file without the Fabric section (older driver, -q -d) cannot hold it
     if status_of(state):
@@ -506,7 +507,7 @@ def fabric_health(index: int, find: Lookup, xml: bool, prefix: str) -> list[Read
     base = "fabric" if xml else "Fabric"
     state = find(f"{base}/state" if xml else f"{base}/State")
     health = f"{base}/{'health' if xml else 'Health'}"
-    key, source = f"gpu.{index}.fabric.health_flags", f"{prefix}/{health}"
+    key, source = key_of("gpu.{gpu}.fabric.health_flags", gpu=index), f"{prefix}/{health}"
     if state is None:
         return []  # no Fabric section: the file cannot hold it
     values = [(name, find(f"{base}/{x if xml else t}")) for name, x, t in FABRIC_HEALTH]
@@ -526,7 +527,7 @@ def mig_instances(
 ) -> Reading:
     """gpu.N.mig.instances from (index, GPU instance, compute instance, FB total) of each
     MIG device, as the live probe gives them: 'GI 2 / CI 0: 40448 MiB', in index order."""
-    key = f"gpu.{index}.mig.instances"
+    key = key_of("gpu.{gpu}.mig.instances", gpu=index)
     try:
         rows = sorted((integer(i or ""), integer(g or ""), integer(c or ""), integer(t or ""))
                       for i, g, c, t in devices)  # fmt: skip
@@ -587,8 +588,12 @@ def with_lost_gpus(readings: list[Reading], lost: list[tuple[str, str]]) -> list
             continue
         source = "nvidia-smi:error line"
         reason = f"nvidia-smi: {line}"
-        readings.append(Reading.failed(f"gpu.{index}.health", ReadingStatus.ERROR, reason, source))
-        readings.append(Reading(f"gpu.{index}.pci.bus_id", bus, source=source))
+        readings.append(
+            Reading.failed(
+                key_of("gpu.{gpu}.health", gpu=index), ReadingStatus.ERROR, reason, source
+            )
+        )
+        readings.append(Reading(key_of("gpu.{gpu}.pci.bus_id", gpu=index), bus, source=source))
         index += 1
     return readings
 
@@ -608,7 +613,9 @@ def with_unreached(readings: list[Reading]) -> list[Reading]:
         "the paste stops before it, or nvidia-smi -i left it out"
     )
     return readings + [
-        Reading.failed(f"gpu.{index}.health", ReadingStatus.NOT_REACHED, reason, count.source)
+        Reading.failed(
+            key_of("gpu.{gpu}.health", gpu=index), ReadingStatus.NOT_REACHED, reason, count.source
+        )
         for index in range(shown, total)
     ]
 

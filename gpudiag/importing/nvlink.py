@@ -6,6 +6,7 @@ import re
 
 from gpudiag.importing.common import (
     ImportError_,
+    key_of,
     number,
     reading_of,
 )
@@ -37,19 +38,21 @@ def parse_nvlink_status(text: str) -> list[Reading]:
         if gpu is None or not match:
             continue
         link, state = int(match.group(1)), match.group(2).strip()
-        prefix = f"gpu.{gpu}.nvlink.{link}"
+        state_key = key_of("gpu.{gpu}.nvlink.{link}.state", gpu=gpu, link=link)
         if "inactive" in state.lower():
-            readings.append(Reading(f"{prefix}.state", "inactive", source=source))
+            readings.append(Reading(state_key, "inactive", source=source))
             links[gpu].append(False)
         else:
-            readings.append(Reading(f"{prefix}.state", "active", source=source))
-            readings.append(reading_of(f"{prefix}.speed", state, number, "GB/s", source))
+            readings.append(Reading(state_key, "active", source=source))
+            speed_key = key_of("gpu.{gpu}.nvlink.{link}.speed", gpu=gpu, link=link)
+            readings.append(reading_of(speed_key, state, number, "GB/s", source))
             links[gpu].append(True)
     if not links:
         raise ImportError_("no 'GPU N:' lines of nvidia-smi nvlink -s")
     for gpu, states in links.items():
         note = notes.get(gpu, "nvidia-smi nvlink -s lists no links")
-        count_key, active_key = f"gpu.{gpu}.nvlink.count", f"gpu.{gpu}.nvlink.active"
+        count_key = key_of("gpu.{gpu}.nvlink.count", gpu=gpu)
+        active_key = key_of("gpu.{gpu}.nvlink.active", gpu=gpu)
         if states:
             readings.append(Reading(count_key, len(states), source=source))
             readings.append(Reading(active_key, sum(states), source=source))

@@ -10,6 +10,7 @@ from functools import partial
 
 from gpudiag.catalog import normalize_bus_id
 from gpudiag.importing.common import (
+    key_of,
     reading_of,
     status_of,
     text_value,
@@ -109,7 +110,11 @@ def _q_mig(index: int, tree: Node, prefix: str) -> list[Reading]:
         return []
     holder = tree.children.get("MIG Devices", tree)
     if holder is not tree and holder.value is not None and holder.value.strip() == "None":
-        return [Reading(f"gpu.{index}.mig.instances", [], source=f"{prefix}/MIG Devices")]
+        return [
+            Reading(
+                key_of("gpu.{gpu}.mig.instances", gpu=index), [], source=f"{prefix}/MIG Devices"
+            )
+        ]
     blocks = [node for label, node in holder.entries if label == "MIG Device"]
     if not blocks:
         return []
@@ -133,7 +138,13 @@ def _q_processes(index: int, tree: Node, prefix: str) -> list[Reading]:
     source = f"{prefix}/Processes"
     if processes.value is not None and status_of(processes.value):
         return [
-            reading_of(f"gpu.{index}.processes.{kind}", processes.value, text_value, "", source)
+            reading_of(
+                key_of(f"gpu.{{gpu}}.processes.{kind}", gpu=index),
+                processes.value,
+                text_value,
+                "",
+                source,
+            )
             for kind in ("compute", "graphics")
         ]
     entries = [
@@ -144,7 +155,9 @@ def _q_processes(index: int, tree: Node, prefix: str) -> list[Reading]:
     readings = []
     for kind, letter in (("compute", "C"), ("graphics", "G")):
         pids = [pid for pid, node in entries if letter in (_q_value(node, "Type") or "")]
-        readings.append(Reading(f"gpu.{index}.processes.{kind}", pids, source=source))
+        readings.append(
+            Reading(key_of(f"gpu.{{gpu}}.processes.{kind}", gpu=index), pids, source=source)
+        )
     return readings
 
 
@@ -241,7 +254,7 @@ def q_readings(text: str) -> list[Reading]:
         ]
     for index, (bus_id, tree) in enumerate(gpus):
         source_prefix = f"nvidia-smi-q:GPU {bus_id}"
-        readings.append(Reading(f"gpu.{index}.health", "ok", source=source_prefix))
+        readings.append(Reading(key_of("gpu.{gpu}.health", gpu=index), "ok", source=source_prefix))
         sections = set(tree.children)
         find = partial(_q_value, tree)
         if ended and index == len(gpus) - 1:  # what the file does not reach is unknown
@@ -284,7 +297,9 @@ def _ended_readings(index: int, tree: Node, bus_id: str, prefix: str) -> list[Re
     readings = field_readings(index, find, False, prefix, every)
     readings += ecc_readings(index, find, False, prefix)
     readings += _q_processes(index, tree, prefix) or [
-        Reading.failed(f"gpu.{index}.processes.{kind}", ReadingStatus.MISSING, "", prefix)
+        Reading.failed(
+            key_of(f"gpu.{{gpu}}.processes.{kind}", gpu=index), ReadingStatus.MISSING, "", prefix
+        )
         for kind in ("compute", "graphics")
     ]
     reasons = tree.find("Clocks Event Reasons") or tree.find("Clocks Throttle Reasons")

@@ -11,6 +11,7 @@ import defusedxml.ElementTree as SafeET
 from gpudiag.importing.common import (
     MAX_DIGITS,
     ImportError_,
+    key_of,
     status_of,
 )
 from gpudiag.importing.gpus import (
@@ -114,7 +115,7 @@ def xml_readings(text: str) -> list[Reading]:
     )
     for index, gpu in enumerate(root.findall("gpu")):
         prefix = f"nvidia-smi-xml:gpu[{index}]"
-        readings.append(Reading(f"gpu.{index}.health", "ok", source=prefix))
+        readings.append(Reading(key_of("gpu.{gpu}.health", gpu=index), "ok", source=prefix))
         sections = {child.tag for child in gpu}
         find = partial(_xml_value, gpu)
         readings.extend(field_readings(index, find, True, prefix, sections))
@@ -152,7 +153,7 @@ def xml_readings(text: str) -> list[Reading]:
                 except ValueError as exc:
                     readings.append(
                         Reading.failed(
-                            f"gpu.{index}.processes.{suffix}",
+                            key_of(f"gpu.{{gpu}}.processes.{suffix}", gpu=index),
                             ReadingStatus.ERROR,
                             f"cannot parse a process id: {exc}",
                             f"{prefix}/processes",
@@ -160,6 +161,10 @@ def xml_readings(text: str) -> list[Reading]:
                     )
                     continue
                 readings.append(
-                    Reading(f"gpu.{index}.processes.{suffix}", pids, source=f"{prefix}/processes")
+                    Reading(
+                        key_of(f"gpu.{{gpu}}.processes.{suffix}", gpu=index),
+                        pids,
+                        source=f"{prefix}/processes",
+                    )
                 )
     return list(with_ecc_totals(tuple(readings)))

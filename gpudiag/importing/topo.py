@@ -8,6 +8,7 @@ from gpudiag.importing.common import (
     ANSI,
     ImportError_,
     integer,
+    key_of,
     reading_of,
     text_value,
 )
@@ -107,19 +108,18 @@ def parse_topo_matrix(text: str) -> list[Reading]:
             if column.startswith("GPU") and column[3:].isdigit():
                 other = int(column[3:])
                 if other != gpu:
-                    readings.append(Reading(f"topo.gpu.{gpu}.{other}", value, source=source))
+                    key = key_of("topo.gpu.{gpu}.{peer}", gpu=gpu, peer=other)
+                    readings.append(Reading(key, value, source=source))
             elif column.startswith("NIC"):
-                readings.append(
-                    Reading(
-                        f"topo.gpu.{gpu}.nic.{nic_names.get(column, column)}", value, source=source
-                    )
-                )
+                nic = nic_names.get(column, column)
+                key = key_of("topo.gpu.{gpu}.nic.{nic}", gpu=gpu, nic=nic)
+                readings.append(Reading(key, value, source=source))
             elif column == "CPU Affinity":
-                readings.append(
-                    reading_of(f"gpu.{gpu}.cpu_affinity", value, text_value, "", source)
-                )
+                key = key_of("gpu.{gpu}.cpu_affinity", gpu=gpu)
+                readings.append(reading_of(key, value, text_value, "", source))
             elif column == "NUMA Affinity":
-                readings.append(reading_of(f"gpu.{gpu}.numa_node", value, integer, "", source))
+                key = key_of("gpu.{gpu}.numa_node", gpu=gpu)
+                readings.append(reading_of(key, value, integer, "", source))
     if not readings:
         raise ImportError_("the topology matrix has no GPU rows")
     return readings
