@@ -300,8 +300,10 @@ def _readings_from(items: object, where: str) -> tuple[Reading, ...]:
 
 def _plain_reading(data: object) -> Reading | None:
     """A reading from a table that holds nothing wrong (the fields of `_reading_from`, of
-    their exact types, a known status, a finite number), else None: `_reading_from`
-    then finds what is wrong. The one pass a snapshot's readings take when loaded."""
+    their exact types, a known status, a non-empty key, a value exactly when the status
+    is ok, a storable value: Reading's own checks), else None: `_reading_from` then finds
+    what is wrong. The one pass a snapshot's readings take when loaded: the reading is
+    made by Reading.checked, its checks made here."""
     if type(data) is not dict or not data.keys() <= _READING_FIELDS:
         return None
     key, status = data.get("key"), data.get("status")
@@ -316,15 +318,22 @@ def _plain_reading(data: object) -> Reading | None:
     ):
         return None
     value = data.get("value")
+    if not key:
+        return None
     if value is None:
-        if "value" in data:
+        if "value" in data or status == "ok":
             return None
-    elif type(value) not in _VALUE_TYPES or (type(value) is float and value - value != 0):
+    elif status != "ok" or type(value) not in _VALUE_TYPES:
         return None
-    try:
-        return Reading(key, value, unit, source, _READING_STATUS[status], reason)
-    except ValueError:
-        return None
+    elif type(value) is float:
+        if value - value != 0:
+            return None
+    elif type(value) is list:
+        try:
+            check_value(value)
+        except ValueError:
+            return None
+    return Reading.checked(key, value, unit, source, _READING_STATUS[status], reason)
 
 
 def _probe_from(data: object, where: str) -> ProbeResult:
