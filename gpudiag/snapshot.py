@@ -32,9 +32,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-import tomli_w
-
-from gpudiag.atomic import write_atomic
 from gpudiag.catalog import check_keys
 from gpudiag.inputs import InputError, parse_data, printable, read_text
 from gpudiag.model import (
@@ -155,6 +152,8 @@ def dumps(snapshot: Snapshot, as_json: bool = False) -> str:
     data = snapshot_to_dict(snapshot)
     if as_json:
         return json.dumps(data, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    import tomli_w  # what writing needs is loaded where it writes (check only reads)
+
     return tomli_w.dumps(data)
 
 
@@ -188,6 +187,8 @@ def target_problem(path: Path) -> str | None:
 
 def save(snapshot: Snapshot, path: Path) -> None:
     """Write atomically: TOML, or JSON when the name ends in .json."""
+    from gpudiag.atomic import write_atomic
+
     text = dumps(snapshot, as_json=is_json_path(path))
 
     def write(stream: IO[str]) -> None:
