@@ -8,6 +8,7 @@ of those), so that a snapshot written to TOML or JSON loads back to equal object
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -264,6 +265,15 @@ class Snapshot:
         for probe in self.probes:
             for reading in probe.readings:
                 index[reading.key] = reading
+
+    def with_findings(self, findings: Iterable[Finding]) -> Snapshot:
+        """This snapshot with other findings: what dataclasses.replace(findings=...)
+        gives, its index of readings shared instead of built again from every reading
+        (the probes are the same; nothing changes a snapshot's index once built). Judging
+        a snapshot ends here, once per judgment."""
+        snapshot = _new(Snapshot)
+        _set(snapshot, "__dict__", {**self.__dict__, "findings": tuple(findings)})
+        return snapshot
 
     def reading(self, key: str) -> Reading | None:
         """The reading with this key, or None when no probe produced it."""

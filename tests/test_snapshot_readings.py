@@ -54,3 +54,21 @@ def test_a_checked_reading_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         reading.value = 2  # type: ignore[misc]
     assert dataclasses.replace(reading, value=2).value == 2
+
+
+def test_with_findings_is_replace_with_the_index_shared() -> None:
+    from dataclasses import replace
+
+    from gpudiag.model import Finding, ProbeResult, ProbeStatus, Severity, Snapshot
+
+    readings = (Reading("gpu.0.x", 1), Reading("gpu.1.x", 2))
+    snapshot = Snapshot("h", "2026-01-01T00:00:00Z", "v", probes=(
+        ProbeResult("p", ProbeStatus.OK, 0.0, readings),
+    ))  # fmt: skip
+    findings = [Finding("R001", Severity.WARNING, "GPU 0", "t", "m")]
+    judged = snapshot.with_findings(findings)
+    expected = replace(snapshot, findings=tuple(findings))
+    assert judged == expected and repr(judged) == repr(expected)
+    assert judged.readings_by_key == expected.readings_by_key == {r.key: r for r in readings}
+    assert judged.findings == tuple(findings) and snapshot.findings == ()
+    assert judged.reading("gpu.1.x") == readings[1]
