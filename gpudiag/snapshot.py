@@ -330,10 +330,13 @@ def _plain_reading(data: object) -> Reading | None:
         if value - value != 0:
             return None
     elif type(value) is list:
-        try:
-            check_value(value)
-        except ValueError:
-            return None
+        for item in value:  # check_value's rule, inline: flat, of scalars, finite
+            kind = type(item)
+            if kind is float:
+                if item - item != 0:
+                    return None
+            elif kind is not str and kind is not int and kind is not bool:
+                return None
     return Reading.checked(key, value, unit, source, _READING_STATUS[status], reason)
 
 
