@@ -511,19 +511,23 @@ def compiled_module_text(sources: Sequence[tuple[str, str]] | None = None) -> st
         "    GPUDIAG_UPDATE_GOLDEN=1 .venv/bin/python -m pytest -q tests/test_rules_compiled.py\n"
         'A file whose text no longer matches its fingerprint is parsed from its TOML.\n"""\n'
         "\n"
+        "# Rule's fields, in the order each rule below lists them\n"
+        f"FIELDS = {pprint.pformat(_RULE_FIELDS, width=100)}\n"
         f"FILES = {pprint.pformat(entries, width=100, sort_dicts=False)}\n"
     )
 
 
 def _compiled() -> dict[str, Any]:
-    """rules/compiled.py's FILES, or {} when it cannot be loaded (every file is then
-    parsed from its TOML)."""
+    """rules/compiled.py's FILES, or {} when it cannot be loaded or was made for other
+    fields of Rule (every file is then parsed from its TOML)."""
     try:
         from gpudiag.rules import compiled
     except ImportError:
         return {}
     files = getattr(compiled, "FILES", None)
-    return files if isinstance(files, dict) else {}
+    if getattr(compiled, "FIELDS", None) != _RULE_FIELDS or not isinstance(files, dict):
+        return {}  # made for another Rule (a field added or moved since): parse the TOML
+    return files
 
 
 def _parsed_shipped() -> list[tuple[list[Rule], list[tuple[dict[str, Any], str]]]]:

@@ -5,6 +5,27 @@ Generated: do not edit. After editing a rule file, write it again with
 A file whose text no longer matches its fingerprint is parsed from its TOML.
 """
 
+# Rule's fields, in the order each rule below lists them
+FIELDS = ('id',
+ 'severity',
+ 'title',
+ 'applies_to',
+ 'reading',
+ 'operator',
+ 'operand',
+ 'why',
+ 'fix',
+ 'message',
+ 'status',
+ 'references',
+ 'origin',
+ 'factor',
+ 'example',
+ 'disabled',
+ 'if_present',
+ 'action',
+ 'applies_if',
+ 'gpu_models')
 FILES = {'rules/gpu.toml': ((1362509415, 16396),
                     (('GPU001',
                       'critical',

@@ -76,3 +76,14 @@ def test_without_the_compiled_module_every_file_is_parsed(
 ) -> None:
     monkeypatch.setattr(rulefile, "_compiled", dict)
     assert load_rules() == merge_rules(rulefile.shipped_sources())
+
+
+def test_a_module_made_for_other_rule_fields_is_not_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpudiag.rules import compiled
+
+    assert rulefile._compiled()  # read as it is
+    monkeypatch.setattr(compiled, "FIELDS", (*rulefile._RULE_FIELDS, "new_field"))
+    assert rulefile._compiled() == {}
+    assert load_rules() == merge_rules(rulefile.shipped_sources())
