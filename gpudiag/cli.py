@@ -16,51 +16,87 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from importlib import import_module
 from pathlib import Path
 from types import ModuleType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from gpudiag import __version__, inputs
-from gpudiag.commands import (
-    baseline,
-    capture,
-    check,
-    default,
-    demo,
-    diff,
-    fleet,
-    health,
-    import_,
-    rules,
-    view,
-    watch,
-)
-from gpudiag.commands import run as run_command
 from gpudiag.commands.common import UsageError
-from gpudiag.kernels.plans import PLANS
 from gpudiag.output import add_format_options
 
 # What a command needs is imported when it runs (`gpudiag --help` and `--version` load
-# only the parser's modules): each command module imports its work inside run.
+# only the parser's modules): each command module imports its work inside run, and its
+# parser (gpudiag/commands/NAME.py's add_parser) is built only when that command is the
+# one given (_LazyCommands): --help lists the commands from this table.
 
-
-# The subcommands, in --help's order: name -> the module that adds its parser and runs it.
-COMMANDS: dict[str, ModuleType] = {
-    "check": check,
-    "diff": diff,
-    "run": run_command,
-    "rules": rules,
-    "watch": watch,
-    "demo": demo,
-    "capture": capture,
-    "view": view,
-    "import": import_,
-    "health": health,
-    "fleet": fleet,
-    "baseline": baseline,
+# The subcommands, in --help's order: name -> (the module of gpudiag/commands/ that adds
+# its parser and runs it, its line in --help).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "check": ("check", "evaluate the rules on a saved snapshot"),
+    "diff": ("diff", "compare two snapshots: what differs, and why"),
+    "run": ("run", "run measurement kernels and print the results"),
+    "rules": ("rules", "list, explain and lint rules; list profiles"),
+    "watch": ("watch", "sample every GPU at an interval: one row per GPU per sample"),
+    "demo": ("demo", "the TUI on a recorded 8-GPU HGX H100 node (healthy or faulty)"),
+    "capture": (
+        "capture",
+        "record this node (every NVML call, host file and command output the probes"
+        " use) into one file that --replay probes later",
+    ),
+    "view": ("view", "open a saved snapshot in the TUI (read-only)"),
+    "import": (
+        "import_",
+        "turn nvidia-smi outputs (-q -x XML, -q text, a bug report, topo -m, nvlink -s) "
+        "into a snapshot",
+    ),
+    "health": ("health", "the quick, safe check for Nagios, NPD, Slurm or a pipeline"),
+    "fleet": (
+        "fleet",
+        "what is odd across many nodes' snapshots, and why the slow ones are slow",
+    ),
+    "baseline": ("baseline", "write a site rules file from a fleet known to be good"),
 }
+# gpudiag.kernels.plans.PLANS' names (test_cli checks they agree): that module is loaded
+# only when kernels run
+KERNEL_PLANS = ("quick", "full")
 # the commands that write what --redact hides, besides --export (the default command)
 _REDACTING = ("import", "diff", "capture")
+
+
+def command_module(name: str) -> ModuleType:
+    """The module of gpudiag/commands/ that runs command `name`."""
+    return import_module(f"gpudiag.commands.{COMMANDS[name][0]}")
+
+
+class _LazyCommands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """The subcommands: --help lists each from COMMANDS, and a command's parser (its
+    module's add_parser) is built when the command line names it, the others never."""
+
+    def add_command(self, name: str, help: str) -> None:
+        self._name_parser_map[name] = None  # type: ignore[assignment]
+        self._choices_actions.append(self._ChoicesPseudoAction(name, (), help))
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        """A command's parser, as argparse makes it (its --help line is COMMANDS')."""
+        kwargs.setdefault("help", COMMANDS[name][1])
+        listed = len(self._choices_actions)
+        parser = super().add_parser(name, **kwargs)
+        del self._choices_actions[listed:]  # listed once, by add_command
+        return parser
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        name = values[0]
+        if name in COMMANDS and self._name_parser_map.get(name) is None:
+            del self._name_parser_map[name]
+            command_module(name).add_parser(self)
+        super().__call__(parser, namespace, values, option_string)
 
 
 def _size(text: str) -> int:
@@ -141,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--kernels",
-        choices=tuple(PLANS),
+        choices=KERNEL_PLANS,
         help="with --export: also run kernels on the CPU and every GPU and add their results"
         " (quick: STREAM, GEMM, copies; full: larger, and a 60 s burn)",
     )
@@ -159,9 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="multiply every probe's timeout by X (slow or loaded nodes)",
     )
     add_format_options(parser)
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in COMMANDS.values():
-        command.add_parser(commands)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", action=_LazyCommands)
+    for name, (_, help_line) in COMMANDS.items():
+        commands.add_command(name, help_line)
     return parser
 
 
@@ -177,8 +213,10 @@ def run(argv: Sequence[str]) -> int:
             "--redact goes with --export, import, diff or capture (nothing else writes)"
         )
     if args.command is None:
+        from gpudiag.commands import default
+
         return default.run(args)
-    return COMMANDS[args.command].run(args)
+    return int(command_module(args.command).run(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

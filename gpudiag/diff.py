@@ -18,12 +18,10 @@ move a metric (rules/explanations.toml) are listed beside it. Readings that alwa
 from __future__ import annotations
 
 import re
-import statistics
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
-from gpudiag import catalog, shipped, tomlcompat
+from gpudiag import catalog, shipped
 from gpudiag.hostfs import natural_key
 from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
 from gpudiag.rule_operators import RuleError
@@ -198,6 +196,8 @@ def verdict(ratio_low: float, ratio_high: float, unit: str) -> str:
 
 
 def _cv(samples: list[float]) -> float:
+    import statistics  # with its fractions and decimal: only where kernels ran
+
     mean = statistics.fmean(samples)
     return statistics.stdev(samples) / abs(mean) if mean else float("inf")
 
@@ -251,13 +251,20 @@ class Explanation:
 
 def load_explanations() -> list[Explanation]:
     """rules/explanations.toml, compiled."""
-    text = (resources.files("gpudiag.rules") / "explanations.toml").read_text(encoding="utf-8")
+    from pathlib import Path
+
+    import gpudiag.rules
+
+    path = Path(gpudiag.rules.__file__).with_name("explanations.toml")
+    text = path.read_text(encoding="utf-8")
     return parse_explanations(text, "rules/explanations.toml")
 
 
 def parse_explanations(text: str, origin: str) -> list[Explanation]:
     """An explanations file, compiled; RuleError (one line naming the file) where it is
     not one (`rules lint` checks the shipped file with this)."""
+    from gpudiag import tomlcompat
+
     try:
         return [
             Explanation(
@@ -345,6 +352,8 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
     kernels_b = {kernel_match_key(k, result.gpu_map): k for k in b.kernels}
     explanations = load_explanations() if a.kernels else []
     config = result.differences()
+    if a.kernels:
+        import statistics
     for ka in a.kernels:
         kb = kernels_b.get(kernel_match_key(ka))
         if kb is None or len(ka.samples) < 2 or len(kb.samples) < 2:

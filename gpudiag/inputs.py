@@ -209,10 +209,14 @@ def parse_data(
     strings are walked (`printable_data`) only where the text may hold a control
     character or an escape (`_may_hold_controls`, a scan in C); a file gpudiag wrote
     holds none."""
-    from gpudiag import tomlcompat
-
     if as_json is None:
         as_json = text.lstrip().startswith("{")
+    # TOML's parser (and its error class) only for TOML: a JSON load never imports it
+    toml_error: type[Exception] = json.JSONDecodeError
+    if not as_json:
+        from gpudiag import tomlcompat
+
+        toml_error = tomlcompat.TOMLDecodeError
     try:
         try:
             data = _parse(text, as_json, _finite_float)
@@ -226,7 +230,7 @@ def parse_data(
         raise InputError(
             name, f"not valid JSON (truncated?): {exc.msg} at line {exc.lineno}"
         ) from None
-    except tomlcompat.TOMLDecodeError as exc:
+    except toml_error as exc:
         raise InputError(name, f"not valid TOML (truncated?): {exc}") from None
     except RecursionError:
         raise InputError(name, "nested too deeply") from None
@@ -248,10 +252,10 @@ def _finite_float(text: str) -> float:
 
 
 def _parse(text: str, as_json: bool, parse_float: Callable[[str], float]) -> Any:
-    from gpudiag import tomlcompat
-
     if as_json:
         return json.loads(text, parse_constant=_refuse_constant, parse_float=parse_float)
+    from gpudiag import tomlcompat
+
     return tomlcompat.loads(text, parse_float=parse_float)
 
 

@@ -81,7 +81,6 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -436,21 +435,122 @@ def read_rule_file(path: Path) -> str:
         raise RuleError(f"{path}: not UTF-8 text (binary?) at byte {exc.start}") from None
 
 
+def _shipped_dir() -> Path:
+    """The folder of the shipped rule files (the `gpudiag.rules` package, on disk)."""
+    import gpudiag.rules
+
+    return Path(gpudiag.rules.__file__).parent
+
+
 def shipped_sources() -> list[tuple[str, str]]:
     """(origin, text) of every shipped rule file, by name."""
-    sources = []
-    shipped = resources.files("gpudiag.rules")
-    for entry in sorted(shipped.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".toml") and entry.name not in DATA_FILES:
-            sources.append((f"rules/{entry.name}", entry.read_text(encoding="utf-8")))
-    return sources
+    folder = _shipped_dir()
+    return [
+        (f"rules/{name}", (folder / name).read_text(encoding="utf-8"))
+        for name in sorted(os.listdir(folder))
+        if name.endswith(".toml") and name not in DATA_FILES
+    ]
+
+
+# ------------------------------------------------------------------ the compiled rules
+
+# rules/compiled.py: every shipped rule file's rules, checked and flattened into Python
+# literals (a parse of the TOML and its checks cost about as much as the rest of
+# `gpudiag check`). Each file's entry holds the fingerprint of the text it was made from;
+# a file whose text differs (edited in place) is parsed from its TOML as before, so an
+# edited rule file is never misread. tests/test_rules_compiled.py fails when the module
+# is stale and says the one command that writes it again.
+COMPILED_MODULE = "compiled.py"
+_RULE_FIELDS = tuple(Rule.__dataclass_fields__)
+
+
+def fingerprint(text: str) -> tuple[int, int]:
+    """A rule file's text as the compiled module records it: (CRC-32, length in bytes)
+    of its UTF-8. It tells an edit from the text compiled (not a security boundary:
+    whoever can write the rule files can write the module beside them)."""
+    import zlib
+
+    data = text.encode("utf-8")
+    return zlib.crc32(data), len(data)
+
+
+def _plain_rule(rule: Rule) -> tuple[Any, ...]:
+    """A checked rule as plain literals, in Rule's field order (enums by value)."""
+    values = []
+    for name in _RULE_FIELDS:
+        value = getattr(rule, name)
+        values.append(value.value if isinstance(value, (Severity, Action)) else value)
+    return tuple(values)
+
+
+def _rule_of_plain(values: tuple[Any, ...]) -> Rule:
+    """The rule `_plain_rule` flattened."""
+    fields = dict(zip(_RULE_FIELDS, values, strict=True))
+    fields["severity"] = Severity(fields["severity"])
+    if fields["action"] is not None:
+        fields["action"] = Action(fields["action"])
+    return Rule(**fields)
+
+
+def compiled_module_text(sources: Sequence[tuple[str, str]] | None = None) -> str:
+    """The text of rules/compiled.py for these (origin, text) shipped files (default: the
+    files in rules/ now), each parsed and checked as `parse_rule_file` does."""
+    import pprint
+
+    entries = {}
+    for origin, text in shipped_sources() if sources is None else sources:
+        rules, overrides = parse_rule_file(text, origin)
+        entries[origin] = (
+            fingerprint(text),
+            tuple(_plain_rule(r) for r in rules),
+            tuple((table, where) for table, where in overrides),
+        )
+    return (
+        '"""The shipped rule files, parsed and checked (gpudiag/rulefile.py, COMPILED_MODULE).\n\n'
+        "Generated: do not edit. After editing a rule file, write it again with\n"
+        "    GPUDIAG_UPDATE_GOLDEN=1 .venv/bin/python -m pytest -q tests/test_rules_compiled.py\n"
+        'A file whose text no longer matches its fingerprint is parsed from its TOML.\n"""\n'
+        "\n"
+        "# Rule's fields, in the order each rule below lists them\n"
+        f"FIELDS = {pprint.pformat(_RULE_FIELDS, width=100)}\n"
+        f"FILES = {pprint.pformat(entries, width=100, sort_dicts=False)}\n"
+    )
+
+
+def _compiled() -> dict[str, Any]:
+    """rules/compiled.py's FILES, or {} when it cannot be loaded or was made for other
+    fields of Rule (every file is then parsed from its TOML)."""
+    try:
+        from gpudiag.rules import compiled
+    except ImportError:
+        return {}
+    files = getattr(compiled, "FILES", None)
+    if getattr(compiled, "FIELDS", None) != _RULE_FIELDS or not isinstance(files, dict):
+        return {}  # made for another Rule (a field added or moved since): parse the TOML
+    return files
+
+
+def _parsed_shipped() -> list[tuple[list[Rule], list[tuple[dict[str, Any], str]]]]:
+    """Every shipped rule file's rules and overrides: from the compiled module where the
+    file's text is the one compiled, else parsed from the TOML."""
+    compiled = _compiled()
+    parsed = []
+    for origin, text in shipped_sources():
+        entry = compiled.get(origin)
+        if entry is not None and tuple(entry[0]) == fingerprint(text):
+            rules = [_rule_of_plain(values) for values in entry[1]]
+            overrides = [(dict(table), where) for table, where in entry[2]]
+            parsed.append((rules, overrides))
+        else:
+            parsed.append(parse_rule_file(text, origin))
+    return parsed
 
 
 def load_rules(directories: Sequence[Path] = (), site: bool = False) -> list[Rule]:
     """The shipped rules, then every `*.toml` in `directories` (and, with `site`, in
     /etc/gpudiag/rules.d and ~/.config/gpudiag/rules.d), by file name. Rule ids must be
     unique; `[[override]]` tables change a rule already loaded."""
-    sources = shipped_sources()
+    parsed = _parsed_shipped()
     folders = list(directories)
     if site:
         folders = [
@@ -462,19 +562,26 @@ def load_rules(directories: Sequence[Path] = (), site: bool = False) -> list[Rul
         if not directory.is_dir():
             raise RuleError(f"{directory}: not a directory of rule files")
         for path in sorted(directory.glob("*.toml")):
-            sources.append((str(path), read_rule_file(path)))
-    return merge_rules(sources)
+            parsed.append(parse_rule_file(read_rule_file(path), str(path)))
+    return _merged(parsed)
 
 
 def merge_rules(sources: Sequence[tuple[str, str]]) -> list[Rule]:
     """The rules of these (origin, text) files in order, overrides applied: the one
     path both loading and `gpudiag rules lint` take."""
+    return _merged([parse_rule_file(text, origin) for origin, text in sources])
+
+
+def _merged(
+    parsed: Sequence[tuple[list[Rule], list[tuple[dict[str, Any], str]]]],
+) -> list[Rule]:
+    """The rules of parsed files in order, overrides applied (ids unique)."""
     rules: dict[str, Rule] = {}
-    for origin, text in sources:
-        new_rules, overrides = parse_rule_file(text, origin)
+    for new_rules, overrides in parsed:
         for rule in new_rules:
             if rule.id in rules:
                 first = rules[rule.id].origin
+                origin = rule.origin
                 hint = (
                     "; to change a shipped rule use [[override]]"
                     if first.startswith("rules/") and not origin.startswith("rules/")
@@ -499,7 +606,7 @@ def lint_data_file(path: Path) -> str | None:
     """Check one of the shipped data files in rules/ (the GPU profiles, the diff's
     explanations) as gpudiag reads it: what it holds in words, or None for any other file;
     RuleError where it is broken."""
-    shipped_dir = Path(str(resources.files("gpudiag.rules"))).resolve()
+    shipped_dir = _shipped_dir().resolve()
     if path.name not in DATA_FILES or path.resolve().parent != shipped_dir:
         return None
     text = read_rule_file(path)
@@ -520,7 +627,7 @@ def lint_rule_file(path: Path) -> tuple[int, int]:
     from gpudiag.shipped import catalog as shipped_catalog
 
     sources = shipped_sources()
-    shipped_dir = Path(str(resources.files("gpudiag.rules"))).resolve()
+    shipped_dir = _shipped_dir().resolve()
     if path.resolve().parent == shipped_dir:
         sources = [(o, t) for o, t in sources if o != f"rules/{path.name}"]
     merge_rules([*sources, (str(path), text)])

@@ -97,7 +97,7 @@ def with_findings(
     findings = evaluate(
         rules, snapshot.readings_by_key, snapshot.probes, derivation.profile, derivation.device_ids
     )
-    return replace(snapshot, findings=tuple(findings))
+    return snapshot.with_findings(findings)
 
 
 def with_kernel_results(

@@ -12,8 +12,10 @@ views, the diff, the fleet, the redaction, the command line) ask it.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from gpudiag.catalog import (
     DERIVED,
@@ -34,7 +36,16 @@ from gpudiag.catalog import (
 @functools.lru_cache(maxsize=1)
 def catalog() -> Catalog:
     """The catalog of everything gpudiag ships: the registered probes', the importer's,
-    the kernel readings' and the derived readings' declarations."""
+    the kernel readings' and the derived readings' declarations. From the compiled
+    module (gpudiag/shipped_compiled.py) while the producers' source files are the ones
+    it was made from; else assembled from the producers (`built_catalog`), which imports
+    every probe, importer and derivation."""
+    compiled = _compiled_catalog()
+    return compiled if compiled is not None else built_catalog()
+
+
+def built_catalog() -> Catalog:
+    """The catalog assembled from the producers' declarations."""
     from gpudiag import derive, importing, slurmgres
     from gpudiag.kernels import readings as kernel_readings
     from gpudiag.probes import REGISTRY, topology
@@ -48,6 +59,95 @@ def catalog() -> Catalog:
             ("import", importing.READINGS),
             (slurmgres.PRODUCER, slurmgres.READINGS),
         ]
+    )
+
+
+# ------------------------------------------------------------------ the compiled catalog
+
+# gpudiag/shipped_compiled.py: the built catalog's declarations as Python literals, with the
+# fingerprint of the source files they are declared in. Assembling the catalog imports
+# every probe, importer and derivation (about 100 ms, most of a one-shot `gpudiag diff`);
+# the compiled module answers the same questions without importing them. Where any of
+# those files differs from the ones compiled (an edit in a checkout), the catalog is
+# built from the producers, never read stale. tests/test_shipped_compiled.py fails when
+# the module is stale and names the command that writes it again.
+COMPILED_MODULE = "shipped_compiled.py"
+# the modules and packages the declarations are written in (and the vocabulary's)
+_DECLARING_MODULES = ("catalog", "derive", "slurmgres", "probe", "shipped")
+# package -> its declaring modules (None: every module of it)
+_DECLARING_PACKAGES: dict[str, tuple[str, ...] | None] = {
+    "gpudiag.probes": None,
+    "gpudiag.importing": None,
+    "gpudiag.kernels": ("readings.py",),
+}
+
+
+def declaring_files() -> list[Path]:
+    """The source files the shipped declarations are written in: the producers' modules
+    and packages, found without importing them."""
+    from importlib.util import find_spec
+
+    here = Path(__file__).parent
+    files = [here / f"{name}.py" for name in _DECLARING_MODULES]
+    for package, names in _DECLARING_PACKAGES.items():
+        spec = find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise FileNotFoundError(package)
+        for folder in spec.submodule_search_locations:
+            found = names or sorted(n for n in os.listdir(folder) if n.endswith(".py"))
+            files += [Path(folder) / name for name in found]
+    return files
+
+
+def declaring_fingerprint() -> tuple[int, int]:
+    """(CRC-32, number of files) over the names and bytes of `declaring_files`."""
+    import zlib
+
+    crc, files = 0, declaring_files()
+    for path in files:
+        crc = zlib.crc32(path.name.encode() + b"\0" + path.read_bytes(), crc)
+    return crc, len(files)
+
+
+def compiled_module_text() -> str:
+    """The text of gpudiag/shipped_compiled.py for the catalog the producers declare now."""
+    import pprint
+
+    entries = tuple(
+        (d.template, d.unit, d.change.value, d.identifying, d.group, d.help, sorted(d.producers))
+        for d in built_catalog().declared.values()
+    )
+    return (
+        '"""The shipped catalog\'s declarations (gpudiag/shipped.py, COMPILED_MODULE).\n\n'
+        "Generated: do not edit. After changing a producer's declarations, write it again with\n"
+        "    GPUDIAG_UPDATE_GOLDEN=1 .venv/bin/python -m pytest -q tests/test_shipped_compiled.py\n"
+        "Where the declaring files no longer match FINGERPRINT, the catalog is built from the\n"
+        'producers instead.\n"""\n\n'
+        f"FINGERPRINT = {declaring_fingerprint()!r}\n"
+        "# (template, unit, change, identifying, group, help, producers), in declaration order\n"
+        f"DECLARED = {pprint.pformat(entries, width=100)}\n"
+    )
+
+
+def _compiled_catalog() -> Catalog | None:
+    """The catalog from gpudiag/shipped_compiled.py, or None where it is missing or made
+    from other source files than these."""
+    try:
+        from gpudiag import shipped_compiled
+    except ImportError:
+        return None
+    try:
+        if tuple(getattr(shipped_compiled, "FINGERPRINT", ())) != declaring_fingerprint():
+            return None
+    except OSError:  # a declaring file not on disk (a zip install): build it
+        return None
+    return Catalog.build(
+        (producer, (declared,))
+        for template, unit, change, identifying, group, help_, producers in (
+            shipped_compiled.DECLARED
+        )
+        for declared in (Declared(template, unit, Change(change), identifying, group, help_),)
+        for producer in producers
     )
 
 

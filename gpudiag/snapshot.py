@@ -32,9 +32,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-import tomli_w
-
-from gpudiag.atomic import write_atomic
 from gpudiag.catalog import check_keys
 from gpudiag.inputs import InputError, parse_data, printable, read_text
 from gpudiag.model import (
@@ -155,6 +152,8 @@ def dumps(snapshot: Snapshot, as_json: bool = False) -> str:
     data = snapshot_to_dict(snapshot)
     if as_json:
         return json.dumps(data, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    import tomli_w  # what writing needs is loaded where it writes (check only reads)
+
     return tomli_w.dumps(data)
 
 
@@ -188,6 +187,8 @@ def target_problem(path: Path) -> str | None:
 
 def save(snapshot: Snapshot, path: Path) -> None:
     """Write atomically: TOML, or JSON when the name ends in .json."""
+    from gpudiag.atomic import write_atomic
+
     text = dumps(snapshot, as_json=is_json_path(path))
 
     def write(stream: IO[str]) -> None:
@@ -300,8 +301,10 @@ def _readings_from(items: object, where: str) -> tuple[Reading, ...]:
 
 def _plain_reading(data: object) -> Reading | None:
     """A reading from a table that holds nothing wrong (the fields of `_reading_from`, of
-    their exact types, a known status, a finite number), else None: `_reading_from`
-    then finds what is wrong. The one pass a snapshot's readings take when loaded."""
+    their exact types, a known status, a non-empty key, a value exactly when the status
+    is ok, a storable value: Reading's own checks), else None: `_reading_from` then finds
+    what is wrong. The one pass a snapshot's readings take when loaded: the reading is
+    made by Reading.checked, its checks made here."""
     if type(data) is not dict or not data.keys() <= _READING_FIELDS:
         return None
     key, status = data.get("key"), data.get("status")
@@ -316,15 +319,25 @@ def _plain_reading(data: object) -> Reading | None:
     ):
         return None
     value = data.get("value")
+    if not key:
+        return None
     if value is None:
-        if "value" in data:
+        if "value" in data or status == "ok":
             return None
-    elif type(value) not in _VALUE_TYPES or (type(value) is float and value - value != 0):
+    elif status != "ok" or type(value) not in _VALUE_TYPES:
         return None
-    try:
-        return Reading(key, value, unit, source, _READING_STATUS[status], reason)
-    except ValueError:
-        return None
+    elif type(value) is float:
+        if value - value != 0:
+            return None
+    elif type(value) is list:
+        for item in value:  # check_value's rule, inline: flat, of scalars, finite
+            kind = type(item)
+            if kind is float:
+                if item - item != 0:
+                    return None
+            elif kind is not str and kind is not int and kind is not bool:
+                return None
+    return Reading.checked(key, value, unit, source, _READING_STATUS[status], reason)
 
 
 def _probe_from(data: object, where: str) -> ProbeResult:

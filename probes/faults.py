@@ -10,9 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import re
-import shutil
 import stat
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -103,6 +101,9 @@ def _read_kernel_log(host: HostFS) -> tuple[str | None, str, str, str]:
 
 
 def _kernel_log(host: HostFS) -> tuple[str | None, str, ReadingStatus, str]:
+    import shutil
+    import subprocess
+
     path = host.path("/dev/kmsg")
     try:
         mode = os.stat(path).st_mode

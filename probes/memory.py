@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -96,6 +94,9 @@ def _dimms(context: ProbeContext) -> Iterator[Reading]:
         return
 
     def dmidecode() -> dict[str, Any]:
+        import shutil
+        import subprocess
+
         binary = shutil.which("dmidecode")
         if binary is None:
             return {"missing": "dmidecode is not installed"}

@@ -327,3 +327,34 @@ def test_run_help_lists_every_kernel_with_one_line() -> None:
         (line,) = [line for line in lines if line.startswith(f"  {kernel} ")]
         assert len(line.split()) > 4, line  # a description, not just the name
     assert all(len(line) <= 80 for line in lines)
+
+
+def test_the_parsers_kernel_plans_are_the_plans() -> None:
+    """--kernels' choices are written out in the command line (gpudiag.kernels.plans,
+    with its dataclasses, loads only when kernels run): the same names as PLANS."""
+    from gpudiag.cli import KERNEL_PLANS
+    from gpudiag.kernels.plans import PLANS
+
+    assert tuple(PLANS) == KERNEL_PLANS
+
+
+def test_help_lists_every_command_and_builds_only_the_one_given() -> None:
+    """`gpudiag --help` lists each command with its line from COMMANDS; a command line
+    builds the parser of its own command only (the others are never imported)."""
+    from gpudiag import cli
+
+    help_text = " ".join(cli.build_parser().format_help().split())
+    for name, (_, line) in cli.COMMANDS.items():
+        assert f"{name} {line}" in help_text
+    code = (
+        "import sys\n"
+        "from gpudiag import cli\n"
+        "cli.build_parser().parse_args(['check', 'x.json'])\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    loaded = set(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        .stdout.split()
+    )
+    commands = {m for m in loaded if m.startswith("gpudiag.commands.")}
+    assert commands == {"gpudiag.commands.check", "gpudiag.commands.common"}, commands

@@ -15,9 +15,6 @@ from conftest import REPO
 PLUGIN_PACKAGES = {"gpudiag.probes": REPO / "probes", "gpudiag.kernels": REPO / "kernels"}
 # (core file, plugin module) -> why it may import it when it loads
 ALLOWED = {
-    ("gpudiag/cli.py", "gpudiag.kernels.plans"): (
-        "the kernel plan registry: `run`'s kernel choices and the --kernels plan names"
-    ),
     ("gpudiag/commands/run.py", "gpudiag.kernels.plans"): (
         "the kernel plan registry: `run`'s kernels and their help, one line each"
     ),

@@ -141,7 +141,9 @@ def test_failed_write_leaves_existing_file_untouched(tmp_path: Path, monkeypatch
     def broken_replace(src: str, dst: str) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(snapfile.write_atomic.__globals__["os"], "replace", broken_replace)
+    from gpudiag import atomic  # snapshot.save writes through it
+
+    monkeypatch.setattr(atomic.os, "replace", broken_replace)
     with pytest.raises(OSError):
         snapfile.save(_example(), target)
     assert target.read_text() == "precious\n"
@@ -156,8 +158,10 @@ def test_failed_serialisation_leaves_existing_file_untouched(tmp_path: Path) -> 
         stream.write("schema_version = 2\n")
         raise RuntimeError("serialiser failed half-way")
 
+    from gpudiag.atomic import write_atomic  # what snapshot.save writes through
+
     with pytest.raises(RuntimeError):
-        snapfile.write_atomic(target, half_then_fail)
+        write_atomic(target, half_then_fail)
     assert target.read_text() == "precious\n"
     assert len(list(tmp_path.iterdir())) == 1
 

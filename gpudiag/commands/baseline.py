@@ -17,9 +17,7 @@ from gpudiag.commands.fleet import fail, load_paths, target_problem_of
 
 def add_parser(subparsers: Any) -> None:
     """`gpudiag baseline`."""
-    baseline = subparsers.add_parser(
-        "baseline", help="write a site rules file from a fleet known to be good"
-    )
+    baseline = subparsers.add_parser("baseline")
     baseline.add_argument("paths", metavar="PATH", nargs="+", help="snapshot files or folders")
     baseline.add_argument(
         "-o", "--output", metavar="FILE.toml", required=True, help="the rules file to write"

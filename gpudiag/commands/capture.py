@@ -17,11 +17,7 @@ if TYPE_CHECKING:
 
 def add_parser(subparsers: Any) -> None:
     """`gpudiag capture`."""
-    parser = subparsers.add_parser(
-        "capture",
-        help="record this node (every NVML call, host file and command output the probes"
-        " use) into one file that --replay probes later",
-    )
+    parser = subparsers.add_parser("capture")
     parser.add_argument("out", metavar="OUT", help="the capture file to write (JSON)")
     parser.add_argument(
         "--samples",

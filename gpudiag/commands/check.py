@@ -13,7 +13,7 @@ from gpudiag.output import add_format_options
 
 def add_parser(subparsers: Any) -> None:
     """`gpudiag check`."""
-    check = subparsers.add_parser("check", help="evaluate the rules on a saved snapshot")
+    check = subparsers.add_parser("check")
     check.add_argument("snapshot", metavar="SNAPSHOT")
     check.add_argument(
         "--rules",

@@ -12,9 +12,7 @@ from gpudiag.demo import DEMOS
 
 def add_parser(subparsers: Any) -> None:
     """`gpudiag demo`."""
-    demo = subparsers.add_parser(
-        "demo", help="the TUI on a recorded 8-GPU HGX H100 node (healthy or faulty)"
-    )
+    demo = subparsers.add_parser("demo")
     demo.add_argument("demo_name", metavar="NAME", nargs="?", choices=DEMOS, default="faulty")
 
 

@@ -11,7 +11,7 @@ from gpudiag.commands.common import redactor
 
 def add_parser(subparsers: Any) -> None:
     """`gpudiag diff`."""
-    diff = subparsers.add_parser("diff", help="compare two snapshots: what differs, and why")
+    diff = subparsers.add_parser("diff")
     diff.add_argument("snapshot_a", metavar="A")
     diff.add_argument("snapshot_b", metavar="B")
     diff.add_argument(

@@ -24,9 +24,7 @@ EXIT_BAD = 3
 
 def add_parser(subparsers: Any) -> None:
     """`gpudiag fleet`."""
-    fleet = subparsers.add_parser(
-        "fleet", help="what is odd across many nodes' snapshots, and why the slow ones are slow"
-    )
+    fleet = subparsers.add_parser("fleet")
     fleet.add_argument(
         "paths",
         metavar="PATH",

@@ -16,9 +16,7 @@ from gpudiag.commands.common import UsageError, live_node, write_prometheus
 
 def add_parser(subparsers: Any) -> None:
     """`gpudiag health`."""
-    parser = subparsers.add_parser(
-        "health", help="the quick, safe check for Nagios, NPD, Slurm or a pipeline"
-    )
+    parser = subparsers.add_parser("health")
     parser.add_argument(
         "--for",
         dest="convention",

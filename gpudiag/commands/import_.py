@@ -10,11 +10,7 @@ from gpudiag.commands.common import UsageError, redacted, write_and_report
 
 def add_parser(subparsers: Any) -> None:
     """`gpudiag import`."""
-    imports = subparsers.add_parser(
-        "import",
-        help="turn nvidia-smi outputs (-q -x XML, -q text, a bug report, topo -m, nvlink -s) "
-        "into a snapshot",
-    )
+    imports = subparsers.add_parser("import")
     imports.add_argument(
         "files",
         metavar="FILE",

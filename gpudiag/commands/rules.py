@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def add_parser(subparsers: Any) -> None:
     """`gpudiag rules` and its actions."""
-    rules = subparsers.add_parser("rules", help="list, explain and lint rules; list profiles")
+    rules = subparsers.add_parser("rules")
     rules_commands = rules.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
     rules_commands.add_parser("list", help="every rule: id, severity, status, scope, title")
     explain = rules_commands.add_parser("explain", help="what a rule checks, why, how to fix")

@@ -25,7 +25,6 @@ def add_parser(subparsers: Any) -> None:
     """`gpudiag run`."""
     run = subparsers.add_parser(
         "run",
-        help="run measurement kernels and print the results",
         description="Run measurement kernels and print the results. Kernels:\n"
         + "\n".join(f"  {name:<10} {KERNEL_HELP[name]}" for name in KERNELS),
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -10,7 +10,7 @@ from gpudiag.commands.common import UsageError, tui
 
 def add_parser(subparsers: Any) -> None:
     """`gpudiag view`."""
-    view = subparsers.add_parser("view", help="open a saved snapshot in the TUI (read-only)")
+    view = subparsers.add_parser("view")
     view.add_argument("snapshot", metavar="SNAPSHOT")
 
 

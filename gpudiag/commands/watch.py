@@ -14,9 +14,7 @@ from gpudiag.demo import DEMOS, demo_file
 
 def add_parser(subparsers: Any) -> None:
     """`gpudiag watch`."""
-    watch = subparsers.add_parser(
-        "watch", help="sample every GPU at an interval: one row per GPU per sample"
-    )
+    watch = subparsers.add_parser("watch")
     watch.add_argument(
         "--interval",
         type=inputs.number_option(0, 86400, above=True),

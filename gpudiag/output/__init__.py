@@ -15,11 +15,10 @@ from importlib import import_module
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from gpudiag.model import Action, Finding, Severity, Snapshot
-
 # the command line loads this module for its options (add_format_options): what writing a
-# format needs (the rules engine, the catalog, XML) is imported where it is written
+# format needs (the model, the rules engine, the catalog, XML) is imported where it is used
 if TYPE_CHECKING:
+    from gpudiag.model import Action, Finding, Snapshot
     from gpudiag.rulefile import Rule
 
 # each format: its name on the command line -> (its title, the module here that writes it)
@@ -55,7 +54,7 @@ def add_format_options(parser: argparse.ArgumentParser, default: object = None) 
 def is_not_applicable(finding: Finding) -> bool:
     """A finding for a check that does not apply to this node. Such findings never count
     against a node (JUnit: skipped; Prometheus: a status label; NPD and Slurm: ignored)."""
-    return finding.severity is Severity.NOT_APPLICABLE
+    return finding.severity.value == "not-applicable"
 
 
 def applicable(findings: Iterable[Finding]) -> list[Finding]:
@@ -65,6 +64,8 @@ def applicable(findings: Iterable[Finding]) -> list[Finding]:
 
 def strongest_action(findings: Iterable[Finding]) -> Action:
     """The strongest action any applicable finding recommends (none when there are none)."""
+    from gpudiag.model import Action
+
     return max((f.action for f in applicable(findings)), key=lambda a: a.rank, default=Action.NONE)
 
 

@@ -1,0 +1,74 @@
+"""A snapshot's readings loaded in one pass (snapshot._plain_reading, then
+Reading.checked without __init__): the same reading the slow path (_reading_from, with
+Reading(...)'s checks) makes, and None exactly where the slow path refuses the table
+(it then says what is wrong)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from gpudiag.model import Reading, ReadingStatus
+from gpudiag.snapshot import _plain_reading, _reading_from
+
+VALUES: list[Any] = [
+    1, 0, -3, 2.5, float("nan"), float("inf"), True, False, "x", "", [], [1, "a", 2.5],
+    [1, [2]], [None], [float("nan")], [{}], {}, None, (1,),
+]  # fmt: skip
+STATUSES = ["ok", "missing", "error", "bogus", 3]
+
+
+def _expected(table: dict[str, Any]) -> Reading | None:
+    """What the slow path (_reading_from, which says what is wrong) makes of it."""
+    try:
+        return _reading_from(dict(table), "t")
+    except ValueError:
+        return None
+
+
+def test_each_table_loads_as_reading_makes_it_or_is_left_to_the_slow_path() -> None:
+    made = 0
+    for key, value, status in itertools.product(["gpu.0.x", ""], [*VALUES, "absent"], STATUSES):
+        table: dict[str, Any] = {"key": key, "status": status, "unit": "W", "reason": "r"}
+        if value != "absent":
+            table["value"] = value
+        got = _plain_reading(table)
+        expected = _expected(table)
+        assert (got is None) == (expected is None), table
+        if got is None:
+            continue
+        made += 1
+        assert got == expected and repr(got) == repr(expected)
+        if not isinstance(got.value, list):
+            assert hash(got) == hash(expected)
+        assert type(got.status) is ReadingStatus
+    assert made >= 12  # not vacuous: every good value with ok, and the failed ones
+
+
+def test_a_checked_reading_is_frozen() -> None:
+    import dataclasses
+
+    import pytest
+
+    reading = Reading.checked("a.b", 1, "", "", ReadingStatus.OK, "")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        reading.value = 2  # type: ignore[misc]
+    assert dataclasses.replace(reading, value=2).value == 2
+
+
+def test_with_findings_is_replace_with_the_index_shared() -> None:
+    from dataclasses import replace
+
+    from gpudiag.model import Finding, ProbeResult, ProbeStatus, Severity, Snapshot
+
+    readings = (Reading("gpu.0.x", 1), Reading("gpu.1.x", 2))
+    snapshot = Snapshot("h", "2026-01-01T00:00:00Z", "v", probes=(
+        ProbeResult("p", ProbeStatus.OK, 0.0, readings),
+    ))  # fmt: skip
+    findings = [Finding("R001", Severity.WARNING, "GPU 0", "t", "m")]
+    judged = snapshot.with_findings(findings)
+    expected = replace(snapshot, findings=tuple(findings))
+    assert judged == expected and repr(judged) == repr(expected)
+    assert judged.readings_by_key == expected.readings_by_key == {r.key: r for r in readings}
+    assert judged.findings == tuple(findings) and snapshot.findings == ()
+    assert judged.reading("gpu.1.x") == readings[1]
