@@ -49,12 +49,15 @@ if TYPE_CHECKING:
 METADATA_KEY = "gpudiag.fleet"
 FORMAT = 1
 MAX_PARQUET_BYTES = 4 * 2**30
-# The fleet entry, inflated, is at most what a real fleet needs: about 16 KB a node's
-# latest snapshot and 7 times its compressed size (a fleet of 10 nodes: 162 KB from
-# 24 KB). It may inflate to 64 times its compressed size (16 MiB at least), and never
-# past the input limit (--max-input, 256 MiB by default): a zlib bomb of 1 GiB in a
-# 1.4 MB file is refused after 16 MiB, not after 25 s and 2 GB.
-METADATA_RATIO = 64
+# The fleet entry, inflated, is at most what a real fleet needs: a node's latest snapshot
+# takes about 4-6 KB of it (its numbers are in the table), an older snapshot of 8 GPUs
+# about 50 KB more (its numbers are not). Alike nodes compress very well (10,000 nodes of
+# fleet_scale's fleet: 57 MB from 0.3 MB, 180 times), so its compressed size says nothing:
+# the entry may inflate to 1 MiB for each node of the file's table (16 MiB at least), and
+# never past the input limit (--max-input, 256 MiB by default), the bound every other
+# input of gpudiag has. A zlib bomb of 2 GiB in a 2 MB file of one node is refused after
+# 16 MiB, not after many seconds and gigabytes.
+METADATA_PER_NODE = 2**20
 METADATA_MIN_BYTES = 16 * 2**20
 
 _ConfigValue = Union[Scalar, list[Scalar], None]  # noqa: UP007 - None: not read
@@ -169,22 +172,22 @@ def encode_fleet(loaded: LoadedFleet) -> str:
     return base64.b64encode(zlib.compress(msgspec.json.encode(document), 6)).decode("ascii")
 
 
-def metadata_cap(compressed: int) -> int:
-    """The most the fleet entry may inflate to, from its compressed size."""
-    return min(inputs.limit(), max(METADATA_MIN_BYTES, METADATA_RATIO * compressed))
+def metadata_cap(nodes: int) -> int:
+    """The most the fleet entry of a file whose table holds `nodes` nodes may inflate to."""
+    return min(inputs.limit(), max(METADATA_MIN_BYTES, METADATA_PER_NODE * nodes))
 
 
-def _decode(text: str) -> _PqFleet:
+def _decode(text: str, nodes: int) -> _PqFleet:
     raw = base64.b64decode(text.encode("ascii"), validate=True)
-    cap = metadata_cap(len(raw))
+    cap = metadata_cap(nodes)
     inflater = zlib.decompressobj()
     data = inflater.decompress(raw, cap)
     if inflater.unconsumed_tail:
-        raise ValueError(
-            f"its fleet entry inflates past {inputs.size_text(cap)}, more than a fleet of"
-            f" its size needs (at most {METADATA_RATIO} times its compressed size, and"
-            " --max-input)"
-        )
+        if cap == inputs.limit():
+            why = "the input limit (--max-input raises it)"
+        else:
+            why = f"more than a fleet of {nodes} nodes needs (1 MiB a node, 16 MiB at least)"
+        raise ValueError(f"its fleet entry inflates past {inputs.size_text(cap)}, {why}")
     if json_may_hold_controls(data):  # the guarded path: every string printable
         return msgspec.convert(printable_data(msgspec.json.decode(data)), _PqFleet)
     return msgspec.json.decode(data, type=_PqFleet)
@@ -246,7 +249,7 @@ def read_parquet_fleet(path: Path) -> LoadedFleet:
     except Exception as exc:  # a damaged file may fail anywhere in the reader
         raise SnapshotError(name, f"not a readable Parquet file: {_reason(exc)}") from None
     try:
-        document = _decode(entry)
+        document = _decode(entry, table["node"].n_unique())
         _check(document)
     except (ValueError, RecursionError, binascii.Error, zlib.error, msgspec.DecodeError) as exc:
         raise SnapshotError(name, f"damaged gpudiag fleet entry: {exc}") from None
