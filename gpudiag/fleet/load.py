@@ -349,13 +349,17 @@ class _Reader:
             tuple([v is UNSET for v in values]) != self.shapes[layout_id].none_mask
         ):
             return None  # the statuses are the layout's, so a value where none was read
+        try:
+            packed = PackedKernels(_KERNELS_ENCODER.encode(kernels)) if kernels else ()
+        except OverflowError:
+            return None  # an integer msgpack cannot hold (a parameter of 2**70): the loader's
         return self._run(
             name,
             data.host,
             data.created,
             layout_id,
             values,
-            PackedKernels(_KERNELS_ENCODER.encode(kernels)) if kernels else (),
+            packed,
             tuple(map(_FINDING, findings)),
             types,
             kernel_values(kernels),  # from the parsed results, before they are packed
