@@ -175,7 +175,7 @@ def test_clean_fleet_from_parquet_with_a_bad_file_exits_3(clean_dir: Path, tmp_p
 def _alike_fleet(written: Path, target: Path, copies: int) -> tuple[int, int]:
     """`written`'s latest nodes copied `copies` times under other names (node001-7 ...),
     as --parquet writes them; returns the entry's compressed and inflated sizes."""
-    document = parquet._decode(pl.read_parquet_metadata(written)[METADATA_KEY], 20)
+    document = parquet._decode(pl.read_parquet_metadata(written)[METADATA_KEY], lambda: 20)
     latest = [run for run in document.runs if run.latest]
     document.runs = [
         msgspec.structs.replace(run, host=f"{run.host}-{i}", path=f"copy{i}/{run.path}")
