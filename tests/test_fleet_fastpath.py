@@ -174,3 +174,19 @@ def test_a_real_export_takes_the_fast_path(tmp_path: Path) -> None:
     assert run.findings == tuple(
         (f.rule_id, f.severity.value, f.subject) for f in loads(target.read_text()).findings
     )
+
+
+def test_a_kernel_parameter_past_64_bits_goes_to_the_loader(tmp_path: Path) -> None:
+    """A parameter of 2**70 (JSON allows it; msgpack, which packs a node's kernel results,
+    does not): the fast path leaves the file to the loader, and `gpudiag fleet` reports
+    the node, where it stopped with an internal error before (found by the test above)."""
+    from conftest import run_cli
+
+    data = copy.deepcopy(GOOD)
+    data["kernels"][0]["params"]["trials"] = 2**70
+    raw = msgspec.json.encode(data)
+    assert _Reader()._fast("big.json", raw) is None
+    (tmp_path / "big.json").write_bytes(raw)
+    result = run_cli("fleet", str(tmp_path), "--format", "json")
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert msgspec.json.decode(result.stdout)["nodes"] == 1

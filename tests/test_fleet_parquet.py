@@ -3,17 +3,22 @@ alone or beside snapshot files; a damaged or foreign Parquet file is named and s
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import shutil
+import zlib
 from pathlib import Path
 
+import msgspec
+import numpy as np
 import polars as pl
 import pytest
 
+from gpudiag.fleet import parquet
 from gpudiag.fleet.analysis import analyse
 from gpudiag.fleet.load import load_fleet
-from gpudiag.fleet.parquet import METADATA_KEY
+from gpudiag.fleet.parquet import METADATA_KEY, read_parquet_fleet
 from gpudiag.fleet.report import report_json, report_text
 
 from conftest import run_cli
@@ -165,3 +170,81 @@ def test_clean_fleet_from_parquet_with_a_bad_file_exits_3(clean_dir: Path, tmp_p
     pl.DataFrame({"a": [1]}).write_parquet(foreign)
     result = run_cli("fleet", str(target), str(foreign), "--format", "json")
     assert result.returncode == 3 and f"skipped {foreign}: " in result.stderr
+
+
+def _alike_fleet(written: Path, target: Path, copies: int) -> tuple[int, int]:
+    """`written`'s latest nodes copied `copies` times under other names (node001-7 ...),
+    as --parquet writes them; returns the entry's compressed and inflated sizes."""
+    document = parquet._decode(pl.read_parquet_metadata(written)[METADATA_KEY], lambda: 20)
+    latest = [run for run in document.runs if run.latest]
+    document.runs = [
+        msgspec.structs.replace(run, host=f"{run.host}-{i}", path=f"copy{i}/{run.path}")
+        for run in latest  # each node's copies side by side: alike, as zlib sees them
+        for i in range(copies)
+    ]
+    inflated = msgspec.json.encode(document)
+    packed = zlib.compress(inflated, 6)
+    table = pl.read_parquet(written)
+    pl.concat(
+        [table.with_columns(pl.col("node") + f"-{i}") for i in range(copies)]
+    ).write_parquet(target, metadata={METADATA_KEY: base64.b64encode(packed).decode()})
+    return len(packed), len(inflated)
+
+
+def test_a_fleet_of_many_alike_nodes_reads_back(written: Path, tmp_path: Path) -> None:
+    """3,000 alike nodes: an entry that inflates past 16 MiB and more than 64 times its
+    compressed size, as 10,000 nodes of fleet_scale's fleet do. It is no bomb: it reads
+    back whole, each copy the node it was copied from."""
+    target = tmp_path / "alike.parquet"
+    compressed, inflated = _alike_fleet(written, target, copies=150)
+    assert inflated > 16 * 2**20 and inflated > 64 * compressed  # past the old bound
+    original = parquet.latest_runs(read_parquet_fleet(written))
+    loaded = read_parquet_fleet(target)
+    assert len(loaded.runs) == 150 * 20 and len({run.host for run in loaded.runs}) == 3000
+    for run in loaded.runs:
+        host, _, copy = run.host.rpartition("-")
+        source = original[host]
+        assert run.path == f"copy{copy}/{source.path}"
+        assert np.array_equal(run.numbers, source.numbers, equal_nan=True)
+        assert (run.layout, run.config, run.created) == (
+            source.layout,
+            source.config,
+            source.created,
+        )
+        assert run.kernels == source.kernels and run.findings == source.findings
+    assert np.isfinite(loaded.runs[-1].numbers).sum() > 1000  # the numbers are there
+
+
+def _bomb(size: int) -> bytes:
+    """A zlib stream of `size` zero bytes (a multiple of 1 MiB) in about size / 1000
+    bytes: after a full flush, each MiB of zeros compresses to the same bytes."""
+    chunk = bytes(2**20)
+    packer = zlib.compressobj(9)
+    head = packer.compress(chunk) + packer.flush(zlib.Z_FULL_FLUSH)
+    body = packer.compress(chunk) + packer.flush(zlib.Z_FULL_FLUSH)
+    end = packer.flush()[:-4]  # the Adler-32 of all those zeros: a = 1, b = size
+    return head + body * (size // 2**20 - 1) + end + ((size % 65521) << 16 | 1).to_bytes(4, "big")
+
+
+def test_the_bomb_stream_is_what_it_claims() -> None:
+    assert zlib.decompress(_bomb(8 * 2**20)) == bytes(8 * 2**20)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "options", "cap"), [(1, (), "16 MiB"), (300, ("--max-input", "64M"), "64 MiB")]
+)
+def test_a_small_entry_that_inflates_to_gigabytes_is_refused(
+    tmp_path: Path, nodes: int, options: tuple[str, ...], cap: str
+) -> None:
+    """3 MB of Parquet whose entry inflates to 2 GiB: one line, exit 3. A file of one node
+    is refused at 16 MiB; one whose table claims many nodes, at --max-input."""
+    packed = _bomb(2 * 2**30)
+    assert len(packed) < 3 * 2**20
+    target = tmp_path / "bomb.parquet"
+    pl.DataFrame(
+        {"node": [f"n{i}" for i in range(nodes)], "slot": [0] * nodes, "value": [1.0] * nodes}
+    ).write_parquet(target, metadata={METADATA_KEY: base64.b64encode(packed).decode()})
+    result = run_cli(*options, "fleet", str(target), "--format", "json")
+    assert result.returncode == 3 and "Traceback" not in result.stderr
+    [line] = [x for x in result.stderr.splitlines() if f"skipped {target}: " in x]
+    assert f"damaged gpudiag fleet entry: its fleet entry inflates past {cap}" in line, line

@@ -30,14 +30,12 @@ by worker processes (one per CPU) in chunks, forked where Polars has not been im
 
 from __future__ import annotations
 
-import gc
 import math
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import chain
@@ -60,6 +58,7 @@ from gpudiag.fleet.records import (
     ProbeStatusName,
     Scalar,
     kernel_values,
+    no_gc,
 )
 from gpudiag.inputs import json_may_hold_controls, printable
 from gpudiag.model import (
@@ -349,13 +348,17 @@ class _Reader:
             tuple([v is UNSET for v in values]) != self.shapes[layout_id].none_mask
         ):
             return None  # the statuses are the layout's, so a value where none was read
+        try:
+            packed = PackedKernels(_KERNELS_ENCODER.encode(kernels)) if kernels else ()
+        except OverflowError:
+            return None  # an integer msgpack cannot hold (a parameter of 2**70): the loader's
         return self._run(
             name,
             data.host,
             data.created,
             layout_id,
             values,
-            PackedKernels(_KERNELS_ENCODER.encode(kernels)) if kernels else (),
+            packed,
             tuple(map(_FINDING, findings)),
             types,
             kernel_values(kernels),  # from the parsed results, before they are packed
@@ -505,20 +508,6 @@ class _Chunk:
 _WORKER_READER: _Reader | None = None
 
 
-@contextmanager
-def _no_gc() -> Iterator[None]:
-    """The cyclic garbage collector paused: reading makes no cycles, and a collection
-    every 700 new containers walks everything read so far (a quarter of the reading time
-    at 1,000 nodes). Reference counting still frees what is let go."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _read_chunk(paths: list[Path]) -> _Chunk:
     """Read some files (in a worker process, or here); layouts and configurations are
     numbered within the chunk's reader."""
@@ -528,7 +517,7 @@ def _read_chunk(paths: list[Path]) -> _Chunk:
     reader = _WORKER_READER
     seen_layouts, seen_configs = reader.sent
     runs, bad = [], []
-    with _no_gc():
+    with no_gc():
         for path in paths:
             try:
                 runs.append(reader.read(path))

@@ -10,8 +10,9 @@ form (ParsedKernel).
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Iterable
+import gc
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Union
 
@@ -133,14 +134,47 @@ def _kernel_key(result: Any) -> tuple[str | None, str]:
 
 def kernel_values(kernels: Iterable[Any]) -> tuple[KernelValue, ...]:
     """Each measured kernel result's median under the key its derived reading has
-    (kernels/readings.py): gpu.N.kernel.stream.triad.fp64, topo.gpu.I.J.copy_gbs, ..."""
+    (kernels/readings.py): gpu.N.kernel.stream.triad.fp64, topo.gpu.I.J.copy_gbs, ...
+    The median without stats is statistics.median's, inline (a fleet asks it of every
+    result of every node: 180,000 at 10,000 nodes)."""
     out = []
+    known = _KERNEL_KEYS
     for result in kernels:
-        if result.status != "ok" or not result.samples:
+        samples = result.samples
+        if result.status != "ok" or not samples:
             continue
-        key, name = _kernel_key(result)
+        kernel = result.kernel
+        dtype: Any = None
+        if kernel == "stream":
+            params = result.params
+            dtype = (params if type(params) is dict else dict(params)).get("dtype", "fp64")
+        found = known.get((kernel, result.device, result.metric, type(dtype), dtype))
+        key, name = _kernel_key(result) if found is None else found
         if key is None:
             continue
-        median = result.stats.median if result.stats else statistics.median(result.samples)
+        stats = result.stats
+        if stats:
+            median = stats.median
+        else:
+            ordered = sorted(samples)
+            half = len(ordered) // 2
+            median = (
+                ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+            )
         out.append(KernelValue(key, float(median), result.unit, name, result.device))
     return tuple(out)
+
+
+@contextmanager
+def no_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused: reading makes no cycles, and a collection
+    every 700 new containers walks everything read so far (a quarter of the reading time
+    at 1,000 nodes; a third of reading 10,000 nodes from Parquet). Reference counting
+    still frees what is let go."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
