@@ -24,8 +24,8 @@ SMALLEST = {
         ["--mib", "8", "--trials", "2", "--rounds", "1"],
         ["C OpenMP (gcc -O3 -fopenmp):", "gpudiag CPU (Numba loops):", "NumPy blocks"],
     ),
-    "diff_speed.py": (
-        ["--repeat", "2"],
+    "diff_speed.py": (  # each of its steps runs once a repeat: one is every step
+        ["--repeat", "1"],
         ["diff step of two 8-GPU snapshots", "the whole `gpudiag diff", "reference, a Python"],
     ),
     "gpu_kernels.py": (  # on a GPU node only: without one it exits 3 (test_kernels_device)
