@@ -97,9 +97,15 @@ def _unpack_realdata_trees(dest: Path) -> dict[str, str]:
     roots: dict[str, str] = {}
     for archive in sorted((base / "raw").glob("*.tar.bz2")):
         name = archive.name.removesuffix(".tar.bz2")
-        with tarfile.open(archive, "r:bz2") as tar:
-            # trusted archives from shared/realdata; "tar" keeps their relative symlinks
-            tar.extractall(dest / name, filter="tar")
+        (dest / name).mkdir()
+        if shutil.which("tar"):  # trusted archives from shared/realdata, 16,000 entries:
+            # GNU tar unpacks them in 1 s of CPU, tarfile in 11 s (the same tree, modes
+            # and relative symlinks, compared when this was written)
+            command = ["tar", "-xjf", str(archive), "-C", str(dest / name), "--no-same-owner"]
+            subprocess.run(command, check=True, capture_output=True)
+        else:
+            with tarfile.open(archive, "r:bz2") as tar:
+                tar.extractall(dest / name, filter="tar")  # keeps their relative symlinks
         (inner,) = [p for p in (dest / name).iterdir() if p.is_dir()]
         roots[name] = str(inner)
     for archive in sorted((base / "raw").glob("*.ttar")):

@@ -285,13 +285,16 @@ def test_installed_wheel_tui_in_a_terminal(installed: Installed, fleet: Path) ->
     capture = installed.demo("demo-hgx-h100-faulty.capture.json")
     try:
         _tui_in_tmux(installed, ["--replay", capture], session)
-        pane = wait_for(session, "Fix first", timeout=60)
+        wait_for(session, "Fix first", timeout=60)
+        # the header's verdict may come a moment after the first screen (a loaded machine)
+        pane = wait_for(session, "health: CRITICAL", timeout=60)
         assert "health: CRITICAL" in pane and "8 x NVIDIA H100 80GB HBM3" in pane, pane
         walk_screens(session, FAULTY_DEMO_SCREENS)
         assert "EXIT=0" in _quit(session)
         for args in (["demo", "faulty"], ["view", str(fleet / "faulty.toml")]):
             _tui_in_tmux(installed, args, session)
-            pane = wait_for(session, "Fix first", timeout=60)
+            wait_for(session, "Fix first", timeout=60)
+            pane = wait_for(session, "health: CRITICAL", timeout=60)
             assert "health: CRITICAL" in pane, pane
             assert "EXIT=0" in _quit(session), args
     finally:
