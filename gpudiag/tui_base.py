@@ -3,6 +3,10 @@
 - SIGTERM and SIGHUP leave the app as `q` does, so Textual restores the terminal
   (alternate screen, mouse tracking, cursor); the exit code is 128 + the signal's number,
   as a shell reports a process the signal ended (`signalled` says which signal).
+- A terminal that hangs up with no SIGHUP sent (an ssh connection that drops under a shell
+  that passes none on: the kernel signals the session's leader only) leaves the app as
+  SIGHUP does; and once the app leaves on a hang-up or a signal, the process ends within
+  SHUTDOWN_GRACE_S even if Textual's shutdown blocks writing to a terminal that is gone.
 - Under NO_COLOR it draws with the terminal's default colours (NO_COLOR_THEME).
 - A toast (`notify`, the app's or any widget's) is plain text, never Textual markup: a
   message naming a file, a host or anything else from data shows literally and runs no
@@ -18,6 +22,9 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
+import threading
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -27,6 +34,8 @@ from textual.notifications import SeverityLevel
 from textual.theme import BUILTIN_THEMES
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+TERMINAL_POLL_S = 0.5  # how often the app looks whether its terminal is still there
+SHUTDOWN_GRACE_S = 10.0  # leaving on a signal or a hang-up: the most the shutdown may take
 
 # Under NO_COLOR, Textual turns every colour into a fixed grey of the same luminance: red
 # reversed on the dark background became grey 237 on 233 (1.6:1), the most severe word the
@@ -57,6 +66,40 @@ def plain(text: object) -> Text:
     return text if isinstance(text, Text) else Text(str(text))
 
 
+def watch_terminal(
+    terminal_alive: Callable[[], bool],
+    hang_up: Callable[[], None],
+    stopped: threading.Event,
+    poll_s: float = TERMINAL_POLL_S,
+) -> None:
+    """Poll until the app has stopped (`stopped` set) or its terminal is gone; then call
+    `hang_up` (which leaves the app as SIGHUP does). Runs in a daemon thread."""
+    while not stopped.wait(poll_s):
+        if not terminal_alive():
+            hang_up()
+            return
+
+
+def end_after(grace_s: float, code: int, hard_exit: Callable[[int], object] = os._exit) -> None:
+    """End the process with `code` if it is still running `grace_s` seconds from now: a
+    daemon thread, so a process that ends by itself first ends it too."""
+
+    def wait_then_end() -> None:
+        threading.Event().wait(grace_s)
+        hard_exit(code)
+
+    threading.Thread(target=wait_then_end, name="gpudiag-end-after", daemon=True).start()
+
+
+def _terminal_fd() -> int | None:
+    """The descriptor the app reads its keys from, when it is a terminal."""
+    stream = sys.__stdin__
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        if stream is not None and os.isatty(stream.fileno()):
+            return stream.fileno()
+    return None
+
+
 class GpudiagAppBase(App[int]):
     """The base of every gpudiag App: leaves on SIGTERM/SIGHUP, the terminal's colours
     under NO_COLOR, toasts without markup."""
@@ -66,12 +109,18 @@ class GpudiagAppBase(App[int]):
             kwargs.setdefault("ansi_color", True)
         super().__init__(*args, **kwargs)
         self.signalled: int | None = None
+        self._stopped = threading.Event()  # set when the app unmounts: the watch ends
+        self._on_terminal = False  # running on a real terminal (not headless, not a test)
 
     def before_signal_exit(self) -> None:
         """Stop any work before leaving on a signal (workers, kernels); none here."""
 
     def _leave_on_signal(self, signum: int) -> None:
+        if self.signalled is not None:
+            return
         self.signalled = signum
+        if self._on_terminal:  # the terminal may be gone: the shutdown must not hang
+            end_after(SHUTDOWN_GRACE_S, 128 + signum)
         self.before_signal_exit()
         self.exit(return_code=128 + signum)
 
@@ -85,8 +134,22 @@ class GpudiagAppBase(App[int]):
         for signum in SIGNALS:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(signum, self._leave_on_signal, signum)
+        fd = None if self.is_headless else _terminal_fd()
+        if fd is not None:
+            self._on_terminal = True
+            threading.Thread(
+                target=watch_terminal,
+                args=(
+                    lambda: os.isatty(fd),  # a hung-up terminal answers EIO: not a tty
+                    lambda: loop.call_soon_threadsafe(self._leave_on_signal, signal.SIGHUP),
+                    self._stopped,
+                ),
+                name="gpudiag-terminal-watch",
+                daemon=True,
+            ).start()
 
     def on_unmount(self) -> None:
+        self._stopped.set()
         with contextlib.suppress(RuntimeError):
             loop = asyncio.get_running_loop()
             for signum in SIGNALS:

@@ -191,3 +191,66 @@ def test_ctrl_c_while_starting_prints_no_traceback() -> None:
             assert text == "gpudiag: interrupted\n"
     # how many land inside gpudiag's code depends on the machine's speed: at least one must
     assert sum(code == 130 for _, code, _ in outcomes) >= 1, outcomes
+
+
+def test_the_tui_ends_when_its_terminal_hangs_up(tmp_path) -> None:
+    """An ssh connection that drops while the TUI runs under a shell that passes no SIGHUP
+    on (`ssh -t node 'cd /x && gpudiag'`): the kernel signals the session's leader only,
+    so the TUI gets no signal, and Textual's input thread read end-of-file in a loop (70%
+    of a core, for ever). gpudiag sees its terminal gone and exits 128 + SIGHUP."""
+    rc_file = tmp_path / "rc"
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    env = {**os.environ, "TERM": "xterm-256color", "RC": str(rc_file)}
+    shell = subprocess.Popen(
+        ["sh", "-c", 'trap "" HUP; "$@"; echo $? > "$RC"', "sh", *GPUDIAG, *NODE_TUI],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        cwd=REPO,
+        start_new_session=True,  # the shell leads the session, as sshd's shell does
+    )
+    os.close(slave)
+    try:
+        seen = _read_until(master, lambda d: MOUSE_ON in d and b"Findings" in d, 30)
+        assert b"Findings" in seen, seen[-400:]
+        os.close(master)  # the connection drops
+        master = -1
+        shell.wait(timeout=15)
+    finally:
+        if master >= 0:
+            os.close(master)
+        if shell.poll() is None:
+            os.killpg(shell.pid, signal.SIGKILL)
+    assert rc_file.read_text().strip() == str(128 + signal.SIGHUP)
+
+
+def test_the_terminal_watch_hangs_up_once_the_terminal_is_gone() -> None:
+    """watch_terminal polls until the terminal answers no more, then hangs up once; with the
+    app stopped first it never does."""
+    import threading
+
+    from gpudiag.tui_base import watch_terminal
+
+    answers, hang_ups = iter([True, True, False, False]), []
+    watch_terminal(lambda: next(answers), lambda: hang_ups.append(1), threading.Event(), 0.01)
+    assert hang_ups == [1] and next(answers) is False  # stopped at the first "gone"
+    stopped = threading.Event()
+    stopped.set()
+    watch_terminal(lambda: False, lambda: hang_ups.append(2), stopped, 0.01)
+    assert hang_ups == [1]
+
+
+def test_a_shutdown_that_hangs_still_ends_the_process() -> None:
+    """Leaving on a signal or a hang-up arms end_after: Textual's shutdown can block for
+    ever writing to a terminal that is gone (seen: its writer queue full, orphaned TUIs
+    left for 40 minutes), so the process ends with the signal's code after the grace."""
+    import threading
+
+    from gpudiag.tui_base import end_after
+
+    ended: list[int] = []
+    done = threading.Event()
+    end_after(0.05, 129, hard_exit=lambda code: (ended.append(code), done.set()))
+    assert ended == [] and done.wait(5) and ended == [129]
