@@ -146,17 +146,25 @@ def _subjects_by_head() -> dict[str, tuple[tuple[str, re.Pattern[str], tuple[str
     }
 
 
-def subject_of_key(key: str) -> tuple[str, dict[str, str]]:
-    """The most specific subject whose stem starts `key`, with its values:
-    'gpu.3.nvlink.5.state' -> ('nvlink', {'gpu': '3', 'link': '5'}); ('node', {}) else.
-    Only the subjects whose stem begins with the key's first segment are tried (one or
-    two patterns, not every subject's)."""
+def _subject_match(key: str) -> tuple[str, tuple[str, ...], re.Match[str] | None]:
+    """(name, placeholders, match) of the most specific subject whose stem starts `key`;
+    ('node', (), None) when none does. Only the subjects whose stem begins with the key's
+    first segment are tried (one or two patterns, not every subject's)."""
     by_head = _subjects_by_head()
-    best: tuple[str, dict[str, str]] = ("node", {})
+    best: tuple[str, tuple[str, ...], re.Match[str] | None] = ("node", (), None)
     for name, pattern, placeholders in by_head.get(key.partition(".")[0], by_head["{"]):
         if len(placeholders) > len(best[1]) and (match := pattern.match(key)):
-            best = (name, dict(zip(placeholders, match.groups(), strict=True)))
+            best = (name, placeholders, match)
     return best
+
+
+def subject_of_key(key: str) -> tuple[str, dict[str, str]]:
+    """The most specific subject whose stem starts `key`, with its values:
+    'gpu.3.nvlink.5.state' -> ('nvlink', {'gpu': '3', 'link': '5'}); ('node', {}) else."""
+    name, placeholders, match = _subject_match(key)
+    if match is None:
+        return name, {}
+    return name, dict(zip(placeholders, match.groups(), strict=True))
 
 
 def stem_template(key: str, scope: str, values: Mapping[str, str]) -> str:
@@ -170,9 +178,17 @@ def stem_template(key: str, scope: str, values: Mapping[str, str]) -> str:
 
 
 def template_of(key: str) -> tuple[str, str]:
-    """(subject, key template) of a key: gpu.3.power.limit -> (gpu, gpu.{gpu}.power.limit)."""
-    scope, values = subject_of_key(key)
-    return scope, stem_template(key, scope, values)
+    """(subject, key template) of a key: gpu.3.power.limit -> (gpu, gpu.{gpu}.power.limit).
+    The first lookup of every key of a snapshot asks this (`Catalog.find`): the filled
+    stem ends where the match of its last placeholder ends (the stems end with one), so
+    no values are collected and no stem filled, as `stem_template` would."""
+    name, placeholders, match = _subject_match(key)
+    if match is None:
+        return name, key
+    stem = SUBJECTS[name].stem
+    if not stem.endswith("}"):  # a stem ending in literal text: filled as written
+        return name, stem_template(key, name, dict(zip(placeholders, match.groups(), strict=True)))
+    return name, stem + key[match.end(len(placeholders)) :]
 
 
 # ------------------------------------------------------------------ key helpers
@@ -199,6 +215,20 @@ def key_former(template: str, names: tuple[str, ...]) -> Callable[..., str]:
 def fill(template: str, values: Mapping[str, str]) -> str:
     """The template with each placeholder named in `values` replaced by its value."""
     return key_former(template, tuple(values))(*values.values())
+
+
+@functools.lru_cache(maxsize=4096)
+def _literal_ends(template: str) -> tuple[str, str]:
+    """The literal text before a template's first placeholder and after its last (the
+    whole template when it has none): what every key it stands for starts and ends with."""
+    parts = PLACEHOLDER_PATTERN.split(template)
+    return (parts[0], parts[-1]) if len(parts) > 1 else (template, "")
+
+
+@functools.lru_cache(maxsize=4096)
+def _whole_key_pattern(template: str) -> re.Pattern[str]:
+    """Matches exactly the keys a template stands for."""
+    return re.compile(template_regex(template) + r"\Z")
 
 
 def placeholders_of(template: str) -> set[str]:
@@ -543,12 +573,6 @@ class Catalog:
             items.sort(key=lambda d: ("{metric}" in d.template, -len(d.template)))
         self._by_head = by_head
 
-    @functools.cache  # noqa: B019 - one catalog per process, never freed
-    def _head_pattern(self, head: str) -> re.Pattern[str]:
-        """One pattern for every template under `head`, compiled when first needed."""
-        alternatives = "|".join(f"({template_regex(d.template)})" for d in self._by_head[head])
-        return re.compile(rf"(?:{alternatives})\Z")
-
     @functools.lru_cache(maxsize=65536)  # noqa: B019 - one catalog per process
     def find(self, key: str) -> Declared | None:
         """The declaration that covers `key`, or None when nobody declares it."""
@@ -556,11 +580,19 @@ class Catalog:
         exact = self.declared.get(template_of(key)[1])
         if exact is not None and "{metric}" not in exact.template:
             return exact
-        head = key.split(".", 1)[0]
-        if head not in self._by_head:
-            return None
-        match = self._head_pattern(head).match(key)
-        return self._by_head[head][match.lastindex - 1] if match and match.lastindex else None
+        # else the first template under the key's head (most literal first) that the
+        # whole key matches; only those whose literal start and end the key has are
+        # matched, each template's pattern compiled when first needed
+        for declared in self._by_head.get(key.split(".", 1)[0], ()):
+            start, end = _literal_ends(declared.template)
+            if (
+                key.startswith(start)
+                and key.endswith(end)
+                and len(key) >= len(start) + len(end)
+                and _whole_key_pattern(declared.template).match(key)
+            ):
+                return declared
+        return None
 
     def __hash__(self) -> int:
         return id(self)

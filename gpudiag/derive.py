@@ -16,7 +16,7 @@ plugins (tests/test_layering.py names it as allowed to import them).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from gpudiag import catalog
 from gpudiag.catalog import DERIVED
@@ -110,11 +110,15 @@ def with_derived(
     added when nothing is derived), and the derivation."""
     kept = tuple(p for p in snapshot.probes if p.name not in STALE_RESULTS)
     readings = source_readings(kept) if len(kept) < len(snapshot.probes) else None
-    derivation = derive(
-        snapshot.readings_by_key if readings is None else readings, snapshot.kernels, profile_name
-    )
-    probes = (*kept, derivation.result) if derivation.result.readings else kept
-    return replace(snapshot, probes=probes), derivation
+    base = snapshot.readings_by_key if readings is None else readings
+    derivation = derive(base, snapshot.kernels, profile_name)
+    derived = derivation.result.readings
+    if not derived:
+        return snapshot.with_probes(kept, base), derivation
+    # the index of the kept results' readings, then the derived ones': as a snapshot of
+    # these results indexes them (tests/test_derive_index.py holds the two alike)
+    index = {**base, **{r.key: r for r in derived}}
+    return snapshot.with_probes((*kept, derivation.result), index), derivation
 
 
 def ensure_derived(snapshot: Snapshot) -> Snapshot:

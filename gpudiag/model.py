@@ -275,6 +275,21 @@ class Snapshot:
         _set(snapshot, "__dict__", {**self.__dict__, "findings": tuple(findings)})
         return snapshot
 
+    def with_probes(
+        self, probes: tuple[ProbeResult, ...], readings_by_key: dict[str, Reading]
+    ) -> Snapshot:
+        """This snapshot with other results, given with their index of readings (what
+        __post_init__ would build from them, in their order: the caller has it at hand).
+        What dataclasses.replace(probes=...) gives, without a pass over every reading;
+        re-deriving a snapshot ends here, once per judgment."""
+        snapshot = _new(Snapshot)
+        _set(
+            snapshot,
+            "__dict__",
+            {**self.__dict__, "probes": probes, "readings_by_key": readings_by_key},
+        )
+        return snapshot
+
     def reading(self, key: str) -> Reading | None:
         """The reading with this key, or None when no probe produced it."""
         return self.readings_by_key.get(key)

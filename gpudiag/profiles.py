@@ -8,10 +8,10 @@ import functools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
-from gpudiag import catalog, tomlcompat
+from gpudiag import catalog
 from gpudiag.model import Reading
 from gpudiag.rule_operators import RuleError
 
@@ -54,6 +54,8 @@ PROFILE_FIELDS = {
 def parse_profiles(text: str, origin: str) -> dict[str, Profile]:
     """Parse a profiles file: `[profile.NAME]` tables with `title`, `device_ids`, an
     optional `inherits` (another profile's name) and numeric fields from PROFILE_FIELDS."""
+    from gpudiag import tomlcompat
+
     try:
         data = tomlcompat.loads(text)
     except tomlcompat.TOMLDecodeError as exc:
@@ -126,8 +128,70 @@ def load_profiles() -> dict[str, Profile]:
 
 @functools.cache
 def _shipped_profiles() -> dict[str, Profile]:
-    text = (resources.files("gpudiag.rules") / "profiles.toml").read_text(encoding="utf-8")
-    return parse_profiles(text, "rules/profiles.toml")
+    """rules/profiles.toml's profiles: from the compiled rules module (rules/compiled.py,
+    PROFILES) while the file's text is the one compiled, else parsed from its TOML."""
+    text = shipped_profiles_path().read_text(encoding="utf-8")
+    compiled = _compiled_profiles(text)
+    return compiled if compiled is not None else parse_profiles(text, PROFILES_ORIGIN)
+
+
+# rules/compiled.py's PROFILES: rules/profiles.toml parsed and checked ahead, beside the
+# compiled rules (a TOML parse costs a `gpudiag check` more than judging the snapshot),
+# with the fingerprint of the text it was made from; an edited profiles.toml no longer
+# matches it and is parsed from its text. tests/test_rules_compiled.py holds the two alike.
+PROFILES_ORIGIN = "rules/profiles.toml"
+_PROFILE_ATTRS = tuple(Profile.__dataclass_fields__)
+
+
+def shipped_profiles_path() -> Path:
+    """The shipped profiles file (in the `gpudiag.rules` package, on disk)."""
+    import gpudiag.rules
+
+    return Path(gpudiag.rules.__file__).parent / "profiles.toml"
+
+
+def profiles_fingerprint(text: str) -> tuple[int, int]:
+    """(CRC-32, length in bytes) of the text's UTF-8, as the compiled module records it."""
+    import zlib
+
+    data = text.encode("utf-8")
+    return zlib.crc32(data), len(data)
+
+
+def compiled_profiles(text: str) -> tuple[Any, ...]:
+    """The PROFILES entry of rules/compiled.py for this profiles.toml text: (fingerprint,
+    Profile's fields, each profile's field values in order, its values sorted by name)."""
+    plain = []
+    for profile in parse_profiles(text, PROFILES_ORIGIN).values():
+        values = []
+        for name in _PROFILE_ATTRS:
+            value = getattr(profile, name)
+            values.append(tuple(sorted(value.items())) if name == "values" else value)
+        plain.append(tuple(values))
+    return (profiles_fingerprint(text), _PROFILE_ATTRS, tuple(plain))
+
+
+def _compiled_profiles(text: str) -> dict[str, Profile] | None:
+    """The profiles rules/compiled.py holds for this text; None where it has none, or
+    made from another text or for other fields of Profile."""
+    try:
+        from gpudiag.rules import compiled
+    except ImportError:
+        return None
+    entry = getattr(compiled, "PROFILES", None)
+    if (
+        not isinstance(entry, tuple)
+        or len(entry) != 3
+        or tuple(entry[0]) != profiles_fingerprint(text)
+        or tuple(entry[1]) != _PROFILE_ATTRS
+    ):
+        return None
+    out = {}
+    for values in entry[2]:
+        fields = dict(zip(_PROFILE_ATTRS, values, strict=True))
+        fields["values"] = dict(fields["values"])
+        out[fields["name"]] = Profile(**fields)
+    return out
 
 
 def detect_profile(

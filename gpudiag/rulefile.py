@@ -494,9 +494,13 @@ def _rule_of_plain(values: tuple[Any, ...]) -> Rule:
 
 def compiled_module_text(sources: Sequence[tuple[str, str]] | None = None) -> str:
     """The text of rules/compiled.py for these (origin, text) shipped files (default: the
-    files in rules/ now), each parsed and checked as `parse_rule_file` does."""
+    files in rules/ now), each parsed and checked as `parse_rule_file` does, and the
+    shipped rules/profiles.toml's profiles (gpudiag/profiles.py)."""
     import pprint
 
+    from gpudiag.profiles import compiled_profiles, shipped_profiles_path
+
+    profiles_text = shipped_profiles_path().read_text(encoding="utf-8")
     entries = {}
     for origin, text in shipped_sources() if sources is None else sources:
         rules, overrides = parse_rule_file(text, origin)
@@ -514,6 +518,8 @@ def compiled_module_text(sources: Sequence[tuple[str, str]] | None = None) -> st
         "# Rule's fields, in the order each rule below lists them\n"
         f"FIELDS = {pprint.pformat(_RULE_FIELDS, width=100)}\n"
         f"FILES = {pprint.pformat(entries, width=100, sort_dicts=False)}\n"
+        "# rules/profiles.toml (gpudiag/profiles.py): (fingerprint, Profile's fields, profiles)\n"
+        f"PROFILES = {pprint.pformat(compiled_profiles(profiles_text), width=100)}\n"
     )
 
 

@@ -9,18 +9,20 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gpudiag import __version__
 from gpudiag.catalog import kernel_identity
 from gpudiag.derive import DERIVED, stored_profile, with_derived
-from gpudiag.hostfs import HostFS
 from gpudiag.model import Finding, KernelResult, ProbeResult, Reading, Severity, Snapshot
-from gpudiag.nvml import Nvml
-from gpudiag.probe import Probe, ProbeContext, run_probes
-from gpudiag.profiles import Profile
 from gpudiag.ruleengine import evaluate, rules_with_instances
-from gpudiag.rulefile import Rule
+
+if TYPE_CHECKING:  # what probing a live node needs is imported where it probes
+    from gpudiag.hostfs import HostFS
+    from gpudiag.nvml import Nvml
+    from gpudiag.probe import Probe, ProbeContext
+    from gpudiag.profiles import Profile
+    from gpudiag.rulefile import Rule
 
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 1, 2, 3
 
@@ -44,6 +46,8 @@ class LiveNode:
 
     def snapshot(self, on_result: Callable[[ProbeResult], None] | None = None) -> Snapshot:
         """Run the probes, evaluate the rules, and return the snapshot."""
+        from gpudiag.probe import ProbeContext
+
         self.cancel.clear()
         context = ProbeContext(host=self.host, nvml=self.nvml, cancel=self.cancel)
         results = probe_node(self.probes, context, on_result, self.timeout_scale)
@@ -66,6 +70,8 @@ def probe_node(
 ) -> list[ProbeResult]:
     """Run the probes (what is derived from their readings is added when the snapshot is
     judged: `with_findings`)."""
+    from gpudiag.probe import run_probes
+
     return run_probes(probes, context, on_result, timeout_scale)
 
 

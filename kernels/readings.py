@@ -32,7 +32,6 @@ them whenever findings are computed, never stored twice. Keys, per device:
 from __future__ import annotations
 
 import re
-import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -344,6 +343,8 @@ def _median_shares(members: list[tuple[str, Reading]], of_what: str = "") -> dic
     ok = [(key, r) for key, r in members if r.ok]
     if len(ok) < 2:
         return {}
+    import statistics  # loaded where a kernel figure is compared with its peers
+
     median = statistics.median(float(r.value) for _, r in ok)  # type: ignore[arg-type]
     if median <= 0:
         return {}

@@ -333,9 +333,36 @@ def _subject_by_every_pattern(key: str) -> tuple[str, dict[str, str]]:
     return best
 
 
+def _find_by_one_pattern_per_head(found: Catalog, key: str) -> object:
+    """Catalog.find as it was: the exact template, else one alternation of every template
+    under the key's head (the first alternative matching the whole key)."""
+    import re
+
+    exact = found.declared.get(catalog.template_of(key)[1])
+    if exact is not None and "{metric}" not in exact.template:
+        return exact
+    head = key.split(".", 1)[0]
+    if head not in found._by_head:
+        return None
+    items = found._by_head[head]
+    alternatives = "|".join(f"({catalog.template_regex(d.template)})" for d in items)
+    match = re.compile(rf"(?:{alternatives})\Z").match(key)
+    return items[match.lastindex - 1] if match and match.lastindex else None
+
+
 def _assert_subjects_as_every_pattern(keys: set[str]) -> None:
+    shipped_catalog = shipped.catalog()
+    kernel_keys = {
+        f"gpu.{g}.kernel.{k}" for g in (0, 7) for k in ("stream.triad", "gemm.bf16.tflops", "x")
+    }
+    for key in sorted(keys | kernel_keys):
+        assert shipped_catalog.find(key) is _find_by_one_pattern_per_head(shipped_catalog, key)
     for key in sorted(keys):
         assert catalog.subject_of_key(key) == _subject_by_every_pattern(key), key
+        # template_of (each key's first `find`) cuts the stem off where its match ends:
+        # the template the subject's values and the filled stem give
+        scope, values = _subject_by_every_pattern(key)
+        assert catalog.template_of(key) == (scope, catalog.stem_template(key, scope, values)), key
 
 
 def _captured_keys(captures: list[Path]) -> set[str]:

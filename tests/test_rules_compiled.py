@@ -87,3 +87,40 @@ def test_a_module_made_for_other_rule_fields_is_not_read(
     monkeypatch.setattr(compiled, "FIELDS", (*rulefile._RULE_FIELDS, "new_field"))
     assert rulefile._compiled() == {}
     assert load_rules() == merge_rules(rulefile.shipped_sources())
+
+
+def test_the_compiled_profiles_are_the_profiles_the_toml_gives() -> None:
+    from gpudiag import profiles
+
+    text = profiles.shipped_profiles_path().read_text(encoding="utf-8")
+    compiled = profiles._compiled_profiles(text)
+    assert compiled is not None, f"rules/{COMPILED_MODULE} holds no profiles: {REGENERATE}"
+    parsed = profiles.parse_profiles(text, profiles.PROFILES_ORIGIN)
+    assert len(parsed) > 5
+    assert list(compiled) == list(parsed)  # in the file's order: the first match wins
+    assert compiled == parsed
+    profiles._shipped_profiles.cache_clear()
+    try:
+        assert profiles.load_profiles() == parsed
+    finally:
+        profiles._shipped_profiles.cache_clear()
+
+
+def test_an_edited_profiles_file_is_read_from_its_text(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from gpudiag import profiles
+
+    text = profiles.shipped_profiles_path().read_text(encoding="utf-8")
+    edited = tmp_path / "profiles.toml"
+    edited.write_text(text.replace("power_limit_w = 700", "power_limit_w = 701", 1))
+    assert edited.read_text() != text
+    assert profiles._compiled_profiles(edited.read_text()) is None
+    monkeypatch.setattr(profiles, "shipped_profiles_path", lambda: edited)
+    profiles._shipped_profiles.cache_clear()
+    try:
+        loaded = profiles.load_profiles()
+    finally:
+        profiles._shipped_profiles.cache_clear()
+    assert loaded == profiles.parse_profiles(edited.read_text(), "p.toml")
+    assert 701 in [p.values.get("power_limit_w") for p in loaded.values()]
