@@ -49,6 +49,18 @@ PROFILE_FIELDS = {
     "bf16_tflops",
     "fp16_tflops",
 }
+# Computed from the fields above, never written in a profiles file; rules read them as
+# they read the others. fp64_gemm_tflops: what an FP64 GEMM can reach, the FP64 Tensor
+# Core figure where the model has one (cuBLAS's DGEMM runs there: 55.7 TFLOP/s measured on
+# an H100, whose vector FP64 is 34 and its tensor cores' 67), else the vector figure.
+COMPUTED_FIELDS = {"fp64_gemm_tflops"}
+READABLE_FIELDS = PROFILE_FIELDS | COMPUTED_FIELDS
+
+
+def _computed(values: dict[str, Any]) -> dict[str, Any]:
+    """COMPUTED_FIELDS from a profile's own values."""
+    fp64 = [values[k] for k in ("fp64_tflops", "fp64_tensor_tflops") if k in values]
+    return {"fp64_gemm_tflops": max(fp64)} if fp64 else {}
 
 
 def parse_profiles(text: str, origin: str) -> dict[str, Profile]:
@@ -95,6 +107,7 @@ def parse_profiles(text: str, origin: str) -> dict[str, Profile]:
             if not isinstance(table[key], bool):
                 raise RuleError(f"{origin}: profile {name}: {key} must be true or false")
             values[key] = table[key]
+        values.update(_computed(values))
         words = {}
         for key in ("brands", "name_words"):
             words[key] = table.get(key, [])

@@ -87,7 +87,7 @@ from typing import Any
 from gpudiag import catalog
 from gpudiag.inputs import InputError, parse_data, read_input
 from gpudiag.model import Action, Severity
-from gpudiag.profiles import PROFILE_FIELDS, PROFILE_FLAGS
+from gpudiag.profiles import PROFILE_FLAGS, READABLE_FIELDS
 from gpudiag.rule_operators import OPERATORS, PROFILE_OPERATORS, READING_OPERATORS, RuleError
 
 SCOPES: dict[str, tuple[str, ...]] = catalog.scopes()  # the catalog's subjects
@@ -234,9 +234,9 @@ def _check_expectation(table: dict[str, Any], where: str) -> tuple[str, Any]:
             raise RuleError(f"{where}: '{operator}' takes a reading key")
         if _placeholders(operand) - set(SCOPES[table["applies_to"]]):
             raise RuleError(f"{where}: '{operator}' uses placeholders its scope does not have")
-    if operator in PROFILE_OPERATORS and operand not in PROFILE_FIELDS:
+    if operator in PROFILE_OPERATORS and operand not in READABLE_FIELDS:
         raise RuleError(
-            f"{where}: '{operator}' takes a profile field ({', '.join(sorted(PROFILE_FIELDS))})"
+            f"{where}: '{operator}' takes a profile field ({', '.join(sorted(READABLE_FIELDS))})"
         )
     if "factor" in table:
         factor = table["factor"]
@@ -274,7 +274,7 @@ def _check_applies_if(table: Any, scope: str, where: str) -> tuple[tuple[str, st
         if _placeholders(key) - set(SCOPES[scope]):
             raise RuleError(f"{where}: applies_if uses placeholders its scope does not have")
         return (("reading", key, equal),)
-    if table["profile"] not in PROFILE_FIELDS | PROFILE_FLAGS:
+    if table["profile"] not in READABLE_FIELDS | PROFILE_FLAGS:
         raise RuleError(f"{where}: applies_if's profile is a profile field")
     return (("profile", table["profile"], equal),)
 

@@ -214,7 +214,8 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
     "KRN004": one("kernel.burn.nans", 16, 0),
     "KRN005": one("kernel.stream.triad.fp64.ci_high", 2300.0, 3000.0),
     "KRN006": one("kernel.stream.triad.fp32.ci_high", 2300.0, 3000.0),
-    "KRN007": one("kernel.gemm.fp64.ci_high", 12.0, 50.0),
+    # 25 fires: under half the H100 tensor cores' 67, though over half its vector 34
+    "KRN007": one("kernel.gemm.fp64.ci_high", 25.0, 50.0),
     "KRN008": one("kernel.gemm.fp16.ci_high", 300.0, 700.0),
     "KRN018": one("kernel.stream.triad.fp64.verdict", "inconclusive", "below"),
     "KRN019": one("kernel.stream.triad.fp32.verdict", "inconclusive", "above"),

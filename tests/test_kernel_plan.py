@@ -21,6 +21,7 @@ from gpudiag.kernels.stats import summarize
 from gpudiag.model import KernelResult, ProbeStatus, Reading, ReadingStatus
 from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.probes import default_probes
+from gpudiag.profiles import load_profiles
 from gpudiag.rulefile import load_rules
 from gpudiag.session import LiveNode, judged_readings, with_findings
 from gpudiag.snapshot import load
@@ -297,7 +298,8 @@ def test_triad_rule_judges_the_interval_not_the_median() -> None:
 
 
 def test_verdict_says_when_the_interval_straddles_the_threshold() -> None:
-    # H100 SXM5: 85% of 3350 GB/s = 2847.5; half of 34 TFLOP/s = 17
+    # H100 SXM5: 85% of 3350 GB/s = 2847.5; half of its FP64 GEMM peak (the tensor
+    # cores' 67 TFLOP/s) = 33.5
     straddling = [2600, 2700, 2800, 2820, 2830, 2840, 2900, 3000, 3100]
     below = [2600, 2610, 2620, 2630, 2640, 2650, 2660, 2670, 2680]
     above = [3000, 3010, 3020, 3030, 3040, 3050, 3060, 3070, 3080]
@@ -305,9 +307,9 @@ def test_verdict_says_when_the_interval_straddles_the_threshold() -> None:
         _ok("stream", "gpu0", "triad", "GB/s", straddling, (("dtype", "fp64"),)),
         _ok("stream", "gpu1", "triad", "GB/s", below, (("dtype", "fp64"),)),
         _ok("stream", "gpu2", "triad", "GB/s", above, (("dtype", "fp64"),)),
-        _ok("gemm", "gpu0", "fp64", "TFLOP/s", [15, 16, 16.5, 17, 17.5, 18, 19]),
+        _ok("gemm", "gpu0", "fp64", "TFLOP/s", [31, 32, 33, 33.5, 34, 35, 36]),
     ]
-    peaks = {"memory_bandwidth_gbs": 3350, "fp64_tflops": 34}
+    peaks = load_profiles()["h100-sxm5"].values
     derived = {r.key: r for r in kernel_readings(results, {}, peaks)}
     verdict = {g: derived[f"gpu.{g}.kernel.stream.triad.fp64.verdict"].value for g in range(3)}
     assert verdict == {0: "inconclusive", 1: "below", 2: "above"}
@@ -318,6 +320,9 @@ def test_verdict_says_when_the_interval_straddles_the_threshold() -> None:
         derived["gpu.0.kernel.stream.triad.fp64.verdict"].reason
     )
     assert derived["gpu.0.kernel.gemm.fp64.verdict"].value == "inconclusive"
+    assert "33.5 TFLOP/s (0.5 x profile fp64_gemm_tflops 67)" in (
+        derived["gpu.0.kernel.gemm.fp64.verdict"].reason
+    )
     # no profile field: no threshold, no verdict (never a guessed one)
     assert not any(k.endswith(".verdict") for k in (r.key for r in kernel_readings(results, {})))
 

@@ -213,3 +213,29 @@ def test_present_fires_on_a_failed_read_but_not_on_an_absent_one() -> None:
     assert _ids(failed) == [("TEST001", Severity.WARNING, "node")]
     absent = evaluate(rules, {})  # an import of a partial file never tried to read it
     assert _ids(absent) == [("TEST001", Severity.UNKNOWN, "node")]
+
+
+def test_the_fp64_gemm_peak_is_the_tensor_cores_where_a_model_has_them() -> None:
+    """KRN007 judges FP64 GEMM against fp64_gemm_tflops, computed per profile: the FP64
+    Tensor Core figure where there is one (cuBLAS's DGEMM runs there: 55.7 TFLOP/s on a
+    real H100), else the vector figure; a profiles file may not write it."""
+    from gpudiag.profiles import parse_profiles
+
+    profiles = load_profiles()
+    assert profiles["h100-sxm5"].values["fp64_gemm_tflops"] == 67
+    for profile in profiles.values():
+        vector = profile.values.get("fp64_tflops")
+        tensor = profile.values.get("fp64_tensor_tflops")
+        figures = [f for f in (vector, tensor) if f is not None]
+        assert profile.values.get("fp64_gemm_tflops") == (max(figures) if figures else None)
+    vector_only = parse_profiles(
+        '[profile.card]\ndevice_ids = ["0x1234"]\nfp64_tflops = 1.4\n'
+        '[profile.child]\ninherits = "card"\ndevice_ids = ["0x1235"]\nfp64_tensor_tflops = 9\n',
+        "test",
+    )
+    assert vector_only["card"].values["fp64_gemm_tflops"] == 1.4
+    assert vector_only["child"].values["fp64_gemm_tflops"] == 9
+    with pytest.raises(RuleError, match="unknown key"):
+        parse_profiles('[profile.x]\ndevice_ids = ["0x1234"]\nfp64_gemm_tflops = 5\n', "test")
+    krn007 = next(r for r in load_rules() if r.id == "KRN007")
+    assert (krn007.operand, krn007.factor) == ("fp64_gemm_tflops", 0.5)
