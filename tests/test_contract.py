@@ -121,7 +121,7 @@ def _kernel_readings() -> tuple[Reading, ...]:
         "topo.gpu.0.1": Reading("topo.gpu.0.1", "NV18"),
         "topo.gpu.1.0": Reading("topo.gpu.1.0", "NV18"),
     }
-    peaks = {"memory_bandwidth_gbs": 3350, "fp64_tflops": 34, "fp16_tflops": 989.5}
+    peaks = {"memory_bandwidth_gbs": 3350, "fp64_gemm_tflops": 67, "fp16_tflops": 989.5}
     peaks |= {"nvlink_count": 18, "nvlink_gbs": 25}
     return tuple(kernel_readings(labelled, topology, peaks))
 

@@ -594,8 +594,9 @@ def test_until_confident_on_a_gpu_stops_at_its_models_threshold(cuda, tmp_path: 
 
 def test_the_gemm_thresholds_are_krn007_and_krn008s(tmp_path: Path) -> None:
     host = pci_tree(tmp_path, {"0000:18:00.0": "0x2330", "0000:19:00.0": "0x1234"})
-    # H100 SXM5: 34 TFLOP/s FP64, 989.5 FP16 (rules/profiles.toml), judged at half
-    assert rule_threshold(host, "0000:18:00.0", "gemm.fp64") == pytest.approx(17.0)
+    # H100 SXM5: 67 TFLOP/s FP64 GEMM (its tensor cores), 989.5 FP16 (rules/profiles.toml),
+    # judged at half
+    assert rule_threshold(host, "0000:18:00.0", "gemm.fp64") == pytest.approx(33.5)
     assert rule_threshold(host, "0000:18:00.0", "gemm.fp16") == pytest.approx(494.75)
     assert rule_threshold(host, "0000:18:00.0", "gemm.bf16") is None  # no rule judges it
     assert rule_threshold(host, "0000:19:00.0", "gemm.fp64") is None  # no profile
@@ -610,7 +611,7 @@ def test_until_confident_reaches_gemm_on_a_gpu(cuda, tmp_path: Path) -> None:
     results = PlanRun(plan, host=host).run()
     gemms = {(r.device, r.metric): r for r in results if r.status is ProbeStatus.OK}
     on_h100 = dict(gemms[("gpu0", "fp64")].params)
-    assert on_h100["threshold"] == pytest.approx(17.0) and "confident" in on_h100
+    assert on_h100["threshold"] == pytest.approx(33.5) and "confident" in on_h100
     assert "threshold" not in dict(gemms[("gpu1", "fp64")].params)
     assert all("confident" in dict(r.params) for r in gemms.values())
 
