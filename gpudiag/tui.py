@@ -413,7 +413,13 @@ class GpudiagApp(GpudiagAppBase):
         if event.worker.group == "kernels":
             self.kernels.say(f"ERROR: kernels failed: {type(error).__name__}: {error}")
             return
-        self.query_one(Banner).failed(error)
+        # a worker can fail as the app closes (its call back refused): the panes may be gone
+        if event.worker.group == "watch":
+            for watch in self.query(WatchPane):
+                watch.say(f"sampling failed: {type(error).__name__}: {error}")
+            return
+        for banner in self.query(Banner):
+            banner.failed(error)
 
     def _kernels_finished(self) -> None:
         self.kernels_running = False

@@ -827,6 +827,29 @@ def test_screen_snapshot(snap_compare, monkeypatch, frozen: Snapshot, key: str, 
     assert snap_compare(GpudiagApp(frozen), press=[key], terminal_size=size)
 
 
+def test_a_failed_watch_sample_is_said_on_the_watch_screen(tmp_path: Path, monkeypatch) -> None:
+    """A sample that fails unexpectedly is said where the samples show, and the node's
+    verdict stays; before, the error went to the banner through query_one, which raised
+    NoMatches when the sample failed as the app closed (seen under load)."""
+    import gpudiag.watch
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the sampler broke")
+
+    monkeypatch.setattr(gpudiag.watch, "sample_node", broken)
+    app = GpudiagApp(_demo(tmp_path))
+
+    async def steps(pilot) -> None:
+        await pilot.press("9")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        status = str(app.query_one("#watch-status", Label).render())
+        assert status == "sampling failed: RuntimeError: the sampler broke"
+        assert "health: CRITICAL" in _banner(app)
+
+    _run(app, steps)
+
+
 def test_watch_screen_samples_the_demo_node(tmp_path: Path) -> None:
     app = GpudiagApp(_demo(tmp_path))
 
