@@ -215,6 +215,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(module.__name__))
 
 
+def modules_loaded_by(*statements: str) -> set[str]:
+    """The modules a fresh interpreter holds after `import sys` and `statements` (what a
+    command or a question imports, as a user's process would)."""
+    code = "\n".join(("import sys", *statements, "print(' '.join(sorted(sys.modules)))"))
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    return set(result.stdout.split())
+
+
 def run_cli(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,7 @@ from gpudiag.model import Severity
 from gpudiag.probes import default_probes
 from gpudiag.snapshot import load, loads
 
-from conftest import FIXTURES, REPO, probe_readings, run_cli
+from conftest import FIXTURES, REPO, modules_loaded_by, probe_readings, run_cli
 
 TREE = str(FIXTURES / "host-basic")
 REPLAY = str(FIXTURES / "replay-2gpu.toml")  # GPU 1 is lost
@@ -221,16 +221,7 @@ def test_version_alone_is_answered_as_the_parser_answers_it(capsys) -> None:
 def test_help_and_version_load_no_command_implementation() -> None:
     """The parser (--help) loads no probe, rules engine, session, catalog or NumPy: each
     command imports what it needs when it runs; the exit code of bad input is session's."""
-    code = (
-        "import sys\n"
-        "from gpudiag import cli\n"
-        "cli.build_parser().format_help()\n"
-        "print(' '.join(sorted(sys.modules)))\n"
-    )
-    loaded = set(
-        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-        .stdout.split()
-    )
+    loaded = modules_loaded_by("from gpudiag import cli", "cli.build_parser().format_help()")
     heavy = {
         "gpudiag.session", "gpudiag.probes", "gpudiag.ruleengine", "gpudiag.rulefile",
         "gpudiag.derive", "gpudiag.catalog", "gpudiag.snapshot", "gpudiag.diff", "numpy",
@@ -346,15 +337,8 @@ def test_help_lists_every_command_and_builds_only_the_one_given() -> None:
     help_text = " ".join(cli.build_parser().format_help().split())
     for name, (_, line) in cli.COMMANDS.items():
         assert f"{name} {line}" in help_text
-    code = (
-        "import sys\n"
-        "from gpudiag import cli\n"
-        "cli.build_parser().parse_args(['check', 'x.json'])\n"
-        "print(' '.join(sorted(sys.modules)))\n"
-    )
-    loaded = set(
-        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-        .stdout.split()
+    loaded = modules_loaded_by(
+        "from gpudiag import cli", "cli.build_parser().parse_args(['check', 'x.json'])"
     )
     commands = {m for m in loaded if m.startswith("gpudiag.commands.")}
     assert commands == {"gpudiag.commands.check", "gpudiag.commands.common"}, commands

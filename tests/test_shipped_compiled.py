@@ -9,13 +9,13 @@ After changing a producer's declarations, write the module again with
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpudiag import shipped
+
+from conftest import modules_loaded_by
 
 UPDATE = os.environ.get("GPUDIAG_UPDATE_GOLDEN") == "1"
 REGENERATE = "GPUDIAG_UPDATE_GOLDEN=1 .venv/bin/python -m pytest -q tests/test_shipped_compiled.py"
@@ -67,16 +67,10 @@ def test_diff_reads_the_compiled_catalog_without_importing_the_producers(
 ) -> None:
     """`gpudiag diff`'s questions (volatile? a kernel reading?) are answered from the
     compiled catalog: no probe or importer module is loaded."""
-    code = (
-        "import sys\n"
-        "from gpudiag import shipped\n"
-        "shipped.is_kernel_reading('gpu.0.kernel.stream.triad')\n"
-        "shipped.is_volatile('gpu.0.temperature')\n"
-        "print(' '.join(sorted(sys.modules)))\n"
-    )
-    loaded = set(
-        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-        .stdout.split()
+    loaded = modules_loaded_by(
+        "from gpudiag import shipped",
+        "shipped.is_kernel_reading('gpu.0.kernel.stream.triad')",
+        "shipped.is_volatile('gpu.0.temperature')",
     )
     producers = {m for m in loaded if m.startswith(("gpudiag.probes", "gpudiag.importing"))}
     assert producers == set(), producers
