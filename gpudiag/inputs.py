@@ -193,6 +193,15 @@ def read_text(path: str | Path, what: str, **options: Any) -> str:
         raise InputError(name, f"not UTF-8 text (binary?) at byte {exc.start}") from None
 
 
+def text_fingerprint(text: str) -> tuple[int, int]:
+    """(CRC-32, length in bytes) of the text's UTF-8: how a module compiled ahead from a
+    shipped file (rules/compiled.py) records which text it was made from. It tells an edit
+    from the text compiled; it is no security boundary (whoever can write the file can
+    write the module beside it)."""
+    data = text.encode("utf-8")
+    return zlib.crc32(data), len(data)
+
+
 def _refuse_constant(token: str) -> float:
     raise ValueError(f"non-finite number {token} is not allowed")
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag import catalog
+from gpudiag.inputs import text_fingerprint
 from gpudiag.model import Reading
 from gpudiag.rule_operators import RuleError
 
@@ -163,14 +164,6 @@ def shipped_profiles_path() -> Path:
     return Path(gpudiag.rules.__file__).parent / "profiles.toml"
 
 
-def profiles_fingerprint(text: str) -> tuple[int, int]:
-    """(CRC-32, length in bytes) of the text's UTF-8, as the compiled module records it."""
-    import zlib
-
-    data = text.encode("utf-8")
-    return zlib.crc32(data), len(data)
-
-
 def compiled_profiles(text: str) -> tuple[Any, ...]:
     """The PROFILES entry of rules/compiled.py for this profiles.toml text: (fingerprint,
     Profile's fields, each profile's field values in order, its values sorted by name)."""
@@ -181,7 +174,7 @@ def compiled_profiles(text: str) -> tuple[Any, ...]:
             value = getattr(profile, name)
             values.append(tuple(sorted(value.items())) if name == "values" else value)
         plain.append(tuple(values))
-    return (profiles_fingerprint(text), _PROFILE_ATTRS, tuple(plain))
+    return (text_fingerprint(text), _PROFILE_ATTRS, tuple(plain))
 
 
 def _compiled_profiles(text: str) -> dict[str, Profile] | None:
@@ -195,7 +188,7 @@ def _compiled_profiles(text: str) -> dict[str, Profile] | None:
     if (
         not isinstance(entry, tuple)
         or len(entry) != 3
-        or tuple(entry[0]) != profiles_fingerprint(text)
+        or tuple(entry[0]) != text_fingerprint(text)
         or tuple(entry[1]) != _PROFILE_ATTRS
     ):
         return None

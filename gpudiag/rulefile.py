@@ -85,7 +85,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag import catalog
-from gpudiag.inputs import InputError, parse_data, read_input
+from gpudiag.inputs import InputError, parse_data, read_input, text_fingerprint
 from gpudiag.model import Action, Severity
 from gpudiag.profiles import PROFILE_FLAGS, READABLE_FIELDS
 from gpudiag.rule_operators import OPERATORS, PROFILE_OPERATORS, READING_OPERATORS, RuleError
@@ -464,16 +464,6 @@ COMPILED_MODULE = "compiled.py"
 _RULE_FIELDS = tuple(Rule.__dataclass_fields__)
 
 
-def fingerprint(text: str) -> tuple[int, int]:
-    """A rule file's text as the compiled module records it: (CRC-32, length in bytes)
-    of its UTF-8. It tells an edit from the text compiled (not a security boundary:
-    whoever can write the rule files can write the module beside them)."""
-    import zlib
-
-    data = text.encode("utf-8")
-    return zlib.crc32(data), len(data)
-
-
 def _plain_rule(rule: Rule) -> tuple[Any, ...]:
     """A checked rule as plain literals, in Rule's field order (enums by value)."""
     values = []
@@ -505,7 +495,7 @@ def compiled_module_text(sources: Sequence[tuple[str, str]] | None = None) -> st
     for origin, text in shipped_sources() if sources is None else sources:
         rules, overrides = parse_rule_file(text, origin)
         entries[origin] = (
-            fingerprint(text),
+            text_fingerprint(text),
             tuple(_plain_rule(r) for r in rules),
             tuple((table, where) for table, where in overrides),
         )
@@ -543,7 +533,7 @@ def _parsed_shipped() -> list[tuple[list[Rule], list[tuple[dict[str, Any], str]]
     parsed = []
     for origin, text in shipped_sources():
         entry = compiled.get(origin)
-        if entry is not None and tuple(entry[0]) == fingerprint(text):
+        if entry is not None and tuple(entry[0]) == text_fingerprint(text):
             rules = [_rule_of_plain(values) for values in entry[1]]
             overrides = [(dict(table), where) for table, where in entry[2]]
             parsed.append((rules, overrides))
