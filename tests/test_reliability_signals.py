@@ -53,11 +53,19 @@ SAVED = FIXTURES / "schema-v1" / "demo-faulty-export.toml"
 
 
 def _tui_in_pty(argv: list[str] = NODE_TUI) -> tuple[subprocess.Popen[bytes], int]:
+    return _in_pty([*GPUDIAG, *argv])
+
+
+def _in_pty(
+    command: list[str], env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], int]:
+    """`command` on a fresh 80x24 pseudo-terminal, leading its own session (as a login
+    shell does); the process and the terminal's master side."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "24"}
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "24", **(env or {})}
     process = subprocess.Popen(
-        [*GPUDIAG, *argv],
+        command,
         stdin=slave,
         stdout=slave,
         stderr=slave,
@@ -199,19 +207,11 @@ def test_the_tui_ends_when_its_terminal_hangs_up(tmp_path) -> None:
     so the TUI gets no signal, and Textual's input thread read end-of-file in a loop (70%
     of a core, for ever). gpudiag sees its terminal gone and exits 128 + SIGHUP."""
     rc_file = tmp_path / "rc"
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color", "RC": str(rc_file)}
-    shell = subprocess.Popen(
+    # the shell leads the session, as sshd's shell does
+    shell, master = _in_pty(
         ["sh", "-c", 'trap "" HUP; "$@"; echo $? > "$RC"', "sh", *GPUDIAG, *NODE_TUI],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env=env,
-        cwd=REPO,
-        start_new_session=True,  # the shell leads the session, as sshd's shell does
+        {"RC": str(rc_file)},
     )
-    os.close(slave)
     try:
         seen = _read_until(master, lambda d: MOUSE_ON in d and b"Findings" in d, 30)
         assert b"Findings" in seen, seen[-400:]
