@@ -411,13 +411,9 @@ class Declared:
         return frozenset(self.fields)
 
     @functools.cached_property
-    def _format(self) -> Callable[..., str]:
-        """str.format of the template with its literal text escaped: only the fields."""
-        parts = PLACEHOLDER_PATTERN.split(self.template)
-        return "".join(
-            part.replace("{", "{{").replace("}", "}}") if i % 2 == 0 else f"{{{part}}}"
-            for i, part in enumerate(parts)
-        ).format
+    def _former(self) -> Callable[..., str]:
+        """key_former of the template over its fields, in order."""
+        return key_former(self.template, self.fields)
 
     def key(self, **fields: object) -> str:
         """The key of one reading of this declaration, its template filled with `fields`
@@ -428,7 +424,7 @@ class Declared:
             raise ValueError(
                 f"{self.template}: fields {sorted(fields)} given, {list(self.fields)} needed"
             )
-        return self._format(**fields)
+        return self._former(*(fields[name] for name in self.fields))
 
     def reading(self, value: Value, source: str = "", unit: str = "", **fields: object) -> Reading:
         """A reading taken, under `key(**fields)`, in the declared unit (`unit` only where
