@@ -1,0 +1,162 @@
+"""What bounds each GPU (gpudiag/telemetry): scripted GPM counter traces through the real
+pynvml against the C NVML stand-in give every verdict (one stand-in build and one
+subprocess for all of them); the ceilings, thresholds and verdict rules in process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudiag.model import KernelResult, ProbeStatus, Statistics
+from gpudiag.profiles import load_profiles
+from gpudiag.telemetry.sampler import Window
+from gpudiag.telemetry.verdicts import (
+    ThresholdError,
+    ceilings_for,
+    classify,
+    parse_thresholds,
+    shipped_thresholds,
+    thresholds_path,
+)
+
+from conftest import built_once
+from standin import build, environment, run_python
+from telemetry_traces import SAMPLER_SCRIPT, WINDOWS, flat, straggler_node, verdicts_node
+
+PEAKS = load_profiles()["h100-sxm5"].values
+
+
+def standin_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The current stand-in, built once per pytest run."""
+    folder, _ = built_once(
+        tmp_path_factory, "nvml-standin-current", lambda f: str(build("current", f))
+    )
+    return folder
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Both trace nodes sampled window by window through the real pynvml."""
+    library = standin_library(tmp_path_factory)
+    work = tmp_path_factory.mktemp("telemetry")
+    nodes = []
+    for name, gpus, windows, mig in (
+        ("verdicts", verdicts_node(), WINDOWS, {"5": 1}),
+        ("straggler", straggler_node(), 2, {}),
+    ):
+        path = work / f"{name}.flat"
+        path.write_text(flat(gpus))
+        nodes.append([name, str(path), windows, mig])
+    log = work / "calls.log"
+    env = environment(library, Path(nodes[0][1]), log)
+    run = run_python(SAMPLER_SCRIPT, env, json.dumps(nodes))
+    assert run.returncode == 0, run.stderr[-2000:]
+    return {"out": json.loads(run.stdout), "log": log.read_text()}
+
+
+def test_every_verdict_from_the_traces_through_the_real_pynvml(traced: dict[str, Any]) -> None:
+    rows = traced["out"]["verdicts"]
+    first = rows[0]["verdicts"]  # the first GPM sample has no window before it
+    assert [v[0] for v in first] == ["unknown"] * 6 + ["pcie", "unknown"]
+    assert "GPM needs two samples" in first[0][2]
+    kinds = [(v[0], v[1]) for v in rows[1]["verdicts"]]
+    assert kinds == [
+        ("memory", ""),
+        ("compute", "tensor"),
+        ("nvlink", ""),
+        ("throttled", "power cap"),
+        ("idle", ""),
+        ("latency", ""),
+        ("pcie", ""),
+        ("compute", "fp64"),
+    ]
+    texts = [v[2] for v in rows[1]["verdicts"]]
+    assert texts[0].startswith("GPU 0: memory-bound: DRAM 88% of its 3.4 TB/s (datasheet")
+    assert texts[3].startswith("GPU 3: throttled: power cap at 1,500 of 1,980 MHz, 700 of 700 W")
+    assert "tensor 85%" in texts[3]
+    assert rows[1]["sources"][6] == "older" and rows[1]["sources"][0] == "gpm"
+    assert rows[1]["stragglers"] == []  # every GPU has its own work: none waits
+
+
+def test_a_lost_sample_is_lost_in_that_window_only(traced: dict[str, Any]) -> None:
+    rows = traced["out"]["verdicts"]
+    assert [row["verdicts"][7][0] for row in rows[1:]] == ["compute", "lost", "compute"]
+    assert rows[2]["verdicts"][7][2] == "GPU 7: LOST: it does not answer"
+    assert [v[0] for v in rows[2]["verdicts"][:7]] == [v[0] for v in rows[1]["verdicts"][:7]]
+
+
+def test_counters_held_by_another_profiler_are_unknown(traced: dict[str, Any]) -> None:
+    held = traced["out"]["verdicts"][3]["verdicts"][4]
+    assert held[0] == "unknown" and "held by another profiler" in held[2]
+
+
+def test_the_straggler_among_eight_is_named_with_why(traced: dict[str, Any]) -> None:
+    row = traced["out"]["straggler"][1]
+    assert row["stragglers"] == [
+        "GPU 5 holds the others: HW slowdown at 1,410 of 1,980 MHz (peers 1,980 MHz); "
+        "its SMs 95% active while the others' 40%"
+    ]
+    assert [v[0] for v in row["verdicts"]] == ["nvlink"] * 5 + ["throttled"] + ["nvlink"] * 2
+
+
+def test_the_stand_in_saw_good_pointers_samples_and_the_mig_call(traced: dict[str, Any]) -> None:
+    log = traced["log"]
+    assert "BADPOINTER" not in log and "BADSAMPLE" not in log
+    assert "CALL nvmlGpmMigSampleGet gpu=5 args=1 -> 0" in log
+    assert "CALL nvmlGpmMetricsGet gpu=0 metrics=15 -> 0" in log
+    assert "UNRECORDED nvmlGpm" not in log
+
+
+def _window(**values: float | None) -> Window:
+    window = Window(0, 0.0, values=dict(values))
+    window.sm_clock_mhz, window.max_sm_clock_mhz = 1980.0, 1980.0
+    return window
+
+
+def _result(kernel: str, device: str, metric: str, median: float) -> KernelResult:
+    stats = Statistics(5, median, median, median, median, 0.0, median, median)
+    return KernelResult(kernel, device, metric, "GB/s", ProbeStatus.OK, (median,), stats)
+
+
+def test_the_nodes_own_stream_and_gemm_are_the_ceilings() -> None:
+    kernels = [
+        _result("stream", "gpu0", "triad", 2900.0),
+        _result("gemm", "gpu0", "bf16", 742.0),  # 0.75 of the 989.5 datasheet
+        _result("stream", "gpu1", "triad", 3100.0),  # another GPU's: not this one's
+    ]
+    ceilings = ceilings_for(0, PEAKS, "h100-sxm5", kernels)
+    assert ceilings.dram is not None and ceilings.dram.value == 2900e9
+    memory = classify(_window(gr_active=1.0, dram=0.8, tensor=0.05), ceilings)
+    assert memory.kind == "memory"
+    assert memory.text == (
+        "GPU 0: memory-bound: DRAM 92% of its 2.9 TB/s (STREAM triad on GPU 0), tensor 7%"
+    )
+    gemm = classify(_window(gr_active=1.0, dram=0.2, tensor=0.6), ceilings)
+    assert gemm.kind == "compute" and gemm.word == "tensor"
+    assert "tensor 60% active (80% of the BF16 GEMM on GPU 0's)" in gemm.text
+    # against the datasheet alone, the same tensor activity is at the boundary, not over
+    plain = ceilings_for(0, PEAKS, "h100-sxm5")
+    assert classify(_window(gr_active=1.0, dram=0.2, tensor=0.55), plain).kind == "latency"
+
+
+def test_a_busy_gpu_without_pipe_counters_is_unknown_never_zero() -> None:
+    window = _window(gr_active=0.9, mem_busy=0.2)
+    window.source = "older"
+    verdict = classify(window, ceilings_for(0, PEAKS, "h100-sxm5"))
+    assert verdict.kind == "unknown" and "no GPM on this GPU" in verdict.text
+
+
+def test_the_thresholds_are_data_with_a_reason_each() -> None:
+    text = thresholds_path().read_text()
+    assert shipped_thresholds()["memory_dram"] == 0.7
+    with pytest.raises(ThresholdError, match="missing"):
+        parse_thresholds(text.replace("[threshold.pcie]", "[threshold.pci]"), "t.toml")
+    broken = text.replace(
+        '[threshold.nvlink]\nvalue = 0.5\nreason = """',
+        '[threshold.nvlink]\nvalue = 0.5\nreason2 = """',
+    )
+    with pytest.raises(ThresholdError, match=r"threshold\.nvlink holds value and reason"):
+        parse_thresholds(broken, "t.toml")
