@@ -72,8 +72,13 @@ def _lines(g: dict[str, Any]) -> list[str]:
         ["nvmlDeviceGetCurrentClocksEventReasons", "-", "0", str(g["mask"])],
     ]
     function, key = "nvmlGpmSampleGet", "-"
-    if g["mig_instance"] is not None:
+    if g["mig_instance"] is not None:  # MIG mode on; one MIG device in that GPU instance
         function, key = "nvmlGpmMigSampleGet", str(g["mig_instance"])
+        lines.append(["nvmlDeviceGetMigMode", "-", "0", "1", "1"])
+        mig = ["0", f"MIG-{i}", key, "0", str(10 * 2**30)]
+        lines.append(["gpudiagMigDevices", "-", "0", *mig])
+    else:
+        lines.append(["nvmlDeviceGetMigMode", "-", "0", "0", "0"])
     for window in g["windows"]:
         if isinstance(window, str):
             lines.append([function, key, str(ERROR_CODES[window])])
@@ -154,4 +159,29 @@ for name, path, windows, mig in json.loads(sys.argv[1]):
     nvml.close()
     out[name] = rows
 print(json.dumps(out))
+"""
+
+
+# Runs the monitor on a recording for some windows, serves its Prometheus endpoint on a
+# free port, scrapes it over HTTP and prints the scrape and the event lines as JSON.
+MONITOR_SCRIPT = """
+import json, sys, urllib.request
+from gpudiag.nvml import Nvml, PynvmlBackend
+from gpudiag.profiles import load_profiles
+from gpudiag.telemetry.monitor import Monitor, serve
+from gpudiag.telemetry.verdicts import ceilings_for
+peaks = load_profiles()["h100-sxm5"].values
+nvml = Nvml(PynvmlBackend())
+count = int(nvml.call("nvmlDeviceGetCount"))
+events = []
+monitor = Monitor(nvml, count, [ceilings_for(g, peaks, "h100-sxm5") for g in range(count)],
+                  events.append, ring=2)
+for t in range(int(sys.argv[1])):
+    monitor.step(now=1000.0 + t)
+server = serve(monitor, "127.0.0.1", 0)
+url = f"http://127.0.0.1:{server.server_port}/metrics"
+scrape = urllib.request.urlopen(url, timeout=10).read().decode()
+server.shutdown()
+nvml.close()
+print(json.dumps({"scrape": scrape, "events": events, "ring": len(monitor.ring)}))
 """

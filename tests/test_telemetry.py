@@ -5,10 +5,15 @@ subprocess for all of them); the ceilings, thresholds and verdict rules in proce
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_formats import promtool_check
 
 from gpudiag.model import KernelResult, ProbeStatus, Statistics
 from gpudiag.profiles import load_profiles
@@ -24,7 +29,14 @@ from gpudiag.telemetry.verdicts import (
 
 from conftest import built_once
 from standin import build, environment, run_python
-from telemetry_traces import SAMPLER_SCRIPT, WINDOWS, flat, straggler_node, verdicts_node
+from telemetry_traces import (
+    MONITOR_SCRIPT,
+    SAMPLER_SCRIPT,
+    WINDOWS,
+    flat,
+    straggler_node,
+    verdicts_node,
+)
 
 PEAKS = load_profiles()["h100-sxm5"].values
 
@@ -44,7 +56,7 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("telemetry")
     nodes = []
     for name, gpus, windows, mig in (
-        ("verdicts", verdicts_node(), WINDOWS, {"5": 1}),
+        ("verdicts", verdicts_node(), WINDOWS, {}),  # GPU 5's MIG instance: found
         ("straggler", straggler_node(), 2, {}),
     ):
         path = work / f"{name}.flat"
@@ -160,3 +172,77 @@ def test_the_thresholds_are_data_with_a_reason_each() -> None:
     )
     with pytest.raises(ThresholdError, match=r"threshold\.nvlink holds value and reason"):
         parse_thresholds(broken, "t.toml")
+
+
+@pytest.fixture(scope="module")
+def monitored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The monitor on the "verdicts" node for its 4 windows, scraped over HTTP."""
+    library = standin_library(tmp_path_factory)
+    work = tmp_path_factory.mktemp("monitor")
+    (work / "node.flat").write_text(flat(verdicts_node()))
+    env = environment(library, work / "node.flat", work / "calls.log")
+    run = run_python(MONITOR_SCRIPT, env, str(WINDOWS))
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout)
+
+
+def test_a_scrape_of_the_monitor_passes_promtool(monitored: dict[str, Any]) -> None:
+    scrape = monitored["scrape"]
+    checked = promtool_check(scrape)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert 'gpudiag_gpu_bound_by{detail="power cap",gpu="3",verdict="throttled"} 1.0' in scrape
+    assert 'gpudiag_gpu_dram_bandwidth_ratio{gpu="0"} 0.88' in scrape
+    assert 'gpudiag_gpu_interconnect_bytes_total{direction="tx",gpu="2",link="nvlink"}' in scrape
+    # GPU 6 has no GPM: its SM activity is left out, never 0; GPU 4's counters were held
+    assert 'gpudiag_gpu_sm_active_ratio{gpu="6"}' not in scrape
+    assert 'gpudiag_gpu_sm_active_ratio{gpu="4"}' not in scrape
+    assert "pid" not in scrape  # no per-process label
+
+
+def test_the_monitor_says_each_change_and_keeps_a_bounded_ring(monitored: dict[str, Any]) -> None:
+    events = [line.split("  ", 1)[1] for line in monitored["events"]]
+    assert "clock     GPU 3: power cap began" in events
+    gpu7 = [e for e in events if "GPU 7:" in e]
+    assert [e.split(": ")[1] for e in gpu7] == [
+        "UNKNOWN",
+        "compute-bound (fp64 pipe)",
+        "LOST",
+        "compute-bound (fp64 pipe)",
+    ]
+    assert monitored["ring"] == 2  # ring=2 over 4 windows
+
+
+def test_gpudiag_monitor_ends_cleanly_on_sigterm(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """The command as a systemd unit runs it: windows until SIGTERM, the textfile written
+    atomically after each, exit 0."""
+    library = standin_library(tmp_path_factory)
+    (tmp_path / "node.flat").write_text(flat(straggler_node()))
+    env = environment(library, tmp_path / "node.flat", tmp_path / "calls.log")
+    textfile = tmp_path / "gpudiag.prom"
+    command = [
+        sys.executable,
+        "-m",
+        "gpudiag",
+        "monitor",
+        "--interval",
+        "0.05",
+        "--textfile",
+        str(textfile),
+    ]
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 30
+    while 'gpudiag_gpu_straggler{gpu="5"} 1.0' not in (
+        textfile.read_text() if textfile.exists() else ""
+    ):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=10)
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+    assert "straggler GPU 5 holds the others: HW slowdown at 1,410 of 1,980 MHz" in out
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".gpudiag-")] == []

@@ -19,7 +19,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudiag.nvml import FIELD_VALUES, GPM_METRICS, GPM_WHOLE_GPU, Nvml, NvmlError
+from gpudiag.nvml import (
+    FIELD_VALUES,
+    GPM_METRICS,
+    GPM_WHOLE_GPU,
+    MIG_DEVICES,
+    Nvml,
+    NvmlError,
+)
 
 # nvml.h's nvmlGpmMetricId_t: gpudiag's name for each metric it reads, and its scale
 # (percent -> fraction; MiB/s -> bytes/s)
@@ -145,6 +152,7 @@ class Sampler:
     def _counters(self, gpu: int, window: Window, failures: list[NvmlError]) -> None:
         state = self._state[gpu]
         if state.gpm is None:
+            self._find_mig_instance(gpu)
             support = self._call(failures, "nvmlGpmQueryDeviceSupport", gpu)
             if isinstance(support, NvmlError):
                 state.gpm, state.gpm_why = False, f"no GPM ({support.code})"
@@ -157,6 +165,21 @@ class Sampler:
         else:
             window.source = "older"
             self._older(gpu, window, failures, state.gpm_why)
+
+    def _find_mig_instance(self, gpu: int) -> None:
+        """On a GPU in MIG mode, the GPU instance GPM samples (nvmlGpmMigSampleGet): the
+        first MIG device's; the others are not sampled (one window per GPU)."""
+        if gpu in self.mig_instances:
+            return
+        try:
+            mode = self.nvml.call("nvmlDeviceGetMigMode", gpu)
+            if not isinstance(mode, list) or not mode or int(mode[0]) != 1:
+                return
+            devices = self.nvml.call(MIG_DEVICES, gpu)
+        except (NvmlError, TypeError, ValueError):
+            return  # no MIG here (or no answer): the whole GPU
+        if isinstance(devices, list) and devices and isinstance(devices[0], dict):
+            self.mig_instances[gpu] = int(devices[0]["gpu_instance"])
 
     def _gpm(self, gpu: int, window: Window, failures: list[NvmlError]) -> None:
         instance = self.mig_instances.get(gpu, GPM_WHOLE_GPU)
@@ -177,7 +200,7 @@ class Sampler:
         for name, (number, scale) in GPM_IDS.items():
             got = answer.get(number)
             if isinstance(got, (int, float)):
-                window.values[name] = float(got) * scale
+                window.values[name] = round(float(got) * scale, 6)
             else:
                 window.values[name] = None
                 window.why[name] = f"unsupported ({got or 'not answered'})"
