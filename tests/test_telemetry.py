@@ -5,6 +5,8 @@ subprocess for all of them); the ceilings, thresholds and verdict rules in proce
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -15,8 +17,12 @@ from typing import Any
 import pytest
 from test_formats import promtool_check
 
+from gpudiag.cli import build_parser
+from gpudiag.demo import demo_file
 from gpudiag.model import KernelResult, ProbeStatus, Statistics
+from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.profiles import load_profiles
+from gpudiag.telemetry.explain import Explainer
 from gpudiag.telemetry.sampler import Window
 from gpudiag.telemetry.verdicts import (
     ThresholdError,
@@ -26,8 +32,9 @@ from gpudiag.telemetry.verdicts import (
     shipped_thresholds,
     thresholds_path,
 )
+from gpudiag.watch import watch
 
-from conftest import built_once
+from conftest import REPO, built_once
 from standin import build, environment, run_python
 from telemetry_traces import (
     MONITOR_SCRIPT,
@@ -246,3 +253,32 @@ def test_gpudiag_monitor_ends_cleanly_on_sigterm(
     assert "Traceback" not in err
     assert "straggler GPU 5 holds the others: HW slowdown at 1,410 of 1,980 MHz" in out
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".gpudiag-")] == []
+
+
+def test_watch_explain_adds_a_narrow_bound_by_column_and_the_reasons() -> None:
+    """`gpudiag watch --explain` on the faulty demo replay (no GPM recorded: the older
+    counters): the bound-by word beside each GPU's number, its sentence under the round."""
+    nvml = Nvml(ReplayBackend.from_file(demo_file("faulty")))
+    lines: list[str] = []
+    watch(
+        nvml, 1.0, 1, "table", lines.append, sleep=lambda _: None, explain=Explainer(nvml, "table")
+    )
+    header, _units, *rows = lines[:10]
+    assert header.split()[:3] == ["time", "gpu", "bound"]
+    assert [row.split()[2] for row in rows] == ["idle"] * 7 + ["LOST"]
+    assert lines[-1] == " " * 10 + "GPU 7: LOST: it does not answer"
+    assert " " * 10 + "GPU 0: idle: active 0%" in lines
+    plain: list[str] = []
+    watch(nvml, 1.0, 1, "table", plain.append, sleep=lambda _: None)
+    assert "bound" not in plain[0] and len(plain) == 10  # without --explain: as before
+
+
+def test_the_example_service_runs_a_command_line_gpudiag_accepts() -> None:
+    text = (REPO / "examples" / "gpudiag-monitor.service").read_text()
+    start = re.search(r"^ExecStart=(.+?)(?<!\\)$", text.replace("\\\n", " "), re.M)
+    assert start is not None
+    words = shlex.split(start.group(1))
+    assert words[0].endswith("/gpudiag") and words[1] == "monitor"
+    args = build_parser().parse_args(words[1:])
+    assert args.listen == ":9841" and args.interval == 1.0
+    assert args.textfile.endswith(".prom")

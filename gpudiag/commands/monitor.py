@@ -57,39 +57,22 @@ def _listen(text: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)  # noqa: S104 (an exporter serves the network)
 
 
-def _ceilings(nvml: Any, gpus: int, snapshot: str | None) -> list[Any]:
-    """Each GPU's ceilings: the snapshot's kernel results, else its model's profile."""
-    from gpudiag.nvml import NvmlError
-    from gpudiag.profiles import load_profiles
-    from gpudiag.telemetry.verdicts import ceilings_for
+def _kernels(snapshot: str | None) -> tuple[Any, ...]:
+    """The kernel results of the snapshot given (the node's own ceilings), else none."""
+    if not snapshot:
+        return ()
+    from gpudiag.snapshot import SnapshotError, load
 
-    kernels: tuple[Any, ...] = ()
-    if snapshot:
-        from gpudiag.snapshot import SnapshotError, load
-
-        try:
-            kernels = load(snapshot).kernels
-        except SnapshotError as exc:
-            raise UsageError(f"--snapshot: {exc}") from None
-    profiles = load_profiles()
-    out = []
-    for gpu in range(gpus):
-        name, peaks = "", {}
-        try:
-            device_id = f"0x{int(nvml.call('nvmlDeviceGetPciInfo', gpu)['pciDeviceId']) >> 16:04x}"
-        except (NvmlError, KeyError, TypeError, ValueError):
-            device_id = ""
-        for profile in profiles.values():
-            if device_id in profile.device_ids:
-                name, peaks = profile.name, profile.values
-                break
-        out.append(ceilings_for(gpu, peaks, name, kernels))
-    return out
+    try:
+        return load(snapshot).kernels
+    except SnapshotError as exc:
+        raise UsageError(f"--snapshot: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
     """Monitor until SIGTERM, Ctrl-C or --count windows; 0 when it ends."""
     from gpudiag.nvml import NvmlError, open_nvml
+    from gpudiag.telemetry.explain import node_ceilings
     from gpudiag.telemetry.monitor import Monitor, Stop, serve
     from gpudiag.telemetry.monitor import run as run_monitor
 
@@ -104,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
             gpus = int(nvml.call("nvmlDeviceGetCount"))
         except NvmlError as exc:
             raise UsageError(f"monitor: no GPU can be sampled: {exc.reason}") from None
-        ceilings = _ceilings(nvml, gpus, args.snapshot)
+        ceilings = node_ceilings(nvml, gpus, _kernels(args.snapshot))
         monitor = Monitor(
             nvml, gpus, ceilings, lambda line: print(line, flush=True), args.ring, fmt=args.format
         )
