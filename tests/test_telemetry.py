@@ -46,6 +46,7 @@ from telemetry_traces import (
 )
 
 PEAKS = load_profiles()["h100-sxm5"].values
+OLD_BINDING = REPO / ".nvml-old"
 
 
 def standin_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -98,6 +99,25 @@ def test_every_verdict_from_the_traces_through_the_real_pynvml(traced: dict[str,
     assert "tensor 85%" in texts[3]
     assert rows[1]["sources"][6] == "older" and rows[1]["sources"][0] == "gpm"
     assert rows[1]["stragglers"] == []  # every GPU has its own work: none waits
+
+
+@pytest.mark.skipif(
+    not (OLD_BINDING / "pynvml.py").is_file(),
+    reason=f"the oldest admitted nvidia-ml-py is not installed at {OLD_BINDING} (.ci/run)",
+)
+def test_the_oldest_binding_reads_the_same_verdicts(
+    traced: dict[str, Any], tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """nvidia-ml-py 12.535.161 declares nvmlGpmMetricsGet_t with 98 metrics (13.x: 477):
+    the same calls, the same verdicts."""
+    (tmp_path / "node.flat").write_text(flat(verdicts_node()))
+    library = standin_library(tmp_path_factory)
+    env = environment(library, tmp_path / "node.flat", tmp_path / "calls.log", str(OLD_BINDING))
+    node = [["verdicts", str(tmp_path / "node.flat"), WINDOWS, {}]]
+    run = run_python(SAMPLER_SCRIPT, env, json.dumps(node))
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout)["verdicts"] == traced["out"]["verdicts"]
+    assert "BADPOINTER" not in (tmp_path / "calls.log").read_text()
 
 
 def test_a_lost_sample_is_lost_in_that_window_only(traced: dict[str, Any]) -> None:

@@ -194,7 +194,10 @@ def run(
     taken = 0
     next_at = clock()
     while not stop.event.is_set() and (count is None or taken < count):
-        monitor.step()
+        try:
+            monitor.step()
+        except Exception as exc:  # an always-on service says so and takes the next window
+            monitor.write(f"gpudiag monitor: window failed: {type(exc).__name__}: {exc}")
         taken += 1
         if textfile is not None:
             text = render_textfile(monitor)
