@@ -10,7 +10,8 @@ resident. The reference is a bare NVML sampling loop: the same pynvml calls per 
 with nothing done with the answers, in a process of its own. The monitor's figure is a
 window taken, judged, kept in the ring and rendered as the Prometheus exposition (what a
 scrape or the textfile costs), in another process; its memory is read after `--rounds`
-windows (more than the ring holds, so the ring is full). `--seconds S` also runs the
+windows (more than the ring holds, so the ring is full; the hour's history, held for its
+Parquet file, grows with them). `--seconds S` also runs the
 monitor's own loop at 1 Hz for S seconds, its textfile written every window, and reads
 the process's CPU over them (the HTTP server thread idle included). The stand-in
 answers from memory, its pointer checks off (GPUDIAG_STANDIN_UNCHECKED): the driver's
@@ -73,13 +74,15 @@ import json, sys, threading, time
 from pathlib import Path
 from gpudiag.nvml import Nvml, PynvmlBackend
 from gpudiag.profiles import load_profiles
+from gpudiag.telemetry.history import HourBuffer
 from gpudiag.telemetry.monitor import Monitor, Stop, render_textfile, run, serve
 from gpudiag.telemetry.verdicts import ceilings_for
 peaks = load_profiles()["h100-sxm5"].values
 nvml = Nvml(PynvmlBackend())
 count = int(nvml.call("nvmlDeviceGetCount"))
+history = HourBuffer(Path(sys.argv[4]), "bench")  # the hour's windows, held for Parquet
 monitor = Monitor(nvml, count, [ceilings_for(g, peaks, "h100-sxm5") for g in range(count)],
-                  lambda line: None, ring=3600)
+                  lambda line: None, ring=3600, history=history)
 rounds, seconds = int(sys.argv[1]), float(sys.argv[2])
 monitor.step()
 start = time.process_time()
@@ -98,7 +101,9 @@ if seconds > 0:  # the monitor's own loop at 1 Hz, with its HTTP endpoint up
     run(monitor, 1.0, None, stop, Path(sys.argv[3]))  # the textfile written every window
     share = (time.process_time() - cpu0) / (time.monotonic() - begin)
     server.shutdown()
-print(json.dumps({"cpu": cpu, "rss": rss, "ring": len(monitor.ring), "share": share}))
+held = len(history)
+print(json.dumps({"cpu": cpu, "rss": rss, "ring": len(monitor.ring), "share": share,
+                  "history": held}))
 """
 
 
@@ -135,7 +140,7 @@ def main() -> None:
         env["GPUDIAG_STANDIN_UNCHECKED"] = "1"
         reference = _child(REFERENCE, env, str(args.rounds))
         textfile = str(work / "gpudiag.prom")
-        ours = _child(MONITOR, env, str(args.rounds), str(args.seconds), textfile)
+        ours = _child(MONITOR, env, str(args.rounds), str(args.seconds), textfile, folder)
     print(
         f"gpudiag monitor, {GPUS} GPUs (C NVML stand-in, {WINDOWS}-window trace), "
         f"{args.rounds} windows:"
@@ -150,8 +155,9 @@ def main() -> None:
         f"{reference['cpu'] * 1e3:.3f} ms CPU"
     )
     print(
-        f"  resident memory: monitor {ours['rss'] / 1e6:.1f} MB (ring {int(ours['ring'])} windows; "
-        f"target at most 50 MB), reference {reference['rss'] / 1e6:.1f} MB"
+        f"  resident memory: monitor {ours['rss'] / 1e6:.1f} MB (ring {int(ours['ring'])} windows, "
+        f"history {int(ours['history']) // GPUS} windows held for Parquet; target at most "
+        f"50 MB), reference {reference['rss'] / 1e6:.1f} MB"
     )
     if ours["share"] is not None:
         print(

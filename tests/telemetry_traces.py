@@ -162,21 +162,23 @@ print(json.dumps(out))
 """
 
 
-# Runs the monitor on a recording for some windows, serves its Prometheus endpoint on a
-# free port, scrapes it over HTTP and prints the scrape and the event lines as JSON.
+# Runs after SAMPLER_SCRIPT in the same process (one start for both): the monitor on the
+# recording sys.argv[2] for sys.argv[3] windows, its Prometheus endpoint served on a free
+# port and scraped over HTTP; prints the scrape and the event lines as a second JSON line.
 MONITOR_SCRIPT = """
-import json, sys, urllib.request
+import json, os, sys, urllib.request
 from gpudiag.nvml import Nvml, PynvmlBackend
 from gpudiag.profiles import load_profiles
 from gpudiag.telemetry.monitor import Monitor, serve
 from gpudiag.telemetry.verdicts import ceilings_for
+os.environ["GPUDIAG_STANDIN_DATA"] = sys.argv[2]
 peaks = load_profiles()["h100-sxm5"].values
 nvml = Nvml(PynvmlBackend())
 count = int(nvml.call("nvmlDeviceGetCount"))
 events = []
 monitor = Monitor(nvml, count, [ceilings_for(g, peaks, "h100-sxm5") for g in range(count)],
                   events.append, ring=2)
-for t in range(int(sys.argv[1])):
+for t in range(int(sys.argv[3])):
     monitor.step(now=1000.0 + t)
 server = serve(monitor, "127.0.0.1", 0)
 url = f"http://127.0.0.1:{server.server_port}/metrics"

@@ -22,7 +22,9 @@ from gpudiag.demo import demo_file
 from gpudiag.model import KernelResult, ProbeStatus, Statistics
 from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.profiles import load_profiles
-from gpudiag.telemetry.explain import Explainer
+from gpudiag.telemetry.explain import Explainer, node_ceilings
+from gpudiag.telemetry.history import HourBuffer
+from gpudiag.telemetry.monitor import Monitor
 from gpudiag.telemetry.sampler import Window
 from gpudiag.telemetry.verdicts import (
     ThresholdError,
@@ -72,9 +74,11 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         nodes.append([name, str(path), windows, mig])
     log = work / "calls.log"
     env = environment(library, Path(nodes[0][1]), log)
-    run = run_python(SAMPLER_SCRIPT, env, json.dumps(nodes))
+    code = SAMPLER_SCRIPT + MONITOR_SCRIPT  # one interpreter for both (its start: 0.3 s)
+    run = run_python(code, env, json.dumps(nodes), nodes[0][1], str(WINDOWS))
     assert run.returncode == 0, run.stderr[-2000:]
-    return {"out": json.loads(run.stdout), "log": log.read_text()}
+    sampled, monitored = run.stdout.splitlines()
+    return {"out": json.loads(sampled), "log": log.read_text(), "monitor": json.loads(monitored)}
 
 
 def test_every_verdict_from_the_traces_through_the_real_pynvml(traced: dict[str, Any]) -> None:
@@ -202,15 +206,9 @@ def test_the_thresholds_are_data_with_a_reason_each() -> None:
 
 
 @pytest.fixture(scope="module")
-def monitored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def monitored(traced: dict[str, Any]) -> dict[str, Any]:
     """The monitor on the "verdicts" node for its 4 windows, scraped over HTTP."""
-    library = standin_library(tmp_path_factory)
-    work = tmp_path_factory.mktemp("monitor")
-    (work / "node.flat").write_text(flat(verdicts_node()))
-    env = environment(library, work / "node.flat", work / "calls.log")
-    run = run_python(MONITOR_SCRIPT, env, str(WINDOWS))
-    assert run.returncode == 0, run.stderr[-2000:]
-    return json.loads(run.stdout)
+    return traced["monitor"]
 
 
 def test_a_scrape_of_the_monitor_passes_promtool(monitored: dict[str, Any]) -> None:
@@ -243,7 +241,8 @@ def test_gpudiag_monitor_ends_cleanly_on_sigterm(
     tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> None:
     """The command as a systemd unit runs it: windows until SIGTERM, the textfile written
-    atomically after each, exit 0."""
+    atomically after each, the hour so far written to the history by its writer process
+    at the end, exit 0."""
     library = standin_library(tmp_path_factory)
     (tmp_path / "node.flat").write_text(flat(straggler_node()))
     env = environment(library, tmp_path / "node.flat", tmp_path / "calls.log")
@@ -257,6 +256,8 @@ def test_gpudiag_monitor_ends_cleanly_on_sigterm(
         "0.05",
         "--textfile",
         str(textfile),
+        "--history",
+        str(tmp_path),
     ]
     process = subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -272,6 +273,7 @@ def test_gpudiag_monitor_ends_cleanly_on_sigterm(
     assert process.returncode == 0, err
     assert "Traceback" not in err
     assert "straggler GPU 5 holds the others: HW slowdown at 1,410 of 1,980 MHz" in out
+    assert len(list(tmp_path.glob("date=*/*.parquet"))) == 1
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".gpudiag-")] == []
 
 
@@ -302,3 +304,29 @@ def test_the_example_service_runs_a_command_line_gpudiag_accepts() -> None:
     args = build_parser().parse_args(words[1:])
     assert args.listen == ":9841" and args.interval == 1.0
     assert args.textfile.endswith(".prom")
+
+
+def test_each_hour_of_windows_is_appended_to_parquet(tmp_path: Path) -> None:
+    """The monitor's history: a file per hour (split at the hour), one row per GPU per
+    window, a metric not measured null (never 0), Hive-partitioned by date."""
+    import polars as pl
+
+    nvml = Nvml(ReplayBackend.from_file(demo_file("faulty")))
+    history = HourBuffer(tmp_path, "node1", in_process=True)
+    monitor = Monitor(nvml, 8, node_ceilings(nvml, 8), lambda _: None, history=history)
+    for when in (7198.0, 7199.0, 7200.0):  # 01:59:58, 01:59:59, 02:00:00 (UTC)
+        monitor.step(now=when)
+    monitor.close()
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.parquet"))
+    assert files == [
+        "date=1970-01-01/node1-01-59-58.parquet",
+        "date=1970-01-01/node1-02-00-00.parquet",
+    ]
+    table = pl.read_parquet(tmp_path / "date=1970-01-01" / "*.parquet").sort("time", "gpu")
+    assert table.height == 24 and table["node"].unique().to_list() == ["node1"]
+    gpu0 = table.filter(pl.col("gpu") == 0)
+    assert gpu0["verdict"].cast(str).to_list() == ["idle"] * 3
+    assert gpu0["power_w"].to_list() == [69.0] * 3
+    assert gpu0["sm_active"].null_count() == 3  # the demo records no GPM: null, not 0
+    assert table.filter(pl.col("gpu") == 7)["verdict"].cast(str).to_list() == ["lost"] * 3
+    assert not any((tmp_path / ".spool").iterdir())

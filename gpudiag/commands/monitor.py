@@ -47,6 +47,12 @@ def add_parser(subparsers: Any) -> None:
         metavar="N",
         help="windows kept in memory (3600)",
     )
+    monitor.add_argument(
+        "--history",
+        metavar="DIR",
+        help="append each hour's windows to Parquet here (DIR/date=YYYY-MM-DD/HOST-HH-MM-SS"
+        ".parquet)",
+    )
     monitor.add_argument("--format", choices=("text", "jsonl"), default="text")
 
 
@@ -80,6 +86,16 @@ def run(args: argparse.Namespace) -> int:
     textfile = Path(args.textfile) if args.textfile else None
     if textfile is not None and not textfile.parent.is_dir():
         raise UsageError(f"--textfile {args.textfile}: no such directory {textfile.parent}")
+    history = None
+    if args.history:
+        import socket
+
+        from gpudiag.telemetry.history import HourBuffer
+
+        folder = Path(args.history)
+        if not folder.is_dir():
+            raise UsageError(f"--history {args.history}: no such directory")
+        history = HourBuffer(folder, socket.gethostname())
     nvml = open_nvml(args.nvml_replay)
     server = None
     try:
@@ -89,7 +105,13 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"monitor: no GPU can be sampled: {exc.reason}") from None
         ceilings = node_ceilings(nvml, gpus, _kernels(args.snapshot))
         monitor = Monitor(
-            nvml, gpus, ceilings, lambda line: print(line, flush=True), args.ring, fmt=args.format
+            nvml,
+            gpus,
+            ceilings,
+            lambda line: print(line, flush=True),
+            args.ring,
+            fmt=args.format,
+            history=history,
         )
         stop = Stop()
         stop.install()

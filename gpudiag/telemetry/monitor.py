@@ -8,7 +8,7 @@ lost or returns, or a straggler appears.
 It never stops on one GPU's error (the sampler catches each GPU's), survives a GPU lost
 and returning (LOST in the windows it does not answer), and ends cleanly on SIGTERM or
 SIGINT: the current window finishes, the HTTP server stops, NVML is shut down.
-Not done: hourly Parquet history (the ring and the Prometheus series hold the history).
+With a history folder, each hour's windows are appended to Parquet (history.py).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag.nvml import Nvml
+from gpudiag.telemetry.history import HourBuffer
 from gpudiag.telemetry.sampler import Sampler, Window
 from gpudiag.telemetry.verdicts import (
     Ceilings,
@@ -59,6 +60,7 @@ class Monitor:
         limits: Mapping[str, float] | None = None,
         mig_instances: dict[int, int] | None = None,
         fmt: str = "text",
+        history: HourBuffer | None = None,
     ) -> None:
         self.sampler = Sampler(nvml, gpus, mig_instances)
         self.ceilings = list(ceilings)
@@ -71,6 +73,7 @@ class Monitor:
         self.byte_totals: dict[tuple[int, str, str], float] = {}
         self.windows_taken = 0
         self._answered_at: dict[int, float] = {}  # each GPU's last window that answered
+        self.history = history  # each hour's windows to Parquet (history.py)
         self.last_cpu_s = 0.0
         self._lock = threading.Lock()
 
@@ -87,11 +90,18 @@ class Monitor:
         with self._lock:  # a scrape reads `latest` from the HTTP thread
             self.latest = latest
         self.ring.append((now, tuple(v.word for v in verdicts)))
+        if self.history is not None:
+            self.history.add(now, windows, verdicts)
         self.windows_taken += 1
         for line in self._changes(previous, latest):
             self.write(line)
         self.last_cpu_s = time.process_time() - started
         return latest
+
+    def close(self) -> None:
+        """Write the hour so far to the history (waiting for its writer)."""
+        if self.history is not None:
+            self.history.flush(wait=True)
 
     def _count_bytes(self, windows: list[Window]) -> None:
         """PCIe and NVLink bytes: each window's rate times its length (since the GPU's
@@ -209,4 +219,5 @@ def run(
             break
         next_at = max(next_at + interval, clock())
         stop.event.wait(max(0.0, next_at - clock()))
+    monitor.close()
     return taken
