@@ -43,7 +43,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from gpudiag.device_events import DeviceEvent
 from gpudiag.nvml import FIELD_VALUES, Nvml, NvmlError, ReplayBackend
@@ -260,8 +260,6 @@ class History:
 
 OUTPUT_COLUMNS = (*NUMERIC, "throttle")
 UNITS = {c.name: c.unit for c in COLUMNS} | {n: NVLINK_UNIT for n, _ in NVLINK_COUNTERS}
-HEADERS = ("time", "gpu", *OUTPUT_COLUMNS)
-CSV_HEADERS = (*HEADERS, "processes")  # csv: the processes joined by "; "
 WIDTHS = {"time": 8, "gpu": 3, "throttle": 0}
 
 
@@ -325,6 +323,15 @@ def format_event(event: DeviceEvent, fmt: str) -> str:
     return f"# {stamp} {event.text}" if fmt == "csv" else f"{stamp}  EVENT  {event.text}"
 
 
+class RoundExplainer(Protocol):
+    """What `watch --explain` adds (gpudiag/telemetry/explain.py's Explainer): columns it
+    fills in each sample's values (name: table width), and lines under each round."""
+
+    columns: dict[str, int]
+
+    def __call__(self, samples: list[Sample]) -> list[str]: ...
+
+
 def watch(
     nvml: Nvml,
     interval: float,
@@ -334,7 +341,7 @@ def watch(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
     events: Callable[[], list[DeviceEvent]] | None = None,
-    explain: Callable[[list[Sample]], list[str]] | None = None,
+    explain: RoundExplainer | None = None,
 ) -> int:
     """Sample every GPU `count` times (forever when None), `interval` seconds apart,
     writing each line through `write`, and before each round the device events since
@@ -352,7 +359,7 @@ def watch(
         previous = {s.gpu: s for s in samples}
         header_due = rounds % 20 == 0 if fmt == "table" else rounds == 0
         notes = explain(samples) if explain is not None else []
-        extra = {"bound": 8} if explain is not None else None
+        extra = explain.columns if explain is not None else None
         for line in (*format_rows(samples, fmt, header_due, extra), *notes):
             write(line)
         rounds += 1

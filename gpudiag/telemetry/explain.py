@@ -46,6 +46,7 @@ class Explainer:
     the lines to print under the round in the output's format."""
 
     def __init__(self, nvml: Nvml, fmt: str) -> None:
+        self.columns = {COLUMN: COLUMN_WIDTH}  # the bound-by word, beside the GPU number
         self.nvml = nvml
         self.fmt = fmt
         self._sampler: Sampler | None = None

@@ -74,7 +74,7 @@ class HourBuffer:
             for name in NUMBERS[len(METRICS) :]:
                 value = getattr(window, name)
                 self.numbers[name].append(math.nan if value is None else value)
-            self.verdicts.append(f"{verdict.kind}:{verdict.detail}")
+            self.verdicts.append(sys.intern(f"{verdict.kind}:{verdict.detail}"))
 
     def flush(self, wait: bool = False) -> Path | None:
         """Spool the hour's rows and start the process that writes them; returns the
