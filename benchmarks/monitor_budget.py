@@ -91,6 +91,7 @@ for _ in range(rounds):
     render_textfile(monitor)
 cpu = (time.process_time() - start) / rounds
 rss = int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmRSS"))) * 1024
+held = len(history)
 share = None
 if seconds > 0:  # the monitor's own loop at 1 Hz, with its HTTP endpoint up
     server = serve(monitor, "127.0.0.1", 0)
@@ -101,7 +102,6 @@ if seconds > 0:  # the monitor's own loop at 1 Hz, with its HTTP endpoint up
     run(monitor, 1.0, None, stop, Path(sys.argv[3]))  # the textfile written every window
     share = (time.process_time() - cpu0) / (time.monotonic() - begin)
     server.shutdown()
-held = len(history)
 print(json.dumps({"cpu": cpu, "rss": rss, "ring": len(monitor.ring), "share": share,
                   "history": held}))
 """
