@@ -138,6 +138,8 @@ class Sampler:
             window.lost = True
             window.values = dict.fromkeys(METRICS)
             window.why = dict.fromkeys(METRICS, "GpuIsLost")
+            window.sm_clock_mhz = window.power_w = window.temperature_c = None
+            window.event_mask = None  # LOST in every reading of the window, never a value
             self._state[gpu].nvlink_kib.clear()
         window.errors += [exc.reason for exc in failures]
         return window
