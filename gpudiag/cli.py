@@ -56,6 +56,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "what is odd across many nodes' snapshots, and why the slow ones are slow",
     ),
     "baseline": ("baseline", "write a site rules file from a fleet known to be good"),
+    "monitor": ("monitor", "always on: what bounds each GPU, for Prometheus and node_exporter"),
 }
 # gpudiag.kernels.plans.PLANS' names (test_cli checks they agree): that module is loaded
 # only when kernels run

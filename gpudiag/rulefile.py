@@ -124,7 +124,8 @@ _ID_PATTERN = re.compile(r"^[A-Z]{2,8}[0-9]{3}$")
 _KEY_TEMPLATE = re.compile(r"^[A-Za-z0-9_.:{}\-]+$")
 MESSAGE_FIELD = re.compile(r"\{([a-z_]+)\}")
 MESSAGE_FIELDS = {"value", "unit", "reason", "key", "expected", "s", *_PLACEHOLDERS}
-DATA_FILES = {"profiles.toml", "explanations.toml"}  # rules/ files that hold no rules
+# rules/ files that hold no rules (telemetry.toml: the bound-by thresholds)
+DATA_FILES = {"profiles.toml", "explanations.toml", "telemetry.toml"}
 DEFAULT_SITE_DIRS = (Path("/etc/gpudiag/rules.d"), Path("~/.config/gpudiag/rules.d"))
 
 
@@ -610,6 +611,13 @@ def lint_data_file(path: Path) -> str | None:
         from gpudiag.profiles import parse_profiles
 
         return f"{len(parse_profiles(text, str(path)))} profiles"
+    if path.name == "telemetry.toml":
+        from gpudiag.telemetry.verdicts import ThresholdError, parse_thresholds
+
+        try:
+            return f"{len(parse_thresholds(text, str(path)))} bound-by thresholds"
+        except ThresholdError as exc:
+            raise RuleError(str(exc)) from None
     from gpudiag.diff import parse_explanations
 
     return f"{len(parse_explanations(text, str(path)))} explanations"

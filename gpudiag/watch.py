@@ -43,7 +43,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from gpudiag.device_events import DeviceEvent
 from gpudiag.nvml import FIELD_VALUES, Nvml, NvmlError, ReplayBackend
@@ -260,8 +260,6 @@ class History:
 
 OUTPUT_COLUMNS = (*NUMERIC, "throttle")
 UNITS = {c.name: c.unit for c in COLUMNS} | {n: NVLINK_UNIT for n, _ in NVLINK_COUNTERS}
-HEADERS = ("time", "gpu", *OUTPUT_COLUMNS)
-CSV_HEADERS = (*HEADERS, "processes")  # csv: the processes joined by "; "
 WIDTHS = {"time": 8, "gpu": 3, "throttle": 0}
 
 
@@ -272,9 +270,15 @@ def _cell(sample: Sample, name: str) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def format_rows(samples: list[Sample], fmt: str, first: bool) -> Iterator[str]:
+def format_rows(
+    samples: list[Sample], fmt: str, first: bool, extra: dict[str, int] | None = None
+) -> Iterator[str]:
     """The lines to print for one round of samples: table (a header every 20 rounds
-    is the caller's choice via `first`), csv or jsonl."""
+    is the caller's choice via `first`), csv or jsonl; `extra`: more columns (their
+    names and table widths), shown after the GPU's number, that the caller put in each
+    sample's values (--explain's bound-by word)."""
+    columns = (*(extra or {}), *OUTPUT_COLUMNS)  # extra: beside the GPU number
+    headers = ("time", "gpu", *columns)
     if fmt == "jsonl":
         for s in samples:
             record = {"time": round(s.time, 3), "gpu": s.gpu, **s.values}
@@ -287,25 +291,25 @@ def format_rows(samples: list[Sample], fmt: str, first: bool) -> Iterator[str]:
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         if first:
-            writer.writerow(CSV_HEADERS)
+            writer.writerow((*headers, "processes"))
         for s in samples:
             stamp = time.strftime("%H:%M:%S", time.localtime(s.time))
-            cells = [_cell(s, name) for name in OUTPUT_COLUMNS]
+            cells = [_cell(s, name) for name in columns]
             writer.writerow([stamp, s.gpu, *cells, "; ".join(s.processes)])
         yield buffer.getvalue().rstrip("\n")
         return
-    widths = {name: max(len(name), 6) for name in OUTPUT_COLUMNS} | WIDTHS
+    widths = {name: max(len(name), 6) for name in OUTPUT_COLUMNS} | WIDTHS | (extra or {})
 
     def line(cells: Sequence[str]) -> str:
-        pairs = zip(HEADERS, cells, strict=True)
+        pairs = zip(headers, cells, strict=True)
         return "  ".join(f"{c:>{widths[h]}}" if widths[h] else c for h, c in pairs).rstrip()
 
     if first:
-        yield line(HEADERS)
-        yield line(("", "", *(UNITS[name] for name in OUTPUT_COLUMNS)))
+        yield line(headers)
+        yield line(("", "", *(UNITS.get(name, "") for name in columns)))
     for s in samples:
         stamp = time.strftime("%H:%M:%S", time.localtime(s.time))
-        yield line([stamp, str(s.gpu), *(_cell(s, name) for name in OUTPUT_COLUMNS)])
+        yield line([stamp, str(s.gpu), *(_cell(s, name) for name in columns)])
         for process in s.processes:  # one line per process under its GPU's row
             yield f"{'':>8}  {'':>3}  proc {process}"
 
@@ -319,6 +323,15 @@ def format_event(event: DeviceEvent, fmt: str) -> str:
     return f"# {stamp} {event.text}" if fmt == "csv" else f"{stamp}  EVENT  {event.text}"
 
 
+class RoundExplainer(Protocol):
+    """What `watch --explain` adds (gpudiag/telemetry/explain.py's Explainer): columns it
+    fills in each sample's values (name: table width), and lines under each round."""
+
+    columns: dict[str, int]
+
+    def __call__(self, samples: list[Sample]) -> list[str]: ...
+
+
 def watch(
     nvml: Nvml,
     interval: float,
@@ -328,10 +341,13 @@ def watch(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
     events: Callable[[], list[DeviceEvent]] | None = None,
+    explain: RoundExplainer | None = None,
 ) -> int:
     """Sample every GPU `count` times (forever when None), `interval` seconds apart,
     writing each line through `write`, and before each round the device events since
-    the last (`events`, a DeviceWatch's poll on a live node). Returns the rounds taken."""
+    the last (`events`, a DeviceWatch's poll on a live node); `explain` (--explain's,
+    gpudiag/telemetry/explain.py) fills each sample's bound-by column and gives the
+    lines to print under the round. Returns the rounds taken."""
     gpus = gpu_count(nvml)
     rounds = 0
     next_at = clock()
@@ -342,7 +358,9 @@ def watch(
         samples = sample_node(nvml, gpus, previous)
         previous = {s.gpu: s for s in samples}
         header_due = rounds % 20 == 0 if fmt == "table" else rounds == 0
-        for line in format_rows(samples, fmt, first=header_due):
+        notes = explain(samples) if explain is not None else []
+        extra = explain.columns if explain is not None else None
+        for line in (*format_rows(samples, fmt, header_due, extra), *notes):
             write(line)
         rounds += 1
         if count is not None and rounds >= count:

@@ -49,6 +49,10 @@ SMALLEST = {
         ["--rounds", "20", "--long", "600"],
         ["gpudiag watch round", "reference, bare replay calls", "history memory over 600"],
     ),
+    "monitor_budget.py": (  # builds the C NVML stand-in: needs gcc
+        ["--rounds", "5", "--seconds", "0"],
+        ["monitor window (sample", "reference, bare NVML sampling loop", "resident memory"],
+    ),
     "tui_startup.py": (
         ["--runs", "1"],
         ["minimal Textual app: painted", "gpudiag (faulty demo): first screen", "ratio to the"],
@@ -58,6 +62,7 @@ NEEDS = {
     "cpu_triad.py": ["gcc"],
     "gpu_kernels.py": ["nvidia-smi"],  # a GPU node's driver
     "host_probes.py": ["lscpu"],
+    "monitor_budget.py": ["gcc"],
     "tui_startup.py": ["tmux"],
 }
 

@@ -268,6 +268,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gpudiag.redact",
             "gpudiag.output",
             "gpudiag.health",
+            "gpudiag.telemetry",
             "gpudiag.watch",
             "gpudiag.run_report",
             "gpudiag.demo",

@@ -227,6 +227,7 @@ def test_each_subcommand_of_the_installed_wheel_runs_on_the_demo_files(
     fresh interpreter, the console script's start included)."""
     snapshot = str(fleet / "faulty.toml")
     capture = installed.demo("demo-hgx-h100-faulty.capture.json")
+    replay = installed.demo("demo-hgx-h100-faulty.toml")
     runs = {
         # (arguments): (exit code, what its output holds)
         ("check", snapshot): (2, "CRITICAL"),
@@ -239,6 +240,7 @@ def test_each_subcommand_of_the_installed_wheel_runs_on_the_demo_files(
         ("watch", "--demo", "faulty", "--count", "1", "--format", "csv"): (0, "LOST"),
         ("--replay", capture, "capture", str(tmp_path / "again.json")): (0, "again.json"),
         ("--replay", capture, "health"): (2, "CRITICAL"),
+        ("--nvml-replay", replay, "monitor", "--count", "1"): (0, "GPU 7: LOST"),
         ("fleet", str(fleet), "--format", "text"): (1, "GPU 4: 13.28 GB/s"),
         ("baseline", str(fleet), "-o", str(tmp_path / "site.toml")): (0, "site.toml"),
     }

@@ -24,10 +24,16 @@ def add_parser(subparsers: Any) -> None:
     watch.add_argument(
         "--count",
         type=inputs.number_option(1, 10**9, integer=True),
-        metavar="N", help="samples to take (default: until Ctrl-C)"
+        metavar="N",
+        help="samples to take (default: until Ctrl-C)",
     )
     watch.add_argument("--format", choices=("table", "csv", "jsonl"), default="table")
     watch.add_argument("--demo", choices=DEMOS, help="watch a demo node instead of this one")
+    watch.add_argument(
+        "--explain",
+        action="store_true",
+        help="a bound-by column, and under each round what bounds each GPU with its numbers",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,6 +58,11 @@ def run(args: argparse.Namespace) -> int:
                 print(f"gpudiag: {reason}", file=sys.stderr)
         sources = [source.poll for source in (device_watch, xids) if source is not None]
         events = (lambda: [event for poll in sources for event in poll()]) if sources else None
+    explain = None
+    if args.explain:
+        from gpudiag.telemetry.explain import Explainer
+
+        explain = Explainer(nvml, args.format)
     try:
         watch(
             nvml,
@@ -60,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
             args.format,
             lambda line: print(line, flush=True),
             events=events,
+            explain=explain,
         )
     except NvmlError as exc:
         raise UsageError(
@@ -81,6 +93,8 @@ def _replay(args: argparse.Namespace) -> int:
 
     if args.demo or args.nvml_replay or args.root != "/":
         raise UsageError("--replay holds the whole node: not with --demo, --root or --nvml-replay")
+    if args.explain:
+        raise UsageError("--explain reads the counters live: not with --replay (a capture)")
     if args.interval is not None:
         raise UsageError("--interval: a capture is watched at the interval it was recorded")
     _, nvml, data = capture.load(args.replay)  # checks the file
