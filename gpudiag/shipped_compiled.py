@@ -6,7 +6,7 @@ Where the declaring files no longer match FINGERPRINT, the catalog is built from
 producers instead.
 """
 
-FINGERPRINT = (3336234363, 30)
+FINGERPRINT = (3596183530, 30)
 # (template, unit, change, identifying, group, help, producers), in declaration order
 DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host']),
  ('host.kernel.release', '', 'configuration', '', 'Host and OS', '', ['host']),
@@ -440,10 +440,10 @@ DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'
  ('gpu.{gpu}.numa_node', '', 'configuration', '', 'GPU', '', ['gpu', 'import']),
  ('gpu.{gpu}.nvlink.active', '', 'configuration', '', 'GPU', '', ['gpu', 'import']),
  ('gpu.{gpu}.nvlink.count', '', 'configuration', '', 'GPU', '', ['gpu', 'import']),
- ('gpu.{gpu}.nvlink.{link}.errors.crc_data', '', 'counter', '', 'GPU', '', ['gpu']),
- ('gpu.{gpu}.nvlink.{link}.errors.crc_flit', '', 'counter', '', 'GPU', '', ['gpu']),
- ('gpu.{gpu}.nvlink.{link}.errors.recovery', '', 'counter', '', 'GPU', '', ['gpu']),
- ('gpu.{gpu}.nvlink.{link}.errors.replay', '', 'counter', '', 'GPU', '', ['gpu']),
+ ('gpu.{gpu}.nvlink.{link}.errors.crc_data', '', 'counter', '', 'GPU', '', ['gpu', 'import']),
+ ('gpu.{gpu}.nvlink.{link}.errors.crc_flit', '', 'counter', '', 'GPU', '', ['gpu', 'import']),
+ ('gpu.{gpu}.nvlink.{link}.errors.recovery', '', 'counter', '', 'GPU', '', ['gpu', 'import']),
+ ('gpu.{gpu}.nvlink.{link}.errors.replay', '', 'counter', '', 'GPU', '', ['gpu', 'import']),
  ('gpu.{gpu}.nvlink.{link}.remote_bus_id', '', 'configuration', '', 'GPU', '', ['gpu']),
  ('gpu.{gpu}.nvlink.{link}.remote_type', '', 'configuration', '', 'GPU', '', ['gpu']),
  ('gpu.{gpu}.nvlink.{link}.speed', 'GB/s', 'configuration', '', 'GPU', '', ['gpu', 'import']),
@@ -717,6 +717,13 @@ DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'
   'CUDA peer access',
   ['kernels']),
  ('gpu.{gpu}.brand', '', 'configuration', '', 'GPU', "nvidia-smi's brand", ['import']),
+ ('gpu.{gpu}.memory_numa_node',
+  '',
+  'configuration',
+  '',
+  'GPU',
+  "the NUMA node of the GPU's memory (topo -m 'GPU NUMA ID')",
+  ['import']),
  ('node.expected_gpus',
   'GPUs',
   'configuration',

@@ -1,6 +1,6 @@
 """Import of nvidia-smi outputs into readings with the same keys a live probe gives:
 `nvidia-smi -q -x` XML (DTD v10 to v13), `nvidia-smi -q` text, an nvidia-bug-report.log
-holding either, `nvidia-smi topo -m` and `nvidia-smi nvlink -s`; one module per format.
+holding either, `nvidia-smi topo -m`, `nvidia-smi nvlink -s` and `nvlink -e`; one module per format.
 
 `detect` tells which format a file is and `import_text` reads it with that format's module;
 `import_files` makes a snapshot of files. A field that is absent is missing; 'N/A',
@@ -18,7 +18,7 @@ from gpudiag import __version__
 from gpudiag.importing.bug_report import extract_from_bug_report, with_bundled
 from gpudiag.importing.common import READINGS, ImportError_
 from gpudiag.importing.gpus import lost_gpus, with_lost_gpus, with_unreached
-from gpudiag.importing.nvlink import parse_nvlink_status
+from gpudiag.importing.nvlink import is_error_counters, parse_nvlink
 from gpudiag.importing.query_text import q_readings
 from gpudiag.importing.query_xml import xml_readings
 from gpudiag.importing.topo import parse_topo_matrix
@@ -40,14 +40,14 @@ def detect(text: str) -> str:
         r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:", text, re.MULTILINE
     ):
         return "q"
-    if re.search(r"^\s*(\x1b\[[0-9;]*m)?GPU0(\x1b\[[0-9;]*m)?\s", text, re.MULTILINE) and (
+    if re.search(r"^\s*(\x1b?\[[0-9;]*m)?GPU0(\x1b?\[[0-9;]*m)?\s", text, re.MULTILINE) and (
         "Legend" in text or "CPU Affinity" in text
     ):
         return "topo"
     if re.search(r"^GPU \d+: .+\n\s*Link \d+:", text, re.MULTILINE) or re.search(
         r"^GPU \d+: .+\(UUID", text, re.MULTILINE
     ):
-        return "nvlink"
+        return "nvlink-e" if is_error_counters(text) else "nvlink"
     if lost_gpus(text):  # nothing but the error lines of GPUs it could not reach
         return "q"
     raise ImportError_("not an nvidia-smi -q, -q -x, topo -m or nvlink -s output")
@@ -105,4 +105,4 @@ def import_text(text: str) -> tuple[str, list[Reading]]:
         return kind, with_bundled(text, with_unreached(readings))
     if kind == "topo":
         return kind, parse_topo_matrix(text)
-    return kind, parse_nvlink_status(text)
+    return kind, parse_nvlink(text)

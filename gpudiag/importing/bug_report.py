@@ -8,7 +8,7 @@ import re
 from gpudiag.importing.common import (
     ImportError_,
 )
-from gpudiag.importing.nvlink import parse_nvlink_status
+from gpudiag.importing.nvlink import parse_nvlink
 from gpudiag.importing.topo import parse_topo_matrix
 from gpudiag.model import Reading
 
@@ -29,10 +29,10 @@ def extract_from_bug_report(text: str) -> str:
 
 def with_bundled(text: str, readings: list[Reading]) -> list[Reading]:
     """A file holding other outputs after the -q or -q -x one (an exporter's or a bug
-    report's bundle): its `topo -m` matrix and `nvlink -s` too, each read as its kind,
+    report's bundle): its `topo -m` matrix and `nvlink -s` / `-e` too, each read as its kind,
     where they add what the first did not say."""
     have = {r.key for r in readings}
-    for parse in (parse_topo_matrix, parse_nvlink_status):
+    for parse in (parse_topo_matrix, parse_nvlink):
         try:
             extra = parse(text)
         except ImportError_:

@@ -1,0 +1,130 @@
+"""Issue 36, points 1-6: what support and bring-up engineers paste, imported as the
+readings the rules judge. Each case is a real file (../shared/realdata) or a shape taken
+from a public source named in tests/fixtures/pastes/README.md; an edit made in a test
+to make a fault is named there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpudiag.importing import ImportError_, import_files, import_text
+from gpudiag.model import ReadingStatus, Severity, Snapshot
+from gpudiag.rulefile import load_rules
+from gpudiag.session import with_findings
+
+from conftest import realdata_dir
+
+PASTES = Path(__file__).parent / "fixtures" / "pastes"
+BAD_NVLINK = "nvlink/azurehpc__bad_nvlink_status__A100-SXM4-80GB.txt"
+H100_TOPO = "topo/nvgpuexp__linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01__topo-m__1gpu.txt"
+
+
+def _readings(text: str) -> dict:
+    return {r.key: r for r in import_text(text)[1]}
+
+
+def _judged(*paths: Path, profile: str | None = None) -> Snapshot:
+    return with_findings(import_files([str(p) for p in paths]), load_rules(), profile)
+
+
+def _fired(snapshot: Snapshot) -> dict[str, Severity]:
+    judged = (Severity.CRITICAL, Severity.WARNING, Severity.INFO, Severity.UNKNOWN)
+    return {f.rule_id: f.severity for f in snapshot.findings if f.severity in judged}
+
+
+# ------------------------------------------------------------------ 1: every link down
+
+
+def test_all_links_inactive_on_an_sxm_part_is_critical() -> None:
+    snapshot = _judged(realdata_dir() / BAD_NVLINK)
+    r = snapshot.readings_by_key
+    assert r["gpu.6.name"].value == "NVIDIA A100-SXM4-80GB"  # the header line's name
+    assert r["gpu.6.uuid"].value == "GPU-9667d95e-6d22-0c22-1f57-c481f13e7c44"
+    assert r["node.profile"].value == "a100-sxm4-80gb"  # the model, from the name
+    assert r["gpu.6.nvlink.active"].value == 0
+    fired = _fired(snapshot)
+    assert fired["NVL011"] is Severity.CRITICAL
+    assert fired["NVL006"] is Severity.WARNING  # 0 of the model's 12
+    # the healthy file of the same upstream test: 12 of 12 links, no NVLink finding
+    good = _judged(realdata_dir() / BAD_NVLINK.replace("bad_", "good_"))
+    assert not {k for k in _fired(good) if k.startswith("NVL")}
+
+
+def test_all_links_inactive_on_a_geforce_card_is_no_finding() -> None:
+    # the RTX 2080 SUPER prints the same line: a card without bridges, not a fault
+    name = "nvgpuexp__linux-x86_64__nvidia-geforce-rtx-2080-super__595.71.05__nvlink-s.txt"
+    fired = _fired(_judged(realdata_dir() / "nvlink" / name))
+    assert "NVL011" not in fired and "NVL006" not in fired
+
+
+# ------------------------------------------------------------------ 2: nvlink -e
+
+
+def test_nvlink_error_counters_are_counters_per_link() -> None:
+    text = (PASTES / "nvlink-e__h100.txt").read_text()
+    kind, readings = import_text(text)
+    r = {x.key: x for x in readings}
+    assert kind == "nvlink-e"
+    for link in (0, 1, 17):
+        for counter in ("replay", "recovery", "crc_flit"):
+            assert r[f"gpu.0.nvlink.{link}.errors.{counter}"].value == 0
+    # no link is made of a counter line, and the elided links 2-16 are not there at all
+    assert not [k for k in r if k.endswith((".state", ".speed", ".active", ".count"))]
+    assert not [k for k in r if k.startswith(("gpu.0.nvlink.2.", "gpu.0.nvlink.16."))]
+    # edit: 3 CRC errors on link 17 -> NVL002 fires on that link
+    edited = text.replace("Link 17: CRC Errors: 0", "Link 17: CRC Errors: 3")
+    assert _readings(edited)["gpu.0.nvlink.17.errors.crc_flit"].value == 3
+
+
+def test_nvlink_status_and_error_counters_in_one_file(tmp_path: Path) -> None:
+    status = (realdata_dir() / BAD_NVLINK.replace("bad_", "good_")).read_text()
+    errors = (PASTES / "nvlink-e__h100.txt").read_text().replace("GPU 0:", "GPU 7:")
+    errors = errors.replace("Link 1: Replay Errors: 0", "Link 1: Replay Errors: 5")
+    source = tmp_path / "both.txt"
+    source.write_text(status + errors)
+    snapshot = _judged(source)
+    r = snapshot.readings_by_key
+    assert r["gpu.7.nvlink.active"].value == 12 and r["gpu.7.nvlink.count"].value == 12
+    assert r["gpu.7.nvlink.1.errors.replay"].value == 5
+    assert "NVL004" in _fired(snapshot)
+
+
+# ------------------------------------------------------------------ 3: topo -m residue
+
+
+def test_topo_underline_residue_without_escape_is_stripped() -> None:
+    real = (realdata_dir() / H100_TOPO).read_text()
+    assert "\x1b[4m" in real
+    # edit: the ESC bytes dropped, as a web page or an environment dump keeps the text
+    pasted = real.replace("\x1b", "")
+    r = _readings(pasted)
+    assert r == _readings(real)
+    assert r["gpu.0.cpu_affinity"].value == "0-19" and r["gpu.0.numa_node"].value == 0
+
+
+def test_topo_row_is_never_taken_for_the_header() -> None:
+    real = (realdata_dir() / H100_TOPO).read_text()
+    # edit: the header line lost (a paste that starts at the GPU0 row)
+    rows = "\n".join(line for line in real.splitlines() if "GPU0\tCPU" not in line)
+    with pytest.raises(ImportError_, match="without its header line"):
+        import_text(rows)
+
+
+# ------------------------------------------------------------------ 5: still unread
+
+
+def test_topo_gpu_numa_id_of_a_grace_node() -> None:
+    r = _readings((PASTES / "topo-m__gb200__sglang-11208.txt").read_text())
+    assert [r[f"gpu.{g}.memory_numa_node"].value for g in range(3)] == [2, 10, 18]
+    assert r["topo.gpu.0.1"].value == "NV18" and r["gpu.2.cpu_affinity"].value == "72-143"
+    h100 = _readings((realdata_dir() / H100_TOPO).read_text())
+    assert h100["gpu.0.memory_numa_node"].status is ReadingStatus.UNSUPPORTED  # N/A
+
+
+def test_elided_nvlink_status_is_not_a_count() -> None:
+    r = _readings((PASTES / "nvlink-s__h100__elided.txt").read_text())
+    assert r["gpu.0.nvlink.0.speed"].value == 26.562 and r["gpu.0.nvlink.17.state"].ok
+    for key in ("gpu.0.nvlink.count", "gpu.0.nvlink.active"):
+        assert r[key].status is ReadingStatus.MISSING and "cut" in r[key].reason
