@@ -128,3 +128,33 @@ def test_elided_nvlink_status_is_not_a_count() -> None:
     assert r["gpu.0.nvlink.0.speed"].value == 26.562 and r["gpu.0.nvlink.17.state"].ok
     for key in ("gpu.0.nvlink.count", "gpu.0.nvlink.active"):
         assert r[key].status is ReadingStatus.MISSING and "cut" in r[key].reason
+
+
+# ------------------------------------------------------------------ 4: -q cut at its end
+
+H100_Q = "nvidia-smi-q/nvgpuexp__linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01__idle.txt"
+
+
+def _cut_after(line: str) -> str:
+    """The real H100 -q, cut right after the line that starts with `line` (edit: the
+    paste ends there, its last line whole)."""
+    lines = (realdata_dir() / H100_Q).read_text().splitlines()
+    at = next(i for i, x in enumerate(lines) if x.startswith(line))
+    return "\n".join(lines[: at + 1]) + "\n"
+
+
+def test_a_q_paste_cut_at_its_end_keeps_the_whole_blocks() -> None:
+    # the cut falls on the first line after a whole Clocks Event Reasons block
+    r = _readings(_cut_after("    Clocks Event Reasons Counters"))
+    assert r["gpu.0.throttle_reasons"].value == ["GpuIdle"]  # 'Idle : Active', read
+    # cut inside Remapped Rows: the lines before the cut are whole, read as shown
+    r = _readings(_cut_after("            High "))
+    assert r["gpu.0.remapped_rows.pending"].value is False
+    assert r["gpu.0.ecc.current"].value is True and r["gpu.0.memory.total"].value == 81559
+    # what the cut can hide is unknown: the sections after it
+    assert r["gpu.0.temperature.gpu"].status is ReadingStatus.MISSING
+    assert "stops part-way" in r["gpu.0.temperature.gpu"].reason
+    # cut inside the reasons block itself: not known, and says what its whole lines show
+    r = _readings(_cut_after("        Sync Boost ")).get("gpu.0.throttle_reasons")
+    assert r is not None and r.status is ReadingStatus.MISSING
+    assert "stops part-way" in r.reason and "GpuIdle" in r.reason
