@@ -158,3 +158,98 @@ def test_a_q_paste_cut_at_its_end_keeps_the_whole_blocks() -> None:
     r = _readings(_cut_after("        Sync Boost ")).get("gpu.0.throttle_reasons")
     assert r is not None and r.status is ReadingStatus.MISSING
     assert "stops part-way" in r.reason and "GpuIdle" in r.reason
+
+
+def test_pre_470_ecc_mode_label_is_read() -> None:
+    # driver 418.67 prints the section as 'Ecc Mode' (a V100-SXM2, pasted with its '...')
+    r = _readings((PASTES / "q__v100-sxm2__418.67__princeton.txt").read_text())
+    assert r["gpu.0.ecc.current"].value is True and r["gpu.0.ecc.pending"].value is True
+    assert r["gpu.0.ecc.volatile.uncorrected"].value == 0  # its pre-R450 printed total
+    assert r["gpu.0.pcie.link_width"].value == 2  # the paste's x2 link of x16, as printed
+
+
+def test_mig_devices_of_a_q_x_file() -> None:
+    # nvidia-smi -q -x of an A100-SXM4-80GB in MIG mode, four 1g.20gb devices (driver 535)
+    kind, readings = import_text(
+        (PASTES / "q-x__a100-sxm4-mig__535.54.03__telegraf.xml").read_text()
+    )
+    r = {x.key: x for x in readings}
+    assert kind == "xml" and r["gpu.0.mig.current"].value is True
+    assert r["gpu.0.mig.instances"].value == [f"GI {g} / CI 0: 19968 MiB" for g in (3, 4, 5, 6)]
+
+
+# ------------------------------------------------------------------ 6: bring-up pastes
+
+
+def test_fabric_section_in_progress_is_critical() -> None:
+    snapshot = _judged(PASTES / "fabric__in-progress__gpu-operator-2511.txt")
+    r = snapshot.readings_by_key
+    assert r["gpu.0.fabric.state"].value == "in-progress"
+    assert "names no GPU" in r["gpu.0.pci.bus_id"].reason  # which GPU is not in the paste
+    assert _fired(snapshot)["NVL008"] is Severity.CRITICAL
+    # edit: grep -A prints each GPU's section, '--' between them: GPU 1 registered
+    text = (PASTES / "fabric__in-progress__gpu-operator-2511.txt").read_text()
+    r = _readings(text + "--\n" + text.replace("In Progress", "Completed"))
+    assert r["gpu.0.fabric.state"].value == "in-progress"
+    assert r["gpu.1.fabric.state"].value == "completed"
+
+
+def test_fabric_completed_with_insufficient_resources_is_critical() -> None:
+    snapshot = _judged(PASTES / "fabric__insufficient-resources__azhpc-images-506.txt")
+    assert snapshot.readings_by_key["gpu.0.fabric.status"].value == "Insufficient Resources"
+    fired = _fired(snapshot)
+    assert fired["NVL009"] is Severity.CRITICAL and "NVL008" not in fired
+
+
+def test_kernel_log_xid_lines_are_the_fault_readings() -> None:
+    snapshot = _judged(PASTES / "kernel-log__xid__open-gpu-kernel-modules-1150.txt")
+    r = snapshot.readings_by_key
+    assert r["faults.xid.total"].value == 7 and r["faults.xid.codes"].value == [45]
+    assert r["faults.xid.45.gpus"].value == [
+        "0000:97:00.0", "0000:ba:00.0", "0000:dc:00.0", "0000:ed:00.0"
+    ]  # fmt: skip
+    assert _fired(snapshot)["GPU026"] is Severity.WARNING
+    # edit: the line, an Xid 63 (row remapping) -> a hardware fault, GPU027
+    line = "kernel: NVRM: Xid (PCI:0000:10:1c): 63, pid='<unknown>', name=<unknown>, Row Remapper\n"
+    r = _readings(line)
+    assert r["faults.xid.codes"].value == [63] and r["faults.xid.63.gpus"].value == ["0000:10:1c.0"]
+
+
+def test_dcgmi_diag_table_is_per_test_verdicts_with_their_rule() -> None:
+    snapshot = _judged(PASTES / "dcgmi-diag-r3__8x-h100__nccl-tests-264.txt")
+    r = snapshot.readings_by_key
+    assert r["dcgm.diag.gpu_memory"].value == "Fail - All"
+    assert r["dcgm.diag.denylist"].value == "Pass" and r["dcgm.diag.pcie"].value == "Skip - All"
+    assert "dcgm.diag.dcgm_version" not in r and "dcgm.diag.info" not in r  # no tests
+    assert r["dcgm.diag.failed"].value == ["GPU Memory"]
+    (warning, _) = r["dcgm.diag.warnings"].value  # the wrapped rows joined as printed
+    assert "Check DCGM and system logs" in warning and "'system not yet initialized'" in warning
+    assert _fired(snapshot)["DCGM001"] is Severity.CRITICAL
+    # edit: every test passed -> DCGM001 stays quiet
+    passed = (PASTES / "dcgmi-diag-r3__8x-h100__nccl-tests-264.txt").read_text()
+    passed = passed.replace("Fail - All", "Pass - All")
+    assert _readings(passed)["dcgm.diag.failed"].value == []
+
+
+def test_dcgm_rule_is_explained() -> None:
+    from gpudiag.commands.rules import explain_rule
+
+    (rule,) = [r for r in load_rules() if r.id == "DCGM001"]
+    text = explain_rule(rule)
+    assert text.startswith("DCGM001 (critical, stable): dcgmi diag test failed")
+    assert "dcgm.diag.failed" in text and "made by import" in text
+
+
+@pytest.mark.parametrize(
+    ("text", "looks"),
+    [
+        ('{"gpus": []}', "it looks like JSON: 1 line"),
+        ("+-----+\n| NVIDIA-SMI 560.35.03 |\n", "nvidia-smi's summary table"),
+        ("index, name, memory.total\n0, NVIDIA H100, 81559 MiB\n", "CSV"),
+        ("hello\nworld\n", "it looks like text: 2 lines, starting 'hello'"),
+    ],
+)
+def test_anything_else_says_what_it_looks_like(text: str, looks: str) -> None:
+    with pytest.raises(ImportError_, match="not an nvidia-smi") as refused:
+        import_text(text)
+    assert looks in str(refused.value) and "\n" not in str(refused.value)
