@@ -14,7 +14,7 @@ from gpudiag.model import ReadingStatus, Severity, Snapshot
 from gpudiag.rulefile import load_rules
 from gpudiag.session import with_findings
 
-from conftest import realdata_dir
+from conftest import realdata_dir, run_cli
 
 PASTES = Path(__file__).parent / "fixtures" / "pastes"
 BAD_NVLINK = "nvlink/azurehpc__bad_nvlink_status__A100-SXM4-80GB.txt"
@@ -225,6 +225,10 @@ def test_dcgmi_diag_table_is_per_test_verdicts_with_their_rule() -> None:
     (warning, _) = r["dcgm.diag.warnings"].value  # the wrapped rows joined as printed
     assert "Check DCGM and system logs" in warning and "'system not yet initialized'" in warning
     assert _fired(snapshot)["DCGM001"] is Severity.CRITICAL
+    # a host rule does not apply, in words that name what was imported
+    assert any(
+        f.message.endswith("an import of a dcgmi diag table holds") for f in snapshot.findings
+    )
     # edit: every test passed -> DCGM001 stays quiet
     passed = (PASTES / "dcgmi-diag-r3__8x-h100__nccl-tests-264.txt").read_text()
     passed = passed.replace("Fail - All", "Pass - All")
@@ -253,3 +257,31 @@ def test_anything_else_says_what_it_looks_like(text: str, looks: str) -> None:
     with pytest.raises(ImportError_, match="not an nvidia-smi") as refused:
         import_text(text)
     assert looks in str(refused.value) and "\n" not in str(refused.value)
+
+
+# ------------------------------------------------------------------ what the user sees
+
+
+def test_cli_import_of_pasted_faults_is_critical(tmp_path: Path) -> None:
+    """End to end, as a user types it: the azurehpc bad nvlink -s file (issue 36's first
+    ticket: OK, exit 0 before), a Fabric section and a dcgmi diag table imported at once."""
+    result = run_cli(
+        "import",
+        str(realdata_dir() / BAD_NVLINK),
+        str(PASTES / "fabric__insufficient-resources__azhpc-images-506.txt"),
+        str(PASTES / "dcgmi-diag-r3__8x-h100__nccl-tests-264.txt"),
+        "-o",
+        str(tmp_path / "x.json"),
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("imported: 3 probes (3 ok)")
+    assert any(line.startswith("CRITICAL NVL011   GPU 6: ") for line in lines)
+    assert any(line.startswith("CRITICAL NVL009   GPU 0: ") for line in lines)
+    assert any(
+        line.startswith("CRITICAL DCGM001  node: dcgmi diag failed: GPU Memory") for line in lines
+    )
+    refused = run_cli("import", str(PASTES / "README.md"), "-o", str(tmp_path / "y.json"))
+    assert refused.returncode == 3 and refused.stdout == ""
+    (line,) = refused.stderr.splitlines()
+    assert "README.md: not an nvidia-smi" in line and "it looks like text" in line

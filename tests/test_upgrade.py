@@ -63,3 +63,15 @@ def test_a_current_snapshot_is_left_as_it_is() -> None:
 
     snapshot = demo_node("healthy").snapshot()  # today's probes, replayed
     assert upgraded(snapshot.probes) is snapshot.probes
+
+
+def test_cli_check_of_the_old_snapshot(tmp_path: Path) -> None:
+    """End to end: `gpudiag check` of the snapshot exported at ea3500d, as a user runs it."""
+    from conftest import run_cli
+
+    result = run_cli("check", str(OLD))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no probe produced it" not in result.stdout
+    judged = [line.split()[:2] for line in result.stdout.splitlines()[1:]]
+    assert not [w for w in judged if w and w[0] in ("CRITICAL", "WARNING", "UNKNOWN")]
+    assert ["INFO", "HOST001"] in judged  # the findings are there: it runs under a hypervisor
