@@ -6,7 +6,7 @@ Where the declaring files no longer match FINGERPRINT, the catalog is built from
 producers instead.
 """
 
-FINGERPRINT = (1462316241, 31)
+FINGERPRINT = (785272381, 31)
 # (template, unit, change, identifying, group, help, producers), in declaration order
 DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host']),
  ('host.kernel.release', '', 'configuration', '', 'Host and OS', '', ['host']),
@@ -369,7 +369,7 @@ DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'
  ('faults.xid.total', '', 'counter', '', 'Faults', '', ['faults', 'import']),
  ('faults.xid.{xid}.count', '', 'counter', '', 'Faults', '', ['faults', 'import']),
  ('faults.xid.{xid}.gpus', '', 'volatile', '', 'Faults', '', ['faults', 'import']),
- ('faults.xid.{xid}.last_seen', 's since boot', 'volatile', '', 'Faults', '', ['faults']),
+ ('faults.xid.{xid}.last_seen', 's since boot', 'volatile', '', 'Faults', '', ['faults', 'import']),
  ('nvml.cuda_driver_version', '', 'configuration', '', 'Driver (NVML)', '', ['driver', 'import']),
  ('nvml.driver_version', '', 'configuration', '', 'Driver (NVML)', '', ['driver', 'import']),
  ('nvml.gpu_count', 'GPUs', 'configuration', '', 'Driver (NVML)', '', ['driver', 'import']),

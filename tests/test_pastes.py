@@ -285,3 +285,15 @@ def test_cli_import_of_pasted_faults_is_critical(tmp_path: Path) -> None:
     assert refused.returncode == 3 and refused.stdout == ""
     (line,) = refused.stderr.splitlines()
     assert "README.md: not an nvidia-smi" in line and "it looks like text" in line
+
+
+def test_a_bug_report_bundle_brings_its_kernel_log_xids() -> None:
+    # edit: the real H100 -q, then a kernel log with dmesg's seconds since boot, as an
+    # nvidia-bug-report.log bundles them (the Xid line is open-gpu-kernel-modules 1150's)
+    q = (realdata_dir() / H100_Q).read_text()
+    log = "[ 4711.250000] NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001\n"
+    kind, readings = import_text(q + "\n" + log)
+    r = {x.key: x for x in readings}
+    assert kind == "q" and r["gpu.0.name"].value == "NVIDIA H100 80GB HBM3"
+    assert r["faults.xid.codes"].value == [45] and r["faults.xid.45.last_seen"].value == 4711.25
+    assert "faults.xid.total" not in _readings(q)  # a -q alone holds no kernel log

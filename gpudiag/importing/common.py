@@ -113,6 +113,7 @@ MAKES = catalog.also(
     "faults.xid.total",
     "faults.xid.{xid}.count",
     "faults.xid.{xid}.gpus",
+    "faults.xid.{xid}.last_seen",
     "nvml.cuda_driver_version",
     "nvml.driver_version",
     "nvml.gpu_count",

@@ -90,24 +90,38 @@ def is_kernel_log(text: str) -> bool:
     return bool(_XID.search(text))
 
 
+# a dmesg line's seconds since boot ('[ 5.000000] NVRM: ...'), as probes/faults.py reads it
+_DMESG_SECONDS = re.compile(r"^\[\s*(\d+\.\d+)\]")
+
+
 def parse_xid_lines(text: str) -> list[Reading]:
     """Kernel-log lines -> the readings the live faults probe makes of them:
-    faults.xid.total, faults.xid.codes and, per code, its count and GPUs. Only the lines
-    pasted are counted: since-boot totals of a paste are what it shows, said so."""
+    faults.xid.total, faults.xid.codes and, per code, its count, its GPUs and (where the
+    lines carry dmesg's seconds since boot) when it was last seen. Only the lines pasted
+    are counted: the source says so."""
     source = "pasted kernel log (the Xid lines it holds)"
-    events = [(int(m.group(2)), f"{m.group(1).lower()}.0") for m in _XID.finditer(text)]
+    events: list[tuple[int, str, float | None]] = []
+    for line in text.splitlines():
+        if (match := _XID.search(line)) is not None:
+            seconds = _DMESG_SECONDS.match(line.strip())
+            when = float(seconds.group(1)) if seconds else None
+            events.append((int(match.group(2)), f"{match.group(1).lower()}.0", when))
     if not events:
         raise ImportError_("no NVRM Xid line")
-    codes = sorted({code for code, _ in events})
+    codes = sorted({code for code, _, _ in events})
     readings = [
         Reading(key_of("faults.xid.total"), len(events), source=source),
         Reading(key_of("faults.xid.codes"), codes, source=source),
     ]
     for code in codes:
-        mine = [pci for c, pci in events if c == code]
+        mine = [(pci, when) for c, pci, when in events if c == code]
         readings.append(Reading(key_of("faults.xid.{xid}.count", xid=code), len(mine), "", source))
-        gpus = sorted(set(mine))
+        gpus = sorted({pci for pci, _ in mine})
         readings.append(Reading(key_of("faults.xid.{xid}.gpus", xid=code), gpus, "", source))
+        times = [when for _, when in mine if when is not None]
+        if times:
+            key = key_of("faults.xid.{xid}.last_seen", xid=code)
+            readings.append(Reading(key, max(times), "s since boot", source))
     return readings
 
 
