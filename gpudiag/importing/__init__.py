@@ -1,6 +1,8 @@
 """Import of nvidia-smi outputs into readings with the same keys a live probe gives:
 `nvidia-smi -q -x` XML (DTD v10 to v13), `nvidia-smi -q` text, an nvidia-bug-report.log
-holding either, `nvidia-smi topo -m`, `nvidia-smi nvlink -s` and `nvlink -e`; one module per format.
+holding either, `nvidia-smi topo -m`, `nvidia-smi nvlink -s` and `nvlink -e`; one module
+per format. What is pasted on bring-up besides them (a -q Fabric section, kernel-log Xid
+lines, a dcgmi diag table) is read by gpudiag/importing/pastes.py.
 
 `detect` tells which format a file is and `import_text` reads it with that format's module;
 `import_files` makes a snapshot of files. A field that is absent is missing; 'N/A',
