@@ -47,6 +47,8 @@ def _vm(node: Mapping[str, Reading]) -> str | None:
 def _gpu(readings: Mapping[str, Reading], node: Mapping[str, Reading]) -> list[Reading]:
     added = []
     for key, reading in readings.items():
+        if not key.endswith((".nvlink.count", ".fabric.state")):
+            continue  # most keys: one string test, no pattern
         match = _GPU_KEY.match(key)
         if match is None:
             continue
@@ -86,7 +88,9 @@ def _pcie(readings: Mapping[str, Reading], node: Mapping[str, Reading]) -> list[
     links = [
         (key, r, match.group(1))
         for key, r in readings.items()
-        if r.status is ReadingStatus.MISSING and (match := _PCIE_LINK.match(key))
+        if r.status is ReadingStatus.MISSING
+        and "_link_" in key
+        and (match := _PCIE_LINK.match(key))
     ]
     if links:
         from gpudiag.probes.pcie import link_reading  # the producer's own rule
