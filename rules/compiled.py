@@ -2061,7 +2061,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                        (('reading', 'node.nvidia_gpus', True),),
                        ())),
                      ()),
- 'rules/nvlink.toml': ((354291853, 6077),
+ 'rules/nvlink.toml': ((3753944500, 6089),
                        (('NVL001',
                          'warning',
                          'NVLink inactive',
@@ -2283,13 +2283,14 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                          'min_profile',
                          'nvlink_min_active',
                          'An SXM GPU has no NVLink bridge that may be left out: with every link '
-                         'down it reaches neither its peers nor the NVSwitches, and on NVSwitch '
-                         'systems the fabric manager leaves it out of the fabric (nvidia-smi: '
-                         "'Unable to retrieve NVLink information as all links are inactive').",
+                         'down its traffic to its peers and the NVSwitches has no NVLink path, and '
+                         'on NVSwitch systems the fabric manager leaves it out of the fabric '
+                         "(nvidia-smi: 'Unable to retrieve NVLink information as all links are "
+                         "inactive').",
                          "Check the kernel log for NVLink Xids (74, 79) and the fabric manager's "
                          'log; reset the GPU (nvidia-smi -r -i {gpu}); reseat the baseboard or RMA '
                          'the GPU if the links stay down.',
-                         'GPU {gpu} has {value} active NVLinks: an SXM part reaches its peers only '
+                         "GPU {gpu} has {value} active NVLinks: an SXM part's peer traffic goes "
                          'over NVLink',
                          'stable',
                          (),
@@ -2699,7 +2700,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                        ())),
                      ())}
 # rules/profiles.toml (gpudiag/profiles.py): (fingerprint, Profile's fields, profiles)
-PROFILES = ((3317720588, 10240),
+PROFILES = ((1161957459, 10286),
  ('name', 'title', 'device_ids', 'values', 'brands', 'name_words', 'product_names'),
  (('h100-sxm5',
    'H100 SXM5 80GB',

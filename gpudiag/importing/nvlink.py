@@ -18,9 +18,10 @@ from gpudiag.model import Reading, ReadingStatus
 
 # 'GPU 6: NVIDIA A100-SXM4-80GB (UUID: GPU-9667d95e-...)'; 'GPU 0: NVIDIA GB300' (no UUID)
 _HEADER = re.compile(r"^GPU (\d+): (.*?)\s*(?:\(UUID: ([^)]*)\))?\s*$")
-# nvlink -e: 'Link 0: Replay Errors: 0', 'Link 0: CRC Errors: 0' (the flit CRC: NVML's
-# NVML_NVLINK_ERROR_DL_CRC_FLIT, what nvidia-smi has printed as 'CRC Errors' since R410),
-# newer drivers split it into 'CRC Flit Errors' and 'CRC Data Errors'
+# nvlink -e: 'Link 0: Replay Errors: 0', 'Link 0: CRC Errors: 0'. Its one CRC count is
+# taken as the flit CRC (NVML_NVLINK_ERROR_DL_CRC_FLIT, what NVL002 judges): the pastes
+# seen (H100, GB300) print no other; checked against no nvidia-smi source. Lines naming
+# the flit and data CRC apart, should a driver print them, go to each's own reading.
 _COUNTER = re.compile(r"^Link (\d+): ((?:Replay|Recovery|CRC(?: Flit| Data)?) Errors): (.+)$")
 COUNTERS = {
     "Replay Errors": "replay",
