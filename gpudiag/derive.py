@@ -58,11 +58,13 @@ def profile_readings(
 ) -> tuple[list[Reading], Profile | None, list[str]]:
     """The profile match as readings, with the profile and the device ids seen: the one
     named (--profile), else the one the GPUs' most common PCI device id selects, else the
-    class profile of GPU 0's brand or name. No reading when no GPU's id was read and
-    none was named. Raises RuleError for a name no profile has."""
+    class profile of GPU 0's brand or name; where no GPU's id was read (an nvlink -s
+    paste), the model whose product name the GPUs' most common name is. No reading when
+    none matches, no GPU's id was read and none was named. Raises RuleError for a name
+    no profile has."""
     profiles = load_profiles()
     profile, device_ids = detect_profile(dict(readings), profiles)
-    source = "gpu.*.pci.device_id (else gpu.0.brand, gpu.0.name), rules/profiles.toml"
+    source = "gpu.*.pci.device_id (else gpu.*.name, gpu.0.brand, gpu.0.name), rules/profiles.toml"
     if profile_name is not None:
         if profile_name not in profiles:
             raise RuleError(

@@ -29,6 +29,7 @@ class Profile:
     values: dict[str, Any] = field(default_factory=dict)
     brands: tuple[str, ...] = ()
     name_words: tuple[str, ...] = ()
+    product_names: tuple[str, ...] = ()
 
 
 # what a class of GPU has, true or false (a GeForce card has no ECC memory)
@@ -36,6 +37,7 @@ PROFILE_FLAGS = {"ecc", "persistence_mode"}
 PROFILE_FIELDS = {
     "memory_gb",
     "nvlink_count",
+    "nvlink_min_active",
     "nvlink_gbs",
     "pcie_gen",
     "pcie_width",
@@ -90,7 +92,7 @@ def parse_profiles(text: str, origin: str) -> dict[str, Profile]:
             set(table)
             - PROFILE_FIELDS
             - PROFILE_FLAGS
-            - {"title", "device_ids", "inherits", "brands", "name_words"}
+            - {"title", "device_ids", "inherits", "brands", "name_words", "product_names"}
         )
         if unknown:
             raise RuleError(
@@ -110,7 +112,7 @@ def parse_profiles(text: str, origin: str) -> dict[str, Profile]:
             values[key] = table[key]
         values.update(_computed(values))
         words = {}
-        for key in ("brands", "name_words"):
+        for key in ("brands", "name_words", "product_names"):
             words[key] = table.get(key, [])
             if not isinstance(words[key], list) or not all(isinstance(w, str) for w in words[key]):
                 raise RuleError(f"{origin}: profile {name}: {key} is a list of strings")
@@ -126,6 +128,7 @@ def parse_profiles(text: str, origin: str) -> dict[str, Profile]:
             values,
             tuple(words["brands"]),
             tuple(words["name_words"]),
+            tuple(words["product_names"]),
         )
         return profiles[name]
 
@@ -203,10 +206,12 @@ def _compiled_profiles(text: str) -> dict[str, Profile] | None:
 def detect_profile(
     readings: dict[str, Reading], profiles: dict[str, Profile]
 ) -> tuple[Profile | None, list[str]]:
-    """The profile of the node's most common GPU model, and the device ids seen."""
+    """The profile of the node's most common GPU model, and the device ids seen; where
+    no GPU's device id was read (an `nvlink -s` paste names the GPUs only in its header
+    lines), the model whose product name the GPUs' most common name is."""
     ids = [str(r.value) for key in _device_id_keys(tuple(readings)) if (r := readings[key]).ok]
     if not ids:
-        return None, []
+        return named_profile(readings, profiles), []
     common = Counter(ids).most_common(1)[0][0]
     for profile in profiles.values():
         if common in profile.device_ids:
@@ -219,6 +224,23 @@ def _device_id_keys(keys: tuple[str, ...]) -> tuple[str, ...]:
     """The GPUs' PCI device id keys among these keys: found once per shape of readings
     (every judgment detects the profile again)."""
     return tuple(k for k in keys if k.endswith(".pci.device_id") and catalog.GPU_KEY.match(k))
+
+
+def named_profile(readings: dict[str, Reading], profiles: dict[str, Profile]) -> Profile | None:
+    """The model profile whose `product_names` holds the GPUs' most common product name
+    (nvidia-smi's 'NVIDIA A100-SXM4-80GB'), compared without case; None when none does."""
+    names = [
+        str(r.value).strip().lower()
+        for key, r in readings.items()
+        if key.endswith(".name") and r.ok and catalog.GPU_KEY.match(key) and key.count(".") == 2
+    ]
+    if not names:
+        return None
+    common = Counter(names).most_common(1)[0][0]
+    for profile in profiles.values():
+        if common in (n.lower() for n in profile.product_names):
+            return profile
+    return None
 
 
 def class_profile(readings: dict[str, Reading], profiles: dict[str, Profile]) -> Profile | None:

@@ -86,6 +86,20 @@ class _Context:
     profile: Profile | None
     sources: tuple[str, ...] = ()  # the snapshot's probe names; () judges without coverage
 
+    def missing(self, key: str) -> Reading:
+        """An absent reading as evidence: where a producer of it ran in this snapshot,
+        saying so (a snapshot from an older gpudiag), never that no probe produced it."""
+        if key in self.readings:
+            return self.readings[key]
+        ran = sorted(p for p in shipped.catalog().producers(key) if p in self.sources)
+        if not ran:
+            return _missing(key)
+        reason = (
+            f"not recorded by the {', '.join(ran)} probe, which ran "
+            "(a snapshot saved by an older gpudiag)"
+        )
+        return Reading.failed(key, ReadingStatus.MISSING, reason)
+
     def cannot_hold(self, key: str) -> bool:
         """True when `key` is absent and none of the snapshot's sources could hold it."""
         return (
@@ -161,7 +175,7 @@ def _all_equal(
     held = [k for k in keys if not context.cannot_hold(k)]  # a -q -d file shows some GPUs'
     if not held:
         return _not_applicable(rule, {}, keys[0], context)
-    readings = [context.readings.get(k) or _missing(k) for k in held]
+    readings = [context.missing(k) for k in held]
     unsupported = ReadingStatus.UNSUPPORTED
     if all(r.status is unsupported for r in readings):  # no GPU has it (a GeForce's InfoROM)
         return _unsupported(rule, {}, readings[0])
@@ -239,14 +253,14 @@ def _evaluate_instance(
     operator = rule.operator
     if status is ReadingStatus.OK and operator == "present":
         return None
-    evidence = [reading or _missing(key)]
+    evidence = [reading or context.missing(key)]
     expected: Any = rule.operand
     if status is ReadingStatus.OK:
         if operator in READING_OPERATORS:
             other_key = catalog.fill(rule.operand, values)
             if context.cannot_hold(other_key):
                 return _not_applicable(rule, values, other_key, context)
-            other = context.readings.get(other_key) or _missing(other_key)
+            other = context.missing(other_key)
             evidence.append(other)
             if other.status is ReadingStatus.UNSUPPORTED:
                 return _unsupported(rule, values, other)  # nothing to compare with here

@@ -272,8 +272,18 @@ def describe(sources: Iterable[str]) -> str:
     names = sorted(set(sources) - {DERIVED})
     imports = [n.removeprefix("import-") for n in names if n.startswith("import-")]
     if imports and len(imports) == len(names):
-        return "an import of nvidia-smi " + ", ".join(imports) + " output"
+        smi = [kind for kind in imports if kind not in PASTED]
+        parts = [f"nvidia-smi {', '.join(smi)} output"] if smi else []
+        return "an import of " + " and ".join(parts + [PASTED[k] for k in imports if k in PASTED])
     return "probes " + ", ".join(names)
+
+
+# the imports of what is pasted besides nvidia-smi's outputs (gpudiag/importing/pastes.py)
+PASTED = {
+    "dcgmi-diag": "a dcgmi diag table",
+    "fabric": "an nvidia-smi -q Fabric section",
+    "kernel-log": "kernel-log Xid lines",
+}
 
 
 # ------------------------------------------------------------------ instances of subjects

@@ -48,6 +48,7 @@ from gpudiag.model import (
     Statistics,
     check_value,
 )
+from gpudiag.upgrade import upgraded
 
 
 class SnapshotError(Exception):
@@ -480,7 +481,9 @@ def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
             if finding.severity is Severity.NOT_APPLICABLE:
                 raise ValueError(f"schema version 1 has no '{finding.severity.value}' findings")
         snapshot = migrate_v1(snapshot)
-    return snapshot
+    # what its producers now record, derived from what it holds (gpudiag/upgrade.py)
+    probes = upgraded(snapshot.probes)
+    return snapshot if probes is snapshot.probes else replace(snapshot, probes=probes)
 
 
 READABLE_VERSIONS = (1, SCHEMA_VERSION)

@@ -122,6 +122,8 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
     "NVL004": link("errors.replay", 4, 0),
     "NVL005": link("errors.recovery", 2, 0),
     "NVL006": one("nvlink.active", 17, 18),
+    "NVL011": one("nvlink.active", 0, 1),
+    "DCGM001": node("dcgm.diag.failed", ["GPU Memory"], []),
     "NVL007": link("speed", 13.281, 26.562),
     "NVL008": one("fabric.state", "not-started", "completed"),
     "NVL009": one("fabric.status", "Unknown", "ok"),

@@ -99,7 +99,7 @@ def test_a_producer_fills_the_keys_another_declares_only_from_its_list() -> None
     assert key_of("gpu.{gpu}.brand", gpu=2) == "gpu.2.brand"
     assert key_of("gpu.{gpu}.nvlink.{link}.state", gpu=2, link=3) == "gpu.2.nvlink.3.state"
     with pytest.raises(KeyError):
-        key_of("gpu.{gpu}.nvlink.{link}.errors.replay", gpu=0, link=0)  # not imported
+        key_of("gpu.{gpu}.nvlink.{link}.version", gpu=0, link=0)  # not imported
 
 
 @pytest.mark.parametrize("demo", ["healthy", "faulty"])
@@ -128,7 +128,7 @@ def test_every_reading_of_a_replayed_demo_is_declared_by_its_producer(demo: str)
 def test_declarations_are_found_by_key() -> None:
     found = shipped.find("gpu.3.nvlink.5.errors.replay")
     assert found is not None and found.change is Change.COUNTER
-    assert found.producers == frozenset({"gpu"})
+    assert found.producers == frozenset({"gpu", "import"})  # nvlink -e is imported too
     assert shipped.find("gpu.0.power.limit").unit == "W"  # type: ignore[union-attr]
     assert shipped.find("gpu.0.kernel.stream.triad.fp64.ci_low").template == (  # type: ignore[union-attr]
         "gpu.{gpu}.kernel.{metric}.ci_low"

@@ -227,7 +227,8 @@ def test_topo_files(path: Path) -> None:
     assert gpus == ["0"]  # every real capture here is of one GPU: its matrix is the self cell
     pairs = [f"topo.gpu.{a}.{b}" for a in gpus for b in gpus if a != b]
     # exactly each GPU's affinity and NUMA node and a cell per pair: nothing invented
-    expected = {f"gpu.{g}.{field}" for g in gpus for field in ("cpu_affinity", "numa_node")}
+    fields = ("cpu_affinity", "numa_node", "memory_numa_node")  # 'GPU NUMA ID': N/A off Grace
+    expected = {f"gpu.{g}.{field}" for g in gpus for field in fields}
     assert set(by_key) == expected | set(pairs)
     affinity = next((v for k, v in TOPO.items() if k in path.name), None)
     for gpu in gpus:
@@ -237,6 +238,7 @@ def test_topo_files(path: Path) -> None:
         else:
             assert by_key[f"gpu.{gpu}.cpu_affinity"].value == affinity
             assert by_key[f"gpu.{gpu}.numa_node"].value == 0
+        assert by_key[f"gpu.{gpu}.memory_numa_node"].status is ReadingStatus.UNSUPPORTED
 
 
 @pytest.mark.parametrize("path", _every("nvlink"), ids=lambda p: getattr(p, "name", None))

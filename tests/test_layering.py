@@ -254,6 +254,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gpudiag.capture",
             "gpudiag.device_events",
             "gpudiag.snapshot",
+            "gpudiag.upgrade",
             "gpudiag.fleet.records",
         ),
     ),

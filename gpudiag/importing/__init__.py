@@ -1,6 +1,8 @@
 """Import of nvidia-smi outputs into readings with the same keys a live probe gives:
 `nvidia-smi -q -x` XML (DTD v10 to v13), `nvidia-smi -q` text, an nvidia-bug-report.log
-holding either, `nvidia-smi topo -m` and `nvidia-smi nvlink -s`; one module per format.
+holding either, `nvidia-smi topo -m`, `nvidia-smi nvlink -s` and `nvlink -e`; one module
+per format. What is pasted on bring-up besides them (a -q Fabric section, kernel-log Xid
+lines, a dcgmi diag table) is read by gpudiag/importing/pastes.py.
 
 `detect` tells which format a file is and `import_text` reads it with that format's module;
 `import_files` makes a snapshot of files. A field that is absent is missing; 'N/A',
@@ -15,10 +17,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from gpudiag import __version__
+from gpudiag.importing import common, pastes
 from gpudiag.importing.bug_report import extract_from_bug_report, with_bundled
-from gpudiag.importing.common import READINGS, ImportError_
+from gpudiag.importing.common import ImportError_
 from gpudiag.importing.gpus import lost_gpus, with_lost_gpus, with_unreached
-from gpudiag.importing.nvlink import parse_nvlink_status
+from gpudiag.importing.nvlink import is_error_counters, parse_nvlink
+from gpudiag.importing.pastes import (
+    is_dcgm_diag,
+    is_fabric,
+    is_kernel_log,
+    parse_dcgm_diag,
+    parse_fabric,
+    parse_xid_lines,
+    what_it_looks_like,
+)
 from gpudiag.importing.query_text import q_readings
 from gpudiag.importing.query_xml import xml_readings
 from gpudiag.importing.topo import parse_topo_matrix
@@ -27,9 +39,19 @@ from gpudiag.model import ProbeResult, ProbeStatus, Reading, Snapshot
 
 __all__ = ["READINGS", "ImportError_", "detect", "import_files", "import_text"]
 
+# the readings the imports make (gpudiag/catalog.py)
+READINGS = (*common.READINGS, *pastes.DCGM_READINGS)
+# what is pasted besides nvidia-smi's own outputs: detected in this order, after them
+PASTES = (
+    ("fabric", is_fabric, parse_fabric),
+    ("kernel-log", is_kernel_log, parse_xid_lines),
+    ("dcgmi-diag", is_dcgm_diag, parse_dcgm_diag),
+)
+
 
 def detect(text: str) -> str:
-    """Which format a file is: xml, q, topo, nvlink (a bug report yields xml or q)."""
+    """Which format a file is: xml, q, topo, nvlink, nvlink-e (a bug report yields xml or
+    q), or a paste: fabric, kernel-log, dcgmi-diag."""
     stripped = text.lstrip()
     if stripped.startswith(("ERROR:", "Failed to", "NVIDIA-SMI has failed")):
         first = stripped.splitlines()[0].strip()
@@ -40,17 +62,23 @@ def detect(text: str) -> str:
         r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:", text, re.MULTILINE
     ):
         return "q"
-    if re.search(r"^\s*(\x1b\[[0-9;]*m)?GPU0(\x1b\[[0-9;]*m)?\s", text, re.MULTILINE) and (
+    if re.search(r"^\s*(\x1b?\[[0-9;]*m)?GPU0(\x1b?\[[0-9;]*m)?\s", text, re.MULTILINE) and (
         "Legend" in text or "CPU Affinity" in text
     ):
         return "topo"
     if re.search(r"^GPU \d+: .+\n\s*Link \d+:", text, re.MULTILINE) or re.search(
         r"^GPU \d+: .+\(UUID", text, re.MULTILINE
     ):
-        return "nvlink"
+        return "nvlink-e" if is_error_counters(text) else "nvlink"
     if lost_gpus(text):  # nothing but the error lines of GPUs it could not reach
         return "q"
-    raise ImportError_("not an nvidia-smi -q, -q -x, topo -m or nvlink -s output")
+    for kind, found, _ in PASTES:
+        if found(text):
+            return kind
+    raise ImportError_(
+        "not an nvidia-smi -q, -q -x, topo -m or nvlink -s/-e output, a -q Fabric section, "
+        f"kernel-log Xid lines or a dcgmi diag table; {what_it_looks_like(text)}"
+    )
 
 
 def import_files(paths: list[str]) -> Snapshot:
@@ -105,4 +133,7 @@ def import_text(text: str) -> tuple[str, list[Reading]]:
         return kind, with_bundled(text, with_unreached(readings))
     if kind == "topo":
         return kind, parse_topo_matrix(text)
-    return kind, parse_nvlink_status(text)
+    for name, _, parse in PASTES:
+        if kind == name:
+            return kind, parse(text)
+    return kind, parse_nvlink(text)

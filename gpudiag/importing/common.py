@@ -17,6 +17,11 @@ from gpudiag.model import Reading, ReadingStatus, Value
 # the readings an import makes (gpudiag/catalog.py): the GPU and driver probes' keys, and
 # the product brand, which only nvidia-smi prints
 BRAND = catalog.config("gpu.{gpu}.brand", help="nvidia-smi's brand")
+# the NUMA node of the GPU's own memory, where the GPU's memory is one (Grace: GH200, GB200):
+# nvidia-smi topo -m's 'GPU NUMA ID' column, N/A elsewhere
+MEMORY_NUMA = catalog.config(
+    "gpu.{gpu}.memory_numa_node", help="the NUMA node of the GPU's memory (topo -m 'GPU NUMA ID')"
+)
 MAKES = catalog.also(
     "gpu.{gpu}.bar1.total",
     "gpu.{gpu}.bar1.used",
@@ -60,6 +65,10 @@ MAKES = catalog.also(
     "gpu.{gpu}.numa_node",
     "gpu.{gpu}.nvlink.active",
     "gpu.{gpu}.nvlink.count",
+    "gpu.{gpu}.nvlink.{link}.errors.crc_data",
+    "gpu.{gpu}.nvlink.{link}.errors.crc_flit",
+    "gpu.{gpu}.nvlink.{link}.errors.recovery",
+    "gpu.{gpu}.nvlink.{link}.errors.replay",
     "gpu.{gpu}.nvlink.{link}.speed",
     "gpu.{gpu}.nvlink.{link}.state",
     "gpu.{gpu}.pci.bus_id",
@@ -100,6 +109,11 @@ MAKES = catalog.also(
     "gpu.{gpu}.utilization.memory",
     "gpu.{gpu}.uuid",
     "gpu.{gpu}.vbios",
+    "faults.xid.codes",
+    "faults.xid.total",
+    "faults.xid.{xid}.count",
+    "faults.xid.{xid}.gpus",
+    "faults.xid.{xid}.last_seen",
     "nvml.cuda_driver_version",
     "nvml.driver_version",
     "nvml.gpu_count",
@@ -107,19 +121,22 @@ MAKES = catalog.also(
     "topo.gpu.{gpu}.{peer}",
     "topo.gpu.{gpu}.nic.{nic}",
 )
-READINGS = (*catalog.declare("GPU", BRAND), MAKES)
+DECLARED = {d.template: d for d in (BRAND, MEMORY_NUMA)}
+READINGS = (*catalog.declare("GPU", *DECLARED.values()), MAKES)
 
 
 def key_of(template: str, **fields: object) -> str:
     """The key of a reading an import makes, through its declaration (BRAND) or the
     template it says it makes (MAKES): a KeyError for a template it does not name, a
     ValueError for a missing or unknown field. The importers emit through this."""
-    if template == BRAND.template:
-        return BRAND.key(**fields)
+    if template in DECLARED:
+        return DECLARED[template].key(**fields)
     return MAKES.key(template, **fields)
 
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# nvidia-smi's underline (topo -m's header), with its ESC byte or without it: a paste from
+# a web page or an environment dump keeps '[4m' ... '[0m' and drops the ESC
+ANSI = re.compile(r"\x1b\[[0-9;]*m|\[[0-9;]{0,6}m")
 
 
 class ImportError_(ValueError):

@@ -71,8 +71,9 @@ FIELDS = (
     _f("persistence_mode", "persistence_mode", "Persistence Mode", enabled),
     _f("mig.current", "mig_mode/current_mig", "MIG Mode/Current", enabled),
     _f("mig.pending", "mig_mode/pending_mig", "MIG Mode/Pending", enabled),
-    _f("ecc.current", "ecc_mode/current_ecc", "ECC Mode/Current", enabled),
-    _f("ecc.pending", "ecc_mode/pending_ecc", "ECC Mode/Pending", enabled),
+    # drivers before R470 print the section as 'Ecc Mode'
+    _f("ecc.current", "ecc_mode/current_ecc", "ECC Mode/Current|Ecc Mode/Current", enabled),
+    _f("ecc.pending", "ecc_mode/pending_ecc", "ECC Mode/Pending|Ecc Mode/Pending", enabled),
     *(
         _f(
             f"ecc.{counter}.{kind}.dram",

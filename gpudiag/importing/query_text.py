@@ -184,12 +184,22 @@ def _said_cut(readings: list[Reading]) -> list[Reading]:
 NVSMI_BANNER = re.compile(r"^==============NVSMI LOG==============\s*$", re.MULTILINE)
 
 
-def ends_cut(text: str) -> tuple[str, str] | None:
-    """(bus id, the text without its last line) where the file stops part-way through
-    its last GPU's section: a whole -q section (it starts with 'Product Name') always
-    prints 'Processes', and this one does not. Its last line may be cut mid-value, so it
-    is dropped. None where the last section is whole, or cannot be told whole (a
-    `-q -d` file prints only the sections asked for)."""
+@dataclass(frozen=True)
+class Cut:
+    """Where a -q file stops part-way through its last GPU's section."""
+
+    bus_id: str
+    kept: str  # the text without its last line (it may be cut mid-value)
+    open_section: str | None  # the top-level section the cut is inside, None between two
+
+
+def ends_cut(text: str) -> Cut | None:
+    """Where the file stops part-way through its last GPU's section: a whole -q section
+    (it starts with 'Product Name') always prints 'Processes', and this one does not.
+    Its last line may be cut mid-value, so it is dropped; the top-level section that line
+    is nested in is the one the cut can have hidden lines of (the sections before it are
+    whole). None where the last section is whole, or cannot be told whole (a `-q -d` file
+    prints only the sections asked for)."""
     last = [p for p in NVSMI_BANNER.split(text) if p.strip()] or [text]
     gpus = parse_q_text(last[-1])[1]
     if not gpus:
@@ -197,8 +207,13 @@ def ends_cut(text: str) -> tuple[str, str] | None:
     bus_id, tree = gpus[-1]
     if "Product Name" not in tree.children or "Processes" in tree.children:
         return None
-    kept = text.rstrip().rsplit("\n", 1)[0]
-    return bus_id, kept
+    kept, _, dropped = text.rstrip().rpartition("\n")
+    product = next((x for x in last[-1].splitlines() if "Product Name" in x), "    ")
+    top = len(product) - len(product.lstrip(" "))  # a GPU section's top-level indent
+    nested = len(dropped) - len(dropped.lstrip(" ")) > top
+    kept_tree = parse_q_text(kept)[1][-1][1]
+    open_section = kept_tree.entries[-1][0] if nested and kept_tree.entries else None
+    return Cut(bus_id, kept, open_section)
 
 
 def _merged_q(text: str) -> tuple[dict[str, str], list[tuple[str, Node]]]:
@@ -226,7 +241,7 @@ def _ended(bus_id: str) -> str:
 def q_readings(text: str) -> list[Reading]:
     cut_at_end = ends_cut(text)
     if cut_at_end is not None:
-        text = cut_at_end[1]
+        text = cut_at_end.kept
     header, gpus = _merged_q(text)
     readings = node_readings(
         header.get("Driver Version"),
@@ -243,7 +258,7 @@ def q_readings(text: str) -> list[Reading]:
             else r
             for r in readings
         ]
-    ended = cut_at_end is not None and gpus[-1][0] == cut_at_end[0]
+    ended = cut_at_end is not None and gpus[-1][0] == cut_at_end.bus_id
     if ended and header.get("Attached GPUs") is None:  # GPUs after the cut are not listed
         reason = f"{_ended(gpus[-1][0])}: how many GPUs"
         readings = [
@@ -258,7 +273,8 @@ def q_readings(text: str) -> list[Reading]:
         sections = set(tree.children)
         find = partial(_q_value, tree)
         if ended and index == len(gpus) - 1:  # what the file does not reach is unknown
-            readings.extend(_ended_readings(index, tree, bus_id, source_prefix))
+            assert cut_at_end is not None
+            readings.extend(_ended_readings(index, tree, cut_at_end, source_prefix))
             continue
         if _is_cut(tree):  # a section left out may be one the GPU has: every field is asked
             every = {p.split("/")[0] for spec in FIELDS for p in spec.text}
@@ -289,9 +305,11 @@ def q_readings(text: str) -> list[Reading]:
     return list(with_ecc_totals(tuple(readings)))
 
 
-def _ended_readings(index: int, tree: Node, bus_id: str, prefix: str) -> list[Reading]:
-    """The readings of a GPU whose section the file stops in: what it shows, and every
-    other field, its ECC counts, processes and throttle reasons unknown, saying so."""
+def _ended_readings(index: int, tree: Node, cut: Cut, prefix: str) -> list[Reading]:
+    """The readings of a GPU whose section the file stops in: every whole line it shows
+    is read; what the cut can have hidden (the rest of the section it stops in, and the
+    sections after it) is unknown, saying so; a field absent from a section that ends
+    before the cut is missing, as in a whole file."""
     find = partial(_q_value, tree)
     every = {p.split("/")[0] for spec in FIELDS for p in spec.text}
     readings = field_readings(index, find, False, prefix, every)
@@ -302,20 +320,41 @@ def _ended_readings(index: int, tree: Node, bus_id: str, prefix: str) -> list[Re
         )
         for kind in ("compute", "graphics")
     ]
-    reasons = tree.find("Clocks Event Reasons") or tree.find("Clocks Throttle Reasons")
-    if reasons is None or reasons is tree.entries[-1][1]:  # absent, or where the file stops
-        readings.append(throttle_reading(index, None, f"{prefix}/Clocks Event Reasons"))
-    else:
-        active = [
+    label = next(
+        (n for n in ("Clocks Event Reasons", "Clocks Throttle Reasons") if n in tree.children), None
+    )
+    reasons = tree.children.get(label) if label else None
+    source = f"{prefix}/Clocks Event Reasons"
+    active = (
+        []
+        if reasons is None
+        else [
             name
             for label, node in reasons.walk()
             if node.value and node.value.strip() == "Active" and (name := throttle_name(label))
         ]
-        readings.append(throttle_reading(index, active, f"{prefix}/Clocks Event Reasons"))
-    reason = _ended(bus_id)
+    )
+    if reasons is None:
+        readings.append(throttle_reading(index, None, source))
+    elif label == cut.open_section:  # its whole lines are shown, the rest is not known
+        shown = ", ".join(active) or "none"
+        reason = f"{_ended(cut.bus_id)} (its whole lines show active: {shown})"
+        key = key_of("gpu.{gpu}.throttle_reasons", gpu=index)
+        readings.append(Reading.failed(key, ReadingStatus.MISSING, reason, source))
+    else:
+        readings.append(throttle_reading(index, active, source))
+    whole = set(tree.children) - {cut.open_section}
+    reason = _ended(cut.bus_id)
     return [
         Reading.failed(r.key, ReadingStatus.MISSING, reason, r.source, r.unit)
         if r.status is ReadingStatus.MISSING
+        and _section_of(r, prefix) not in whole
+        and not r.reason.startswith(reason)
         else r
         for r in readings
     ]
+
+
+def _section_of(reading: Reading, prefix: str) -> str:
+    """The top-level -q section a reading of this GPU was looked for in."""
+    return reading.source.removeprefix(f"{prefix}/").split("/")[0].split("+")[0]

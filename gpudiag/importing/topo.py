@@ -71,18 +71,32 @@ def _topo_cells(line: str, header: str, columns: list[str]) -> list[str]:
     return [placed.get(i, "") for i in range(len(columns))]
 
 
+def _is_row(line: str) -> bool:
+    """Whether a line starting with GPU0 is a row of the matrix: its cells hold 'X' or
+    an NVLink count ('NV18'), which no column name is."""
+    cells = re.split(r"\s+", line.strip())[1:]
+    return any(c == "X" or re.fullmatch(r"NV\d+", c) for c in cells)
+
+
 def parse_topo_matrix(text: str) -> list[Reading]:
-    """`nvidia-smi topo -m` -> topo.gpu.I.J, topo.gpu.I.nic.NAME, gpu.I.cpu_affinity and
-    gpu.I.numa_node readings. Reads what nvidia-smi prints (tab-separated, with ANSI
-    underlining) and what people paste: space-aligned, after a prompt line, with the
-    NIC legend, and with the CPU and NUMA affinity glued together on wide CPU lists."""
+    """`nvidia-smi topo -m` -> topo.gpu.I.J, topo.gpu.I.nic.NAME, gpu.I.cpu_affinity,
+    gpu.I.numa_node and gpu.I.memory_numa_node ('GPU NUMA ID', Grace) readings. Reads
+    what nvidia-smi prints (tab-separated, with ANSI underlining, or its residue without
+    the ESC byte) and what people paste: space-aligned, after a prompt line, with the NIC
+    legend, and with the CPU and NUMA affinity glued together on wide CPU lists."""
     lines = [
         ANSI.sub("", line).replace("\r", "").rstrip()
         for line in text.replace("\r\n", "\n").split("\n")
     ]
-    header_index = next(
-        (i for i, line in enumerate(lines) if re.match(r"^\s*GPU0(\s|$)", line)), None
-    )
+    starts = [i for i, line in enumerate(lines) if re.match(r"^\s*GPU0(\s|$)", line)]
+    # the header names columns; a line whose cells are ' X ' or NV# is the GPU0 row (the
+    # header lost to a paste), never the header
+    header_index = next((i for i in starts if not _is_row(lines[i])), None)
+    if header_index is None and starts:
+        raise ImportError_(
+            "a topology matrix without its header line: the line starting with GPU0 "
+            "holds cells (X, NV#), not column names"
+        )
     if header_index is None:
         raise ImportError_("no topology matrix (a header line starting with GPU0)")
     header = lines[header_index]
@@ -119,6 +133,9 @@ def parse_topo_matrix(text: str) -> list[Reading]:
                 readings.append(reading_of(key, value, text_value, "", source))
             elif column == "NUMA Affinity":
                 key = key_of("gpu.{gpu}.numa_node", gpu=gpu)
+                readings.append(reading_of(key, value, integer, "", source))
+            elif column == "GPU NUMA ID":
+                key = key_of("gpu.{gpu}.memory_numa_node", gpu=gpu)
                 readings.append(reading_of(key, value, integer, "", source))
     if not readings:
         raise ImportError_("the topology matrix has no GPU rows")
