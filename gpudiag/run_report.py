@@ -149,17 +149,21 @@ def print_results(
         print(line, file=file or sys.stdout)
 
     for report in run.burns:
+        if report.error and not report.faulty:  # the burn could not run: no verdict
+            say(f"burn           {report.device:<12} ERROR: {report.error}")
+            continue
         verdict = "FAULTY" if report.faulty else "ok"
         say(
             f"burn           {report.device:<12} {verdict}: {report.iterations} "
             f"products in {report.seconds:.1f} s ({report.gflops:.4g} GFLOP/s), "
             f"{report.mismatches} mismatches, {report.nans} NaNs"
+            + (f" ({report.kind()})" if report.kind() else "")
             + (
                 f", measurement problem: {report.unreproduced} mismatches not reproduced"
                 if report.unreproduced
                 else ""
             )
-            + (f", {report.error}" if report.error else "")
+            + (f", {report.fault}" if report.fault else "")
             + (f", {len(report.samples)} NVML samples" if report.samples else "")
         )
     shown = [r for r in results if r.kernel != "burn"]

@@ -30,7 +30,7 @@ checks each against the installed CuPy) and fails where CUDA would:
   its inputs to TF32; a wrong enum is refused or computes a visibly wrong product;
 - time is simulated: each call costs the host HOST_CALL_S, each piece of work its bytes
   or flops at the device's rates, and a stream idles until the host has submitted.
-`fail` makes every call on a device raise, as a broken GPU does.
+`fail` makes every call on a device raise, as a broken GPU does (`fail_with`: the error).
 """
 
 from __future__ import annotations
@@ -185,6 +185,9 @@ class FakeCuda:
         ]
         self.peer_capable = peer
         self.fail = set(fail or ())
+        # what a failing device raises: a launch failure says nothing about the GPU;
+        # cudaErrorECCUncorrectable or cudaErrorUnknown (fallen off the bus) is a GPU fault
+        self.fail_with = "cudaErrorLaunchFailure"
         self.local = threading.local()
         self.lock = threading.RLock()
         self.host_time = 0.0
@@ -212,7 +215,7 @@ class FakeCuda:
             self.calls.append((name, args))
         current = self.getDevice() if device is None else device
         if current in self.fail:
-            raise CUDARuntimeError(f"cudaErrorLaunchFailure: {name} on device {current}")
+            raise CUDARuntimeError(f"{self.fail_with}: {name} on device {current}")
         return current
 
     def host_clock(self) -> float:

@@ -85,11 +85,11 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the kernels with progress, print the results; 2 for a failure or a faulty
-    burn, 130 when interrupted."""
+    burn, 3 for a burn that could not run (ERROR: no verdict), 130 when interrupted."""
     # --trials, --seconds, --until-confident, --size and --gemm-n: inputs.number_option
     import psutil
 
-    from gpudiag.session import EXIT_CRITICAL
+    from gpudiag.session import EXIT_CRITICAL, EXIT_UNKNOWN
 
     memory = psutil.virtual_memory().total
     if 3 * args.size > memory:
@@ -130,4 +130,6 @@ def run(args: argparse.Namespace) -> int:
     if interrupted:
         print("gpudiag: interrupted (the results above are partial)", file=sys.stderr)
         return 130
-    return EXIT_CRITICAL if failed or any(b.faulty for b in run.burns) else 0
+    if failed or any(b.faulty for b in run.burns):
+        return EXIT_CRITICAL
+    return EXIT_UNKNOWN if any(b.error for b in run.burns) else 0  # a burn that could not run
