@@ -14,12 +14,17 @@ BURN_PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp64")  # the GPU GEMM's (ke
 # L2 is read from the GPU itself (cudaDevAttrL2CacheSize: kernels/stream.py); the known
 # ones, in bytes as that attribute gives them: A100 40 MiB, H100 and H200 50 MiB (NVIDIA
 # A100 and H100 Tensor Core GPU Architecture whitepapers; the H200 is the same GH100),
-# B200 126 MiB (chipsandcheese.com, "Nvidia's B200: Keeping the CUDA Juggernaut Rolling").
-# A GPU whose L2 cannot be read is taken to have the largest of them.
+# B200 126.5 MiB (CUDA's device query of a B200, "L2 Cache Size 126.50 MB", pytorch/ao
+# PR 4002). A GPU whose L2 cannot be read is taken to have the largest of them.
 CACHE_MULTIPLE = 4
-KNOWN_L2_BYTES = {"A100": 40 * 2**20, "H100": 50 * 2**20, "H200": 50 * 2**20, "B200": 126 * 2**20}
+KNOWN_L2_BYTES = {
+    "A100": 40 * 2**20,
+    "H100": 50 * 2**20,
+    "H200": 50 * 2**20,
+    "B200": 253 * 2**19,  # 126.5 MiB
+}
 LARGEST_L2 = max(KNOWN_L2_BYTES, key=KNOWN_L2_BYTES.__getitem__)
-# The plans' STREAM arrays on a GPU: 512 MiB, over 4x the largest L2 known (504 MiB)
+# The plans' STREAM arrays on a GPU: 512 MiB, over 4x the largest L2 known (506 MiB)
 GPU_STREAM_BYTES = 512 * 2**20
 
 

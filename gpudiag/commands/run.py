@@ -53,8 +53,8 @@ def add_parser(subparsers: Any) -> None:
         "--size",
         type=inputs.number_option(4096, 2**62, integer=True),  # and this machine's memory
         metavar="BYTES",
-        help="bytes per array (default 256 MiB on CPUs; on GPUs 512 MiB, 4x the largest GPU"
-        " L2 known: a GPU refuses STREAM arrays under 4x its L2, which measure the cache)",
+        help="bytes per array (default 256 MiB on CPUs; on GPUs 512 MiB, over 4x the largest"
+        " GPU L2 known: a GPU refuses STREAM arrays under 4x its L2, which measure the cache)",
     )
     run.add_argument(
         "--trials",
