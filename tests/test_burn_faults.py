@@ -136,12 +136,24 @@ def test_a_cuda_error_of_the_gpu_is_a_fault(cuda) -> None:
     assert "cudaErrorECCUncorrectable" in fired["KRN024"].message
 
 
-def test_cli_prints_error_and_exits_3_when_the_burn_cannot_run(cuda, monkeypatch, capsys):
+def test_cli_prints_error_and_exits_3_when_the_burn_cannot_run(cuda, capsys) -> None:
+    """`gpudiag run burn` where another process takes the memory between memGetInfo and
+    the fill (out of memory): at c9eee35 'FAULTY', exit 2; the burn could not run."""
     from gpudiag.cli import main
 
-    cuda.fail = {1}  # cudaErrorLaunchFailure: says nothing about the GPU
+    memory = cuda.memGetInfo
+
+    def raced() -> tuple[int, int]:
+        free, total = memory()
+        cuda.devices[cuda.getDevice()].free_bytes //= 4
+        return free, total
+
+    cuda.memGetInfo = raced
     code = main(["run", "burn", "--device", "1", "--seconds", "0.01", "--gemm-n", "64"])
     out = capsys.readouterr().out.splitlines()
     assert code == 3, out
-    assert out[0].startswith("burn           gpu1         ERROR: could not burn GPU 1: ")
+    assert out[0].startswith(
+        "burn           gpu1         ERROR: could not burn GPU 1: CUDARuntimeError: "
+        "cudaErrorMemoryAllocation: out of memory"
+    )
     assert "FAULTY" not in "\n".join(out)
