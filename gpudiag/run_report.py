@@ -67,12 +67,13 @@ class HostLoad:
 
 
 def run_with_progress(
-    run: PlanRun, stream: TextIO = sys.stderr, strict: bool = True
+    run: PlanRun, stream: TextIO | None = None, strict: bool = True
 ) -> tuple[list[KernelResult], bool, float | None]:
     """Run the plan in a thread, showing progress; Ctrl-C cancels it at the next chunk and
     returns what was measured. Returns (results, interrupted, other processes' share of
     the host's CPUs during the run in %, None when not measurable). `strict`: as
     PlanRun.run's (False: GPUs that cannot be used are skipped results, not an error)."""
+    stream = stream or sys.stderr  # this call's stderr, not the one of the first import
     progress = Progress(stream)
     run.progress = progress
     failure: list[BaseException] = []
