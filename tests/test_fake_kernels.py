@@ -19,11 +19,25 @@ def source(name: str) -> str:
     return (resources.files("gpudiag.kernels") / name).read_text(encoding="utf-8")
 
 
-def planted(name: str, real: str, bug: str) -> str:
-    """The kernel source `name` with `real` replaced by `bug` (once, and it must be there)."""
+def planted(name: str, *bugs: tuple[str, str]) -> str:
+    """The kernel source `name` with each (real, bug): `real` replaced by `bug` (found
+    once). Bugs in different kernels of one file share a compile."""
     text = source(name)
-    assert text.count(real) == 1, real
-    return text.replace(real, bug)
+    for real, bug in bugs:
+        assert text.count(real) == 1, real
+        text = text.replace(real, bug)
+    return text
+
+
+TAIL = "for (index_t i = vectors * W + start; i < n; i += stride) a[i] = b[i] + scalar * "
+COPY = "for (index_t i = start; i < vectors; i += stride) "
+TREE = "    if (threadIdx.x < offset) sums[threadIdx.x] += sums[threadIdx.x + offset];\n"
+STREAM_BUGS = planted(
+    "stream.cu",
+    (TAIL + "c[i];", TAIL + "c[i - 1];"),  # the triad's tail reads the element before
+    (COPY + "cv[i] = av[i];", COPY + "cv[i + 1] = av[i];"),  # the copy writes one past
+    (TREE + "    __syncthreads();", TREE),  # the dot's tree without its barriers
+)
 
 
 def launch(cuda, code: str, kernel: str, grid: int, block: int, args: tuple) -> None:
@@ -50,7 +64,7 @@ def compare_counts(cuda, code: str, differ_at: int, n: int = 4096) -> list[int]:
 
 def test_a_burn_compare_of_half_of_each_product_is_seen(cuda) -> None:
     """Planted in burn.cu: the compare reads only the first half of each product."""
-    half = planted("burn.cu", "i < n; i += stride", "i < n / 2; i += stride")
+    half = planted("burn.cu", ("i < n; i += stride", "i < n / 2; i += stride"))
     assert compare_counts(cuda, source("burn.cu"), 3000) == [1, 0]
     assert compare_counts(cuda, half, 3000) == [0, 0]  # the difference in the second half
     assert compare_counts(cuda, half, 10) == [1, 0]
@@ -70,25 +84,18 @@ def triad(cuda, code: str, n: int = 4101) -> np.ndarray:
 def test_a_stream_kernel_with_a_wrong_index_is_seen(cuda) -> None:
     expected = 2.0 + 3.0 * np.arange(4101)
     assert np.array_equal(triad(cuda, source("stream.cu")), expected)
-    tail = "for (index_t i = vectors * W + start; i < n; i += stride) a[i] = b[i] + scalar * "
-    shifted = planted("stream.cu", tail + "c[i];", tail + "c[i - 1];")
-    wrong = triad(cuda, shifted)
+    wrong = triad(cuda, STREAM_BUGS)
     assert not np.array_equal(wrong, expected)
     assert np.array_equal(wrong[:4100], expected[:4100])  # the vectors right, the tail not
 
 
 def test_a_kernel_writing_past_its_array_is_an_illegal_address(cuda) -> None:
-    past = planted(
-        "stream.cu",
-        "for (index_t i = start; i < vectors; i += stride) cv[i] = av[i];",
-        "for (index_t i = start; i < vectors; i += stride) cv[i + 1] = av[i];",
-    )
     stream = cuda.Stream(non_blocking=True)
     a, c = (to_device(cuda, np.ones(4096), stream) for _ in range(2))
+    args = (np.uint64(a), np.uint64(c), np.uint64(4096))
+    launch(cuda, source("stream.cu"), "stream_copy_f64", 2, 1024, args)
     with pytest.raises(CUDARuntimeError, match="cudaErrorIllegalAddress: a kernel wrote past"):
-        launch(
-            cuda, past, "stream_copy_f64", 2, 1024, (np.uint64(a), np.uint64(c), np.uint64(4096))
-        )
+        launch(cuda, STREAM_BUGS, "stream_copy_f64", 2, 1024, args)
 
 
 def test_the_dot_products_threads_meet_at_its_barriers(cuda) -> None:
@@ -107,13 +114,7 @@ def test_the_dot_products_threads_meet_at_its_barriers(cuda) -> None:
 
     vectors = np.arange(n, dtype=np.float64).reshape(-1, 2).sum(axis=1)  # thread t: vector t
     assert np.array_equal(dot(source("stream.cu")), vectors.reshape(blocks, -1).sum(axis=1))
-    racy = planted(
-        "stream.cu",
-        "    if (threadIdx.x < offset) sums[threadIdx.x] += sums[threadIdx.x + offset];\n"
-        "    __syncthreads();",
-        "    if (threadIdx.x < offset) sums[threadIdx.x] += sums[threadIdx.x + offset];",
-    )
-    assert not np.array_equal(dot(racy), vectors.reshape(blocks, -1).sum(axis=1))
+    assert not np.array_equal(dot(STREAM_BUGS), vectors.reshape(blocks, -1).sum(axis=1))
 
 
 def chase(cuda, code: str, steps: int) -> int:
@@ -135,7 +136,5 @@ def chase(cuda, code: str, steps: int) -> int:
 
 def test_the_pointer_chase_follows_the_chain_it_is_given(cuda) -> None:
     assert [chase(cuda, source("copies.cu"), s) for s in (1, 2, 3, 4)] == [1, 2, 0, 1]
-    once = planted(
-        "copies.cu", "for (index_t i = 0; i < steps; i++)", "for (index_t i = 0; i < 1; i++)"
-    )
+    once = planted("copies.cu", ("i < steps; i++", "i < 1; i++"))
     assert chase(cuda, once, 2) == 1
