@@ -124,16 +124,28 @@ def test_out_of_memory_during_the_fill_is_an_error_not_a_fault(cuda, monkeypatch
     assert not cuda.allocations  # what it had allocated is freed
 
 
-def test_a_cuda_error_of_the_gpu_is_a_fault(cuda) -> None:
-    """Uncorrectable ECC (or cudaErrorUnknown, a GPU fallen off the bus): KRN024."""
-    cuda.fail, cuda.fail_with = {1}, "cudaErrorECCUncorrectable"
+@pytest.mark.parametrize("error", ["cudaErrorECCUncorrectable", "cudaErrorUnknown"])
+def test_a_cuda_error_of_the_gpu_is_a_fault(cuda, error) -> None:
+    """Uncorrectable ECC, or the unknown error of a GPU fallen off the bus: KRN024."""
+    cuda.fail, cuda.fail_with = {1}, error
     reports = burn.burn_gpus([0, 1], 64, 0.01, fill=0.01)
     assert not reports[0].faulty and reports[0].iterations > 0
     assert reports[1].faulty and not reports[1].error
-    assert "cudaErrorECCUncorrectable" in reports[1].fault
+    assert error in reports[1].fault
     fired = findings(reports[1])
-    assert fired["KRN024"].severity is Severity.CRITICAL
-    assert "cudaErrorECCUncorrectable" in fired["KRN024"].message
+    assert fired["KRN024"].severity is Severity.CRITICAL and error in fired["KRN024"].message
+
+
+def test_a_compiler_missing_is_an_error_not_a_fault(cuda, monkeypatch) -> None:
+    """NVRTC missing (CuPy raises when RawModule compiles): the burn could not run."""
+
+    def no_nvrtc(*args, **kwargs):
+        raise RuntimeError("CuPy failed to load libnvrtc.so.12: OSError: cannot open shared file")
+
+    monkeypatch.setattr(cuda, "RawModule", no_nvrtc)
+    (report,) = burn.burn_gpus([0], 64, 0.01, fill=0.01)
+    assert not report.faulty and "libnvrtc.so.12" in report.error
+    assert findings(report)["KRN003"].severity is Severity.UNKNOWN
 
 
 def test_cli_prints_error_and_exits_3_when_the_burn_cannot_run(cuda, capsys) -> None:
