@@ -444,7 +444,7 @@ def burn_results(report: BurnReport, n: int) -> list[KernelResult]:
     series sampled. A burn that could not run gives its counts as errors (KRN003 and
     KRN004 cannot check: UNKNOWN); a GPU fault adds an error result of its own:
     `reference` for a first product the host finds wrong (verification failed: KRN001),
-    `gpu_error` for a CUDA error that is the GPU's (KRN024)."""
+    `gpu_error` for a CUDA error that is the GPU's (KRN025)."""
     seen = sorted(
         {str(r) for s in report.samples for r in s.get("throttle_reasons", ())} - {"GpuIdle"}
     )

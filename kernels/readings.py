@@ -22,7 +22,7 @@ them whenever findings are computed, never stored twice. Keys, per device:
                                         or event time against the wall clock): a
                                         measurement problem, not a GPU fault
     gpu.N.kernel.burn.unreproduced      burn mismatches gone at the synchronised re-compare
-    gpu.N.kernel.burn.gpu_error         a CUDA error of the GPU's during the burn (KRN024)
+    gpu.N.kernel.burn.gpu_error         a CUDA error of the GPU's during the burn (KRN025)
     gpu.N.kernel.<...>.share_of_median  the device's figure over the median of all devices
                                         of its kind that measured the same metric (2 or more)
     topo.gpu.I.J.copy_gbs               one-way peer copy I -> J (and copy_bidir_gbs,

@@ -2,7 +2,7 @@
 where the float64 host check samples 8 rows of 256: every element still wrong after the
 full synchronise is a fault, intermittent or persistent (KRN003, KRN004); only what the
 synchronised re-compare finds right again is a measurement problem (KRN023); a CUDA error
-of the tool is ERROR (UNKNOWN, exit 3), one of the GPU's is a fault (KRN024)."""
+of the tool is ERROR (UNKNOWN, exit 3), one of the GPU's is a fault (KRN025)."""
 
 from __future__ import annotations
 
@@ -126,14 +126,14 @@ def test_out_of_memory_during_the_fill_is_an_error_not_a_fault(cuda, monkeypatch
 
 @pytest.mark.parametrize("error", ["cudaErrorECCUncorrectable", "cudaErrorUnknown"])
 def test_a_cuda_error_of_the_gpu_is_a_fault(cuda, error) -> None:
-    """Uncorrectable ECC, or the unknown error of a GPU fallen off the bus: KRN024."""
+    """Uncorrectable ECC, or the unknown error of a GPU fallen off the bus: KRN025."""
     cuda.fail, cuda.fail_with = {1}, error
     reports = burn.burn_gpus([0, 1], 64, 0.01, fill=0.01)
     assert not reports[0].faulty and reports[0].iterations > 0
     assert reports[1].faulty and not reports[1].error
     assert error in reports[1].fault
     fired = findings(reports[1])
-    assert fired["KRN024"].severity is Severity.CRITICAL and error in fired["KRN024"].message
+    assert fired["KRN025"].severity is Severity.CRITICAL and error in fired["KRN025"].message
 
 
 def test_a_compiler_missing_is_an_error_not_a_fault(cuda, monkeypatch) -> None:

@@ -97,7 +97,7 @@ def _kernel_readings() -> tuple[Reading, ...]:
     ]
     # the GPU burn's confirmation (kernels/burn.py: mismatches it did not reproduce)
     results.append(KernelResult("burn", "gpu0", "unreproduced", "count", ProbeStatus.OK))
-    # a CUDA error of the GPU's during the GPU burn (KRN024), as burn_results writes it
+    # a CUDA error of the GPU's during the GPU burn (KRN025), as burn_results writes it
     failed = burn.BurnReport("gpu0", fault="CUDARuntimeError: cudaErrorUnknown")
     results += [r for r in burn.burn_results(failed, 64) if r.metric == "gpu_error"]
     labelled = []
