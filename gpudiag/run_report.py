@@ -67,12 +67,13 @@ class HostLoad:
 
 
 def run_with_progress(
-    run: PlanRun, stream: TextIO = sys.stderr, strict: bool = True
+    run: PlanRun, stream: TextIO | None = None, strict: bool = True
 ) -> tuple[list[KernelResult], bool, float | None]:
     """Run the plan in a thread, showing progress; Ctrl-C cancels it at the next chunk and
     returns what was measured. Returns (results, interrupted, other processes' share of
     the host's CPUs during the run in %, None when not measurable). `strict`: as
     PlanRun.run's (False: GPUs that cannot be used are skipped results, not an error)."""
+    stream = stream or sys.stderr  # this call's stderr, not the one of the first import
     progress = Progress(stream)
     run.progress = progress
     failure: list[BaseException] = []
@@ -149,17 +150,21 @@ def print_results(
         print(line, file=file or sys.stdout)
 
     for report in run.burns:
+        if report.error and not report.faulty:  # the burn could not run: no verdict
+            say(f"burn           {report.device:<12} ERROR: {report.error}")
+            continue
         verdict = "FAULTY" if report.faulty else "ok"
         say(
             f"burn           {report.device:<12} {verdict}: {report.iterations} "
             f"products in {report.seconds:.1f} s ({report.gflops:.4g} GFLOP/s), "
             f"{report.mismatches} mismatches, {report.nans} NaNs"
+            + (f" ({report.kind()})" if report.kind() else "")
             + (
                 f", measurement problem: {report.unreproduced} mismatches not reproduced"
                 if report.unreproduced
                 else ""
             )
-            + (f", {report.error}" if report.error else "")
+            + (f", {report.fault}" if report.fault else "")
             + (f", {len(report.samples)} NVML samples" if report.samples else "")
         )
     shown = [r for r in results if r.kernel != "burn"]

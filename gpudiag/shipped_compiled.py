@@ -6,7 +6,7 @@ Where the declaring files no longer match FINGERPRINT, the catalog is built from
 producers instead.
 """
 
-FINGERPRINT = (497583759, 31)
+FINGERPRINT = (1787630089, 31)
 # (template, unit, change, identifying, group, help, producers), in declaration order
 DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host']),
  ('host.kernel.release', '', 'configuration', '', 'Host and OS', '', ['host']),

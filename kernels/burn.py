@@ -41,9 +41,34 @@ SAMPLED = (
 )
 
 
+# CUDA errors that are the GPU's fault, not the tool's (runtime and driver API names):
+# uncorrectable ECC and NVLink errors, a hardware stack error, and the unknown error a
+# GPU that fell off the bus gives (Xid 79: wilicc/gpu-burn issue 1, CUDA_ERROR_UNKNOWN;
+# proteneer/timemachine PR 1203, cudaErrorUnknown). Any other error (out of memory when
+# another process allocated first, NVRTC missing, a launch the tool got wrong) says
+# nothing about the GPU: the burn could not run.
+GPU_FAULTS = (
+    "cudaErrorECCUncorrectable",
+    "CUDA_ERROR_ECC_UNCORRECTABLE",
+    "cudaErrorNvlinkUncorrectable",
+    "CUDA_ERROR_NVLINK_UNCORRECTABLE",
+    "cudaErrorHardwareStackError",
+    "CUDA_ERROR_HARDWARE_STACK_ERROR",
+    "cudaErrorUnknown",
+    "CUDA_ERROR_UNKNOWN",
+)
+
+
+def is_gpu_fault(text: str) -> bool:
+    """Whether an exception's text names a CUDA error that is the GPU's fault."""
+    return any(name in text for name in GPU_FAULTS)
+
+
 @dataclass
 class BurnReport:
-    """What one device did during the burn."""
+    """What one device did during the burn. `error`: the burn could not run (a tool
+    error: UNKNOWN, exit 3); `fault`: a CUDA error that is the GPU's (uncorrectable ECC,
+    fallen off the bus) or a first product the host's float64 check finds wrong."""
 
     device: str
     iterations: int = 0
@@ -55,12 +80,28 @@ class BurnReport:
     samples: list[dict[str, Any]] = field(default_factory=list)
     precision: str = "fp32"
     matrices: int = 0
-    unreproduced: int = 0  # mismatches the confirmation did not reproduce (not a fault)
+    unreproduced: int = 0  # differed, then agreed at the synchronised re-compare: not a fault
+    intermittent: int = 0  # products still wrong after the synchronise, right when recomputed
+    persistent: int = 0  # products still wrong after the synchronise, wrong again recomputed
+    fault: str = ""
+    note: str = ""  # more about the faults, for the findings' reason
 
     @property
     def faulty(self) -> bool:
-        """True when any result differed from the first or held a NaN."""
-        return self.mismatches > 0 or self.nans > 0 or bool(self.error)
+        """True when any product differed from the first or held a NaN after the
+        synchronise, or the GPU failed (`fault`); a tool error is not a fault."""
+        return self.mismatches > 0 or self.nans > 0 or bool(self.fault)
+
+    def kind(self) -> str:
+        """Which faults the products showed, in words (the findings' reason), or ''."""
+        words = []
+        for count, what in (
+            (self.intermittent, "intermittent: {} product{} right when recomputed"),
+            (self.persistent, "persistent: {} product{} wrong again when recomputed"),
+        ):
+            if count:
+                words.append(what.format(count, "" if count == 1 else "s"))
+        return "; ".join([*words, *([self.note] if self.note else [])])
 
 
 def burn_device(
@@ -155,6 +196,16 @@ FILL = 0.9  # of the GPU's free memory, in result matrices, as gpu-burn does
 COMPARE_THREADS = 256
 
 
+def burn_inputs(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The GPU burn's A and B (uniform in [-1, 1], seeded) and the rows of the first
+    product its float64 host check samples (CHECKED_ROWS of n)."""
+    from gpudiag.kernels.gemm import CHECKED_ROWS
+
+    rng = np.random.default_rng(0)
+    a, b = rng.uniform(-1, 1, (n, n)), rng.uniform(-1, 1, (n, n))
+    return a, b, rng.choice(n, size=min(CHECKED_ROWS, n), replace=False)
+
+
 def burn_gpu(
     gpu: int,
     n: int,
@@ -169,13 +220,13 @@ def burn_gpu(
     """gpu-burn on one GPU through the device boundary: A and B once, then as many n x n
     result matrices as fill `fill` of the free memory, each written by a cuBLAS GEMM
     (gemmEx in `precision`: BF16 and FP16 stress the tensor cores) round after round, and
-    every product compared on the GPU with the first (bit for bit, NaNs counted). A
-    round's mismatches are confirmed before they count and before the next round
-    overwrites the products (`_confirm`): the ones that do not reproduce are
-    `unreproduced`, a measurement problem. Never run on a GPU in this project's CI: the
-    tests run it through a strict NumPy fake."""
+    every product compared on the GPU with the first (bit for bit, NaNs counted). The
+    first product's sampled rows are checked once against float64 on the host (wrong:
+    the report's `fault`). A round whose compare found differences is confirmed before
+    the next round overwrites the products (`_confirm`). Never run on a GPU in this
+    project's CI: the tests run it through the CUDA fake, which runs burn.cu itself."""
     from gpudiag.kernels.device import api, to_device, to_host
-    from gpudiag.kernels.gemm import CHECKED_ROWS, CublasGemm
+    from gpudiag.kernels.gemm import TOLERANCE, CublasGemm, check_product
 
     cuda = cuda or api()
     report = BurnReport(f"gpu{gpu}", precision=precision)
@@ -184,9 +235,8 @@ def burn_gpu(
     results: list[int] = []
     counts = 0
     try:
-        rng = np.random.default_rng(0)
-        inputs = engine.upload(rng.uniform(-1, 1, (n, n)), rng.uniform(-1, 1, (n, n)))
-        rows = rng.choice(n, size=min(CHECKED_ROWS, n), replace=False)
+        host_a, host_b, rows = burn_inputs(n)
+        inputs = engine.upload(host_a, host_b)
         width, exponent, mantissa = MASKS[precision]
         word = WORDS[width]
         words = n * n * np.dtype(engine.host_dtype).itemsize // (width // 8)
@@ -205,8 +255,15 @@ def burn_gpu(
         engine.multiply()  # the reference product, into engine.c
         check(reference)  # NaNs in the reference itself
         first = to_host(cuda, counts, np.empty(2, np.uint64), engine.stream)
-        if first[1]:
-            report.error = "the first product already holds NaNs"
+        if first[1]:  # from finite inputs: a GPU fault (KRN004)
+            report.nans, report.note = int(first[1]), "in the first product: the burn stopped"
+            return report
+        wrong = check_product(*inputs, engine.product(), precision, rows)
+        if not wrong <= TOLERANCE[precision]:  # every later product is compared with it
+            report.fault = (
+                f"verification failed: the burn's first product differs from float64 on "
+                f"the host: relative error {wrong:.3g} exceeds {TOLERANCE[precision]:g}"
+            )
             return report
         cuda.setDevice(gpu)
         free, _total = cuda.memGetInfo()
@@ -231,9 +288,7 @@ def burn_gpu(
             found = (int(totals[0]) - seen[0], int(totals[1]) - seen[1])  # this round's
             seen = (int(totals[0]), int(totals[1]))
             if found != (0, 0):  # before the next round overwrites the products
-                _confirm(cuda, engine, report, results, check, inputs, rows, found[0])
-                if report.error:
-                    break
+                _confirm(cuda, engine, report, results, check, found[0])
             if progress is not None:
                 progress(min(1.0, (time.perf_counter() - started) / seconds))
         report.seconds = time.perf_counter() - started
@@ -254,23 +309,19 @@ def _confirm(
     report: BurnReport,
     results: list[int],
     check: Callable[[int, int], None],
-    inputs: tuple[np.ndarray, np.ndarray],
-    rows: np.ndarray,
     found: int,
 ) -> None:
-    """Confirm a round's `found` mismatches before they count (added to the report's
-    mismatches and NaNs, the rest to its `unreproduced`): after a full device synchronise,
-    compare every result matrix with the reference again; one that still differs has its
-    sampled rows compared with a float64 product on the host (wrong there: its mismatches
-    count), else it is recomputed and compared once more (what still differs counts). The
-    reference's sampled rows are checked against the host's too (wrong: the burn's error).
-    The rest of the mismatches are `unreproduced`: read before the GPU had written them,
-    a measurement problem, not a GPU fault.
+    """A round's `found` mismatches, after a full device synchronise: every result
+    matrix compared with the first product again. What still differs has certainly been
+    written and is wrong: every such element counts (the report's mismatches and NaNs,
+    as gpu-burn counts), and the product is recomputed once to say which kind of fault it
+    is (`intermittent`: right again; `persistent`: wrong again). Only what agrees at this
+    synchronised re-compare was read before the GPU had written it (the report's
+    `unreproduced`: a measurement problem, not a GPU fault).
     Never run on a GPU in this project's CI (the tests use the device fake)."""
     from gpudiag.kernels.device import to_device, to_host
-    from gpudiag.kernels.gemm import TOLERANCE, check_product
 
-    reference, precision = engine.c, report.precision
+    reference = engine.c
     cuda.setDevice(int(report.device.removeprefix("gpu")))
     cuda.deviceSynchronize()
     scratch = to_device(cuda, np.zeros(2, np.uint64), engine.stream)
@@ -283,39 +334,27 @@ def _confirm(
         delta, seen = now - seen, now
         return int(delta[0]), int(delta[1])
 
-    def host_error(product: int) -> float:
-        engine.c = product
-        try:
-            return check_product(*inputs, engine.product(), precision, rows)
-        finally:
-            engine.c = reference
-
-    mismatches = nans = 0
+    mismatches = 0
     try:
-        wrong_reference = host_error(reference)
         for product in results:
             first = count(product)
             if first == (0, 0):
                 continue
-            if not host_error(product) <= TOLERANCE[precision]:  # wrong as it stands
-                mismatches, nans = mismatches + first[0], nans + first[1]
-                continue
+            mismatches += first[0]
+            report.mismatches += first[0]
+            report.nans += first[1]
             engine.c = product
             engine.multiply()
             engine.c = reference
             cuda.deviceSynchronize()
-            again = count(product)
-            mismatches, nans = mismatches + again[0], nans + again[1]
+            if count(product) == (0, 0):
+                report.intermittent += 1
+            else:
+                report.persistent += 1
     finally:
+        engine.c = reference
         cuda.free(scratch)
-    if not wrong_reference <= TOLERANCE[precision]:
-        report.error = (
-            f"the burn's first product differs from float64 on the host: relative error "
-            f"{wrong_reference:.3g} exceeds {TOLERANCE[precision]:g}"
-        )
     report.unreproduced += max(0, found - mismatches)
-    report.mismatches += mismatches
-    report.nans += nans
 
 
 def burn_gpus(
@@ -333,8 +372,9 @@ def burn_gpus(
 ) -> list[BurnReport]:
     """Burn every GPU at once, one launcher thread per GPU (pinned to `launcher_cpus`,
     where given, so that a CPU burn beside it cannot starve it), sampling NVML. A GPU
-    whose burn raises gets an error report; the others carry on. Never run on a GPU in
-    this project's CI (the tests use the device fake)."""
+    whose burn raises gets a report that says why: a fault where the error is the GPU's
+    (GPU_FAULTS), else an error (the burn could not run); the others carry on. Never run
+    on a GPU in this project's CI (the tests use the device fake)."""
     reports = {gpu: BurnReport(f"gpu{gpu}", precision=precision) for gpu in gpus}
 
     def burn(gpu: int) -> None:
@@ -342,9 +382,13 @@ def burn_gpus(
             os.sched_setaffinity(0, list(launcher_cpus))
         try:
             result = burn_gpu(gpu, n, seconds, precision=precision, fill=fill, cancel=cancel)
-        except Exception as exc:  # a broken GPU is this GPU's result
+        except Exception as exc:  # this GPU's result; the others carry on
             result = BurnReport(f"gpu{gpu}", precision=precision)
-            result.error = f"{type(exc).__name__}: {exc}"[:300]
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            if is_gpu_fault(why):
+                result.fault = why
+            else:
+                result.error = f"could not burn GPU {gpu}: {why}"
         result.samples = reports[gpu].samples
         reports[gpu] = result
 
@@ -396,7 +440,11 @@ def burn_cpu(
 
 def burn_results(report: BurnReport, n: int) -> list[KernelResult]:
     """The report as kernel results for the snapshot: throughput, mismatch and NaN counts
-    (an error result when the burn could not run), and each NVML series sampled."""
+    (with `note`: intermittent or persistent, for KRN003/KRN004's message), and each NVML
+    series sampled. A burn that could not run gives its counts as errors (KRN003 and
+    KRN004 cannot check: UNKNOWN); a GPU fault adds an error result of its own:
+    `reference` for a first product the host finds wrong (verification failed: KRN001),
+    `gpu_error` for a CUDA error that is the GPU's (KRN025)."""
     seen = sorted(
         {str(r) for s in report.samples for r in s.get("throttle_reasons", ())} - {"GpuIdle"}
     )
@@ -410,24 +458,41 @@ def burn_results(report: BurnReport, n: int) -> list[KernelResult]:
             KernelResult(
                 "burn",
                 report.device,
-                "gflops",
-                "GFLOP/s",
+                metric,
+                unit,
                 ProbeStatus.ERROR,
                 error=report.error,
                 params=params,
             )
+            for metric, unit in (("gflops", "GFLOP/s"), ("mismatches", "count"), ("nans", "count"))
         ]
+    note = (("note", report.kind()),) if report.kind() else ()
     totals = (
-        ("gflops", "GFLOP/s", round(report.gflops, 3)),
-        ("mismatches", "count", float(report.mismatches)),
-        ("nans", "count", float(report.nans)),
+        ("gflops", "GFLOP/s", round(report.gflops, 3), ()),
+        ("mismatches", "count", float(report.mismatches), note),
+        ("nans", "count", float(report.nans), note),
     )
-    if report.device.startswith("gpu"):  # confirmed on the GPU; the rest not reproduced
-        totals += (("unreproduced", "count", float(report.unreproduced)),)
+    if report.device.startswith("gpu"):  # differed, then agreed after the synchronise
+        totals += (("unreproduced", "count", float(report.unreproduced), ()),)
     results = [
-        KernelResult("burn", report.device, metric, unit, ProbeStatus.OK, (value,), params=params)
-        for metric, unit, value in totals
+        KernelResult(
+            "burn", report.device, metric, unit, ProbeStatus.OK, (value,), params=params + extra
+        )
+        for metric, unit, value, extra in totals
     ]
+    if report.fault:
+        metric = "reference" if report.fault.startswith("verification failed") else "gpu_error"
+        results.append(
+            KernelResult(
+                "burn",
+                report.device,
+                metric,
+                "",
+                ProbeStatus.ERROR,
+                error=report.fault,
+                params=params,
+            )
+        )
     for key, _function, _args, unit, _convert in SAMPLED:
         series = [float(s[key]) for s in report.samples if key in s]
         if len(series) >= 2:

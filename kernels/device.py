@@ -78,6 +78,7 @@ ENTRIES: dict[str, tuple[str, str]] = {
             "memcpyDeviceToDevice",
             "eventDefault",
             "cudaDevAttrMultiProcessorCount",
+            "cudaDevAttrL2CacheSize",
             "CUDA_R_64F",
             "CUDA_R_32F",
             "CUDA_R_16F",

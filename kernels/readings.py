@@ -21,7 +21,8 @@ them whenever findings are computed, never stored twice. Keys, per device:
                                         (`inconsistent`: above the model's physical peak,
                                         or event time against the wall clock): a
                                         measurement problem, not a GPU fault
-    gpu.N.kernel.burn.unreproduced      burn mismatches that a recompute did not reproduce
+    gpu.N.kernel.burn.unreproduced      burn mismatches gone at the synchronised re-compare
+    gpu.N.kernel.burn.gpu_error         a CUDA error of the GPU's during the burn (KRN025)
     gpu.N.kernel.<...>.share_of_median  the device's figure over the median of all devices
                                         of its kind that measured the same metric (2 or more)
     topo.gpu.I.J.copy_gbs               one-way peer copy I -> J (and copy_bidir_gbs,
@@ -188,7 +189,8 @@ def _reading(key: str, result: KernelResult) -> Reading:
         return Reading.failed(key, ReadingStatus.MISSING, "no samples", source, result.unit)
     if result.unit == "count":
         value = int(value)
-    return Reading(key, value, result.unit, source)
+    note = str(dict(result.params).get("note", ""))  # a burn's kind of fault (kernels/burn.py)
+    return Reading(key, value, result.unit, source, reason=note)
 
 
 def kernel_readings(

@@ -218,6 +218,7 @@ class PlanRun:
         self.nvml = nvml
         self.results: list[KernelResult] = []
         self.burns: list[burn.BurnReport] = []
+        self.strict = False  # run(strict=True): a refused size is the caller's error
 
     def _step(self, label: str) -> Callable[[float], None]:
         self.progress(label, 0.0)
@@ -227,6 +228,7 @@ class PlanRun:
         """Run every kernel of the plan. `strict`: KernelUnavailable where the GPUs asked
         for cannot be used (the command line); otherwise a skipped result says why."""
         plan = self.plan
+        self.strict = strict
         on_cpu = plan.device in ("cpu", "all")
         try:
             gpus = plan_gpus(plan.device)
@@ -293,11 +295,13 @@ class PlanRun:
                         )
                     finally:
                         ops.close()
+            gpu_bytes = plan.gpu_stream_bytes or plan.size_bytes  # 4x L2 or refused
+            on_gpu = max(1024, gpu_bytes // np.dtype(dtype).itemsize)
             for gpu in gpus:
                 step = self._step(f"stream {name} gpu{gpu}")
                 try:
                     thresholds = self._triad_thresholds(gpu, name)
-                    ops = stream.CudaOperations(n, dtype, gpu)
+                    ops = stream.CudaOperations(on_gpu, dtype, gpu)
                     try:
                         self.results += stream.run_stream(
                             ops,
@@ -309,6 +313,8 @@ class PlanRun:
                     finally:
                         ops.close()
                 except Exception as exc:  # a broken GPU is this GPU's result
+                    if self.strict and isinstance(exc, stream.CacheResident):
+                        raise  # `gpudiag run --size`: refused, exit 3
                     failed = _failed("stream", gpu, exc)
                     self.results.append(replace(failed, params=(("dtype", name),)))
 

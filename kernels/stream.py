@@ -274,13 +274,46 @@ class CpuOperations:
 # ------------------------------------------------------------------ GPU (CuPy)
 
 
+class CacheResident(ValueError):
+    """STREAM arrays under 4x the GPU's L2: they would measure the cache, not memory
+    (STREAM's rule, kernels/plans.py); str() says so in one line."""
+
+
+def l2_bytes(cuda: Any, device: int) -> tuple[int, str]:
+    """(bytes, where from) of the GPU's L2: what the GPU says (cudaDevAttrL2CacheSize),
+    else the largest L2 known (kernels/plans.py), with a note."""
+    from gpudiag.kernels.plans import KNOWN_L2_BYTES, LARGEST_L2
+
+    try:
+        size = int(cuda.deviceGetAttribute(cuda.cudaDevAttrL2CacheSize, device))
+    except Exception:  # an attribute the runtime cannot give: the largest known
+        size = 0
+    if size > 0:
+        return size, "cudaDevAttrL2CacheSize"
+    return KNOWN_L2_BYTES[LARGEST_L2], f"not known: taken as the largest known, {LARGEST_L2}'s"
+
+
+def check_not_cache_resident(cuda: Any, device: int, nbytes: int) -> None:
+    """CacheResident where arrays of `nbytes` are under CACHE_MULTIPLE x the GPU's L2."""
+    from gpudiag.kernels.plans import CACHE_MULTIPLE
+
+    size, where = l2_bytes(cuda, device)
+    if nbytes < CACHE_MULTIPLE * size:
+        raise CacheResident(
+            f"STREAM arrays of {nbytes} bytes are under {CACHE_MULTIPLE}x GPU {device}'s L2 "
+            f"cache ({size} bytes, {where}): they would measure the cache, not memory; "
+            f"use {CACHE_MULTIPLE * size} bytes or more"
+        )
+
+
 class CudaOperations:
     """The five operations as kernels/stream.cu launched through the device boundary
     (kernels/device.py), timed with CUDA events. Each timed sample is LAUNCHES back-to-back
     launches behind one untimed lead launch, so the GPU is already busy when the start
     event is recorded and Python's launch gap is never inside the timed region; the dot
-    product's partial sums are copied back and added after the stop event. Never run on a
-    GPU in this project's CI: the tests run it through a strict NumPy fake."""
+    product's partial sums are copied back and added after the stop event. Arrays under
+    4x the GPU's L2 are refused (CacheResident). Never run on a GPU in this project's CI:
+    the tests run it through the CUDA fake, which runs stream.cu itself."""
 
     THREADS = 1024
     LAUNCHES = 20
@@ -294,6 +327,7 @@ class CudaOperations:
         self.dtype = np.dtype(dtype)
         self.device = device
         cuda.setDevice(device)
+        check_not_cache_resident(cuda, device, n * self.dtype.itemsize)
         self.stream = cuda.Stream(non_blocking=True)
         source = (resources.files("gpudiag.kernels") / "stream.cu").read_text(encoding="utf-8")
         module = cuda.RawModule(code=source, options=("-std=c++17",))

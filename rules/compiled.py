@@ -1362,7 +1362,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                              (),
                              ())),
                            ()),
- 'rules/kernels.toml': ((2701012754, 17943),
+ 'rules/kernels.toml': ((2127139490, 19368),
                         (('KRN001',
                           'critical',
                           'GPU computed a wrong result',
@@ -1417,12 +1417,16 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                           'gpu.{gpu}.kernel.burn.mismatches',
                           'max',
                           0,
-                          'The same multiplication gave different answers under load: the GPU is '
-                          "unstable (gpu-burn's check).",
+                          'The same multiplication gave different answers under load, and the '
+                          'wrong product was still there once every GEMM had finished: the GPU is '
+                          'unstable (gpu-burn counts every element that differs). Intermittent '
+                          '(right when recomputed) or persistent (wrong again), both are faults: a '
+                          'GPU that fails once in a million products under heat is what the burn '
+                          'exists to catch.',
                           'Check cooling and power delivery, Xid errors and ECC counters; replace '
                           'the GPU if it repeats at stock clocks.',
-                          "GPU {gpu}: {value} element{s} of the burn's products differed from the "
-                          'first product',
+                          "GPU {gpu}: {value} element{s} of the burn's products still differed "
+                          'from the first product after a full synchronise ({reason})',
                           'stable',
                           ('https://github.com/wilicc/gpu-burn',),
                           'rules/kernels.toml:35: rule KRN003',
@@ -1444,7 +1448,8 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                           'under load.',
                           'Check cooling, power delivery and ECC counters; replace the GPU if it '
                           'repeats.',
-                          "GPU {gpu}: {value} NaN{s} in the burn's products of finite inputs",
+                          "GPU {gpu}: {value} NaN{s} in the burn's products of finite inputs "
+                          '({reason})',
                           'stable',
                           (),
                           'rules/kernels.toml:50: rule KRN004',
@@ -1907,14 +1912,16 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                           'gpu.{gpu}.kernel.burn.unreproduced',
                           'max',
                           0,
-                          'A mismatch the GPU does not repeat on the same inputs, whose product '
-                          "agrees with the host's reference, was read before the GPU had written "
-                          "it: the burn's timing, not the GPU's arithmetic.",
+                          'A difference that is gone when the same, untouched product is compared '
+                          'again after a full synchronise was read before the GPU had written it: '
+                          "the burn's timing, not the GPU's arithmetic. A product still wrong at "
+                          'that re-compare is a fault (KRN003, KRN004), whether or not a recompute '
+                          'repeats it.',
                           'Nothing to do on the GPU. Run the burn again with this gpudiag; if it '
                           "repeats, report it with `benchmarks/gpu_kernels.py`'s output.",
-                          'GPU {gpu}: measurement problem: {value} mismatches not reproduced '
-                          '(after a full synchronise the products agreed with the first and with a '
-                          'float64 host reference)',
+                          'GPU {gpu}: measurement problem: {value} mismatches not reproduced (the '
+                          'same products, compared again after a full synchronise, agreed with the '
+                          'first)',
                           'stable',
                           (),
                           'rules/kernels.toml:325: rule KRN023',
@@ -1923,6 +1930,33 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                           False,
                           True,
                           'none',
+                          (),
+                          ()),
+                         ('KRN025',
+                          'critical',
+                          'GPU failed during the burn',
+                          'gpu',
+                          'gpu.{gpu}.kernel.burn.gpu_error',
+                          'present',
+                          True,
+                          'An uncorrectable ECC or NVLink error, or the unknown error of a GPU '
+                          "that fell off the bus (Xid 79), under the burn's load is a hardware "
+                          'fault. Other CUDA errors (out of memory, a compiler missing) mean the '
+                          'burn could not run: KRN003 and KRN004 are then unknown, not failed.',
+                          'Check dmesg for Xid 48, 63, 64, 74, 79 and AER errors and the ECC '
+                          'counters (nvidia-smi -q -d ECC,ROW_REMAPPER); reset the GPU (nvidia-smi '
+                          '-r -i {gpu}) and burn again; have it replaced if it repeats.',
+                          "GPU {gpu} failed during the burn with a CUDA error that is the GPU's: "
+                          '{reason}',
+                          'stable',
+                          ('https://docs.nvidia.com/deploy/xid-errors/index.html',),
+                          'rules/kernels.toml:340: rule KRN025',
+                          1.0,
+                          'gpu.4.kernel.burn.gpu_error = [error] CUDARuntimeError: '
+                          'cudaErrorECCUncorrectable: uncorrectable ECC error encountered',
+                          False,
+                          True,
+                          'service',
                           (),
                           ())),
                         ()),

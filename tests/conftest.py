@@ -36,6 +36,17 @@ NO_BUS_RULES = (
 REALDATA = Path(os.environ.get("GPUDIAG_REALDATA", REPO.parent / "shared" / "realdata"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def host_kernels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the CUDA fake builds the kernels it runs (kernels/*.cu, or a test's changed
+    copy, compiled for the host by tests/fakekernels.py): one folder per pytest run, shared
+    by its xdist workers and, through GPUDIAG_CUHOST_DIR, by the processes the tests start,
+    so that each source is compiled once per run (when first launched, not before)."""
+    folder, _ = built_once(tmp_path_factory, "cuhost", lambda folder: None)
+    os.environ["GPUDIAG_CUHOST_DIR"] = str(folder)
+    return folder
+
+
 @pytest.fixture
 def cuda():
     """The device boundary replaced by the CUDA fake (tests/fakecuda.py), two GPUs."""

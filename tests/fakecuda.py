@@ -28,9 +28,14 @@ checks each against the installed CuPy) and fails where CUDA would:
 - gemmEx interprets its buffers by the data-type and compute-type enums, in cuBLAS's
   column-major order, with alpha and beta read as the compute type's scalars; TF32 rounds
   its inputs to TF32; a wrong enum is refused or computes a visibly wrong product;
+- kernels are the real ones: a RawModule compiles the source it is given (kernels/*.cu)
+  for the host and a launch runs it over the grid (tests/fakekernels.py), on device
+  memory that is host memory at the device pointer, with guard bytes after every
+  allocation that a kernel writing past its array changes (cudaErrorIllegalAddress);
 - time is simulated: each call costs the host HOST_CALL_S, each piece of work its bytes
-  or flops at the device's rates, and a stream idles until the host has submitted.
-`fail` makes every call on a device raise, as a broken GPU does.
+  or flops at the device's rates (a kernel whose arrays fit the device's L2 at L2_GBS:
+  CacheModel), and a stream idles until the host has submitted.
+`fail` makes every call on a device raise, as a broken GPU does (`fail_with`: the error).
 """
 
 from __future__ import annotations
@@ -39,10 +44,12 @@ import bisect
 import ctypes
 import re
 import threading
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from fakekernels import HostModule
 
 HOST_CALL_S = 1e-6  # what a Python call into CUDA costs the host
 MEMORY_GBS = 2000.0  # device memory, GB/s (bytes read + written)
@@ -56,7 +63,11 @@ LOCAL_LATENCY_S = 0.6e-6
 NCCL_BUSBW_GBS = 150.0
 NCCL_LATENCY_S = 10e-6
 DEVICE_BYTES = 64 * 2**20
-DEVICE_BASE = 0x7E00_0000_0000
+# The fake GPU's L2 (CacheModel): arrays that all fit it run at L2_GBS. Small, as the
+# fake's memory is: the tests' smallest STREAM arrays (16 KiB) are 4x it, STREAM's rule.
+L2_BYTES = 4096
+L2_GBS = 5000.0
+CANARY, CANARY_BYTE = 256, 0xA5  # bytes after every allocation, checked after a kernel
 
 
 class CUDARuntimeError(RuntimeError):
@@ -142,8 +153,13 @@ class FakeEvent:
 
 @dataclass
 class Allocation:
+    """Device memory: host memory at a 256-byte aligned address (cudaMalloc's), which
+    is the device pointer, so that the kernels' own code runs on it (tests/fakekernels.py);
+    CANARY bytes of a known pattern follow it, checked after every kernel."""
+
     device: int
     memory: np.ndarray
+    canary: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint8))
 
 
 @dataclass
@@ -153,6 +169,7 @@ class Device:
     bus_id: str
     sms: int = 4
     free_bytes: int = DEVICE_BYTES
+    l2_bytes: int = L2_BYTES
     peers: set[int] = field(default_factory=set)
 
 
@@ -172,6 +189,7 @@ class FakeCuda:
     memcpyHostToDevice, memcpyDeviceToHost, memcpyDeviceToDevice = 1, 2, 3
     eventDefault = 0
     cudaDevAttrMultiProcessorCount = 16
+    cudaDevAttrL2CacheSize = 38
     CUDA_R_64F, CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF = 1, 0, 2, 14
     cublas_CUBLAS_OP_N = 0
     cublas_CUBLAS_GEMM_DEFAULT = -1
@@ -185,12 +203,14 @@ class FakeCuda:
         ]
         self.peer_capable = peer
         self.fail = set(fail or ())
+        # what a failing device raises: a launch failure says nothing about the GPU;
+        # cudaErrorECCUncorrectable or cudaErrorUnknown (fallen off the bus) is a GPU fault
+        self.fail_with = "cudaErrorLaunchFailure"
         self.local = threading.local()
         self.lock = threading.RLock()
         self.host_time = 0.0
         self.allocations: dict[int, Allocation] = {}
         self.bases: list[int] = []  # the allocations' pointers, sorted (a burn holds thousands)
-        self.next_pointer = DEVICE_BASE
         self.registered: dict[int, int] = {}
         self.streams: dict[int, FakeStream] = {}
         # each device's legacy default stream: handle 0 on whichever device is current
@@ -212,7 +232,7 @@ class FakeCuda:
             self.calls.append((name, args))
         current = self.getDevice() if device is None else device
         if current in self.fail:
-            raise CUDARuntimeError(f"cudaErrorLaunchFailure: {name} on device {current}")
+            raise CUDARuntimeError(f"{self.fail_with}: {name} on device {current}")
         return current
 
     def host_clock(self) -> float:
@@ -351,6 +371,8 @@ class FakeCuda:
 
     def deviceGetAttribute(self, attrib: int, device: int) -> int:
         self._call("deviceGetAttribute", attrib, device, device=device)
+        if attrib == self.cudaDevAttrL2CacheSize:
+            return self.devices[device].l2_bytes
         if attrib != self.cudaDevAttrMultiProcessorCount:
             raise CUDARuntimeError("cudaErrorInvalidValue: attribute not faked")
         return self.devices[device].sms
@@ -365,12 +387,26 @@ class FakeCuda:
             if size > self.devices[device].free_bytes:
                 raise CUDARuntimeError("cudaErrorMemoryAllocation: out of memory")
             self.devices[device].free_bytes -= size
-            pointer = self.next_pointer
-            self.next_pointer += (size + 0xFFFF) & ~0xFFFF or 0x10000
-            garbage = np.full(size, 0xFF, np.uint8)  # uninitialised memory is not zero
-            self.allocations[pointer] = Allocation(device, garbage)
+            # uninitialised memory is not zero
+            whole = np.full(max(size, 1) + 256 + CANARY, 0xFF, np.uint8)
+            start = -whole.ctypes.data % 256
+            memory, canary = whole[start : start + size], whole[start + size :][:CANARY]
+            canary[:] = CANARY_BYTE
+            pointer = memory.ctypes.data if size else whole[start:].ctypes.data
+            self.allocations[pointer] = Allocation(device, memory, canary)
             bisect.insort(self.bases, pointer)
             return pointer
+
+    def check_canaries(self, pointers: list[Any]) -> None:
+        """After a kernel: the bytes after each allocation it was given must be as
+        written (a kernel that wrote past its array is what a GPU reports as
+        cudaErrorIllegalAddress, or corrupts the next allocation silently)."""
+        for pointer in pointers:
+            found = self._allocation(pointer) if isinstance(pointer, int) else None
+            if found is not None and not (found[1].canary == CANARY_BYTE).all():
+                raise CUDARuntimeError(
+                    f"cudaErrorIllegalAddress: a kernel wrote past the allocation at {pointer:#x}"
+                )
 
     def free(self, ptr: int) -> None:
         with self.lock:
@@ -740,7 +776,9 @@ def _param_types(params: str, t: str = "") -> list[str]:
     for param in params.split(","):
         words = param.replace("const", "").replace("__restrict__", "").replace("*", " ").split()
         base = " ".join(words[:-1])
-        types.append((t if base == "T" else base) + ("*" if "*" in param else ""))
+        kind = (t if base == "T" else base) + ("*" if "*" in param else "")
+        # a pointer to const: memory the kernel only reads (the memo of FakeKernel)
+        types.append(f"const {kind}" if "*" in param and "const" in param else kind)
     return types
 
 
@@ -769,19 +807,30 @@ SCALARS = {
 
 
 class FakeModule:
+    """A RawModule: the source compiled for the host (tests/fakekernels.py), each kernel
+    found by the name the source gives it."""
+
     def __init__(self, cuda: FakeCuda, code: str) -> None:
         self.cuda, self.code = cuda, code
         self.signatures = _stream_signatures(code)
+        self.host = HostModule(code, self.signatures)
 
     def get_function(self, name: str) -> FakeKernel:
         if name not in self.signatures:
             raise RuntimeError(f"CUDA_ERROR_NOT_FOUND: no kernel named {name}")
-        return FakeKernel(self.cuda, name, self.signatures[name])
+        return FakeKernel(self.cuda, self, name, self.signatures[name])
 
 
 class FakeKernel:
-    def __init__(self, cuda: FakeCuda, name: str, types: list[str]) -> None:
-        self.cuda, self.name, self.types = cuda, name, types
+    """A RawKernel: its arguments checked as CuPy passes them (NumPy scalars of the
+    parameter's type, pointers as uint64), the device pointers it is given checked
+    (owner, peer access, bounds), then the kernel's own source run over the grid on the
+    host when the stream reaches it; its time is its bytes at the device's memory rate,
+    or at its L2 rate where all the arrays it touches fit the L2 (CacheModel)."""
+
+    def __init__(self, cuda: FakeCuda, module: FakeModule, name: str, types: list[str]) -> None:
+        self.cuda, self.module, self.name, self.types = cuda, module, name, types
+        self.memo: dict[str, list[np.ndarray]] = {}  # _key -> the bytes it wrote
 
     def __call__(self, grid: Any, block: Any, args: Any, *, shared_mem: int = 0,
                  stream: Any = None) -> None:  # fmt: skip
@@ -795,7 +844,6 @@ class FakeKernel:
         if threads > 1024 or threads & (threads - 1):
             raise RuntimeError("block size must be a power of two up to 1024")
         values: list[Any] = []
-        n = int(args[-1])
         for arg, kind in zip(args, self.types, strict=True):
             if kind.endswith("*"):
                 if type(arg) is not np.uint64:
@@ -806,82 +854,98 @@ class FakeKernel:
                 if type(arg) is not expected:
                     raise TypeError(f"{self.name}: {kind} passed as {type(arg).__name__}")
                 values.append(arg)
-        if self.name.startswith("burn_compare_"):
-            self._compare(s, device, values)
-            return
         if self.name == "peer_latency_chase":
             self._chase(s, device, values)
             return
-        element = np.float32 if self.name.endswith("f32") else np.float64
-        item = np.dtype(element).itemsize
-        op = self.name.split("_")[1]
-
-        def arr(pointer: int, count: int) -> np.ndarray:
-            return cuda.device_view(pointer, count * item, device).view(element)
-
-        touched = {"copy": 2, "scale": 2, "add": 3, "triad": 3, "dot": 2}[op]
-        if op == "copy":
-            a, c = arr(values[0], n), arr(values[1], n)
-            run = lambda: np.copyto(c, a)  # noqa: E731
-        elif op == "scale":
-            b, c, k = arr(values[0], n), arr(values[1], n), values[2]
-            run = lambda: np.multiply(c, k, out=b)  # noqa: E731
-        elif op == "add":
-            a, b, c = (arr(v, n) for v in values[:3])
-            run = lambda: np.add(a, b, out=c)  # noqa: E731
-        elif op == "triad":
-            a, b, c, k = arr(values[0], n), arr(values[1], n), arr(values[2], n), values[3]
-            run = lambda: np.add(b, k * c, out=a)  # noqa: E731
-        else:
-            a, b, partial = arr(values[0], n), arr(values[1], n), arr(values[2], blocks)
-
-            def run() -> None:
-                # as stream.cu sums: each thread its grid-stride vectors (a vector's lanes
-                # first), then its share of the scalar tail, then a tree over the block
-                width = 16 // item
-                stride = blocks * threads
-                vectors = n // width
-                head = a[: vectors * width] * b[: vectors * width]
-                lanes = head.reshape(vectors, width).sum(axis=1, dtype=element)
-                padded = np.zeros(-(-vectors // stride) * stride, element)
-                padded[:vectors] = lanes
-                per_thread = padded.reshape(-1, stride).sum(axis=0, dtype=element)
-                tail = a[vectors * width :] * b[vectors * width :]
-                per_thread[: tail.size] += tail
-                partial[:] = per_thread.reshape(blocks, threads).sum(axis=1, dtype=element)
-
-        cuda._enqueue(s, run, touched * n * item / (MEMORY_GBS * 1e9))
-
-    def _compare(self, s: FakeStream, device: int, values: list[Any]) -> None:
-        """burn.cu's compare kernels: differing and NaN elements, added to counts."""
-        cuda = self.cuda
-        word = {"16": np.uint16, "32": np.uint32, "64": np.uint64}[self.name.rsplit("_", 1)[1]]
-        product, reference, n, exponent, mantissa, counts = values
-        size = int(n) * np.dtype(word).itemsize
-        got = cuda.device_view(product, size, device).view(word)
-        ref = cuda.device_view(reference, size, device).view(word)
-        total = cuda.device_view(counts, 16, device).view(np.uint64)
+        views = self._views(device, values, blocks)
+        host = self.module.host
+        writes = [
+            view
+            for view, kind in zip(views, [k for k in self.types if k.endswith("*")], strict=True)
+            if not kind.startswith("const ")
+        ]
 
         def run() -> None:
-            total[0] += np.count_nonzero(got != ref)
-            nan = ((got & exponent) == exponent) & ((got & mantissa) != 0)
-            total[1] += np.count_nonzero(nan)
+            barriers = host.barriers[self.name]  # None until its first launch
+            key = self._key(blocks, threads, values, views) if barriers else ""
+            if key in self.memo:
+                for view, after in zip(writes, self.memo[key], strict=True):
+                    view[:] = after
+                return
+            before = [v.copy() for v in views] if barriers is None else []
 
-        cuda._enqueue(s, run, 2 * size / (MEMORY_GBS * 1e9))
+            def restore() -> None:  # a first launch that reached a barrier, run again
+                for view, old in zip(views, before, strict=True):
+                    view[:] = old
+
+            host.launch(self.name, blocks, threads, values, restore)
+            cuda.check_canaries(values)
+            if host.barriers[self.name]:
+                key = key or self._key(blocks, threads, values, before)
+                self.memo = {**dict(list(self.memo.items())[-7:]), key: [w.copy() for w in writes]}
+
+        touched = sum(v.nbytes for v in views)
+        cuda._enqueue(s, run, CacheModel.seconds(cuda.devices[device], views, touched))
+
+    def _views(self, device: int, values: list[Any], blocks: int) -> list[np.ndarray]:
+        """The device memory each pointer argument reaches, checked as the GPU would
+        (owner, peer access, bounds): n elements of the element type for STREAM's and
+        the burn's arrays, a partial sum per block, the burn's two counters."""
+        cuda = self.cuda
+        if self.name.startswith("burn_compare_"):
+            item = int(self.name.rsplit("_", 1)[1]) // 8
+            product, reference, n, _e, _m, counts = values
+            sizes = ((product, int(n) * item), (reference, int(n) * item), (counts, 16))
+            return [cuda.device_view(p, size, device) for p, size in sizes]
+        item = 4 if self.name.endswith("f32") else 8
+        n = int(values[-1])
+        views = []
+        for kind, value in zip(self.types, values, strict=True):
+            if kind.endswith("*"):
+                count = blocks if self.name.startswith("stream_dot") and len(views) == 2 else n
+                views.append(cuda.device_view(value, count * item, device))
+        return views
+
+    @staticmethod
+    def _key(blocks: int, threads: int, values: list[Any], views: list[np.ndarray]) -> str:
+        """A launch's grid, arguments and the bytes its arrays held before it (a CRC-32
+        and the length of each): a kernel with barriers (stream.cu's dot, whose threads
+        run as fibers, slowly) launched again on the same key writes what its last such
+        launch wrote (`memo`)."""
+        sums = [
+            (zlib.crc32(memoryview(np.ascontiguousarray(v)).cast("B")), v.nbytes) for v in views
+        ]
+        return repr((blocks, threads, [str(v) for v in values], sums))
 
     def _chase(self, s: FakeStream, device: int, values: list[Any]) -> None:
-        """copies.cu's pointer chase: each step one load where the last one pointed."""
+        """copies.cu's pointer chase: the chain walked here first (every link must be
+        memory this device may read: a wrong link would crash the host, not raise), then
+        the kernel itself run."""
         cuda = self.cuda
         chain, steps, out = values
         owner = cuda._owner(chain)
         cuda.device_view(chain, 8, device)  # the peer-access check, now as on a GPU
-        target = cuda.device_view(out, 8, device).view(np.uint64)
+        cuda.device_view(out, 8, device)
 
         def run() -> None:
-            p = chain
-            for _ in range(min(int(steps), 4096)):  # the chain is a cycle: enough to walk it
+            p, seen = chain, set()
+            while p not in seen and len(seen) < min(int(steps), 1 << 16):
+                seen.add(p)
                 p = int(cuda.device_view(p, 8, device).view(np.uint64)[0])
-            target[0] = p
+            if p not in seen and len(seen) < int(steps):
+                raise CUDARuntimeError("cudaErrorIllegalAddress: the chain does not close")
+            self.module.host.launch(self.name, 1, 1, values)
 
         latency = PEER_LATENCY_S if owner != device else LOCAL_LATENCY_S
         cuda._enqueue(s, run, int(steps) * latency)
+
+
+class CacheModel:
+    """The fake GPU's L2: a kernel whose arrays all fit it runs at L2_GBS, else at the
+    device memory's MEMORY_GBS, as STREAM on a real GPU reports the cache's bandwidth for
+    arrays under its L2 (the reason for STREAM's rule: arrays at least 4x the cache)."""
+
+    @staticmethod
+    def seconds(device: Device, views: list[np.ndarray], touched: int) -> float:
+        resident = sum(v.nbytes for v in views) <= device.l2_bytes
+        return touched / ((L2_GBS if resident else MEMORY_GBS) * 1e9)

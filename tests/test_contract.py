@@ -85,7 +85,7 @@ def _kernel_readings() -> tuple[Reading, ...]:
     the CPU (tiny sizes); their results, taken as measured, are labelled as two GPUs' and
     two NUMA nodes' as well (the keys depend only on the kernel, metric and device), with
     the host-copy metrics kernels/copies.py names (that kernel needs a GPU to run)."""
-    from gpudiag.kernels import copies
+    from gpudiag.kernels import burn, copies
     from gpudiag.kernels.runner import PlanRun
 
     plan = KernelPlan(tuple(KERNELS), "cpu", 1 << 16, ("fp64", "fp32"), 2, None, 64, 0.2)
@@ -97,6 +97,9 @@ def _kernel_readings() -> tuple[Reading, ...]:
     ]
     # the GPU burn's confirmation (kernels/burn.py: mismatches it did not reproduce)
     results.append(KernelResult("burn", "gpu0", "unreproduced", "count", ProbeStatus.OK))
+    # a CUDA error of the GPU's during the GPU burn (KRN025), as burn_results writes it
+    failed = burn.BurnReport("gpu0", fault="CUDARuntimeError: cudaErrorUnknown")
+    results += [r for r in burn.burn_results(failed, 64) if r.metric == "gpu_error"]
     labelled = []
     for device, peer in (("gpu0", "gpu1"), ("gpu1", "gpu0"), ("cpu-numa0", ""), ("cpu-numa1", "")):
         for r in results:

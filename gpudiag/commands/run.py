@@ -8,7 +8,15 @@ from typing import Any
 
 from gpudiag import inputs
 from gpudiag.commands.common import UsageError
-from gpudiag.kernels.plans import BURN_PRECISIONS, DTYPE_NAMES, KERNELS, KernelPlan
+from gpudiag.kernels.plans import (
+    BURN_PRECISIONS,
+    DTYPE_NAMES,
+    GPU_STREAM_BYTES,
+    KERNELS,
+    KernelPlan,
+)
+
+CPU_STREAM_BYTES = 256 * 2**20  # per array: well beyond a CPU's last-level cache
 
 # What each kernel of `gpudiag run` measures, one line each (its --help lists them).
 KERNEL_HELP = {
@@ -44,9 +52,9 @@ def add_parser(subparsers: Any) -> None:
     run.add_argument(
         "--size",
         type=inputs.number_option(4096, 2**62, integer=True),  # and this machine's memory
-        default=256 * 2**20,
         metavar="BYTES",
-        help="bytes per array (default 256 MiB: well beyond the last-level cache)",
+        help="bytes per array (default 256 MiB on CPUs; on GPUs 512 MiB, over 4x the largest"
+        " GPU L2 known: a GPU refuses STREAM arrays under 4x its L2, which measure the cache)",
     )
     run.add_argument(
         "--trials",
@@ -85,14 +93,15 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the kernels with progress, print the results; 2 for a failure or a faulty
-    burn, 130 when interrupted."""
+    burn, 3 for a burn that could not run (ERROR: no verdict), 130 when interrupted."""
     # --trials, --seconds, --until-confident, --size and --gemm-n: inputs.number_option
     import psutil
 
-    from gpudiag.session import EXIT_CRITICAL
+    from gpudiag.session import EXIT_CRITICAL, EXIT_UNKNOWN
 
     memory = psutil.virtual_memory().total
-    if 3 * args.size > memory:
+    size = CPU_STREAM_BYTES if args.size is None else args.size
+    if 3 * size > memory:
         raise UsageError(
             f"--size {args.size}: three arrays of that size exceed this machine's memory"
             f" ({memory / 2**30:.1f} GiB)"
@@ -105,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     plan = KernelPlan(
         tuple(dict.fromkeys(args.kernels)),
         args.device,
-        args.size,
+        size,
         DTYPE_NAMES if args.dtype == "both" else (args.dtype,),
         args.trials,
         args.seconds,
@@ -113,8 +122,10 @@ def run(args: argparse.Namespace) -> int:
         60.0 if args.seconds is None else args.seconds,
         args.burn_precision,
         args.until_confident,
+        GPU_STREAM_BYTES if args.size is None else args.size,
     )
     from gpudiag.kernels.runner import KernelUnavailable, PlanRun
+    from gpudiag.kernels.stream import CacheResident
     from gpudiag.run_report import print_results, run_with_progress
 
     run = PlanRun(plan)
@@ -123,6 +134,8 @@ def run(args: argparse.Namespace) -> int:
         results, interrupted, others = run_with_progress(run)
     except KernelUnavailable as exc:
         raise UsageError(f"--device {args.device}: {exc}") from None
+    except CacheResident as exc:  # STREAM's rule: arrays at least 4x the GPU's L2
+        raise UsageError(f"--size {size}: {exc}") from None
     except KeyboardInterrupt:  # Ctrl-C: the results so far, then exit 130
         run.cancel.set()
         results, interrupted = run.results, True
@@ -130,4 +143,6 @@ def run(args: argparse.Namespace) -> int:
     if interrupted:
         print("gpudiag: interrupted (the results above are partial)", file=sys.stderr)
         return 130
-    return EXIT_CRITICAL if failed or any(b.faulty for b in run.burns) else 0
+    if failed or any(b.faulty for b in run.burns):
+        return EXIT_CRITICAL
+    return EXIT_UNKNOWN if any(b.error for b in run.burns) else 0  # a burn that could not run
