@@ -15,6 +15,8 @@ plugins (tests/test_layering.py names it as allowed to import them).
 
 from __future__ import annotations
 
+import re
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -80,6 +82,47 @@ def profile_readings(
     return out, profile, device_ids
 
 
+# node.kernel.gpus_median.METRIC: a GPU kernel figure's median over the node's GPUs (the
+# node judged as a node: a baseline's floor on it catches a node slower on every GPU,
+# which a floor on each GPU cannot tell from the GPUs' own spread); declared with the
+# node's kernel figures (node.kernel.{metric}, kernels/readings.py)
+NODE_MEDIAN = "node.kernel.gpus_median."
+_GPU_FIGURE = re.compile(r"^gpu\.(\d+)\.kernel\.(.+)$")
+_NOT_A_FIGURE = (".ci_low", ".ci_high", ".share_of_median", ".share_of_peak", ".verdict")
+
+
+def node_medians(readings: Iterable[Reading]) -> list[Reading]:
+    """NODE_MEDIAN + metric for each GPU kernel figure (a number with a unit) that two or
+    more GPUs measured: the median of their figures (the middle two's mean for an even
+    count), in their unit."""
+    figures: dict[tuple[str, str], list[float]] = {}
+    for r in readings:
+        match = _GPU_FIGURE.match(r.key)
+        if (
+            match is None
+            or not r.ok
+            or not r.unit
+            or isinstance(r.value, bool)
+            or not isinstance(r.value, int | float)
+            or r.key.endswith(_NOT_A_FIGURE)
+        ):
+            continue
+        figures.setdefault((match.group(2), r.unit), []).append(float(r.value))
+    out = []
+    for (metric, unit), values in sorted(figures.items()):
+        if len(values) < 2:
+            continue
+        out.append(
+            Reading(
+                f"{NODE_MEDIAN}{metric}",
+                round(statistics.median(values), 9),  # no 50.876999999999995
+                unit,
+                f"derived:median of {len(values)} GPUs' gpu.N.kernel.{metric}",
+            )
+        )
+    return out
+
+
 def derive(
     readings: Mapping[str, Reading],
     kernels: Iterable[KernelResult] = (),
@@ -93,6 +136,7 @@ def derive(
     peaks = profile.values if profile is not None else None
     known = {**readings, **{r.key: r for r in derived}}
     derived += kernel_readings(kernels, known, peaks)
+    derived += node_medians(derived)
     result = ProbeResult(
         name=DERIVED,
         status=ProbeStatus.OK,

@@ -636,6 +636,30 @@ def operator_fleet(count: int, faults: bool = True) -> tuple[list[NodeSpec], dic
     return specs, planted
 
 
+def vm_spec(name: str, seed: int) -> NodeSpec:
+    """A healthy virtual machine of the operator fleet: the same 8 GPUs passed through
+    (same PCI device id), no NVLink or NVSwitch readings (the VM does not see them),
+    the hypervisor flagged, host-to-device copies through the IOMMU at 90%."""
+    spec = operator_spec(name, seed)
+    spec.node_values = {"host.virt.vm": "kvm", "host.virt.cpu_hypervisor_flag": True}
+    spec.without = tuple(
+        r.key
+        for r in base_snapshot().readings_by_key.values()
+        if ".nvlink." in r.key or r.key.startswith(("topo.gpu.", "gpu.0.fabric", "pcie."))
+    )
+    spec.h2d = {g: round(v * 0.9, 3) for g, v in spec.h2d.items()}
+    return spec
+
+
+def write_specs(directory: Path, specs: list[NodeSpec]) -> list[Path]:
+    """Each spec's snapshot as JSON in `directory`."""
+    paths = []
+    for spec in specs:
+        paths.append(directory / f"{spec.name}.json")
+        save(snapshot_of(spec), paths[-1])
+    return paths
+
+
 def write_operator_fleet(directory: Path, count: int, faults: bool = True) -> dict[str, list[str]]:
     """issue 38's fleet written as JSON snapshots (the damaged node's file cut short);
     which nodes got which fault."""

@@ -6,17 +6,33 @@ nodes, which is what the suite can afford."""
 
 from __future__ import annotations
 
+import json
 import math
+import random
 from pathlib import Path
 
 import pytest
 
+from gpudiag import tomlcompat
 from gpudiag.fleet.analysis import FleetReport, analyse
+from gpudiag.fleet.baseline import baseline
 from gpudiag.fleet.load import load_fleet
 from gpudiag.fleet.outliers import _tail
 from gpudiag.fleet.report import report_json, report_text
+from gpudiag.rulefile import load_rules
+from gpudiag.session import with_findings
 
-from fleetgen import FAULTS, write_operator_fleet
+from conftest import run_cli
+from fleetgen import (
+    DRIVERS,
+    FAULTS,
+    operator_spec,
+    plant_fault,
+    snapshot_of,
+    vm_spec,
+    write_operator_fleet,
+    write_specs,
+)
 
 COUNT = 64
 
@@ -100,3 +116,91 @@ def test_the_counter_tail_is_the_poisson_and_negative_binomial_tail() -> None:
     assert math.isclose(_tail(3, 2.0, 6.0), (2 / 3) ** 3, rel_tol=1e-9)
     # beyond MAX_COUNT the tail at it bounds the rest (never an error, never 1)
     assert _tail(10**9, 0.1, 0.2) < 1e-12
+
+
+# ------------------------------------------------------------------ baselines per node type
+
+HGX, VMS = 24, 3
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A good set of HGX nodes and VMs (the same GPUs, no NVLink in the VMs), and its
+    baseline written in a site folder."""
+    directory = tmp_path_factory.mktemp("mixed")
+    specs = [operator_spec(f"hgx{n:03d}", n) for n in range(1, HGX + 1)]
+    specs += [vm_spec(f"vm{n:02d}", 500 + n) for n in range(1, VMS + 1)]
+    write_specs(directory, specs)
+    site = tmp_path_factory.mktemp("site")
+    found = baseline(load_fleet([directory], workers=1))
+    (site / "baseline.toml").write_text(found.text)
+    return directory, site
+
+
+def _rules(site: Path) -> list[dict]:
+    return tomlcompat.loads((site / "baseline.toml").read_text())["rule"]
+
+
+def test_a_baseline_of_hgx_nodes_and_vms_keeps_the_hgx_rules(mixed: tuple[Path, Path]) -> None:
+    _, site = mixed
+    text = (site / "baseline.toml").read_text()
+    bare = [
+        r for r in _rules(site) if {"reading": "host.virt.vm", "equal": "none"} in r["applies_if"]
+    ]
+    vm = [r for r in _rules(site) if {"reading": "host.virt.vm", "equal": "kvm"} in r["applies_if"]]
+    assert bare and vm and len(bare) + len(vm) == len(_rules(site))
+    readings = {r["reading"] for r in bare}
+    # the driver, the kernels (per GPU, and the node's median of its GPUs) and NVLink
+    assert "nvml.driver_version" in readings
+    assert {
+        "gpu.{gpu}.kernel.stream.triad.fp64",
+        "node.kernel.gpus_median.stream.triad.fp64",
+    } <= readings
+    assert "gpu.{gpu}.nvlink.{link}.state" in readings and "gpu.{gpu}.nvlink.active" in readings
+    assert not any(".nvlink." in r["reading"] for r in vm)
+    # per position: GPU 5's NUMA node is 1 on every node
+    numa = next(r for r in bare if r["reading"] == "gpu.5.numa_node")
+    assert numa["expect"] == {"equal": 1} and numa["applies_to"] == "node"
+    # nothing dropped silently; no title with an empty value
+    assert "# Left out (" in text and "numa.{node}.mem_free" not in text
+    assert not [r["title"] for r in _rules(site) if r["title"].endswith("site's ")]
+    assert "cpu.offline is not the site's (empty)" in text
+
+
+def test_the_baseline_catches_another_driver_and_a_slow_node(mixed: tuple[Path, Path]) -> None:
+    _, site = mixed
+    rules = load_rules([site])
+    other = operator_spec("hgx901", 901)
+    other.driver = DRIVERS[1]
+    slow = operator_spec("hgx902", 902)
+    plant_fault(slow, "slow", random.Random(2))
+    like = operator_spec("hgx903", 903)
+    new = {}
+    for spec in (other, slow, like):
+        findings = with_findings(snapshot_of(spec), rules).findings
+        new[spec.name] = {
+            (f.rule_id, f.subject.split(":")[0], f.message.split(" is ")[0])
+            for f in findings
+            if f.rule_id.startswith("BASE") and f.severity.value == "warning"
+        }
+    assert {m for _, _, m in new["hgx901"]} == {"nvml.driver_version"}
+    assert "node.kernel.gpus_median.stream.triad.fp64" in {m for _, _, m in new["hgx902"]}
+    assert new["hgx903"] == set()
+
+
+def test_rules_dir_fleet_judges_every_node_with_the_site_rules(
+    mixed: tuple[Path, Path], tmp_path: Path
+) -> None:
+    directory, site = mixed
+    other = operator_spec("hgx901", 901)
+    other.driver = DRIVERS[1]
+    for path in sorted(directory.glob("*.json"))[:6]:
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    write_specs(tmp_path, [other])
+    result = run_cli("--rules", str(site), "fleet", str(tmp_path), "--format", "json")
+    assert result.returncode == 1, result.stderr
+    findings = json.loads(result.stdout)["findings"]
+    base = [f for f in findings if f["rule_id"].startswith("BASE") and f["severity"] == "warning"]
+    assert [(f["nodes"], f["count"]) for f in base] == [("hgx901", 1)]
+    plain = json.loads(run_cli("fleet", str(tmp_path), "--format", "json").stdout)
+    assert not [f for f in plain["findings"] if f["rule_id"].startswith("BASE")]
