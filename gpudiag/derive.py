@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from gpudiag import catalog
 from gpudiag.catalog import DERIVED
-from gpudiag.kernels.readings import kernel_readings
+from gpudiag.kernels.readings import PCIE_LANE_GBS, kernel_readings
 from gpudiag.model import KernelResult, ProbeResult, ProbeStatus, Reading, ReadingStatus, Snapshot
 from gpudiag.probes.topology import derive as topology_readings
 from gpudiag.profiles import Profile, detect_profile, load_profiles
@@ -36,7 +36,15 @@ DEVICE_IDS_KEY = "node.profile.device_ids"
 # readings' are declared where they are derived
 PROFILE = catalog.config(PROFILE_KEY, help="the GPU model's profile the rules judge against")
 DEVICE_IDS = catalog.config(DEVICE_IDS_KEY, help="the GPUs' PCI device ids")
-READINGS = catalog.declare("GPU", PROFILE, DEVICE_IDS)
+# the PCIe generation a GPU's link runs at under load: an idle GPU's link trains down to
+# save power (Gen1 at P8 is normal), so gpu.N.pcie.link_gen judges nothing unless the
+# GPU is busy; PCIE013 judges this one
+LINK_GEN_LOADED = catalog.volatile(
+    "gpu.{gpu}.pcie.link_gen_loaded",
+    help="the PCIe generation under load: the link's in P0, or the lowest the kernels' "
+    "host-to-device copy needs at the link's width; unsupported (cannot judge) when idle",
+)
+READINGS = catalog.declare("GPU", PROFILE, DEVICE_IDS, LINK_GEN_LOADED)
 
 
 @dataclass(frozen=True)
@@ -123,6 +131,53 @@ def node_medians(readings: Iterable[Reading]) -> list[Reading]:
     return out
 
 
+def _ok_value(readings: Mapping[str, Reading], key: str) -> object:
+    found = readings.get(key)
+    return found.value if found is not None and found.ok else None
+
+
+def loaded_link_gens(
+    readings: Mapping[str, Reading], derived: Mapping[str, Reading]
+) -> list[Reading]:
+    """gpu.N.pcie.link_gen_loaded for every GPU (not read where its link generation was
+    not, with the same status): the link's
+    generation where the GPU was in P0 when read; else, where the kernels copied from the
+    host to it, the lowest generation whose bandwidth at the link's width carries that
+    copy (55 GB/s over x16 needs Gen5: Gen4 x16 is 31.5); else unsupported, saying that
+    an idle GPU's link cannot be judged."""
+    out = []
+    for gpu in catalog.gpu_indices(readings):
+        read = readings.get(f"gpu.{gpu}.pcie.link_gen")
+        if read is None or not read.ok:
+            status = read.status if read is not None else ReadingStatus.MISSING
+            why = f"gpu.{gpu}.pcie.link_gen: {read.reason if read else 'not read'}"
+            out.append(LINK_GEN_LOADED.failed(status, why, "derived:gpu.N.pcie.link_gen", gpu=gpu))
+            continue
+        gen = read.value
+        pstate = _ok_value(readings, f"gpu.{gpu}.pstate")
+        copy = _ok_value(derived, f"gpu.{gpu}.kernel.copy.h2d.local")
+        width = _ok_value(readings, f"gpu.{gpu}.pcie.link_width")
+        if pstate == "P0":
+            out.append(LINK_GEN_LOADED.reading(gen, "derived:gpu.N.pcie.link_gen in P0", gpu=gpu))
+        elif isinstance(copy, int | float) and isinstance(width, int) and width > 0:
+            needed = [g for g, lane in sorted(PCIE_LANE_GBS.items()) if lane * width >= copy]
+            proven = needed[0] if needed else max(PCIE_LANE_GBS)
+            source = f"derived:the host-to-device copy's {copy:g} GB/s over x{width}"
+            out.append(LINK_GEN_LOADED.reading(proven, source, gpu=gpu))
+        else:
+            idle = f"GPU {gpu} is {pstate}" if pstate else f"GPU {gpu}'s pstate was not read"
+            out.append(
+                LINK_GEN_LOADED.failed(
+                    ReadingStatus.UNSUPPORTED,
+                    f"cannot judge: {idle} and no host-to-device copy ran; an idle link "
+                    "trains down to save power",
+                    "derived:gpu.N.pstate",
+                    gpu=gpu,
+                )
+            )
+    return out
+
+
 def derive(
     readings: Mapping[str, Reading],
     kernels: Iterable[KernelResult] = (),
@@ -137,6 +192,7 @@ def derive(
     known = {**readings, **{r.key: r for r in derived}}
     derived += kernel_readings(kernels, known, peaks)
     derived += node_medians(derived)
+    derived += loaded_link_gens(readings, {r.key: r for r in derived})
     result = ProbeResult(
         name=DERIVED,
         status=ProbeStatus.OK,

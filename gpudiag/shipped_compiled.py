@@ -6,7 +6,7 @@ Where the declaring files no longer match FINGERPRINT, the catalog is built from
 producers instead.
 """
 
-FINGERPRINT = (2784619465, 30)
+FINGERPRINT = (4226481079, 30)
 # (template, unit, change, identifying, group, help, producers, positional), in
 # declaration order
 DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'], False),
@@ -661,6 +661,15 @@ DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'
   '',
   'GPU',
   "the GPUs' PCI device ids",
+  ['profile'],
+  False),
+ ('gpu.{gpu}.pcie.link_gen_loaded',
+  '',
+  'volatile',
+  '',
+  'GPU',
+  "the PCIe generation under load: the link's in P0, or the lowest the kernels' host-to-device "
+  "copy needs at the link's width; unsupported (cannot judge) when idle",
   ['profile'],
   False),
  ('gpu.{gpu}.kernel.{metric}', '*', 'volatile', '', 'GPU', "a kernel's median", ['kernels'], False),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,36 @@ def test_rules_dir_fleet_judges_every_node_with_the_site_rules(
     assert [(f["nodes"], f["count"]) for f in base] == [("hgx901", 1)]
     plain = json.loads(run_cli("fleet", str(tmp_path), "--format", "json").stdout)
     assert not [f for f in plain["findings"] if f["rule_id"].startswith("BASE")]
+
+
+# ------------------------------------------------------------------ the link under load
+
+
+def _pcie013(spec_changes: dict, kernels: bool = True) -> dict[str, tuple[str, str]]:
+    spec = operator_spec("n1", 1)
+    for key, per in spec_changes.items():
+        spec.extra[key] = per
+    snapshot = snapshot_of(spec)
+    if not kernels:
+        snapshot = with_findings(replace(snapshot, kernels=()), load_rules())
+    return {
+        f.subject: (f.severity.value, f.message)
+        for f in snapshot.findings
+        if f.rule_id == "PCIE013"
+    }
+
+
+def test_a_link_below_its_generation_fires_under_load_and_cannot_be_judged_idle() -> None:
+    idle = dict.fromkeys(range(8), "P8")
+    # in P0: the link's own generation is judged
+    busy = _pcie013({"pcie.link_gen": {g: 4 if g == 3 else 5 for g in range(8)}})
+    assert busy == {"GPU 3": ("warning", "GPU 3's PCIe link runs at Gen4 under load, of Gen5")}
+    # idle, with the kernels' copy (55 GB/s over x16 needs Gen5): judged by the copy, even
+    # though the idle link reads Gen1
+    copied = _pcie013({"pstate": idle, "pcie.link_gen": dict.fromkeys(range(8), 1)})
+    assert copied == {}  # passed: no finding
+    # idle without kernels: cannot judge, never fires, never unknown (an idle node is not
+    # a node with a problem)
+    quiet = _pcie013({"pstate": idle, "pcie.link_gen": dict.fromkeys(range(8), 1)}, False)
+    assert len(quiet) == 8 and {s for s, _ in quiet.values()} == {"not-applicable"}
+    assert "cannot judge: GPU 0 is P8" in quiet["GPU 0"][1]
