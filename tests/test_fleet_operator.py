@@ -20,6 +20,8 @@ from gpudiag.fleet.baseline import baseline
 from gpudiag.fleet.load import load_fleet
 from gpudiag.fleet.outliers import _tail
 from gpudiag.fleet.report import report_json, report_text
+from gpudiag.fleet.screen import sections, unreadable_title
+from gpudiag.health import Slurm
 from gpudiag.rulefile import load_rules
 from gpudiag.session import with_findings
 
@@ -238,3 +240,38 @@ def test_a_link_below_its_generation_fires_under_load_and_cannot_be_judged_idle(
     quiet = _pcie013({"pstate": idle, "pcie.link_gen": dict.fromkeys(range(8), 1)}, False)
     assert len(quiet) == 8 and {s for s, _ in quiet.values()} == {"not-applicable"}
     assert "cannot judge: GPU 0 is P8" in quiet["GPU 0"][1]
+
+
+def test_the_fleet_screen_names_the_unreadable_file(
+    report: FleetReport, operator: tuple[Path, dict[str, list[str]]]
+) -> None:
+    _, planted = operator
+    name = f"{planted['damaged'][0]}.json"
+    first = sections(report)["Why slow"].splitlines()
+    assert first[0] == report.verdict()
+    assert first[1] == "1 unreadable file, skipped:"
+    assert name in first[2] and "not valid JSON" in first[2]
+    assert unreadable_title(report) == f"1 unreadable: {name}"
+
+
+# ------------------------------------------------------------------ Slurm
+
+
+class _Shown(Slurm):
+    """scontrol show node answering one line, as slurmctld 23-24 words it."""
+
+    def __init__(self, answer: str) -> None:
+        super().__init__("n1", "/nonexistent/scontrol", {})
+        object.__setattr__(self, "answer", answer)
+
+    def show(self) -> str:
+        return self.answer
+
+
+def test_a_comment_gpudiag_noted_is_not_read_as_the_drain_reason() -> None:
+    # the Comment note_finding writes on someone else's drain follows the Reason and its
+    # [user@time] in `scontrol show node --oneliner` (checked against slurmctld here)
+    noted = "Comment=gpudiag: GPU001 GPU 0: GPU lost (service)"
+    line = f"NodeName=n1 State=IDLE+DRAIN Reason=fan replaced [root@2026-11-28T06:41:24] {noted}"
+    assert _Shown(line).state() == ("IDLE+DRAIN", "fan replaced")
+    assert _Shown(line.removesuffix(f" {noted}")).state() == ("IDLE+DRAIN", "fan replaced")
