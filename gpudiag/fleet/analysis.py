@@ -159,6 +159,7 @@ class FleetReport:
     slow_nodes: list[SlowNode] = field(default_factory=list)
     counters: list[CounterOdd] = field(default_factory=list)
     slow_pct: float = DEFAULT_SLOW_PCT
+    node_models: dict[str, str] = field(default_factory=dict)  # node -> its type
     columns: Columns | None = None
     names: TableNames | None = None
     node_names: list[str] = field(default_factory=list)
@@ -173,13 +174,27 @@ class FleetReport:
         return self._table
 
     def partial_findings(self) -> list[FleetFinding]:
-        """Findings (warning or worse) on some nodes only: on all of them they say
-        something about the site's setup, not about a node."""
-        return [
-            f
-            for f in self.findings
-            if f.severity in ("critical", "warning") and len(f.nodes) < self.nodes
-        ]
+        """Findings (warning or worse) on some nodes of a type only, with those nodes:
+        on every node of a type (model and count, virtual or not) they say something
+        about the site's setup of that type, not about a node."""
+        types: dict[str, int] = defaultdict(int)
+        for model in self.node_models.values():
+            types[model] += 1
+        out = []
+        for f in self.findings:
+            if f.severity not in ("critical", "warning"):
+                continue
+            if not self.node_models:  # a report made without the nodes' types
+                if len(f.nodes) < self.nodes:
+                    out.append(f)
+                continue
+            on: dict[str, list[str]] = defaultdict(list)
+            for node in f.nodes:
+                on[self.node_models.get(node, "")].append(node)
+            nodes = [n for model, ns in on.items() if len(ns) < types.get(model, 0) for n in ns]
+            if nodes:
+                out.append(FleetFinding(f.rule_id, f.severity, nodes))
+        return out
 
     def odd_nodes(self) -> list[str]:
         """Every node the report lists anywhere as odd (a node needing a person): outliers,
@@ -338,6 +353,7 @@ def analyse(
         slow_nodes=slow_nodes(columns, fleet, names, slow_pct),
         counters=odd_counters(columns, fleet, names),
         slow_pct=slow_pct,
+        node_models={run.host: fleet.model(run.config) for run in fleet.current},
         columns=columns,
         names=names,
         node_names=[run.host for run in fleet.current],

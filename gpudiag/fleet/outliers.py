@@ -185,7 +185,7 @@ def _tail(count: float, mean: float, var: float) -> float:
 def odd_counters(
     columns: Columns, fleet: Fleet, names: TableNames, alpha: float = COUNTER_ALPHA
 ) -> list[CounterOdd]:
-    """Counters improbable against their group's rate (model and reading; GPUs pooled):
+    """Counters improbable against their reading's rate over the fleet (GPUs pooled):
     each non-zero count above the other units' mean gets the tail probability of a
     negative binomial fitted by moments on the other units (leave one out, so that the
     unit tested does not widen its own yardstick; a Poisson where the counts are not
@@ -198,18 +198,21 @@ def odd_counters(
     rows = np.flatnonzero(counter & (columns.value > 0))
     if not len(rows):
         return []
-    groups = np.unique(columns.group[rows])
-    in_groups = np.flatnonzero(counter & np.isin(columns.group, groups))
-    size = len(columns.groups)
-    n = np.bincount(columns.group[in_groups], minlength=size).astype(np.float64)
+    # a counter's rate is the GPU's (or NVLink's, or node's) whatever the node type: one
+    # group per reading over the fleet, so that six VMs are not judged on their own 48 GPUs
+    group_of = columns.reading_id
+    groups = np.unique(group_of[rows])
+    in_groups = np.flatnonzero(counter & np.isin(group_of, groups))
+    size = len(names.readings.items)
+    n = np.bincount(group_of[in_groups], minlength=size).astype(np.float64)
     values = columns.value[in_groups]
-    total = np.bincount(columns.group[in_groups], weights=values, minlength=size)
-    squares = np.bincount(columns.group[in_groups], weights=values * values, minlength=size)
+    total = np.bincount(group_of[in_groups], weights=values, minlength=size)
+    squares = np.bincount(group_of[in_groups], weights=values * values, minlength=size)
     family = float(n[groups].sum())
     found: list[CounterOdd] = []
     tails: dict[tuple[int, float], tuple[float, float]] = {}
     for row in rows.tolist():
-        g, c = int(columns.group[row]), float(columns.value[row])
+        g, c = int(group_of[row]), float(columns.value[row])
         others = n[g] - 1
         if others < MIN_COMPARABLE - 1:
             continue

@@ -118,31 +118,35 @@ class Fleet:
         }
 
     def model(self, config: int) -> str:
-        """The node's GPU model (the profile its judgment stored, node.profile; for older
-        snapshots the profile its most common PCI device id selects, else that id) and GPU
-        count: nodes are compared only with nodes of the same model."""
+        """The node's type: its GPU model (the profile its judgment stored, node.profile;
+        for older snapshots the profile its most common PCI device id selects, else that
+        id) and GPU count, and ', virtual (kvm)' for a virtual machine (host.virt.vm read
+        and not 'none'): nodes are compared only with nodes of the same type."""
         if config not in self._models:
-            layout = self.loaded.layouts[self.loaded.config_layout[config]]
-            gpus = len(catalog.gpu_indices(layout.keys))
-            stored = self.config_value(config, PROFILE_KEY)
-            if stored is not None and stored[2] == "ok" and gpus:
-                self._models[config] = f"{stored[0]} x{gpus}"
-                return self._models[config]
-            ids = []
-            for key in layout.keys:
-                if DEVICE_ID.match(key):
-                    found = self.config_value(config, key)
-                    if found and found[2] == "ok":
-                        ids.append(str(found[0]))
-            label = "no GPUs"
-            if ids:
-                common = Counter(ids).most_common(1)[0][0]
-                name = next(
-                    (p.name for p in self.profiles.values() if common in p.device_ids), common
-                )
-                label = f"{name} x{gpus}"
+            label = self._gpu_model(config)
+            virtual = self.config_value(config, "host.virt.vm")
+            if virtual is not None and virtual[2] == "ok" and virtual[0] not in ("none", ""):
+                label += f", virtual ({virtual[0]})"
             self._models[config] = label
         return self._models[config]
+
+    def _gpu_model(self, config: int) -> str:
+        layout = self.loaded.layouts[self.loaded.config_layout[config]]
+        gpus = len(catalog.gpu_indices(layout.keys))
+        stored = self.config_value(config, PROFILE_KEY)
+        if stored is not None and stored[2] == "ok" and gpus:
+            return f"{stored[0]} x{gpus}"
+        ids = []
+        for key in layout.keys:
+            if DEVICE_ID.match(key):
+                found = self.config_value(config, key)
+                if found and found[2] == "ok":
+                    ids.append(str(found[0]))
+        if not ids:
+            return "no GPUs"
+        common = Counter(ids).most_common(1)[0][0]
+        name = next((p.name for p in self.profiles.values() if common in p.device_ids), common)
+        return f"{name} x{gpus}"
 
 
 _SLOTS: dict[int, dict[int, int]] = {}
