@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import statistics
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 
 from gpudiag import tomlcompat
 from gpudiag.fleet.analysis import FleetReport, analyse
-from gpudiag.fleet.baseline import baseline
+from gpudiag.fleet.baseline import NodeType, _node_floor, baseline
 from gpudiag.fleet.load import load_fleet
 from gpudiag.fleet.outliers import _tail
 from gpudiag.fleet.report import report_json, report_text
@@ -124,6 +125,7 @@ def test_the_counter_tail_is_the_poisson_and_negative_binomial_tail() -> None:
 # ------------------------------------------------------------------ baselines per node type
 
 HGX, VMS = 24, 6
+KIND = NodeType("0x2330", 8, "none")
 
 
 @pytest.fixture(scope="module")
@@ -286,3 +288,20 @@ def test_vms_are_compared_with_vms(mixed: tuple[Path, Path]) -> None:
     assert set(report.node_models.values()) == {"h100-sxm5 x8", "h100-sxm5 x8, virtual (kvm)"}
     assert report.odd_nodes() == [] and report.exit_code() == 0
     assert any(f.nodes == [f"hgx{n:03d}" for n in range(1, HGX + 1)] for f in report.findings)
+
+
+def test_the_node_floor_catches_an_8_percent_node_at_a_2_5_percent_gpu_spread() -> None:
+    # 500 healthy nodes whose 8 GPUs spread 2.5% (no node-to-node spread): their medians
+    # spread about 1.05%, so the floor sits 4 of those (about 4.2%) below the median
+    rng = random.Random(38)
+    medians = [statistics.median(rng.gauss(3000, 75) for _ in range(8)) for _ in range(500)]
+    rule = _node_floor("gpu.{gpu}.kernel.stream.triad.fp64", medians, "GB/s", KIND, 7.0)
+    floor = rule["expect"]["min"]
+    assert rule["reading"] == "node.kernel.gpus_median.stream.triad.fp64"
+    assert 3000 * 0.92 * 1.01 < floor < 3000 * 0.97  # an 8% node, its own spread, under it
+    assert sum(m < floor for m in medians) <= 1  # a healthy node rarely (1 in 3,000 measured)
+    # at the 2% node-to-node spread of a real fleet the floor is the slow threshold, 7%
+    wide = [m * rng.gauss(1, 0.02) for m in medians]
+    assert _node_floor("x.{gpu}", wide, "GB/s", KIND, 7.0)["expect"]["min"] == pytest.approx(
+        statistics.median(wide) * 0.93, rel=1e-3
+    )

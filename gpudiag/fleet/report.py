@@ -27,17 +27,18 @@ def _odd_lines(report: FleetReport, markdown: bool) -> list[str]:
     for (model, reading), odd in by_reading.items():
         first = odd[0]
         unit = f" {first.unit}" if first.unit else ""
-        lines.append(
-            f"{bullet}{reading} ({model}): median {_number(first.median)}{unit}, "
-            f"MAD {_number(first.mad)}; {len(odd)} odd"
-        )
+        if len({(o.median, o.mad) for o in odd}) > 1:  # compared per position (NUMA node)
+            stats = "compared per position"
+        else:
+            stats = f"median {_number(first.median)}{unit}, MAD {_number(first.mad)}"
+        lines.append(f"{bullet}{reading} ({model}): {stats}; {len(odd)} odd")
         for o in odd[:MAX_LISTED]:
             where = f"{o.node} {o.device}".rstrip()
             z = "MAD 0" if math.isinf(o.z) else f"z {o.z:+.1f}"
             unit = f" {o.unit}" if o.unit else ""
             lines.append(
                 f"{'  - ' if markdown else '      '}{where}: {_number(o.value)}{unit} "
-                f"({o.off}, {z})"
+                f"({o.off} of {_number(o.median)}, {z})"
             )
         if len(odd) > MAX_LISTED:
             rest = {o.node for o in odd[MAX_LISTED:]}
@@ -77,7 +78,7 @@ def _counter_lines(report: FleetReport, markdown: bool) -> list[str]:
     for c in report.counters[: MAX_LISTED * 2]:
         lines.append(
             f"{'  - ' if markdown else '      '}{c.node} {c.device} {c.reading}: "
-            f"{c.value:g} (fleet rate {c.rate:.3g} a unit, p {c.p:.2g})".replace("  ", " ")
+            f"{c.value:g} (fleet rate {c.rate:.3g} a unit, p {c.p:.2g})"
         )
     if len(report.counters) > MAX_LISTED * 2:
         rest = {c.node for c in report.counters[MAX_LISTED * 2 :]}
