@@ -139,8 +139,8 @@ def _ok_value(readings: Mapping[str, Reading], key: str) -> object:
 def loaded_link_gens(
     readings: Mapping[str, Reading], derived: Mapping[str, Reading]
 ) -> list[Reading]:
-    """gpu.N.pcie.link_gen_loaded for every GPU (not read where its link generation was
-    not, with the same status): the link's
+    """gpu.N.pcie.link_gen_loaded for every GPU with a link generation reading (not read
+    where it was not, with its status): the link's
     generation where the GPU was in P0 when read; else, where the kernels copied from the
     host to it, the lowest generation whose bandwidth at the link's width carries that
     copy (55 GB/s over x16 needs Gen5: Gen4 x16 is 31.5); else unsupported, saying that
@@ -148,10 +148,13 @@ def loaded_link_gens(
     out = []
     for gpu in catalog.gpu_indices(readings):
         read = readings.get(f"gpu.{gpu}.pcie.link_gen")
-        if read is None or not read.ok:
-            status = read.status if read is not None else ReadingStatus.MISSING
-            why = f"gpu.{gpu}.pcie.link_gen: {read.reason if read else 'not read'}"
-            out.append(LINK_GEN_LOADED.failed(status, why, "derived:gpu.N.pcie.link_gen", gpu=gpu))
+        if read is None:  # a source without it (an import): PCIE013 does not apply, as PCIE001
+            continue
+        if not read.ok:
+            why = f"gpu.{gpu}.pcie.link_gen: {read.reason or read.status.value}"
+            out.append(
+                LINK_GEN_LOADED.failed(read.status, why, "derived:gpu.N.pcie.link_gen", gpu=gpu)
+            )
             continue
         gen = read.value
         pstate = _ok_value(readings, f"gpu.{gpu}.pstate")
