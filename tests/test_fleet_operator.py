@@ -124,7 +124,7 @@ def test_the_counter_tail_is_the_poisson_and_negative_binomial_tail() -> None:
 
 # ------------------------------------------------------------------ baselines per node type
 
-HGX, VMS = 24, 6
+HGX, VMS = 16, 6
 KIND = NodeType("0x2330", 8, "none")
 
 
