@@ -645,7 +645,7 @@ def vm_spec(name: str, seed: int) -> NodeSpec:
     spec.without = tuple(
         r.key
         for r in base_snapshot().readings_by_key.values()
-        if ".nvlink." in r.key or r.key.startswith(("topo.gpu.", "gpu.0.fabric", "pcie."))
+        if ".nvlink." in r.key or ".fabric." in r.key or r.key.startswith(("topo.gpu.", "pcie."))
     )
     spec.h2d = {g: round(v * 0.9, 3) for g, v in spec.h2d.items()}
     return spec
