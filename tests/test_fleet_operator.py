@@ -202,8 +202,10 @@ def test_rules_dir_fleet_judges_every_node_with_the_site_rules(
     for path in sorted(directory.glob("*.json"))[:6]:
         (tmp_path / path.name).write_bytes(path.read_bytes())
     write_specs(tmp_path, [other])
-    result = run_cli("--rules", str(site), "fleet", str(tmp_path), "--format", "json")
+    args = ("fleet", str(tmp_path), "--format", "json", "--slow", "6.5")
+    result = run_cli("--rules", str(site), *args)
     assert result.returncode == 1, result.stderr
+    assert json.loads(result.stdout)["slow_pct"] == 6.5
     findings = json.loads(result.stdout)["findings"]
     base = [f for f in findings if f["rule_id"].startswith("BASE") and f["severity"] == "warning"]
     assert [(f["nodes"], f["count"]) for f in base] == [("hgx901", 1)]

@@ -1,31 +1,35 @@
-"""`gpudiag fleet PATH...`: what is odd across N nodes, and why the slow ones are slow.
+"""`gpudiag fleet PATH...`: what needs a person across N nodes, and why the slow ones are slow.
 
 One snapshot is one node at one moment; a node is its host name (or, in redacted
 snapshots, its placeholder); several snapshots of one node are its history, and its
-latest is the node. The report has, headline first:
+latest is the node. Nodes are compared only with nodes of their type: GPU model and
+count, virtual machine or bare metal (Fleet.model). Each reading is compared by its kind,
+declared with the reading in the catalog (gpudiag/catalog.py's Kind):
 
-- Why slow: for each kernel metric with slow outliers, the configuration readings that
-  separate the slow nodes (or GPUs) from the others, among those rules/explanations.toml
-  says can move that metric (the diff's explanations, over N nodes instead of two),
-  ranked by how well they separate (F1 of "differs from the fast majority's value" as a
-  predictor of "slow").
-- Configuration groups: nodes whose configuration readings (declared in gpudiag/catalog.py) are
-  all equal, each node set folded by ClusterShell's NodeSet, and what differs from the
-  largest group.
-- Outliers: every numeric reading and kernel figure, per GPU (or NUMA node, GPU pair)
-  and per node, against the median and MAD of comparable nodes (same GPU model and GPU
-  count): robust z = (value - median) / (1.4826 MAD) beyond the threshold; where the MAD
-  is zero (all alike), any value off the median by more than 1%.
-- History: a node snapshotted more than once gets each kernel metric compared run to
-  run with the diff's interval test (bootstrap ratio of medians, 95% CI excluding 1);
-  the first run where it got slower is when the regression started.
-- Findings: per rule, how many nodes and which.
+- measurements and configuration numbers: against the median and MAD of alike units,
+  robust z beyond the threshold, or any value more than 1% off where the MAD is 0
+  (outliers.py); positional readings (a GPU's NUMA node) per position, never pooled;
+- counters: by rate, a negative-binomial tail against the fleet's rate with the number
+  of units corrected for; the ordinary few are left alone (outliers.py);
+- configuration: nodes whose configuration readings are all equal form a group, each
+  node set folded by ClusterShell's NodeSet, with what differs from the largest group;
+- kernel figures: per GPU as measurements, and per node as nodes (whyslow.py): each
+  node's median of its GPUs, with an interval from its GPUs, against alike nodes; nodes
+  more than `slow_pct` percent short are the ranked slowest nodes.
+
+The report has, headline first: the verdict (exit 1 when something needs a person, 3
+when only input was bad, 0 otherwise, saying both); why slow (the slowest nodes, and for
+each kernel metric with slow GPUs the configuration readings rules/explanations.toml
+says can move it, ranked by F1 of separating the slow units); configuration groups;
+outliers and counters beyond the fleet's rate; history (history.py: metrics that got
+slower between runs of a node, counters that rose); findings per rule, those on some
+nodes of a type only needing a person.
 
 The numeric data is one long table (node, model, reading, device, value) held as NumPy
-columns: statistics are group-wise medians over it, and `--parquet FILE` writes it (with
-each node's configuration group) through Polars for pandas, DuckDB or a dashboard
-(parquet.py). Polars is imported only then: a report does not pay for it. The report's
-text, markdown and JSON are report.py's.
+columns (table.py): statistics are group-wise medians over it, and `--parquet FILE`
+writes it (with each node's configuration group) through Polars for pandas, DuckDB or a
+dashboard (parquet.py). Polars is imported only then. The report's text, markdown and
+JSON are report.py's.
 """
 
 from __future__ import annotations
