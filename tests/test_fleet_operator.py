@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag import tomlcompat
+from gpudiag import shipped, tomlcompat
+from gpudiag.catalog import Kind
 from gpudiag.fleet.analysis import FleetReport, analyse
 from gpudiag.fleet.baseline import NodeType, _node_floor, baseline
 from gpudiag.fleet.load import load_fleet
@@ -307,3 +308,23 @@ def test_the_node_floor_catches_an_8_percent_node_at_a_2_5_percent_gpu_spread() 
     assert _node_floor("x.{gpu}", wide, "GB/s", KIND, 7.0)["expect"]["min"] == pytest.approx(
         statistics.median(wide) * 0.93, rel=1e-3
     )
+
+
+def test_each_reading_declares_its_kind() -> None:
+    # declared where the reading is declared (probes/gpu.py, probes/pcie.py), read from the
+    # compiled catalog as from the built one
+    expected = {
+        "gpu.3.numa_node": Kind.POSITIONAL,
+        "gpu.3.cpu_affinity": Kind.POSITIONAL,
+        "gpu.3.nvlink.5.remote_bus_id": Kind.POSITIONAL,
+        "pcie.0000:18:00.0.numa_node": Kind.POSITIONAL,
+        "gpu.3.ecc.aggregate.corrected": Kind.COUNTER,
+        "gpu.3.pcie.replay_counter": Kind.COUNTER,
+        "gpu.3.remapped_rows.correctable": Kind.COUNTER,
+        "gpu.3.temperature.gpu": Kind.MEASUREMENT,
+        "nvml.driver_version": Kind.CONFIGURATION,
+        "gpu.3.pcie.link_gen": Kind.CONFIGURATION,
+    }
+    assert {key: shipped.kind_of(key) for key in expected} == expected
+    built = shipped.built_catalog()
+    assert {key: built.find(key).kind for key in expected} == expected
