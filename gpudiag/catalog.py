@@ -384,6 +384,18 @@ class Change(str, Enum):
     COUNTER = "counter"  # counts up since boot: rising between two snapshots is news
 
 
+class Kind(str, Enum):
+    """How a reading is compared across nodes (the fleet's comparison of each kind):
+    counters by rate, positional readings per position (a GPU index's NUMA node across
+    alike nodes, never pooled over GPUs), configuration for equality, measurements
+    against the spread of alike ones."""
+
+    COUNTER = "counter"  # errors since boot or over a part's life: judged by rate
+    POSITIONAL = "positional"  # where a part sits (NUMA node, CPU affinity, link partner)
+    CONFIGURATION = "configuration"  # how the node is set up: alike nodes agree
+    MEASUREMENT = "measurement"  # a figure that spreads (temperature, draw, kernels)
+
+
 @dataclass(frozen=True)
 class Declared:
     """One declared reading (or family of readings, by its key template)."""
@@ -395,11 +407,21 @@ class Declared:
     group: str = ""  # the screen group it is shown in
     help: str = ""
     producers: frozenset[str] = frozenset()
+    positional: bool = False  # a configuration reading that says where a part sits
 
     @property
     def volatile(self) -> bool:
         """Not configuration: differs between healthy nodes or runs (counters too)."""
         return self.change is not Change.CONFIGURATION
+
+    @property
+    def kind(self) -> Kind:
+        """How the fleet compares it (Kind)."""
+        if self.change is Change.COUNTER:
+            return Kind.COUNTER
+        if self.change is Change.VOLATILE:
+            return Kind.MEASUREMENT
+        return Kind.POSITIONAL if self.positional else Kind.CONFIGURATION
 
     @functools.cached_property
     def fields(self) -> tuple[str, ...]:
@@ -448,6 +470,12 @@ class Declared:
 def config(template: str, unit: str = "", help: str = "", identifying: str = "") -> Declared:
     """A configuration reading: how the node is set up."""
     return Declared(template, unit, Change.CONFIGURATION, identifying, help=help)
+
+
+def position(template: str, unit: str = "", help: str = "", identifying: str = "") -> Declared:
+    """A positional configuration reading: where a part sits (a GPU's NUMA node, CPU
+    affinity, bus id, link partner), compared per position across alike nodes."""
+    return Declared(template, unit, Change.CONFIGURATION, identifying, help=help, positional=True)
 
 
 def volatile(template: str, unit: str = "", help: str = "", identifying: str = "") -> Declared:
@@ -553,6 +581,7 @@ class Catalog:
                 d.group,
                 d.help,
                 frozenset(producers[t]),
+                d.positional,
             )
             for t, (d, _) in first.items()
         }

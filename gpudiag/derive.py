@@ -15,12 +15,14 @@ plugins (tests/test_layering.py names it as allowed to import them).
 
 from __future__ import annotations
 
+import re
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpudiag import catalog
 from gpudiag.catalog import DERIVED
-from gpudiag.kernels.readings import kernel_readings
+from gpudiag.kernels.readings import PCIE_LANE_GBS, kernel_readings
 from gpudiag.model import KernelResult, ProbeResult, ProbeStatus, Reading, ReadingStatus, Snapshot
 from gpudiag.probes.topology import derive as topology_readings
 from gpudiag.profiles import Profile, detect_profile, load_profiles
@@ -34,7 +36,15 @@ DEVICE_IDS_KEY = "node.profile.device_ids"
 # readings' are declared where they are derived
 PROFILE = catalog.config(PROFILE_KEY, help="the GPU model's profile the rules judge against")
 DEVICE_IDS = catalog.config(DEVICE_IDS_KEY, help="the GPUs' PCI device ids")
-READINGS = catalog.declare("GPU", PROFILE, DEVICE_IDS)
+# the PCIe generation a GPU's link runs at under load: an idle GPU's link trains down to
+# save power (Gen1 at P8 is normal), so gpu.N.pcie.link_gen judges nothing unless the
+# GPU is busy; PCIE013 judges this one
+LINK_GEN_LOADED = catalog.volatile(
+    "gpu.{gpu}.pcie.link_gen_loaded",
+    help="the PCIe generation under load: the link's in P0, or the lowest the kernels' "
+    "host-to-device copy needs at the link's width; unsupported (cannot judge) when idle",
+)
+READINGS = catalog.declare("GPU", PROFILE, DEVICE_IDS, LINK_GEN_LOADED)
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,97 @@ def profile_readings(
     return out, profile, device_ids
 
 
+# node.kernel.gpus_median.METRIC: a GPU kernel figure's median over the node's GPUs (the
+# node judged as a node: a baseline's floor on it catches a node slower on every GPU,
+# which a floor on each GPU cannot tell from the GPUs' own spread); declared with the
+# node's kernel figures (node.kernel.{metric}, kernels/readings.py)
+NODE_MEDIAN = "node.kernel.gpus_median."
+_GPU_FIGURE = re.compile(r"^gpu\.(\d+)\.kernel\.(.+)$")
+_NOT_A_FIGURE = (".ci_low", ".ci_high", ".share_of_median", ".share_of_peak", ".verdict")
+
+
+def node_medians(readings: Iterable[Reading]) -> list[Reading]:
+    """NODE_MEDIAN + metric for each GPU kernel figure (a number with a unit) that two or
+    more GPUs measured: the median of their figures (the middle two's mean for an even
+    count), in their unit."""
+    figures: dict[tuple[str, str], list[float]] = {}
+    for r in readings:
+        match = _GPU_FIGURE.match(r.key)
+        if (
+            match is None
+            or not r.ok
+            or not r.unit
+            or isinstance(r.value, bool)
+            or not isinstance(r.value, int | float)
+            or r.key.endswith(_NOT_A_FIGURE)
+        ):
+            continue
+        figures.setdefault((match.group(2), r.unit), []).append(float(r.value))
+    out = []
+    for (metric, unit), values in sorted(figures.items()):
+        if len(values) < 2:
+            continue
+        out.append(
+            Reading(
+                f"{NODE_MEDIAN}{metric}",
+                round(statistics.median(values), 9),  # no 50.876999999999995
+                unit,
+                f"derived:median of {len(values)} GPUs' gpu.N.kernel.{metric}",
+            )
+        )
+    return out
+
+
+def _ok_value(readings: Mapping[str, Reading], key: str) -> object:
+    found = readings.get(key)
+    return found.value if found is not None and found.ok else None
+
+
+def loaded_link_gens(
+    readings: Mapping[str, Reading], derived: Mapping[str, Reading]
+) -> list[Reading]:
+    """gpu.N.pcie.link_gen_loaded for every GPU with a link generation reading (not read
+    where it was not, with its status): the link's
+    generation where the GPU was in P0 when read; else, where the kernels copied from the
+    host to it, the lowest generation whose bandwidth at the link's width carries that
+    copy (55 GB/s over x16 needs Gen5: Gen4 x16 is 31.5); else unsupported, saying that
+    an idle GPU's link cannot be judged."""
+    out = []
+    for gpu in catalog.gpu_indices(readings):
+        read = readings.get(f"gpu.{gpu}.pcie.link_gen")
+        if read is None:  # a source without it (an import): PCIE013 does not apply, as PCIE001
+            continue
+        if not read.ok:
+            why = f"gpu.{gpu}.pcie.link_gen: {read.reason or read.status.value}"
+            out.append(
+                LINK_GEN_LOADED.failed(read.status, why, "derived:gpu.N.pcie.link_gen", gpu=gpu)
+            )
+            continue
+        gen = read.value
+        pstate = _ok_value(readings, f"gpu.{gpu}.pstate")
+        copy = _ok_value(derived, f"gpu.{gpu}.kernel.copy.h2d.local")
+        width = _ok_value(readings, f"gpu.{gpu}.pcie.link_width")
+        if pstate == "P0":
+            out.append(LINK_GEN_LOADED.reading(gen, "derived:gpu.N.pcie.link_gen in P0", gpu=gpu))
+        elif isinstance(copy, int | float) and isinstance(width, int) and width > 0:
+            needed = [g for g, lane in sorted(PCIE_LANE_GBS.items()) if lane * width >= copy]
+            proven = needed[0] if needed else max(PCIE_LANE_GBS)
+            source = f"derived:the host-to-device copy's {copy:g} GB/s over x{width}"
+            out.append(LINK_GEN_LOADED.reading(proven, source, gpu=gpu))
+        else:
+            idle = f"GPU {gpu} is {pstate}" if pstate else f"GPU {gpu}'s pstate was not read"
+            out.append(
+                LINK_GEN_LOADED.failed(
+                    ReadingStatus.UNSUPPORTED,
+                    f"cannot judge: {idle} and no host-to-device copy ran; an idle link "
+                    "trains down to save power",
+                    "derived:gpu.N.pstate",
+                    gpu=gpu,
+                )
+            )
+    return out
+
+
 def derive(
     readings: Mapping[str, Reading],
     kernels: Iterable[KernelResult] = (),
@@ -95,6 +196,8 @@ def derive(
     peaks = profile.values if profile is not None else None
     known = {**readings, **{r.key: r for r in derived}}
     derived += kernel_readings(kernels, known, peaks)
+    derived += node_medians(derived)
+    derived += loaded_link_gens(readings, {r.key: r for r in derived})
     result = ProbeResult(
         name=DERIVED,
         status=ProbeStatus.OK,

@@ -335,7 +335,9 @@ class Slurm:
         answer = self.show()
         state = re.search(r"\bState=(\S+)", answer)
         assert state is not None  # show() checked it
-        reason = re.search(r"\bReason=(.*?)(?: \[[^\[\]]*\])?\s*$", answer.strip())
+        # the [user@time] Slurm adds, and the Comment it prints after the reason (where
+        # note_finding wrote one), are not the reason
+        reason = re.search(r"\bReason=(.*?)(?: \[[^\[\]]*\])?(?: Comment=.*)?\s*$", answer.strip())
         return (state.group(1), reason.group(1) if reason else "")
 
     def expected_gpus(self) -> ProbeResult | None:
@@ -377,6 +379,18 @@ def drain_reason(problems: Sequence[Finding]) -> str:
     return reason if len(reason) <= REASON_MAX else reason[: REASON_MAX - 3] + "..."
 
 
+def note_finding(cluster: Slurm, wanted: str) -> str:
+    """A finding that would drain the node while someone else's drain (or DOWN) holds
+    it: their State and Reason stay theirs, and the finding goes to the node's Comment
+    (`scontrol update Comment=...`), which `scontrol show node` and `sinfo -O comment`
+    show, so that whoever resumes the node sees it; the tail of the check's line."""
+    try:
+        cluster.update(f"Comment={wanted}")
+    except HealthError as exc:
+        return f"; the finding could not be noted in Slurm ({exc})"
+    return f"; noted in its Comment: {wanted}"
+
+
 def slurm(verdict: Verdict, cluster: Slurm, drain_on: Sequence[Action]) -> tuple[str, int]:
     """Drain, resume or leave the node; one line saying which."""
     state, reason = cluster.state()
@@ -396,8 +410,10 @@ def slurm(verdict: Verdict, cluster: Slurm, drain_on: Sequence[Action]) -> tuple
         wanted = drain_reason(problems)
         if drained and not ours:
             message = f"gpudiag: {node}: drained by someone else ({reason}); left alone"
+            message += note_finding(cluster, wanted)
         elif down and not ours:
             message = f"gpudiag: {node}: {state} by someone else ({reason}); left alone"
+            message += note_finding(cluster, wanted)
         elif drained:
             message = f"gpudiag: {node}: still drained: {reason}"
         else:

@@ -26,6 +26,7 @@ from gpudiag.catalog import (
     Catalog,
     Change,
     Declared,
+    Kind,
     fill,
     stem_template,
     subject_of_key,
@@ -114,7 +115,16 @@ def compiled_module_text() -> str:
     import pprint
 
     entries = tuple(
-        (d.template, d.unit, d.change.value, d.identifying, d.group, d.help, sorted(d.producers))
+        (
+            d.template,
+            d.unit,
+            d.change.value,
+            d.identifying,
+            d.group,
+            d.help,
+            sorted(d.producers),
+            d.positional,
+        )
         for d in built_catalog().declared.values()
     )
     return (
@@ -124,7 +134,8 @@ def compiled_module_text() -> str:
         "Where the declaring files no longer match FINGERPRINT, the catalog is built from the\n"
         'producers instead.\n"""\n\n'
         f"FINGERPRINT = {declaring_fingerprint()!r}\n"
-        "# (template, unit, change, identifying, group, help, producers), in declaration order\n"
+        "# (template, unit, change, identifying, group, help, producers, positional), in\n"
+        "# declaration order\n"
         f"DECLARED = {pprint.pformat(entries, width=100)}\n"
     )
 
@@ -143,10 +154,14 @@ def _compiled_catalog() -> Catalog | None:
         return None
     return Catalog.build(
         (producer, (declared,))
-        for template, unit, change, identifying, group, help_, producers in (
+        for template, unit, change, identifying, group, help_, producers, positional in (
             shipped_compiled.DECLARED
         )
-        for declared in (Declared(template, unit, Change(change), identifying, group, help_),)
+        for declared in (
+            Declared(
+                template, unit, Change(change), identifying, group, help_, positional=positional
+            ),
+        )
         for producer in producers
     )
 
@@ -178,6 +193,13 @@ def is_counter(key: str) -> bool:
     """A counter since boot."""
     found = catalog().find(key)
     return found is not None and found.change is Change.COUNTER
+
+
+def kind_of(key: str) -> Kind:
+    """How the fleet compares a reading (catalog.Kind); an undeclared key is a
+    measurement (compared against the spread of alike ones, never grouped on)."""
+    found = catalog().find(key)
+    return found.kind if found else Kind.MEASUREMENT
 
 
 def identifying_kind(key: str) -> str:

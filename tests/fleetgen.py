@@ -346,6 +346,11 @@ class NodeSpec:
     device_ids: dict[int, str] = field(default_factory=dict)  # a GPU of another model
     latency: dict[int, float] = field(default_factory=dict)  # GPU 0 -> GPU n copy, us
     seed: int = 0
+    # more readings per GPU: reading (without gpu.N.) -> {gpu: value} (link generation,
+    # NUMA node, counters); and node-wide readings: key -> value
+    extra: dict[str, dict[int, Any]] = field(default_factory=dict)
+    node_values: dict[str, Any] = field(default_factory=dict)
+    factor: float = 1.0  # the node's kernel factor (the operator fleet's)
 
     def values(self) -> dict[str, dict[str, float]]:
         """Reading template -> {device: value}, as the fleet report keys them (a GPU's
@@ -415,6 +420,7 @@ def snapshot_of(spec: NodeSpec) -> Snapshot:
         "nvml.driver_version": spec.driver,
         "node.profile": profile,
         "host.uptime": spec.uptime,
+        **spec.node_values,
     }
     per_gpu = {
         "temperature.gpu": spec.temperature,
@@ -425,13 +431,15 @@ def snapshot_of(spec: NodeSpec) -> Snapshot:
         "power.enforced_limit": spec.limit,
         "pcie.link_width": spec.link_width,
         "ecc.volatile.corrected": spec.corrected,
+        **spec.extra,
     }
     for gpu in range(GPUS):
         values[f"gpu.{gpu}.serial"] = f"{spec.seed:07d}{gpu:03d}"
         values[f"gpu.{gpu}.uuid"] = f"GPU-{spec.seed:08d}-0000-0000-0000-{gpu:012d}"
         values[f"gpu.{gpu}.pci.device_id"] = spec.device_ids.get(gpu, device_id)
         for reading, per in per_gpu.items():
-            values[f"gpu.{gpu}.{reading}"] = per[gpu]
+            if gpu in per:
+                values[f"gpu.{gpu}.{reading}"] = per[gpu]
     lost = {f"gpu.{g}.{r}" for g in spec.lost for r in ("health", *per_gpu) if r != "power.limit"}
     lost |= set(spec.unread)
     probes = []
@@ -500,10 +508,13 @@ def robust_z(values: list[float], value: float) -> float:
 def expected_outliers(specs: list[NodeSpec], threshold: float = 5.0) -> set[tuple[str, str, str]]:
     """(reading template, node, device) of every unit the report should call odd among
     the specs' readings: per model, GPUs pooled, NUMA nodes by position; at least 3
-    comparable figures; more than 1% off the median; robust z beyond the threshold."""
+    comparable figures; more than 1% off the median; robust z beyond the threshold.
+    Counters (ECC counts) are judged by rate, not here."""
     groups: dict[tuple[str, str, str], list[tuple[str, str, float]]] = {}
     for spec in specs:
         for reading, per in spec.values().items():
+            if ".ecc." in reading:
+                continue
             for device, value in per.items():
                 position = device if reading.startswith("numa.") else ""
                 groups.setdefault((spec.model, reading, position), []).append(
@@ -523,3 +534,141 @@ def expected_outliers(specs: list[NodeSpec], threshold: float = 5.0) -> set[tupl
             if abs(value - median) > abs(median) * 0.01 and abs(z) > threshold:
                 odd.add((reading, node, device))
     return odd
+
+
+# ------------------------------------------------------------------ an operator's fleet
+#
+# Issue 38's fleet: healthy nodes with the spread of a real H100 fleet, and sixteen faults
+# planted on fifteen nodes and not told to the tool. The spread:
+# - kernel figures: a factor per node N(1, 2%) (a node's clocks, cooling, memory parts)
+#   times a factor per GPU N(1, 1.5%), on every GPU kernel figure (STREAM triad, H2D copy);
+# - counters: 4% of GPUs with a few (1-4) volatile corrected ECC errors, 12% with lifetime
+#   (aggregate) corrected errors (1 + an exponential of mean 5), 2% with one correctable
+#   row remap, 5% with PCIe replays (1 + an exponential of mean 10): all normal on healthy
+#   H100 fleets, none of them a reason to call a person.
+# The faults (FAULTS): 3 GPUs trained at PCIe Gen4 (their H2D copy at half), 2 GPUs power
+# capped at 500 W (their triad at 85%), 1 GPU with uncorrectable ECC errors, 1 lost GPU,
+# 2 nodes on another driver, 5 nodes 8% slower on every GPU (the node's factor 0.92: 8%
+# below the fleet's typical node), 1 damaged file, 1 node with its GPUs' NUMA layout
+# swapped (GPUs 0-3 on NUMA node 1 and CPUs 56-111, 4-7 on node 0).
+
+NODE_CV, GPU_CV = 0.02, 0.015
+SLOW_NODE = 0.92
+FAULTS = (
+    ("gen4", 3),
+    ("power", 2),
+    ("uncorrectable", 1),
+    ("lost", 1),
+    ("driver", 2),
+    ("slow", 5),
+    ("damaged", 1),
+    ("numa", 1),
+)
+AFFINITY = ("0-55,112-167", "56-111,168-223")
+
+
+def _counts(rng: random.Random, share: float, draw: Callable[[], int]) -> dict[int, int]:
+    return {g: draw() if rng.random() < share else 0 for g in range(GPUS)}
+
+
+def operator_spec(name: str, seed: int, created: str = "2026-11-01T06:00:00Z") -> NodeSpec:
+    """A healthy node of issue 38's fleet (the spread above)."""
+    rng = random.Random(seed * 104729 + 38)
+    node = rng.gauss(1.0, NODE_CV)
+    spec = healthy_spec(name, seed, created)
+    spec.factor = node
+    spec.triad = {g: round(TRIAD_GBS * node * rng.gauss(1.0, GPU_CV), 2) for g in range(GPUS)}
+    spec.h2d = {g: round(H2D_GBS * node * rng.gauss(1.0, GPU_CV), 3) for g in range(GPUS)}
+    volatile = _counts(rng, 0.04, lambda: rng.randint(1, 4))
+    lifetime = _counts(rng, 0.12, lambda: 1 + int(rng.expovariate(1 / 5)))
+    spec.corrected = volatile
+    spec.extra = {
+        "ecc.aggregate.corrected": {g: volatile[g] + lifetime[g] for g in range(GPUS)},
+        "remapped_rows.correctable": _counts(rng, 0.02, lambda: 1),
+        "pcie.replay_counter": _counts(rng, 0.05, lambda: 1 + int(rng.expovariate(1 / 10))),
+        "pcie.link_gen": dict.fromkeys(range(GPUS), 5),
+        "numa_node": {g: g * 2 // GPUS for g in range(GPUS)},
+        "cpu_affinity": {g: AFFINITY[g * 2 // GPUS] for g in range(GPUS)},
+    }
+    return spec
+
+
+def plant_fault(spec: NodeSpec, fault: str, rng: random.Random) -> None:
+    """One of FAULTS on a node's spec ('damaged' is the file's, written by the caller)."""
+    gpu = rng.randrange(GPUS)
+    if fault == "gen4":
+        spec.extra["pcie.link_gen"][gpu] = 4
+        spec.h2d[gpu] = round(spec.h2d[gpu] * 0.5, 3)
+    elif fault == "power":
+        spec.limit = {**spec.limit, gpu: 500.0}
+        spec.triad[gpu] = round(spec.triad[gpu] * 0.85, 2)
+    elif fault == "uncorrectable":
+        spec.extra["ecc.volatile.uncorrected"] = {g: 2 if g == gpu else 0 for g in range(GPUS)}
+        spec.extra["ecc.aggregate.uncorrected"] = {g: 2 if g == gpu else 0 for g in range(GPUS)}
+    elif fault == "lost":
+        spec.lost = {gpu}
+    elif fault == "driver":
+        spec.driver = DRIVERS[1]
+    elif fault == "slow":
+        for figures in (spec.triad, spec.h2d):  # its factor SLOW_NODE, its GPUs' kept
+            for g in figures:
+                figures[g] = round(figures[g] / spec.factor * SLOW_NODE, 3)
+        spec.factor = SLOW_NODE
+    elif fault == "numa":
+        spec.extra["numa_node"] = {g: 1 - g * 2 // GPUS for g in range(GPUS)}
+        spec.extra["cpu_affinity"] = {g: AFFINITY[1 - g * 2 // GPUS] for g in range(GPUS)}
+
+
+def operator_fleet(count: int, faults: bool = True) -> tuple[list[NodeSpec], dict[str, list[str]]]:
+    """`count` nodes node0001... of issue 38's fleet, and which nodes got which fault
+    (fault -> node names; empty without faults). The faulty nodes are drawn with a fixed
+    seed, one fault a node."""
+    specs = [operator_spec(f"node{n:04d}", n) for n in range(1, count + 1)]
+    planted: dict[str, list[str]] = {}
+    if faults:
+        rng = random.Random(3800 + count)
+        chosen = iter(rng.sample(range(count), sum(n for _, n in FAULTS)))
+        for fault, n in FAULTS:
+            for _ in range(n):
+                spec = specs[next(chosen)]
+                plant_fault(spec, fault, rng)
+                planted.setdefault(fault, []).append(spec.name)
+    return specs, planted
+
+
+def vm_spec(name: str, seed: int) -> NodeSpec:
+    """A healthy virtual machine of the operator fleet: the same 8 GPUs passed through
+    (same PCI device id), no NVLink or NVSwitch readings (the VM does not see them),
+    the hypervisor flagged, host-to-device copies through the IOMMU at 90%."""
+    spec = operator_spec(name, seed)
+    spec.node_values = {"host.virt.vm": "kvm", "host.virt.cpu_hypervisor_flag": True}
+    spec.without = tuple(
+        r.key
+        for r in base_snapshot().readings_by_key.values()
+        if ".nvlink." in r.key or ".fabric." in r.key or r.key.startswith(("topo.gpu.", "pcie."))
+    )
+    spec.h2d = {g: round(v * 0.9, 3) for g, v in spec.h2d.items()}
+    return spec
+
+
+def write_specs(directory: Path, specs: list[NodeSpec]) -> list[Path]:
+    """Each spec's snapshot as JSON in `directory`."""
+    paths = []
+    for spec in specs:
+        paths.append(directory / f"{spec.name}.json")
+        save(snapshot_of(spec), paths[-1])
+    return paths
+
+
+def write_operator_fleet(directory: Path, count: int, faults: bool = True) -> dict[str, list[str]]:
+    """issue 38's fleet written as JSON snapshots (the damaged node's file cut short);
+    which nodes got which fault."""
+    specs, planted = operator_fleet(count, faults)
+    damaged = set(planted.get("damaged", ()))
+    for spec in specs:
+        path = directory / f"{spec.name}.json"
+        save(snapshot_of(spec), path)
+        if spec.name in damaged:
+            text = path.read_text()
+            path.write_text(text[: len(text) // 2])
+    return planted

@@ -142,6 +142,7 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
         "acs", ["SourceValidation", "P2PRequestRedirect"], ["SourceValidation"], "0000:16:00.0"
     ),
     "PCIE009": device("driver", "nouveau", "nvidia"),
+    "PCIE013": pair("pcie.link_gen_loaded", 4, 5, "pcie.max_link_gen", 5),
     "PCIE010": (
         [
             Reading.failed(

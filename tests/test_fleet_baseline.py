@@ -27,7 +27,9 @@ def site(clean_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = run_cli("baseline", str(clean_dir), "-o", str(directory / "baseline.toml"))
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"wrote {directory / 'baseline.toml'}: ")
-    assert result.stdout.rstrip().endswith("rules from 12 nodes")
+    first, *groups = result.stdout.splitlines()
+    assert first.endswith("rules from 12 nodes") and len(groups) == 1
+    assert groups[0].startswith("  0x2330 x8, bare metal: 12 nodes (node[")
     return directory
 
 

@@ -179,7 +179,6 @@ def test_outliers_match_a_second_computation(report: FleetReport, real_fleet) ->
         ("gpu.{gpu}.clocks.max_sm", "node016", "GPU 2"),
         ("gpu.{gpu}.power.limit", "node003", "GPU 2"),
         ("gpu.{gpu}.temperature.gpu", "node020", "GPU 6"),
-        ("gpu.{gpu}.ecc.volatile.corrected", "node008", "GPU 1"),
     ]:  # fmt: skip
         assert unit in expected, unit
     for unit in [
@@ -189,6 +188,10 @@ def test_outliers_match_a_second_computation(report: FleetReport, real_fleet) ->
         assert unit not in expected, unit
     found = {(o.reading, o.node, o.device) for o in report.outliers if o.reading in VARIED}
     assert found == expected
+    # counters are judged by rate, not as outliers: three GPUs of some 300 with 3-5
+    # corrected errors each (node004, node008, node021) are the ordinary few
+    assert {(o.node, o.device) for o in report.outliers if ".ecc." in o.reading} == set()
+    assert report.counters == []
     # the median and MAD the report states, against statistics.median of the specs
     triads = [v for s in latest if s.model == "h100" for g, v in s.triad.items() if g not in s.lost]
     median = statistics.median(triads)
@@ -329,7 +332,8 @@ def test_parquet_gives_the_same_report(report: FleetReport, real_fleet, tmp_path
     write_parquet(report, str(target), load_fleet([directory], workers=1))
     again = analyse(load_fleet([target], workers=1))
     first, second = report_json(report), report_json(again)
-    first.pop("bad_files"), second.pop("bad_files")
+    for data in (first, second):  # the verdict counts the files that could not be read
+        data.pop("bad_files"), data.pop("verdict")
     assert second == first
     assert [(c.node, c.before, c.after) for c in again.rising] == [("node004", 2.0, 5.0)]
 

@@ -280,23 +280,27 @@ def test_slurm_decisions() -> None:
     slurm(Verdict("n1", error="check did not finish within 45 s"), drained, DRAIN_ON)
     other = RecordingSlurm("MIXED+DRAIN", "bad fan")
     text, _ = slurm(Verdict("n1", (lost,)), other, DRAIN_ON)
-    assert other.updates == [] and "drained by someone else (bad fan); left alone" in text
+    note = (f"Comment={ours}",)  # the finding, visible in Slurm; their reason kept
+    assert other.updates == [note] and "drained by someone else (bad fan); left alone" in text
     slurm(Verdict("n1", ()), other, DRAIN_ON)
-    assert other.updates == [] and drained.updates == [("State=RESUME",)]
+    assert other.updates == [note] and drained.updates == [("State=RESUME",)]
     # a node someone set DOWN is theirs too: not drained over their reason, not resumed
     down = RecordingSlurm("DOWN", "PSU swap")
     text, _ = slurm(Verdict("n1", (lost,)), down, DRAIN_ON)
-    assert down.updates == []
-    assert text == "gpudiag: n1: DOWN by someone else (PSU swap); left alone\n"
+    assert down.updates == [(f"Comment={ours}",)]
+    left = "gpudiag: n1: DOWN by someone else (PSU swap); left alone"
+    assert text == f"{left}; noted in its Comment: {ours}\n"
     slurm(Verdict("n1", (warning,)), down, DRAIN_ON)
-    assert down.updates == []
+    assert down.updates == [(f"Comment={ours}",)]
     # Slurm adds flags after DRAIN (a maintenance reservation): still drained
     maintenance = RecordingSlurm("IDLE+DRAIN+MAINTENANCE", ours)
     slurm(Verdict("n1", (warning,)), maintenance, DRAIN_ON)
     assert maintenance.updates == [("State=RESUME",)]
     reserved = RecordingSlurm("MIXED+DRAIN+RESERVED", "bad fan")
     text, _ = slurm(Verdict("n1", (lost,)), reserved, DRAIN_ON)
-    assert reserved.updates == [] and "drained by someone else (bad fan)" in text
+    assert (
+        reserved.updates == [(f"Comment={ours}",)] and "drained by someone else (bad fan)" in text
+    )
     # one gpudiag drained that went down since: still gpudiag's to resume
     ours_down = RecordingSlurm("DOWN+DRAIN", ours)
     slurm(Verdict("n1", (warning,)), ours_down, DRAIN_ON)

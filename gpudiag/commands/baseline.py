@@ -1,8 +1,11 @@
 """`gpudiag baseline PATH... -o FILE.toml`: a site rules file from a fleet known to be good.
 
-    gpudiag baseline PATH... -o FILE.toml [--quantile Q] [--margin M]
+    gpudiag baseline PATH... -o FILE.toml [--quantile Q] [--margin M] [--by-driver]
 
-Exits 0, or 3 when nothing could be read or the file cannot be written.
+One set of rules per node type (GPU model and count, virtual or bare metal; with
+--by-driver, the driver too). Prints the groups and how many readings were left out (each
+listed, with why, at the end of the file). Exits 0, or 3 when nothing could be read or
+the file cannot be written.
 """
 
 from __future__ import annotations
@@ -36,6 +39,11 @@ def add_parser(subparsers: Any) -> None:
         metavar="M",
         help="and this fraction below it (default 0.05)",
     )
+    baseline.add_argument(
+        "--by-driver",
+        action="store_true",
+        help="one set of rules per driver as well (a site running one driver per group)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,12 +57,21 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_paths(args.paths, None)
     if not loaded.runs:
         return fail("no snapshot could be read")
-    from gpudiag.fleet.baseline import baseline_rules, write_rules
+    from gpudiag.fleet.baseline import baseline, write_rules
+    from gpudiag.fleet.table import fold
 
-    text, count = baseline_rules(loaded, args.quantile, args.margin)
+    found = baseline(loaded, args.quantile, args.margin, args.by_driver)
     try:
-        write_rules(text, Path(args.output))
+        write_rules(found.text, Path(args.output))
     except OSError as exc:
         return fail(f"-o {args.output}: cannot write: {exc.strerror or exc}")
-    print(f"wrote {args.output}: {count} rules from {len({r.host for r in loaded.runs})} nodes")
+    print(
+        f"wrote {args.output}: {found.count} rules from {len({r.host for r in loaded.runs})} nodes"
+    )
+    for kind, hosts in found.groups:
+        left = sum(1 for label, _, _ in found.left_out if label == kind.label)
+        print(
+            f"  {kind.label}: {len(hosts)} nodes ({fold(hosts)}); "
+            f"{left} readings left out (listed in the file, with why)"
+        )
     return 0

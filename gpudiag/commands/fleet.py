@@ -1,11 +1,14 @@
 """`gpudiag fleet PATH...`: what is odd across many nodes' snapshots, and why.
 
-    gpudiag fleet PATH... [--format text|markdown|json] [--threshold Z] [--parquet FILE]
+    gpudiag fleet PATH... [--format text|markdown|json] [--threshold Z] [--slow PCT]
+                          [--parquet FILE]
 
 PATH: snapshot files (TOML or JSON) or folders of them, or a FILE.parquet that
 `fleet --parquet` wrote, alone or with more snapshots. Unreadable files are named on
-stderr and skipped. Exits 0 when nothing is odd, 1 when something is, 3 when nothing is
-odd but some input was bad. Polars is imported only to read or write Parquet. What
+stderr and skipped. Exits 0 when nothing needs a person, 1 when something does (whatever
+else), 3 when nothing does but some input was bad; the report's verdict line says both.
+With `gpudiag --rules DIR fleet`, every node is judged again with the shipped rules and
+DIR's (fleet/judge.py). Polars is imported only to read or write Parquet. What
 `baseline` shares with it (reading the paths, checking the target, failing) is here.
 """
 
@@ -43,6 +46,14 @@ def add_parser(subparsers: Any) -> None:
         default=5.0,
         metavar="Z",
         help="robust z (distance from the median in MADs x 1.4826) that makes a value odd",
+    )
+    fleet.add_argument(
+        "--slow",
+        type=inputs.number_option(0, 100, above=True),
+        default=7.0,
+        metavar="PCT",
+        help="a node is slow when the median of its GPUs is more than PCT percent below "
+        "alike nodes' (default 7)",
     )
     fleet.add_argument("--parquet", metavar="FILE", help="also write the fleet table as Parquet")
     fleet.add_argument(
@@ -86,10 +97,23 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_paths(args.paths, args.workers)
     if not loaded.runs:
         return fail("no snapshot could be read")
+    if getattr(args, "rules", None):
+        from gpudiag.fleet.judge import judge_again
+        from gpudiag.rulefile import RuleError, load_rules
+
+        try:
+            rules = load_rules(args.rules, site=True)
+        except RuleError as exc:
+            return fail(str(exc))
+        before = len(loaded.bad)
+        for path in judge_again(loaded, rules):
+            print(f"gpudiag: {path}: judged by its stored findings (no readings)", file=sys.stderr)
+        for problem in loaded.bad[before:]:
+            print(f"gpudiag: skipped {problem}", file=sys.stderr)
     from gpudiag.fleet.analysis import analyse
     from gpudiag.fleet.report import report_json, report_text
 
-    report = analyse(loaded, args.threshold)
+    report = analyse(loaded, args.threshold, args.slow)
     if args.parquet:
         from gpudiag.fleet.parquet import write_parquet
 

@@ -8,14 +8,22 @@ module is imported where it is used, so that `gpudiag --help` loads none of them
   fast path and worker processes; a *.parquet file named is read by parquet.py.
 - parquet.py: a LoadedFleet in a Parquet file: `write_parquet` (--parquet FILE) and
   `read_parquet_fleet`.
-- analysis.py: the statistics (configuration groups, outliers, why slow, history,
-  findings) over the fleet's long numeric table, and the FleetReport they make
-  (`analyse`). A new fleet statistic goes here.
+- table.py: the fleet's latest runs (Fleet, each node's type) and its long numeric table
+  (Columns, TableNames), and how readings and node sets are named (template, fold).
+- outliers.py, whyslow.py, history.py: the questions asked of the table, one module each:
+  what is odd (each kind of reading by its comparison: robust z, per position, counters
+  by rate), why the slow ones are slow and which nodes are slow as nodes, what changed
+  between runs of a node.
+- analysis.py: the FleetReport they make (`analyse`), its verdict and exit code, the
+  configuration groups and the findings; it re-exports the public names of the others.
+- judge.py: every node judged again with the site's rules (`gpudiag --rules DIR fleet`).
 - report.py: the FleetReport rendered as text, markdown or JSON.
 - screen.py: the FleetReport on a Textual screen (`gpudiag fleet` in a terminal, without --format).
 - baseline.py: a site rules file from a fleet known to be good (`gpudiag baseline`).
 
 Imports inside the package: load -> records (and parquet, inside the function that reads
-a *.parquet file); parquet -> records (and analysis, inside write_parquet); analysis ->
-records; report -> analysis; screen -> analysis, report; baseline -> analysis, records.
+a *.parquet file); parquet -> records (and analysis, inside write_parquet); table ->
+records; outliers -> table; whyslow -> outliers, table; history -> records, table;
+analysis -> history, outliers, records, table, whyslow; report -> analysis; screen ->
+analysis, report; baseline -> outliers, records, table, whyslow; judge -> records.
 """

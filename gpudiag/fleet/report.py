@@ -27,17 +27,18 @@ def _odd_lines(report: FleetReport, markdown: bool) -> list[str]:
     for (model, reading), odd in by_reading.items():
         first = odd[0]
         unit = f" {first.unit}" if first.unit else ""
-        lines.append(
-            f"{bullet}{reading} ({model}): median {_number(first.median)}{unit}, "
-            f"MAD {_number(first.mad)}; {len(odd)} odd"
-        )
+        if len({(o.median, o.mad) for o in odd}) > 1:  # compared per position (NUMA node)
+            stats = "compared per position"
+        else:
+            stats = f"median {_number(first.median)}{unit}, MAD {_number(first.mad)}"
+        lines.append(f"{bullet}{reading} ({model}): {stats}; {len(odd)} odd")
         for o in odd[:MAX_LISTED]:
             where = f"{o.node} {o.device}".rstrip()
             z = "MAD 0" if math.isinf(o.z) else f"z {o.z:+.1f}"
             unit = f" {o.unit}" if o.unit else ""
             lines.append(
                 f"{'  - ' if markdown else '      '}{where}: {_number(o.value)}{unit} "
-                f"({o.off}, {z})"
+                f"({o.off} of {_number(o.median)}, {z})"
             )
         if len(odd) > MAX_LISTED:
             rest = {o.node for o in odd[MAX_LISTED:]}
@@ -45,6 +46,43 @@ def _odd_lines(report: FleetReport, markdown: bool) -> list[str]:
                 f"{'  - ' if markdown else '      '}and {len(odd) - MAX_LISTED} more on "
                 f"{fold(rest)}"
             )
+    return lines
+
+
+def _slow_node_lines(report: FleetReport, markdown: bool) -> list[str]:
+    """The slowest nodes, judged as nodes: each node's median of its GPUs against alike
+    nodes', slowest first, with its shortfall and the interval from its GPUs."""
+    bullet = "- " if markdown else "  "
+    if not report.slow_nodes:
+        return [f"{bullet}slowest nodes: none more than {report.slow_pct:g}% below alike nodes"]
+    lines = [f"{bullet}slowest nodes (median of their GPUs, more than {report.slow_pct:g}% below):"]
+    for n in report.slow_nodes[: MAX_LISTED * 2]:
+        lines.append(
+            f"{'  - ' if markdown else '      '}{n.node} {n.metric}: {_number(n.value)} "
+            f"{n.unit} ({n.gpus} GPUs, {_number(n.low)}-{_number(n.high)}), "
+            f"{n.shortfall:.1%} short of {_number(n.reference)} "
+            f"({n.shortfall_low:.1%}-{n.shortfall_high:.1%}; {n.comparable} {n.model} nodes)"
+        )
+    if len(report.slow_nodes) > MAX_LISTED * 2:
+        rest = {n.node for n in report.slow_nodes[MAX_LISTED * 2 :]}
+        lines.append(f"{'  - ' if markdown else '      '}and more on {fold(rest)}")
+    return lines
+
+
+def _counter_lines(report: FleetReport, markdown: bool) -> list[str]:
+    """Counters improbable against the fleet's rate (the ordinary few are not listed)."""
+    if not report.counters:
+        return []
+    bullet = "- " if markdown else "  "
+    lines = [f"{bullet}counters beyond the fleet's rate ({len(report.counters)}):"]
+    for c in report.counters[: MAX_LISTED * 2]:
+        lines.append(
+            f"{'  - ' if markdown else '      '}{c.node} {c.device} {c.reading}: "
+            f"{c.value:g} (fleet rate {c.rate:.3g} a unit, p {c.p:.2g})"
+        )
+    if len(report.counters) > MAX_LISTED * 2:
+        rest = {c.node for c in report.counters[MAX_LISTED * 2 :]}
+        lines.append(f"{'  - ' if markdown else '      '}and more on {fold(rest)}")
     return lines
 
 
@@ -57,9 +95,12 @@ def report_text(report: FleetReport, markdown: bool = False) -> str:
         + f"{report.nodes} node{'s' if report.nodes != 1 else ''}, {report.snapshots} "
         + f"snapshot{'s' if report.snapshots != 1 else ''}"
         + (f", {len(report.bad)} unreadable files (named on stderr)" if report.bad else "")
-        + f"; outliers beyond robust z {report.threshold:g}"
+        + f"; outliers beyond robust z {report.threshold:g}; nodes slow beyond "
+        + f"{report.slow_pct:g}% below alike nodes",
+        report.verdict(),
     ]
     lines.append(h("Why slow"))
+    lines.extend(_slow_node_lines(report, markdown))
     if not report.slow:
         lines.append(f"{bullet}no kernel metric has slow outliers")
     for s in report.slow:
@@ -100,6 +141,7 @@ def report_text(report: FleetReport, markdown: bool = False) -> str:
             )
     lines.append(h("Outliers"))
     lines.extend(_odd_lines(report, markdown) or [f"{bullet}none"])
+    lines.extend(_counter_lines(report, markdown))
     lines.append(h("History"))
     if not report.regressions:
         lines.append(f"{bullet}no regression between runs of a node")
@@ -145,7 +187,13 @@ def report_json(report: FleetReport) -> dict[str, Any]:
         "snapshots": report.snapshots,
         "bad_files": report.bad,
         "threshold": report.threshold,
+        "slow_pct": report.slow_pct,
         "odd": report.odd,
+        "exit_code": report.exit_code(),
+        "verdict": report.verdict(),
+        "odd_nodes": report.odd_nodes(),
+        "slow_nodes": [n.__dict__ for n in report.slow_nodes],
+        "counters": [c.__dict__ for c in report.counters],
         "why_slow": [
             {
                 "metric": s.metric,

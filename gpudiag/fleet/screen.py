@@ -4,6 +4,7 @@ tab each (keys 1-5, or the arrow keys on the tabs), scrollable with the keyboard
 
 from __future__ import annotations
 
+import os
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -13,20 +14,45 @@ from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from gpudiag.fleet.analysis import FleetReport
 from gpudiag.fleet.report import report_text
+from gpudiag.inputs import printable
 from gpudiag.tui_base import GpudiagAppBase
 
 SECTIONS = ("Why slow", "Configuration groups", "Outliers", "History", "Findings")
 
 
+MAX_BAD_SHOWN = 8
+
+
+def unreadable_lines(report: FleetReport) -> list[str]:
+    """The files that could not be read, each with why (at most MAX_BAD_SHOWN)."""
+    if not report.bad:
+        return []
+    lines = [f"{len(report.bad)} unreadable file{'s' if len(report.bad) != 1 else ''}, skipped:"]
+    lines += [f"  {problem}" for problem in report.bad[:MAX_BAD_SHOWN]]
+    if len(report.bad) > MAX_BAD_SHOWN:
+        lines.append(f"  and {len(report.bad) - MAX_BAD_SHOWN} more (named on stderr on exit)")
+    return lines
+
+
+def unreadable_title(report: FleetReport) -> str:
+    """The screen's subtitle part for unreadable files: the first one's name."""
+    if not report.bad:
+        return "0 unreadable"
+    first = os.path.basename(report.bad[0].split(": ", 1)[0])
+    more = f" and {len(report.bad) - 1} more" if len(report.bad) > 1 else ""
+    return printable(f"{len(report.bad)} unreadable: {first}{more}")
+
+
 def sections(report: FleetReport) -> dict[str, str]:
-    """The text report cut into its sections, by title."""
+    """The text report cut into its sections, by title; the first starts with the
+    verdict and the files that could not be read."""
     text = report_text(report)
-    out: dict[str, list[str]] = {}
+    out: dict[str, list[str]] = {SECTIONS[0]: [report.verdict(), *unreadable_lines(report)]}
     current = None
     for line in text.splitlines():
         if line in SECTIONS:
             current = line
-            out[current] = []
+            out.setdefault(current, [])
         elif current is not None and line:
             out[current].append(line.strip() if not line.startswith("      ") else line[4:])
     return {title: "\n".join(lines) for title, lines in out.items()}
@@ -60,4 +86,4 @@ class FleetApp(GpudiagAppBase):
 
     def on_mount(self) -> None:
         r = self.report
-        self.sub_title = f"{r.nodes} nodes, {r.snapshots} snapshots, {len(r.bad)} unreadable"
+        self.sub_title = f"{r.nodes} nodes, {r.snapshots} snapshots, {unreadable_title(r)}"

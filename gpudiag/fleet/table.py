@@ -1,0 +1,367 @@
+"""The fleet's long table: the latest run of each node (Fleet), its numbers as NumPy
+columns (Columns: one row a number, with the group of rows it is compared with), the
+strings they stand for (TableNames), and how readings and node sets are named (template,
+fold). The questions asked of it are outliers.py's, whyslow.py's and history.py's; the
+report that gathers them is analysis.py's."""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from ClusterShell.NodeSet import NodeSet
+
+from gpudiag import catalog, shipped
+from gpudiag.derive import PROFILE_KEY
+from gpudiag.fleet.records import Layout, LoadedFleet, NodeRun
+from gpudiag.hostfs import natural_key
+from gpudiag.profiles import load_profiles
+
+if TYPE_CHECKING:
+    import polars as pl
+
+MIN_COMPARABLE = 3
+DEVICE_ID = re.compile(r"^gpu\.\d+\.pci\.device_id$")
+
+
+_FOLDABLE = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+_FOLDED: dict[frozenset[str], str] = {}
+
+
+def fold(names: list[str] | set[str]) -> str:
+    """Node names folded as ClusterShell folds them: node[0001-0016,0018]. Names that are
+    not plain host names (ClusterShell would read `,` `[` `@` as its own syntax) are listed
+    as they are, comma-separated. Remembered by the set of names: ClusterShell parses each
+    name (about 45 us), and a report folds one node set many times (every finding on all
+    nodes: 1.1 s of a 1,000-node report)."""
+    if not names:
+        return ""
+    key = frozenset(names)
+    found = _FOLDED.get(key)
+    if found is None:
+        found = _fold(key)
+        if len(_FOLDED) < 256:
+            _FOLDED[key] = found
+    return found
+
+
+def _fold(names: frozenset[str]) -> str:
+    if all(_FOLDABLE.match(name) for name in names):
+        return str(NodeSet.fromlist(list(names)))
+    return ",".join(sorted(names, key=natural_key))
+
+
+@functools.lru_cache(maxsize=65536)
+def template(key: str) -> tuple[str, str]:
+    """A reading key as (template, device), by the catalog's subjects: gpu.3.power.limit ->
+    (gpu.{gpu}.power.limit, 'GPU 3'); topo.gpu.0.1.copy_gbs -> (topo.gpu.{gpu}.{peer}.
+    copy_gbs, 'GPU 0 - GPU 1'); ib.mlx5_0.1.rate -> (ib.{hca}.{port}.rate, 'IB mlx5_0
+    port 1'); node-wide keys -> (key, ''). A GPU's NVLinks stay the GPU's (gpu.{gpu}.
+    nvlink.5.state: link 5 of every GPU compared with link 5 of the others)."""
+    scope, values = catalog.subject_of_key(key)
+    if scope == "node":
+        return key, ""
+    if scope == "nvlink":
+        scope, values = "gpu", {"gpu": values["gpu"]}
+    return catalog.stem_template(key, scope, values), catalog.subject_title(scope, values)
+
+
+def _display(value: Any, unit: str, status: str) -> str:
+    if status != "ok":
+        return f"[{status}]"
+    if isinstance(value, tuple):
+        value = ", ".join(map(str, value))
+    return f"{value} {unit}".rstrip() if unit else str(value)
+
+
+class Fleet:
+    """The loaded fleet's latest run per node, with per-node model labels and lookups."""
+
+    def __init__(self, loaded: LoadedFleet) -> None:
+        self.loaded = loaded
+        history: dict[str, list[NodeRun]] = defaultdict(list)
+        for run in loaded.runs:
+            history[run.host].append(run)
+        for runs in history.values():
+            runs.sort(key=lambda r: (r.created, r.path))
+        self.history = dict(sorted(history.items(), key=lambda item: natural_key(item[0])))
+        self.current = [runs[-1] for runs in self.history.values()]
+        self.positions = [layout.position() for layout in loaded.layouts]
+        self._models: dict[int, str] = {}
+        self.profiles = load_profiles()
+
+    def config_value(self, config: int, key: str) -> tuple[Any, str, str] | None:
+        """(value, unit, status) of a configuration reading in a configuration tuple."""
+        layout_id = self.loaded.config_layout[config]
+        layout = self.loaded.layouts[layout_id]
+        position = self.positions[layout_id].get(key)
+        if position is None:
+            return None
+        slot = _config_slot(layout).get(position)
+        if slot is None:
+            return None
+        return self.loaded.configs[config][slot], layout.units[position], layout.statuses[position]
+
+    def config_dict(self, config: int) -> dict[str, str]:
+        """Every configuration reading of a configuration, displayed."""
+        layout = self.loaded.layouts[self.loaded.config_layout[config]]
+        values = self.loaded.configs[config]
+        return {
+            layout.keys[p]: _display(values[i], layout.units[p], layout.statuses[p])
+            for i, p in enumerate(layout.config)
+        }
+
+    def model(self, config: int) -> str:
+        """The node's type: its GPU model (the profile its judgment stored, node.profile;
+        for older snapshots the profile its most common PCI device id selects, else that
+        id) and GPU count, and ', virtual (kvm)' for a virtual machine (host.virt.vm read
+        and not 'none'): nodes are compared only with nodes of the same type."""
+        if config not in self._models:
+            label = self._gpu_model(config)
+            virtual = self.config_value(config, "host.virt.vm")
+            if virtual is not None and virtual[2] == "ok" and virtual[0] not in ("none", ""):
+                label += f", virtual ({virtual[0]})"
+            self._models[config] = label
+        return self._models[config]
+
+    def _gpu_model(self, config: int) -> str:
+        layout = self.loaded.layouts[self.loaded.config_layout[config]]
+        gpus = len(catalog.gpu_indices(layout.keys))
+        stored = self.config_value(config, PROFILE_KEY)
+        if stored is not None and stored[2] == "ok" and gpus:
+            return f"{stored[0]} x{gpus}"
+        ids = []
+        for key in layout.keys:
+            if DEVICE_ID.match(key):
+                found = self.config_value(config, key)
+                if found and found[2] == "ok":
+                    ids.append(str(found[0]))
+        if not ids:
+            return "no GPUs"
+        common = Counter(ids).most_common(1)[0][0]
+        name = next((p.name for p in self.profiles.values() if common in p.device_ids), common)
+        return f"{name} x{gpus}"
+
+
+_SLOTS: dict[int, dict[int, int]] = {}
+
+
+def _config_slot(layout: Layout) -> dict[int, int]:
+    """position in the layout -> index in its configuration tuple."""
+    slots = _SLOTS.get(id(layout))
+    if slots is None:
+        slots = {p: i for i, p in enumerate(layout.config)}
+        _SLOTS[id(layout)] = slots
+    return slots
+
+
+class Names:
+    """Strings held once, numbered: the table stores the numbers (UInt32 columns group,
+    join and filter faster than strings, and take 4 bytes a row)."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.ids: dict[str, int] = {}
+
+    def id(self, name: str) -> int:
+        """The number of `name`, giving it the next one if new."""
+        found = self.ids.get(name)
+        if found is None:
+            found = self.ids[name] = len(self.items)
+            self.items.append(name)
+        return found
+
+    def frame(self, column: str) -> pl.DataFrame:
+        """id -> name, for turning a column back into strings."""
+        import polars as pl
+
+        return pl.DataFrame(
+            {f"{column}_id": range(len(self.items)), column: self.items},
+            schema={f"{column}_id": pl.UInt32, column: pl.String},
+        )
+
+
+@dataclass
+class TableNames:
+    """What the numbers in the fleet table stand for."""
+
+    readings: Names = field(default_factory=Names)
+    devices: Names = field(default_factory=Names)
+    models: Names = field(default_factory=Names)
+    units: dict[int, str] = field(default_factory=dict)  # reading id -> unit
+    kinds: dict[int, catalog.Kind] = field(default_factory=dict)  # reading id -> kind
+
+    def kind_array(self) -> np.ndarray:
+        """Per reading id, its Kind's value (for masks over a column of reading ids)."""
+        return np.asarray(
+            [
+                self.kinds.get(i, catalog.Kind.MEASUREMENT).value
+                for i in range(len(self.readings.items))
+            ],
+            dtype=object,
+        )
+
+
+NO_SLOT = 2**32 - 1  # a kernel figure's slot: it is not one of the node's numbers
+
+
+@dataclass
+class Columns:
+    """The long table of every numeric reading and kernel figure of the latest runs, as
+    NumPy columns (one row a number; not-read values left out): node_id (an index into
+    fleet.current), reading_id (template) and device_id (numbers in TableNames), value,
+    slot (the index in the node's numbers, NO_SLOT for a kernel figure), and group: the
+    rows compared with each other, one id per (model, reading, position). model_of and
+    config_of are per node."""
+
+    node_id: np.ndarray
+    reading_id: np.ndarray
+    device_id: np.ndarray
+    value: np.ndarray
+    slot: np.ndarray
+    group: np.ndarray
+    groups: list[tuple[int, int, int]]  # group id -> (model_id, reading_id, position)
+    model_of: np.ndarray
+    config_of: np.ndarray
+
+    def frame(self) -> pl.DataFrame:
+        """The table as Polars has it (for --parquet, pandas or DuckDB)."""
+        import polars as pl
+
+        return pl.DataFrame(
+            {
+                "node_id": self.node_id,
+                "reading_id": self.reading_id,
+                "device_id": self.device_id,
+                "value": self.value,
+                "model_id": self.model_of[self.node_id],
+                "config": self.config_of[self.node_id],
+                "slot": self.slot,
+            }
+        )
+
+
+def numeric_columns(fleet: Fleet, names: TableNames) -> Columns:
+    """The long table (Columns) of the fleet's latest runs. Nodes of one layout are one
+    matrix, so a layout's rows are its matrix raveled and its column ids tiled; GPUs of one
+    model are pooled (one group a reading template), except for positional readings (the
+    catalog's Kind.POSITIONAL: a GPU's NUMA node is GPU 3's across alike nodes, and a lost
+    GPU leaves its own position only); NUMA nodes are not pooled either (a CPU-less memory
+    node differs): their position is their device."""
+    loaded = fleet.loaded
+    model_of = np.asarray(
+        [names.models.id(fleet.model(run.config)) for run in fleet.current], dtype=np.uint32
+    )
+    config_of = np.asarray([run.config for run in fleet.current], dtype=np.uint32)
+    group_ids: dict[tuple[int, int, int], int] = {}
+    by_position: dict[int, bool] = {}
+
+    def position(reading_id: int, device_id: int) -> int:
+        if reading_id not in by_position:
+            by_position[reading_id] = (
+                names.readings.items[reading_id].startswith("numa.")
+                or names.kinds.get(reading_id) is catalog.Kind.POSITIONAL
+            )
+        return device_id if by_position[reading_id] else 0
+
+    def group_of(model_id: int, reading_id: int, device_id: int) -> int:
+        key = (model_id, reading_id, position(reading_id, device_id))
+        return group_ids.setdefault(key, len(group_ids))
+
+    by_layout: dict[int, list[int]] = defaultdict(list)
+    for i, run in enumerate(fleet.current):
+        by_layout[run.layout].append(i)
+    parts: list[tuple[np.ndarray, ...]] = []
+    for layout_id, members in by_layout.items():
+        layout = loaded.layouts[layout_id]
+        if not layout.numeric:
+            continue
+        reading_ids, device_ids = [], []
+        for p in layout.numeric:
+            name, device = template(layout.keys[p])
+            reading_ids.append(names.readings.id(name))
+            device_ids.append(names.devices.id(device))
+            names.units.setdefault(reading_ids[-1], layout.units[p])
+            names.kinds.setdefault(reading_ids[-1], shipped.kind_of(layout.keys[p]))
+        rows = np.asarray(members, dtype=np.uint32)
+        models, model_index = np.unique(model_of[rows], return_inverse=True)
+        group_table = np.asarray(
+            [
+                [group_of(int(m), r, d) for r, d in zip(reading_ids, device_ids, strict=True)]
+                for m in models
+            ],
+            dtype=np.uint32,
+        )
+        matrix = np.vstack([fleet.current[i].numbers for i in members])
+        count, width = matrix.shape
+        parts.append(
+            (
+                np.repeat(rows, width),
+                np.tile(np.asarray(reading_ids, dtype=np.uint32), count),
+                np.tile(np.asarray(device_ids, dtype=np.uint32), count),
+                matrix.ravel(),
+                np.tile(np.arange(width, dtype=np.uint32), count),
+                group_table[model_index.ravel()].ravel(),
+            )
+        )
+    kernel_rows: tuple[list[int], ...] = ([], [], [], [], [])
+    ids: dict[str, tuple[int, int]] = {}
+    groups: dict[tuple[int, str], int] = {}  # (model, key) -> group, asked once
+    models = model_of.tolist()
+    for i, run in enumerate(fleet.current):
+        for kv in run.kernel_values:
+            found = ids.get(kv.key)
+            if found is None:
+                name, device = template(kv.key)
+                found = ids[kv.key] = (names.readings.id(name), names.devices.id(device))
+                names.units.setdefault(found[0], kv.unit)
+                names.kinds.setdefault(found[0], catalog.Kind.MEASUREMENT)
+            group = groups.get((models[i], kv.key))
+            if group is None:
+                group = groups[(models[i], kv.key)] = group_of(models[i], *found)
+            kernel_rows[0].append(i)
+            kernel_rows[1].append(found[0])
+            kernel_rows[2].append(found[1])
+            kernel_rows[3].append(kv.value)  # type: ignore[arg-type]
+            kernel_rows[4].append(group)
+    parts.append(
+        (
+            np.asarray(kernel_rows[0], dtype=np.uint32),
+            np.asarray(kernel_rows[1], dtype=np.uint32),
+            np.asarray(kernel_rows[2], dtype=np.uint32),
+            np.asarray(kernel_rows[3], dtype=np.float64),
+            np.full(len(kernel_rows[0]), NO_SLOT, dtype=np.uint32),
+            np.asarray(kernel_rows[4], dtype=np.uint32),
+        )
+    )
+    node_id, reading_id, device_id, value, slot, group = (
+        np.concatenate(c) for c in zip(*parts, strict=True)
+    )
+    keep = ~np.isnan(value)
+    if not keep.all():
+        node_id, reading_id, device_id, value, slot, group = (
+            c[keep] for c in (node_id, reading_id, device_id, value, slot, group)
+        )
+    return Columns(
+        node_id,
+        reading_id,
+        device_id,
+        value,
+        slot,
+        group,
+        list(group_ids),
+        model_of,
+        config_of,
+    )
+
+
+def numeric_table(fleet: Fleet, names: TableNames) -> pl.DataFrame:
+    """The long table as a Polars frame: node_id, reading_id, device_id, value, model_id,
+    config, slot (Columns.frame)."""
+    return numeric_columns(fleet, names).frame()
