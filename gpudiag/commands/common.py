@@ -173,11 +173,12 @@ def need_terminal() -> None:
             )
 
 
-def tui(app_source: object) -> int:
-    """Run the TUI on a live node or a snapshot; its exit code."""
+def tui(app_source: object, rules: Sequence[Rule] | None = None) -> int:
+    """Run the TUI on a live node or a snapshot (with the `rules` that count what a saved
+    one's findings checked); its exit code."""
     need_terminal()
     from gpudiag.tui import GpudiagApp
 
-    app = GpudiagApp(app_source)
+    app = GpudiagApp(app_source, rules=rules)
     app.run()
     return int(app.return_code or 0)

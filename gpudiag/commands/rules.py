@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,9 +111,12 @@ def _lint(paths: Sequence[Path]) -> int:
             if data is not None:
                 print(f"{path}: ok (a data file: {data})")
                 continue
-            rules, overrides = lint_rule_file(path)
+            rules, overrides, errors = lint_rule_file(path)
         except RuleError as exc:
-            print(inputs.printable(str(exc)))
+            errors = [str(exc)]
+        if errors:  # every error of every file, on standard error
+            for error in errors:
+                print(f"gpudiag: {inputs.printable(error)}", file=sys.stderr)
             failed = True
             continue
         print(f"{path}: ok ({rules} rules, {overrides} overrides)")

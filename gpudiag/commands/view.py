@@ -19,6 +19,9 @@ def run(args: argparse.Namespace) -> int:
     if args.snapshot == "-":
         raise UsageError("view reads the keyboard on standard input: name a snapshot file")
     from gpudiag.derive import ensure_derived
+    from gpudiag.rulefile import load_rules
     from gpudiag.snapshot import load
 
-    return tui(ensure_derived(load(args.snapshot)))
+    snapshot = ensure_derived(load(args.snapshot))
+    # the rules `check` judges with: the overview counts what checked as check does
+    return tui(snapshot, load_rules(args.rules, site=True))
