@@ -344,3 +344,58 @@ def test_help_lists_every_command_and_builds_only_the_one_given() -> None:
     )
     commands = {m for m in loaded if m.startswith("gpudiag.commands.")}
     assert commands == {"gpudiag.commands.check", "gpudiag.commands.common"}, commands
+
+
+def _help(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """What `gpudiag ARGV --help` prints, run in this process."""
+    from gpudiag import cli
+
+    with pytest.raises(SystemExit):
+        cli.run([*argv, "--help"])
+    return capsys.readouterr().out
+
+
+def _described(text: str) -> list[str]:
+    """The entries of --help's argument sections that no words describe."""
+    bare, section = [], False
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        if line.endswith(":") and not line.startswith(" "):
+            section = line in ("positional arguments:", "options:")
+            continue
+        if section and line.startswith("  ") and not line.startswith("   "):
+            entry = line.strip()
+            following = lines[index + 1] if index + 1 < len(lines) else ""
+            if "  " not in entry and not following.startswith("    "):
+                bare.append(entry)
+    return bare
+
+
+def test_every_subcommand_help_says_what_it_does_and_describes_its_arguments(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from gpudiag.cli import COMMANDS
+
+    for name, (_, line) in COMMANDS.items():
+        text = _help(capsys, name)
+        description = " ".join(text.split("\n\n")[1].split())
+        said = "Run measurement kernels" if name == "run" else f"{line[0].upper()}{line[1:]}."
+        assert description.startswith(said), (name, description)
+        assert _described(text) == [], (name, _described(text))
+    for action in ("list", "explain", "lint", "profiles"):
+        assert _described(_help(capsys, "rules", action)) == [], action
+    demo = _help(capsys, "demo")
+    assert "{healthy,faulty}" in demo and "NAME" not in demo
+    assert "a unit allowed as --max-input takes it" in " ".join(_help(capsys, "run").split())
+
+
+def test_check_of_nvidia_smi_output_gives_the_import_command(capsys) -> None:
+    from gpudiag import cli
+
+    q = REPO.parent / "shared" / "realdata" / "h100-vm" / "nvidia-smi-q.txt"
+    if not q.exists():
+        pytest.skip(f"{q} is absent (../shared/realdata beside the checkout)")
+    assert cli.main(["check", str(q)]) == 3
+    err = capsys.readouterr().err
+    assert f"{q}: nvidia-smi output (-q), not a snapshot: gpudiag import {q} -o node.toml" in err
+    assert "TOML" not in err and len(err.splitlines()) == 1

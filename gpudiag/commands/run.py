@@ -21,6 +21,17 @@ KERNEL_HELP = {
 }
 
 
+def _size(text: str) -> int:
+    """--size: bytes, with a unit as --max-input ('64M', '1G', '4096'), at least 4 KiB."""
+    try:
+        value = inputs.parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not 4096 <= value <= 2**62:
+        raise argparse.ArgumentTypeError(f"must be between 4K and 4E bytes, got {text[:40]!r}")
+    return value
+
+
 def add_parser(subparsers: Any) -> None:
     """`gpudiag run`."""
     run = subparsers.add_parser(
@@ -43,10 +54,11 @@ def add_parser(subparsers: Any) -> None:
     )
     run.add_argument(
         "--size",
-        type=inputs.number_option(4096, 2**62, integer=True),  # and this machine's memory
+        type=_size,  # and this machine's memory
         default=256 * 2**20,
-        metavar="BYTES",
-        help="bytes per array (default 256 MiB: well beyond the last-level cache)",
+        metavar="SIZE",
+        help="bytes per array, a unit allowed as --max-input takes it: 64M, 1G "
+        "(default 256M: well beyond the last-level cache)",
     )
     run.add_argument(
         "--trials",

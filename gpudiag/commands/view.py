@@ -11,7 +11,7 @@ from gpudiag.commands.common import UsageError, tui
 def add_parser(subparsers: Any) -> None:
     """`gpudiag view`."""
     view = subparsers.add_parser("view")
-    view.add_argument("snapshot", metavar="SNAPSHOT")
+    view.add_argument("snapshot", metavar="SNAPSHOT", help="a snapshot file, TOML or JSON")
 
 
 def run(args: argparse.Namespace) -> int:

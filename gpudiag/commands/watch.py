@@ -24,9 +24,16 @@ def add_parser(subparsers: Any) -> None:
     watch.add_argument(
         "--count",
         type=inputs.number_option(1, 10**9, integer=True),
-        metavar="N", help="samples to take (default: until Ctrl-C)"
+        metavar="N",
+        help="samples to take (default: until Ctrl-C)",
     )
-    watch.add_argument("--format", choices=("table", "csv", "jsonl"), default="table")
+    watch.add_argument(
+        "--format",
+        choices=("table", "csv", "jsonl"),
+        default="table",
+        help="table: one line per GPU per sample, as wide as the terminal; csv and jsonl: "
+        "every field",
+    )
     watch.add_argument("--demo", choices=DEMOS, help="watch a demo node instead of this one")
 
 
