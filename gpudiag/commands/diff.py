@@ -54,5 +54,6 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(report_json(result, args.all), indent=1))
     else:
-        sys.stdout.write(report_text(result, a, b, args.all, args.format == "markdown"))
+        names = (args.snapshot_a, args.snapshot_b)
+        sys.stdout.write(report_text(result, a, b, args.all, args.format == "markdown", names))
     return result.exit_code()
