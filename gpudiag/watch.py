@@ -272,9 +272,41 @@ def _cell(sample: Sample, name: str) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def format_rows(samples: list[Sample], fmt: str, first: bool) -> Iterator[str]:
+# At a terminal's width the table keeps one line per GPU per sample, as nvidia-smi dmon
+# and gpustat do: each column as narrow as its values (an H100's 700 W, 81559 MiB), and the
+# columns last in KEPT_FIRST dropped first until the row fits, throttle reasons taking
+# what is left (at least THROTTLE_MIN). Without a width (a pipe) every column, as before.
+KEPT_FIRST = (
+    "power", "temp", "sm", "util", "fb", "ecc_unc", "mem", "procs", "replay", "mutil",
+    "nvl_tx", "nvl_rx",
+)  # fmt: skip
+NARROW = {
+    "power": 5, "temp": 4, "sm": 4, "mem": 4, "util": 4, "mutil": 5, "fb": 6, "ecc_unc": 7,
+    "replay": 6, "procs": 5, "nvl_tx": 6, "nvl_rx": 6,
+}  # fmt: skip
+THROTTLE_MIN = 14  # two short reasons: HwSlow,HwTherm
+
+
+def table_columns(width: int | None) -> tuple[str, ...]:
+    """The table's columns after time and gpu at a terminal `width` (None: all)."""
+    if width is None:
+        return OUTPUT_COLUMNS
+    kept = list(KEPT_FIRST)
+
+    def need(columns: list[str]) -> int:
+        return WIDTHS["time"] + 2 + WIDTHS["gpu"] + sum(2 + NARROW[c] for c in columns)
+
+    while kept and need(kept) + 2 + THROTTLE_MIN > width:
+        kept.pop()
+    return (*(c for c in NUMERIC if c in kept), "throttle")
+
+
+def format_rows(
+    samples: list[Sample], fmt: str, first: bool, width: int | None = None
+) -> Iterator[str]:
     """The lines to print for one round of samples: table (a header every 20 rounds
-    is the caller's choice via `first`), csv or jsonl."""
+    is the caller's choice via `first`; one line per GPU at a terminal's `width`), csv
+    or jsonl (every field, whatever the width)."""
     if fmt == "jsonl":
         for s in samples:
             record = {"time": round(s.time, 3), "gpu": s.gpu, **s.values}
@@ -294,20 +326,32 @@ def format_rows(samples: list[Sample], fmt: str, first: bool) -> Iterator[str]:
             writer.writerow([stamp, s.gpu, *cells, "; ".join(s.processes)])
         yield buffer.getvalue().rstrip("\n")
         return
-    widths = {name: max(len(name), 6) for name in OUTPUT_COLUMNS} | WIDTHS
+    columns = table_columns(width)
+    narrow = NARROW if width is not None else {}
+    widths = {name: narrow.get(name, max(len(name), 6)) for name in OUTPUT_COLUMNS} | WIDTHS
+    headers = ("time", "gpu", *columns)
 
     def line(cells: Sequence[str]) -> str:
-        pairs = zip(HEADERS, cells, strict=True)
-        return "  ".join(f"{c:>{widths[h]}}" if widths[h] else c for h, c in pairs).rstrip()
+        pairs = zip(headers, cells, strict=True)
+        text = "  ".join(f"{c:>{widths[h]}}" if widths[h] else c for h, c in pairs).rstrip()
+        return text if width is None or len(text) <= width else text[: width - 1] + "…"
 
     if first:
-        yield line(HEADERS)
-        yield line(("", "", *(UNITS[name] for name in OUTPUT_COLUMNS)))
+        yield line(headers)
+        yield line(("", "", *(UNITS[name] for name in columns)))
+    used = sum(widths[h] + 2 for h in headers[:-1])  # throttle starts after the others
+    room = None if width is None else width - used
     for s in samples:
         stamp = time.strftime("%H:%M:%S", time.localtime(s.time))
-        yield line([stamp, str(s.gpu), *(_cell(s, name) for name in OUTPUT_COLUMNS)])
+        cells = [_cell(s, name) for name in columns]
+        if room is not None and len(cells[-1]) > room:  # the GPU screen's short names
+            from gpudiag.views import THROTTLE_SHORT
+
+            cells[-1] = ",".join(THROTTLE_SHORT.get(n, n) for n in cells[-1].split(","))
+        yield line([stamp, str(s.gpu), *cells])
         for process in s.processes:  # one line per process under its GPU's row
-            yield f"{'':>8}  {'':>3}  proc {process}"
+            text = f"{'':>8}  {'':>3}  proc {process}"
+            yield text if width is None or len(text) <= width else text[: width - 1] + "…"
 
 
 def format_event(event: DeviceEvent, fmt: str) -> str:
@@ -328,6 +372,7 @@ def watch(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
     events: Callable[[], list[DeviceEvent]] | None = None,
+    width: int | None = None,
 ) -> int:
     """Sample every GPU `count` times (forever when None), `interval` seconds apart,
     writing each line through `write`, and before each round the device events since
@@ -342,7 +387,7 @@ def watch(
         samples = sample_node(nvml, gpus, previous)
         previous = {s.gpu: s for s in samples}
         header_due = rounds % 20 == 0 if fmt == "table" else rounds == 0
-        for line in format_rows(samples, fmt, first=header_due):
+        for line in format_rows(samples, fmt, first=header_due, width=width):
             write(line)
         rounds += 1
         if count is not None and rounds >= count:
@@ -357,6 +402,7 @@ def replay(
     fmt: str,
     write: Callable[[str], None],
     count: int | None = None,
+    width: int | None = None,
 ) -> int:
     """Print a capture's recorded samples (`gpudiag capture --samples N`) in order, each
     stamped with the time it was recorded: `recorded` holds (time, NVML of that sample).
@@ -371,7 +417,7 @@ def replay(
         samples = sample_node(nvml, gpus, previous, when)
         previous = {s.gpu: s for s in samples}
         header_due = rounds % 20 == 0 if fmt == "table" else rounds == 0
-        for line in format_rows(samples, fmt, first=header_due):
+        for line in format_rows(samples, fmt, first=header_due, width=width):
             write(line)
     return len(shown)
 

@@ -37,6 +37,14 @@ def add_parser(subparsers: Any) -> None:
     watch.add_argument("--demo", choices=DEMOS, help="watch a demo node instead of this one")
 
 
+def _width() -> int | None:
+    """The terminal's width when the table goes to one (its rows must not wrap); None in a
+    pipe, where every column is written."""
+    import shutil
+
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
 def run(args: argparse.Namespace) -> int:
     """Watch this node (its device events too), a demo node, an NVML replay or a
     capture's recorded samples; 0 at the end or on Ctrl-C."""
@@ -67,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
             args.format,
             lambda line: print(line, flush=True),
             events=events,
+            width=_width(),
         )
     except NvmlError as exc:
         raise UsageError(
@@ -99,7 +108,7 @@ def _replay(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     try:
-        replay(series, args.format, lambda line: print(line, flush=True), args.count)
+        replay(series, args.format, lambda line: print(line, flush=True), args.count, _width())
     except NvmlError as exc:
         raise UsageError(f"watch: the capture recorded no GPU to show: {exc.reason}") from None
     finally:
