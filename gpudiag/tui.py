@@ -163,12 +163,10 @@ class GpudiagApp(GpudiagAppBase):
         if not await self.query_one(ProbesPane).build() or not await self.kernels.build():
             return  # the app is leaving
         if isinstance(self.source, Snapshot):
-            self.kernels.say("a saved snapshot: its kernel results are shown, none run")
+            self.kernels.say("a saved snapshot: none run")
             self.set_snapshot(self.source)
         else:
-            self.kernels.say(
-                "ready" if self._measurable() else "a recording: its kernel results are shown"
-            )
+            self.kernels.say("ready" if self._measurable() else "a recording: none run")
         self.filled.set()
         for pane in self.panes:
             if not pane.built:

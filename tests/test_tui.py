@@ -24,7 +24,7 @@ from textual.widgets import (
 )
 
 from gpudiag.hostfs import HostFS
-from gpudiag.kernels.plans import KernelPlan
+from gpudiag.kernels.plans import KERNELS, KernelPlan
 from gpudiag.kernels.stats import summarize
 from gpudiag.model import KernelResult, ProbeStatus, Reading, Severity, Snapshot
 from gpudiag.nvml import Nvml, ReplayBackend, open_nvml
@@ -579,6 +579,14 @@ def _footer(app: GpudiagApp) -> list[str]:
     return [b.description for _, b, enabled, _ in app.screen.active_bindings.values() if b.show]
 
 
+def _screen_text(app: GpudiagApp) -> str:
+    """The screen as the user sees it, as text (Textual's screenshot, its SVG's text)."""
+    import html
+
+    svg = app.export_screenshot()
+    return html.unescape("".join(re.findall(r"<text[^>]*>(.*?)</text>", svg))).replace("\xa0", " ")
+
+
 def _notices(app: GpudiagApp) -> list[str]:
     """The notifications the user sees, in order."""
     return [n.message for n in app._notifications]
@@ -598,7 +606,12 @@ def test_replayed_node_refuses_kernels(tmp_path: Path) -> None:
         assert not app.query("#run-quick") and not app.query("#run-full")
         assert str(app.query_one("#kernel-why", Label).render()) == NOT_MEASURABLE
         status = str(app.query_one("#kernel-status", Label).render())
-        assert status == "a recording: its kernel results are shown"
+        assert status == "the recording holds no kernel results"  # not "shown" above none
+        assert "no kernel results yet" not in str(app.query_one("#kernel-charts").render())
+        # the picker shows every kernel by name, unscrolled (at 16x7 allreduce's name sat
+        # on a hidden row and burn was out of view)
+        screen = _screen_text(app)
+        assert all(f"] {name}" in screen for name in KERNELS), screen
         await pilot.press("k")
         await pilot.pause()
         assert not app.kernels_running and not app.snapshot.kernels
