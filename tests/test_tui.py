@@ -968,6 +968,8 @@ def test_watch_screen_without_nvml_says_why() -> None:
         await pilot.pause()
         status = str(app.query_one("#watch-status", Label).render())
         assert status.startswith("no GPU can be sampled: nvmlInit: DriverNotLoaded")
+        # the whole reason on screen at 80 columns, wrapped (it was cut at 80 and at 120)
+        assert len(status) > 80 and "".join(status.split()) in "".join(_screen_text(app).split())
 
     _run(app, steps)
 

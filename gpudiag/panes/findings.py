@@ -16,6 +16,8 @@ from gpudiag import views
 from gpudiag.model import Finding, Severity
 from gpudiag.panes.base import SEVERITY_STYLE, Pane, RowTable, SnapshotView
 
+SUBJECT_WIDTH = 17  # "PCIe 0000:5d:00.0", "GPU 2 NVLink 5"
+
 
 class FindingsPane(Pane):
     """Every finding of the snapshot, filtered by text and severity, sorted."""
@@ -36,6 +38,7 @@ class FindingsPane(Pane):
         self.shown: list[Finding] = []
         self.severity_filter: Severity | None = None
         self.sort_key = "severity"
+        self.width = 80  # the terminal's, from fit_width
 
     def compose(self) -> ComposeResult:
         yield Input(
@@ -47,8 +50,26 @@ class FindingsPane(Pane):
         yield VerticalScroll(Static("", id="finding-text"), id="finding-detail")
 
     def on_built(self) -> None:
-        self.query_one("#findings", DataTable).add_columns("severity", "id", "subject", "title")
+        self._columns()
         self.query_one("#findings-filter", Input).cursor_blink = False
+
+    def _columns(self) -> None:
+        """Severity, id and subject as wide as they need; the title the rest of the width,
+        a long one wrapped onto a second line of its row, never cut (at 80 columns
+        "Xid events that mean a hardware fault" was "Xid events that mean a hardware f")."""
+        table = self.query_one("#findings", DataTable)
+        table.clear(columns=True)
+        table.add_column("severity", width=8)
+        table.add_column("id", width=8)
+        table.add_column("subject", width=SUBJECT_WIDTH)
+        # each column's padding (2), the scrollbar and the pane's border
+        table.add_column("title", width=max(20, self.width - 8 - 8 - SUBJECT_WIDTH - 8 - 4))
+
+    def fit_width(self, width: int) -> None:
+        if width != self.width:
+            self.width = width
+            self._columns()
+            self._redraw()
 
     def update_from(self, view: SnapshotView) -> None:
         """The findings table, filtered and sorted, and the detail of the first."""
@@ -65,6 +86,7 @@ class FindingsPane(Pane):
                 Text(finding.rule_id),
                 Text(finding.subject),
                 Text(finding.title),
+                height=None,  # as many lines as the title takes at the column's width
             )
         self.show_detail(0)
 

@@ -18,7 +18,7 @@ class WatchPane(Pane):
 
     KEY, NAME, TITLE, FOCUS = "9", "watch", "Watch", "#watch"
     DEFAULT_CSS = """
-    #watch-status { height: 1; padding: 0 1; }
+    #watch-status { height: auto; width: 100%; padding: 0 1; }  /* a reason wraps, never cut */
     #watch { padding: 0 1; }
     """
 
