@@ -495,7 +495,7 @@ def report_text(
             for f in findings:
                 lines.append(
                     f"{'- ' if markdown else '  '}{f.severity.value.upper()} {f.rule_id} "
-                    f"{f.subject}: {f.message}"
+                    f"{f.subject}: {f.said()}"
                 )
     rising = diff.rising_counters()
     if rising:

@@ -207,7 +207,7 @@ def nagios(verdict: Verdict) -> tuple[str, int]:
     perf = " ".join(f"{s.value}={n};;;0" for s, n in severity_counts(verdict.findings).items())
     first = f"{status} - {_plugin_text(summary)} | {perf}"
     details = [
-        f"{f.severity.value.upper():<8} {f.rule_id:<8} {_plugin_text(f'{f.subject}: {f.message}')}"
+        f"{f.severity.value.upper():<8} {f.rule_id:<8} {_plugin_text(f'{f.subject}: {f.said()}')}"
         f" [action: {f.action.value}]"
         for f in verdict.findings
     ]

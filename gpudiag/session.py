@@ -158,7 +158,7 @@ def severity_counts(findings: Sequence[Finding]) -> dict[Severity, int]:
 def format_finding(finding: Finding) -> str:
     """One line: severity as text, rule id, subject and message."""
     severity = finding.severity.value.upper()
-    return f"{severity:<8} {finding.rule_id:<8} {finding.subject}: {finding.message}"
+    return f"{severity:<8} {finding.rule_id:<8} {finding.subject}: {finding.said()}"
 
 
 @dataclass(frozen=True)

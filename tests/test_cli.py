@@ -43,7 +43,7 @@ def test_export_then_check_reads_it_back(tmp_path: Path) -> None:
         r"rules: \d+ checked, \d+ did not apply, \d+ could not check",
         export.stdout.splitlines()[0],
     )
-    assert "CRITICAL GPU001   GPU 1: GPU 1 does not answer NVML: nvmlDeviceGetName: GpuIsLost" in (
+    assert "CRITICAL GPU001   GPU 1: does not answer NVML: nvmlDeviceGetName: GpuIsLost" in (
         export.stdout
     )
     assert "INFO     HOST002  node: cannot check: host.virt.container is missing" in export.stdout

@@ -73,7 +73,7 @@ def test_nagios_on_the_faulty_node() -> None:
     )
     assert "action service: GPU001 GPU 7: GPU lost |" in first
     assert "critical=2;;;0 warning=8;;;0 unknown=16;;;0 info=11;;;0" in first
-    assert details[0].startswith("CRITICAL GPU001   GPU 7: GPU 7 does not answer NVML")
+    assert details[0].startswith("CRITICAL GPU001   GPU 7: does not answer NVML")
     assert details[0].endswith("[action: service]")
     assert len(details) == 2 + 8 + 16 + 11
 
@@ -340,3 +340,20 @@ def test_slurm_drain_reason_is_one_line_without_double_quotes() -> None:
     slurm(Verdict("n1", (long,)), idle := RecordingSlurm("IDLE"), DRAIN_ON)
     ((_, reason),) = idle.updates
     assert len(reason.removeprefix("Reason=")) == REASON_MAX and reason.endswith("t...")
+
+
+def test_a_message_does_not_repeat_its_subject() -> None:
+    """Where a finding's message follows its subject (check, export, Nagios), the subject
+    is said once: 'PCIe 0000:5d:00.0: 0000:5d:00.0 link x8 of x16' before."""
+    from gpudiag.session import format_finding
+
+    nic = Finding(
+        "PCIE004", Severity.WARNING, "PCIe 0000:5d:00.0", "t", "0000:5d:00.0 link x8 of x16"
+    )
+    assert format_finding(nic).endswith("PCIe 0000:5d:00.0: link x8 of x16")
+    gpu = Finding(
+        "GPU013", Severity.WARNING, "GPU 1", "t", "GPU 1: 1 row remapped", action=Action.MONITOR
+    )
+    text, _ = nagios(Verdict("n1", (gpu,)))
+    assert "GPU013   GPU 1: 1 row remapped [action: monitor]" in text
+    assert nic.message == "0000:5d:00.0 link x8 of x16"  # the JSON's message stays whole
