@@ -336,6 +336,13 @@ class GpudiagApp(GpudiagAppBase):
             return False
         return action != "cancel_kernels" or self.kernels_running
 
+    def offers(self, action: str, parameters: tuple[object, ...]) -> bool:
+        """What the help lists: what this source can do at all (cancel too, where
+        kernels can run, though only while they do)."""
+        if action in LIVE_ACTIONS and not isinstance(self.source, LiveNode):
+            return False
+        return action not in MEASURING_ACTIONS or self._measurable()
+
     def _measurable(self) -> bool:
         return (
             isinstance(self.source, LiveNode)
