@@ -347,6 +347,8 @@ def test_findings_filter_sort_and_detail(tmp_path: Path) -> None:
         assert ids == sorted(ids)
         await pilot.press("f")  # critical only
         assert {r[0] for r in _cells(app, "#findings")} == {"CRITICAL"}
+        # the choice stays on screen beside the filter, not only in a toast that fades
+        assert str(app.query_one("#findings-state").render()) == "f: critical  s: by id"
         await pilot.press("f", "f", "f", "f", "f")  # warning, unknown, info, n/a, all
         assert len(_cells(app, "#findings")) == len(rows)
         await pilot.press("slash")

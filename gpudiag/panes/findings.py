@@ -9,8 +9,8 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
-from textual.widgets import DataTable, Input, Static
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import DataTable, Input, Label, Static
 
 from gpudiag import views
 from gpudiag.model import Finding, Severity
@@ -28,6 +28,9 @@ class FindingsPane(Pane):
         Binding("f", "filter_severity", "Severity", tooltip="Filter by severity"),
     ]
     DEFAULT_CSS = """
+    #findings-bar { height: 1; }
+    #findings-filter { width: 1fr; }
+    #findings-state { width: auto; padding: 0 1; color: $text-muted; }
     #findings { height: 1fr; }
     #finding-detail { height: 8; border-top: solid $accent; padding: 0 1; }
     """
@@ -41,11 +44,14 @@ class FindingsPane(Pane):
         self.width = 80  # the terminal's, from fit_width
 
     def compose(self) -> ComposeResult:
-        yield Input(
-            placeholder="/ filter: text in id, subject, title",
-            id="findings-filter",
-            classes="filter",
-        )
+        with Horizontal(id="findings-bar"):
+            yield Input(
+                placeholder="/ filter: text in id, subject, title",
+                id="findings-filter",
+                classes="filter",
+            )
+            # what f and s chose, for as long as it holds (the toast fades)
+            yield Label(self._state(), id="findings-state")
         yield RowTable(id="findings", cursor_type="row", zebra_stripes=True, fixed_columns=1)
         yield VerticalScroll(Static("", id="finding-text"), id="finding-detail")
 
@@ -90,6 +96,10 @@ class FindingsPane(Pane):
             )
         self.show_detail(0)
 
+    def _state(self) -> Text:
+        shown = self.severity_filter.value if self.severity_filter else "all"
+        return Text(f"f: {shown}  s: by {self.sort_key}")
+
     def _redraw(self) -> None:
         if self.view is not None:
             self.update_from(self.view)
@@ -130,6 +140,7 @@ class FindingsPane(Pane):
         self.sort_key = keys[(keys.index(self.sort_key) + 1) % len(keys)]
         self.show()
         self._redraw()
+        self.query_one("#findings-state", Label).update(self._state())
         self.notify(f"findings sorted by {self.sort_key}")
 
     def action_filter_severity(self) -> None:
@@ -138,5 +149,6 @@ class FindingsPane(Pane):
         self.severity_filter = order[(order.index(self.severity_filter) + 1) % len(order)]
         self.show()
         self._redraw()
+        self.query_one("#findings-state", Label).update(self._state())
         shown = self.severity_filter.value if self.severity_filter else "every severity"
         self.notify(f"findings: {shown}")
