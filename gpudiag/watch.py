@@ -41,7 +41,7 @@ import json
 import textwrap
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -428,21 +428,29 @@ _BLOCKS = "▁▂▃▄▅▆▇█"
 NVLINK_WIDTH = 100  # the watch screen shows NVLink throughput from this width on
 
 
-def spark(values: list[float], width: int) -> str:
-    """The last `width` values as block characters, scaled from 0 to their maximum (a
-    flat line at the bottom when all are equal to 0)."""
+def spark(values: list[float], width: int, scale: float | None = None) -> str:
+    """The last `width` values as block characters, scaled from 0 to `scale` (a power
+    limit, 100%) or to their maximum where that is higher or there is none (a flat line
+    at the bottom when all are equal to 0)."""
     shown = values[-width:] if width > 0 else []
-    top = max(shown, default=0.0) or 1.0
+    top = max(max(shown, default=0.0), scale or 0.0) or 1.0
     return "".join(_BLOCKS[min(7, max(0, int(v / top * 7.999)))] for v in shown)
 
 
-def screen_lines(history: History, gpus: int, width: int, lost: Collection[int] = ()) -> list[str]:
+def screen_lines(
+    history: History,
+    gpus: int,
+    width: int,
+    lost: Collection[int] = (),
+    limits: Mapping[int, float] | None = None,
+) -> list[str]:
     """The watch screen: per GPU, a line of the latest values (NVLink throughput, TX/RX
     in GB/s, where `width` leaves room: 100 columns) and a line of sparklines of power and
     utilisation over the history, sized to `width` columns. A GPU that answers nothing
     gets one line saying why instead of a dash in every column: LOST where NVML says it
     is lost or where the snapshot found it lost (`lost`: a recording of a lost GPU holds
-    only the call that failed), else the reasons."""
+    only the call that failed), else the reasons. Power bars are scaled to each GPU's
+    power limit (`limits`, W), utilisation to 100%: an idle 69 W of 700 is a low bar."""
     from gpudiag.views import THROTTLE_SHORT
 
     lines = []
@@ -470,7 +478,7 @@ def screen_lines(history: History, gpus: int, width: int, lost: Collection[int] 
         )
         # wrapped, not cut: the throttle reasons at the end are the reason a GPU is slow
         lines += textwrap.wrap(line, max(20, width), subsequent_indent=" " * 6) or [line]
-        power = spark(history.values(gpu, "power"), spark_width)
-        util = spark(history.values(gpu, "util"), spark_width)
+        power = spark(history.values(gpu, "power"), spark_width, (limits or {}).get(gpu))
+        util = spark(history.values(gpu, "util"), spark_width, 100.0)
         lines.append(f"      power {power:<{spark_width}}  util {util}")
     return lines
