@@ -248,9 +248,14 @@ class PlanRun:
         plan = self.plan
         on_cpu = plan.device in ("cpu", "all")
         try:
-            if plan.device != "cpu" and no_nvidia_gpu_on_bus(self.host):
-                raise KernelUnavailable(NO_NVIDIA_GPU)
-            gpus = plan_gpus(plan.device)
+            try:
+                gpus = plan_gpus(plan.device)
+            except KernelUnavailable:
+                # CuPy missing or finding no driver is not the reason on a node whose bus
+                # lists no NVIDIA GPU: say that, once (not "pip install" CuPy's 140 MB)
+                if no_nvidia_gpu_on_bus(self.host):
+                    raise KernelUnavailable(NO_NVIDIA_GPU) from None
+                raise
         except KernelUnavailable as exc:
             if strict or not on_cpu:
                 raise

@@ -111,9 +111,17 @@ def test_gpu_kernels_on_a_node_without_an_nvidia_gpu_say_so_once(tmp_path: Path)
     function.mkdir(parents=True)
     (function / "vendor").write_text("0x8086\n")
     (function / "class").write_text("0x060000\n")
+    from gpudiag.kernels import device
+
+    from fakecuda import FakeCuda
+
     run = PlanRun(KernelPlan(("copy", "allreduce"), "all", trials=1), HostFS(tmp_path))
     out = io.StringIO()
-    print_results(run, run.run(), None, out)
+    previous = device.use(FakeCuda(0))  # CUDA sees no device, as on such a node
+    try:
+        print_results(run, run.run(), None, out)
+    finally:
+        device.use(previous)
     lines = out.getvalue().splitlines()
     gpu = [line for line in lines if " gpu " in line]
     assert gpu == [f"{'copy, allreduce':<22} {'gpu':<12} SKIPPED: no NVIDIA GPU on this node"]
