@@ -5,13 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gpudiag.commands.common import write_prometheus
+from gpudiag.commands.common import load_snapshot, write_prometheus
 from gpudiag.output import add_format_options
-
-if TYPE_CHECKING:
-    from gpudiag.model import Snapshot
 
 
 def add_parser(subparsers: Any) -> None:
@@ -39,33 +36,6 @@ def add_parser(subparsers: Any) -> None:
     add_format_options(check, argparse.SUPPRESS)
 
 
-def _load(path: str) -> Snapshot:
-    """The snapshot; a file that is nvidia-smi output, not a snapshot, is refused saying
-    so, with the `import` command that reads it (not 'not valid TOML')."""
-    from gpudiag.snapshot import SnapshotError, load
-
-    try:
-        return load(path)
-    except SnapshotError as exc:
-        if path == "-":
-            raise
-        from gpudiag import inputs
-        from gpudiag.importing import detect
-
-        try:
-            kind = detect(inputs.read_text(path, "a snapshot"))
-        except Exception:  # not nvidia-smi output either (or unreadable): the first error
-            raise exc from None
-        raise SnapshotError(
-            path,
-            f"nvidia-smi output ({FORMAT_WORDS.get(kind, kind)}), not a snapshot: "
-            f"gpudiag import {path} -o node.toml reads it, then gpudiag check node.toml",
-        ) from None
-
-
-FORMAT_WORDS = {"xml": "-q -x", "q": "-q", "topo": "topo -m", "nvlink": "nvlink -s"}
-
-
 def run(args: argparse.Namespace) -> int:
     """Judge the snapshot again with the rules; print its findings (or --format)."""
     from gpudiag.model import Severity
@@ -80,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     )
 
     rules = load_rules(args.rules, site=True)
-    snapshot = with_findings(_load(args.snapshot), rules, args.profile)
+    snapshot = with_findings(load_snapshot(args.snapshot), rules, args.profile)
     if args.prometheus:
         write_prometheus(snapshot, args.prometheus)
     if args.format is not None:

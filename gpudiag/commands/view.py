@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from gpudiag.commands.common import UsageError, tui
+from gpudiag.commands.common import UsageError, load_snapshot, tui
 
 
 def add_parser(subparsers: Any) -> None:
@@ -20,8 +20,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("view reads the keyboard on standard input: name a snapshot file")
     from gpudiag.derive import ensure_derived
     from gpudiag.rulefile import load_rules
-    from gpudiag.snapshot import load
 
-    snapshot = ensure_derived(load(args.snapshot))
+    snapshot = ensure_derived(load_snapshot(args.snapshot))
     # the rules `check` judges with: the overview counts what checked as check does
     return tui(snapshot, load_rules(args.rules, site=True))
