@@ -611,9 +611,7 @@ def test_a_gpu_nvidia_smi_cannot_reach_is_imported_as_lost(tmp_path: Path, name:
     out = tmp_path / "sick.json"
     result = run_cli("import", str(sick), "-o", str(out))
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "CRITICAL GPU001   GPU 1: does not answer NVML: nvidia-smi: Unable" in (
-        result.stdout
-    )
+    assert "CRITICAL GPU001   GPU 1: does not answer NVML: nvidia-smi: Unable" in result.stdout
     snapshot = load(out)
     assert snapshot.reading("gpu.1.pci.bus_id").value == "0000:00:07.0"  # type: ignore[union-attr]
     assert snapshot.reading("gpu.0.name").value == "NVIDIA H100 80GB HBM3"  # type: ignore[union-attr]
