@@ -509,3 +509,18 @@ def test_the_all_at_once_tests_pass_only_lists_every_value_of_which_passes() -> 
                     elif one(first) and one(second) and None not in pair:
                         assert operator != "present", pair  # it may only miss the C shortcut
     assert checked > 50
+
+
+def test_a_message_gives_its_readings_unit() -> None:
+    """'power limit 500 W, default 700 W', not 'power limit 500, default 700 W'."""
+    from gpudiag.session import format_finding
+
+    readings = {
+        r.key: r
+        for r in (
+            Reading("gpu.0.power.limit", 500.0, "W", source="nvml:x"),
+            Reading("gpu.0.power.default_limit", 700.0, "W", source="nvml:x"),
+        )
+    }
+    (finding,) = [f for f in evaluate(load_rules(), readings) if f.rule_id == "GPU016"]
+    assert format_finding(finding).endswith("GPU 0: power limit 500 W, default 700 W")

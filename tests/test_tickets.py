@@ -517,6 +517,7 @@ def test_faulty_demo_shows_its_planted_faults(tmp_path: Path) -> None:
         "WARNING  GPU014   GPU 6: clocks limited by HwSlowdown",
         "WARNING  NVL001   GPU 2 NVLink 5: is inactive",
         "WARNING  PCIE001  GPU 3: PCIe link x8 of x16",
+        "WARNING  NVL007   GPU 4 NVLink 3: at 13.281 GB/s, the model's links run at 26.562 GB/s",
     ):
         assert planted in result.stdout, planted
     assert "GPU002" not in result.stdout.split("did not apply here")[0]
