@@ -399,3 +399,28 @@ def test_check_of_nvidia_smi_output_gives_the_import_command(capsys) -> None:
     err = capsys.readouterr().err
     assert f"{q}: nvidia-smi output (-q), not a snapshot: gpudiag import {q} -o node.toml" in err
     assert "TOML" not in err and len(err.splitlines()) == 1
+
+
+def test_view_counts_the_rules_as_check_does(tmp_path: Path, monkeypatch, capsys) -> None:
+    """`view` gives the TUI the rules `check` judges with, so that its overview's Rules
+    line is check's (it counted without them: a third set of numbers)."""
+    from gpudiag import cli, views
+    from gpudiag.commands import view
+    from gpudiag.panes.base import SnapshotView
+
+    target = tmp_path / "node.json"
+    assert cli.main(["--root", TREE, "--nvml-replay", REPLAY, "--export", str(target)]) == 2
+    capsys.readouterr()
+    assert cli.main(["check", str(target)]) == 2
+    tally = capsys.readouterr().out.splitlines()[0].split("; rules: ")[1]
+    opened = []
+
+    def tui(snapshot, rules=None) -> int:
+        opened.append((snapshot, rules))
+        return 0
+
+    monkeypatch.setattr(view, "tui", tui)
+    assert cli.main(["view", str(target)]) == 0
+    snapshot, rules = opened[0]
+    shown = SnapshotView.read(snapshot, rules)
+    assert dict(views.overview(snapshot, shown.rules, shown.readings))["Rules"] == tally
