@@ -81,6 +81,8 @@ class _LazyCommands(argparse._SubParsersAction):  # type: ignore[type-arg]
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
         """A command's parser, as argparse makes it (its --help line is COMMANDS')."""
         kwargs.setdefault("help", COMMANDS[name][1])
+        line = COMMANDS[name][1]  # its description, at the top of its own --help
+        kwargs.setdefault("description", f"{line[0].upper()}{line[1:]}.")
         listed = len(self._choices_actions)
         parser = super().add_parser(name, **kwargs)
         del self._choices_actions[listed:]  # listed once, by add_command

@@ -130,6 +130,48 @@ class Diff:
             return EXIT_CONFIG
         return EXIT_EQUIVALENT
 
+    def verdict_line(self, include_noisy: bool = False) -> str:
+        """'configuration differs: 12 readings differ, 0 findings only in A, 3 only in B,
+        2 metrics compared': the first line of the report and of the diff screen."""
+        verdict = VERDICT_WORDS[self.exit_code()]
+        return (
+            f"{verdict}: {len(self.differences(include_noisy))} readings differ, "
+            f"{len(self.findings_only_a)} findings only in A, "
+            f"{len(self.findings_only_b)} only in B, {len(self.metrics)} metrics compared"
+        )
+
+    def one_sided_gpus(self) -> dict[str, tuple[str, int]]:
+        """GPUs whose every reading is on one side only (lost or removed): index ->
+        (kind, how many readings), said in one line rather than reading by reading. Its
+        health reading (`folds` keeps it) says the GPU is lost on the other side."""
+        kinds: dict[str, set[str]] = {}
+        counts: dict[str, int] = {}
+        for c in self.readings:
+            index = catalog.gpu_of(c.key)
+            if index is not None and c.key != f"gpu.{index}.health":
+                kinds.setdefault(str(index), set()).add(c.kind)
+                counts[str(index)] = counts.get(str(index), 0) + 1
+        return {
+            gpu: (next(iter(k)), counts[gpu])
+            for gpu, k in kinds.items()
+            if k in ({"only_a"}, {"only_b"})
+        }
+
+
+def folded(change: ReadingChange, whole: dict[str, tuple[str, int]]) -> bool:
+    """Whether a reading change is one of a one-sided GPU's (`Diff.one_sided_gpus`) or of
+    a topology pair with it, said in that GPU's one line; its health reading never is."""
+    if (pair := _PAIR.match(change.key)) is not None:
+        return any(gpu in whole for gpu in pair.groups())
+    index = catalog.gpu_of(change.key)
+    return index is not None and str(index) in whole and change.key != f"gpu.{index}.health"
+
+
+_PAIR = re.compile(r"topo\.gpu\.(\d+)\.(\d+)(?:\.|$)")
+
+
+VERDICT_WORDS = {0: "equivalent", 1: "configuration differs", 2: "performance or health differs"}
+
 
 def match_gpus(a: dict[str, Reading], b: dict[str, Reading]) -> dict[str, str]:
     """B's GPU index -> A's, by PCI bus address where both sides know it for every GPU;
@@ -401,12 +443,24 @@ def _value(reading: Reading | None) -> str:
 
 
 def report_text(
-    diff: Diff, a: Snapshot, b: Snapshot, include_noisy: bool = False, markdown: bool = False
+    diff: Diff,
+    a: Snapshot,
+    b: Snapshot,
+    include_noisy: bool = False,
+    markdown: bool = False,
+    names: tuple[str, str] | None = None,
 ) -> str:
-    """A plain-text (or markdown) report of the differences."""
+    """A plain-text (or markdown) report of the differences: the verdict first, then
+    which file is A and which B (`names`; two exports of one demo share a host name)."""
     lines: list[str] = []
-    title = f"A: {a.host} ({a.created})  B: {b.host} ({b.created})"
-    lines.append(f"# gpudiag diff\n\n{title}\n" if markdown else title)
+    name_a, name_b = names or (a.host, b.host)
+    sides = [f"A: {name_a} ({a.host}, {a.created})", f"B: {name_b} ({b.host}, {b.created})"]
+    verdict = diff.verdict_line(include_noisy)
+    if markdown:
+        lines.append(f"# gpudiag diff\n\n{verdict}\n\n" + "  \n".join(sides) + "\n")
+    else:
+        lines += [verdict, *sides]
+    header = len(lines)
     if diff.gpu_map and any(k != v for k, v in diff.gpu_map.items()):
         pairs = ", ".join(f"B GPU {k} = A GPU {v}" for k, v in sorted(diff.gpu_map.items()))
         lines.append(f"GPUs matched by bus address: {pairs}")
@@ -441,7 +495,7 @@ def report_text(
             for f in findings:
                 lines.append(
                     f"{'- ' if markdown else '  '}{f.severity.value.upper()} {f.rule_id} "
-                    f"{f.subject}: {f.message}"
+                    f"{f.subject}: {f.said()}"
                 )
     rising = diff.rising_counters()
     if rising:
@@ -456,7 +510,25 @@ def report_text(
             lines.append("| group | reading | A | B | change |")
             lines.append("| --- | --- | --- | --- | --- |")
         group = None
+        whole, told = diff.one_sided_gpus(), set()
         for c in sorted(changes, key=lambda c: (c.group != "node", natural_key(c.group), c.key)):
+            index = catalog.gpu_of(c.key)
+            if folded(c, whole):  # a lost GPU: one line, not one per reading
+                if index is not None and index not in told:
+                    told.add(index)
+                    kind, count = whole[str(index)]
+                    side = "A" if kind == "only_a" else "B"
+                    said = (
+                        f"every reading only in {side} ({count}; its GPU pairs in the "
+                        "topology too): lost or removed"
+                    )
+                    lines.append(
+                        f"| {c.group} | every reading | | | {said} |"
+                        if markdown
+                        else f"  {c.group}: {said}"
+                    )
+                    group = None
+                continue
             rel = c.relative_change
             delta = f"{rel:+.1%}" if rel is not None else c.kind.replace("_", " ")
             if markdown:
@@ -470,7 +542,7 @@ def report_text(
     hidden = len(diff.differences(True)) - len(diff.differences(False))
     if hidden and not include_noisy:
         lines.append(f"\n({hidden} differences in readings that always vary are hidden: --all)")
-    if len(lines) == 1:
+    if len(lines) == header:
         lines.append("no differences")
     return "\n".join(lines) + "\n"
 

@@ -52,7 +52,7 @@ from gpudiag.output import applicable, strongest_action
 if TYPE_CHECKING:
     import subprocess
 
-    from gpudiag.session import LiveNode
+    from gpudiag.session import LiveNode, RuleTally
 
 CONVENTIONS = ("nagios", "npd", "slurm", "json")
 STATUS_WORDS = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
@@ -92,7 +92,7 @@ class Verdict:
 
     host: str
     findings: tuple[Finding, ...] = ()
-    not_applicable: int = 0
+    rules: RuleTally | None = None  # checked, did not apply, could not check
     seconds: float = 0.0
     error: str = ""
     snapshot: Snapshot | None = field(default=None, repr=False, compare=False)
@@ -153,14 +153,12 @@ def check_node(node: LiveNode, timeout: float, kernels: str | None = None) -> Ve
         return Verdict(host, seconds=seconds, error=error, timed_out=True)
     if "error" in box:
         return Verdict(host, seconds=seconds, error=f"check failed: {box['error']}")
+    from gpudiag.session import rule_tally
+
     snapshot = box["snapshot"]
-    counted = applicable(snapshot.findings)
+    tally = rule_tally(snapshot.findings, node.rules, snapshot.readings_by_key)
     return Verdict(
-        snapshot.host,
-        tuple(counted),
-        len(snapshot.findings) - len(counted),
-        seconds,
-        snapshot=snapshot,
+        snapshot.host, tuple(applicable(snapshot.findings)), tally, seconds, snapshot=snapshot
     )
 
 
@@ -199,8 +197,8 @@ def nagios(verdict: Verdict) -> tuple[str, int]:
         summary = verdict.error
     else:
         summary = severity_words(verdict.findings)
-        if verdict.not_applicable:
-            summary += f", {verdict.not_applicable} not applicable"
+        if verdict.rules is not None:
+            summary += f"; {verdict.rules.text()}"
         if no_nvidia_gpu(verdict):
             summary += "; no NVIDIA GPU on this node"
         ranked = verdict.ranked()
@@ -209,7 +207,7 @@ def nagios(verdict: Verdict) -> tuple[str, int]:
     perf = " ".join(f"{s.value}={n};;;0" for s, n in severity_counts(verdict.findings).items())
     first = f"{status} - {_plugin_text(summary)} | {perf}"
     details = [
-        f"{f.severity.value.upper():<8} {f.rule_id:<8} {_plugin_text(f'{f.subject}: {f.message}')}"
+        f"{f.severity.value.upper():<8} {f.rule_id:<8} {_plugin_text(f'{f.subject}: {f.said()}')}"
         f" [action: {f.action.value}]"
         for f in verdict.findings
     ]
@@ -250,7 +248,7 @@ def as_json(verdict: Verdict) -> tuple[str, int]:
         "seconds": round(verdict.seconds, 3),
         "error": verdict.error,
         "counts": {s.value: n for s, n in severity_counts(verdict.findings).items()},
-        "not_applicable": verdict.not_applicable,
+        "rules": verdict.rules.as_dict() if verdict.rules is not None else {},
         "findings": [
             {
                 "rule_id": f.rule_id,

@@ -214,6 +214,16 @@ class Finding:
     fix: str = ""
     action: Action = Action.NONE
 
+    def said(self) -> str:
+        """The message as shown after its subject ('GPU 3: PCIe link x8 of x16'): a
+        message that opens with its subject (or a PCIe device's address) does not say it
+        twice ('PCIe 0000:5d:00.0: 0000:5d:00.0 link x8 of x16' before)."""
+        for said in (self.subject, self.subject.removeprefix("PCIe ")):
+            for joint in (": ", " "):
+                if said and self.message.startswith(said + joint):
+                    return self.message[len(said) + len(joint) :]
+        return self.message
+
 
 @dataclass(frozen=True)
 class Statistics:

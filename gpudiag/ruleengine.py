@@ -80,6 +80,10 @@ def _missing(key: str) -> Reading:
     return Reading.failed(key, ReadingStatus.MISSING, "no probe produced it")
 
 
+CANNOT_CHECK = "cannot check:"  # how the message of a finding that could not check starts
+UNCHECKED_TITLE = "could not check: "  # and its title
+
+
 @dataclass(frozen=True)
 class _Context:
     readings: dict[str, Reading]
@@ -117,13 +121,16 @@ def _finding(
     evidence: Iterable[Reading],
     values: dict[str, str] | None = None,
 ) -> Finding:
-    """A finding of `rule`; its fix names the instance (`nvidia-smi -pm 1 -i {gpu}`)."""
+    """A finding of `rule`; its fix names the instance (`nvidia-smi -pm 1 -i {gpu}`). One
+    that could not check says so in its title too, wherever the title alone is shown (a
+    rule's title states what it looks for, never observed here)."""
     fix = _render(rule.fix, values) if values else rule.fix
+    unchecked = message.startswith(CANNOT_CHECK)
     return Finding(
         rule.id,
         severity,
         subject,
-        rule.title,
+        f"{UNCHECKED_TITLE}{rule.title}" if unchecked else rule.title,
         message,
         tuple(evidence),
         rule.why,
@@ -140,7 +147,7 @@ def _unknown(
     values: dict[str, str] | None = None,
 ) -> Finding:
     severity = Severity.INFO if rule.severity is Severity.INFO else Severity.UNKNOWN
-    message = f"cannot check: {reading.key} is {reading.status.value} ({reading.reason})"
+    message = f"{CANNOT_CHECK} {reading.key} is {reading.status.value} ({reading.reason})"
     return _finding(rule, subject, severity, message, evidence, values)
 
 
@@ -283,7 +290,7 @@ def _evaluate_instance(
                 rule,
                 catalog.subject_title(rule.applies_to, values),
                 Severity.UNKNOWN,
-                f"cannot check: {exc}",
+                f"{CANNOT_CHECK} {exc}",
                 evidence,
                 values,
             )

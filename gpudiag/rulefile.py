@@ -375,20 +375,31 @@ def _check_rule(table: Any, where: str) -> Rule:
     )
 
 
-def parse_rule_file(text: str, origin: str) -> tuple[list[Rule], list[tuple[dict[str, Any], str]]]:
+def parse_rule_file(
+    text: str, origin: str, errors: list[str] | None = None
+) -> tuple[list[Rule], list[tuple[dict[str, Any], str]]]:
     """Rules and overrides of one file; raises RuleError naming the file and line.
-    NaN and infinity are refused; control characters are removed from its strings."""
+    NaN and infinity are refused; control characters are removed from its strings. With
+    `errors` (`rules lint`), a broken rule or override is added there and left out, so
+    that every one is reported; the file's own shape still raises."""
     try:
         data = parse_data(text, origin, as_json=False)  # every string printable
-        return _rules_of(data, text, origin)
+        return _rules_of(data, text, origin, errors)
     except InputError as exc:
         raise RuleError(str(exc)) from None
     except RecursionError:
         raise RuleError(f"{origin}: nested too deeply") from None
 
 
+def _collect(errors: list[str] | None, exc: RuleError) -> None:
+    """Raise `exc`, or (linting) add it to `errors` and go on."""
+    if errors is None:
+        raise exc
+    errors.append(str(exc))
+
+
 def _rules_of(
-    data: dict[str, Any], text: str, origin: str
+    data: dict[str, Any], text: str, origin: str, errors: list[str] | None = None
 ) -> tuple[list[Rule], list[tuple[dict[str, Any], str]]]:
     extra = set(data) - {"rule", "override"}
     if extra:
@@ -400,23 +411,35 @@ def _rules_of(
     lines = _table_lines(text, "rule")
     for index, table in enumerate(data.get("rule", [])):
         line = lines[index] if index < len(lines) else 0
-        rules.append(_check_rule(table, f"{origin}:{line}" if line else origin))
+        try:
+            rules.append(_check_rule(table, f"{origin}:{line}" if line else origin))
+        except RuleError as exc:
+            _collect(errors, exc)
     overrides = []
     lines = _table_lines(text, "override")
     for index, table in enumerate(data.get("override", [])):
         where = f"{origin}:{lines[index]}" if index < len(lines) else origin
-        if not isinstance(table, dict) or not isinstance(table.get("id"), str):
-            raise RuleError(f"{where}: an override needs the id of the rule it changes")
-        unknown = set(table) - OVERRIDE_KEYS
-        if unknown:
-            raise RuleError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
-        if "severity" in table and table["severity"] not in ("critical", "warning", "info"):
-            raise RuleError(f"{where}: severity must be critical, warning or info")
-        if "disabled" in table and not isinstance(table["disabled"], bool):
-            raise RuleError(f"{where}: disabled must be true or false")
-        _check_action(table, where)
+        try:
+            _check_override(table, where)
+        except RuleError as exc:
+            _collect(errors, exc)
+            continue
         overrides.append((table, where))
     return rules, overrides
+
+
+def _check_override(table: Any, where: str) -> None:
+    """An [[override]] table's keys and values; RuleError naming what is wrong."""
+    if not isinstance(table, dict) or not isinstance(table.get("id"), str):
+        raise RuleError(f"{where}: an override needs the id of the rule it changes")
+    unknown = set(table) - OVERRIDE_KEYS
+    if unknown:
+        raise RuleError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    if "severity" in table and table["severity"] not in ("critical", "warning", "info"):
+        raise RuleError(f"{where}: severity must be critical, warning or info")
+    if "disabled" in table and not isinstance(table["disabled"], bool):
+        raise RuleError(f"{where}: disabled must be true or false")
+    _check_action(table, where)
 
 
 def parse_rules(text: str, origin: str) -> list[Rule]:
@@ -571,8 +594,10 @@ def merge_rules(sources: Sequence[tuple[str, str]]) -> list[Rule]:
 
 def _merged(
     parsed: Sequence[tuple[list[Rule], list[tuple[dict[str, Any], str]]]],
+    errors: list[str] | None = None,
 ) -> list[Rule]:
-    """The rules of parsed files in order, overrides applied (ids unique)."""
+    """The rules of parsed files in order, overrides applied (ids unique); with `errors`,
+    each duplicate and each override of an unknown rule is added there, and left out."""
     rules: dict[str, Rule] = {}
     for new_rules, overrides in parsed:
         for rule in new_rules:
@@ -584,11 +609,14 @@ def _merged(
                     if first.startswith("rules/") and not origin.startswith("rules/")
                     else ""
                 )
-                raise RuleError(f"{rule.origin}: duplicate id, first defined at {first}{hint}")
+                message = f"{rule.origin}: duplicate id, first defined at {first}{hint}"
+                _collect(errors, RuleError(message))
+                continue
             rules[rule.id] = rule
         for table, where in overrides:
             if table["id"] not in rules:
-                raise RuleError(f"{where}: override of unknown rule {table['id']}")
+                _collect(errors, RuleError(f"{where}: override of unknown rule {table['id']}"))
+                continue
             rule = rules[table["id"]]
             rules[rule.id] = replace(
                 rule,
@@ -623,26 +651,35 @@ def lint_data_file(path: Path) -> str | None:
     return f"{len(parse_explanations(text, str(path)))} explanations"
 
 
-def lint_rule_file(path: Path) -> tuple[int, int]:
+def lint_rule_file(path: Path) -> tuple[int, int, list[str]]:
     """Check one rule file as loading it beside the shipped rules would (a shipped file
-    in place of itself): (rules, overrides) it holds, or RuleError."""
+    in place of itself): (rules, overrides) it holds and every error found, in the file's
+    order (a file that cannot be read or parsed at all: RuleError)."""
     text = read_rule_file(path)
-    rules, overrides = parse_rule_file(text, str(path))
+    errors: list[str] = []
+    rules, overrides = parse_rule_file(text, str(path), errors)
     from gpudiag.shipped import catalog as shipped_catalog
 
     sources = shipped_sources()
     shipped_dir = _shipped_dir().resolve()
     if path.resolve().parent == shipped_dir:
         sources = [(o, t) for o, t in sources if o != f"rules/{path.name}"]
-    merge_rules([*sources, (str(path), text)])
+    _merged([*(parse_rule_file(t, o) for o, t in sources), (rules, overrides)], errors)
     for rule in rules:
         for key in read_keys(rule):
             if not shipped_catalog().covers(key):
-                raise RuleError(
+                errors.append(
                     f"{rule.origin}: reads {key}, which no probe, importer or derivation "
                     "declares (gpudiag/catalog.py)"
                 )
-    return len(rules), len(overrides)
+    return len(rules), len(overrides), sorted(errors, key=_line_of)
+
+
+def _line_of(error: str) -> tuple[str, int]:
+    """An error's place in its file ('site.toml:12: ...'), for the file's order."""
+    origin, _, rest = error.partition(":")
+    line = rest.partition(":")[0]
+    return origin, int(line) if line.isdigit() else 0
 
 
 def read_keys(rule: Rule) -> list[str]:

@@ -168,15 +168,33 @@ def print_results(
             + (f", {len(report.samples)} NVML samples" if report.samples else "")
         )
     shown = [r for r in results if r.kernel != "burn"]
-    width = max([22, *(len(result_name(r)) + 1 for r in shown)])
+    skipped: dict[tuple[str, str], list[str]] = {}  # one line per device and reason
+    for r in shown:
+        if r.stats is None and r.status is ProbeStatus.SKIPPED:
+            skipped.setdefault((r.device, r.error), []).append(r.kernel)
+    width = max(
+        [
+            22,
+            *(len(result_name(r)) + 1 for r in shown),
+            *(len(", ".join(k)) + 1 for k in skipped.values()),
+        ]
+    )
     if shown:
         say(
             f"{'kernel':<{width}} {'device':<12} {'median':>10} {'min':>10} {'max':>10} "
             f"{'cv':>6}  95% CI of the median"
         )
     failed = False
+    said: set[tuple[str, str]] = set()
     for r in shown:
         name = result_name(r)
+        if r.stats is None and (r.device, r.error) in skipped and r.status is ProbeStatus.SKIPPED:
+            kernels = skipped[(r.device, r.error)]
+            if len(kernels) > 1:
+                if (r.device, r.error) not in said:
+                    said.add((r.device, r.error))
+                    say(f"{', '.join(kernels):<{width}} {r.device:<12} SKIPPED: {r.error}")
+                continue
         if r.stats is None:
             say(f"{name:<{width}} {r.device:<12} {r.status.value.upper()}: {r.error}")
             failed = failed or r.status is not ProbeStatus.SKIPPED

@@ -158,28 +158,40 @@ def severity_counts(findings: Sequence[Finding]) -> dict[Severity, int]:
 def format_finding(finding: Finding) -> str:
     """One line: severity as text, rule id, subject and message."""
     severity = finding.severity.value.upper()
-    return f"{severity:<8} {finding.rule_id:<8} {finding.subject}: {finding.message}"
+    return f"{severity:<8} {finding.rule_id:<8} {finding.subject}: {finding.said()}"
 
 
 @dataclass(frozen=True)
 class RuleTally:
-    """How many rules ran, did not apply, and could not be checked: the warning and
-    critical ones (UNKNOWN, counted against the node) apart from the info ones (which
-    stay INFO and never set the exit code)."""
+    """How many rules checked, did not apply, and could not check: the one set of counts
+    (and words) that the export, `check`, `health`, `view`, the TUI and the JSON give.
+    `unknown` and `info_unchecked` split the rules that could not check into those that
+    count against the node (warning and critical rules: their findings are UNKNOWN) and
+    the info ones (which stay INFO and never set the exit code)."""
 
-    ran: int
+    checked: int
     not_applicable: int
     unknown: int
     info_unchecked: int = 0
 
+    @property
+    def could_not_check(self) -> int:
+        """The rules that could not check, of every severity."""
+        return self.unknown + self.info_unchecked
+
     def text(self) -> str:
-        ran = f"{self.ran} ran, " if self.ran >= 0 else ""
-        text = (
-            f"rules: {ran}{self.not_applicable} did not apply, {self.unknown} could not be checked"
+        """'rules: 57 checked, 58 did not apply, 3 could not check' (how many checked
+        only where the rules are known)."""
+        checked = f"{self.checked} checked, " if self.checked >= 0 else ""
+        return (
+            f"rules: {checked}{self.not_applicable} did not apply, "
+            f"{self.could_not_check} could not check"
         )
-        if self.info_unchecked:  # short: the overview shows it on one line at 80 columns
-            text += f" (+{self.info_unchecked} info, not counted)"
-        return text
+
+    def as_dict(self) -> dict[str, int]:
+        """The counts for JSON, under the same words."""
+        counts = {"did_not_apply": self.not_applicable, "could_not_check": self.could_not_check}
+        return ({"checked": self.checked} if self.checked >= 0 else {}) | counts
 
 
 def info_unchecked(finding: Finding) -> bool:
@@ -188,14 +200,9 @@ def info_unchecked(finding: Finding) -> bool:
 
 
 def severity_words(findings: Sequence[Finding]) -> str:
-    """'0 critical, 1 warning, 0 unknown, 4 info (2 could not be checked)': the counts
-    that count against a node, the info notes that could not check said apart."""
-    counts = severity_counts(findings)
-    unchecked = sum(1 for f in findings if info_unchecked(f))
-    words = [f"{n} {s.value}" for s, n in counts.items()]
-    if unchecked:
-        words[-1] += f" ({unchecked} could not be checked)"
-    return ", ".join(words)
+    """'0 critical, 1 warning, 0 unknown, 4 info': the findings by severity (the rules
+    that could not check are counted once, in `RuleTally`)."""
+    return ", ".join(f"{n} {s.value}" for s, n in severity_counts(findings).items())
 
 
 def rule_tally(
@@ -206,9 +213,9 @@ def rule_tally(
     """A rule could not be checked when any of its findings is unknown (counted as
     unknown) or, for an info rule, says 'cannot check' (counted apart); it did not apply
     when all of its findings are not-applicable, or
-    when the `readings` hold nothing for it to check (no NVLink on a PCIe card); it ran
-    otherwise (checked, whether or not it fired). Without `rules` and `readings` the
-    number that ran is not known (-1)."""
+    when the `readings` hold nothing for it to check (no NVLink on a PCIe card); it
+    checked otherwise (whether or not it fired). Without `rules` and `readings` the
+    number that checked is not known (-1)."""
     by_rule: dict[str, list[Finding]] = {}
     for finding in findings:
         by_rule.setdefault(finding.rule_id, []).append(finding)
@@ -229,8 +236,8 @@ def rule_tally(
 
 
 def format_summary(snapshot: Snapshot, rules: Sequence[Rule] | None = None) -> str:
-    """A short report: host, probe outcomes, finding counts, how many rules ran, did not
-    apply and could not be checked, the findings, and the rules that did not apply
+    """A short report: host, probe outcomes, finding counts, how many rules checked, did
+    not apply and could not check, the findings, and the rules that did not apply
     (apart, by id)."""
     probes = [p for p in snapshot.probes if p.name != DERIVED]  # derived: not a probe
     probes_ok = sum(1 for p in probes if p.status.value == "ok")

@@ -14,6 +14,7 @@ colour only repeats it.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
@@ -32,6 +33,7 @@ from gpudiag.panes.banner import Banner
 from gpudiag.panes.dialogs import ConfirmKernels, ExportScreen, HelpScreen
 from gpudiag.panes.kernels import KernelChoice, kernel_question
 from gpudiag.panes.keys import BindingCommands, help_columns
+from gpudiag.rulefile import Rule
 from gpudiag.session import LiveNode, with_kernel_results
 from gpudiag.snapshot import save
 from gpudiag.tui_base import GpudiagAppBase
@@ -89,10 +91,14 @@ class GpudiagApp(GpudiagAppBase):
     ]
 
     def __init__(
-        self, source: LiveNode | Snapshot, plans: dict[str, KernelPlan] | None = None
+        self,
+        source: LiveNode | Snapshot,
+        plans: dict[str, KernelPlan] | None = None,
+        rules: Sequence[Rule] | None = None,
     ) -> None:
         super().__init__()
         self.source = source
+        self.rules = source.rules if isinstance(source, LiveNode) else rules
         self.snapshot: Snapshot | None = source if isinstance(source, Snapshot) else None
         self.view: SnapshotView | None = None  # the snapshot judged, for the panes
         self.plans = PLANS if plans is None else plans
@@ -157,12 +163,10 @@ class GpudiagApp(GpudiagAppBase):
         if not await self.query_one(ProbesPane).build() or not await self.kernels.build():
             return  # the app is leaving
         if isinstance(self.source, Snapshot):
-            self.kernels.say("a saved snapshot: its kernel results are shown, none run")
+            self.kernels.say("a saved snapshot: none run")
             self.set_snapshot(self.source)
         else:
-            self.kernels.say(
-                "ready" if self._measurable() else "a recording: its kernel results are shown"
-            )
+            self.kernels.say("ready" if self._measurable() else "a recording: none run")
         self.filled.set()
         for pane in self.panes:
             if not pane.built:
@@ -188,7 +192,7 @@ class GpudiagApp(GpudiagAppBase):
         node = self.source if isinstance(self.source, LiveNode) else None
         self.view = SnapshotView.read(
             snapshot,
-            node.rules if node else None,
+            self.rules,
             node is not None and node.host.is_live,
         )
         self.query_one(Banner).update_from(self.view)
@@ -331,6 +335,13 @@ class GpudiagApp(GpudiagAppBase):
         if action in MEASURING_ACTIONS and not self._measurable():
             return False
         return action != "cancel_kernels" or self.kernels_running
+
+    def offers(self, action: str, parameters: tuple[object, ...]) -> bool:
+        """What the help lists: what this source can do at all (cancel too, where
+        kernels can run, though only while they do)."""
+        if action in LIVE_ACTIONS and not isinstance(self.source, LiveNode):
+            return False
+        return action not in MEASURING_ACTIONS or self._measurable()
 
     def _measurable(self) -> bool:
         return (

@@ -20,7 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from gpudiag import catalog
-from gpudiag.diff import Diff, ReadingChange, _value
+from gpudiag.diff import Diff, ReadingChange, _value, folded
 from gpudiag.model import Snapshot
 from gpudiag.tui_base import GpudiagAppBase
 
@@ -65,7 +65,7 @@ class DiffApp(GpudiagAppBase):
     #summary { height: auto; padding: 0 1; }
     #diff-filter { height: 1; border: none; padding: 0 1; display: none; }
     #diff { height: 1fr; }
-    #row-detail { height: 4; padding: 0 1; border-top: solid $accent; }
+    #row-detail { height: auto; max-height: 7; padding: 0 1; border-top: solid $accent; }
     """
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("q", "quit", "Quit"),
@@ -91,6 +91,7 @@ class DiffApp(GpudiagAppBase):
         self.changed_only = True
         self.row_kinds: list[str] = []
         self.row_texts: list[tuple[str, str, str, str]] = []
+        self.row_details: list[str] = []  # what the detail says of a row, beyond its cells
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -102,6 +103,8 @@ class DiffApp(GpudiagAppBase):
 
     def on_mount(self) -> None:
         (name_a, name_b), hosts = self.names, (self.a.host, self.b.host)
+        # in the header at 120 columns; the summary below says it again, wrapped, so that a
+        # long file name is never cut at 80
         self.sub_title = f"A: {name_a} ({hosts[0]})  B: {name_b} ({hosts[1]})"
         self.query_one("#diff-filter", Input).cursor_blink = False
         self._size_columns()
@@ -129,16 +132,12 @@ class DiffApp(GpudiagAppBase):
             self._size_columns()
 
     def _summary(self) -> Text:
-        code = self.diff.exit_code()
-        verdict = {0: "equivalent", 1: "configuration differs", 2: "performance or health differs"}[
-            code
-        ]
+        """The verdict line (the text report's first), and which file is A and which B."""
+        (name_a, name_b), hosts = self.names, (self.a.host, self.b.host)
+        shown = "changed only" if self.changed_only else "all readings"
         return Text(
-            f"{verdict}: {len(self.diff.differences(self.include_noisy))} readings differ, "
-            f"{len(self.diff.findings_only_a)} findings only in A, "
-            f"{len(self.diff.findings_only_b)} only in B, "
-            f"{len(self.diff.metrics)} metrics compared "
-            f"({'changed only' if self.changed_only else 'all readings'})"
+            f"{self.diff.verdict_line(self.include_noisy)} ({shown})\n"
+            f"A: {name_a} ({hosts[0]})\nB: {name_b} ({hosts[1]})"
         )
 
     def render_rows(self) -> None:
@@ -147,6 +146,7 @@ class DiffApp(GpudiagAppBase):
         table.clear()
         self.row_kinds = []
         self.row_texts = []
+        self.row_details = []
         self.query_one("#summary", Static).update(self._summary())
         for m in self.diff.metrics:
             kind = {"faster": "changed", "slower": "changed", "inconclusive": "inconclusive"}.get(
@@ -178,6 +178,7 @@ class DiffApp(GpudiagAppBase):
                 "-",
                 "finding only in A",
                 "only_a",
+                f"{finding.title}: {finding.message}",
             )
         for finding in self.diff.findings_only_b:
             self._add(
@@ -187,19 +188,20 @@ class DiffApp(GpudiagAppBase):
                 finding.severity.value.upper(),
                 "finding only in B",
                 "only_b",
+                f"{finding.title}: {finding.message}",
             )
         changes: list[ReadingChange] = [
             c
             for c in self.diff.readings
             if (self.include_noisy or not c.noisy) and (c.kind != "equal" or not self.changed_only)
         ]
-        whole = self._one_sided_gpus()
+        whole = self.diff.one_sided_gpus()
         told: set[str] = set()
         for c in changes:
             index = catalog.gpu_of(c.key)
             gpu = None if index is None else str(index)
-            if gpu in whole:
-                if gpu not in told:
+            if folded(c, whole):
+                if gpu is not None and gpu not in told:
                     told.add(gpu)
                     kind, count = whole[gpu]
                     side = "A" if kind == "only_a" else "B"
@@ -216,22 +218,16 @@ class DiffApp(GpudiagAppBase):
             change = f"{rel:+.1%}" if rel is not None else c.kind.replace("_", " ")
             self._add(table, c.key, _value(c.a), _value(c.b), change, c.kind)
 
-    def _one_sided_gpus(self) -> dict[str, tuple[str, int]]:
-        """GPUs whose every reading is on one side only: index -> (kind, count)."""
-        kinds: dict[str, set[str]] = {}
-        counts: dict[str, int] = {}
-        for c in self.diff.readings:
-            index = catalog.gpu_of(c.key)
-            if index is not None:
-                kinds.setdefault(str(index), set()).add(c.kind)
-                counts[str(index)] = counts.get(str(index), 0) + 1
-        return {
-            gpu: (next(iter(k)), counts[gpu])
-            for gpu, k in kinds.items()
-            if k in ({"only_a"}, {"only_b"})
-        }
-
-    def _add(self, table: DataTable, what: str, a: str, b: str, change: str, kind: str) -> None:
+    def _add(
+        self,
+        table: DataTable,
+        what: str,
+        a: str,
+        b: str,
+        change: str,
+        kind: str,
+        detail: str = "",
+    ) -> None:
         needle = self.query_one("#diff-filter", Input).value.strip().lower()
         if needle and needle not in f"{what} {a} {b} {change}".lower():
             return
@@ -239,6 +235,7 @@ class DiffApp(GpudiagAppBase):
         table.add_row(Text(what), Text(a), Text(b), Text(change, style))
         self.row_kinds.append(kind)
         self.row_texts.append((what, a, b, change))
+        self.row_details.append(detail)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         """The highlighted row in full, whatever the columns cut."""
@@ -247,7 +244,10 @@ class DiffApp(GpudiagAppBase):
             detail.update("")
             return
         what, a, b, change = self.row_texts[event.cursor_row]
-        detail.update(Text(f"{what.strip()}: {change}\nA: {a}\nB: {b}"))
+        said = self.row_details[event.cursor_row]  # a finding's title and message
+        detail.update(
+            Text(f"{what.strip()}: {change}\n{said + chr(10) if said else ''}A: {a}\nB: {b}")
+        )
 
     def action_toggle_changed(self) -> None:
         """Show only differences, or every reading."""

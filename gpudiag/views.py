@@ -206,7 +206,7 @@ def finding_detail(finding: Finding) -> list[tuple[str, str]]:
             f"{finding.severity.value.upper()} {finding.rule_id}  "
             f"{finding.subject}: {finding.title}",
         ),
-        ("", finding.message),
+        ("", finding.said()),
     ]
     for reading in finding.evidence:
         source = f"  ({reading.source})" if reading.source else ""

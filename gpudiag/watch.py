@@ -41,7 +41,7 @@ import json
 import textwrap
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -270,15 +270,50 @@ def _cell(sample: Sample, name: str) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+# At a terminal's width the table keeps one line per GPU per sample, as nvidia-smi dmon
+# and gpustat do: each column as narrow as its values (an H100's 700 W, 81559 MiB), and the
+# columns last in KEPT_FIRST dropped first until the row fits, throttle reasons taking
+# what is left (at least THROTTLE_MIN). Without a width (a pipe) every column, as before.
+KEPT_FIRST = (
+    "power", "temp", "sm", "util", "fb", "ecc_unc", "mem", "procs", "replay", "mutil",
+    "nvl_tx", "nvl_rx",
+)  # fmt: skip
+NARROW = {
+    "power": 5, "temp": 4, "sm": 4, "mem": 4, "util": 4, "mutil": 5, "fb": 6, "ecc_unc": 7,
+    "replay": 6, "procs": 5, "nvl_tx": 6, "nvl_rx": 6,
+}  # fmt: skip
+THROTTLE_MIN = 14  # two short reasons: HwSlow,HwTherm
+
+
+def table_columns(width: int | None, taken: int = 0) -> tuple[str, ...]:
+    """The table's columns after time and gpu at a terminal `width` (None: all), when
+    `taken` characters already go to extra columns (--explain's bound-by word)."""
+    if width is None:
+        return OUTPUT_COLUMNS
+    kept = list(KEPT_FIRST)
+
+    def need(columns: list[str]) -> int:
+        fixed = WIDTHS["time"] + 2 + WIDTHS["gpu"] + taken
+        return fixed + sum(2 + NARROW[c] for c in columns)
+
+    while kept and need(kept) + 2 + THROTTLE_MIN > width:
+        kept.pop()
+    return (*(c for c in NUMERIC if c in kept), "throttle")
+
+
 def format_rows(
-    samples: list[Sample], fmt: str, first: bool, extra: dict[str, int] | None = None
+    samples: list[Sample],
+    fmt: str,
+    first: bool,
+    extra: dict[str, int] | None = None,
+    width: int | None = None,
 ) -> Iterator[str]:
     """The lines to print for one round of samples: table (a header every 20 rounds
-    is the caller's choice via `first`), csv or jsonl; `extra`: more columns (their
-    names and table widths), shown after the GPU's number, that the caller put in each
-    sample's values (--explain's bound-by word)."""
-    columns = (*(extra or {}), *OUTPUT_COLUMNS)  # extra: beside the GPU number
-    headers = ("time", "gpu", *columns)
+    is the caller's choice via `first`; one line per GPU at a terminal's `width`), csv
+    or jsonl (every field, whatever the width); `extra`: more columns (their names and
+    table widths), shown after the GPU's number, that the caller put in each sample's
+    values (--explain's bound-by word)."""
+    extra = extra or {}
     if fmt == "jsonl":
         for s in samples:
             record = {"time": round(s.time, 3), "gpu": s.gpu, **s.values}
@@ -288,30 +323,44 @@ def format_rows(
             yield json.dumps(record)
         return
     if fmt == "csv":
+        columns = (*extra, *OUTPUT_COLUMNS)  # extra: beside the GPU number
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         if first:
-            writer.writerow((*headers, "processes"))
+            writer.writerow(("time", "gpu", *columns, "processes"))
         for s in samples:
             stamp = time.strftime("%H:%M:%S", time.localtime(s.time))
             cells = [_cell(s, name) for name in columns]
             writer.writerow([stamp, s.gpu, *cells, "; ".join(s.processes)])
         yield buffer.getvalue().rstrip("\n")
         return
-    widths = {name: max(len(name), 6) for name in OUTPUT_COLUMNS} | WIDTHS | (extra or {})
+    columns = (*extra, *table_columns(width, sum(w + 2 for w in extra.values())))
+    narrow = NARROW if width is not None else {}
+    widths = {name: narrow.get(name, max(len(name), 6)) for name in OUTPUT_COLUMNS}
+    widths |= WIDTHS | extra
+    headers = ("time", "gpu", *columns)
 
     def line(cells: Sequence[str]) -> str:
         pairs = zip(headers, cells, strict=True)
-        return "  ".join(f"{c:>{widths[h]}}" if widths[h] else c for h, c in pairs).rstrip()
+        text = "  ".join(f"{c:>{widths[h]}}" if widths[h] else c for h, c in pairs).rstrip()
+        return text if width is None or len(text) <= width else text[: width - 1] + "…"
 
     if first:
         yield line(headers)
         yield line(("", "", *(UNITS.get(name, "") for name in columns)))
+    used = sum(widths[h] + 2 for h in headers[:-1])  # throttle starts after the others
+    room = None if width is None else width - used
     for s in samples:
         stamp = time.strftime("%H:%M:%S", time.localtime(s.time))
-        yield line([stamp, str(s.gpu), *(_cell(s, name) for name in columns)])
+        cells = [_cell(s, name) for name in columns]
+        if room is not None and len(cells[-1]) > room:  # the GPU screen's short names
+            from gpudiag.views import THROTTLE_SHORT
+
+            cells[-1] = ",".join(THROTTLE_SHORT.get(n, n) for n in cells[-1].split(","))
+        yield line([stamp, str(s.gpu), *cells])
         for process in s.processes:  # one line per process under its GPU's row
-            yield f"{'':>8}  {'':>3}  proc {process}"
+            text = f"{'':>8}  {'':>3}  proc {process}"
+            yield text if width is None or len(text) <= width else text[: width - 1] + "…"
 
 
 def format_event(event: DeviceEvent, fmt: str) -> str:
@@ -342,6 +391,7 @@ def watch(
     clock: Callable[[], float] = time.monotonic,
     events: Callable[[], list[DeviceEvent]] | None = None,
     explain: RoundExplainer | None = None,
+    width: int | None = None,
 ) -> int:
     """Sample every GPU `count` times (forever when None), `interval` seconds apart,
     writing each line through `write`, and before each round the device events since
@@ -360,7 +410,8 @@ def watch(
         header_due = rounds % 20 == 0 if fmt == "table" else rounds == 0
         notes = explain(samples) if explain is not None else []
         extra = explain.columns if explain is not None else None
-        for line in (*format_rows(samples, fmt, header_due, extra), *notes):
+        rows = format_rows(samples, fmt, header_due, extra, width=width)
+        for line in (*rows, *notes):
             write(line)
         rounds += 1
         if count is not None and rounds >= count:
@@ -375,6 +426,7 @@ def replay(
     fmt: str,
     write: Callable[[str], None],
     count: int | None = None,
+    width: int | None = None,
 ) -> int:
     """Print a capture's recorded samples (`gpudiag capture --samples N`) in order, each
     stamped with the time it was recorded: `recorded` holds (time, NVML of that sample).
@@ -389,7 +441,7 @@ def replay(
         samples = sample_node(nvml, gpus, previous, when)
         previous = {s.gpu: s for s in samples}
         header_due = rounds % 20 == 0 if fmt == "table" else rounds == 0
-        for line in format_rows(samples, fmt, first=header_due):
+        for line in format_rows(samples, fmt, first=header_due, width=width):
             write(line)
     return len(shown)
 
@@ -400,21 +452,29 @@ _BLOCKS = "▁▂▃▄▅▆▇█"
 NVLINK_WIDTH = 100  # the watch screen shows NVLink throughput from this width on
 
 
-def spark(values: list[float], width: int) -> str:
-    """The last `width` values as block characters, scaled from 0 to their maximum (a
-    flat line at the bottom when all are equal to 0)."""
+def spark(values: list[float], width: int, scale: float | None = None) -> str:
+    """The last `width` values as block characters, scaled from 0 to `scale` (a power
+    limit, 100%) or to their maximum where that is higher or there is none (a flat line
+    at the bottom when all are equal to 0)."""
     shown = values[-width:] if width > 0 else []
-    top = max(shown, default=0.0) or 1.0
+    top = max(max(shown, default=0.0), scale or 0.0) or 1.0
     return "".join(_BLOCKS[min(7, max(0, int(v / top * 7.999)))] for v in shown)
 
 
-def screen_lines(history: History, gpus: int, width: int, lost: Collection[int] = ()) -> list[str]:
+def screen_lines(
+    history: History,
+    gpus: int,
+    width: int,
+    lost: Collection[int] = (),
+    limits: Mapping[int, float] | None = None,
+) -> list[str]:
     """The watch screen: per GPU, a line of the latest values (NVLink throughput, TX/RX
     in GB/s, where `width` leaves room: 100 columns) and a line of sparklines of power and
     utilisation over the history, sized to `width` columns. A GPU that answers nothing
     gets one line saying why instead of a dash in every column: LOST where NVML says it
     is lost or where the snapshot found it lost (`lost`: a recording of a lost GPU holds
-    only the call that failed), else the reasons."""
+    only the call that failed), else the reasons. Power bars are scaled to each GPU's
+    power limit (`limits`, W), utilisation to 100%: an idle 69 W of 700 is a low bar."""
     from gpudiag.views import THROTTLE_SHORT
 
     lines = []
@@ -442,7 +502,7 @@ def screen_lines(history: History, gpus: int, width: int, lost: Collection[int] 
         )
         # wrapped, not cut: the throttle reasons at the end are the reason a GPU is slow
         lines += textwrap.wrap(line, max(20, width), subsequent_indent=" " * 6) or [line]
-        power = spark(history.values(gpu, "power"), spark_width)
-        util = spark(history.values(gpu, "util"), spark_width)
+        power = spark(history.values(gpu, "power"), spark_width, (limits or {}).get(gpu))
+        util = spark(history.values(gpu, "util"), spark_width, 100.0)
         lines.append(f"      power {power:<{spark_width}}  util {util}")
     return lines

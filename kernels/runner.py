@@ -68,6 +68,25 @@ def gpu_count() -> int:
         raise KernelUnavailable(f"no usable GPU (CuPy: {exc})") from None
 
 
+NO_NVIDIA_GPU = "no NVIDIA GPU on this node"
+PCI_DEVICES = "/sys/bus/pci/devices"
+
+
+def no_nvidia_gpu_on_bus(host: HostFS) -> bool:
+    """True where the PCI bus lists functions and none is an NVIDIA GPU (vendor 0x10de,
+    a display controller, class 0x03xxxx): no GPU kernel can run, whatever CuPy says
+    (CuPy missing, or a driver it finds wanting, are not the reason). False where the bus
+    is not read (a tree without it), as probes/topology.py's node.nvidia_gpus."""
+    functions = host.listdir(PCI_DEVICES)
+    for function in functions:
+        vendor = host.read(f"{PCI_DEVICES}/{function}/vendor")
+        if vendor.ok and vendor.text.strip().lower() == "0x10de":
+            klass = host.read(f"{PCI_DEVICES}/{function}/class")
+            if not klass.ok or klass.text.strip().lower().startswith("0x03"):
+                return False
+    return bool(functions)
+
+
 def plan_gpus(device: str) -> list[int]:
     """The GPU indices a --device value names (KernelUnavailable where there are none)."""
     if device == "cpu":
@@ -231,7 +250,14 @@ class PlanRun:
         self.strict = strict
         on_cpu = plan.device in ("cpu", "all")
         try:
-            gpus = plan_gpus(plan.device)
+            try:
+                gpus = plan_gpus(plan.device)
+            except KernelUnavailable:
+                # CuPy missing or finding no driver is not the reason on a node whose bus
+                # lists no NVIDIA GPU: say that, once (not "pip install" CuPy's 140 MB)
+                if no_nvidia_gpu_on_bus(self.host):
+                    raise KernelUnavailable(NO_NVIDIA_GPU) from None
+                raise
         except KernelUnavailable as exc:
             if strict or not on_cpu:
                 raise

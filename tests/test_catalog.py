@@ -196,10 +196,23 @@ def test_rules_lint_refuses_a_rule_reading_an_undeclared_key(tmp_path: Path) -> 
         'reading = "gpu.{gpu}.ecc.volatile.uncorrectable"\nexpect = { max = 0 }\n'
         'why = "w"\nfix = "f"\n'
     )
-    run = run_cli("rules", "lint", str(rule))
-    assert run.returncode == 3
-    assert "reads gpu.{gpu}.ecc.volatile.uncorrectable, which no probe" in run.stdout
-    rule.write_text(rule.read_text().replace("uncorrectable", "uncorrected"))
+    # every error in one run, in the file's order, on standard error: this one, a second
+    # rule's bad severity and a duplicate id after it, and a file that is not there
+    rule.write_text(
+        rule.read_text()
+        + rule.read_text().replace('"warning"', '"urgent"')
+        + rule.read_text().replace("uncorrectable", "uncorrected")
+    )
+    run = run_cli("rules", "lint", str(rule), str(tmp_path / "absent.toml"))
+    assert run.returncode == 3 and run.stdout == ""
+    errors = run.stderr.splitlines()
+    assert [e.split(": ", 2)[1].rsplit(":", 1)[1] for e in errors[:3]] == ["1", "10", "19"]
+    assert "reads gpu.{gpu}.ecc.volatile.uncorrectable, which no probe" in errors[0]
+    assert "severity must be critical, warning or info" in errors[1]
+    assert "duplicate id, first defined at" in errors[2]
+    assert "absent.toml" in errors[3] and "no such file" in errors[3] and len(errors) == 4
+    rule.write_text(rule.read_text().split("[[rule]]")[1].replace("uncorrectable", "uncorrected"))
+    rule.write_text("[[rule]]" + rule.read_text())
     run = run_cli("rules", "lint", str(rule))
     assert run.returncode == 0, run.stderr
     assert "1 rules" in run.stdout

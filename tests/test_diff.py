@@ -61,6 +61,16 @@ def test_known_differences_are_reported(demo: dict[str, Path]) -> None:
     cli = run_cli("diff", str(demo["healthy"]), str(demo["faulty"]))
     assert cli.returncode == 2
     assert "  GPU 3:\n    gpu.3.pcie.link_width: 16 lanes -> 8 lanes (-50.0%)" in cli.stdout
+    # the diff screen's verdict first, then the files (both exports name one host), and the
+    # lost GPU 7 in one line with its pairs in the topology, not 240 readings and 28 pairs
+    verdict, side_a, side_b = cli.stdout.splitlines()[:3]
+    assert verdict == diff.verdict_line() and verdict.startswith("performance or health differs")
+    assert side_a.startswith(f"A: {demo['healthy']} (") and side_b.startswith(
+        f"B: {demo['faulty']} ("
+    )
+    assert "  GPU 7: every reading only in A (" in cli.stdout
+    assert "gpu.7." not in cli.stdout and "topo.gpu.0.7" not in cli.stdout
+    assert len(cli.stdout.splitlines()) < 80
 
 
 def test_noisy_readings_are_hidden_unless_asked(demo: dict[str, Path]) -> None:

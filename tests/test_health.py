@@ -65,13 +65,15 @@ def test_nagios_on_the_faulty_node() -> None:
     # way); GPU 4's NVLink 3 at half speed is NVL007, another. The tree's bus lists no
     # device, so no InfiniBand: GPUDirect RDMA is not needed (OS002 quiet); an NVML replay
     # records no nvidia-ml-py, so OS008 does not apply. Every info
-    # finding is an info rule that cannot check on this small tree: said apart
+    # finding is an info rule that cannot check on this small tree: the rules that could
+    # not check (those 11 and the 16 unknown findings' rules) counted once, as check does
     assert first.startswith(
-        "CRITICAL - 2 critical, 8 warning, 16 unknown, 11 info (11 could not be checked),"
+        "CRITICAL - 2 critical, 8 warning, 16 unknown, 11 info; "
+        "rules: 43 checked, 48 did not apply, 27 could not check;"
     )
     assert "action service: GPU001 GPU 7: GPU lost |" in first
     assert "critical=2;;;0 warning=8;;;0 unknown=16;;;0 info=11;;;0" in first
-    assert details[0].startswith("CRITICAL GPU001   GPU 7: GPU 7 does not answer NVML")
+    assert details[0].startswith("CRITICAL GPU001   GPU 7: does not answer NVML")
     assert details[0].endswith("[action: service]")
     assert len(details) == 2 + 8 + 16 + 11
 
@@ -121,17 +123,17 @@ def test_an_info_rule_that_cannot_check_is_counted_apart_and_never_sets_the_code
     fine = finding("PCIE003", Severity.INFO, Action.NONE)
     text, code = nagios(Verdict("n1", (note, fine)))
     assert code == 0
-    assert text.startswith("OK - 0 critical, 0 warning, 0 unknown, 2 info (1 could not be checked)")
+    assert text.startswith("OK - 0 critical, 0 warning, 0 unknown, 2 info |")
     tally = rule_tally((note, fine, finding("CPU001", Severity.UNKNOWN, Action.NONE)))
     assert (tally.unknown, tally.info_unchecked) == (1, 1)
-    assert tally.text().endswith("1 could not be checked (+1 info, not counted)")
+    assert tally.text() == "rules: 0 did not apply, 2 could not check"
 
 
 def test_not_applicable_findings_never_count() -> None:
     na = Finding("NVL008", Severity.NOT_APPLICABLE, "GPU 0", "t", "m", action=Action.DRAIN)
-    verdict = Verdict("n1", tuple(applicable([na])), not_applicable=1)
+    verdict = Verdict("n1", tuple(applicable([na])), rule_tally([na]))
     assert nagios(verdict)[1] == 0 and npd(verdict)[1] == 0
-    assert "1 not applicable" in nagios(verdict)[0]
+    assert "; rules: 1 did not apply, 0 could not check |" in nagios(verdict)[0]
 
 
 def test_json_verdict() -> None:
@@ -141,6 +143,13 @@ def test_json_verdict() -> None:
     assert data["status"] == "CRITICAL" and data["exit_code"] == 2
     assert data["action"] == "service"
     assert data["counts"] == {"critical": 2, "warning": 8, "unknown": 16, "info": 11}
+    # the rules' counts in the words (and numbers) of the Nagios line above and of check
+    assert data["rules"] == {"checked": 43, "did_not_apply": 48, "could_not_check": 27}
+    # a finding that could not check says so in its title, which alone is shown in places
+    # (the TUI's "Fix first", the Nagios and NPD headlines): never the rule's bare claim
+    titles = {f["title"] for f in data["findings"] if f["message"].startswith("cannot check:")}
+    assert "could not check: nouveau module loaded" in titles
+    assert len(titles) > 10 and all(t.startswith("could not check: ") for t in titles)
     assert data["findings"][0]["action"] == "service"
     by_rule = {(f["rule_id"], f["subject"]): f["action"] for f in data["findings"]}
     assert by_rule[("GPU011", "GPU 1")] == "reset"
@@ -335,3 +344,20 @@ def test_slurm_drain_reason_is_one_line_without_double_quotes() -> None:
     slurm(Verdict("n1", (long,)), idle := RecordingSlurm("IDLE"), DRAIN_ON)
     ((_, reason),) = idle.updates
     assert len(reason.removeprefix("Reason=")) == REASON_MAX and reason.endswith("t...")
+
+
+def test_a_message_does_not_repeat_its_subject() -> None:
+    """Where a finding's message follows its subject (check, export, Nagios), the subject
+    is said once: 'PCIe 0000:5d:00.0: 0000:5d:00.0 link x8 of x16' before."""
+    from gpudiag.session import format_finding
+
+    nic = Finding(
+        "PCIE004", Severity.WARNING, "PCIe 0000:5d:00.0", "t", "0000:5d:00.0 link x8 of x16"
+    )
+    assert format_finding(nic).endswith("PCIe 0000:5d:00.0: link x8 of x16")
+    gpu = Finding(
+        "GPU013", Severity.WARNING, "GPU 1", "t", "GPU 1: 1 row remapped", action=Action.MONITOR
+    )
+    text, _ = nagios(Verdict("n1", (gpu,)))
+    assert "GPU013   GPU 1: 1 row remapped [action: monitor]" in text
+    assert nic.message == "0000:5d:00.0 link x8 of x16"  # the JSON's message stays whole

@@ -327,7 +327,7 @@ def test_cli_import_combines_files(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     first = result.stdout.splitlines()[0]
     assert "0 critical, 0 warning, 0 unknown, 1 info; rules: " in first
-    assert first.endswith(" did not apply, 0 could not be checked")
+    assert first.endswith(" did not apply, 0 could not check")
     assert "did not apply here (no such evidence in the source): CPU001 " in result.stdout
     check = run_cli("check", str(out))
     assert check.returncode == 0

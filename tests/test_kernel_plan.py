@@ -32,15 +32,18 @@ SMALL = KernelPlan(("stream", "gemm", "copy", "peer"), "all", 1 << 20, trials=2,
 
 
 @pytest.fixture
-def no_gpu():
+def no_gpu(monkeypatch):
     """A node without GPUs, also on a developer's GPU node: the device boundary answers
     as CUDA does when it sees no device (cudaErrorNoDevice, what CUDA_VISIBLE_DEVICES=-1
     gives), so the GPU part of a plan is skipped with the reason. NVML is not asked: a
-    plan opens it only for GPUs that CUDA sees."""
-    from gpudiag.kernels import device
+    plan opens it only for GPUs that CUDA sees. Whatever this machine's PCI bus lists,
+    it is taken to list an NVIDIA GPU (CUDA's answer is the reason given; a bus without
+    one is test_run_report's)."""
+    from gpudiag.kernels import device, runner
 
     from fakecuda import FakeCuda
 
+    monkeypatch.setattr(runner, "no_nvidia_gpu_on_bus", lambda host: False)
     previous = device.use(FakeCuda(0))
     yield
     device.use(previous)

@@ -305,7 +305,7 @@ def test_installed_wheel_tui_in_a_terminal(installed: Installed, fleet: Path) ->
 
 def test_the_dev_extra_is_the_test_extra_without_cupy() -> None:
     """The test extra (what .ci/run installs) checks the device fake against the real CuPy;
-    the dev extra has the same tools without CuPy's 137 MB, and the README says which."""
+    the dev extra has the same tools without CuPy's 137 MB, and docs/development.md says which."""
     from gpudiag.tomlcompat import tomllib
 
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
@@ -314,5 +314,5 @@ def test_the_dev_extra_is_the_test_extra_without_cupy() -> None:
     assert sorted(extras["test"]) == ["cupy-cuda12x>=14,<15", "gpudiag[dev]"]
     assert not [r for r in extras["dev"] if "cupy" in r] and "pytest>=8" in extras["dev"]
     assert ".[test]" in (REPO / ".ci" / "run").read_text()
-    readme = (REPO / "README.md").read_text()
-    assert "pip install -e '.[dev]'" in readme and "`cupy-cuda12x`" in readme
+    docs = (REPO / "docs" / "development.md").read_text()
+    assert "pip install -e '.[dev]'" in docs and "`cupy-cuda12x`" in docs

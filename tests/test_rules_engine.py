@@ -294,10 +294,11 @@ def test_rules_lint(tmp_path: Path) -> None:
     assert f"{good}: ok (1 rules, 0 overrides)" in ok.stdout
     result = run_cli("rules", "lint", str(good), str(hostile), str(clash))
     assert result.returncode == 3
-    lines = result.stdout.splitlines()
-    assert lines[1].startswith(f"{hostile}:1: rule SITE002: '__' is not allowed")
-    assert "rule GPU004: duplicate id, first defined at rules/gpu.toml" in lines[2]
-    assert "to change a shipped rule use [[override]]" in lines[2]
+    assert result.stdout.splitlines() == [f"{good}: ok (1 rules, 0 overrides)"]
+    lines = result.stderr.splitlines()  # the errors, on standard error
+    assert lines[0].startswith(f"gpudiag: {hostile}:1: rule SITE002: '__' is not allowed")
+    assert "rule GPU004: duplicate id, first defined at rules/gpu.toml" in lines[1]
+    assert "to change a shipped rule use [[override]]" in lines[1]
 
 
 def test_the_quick_check_and_the_full_comparison_agree_on_every_operator() -> None:
@@ -349,8 +350,8 @@ def test_rules_lint_refuses_every_key_no_probe_declares(
     path = tmp_path / "site.toml"
     path.write_text(text)
     result = run_cli("rules", "lint", str(path))
-    assert result.returncode == 3, result.stdout
-    assert f"reads {undeclared}, which no probe, importer or derivation declares" in result.stdout
+    assert result.returncode == 3, result.stderr
+    assert f"reads {undeclared}, which no probe, importer or derivation declares" in result.stderr
     declared = text.replace(undeclared, "gpu.{gpu}.power.limit" if "gpu" in undeclared else "")
     declared = declared.replace('reading = "", ', 'reading = "nvml.init", ')
     path.write_text(declared)
@@ -508,3 +509,18 @@ def test_the_all_at_once_tests_pass_only_lists_every_value_of_which_passes() -> 
                     elif one(first) and one(second) and None not in pair:
                         assert operator != "present", pair  # it may only miss the C shortcut
     assert checked > 50
+
+
+def test_a_message_gives_its_readings_unit() -> None:
+    """'power limit 500 W, default 700 W', not 'power limit 500, default 700 W'."""
+    from gpudiag.session import format_finding
+
+    readings = {
+        r.key: r
+        for r in (
+            Reading("gpu.0.power.limit", 500.0, "W", source="nvml:x"),
+            Reading("gpu.0.power.default_limit", 700.0, "W", source="nvml:x"),
+        )
+    }
+    (finding,) = [f for f in evaluate(load_rules(), readings) if f.rule_id == "GPU016"]
+    assert format_finding(finding).endswith("GPU 0: power limit 500 W, default 700 W")

@@ -9,10 +9,14 @@ import random
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
+from gpudiag.hostfs import HostFS
+from gpudiag.kernels.plans import KernelPlan
+from gpudiag.kernels.runner import PlanRun
 from gpudiag.kernels.stats import summarize
 from gpudiag.model import KernelResult, ProbeStatus
-from gpudiag.run_report import Progress, busy_note, trust_note
+from gpudiag.run_report import Progress, busy_note, print_results, trust_note
 
 from conftest import REPO
 
@@ -97,3 +101,28 @@ def test_until_confident_goes_with_kernels() -> None:
     assert run.stderr.strip() == (
         "gpudiag: --until-confident takes positive seconds and goes with --kernels"
     )
+
+
+def test_gpu_kernels_on_a_node_without_an_nvidia_gpu_say_so_once(tmp_path: Path) -> None:
+    """`--export --kernels` on a node whose PCI bus lists no NVIDIA GPU: one line saying
+    so, not one per kernel naming CuPy (missing, or finding no driver), whose 140 MB
+    would not help."""
+    function = tmp_path / "sys/bus/pci/devices/0000:00:01.0"
+    function.mkdir(parents=True)
+    (function / "vendor").write_text("0x8086\n")
+    (function / "class").write_text("0x060000\n")
+    from gpudiag.kernels import device
+
+    from fakecuda import FakeCuda
+
+    run = PlanRun(KernelPlan(("copy", "allreduce"), "all", trials=1), HostFS(tmp_path))
+    out = io.StringIO()
+    previous = device.use(FakeCuda(0))  # CUDA sees no device, as on such a node
+    try:
+        print_results(run, run.run(), None, out)
+    finally:
+        device.use(previous)
+    lines = out.getvalue().splitlines()
+    gpu = [line for line in lines if " gpu " in line]
+    assert gpu == [f"{'copy, allreduce':<22} {'gpu':<12} SKIPPED: no NVIDIA GPU on this node"]
+    assert "CuPy" not in out.getvalue()

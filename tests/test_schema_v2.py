@@ -61,7 +61,7 @@ def test_version_1_import_with_uncorrectable_errors_is_critical_on_check(tmp_pat
     result = run_cli("check", str(edited))
     assert result.returncode == 2, result.stdout + result.stderr
     assert (
-        "CRITICAL GPU007   GPU 0: GPU 0: 2 uncorrectable ECC errors since the driver loaded"
+        "CRITICAL GPU007   GPU 0: 2 uncorrectable ECC errors since the driver loaded"
         in result.stdout
     )
 

@@ -24,7 +24,7 @@ from textual.widgets import (
 )
 
 from gpudiag.hostfs import HostFS
-from gpudiag.kernels.plans import KernelPlan
+from gpudiag.kernels.plans import KERNELS, KernelPlan
 from gpudiag.kernels.stats import summarize
 from gpudiag.model import KernelResult, ProbeStatus, Reading, Severity, Snapshot
 from gpudiag.nvml import Nvml, ReplayBackend, open_nvml
@@ -347,6 +347,8 @@ def test_findings_filter_sort_and_detail(tmp_path: Path) -> None:
         assert ids == sorted(ids)
         await pilot.press("f")  # critical only
         assert {r[0] for r in _cells(app, "#findings")} == {"CRITICAL"}
+        # the choice stays on screen beside the filter, not only in a toast that fades
+        assert str(app.query_one("#findings-state").render()) == "f: critical  s: by id"
         await pilot.press("f", "f", "f", "f", "f")  # warning, unknown, info, n/a, all
         assert len(_cells(app, "#findings")) == len(rows)
         await pilot.press("slash")
@@ -433,11 +435,17 @@ def test_help_screen_lists_every_key_and_closes(tmp_path: Path) -> None:
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         text = app.screen.query_one(Static).render()
-        for line in ("1  Overview", "e  Export", "x  Cancel kernels", "/  Search"):
+        for line in ("1  Overview", "e  Export", "q  Quit", "/  Search"):
             assert line in str(text)
+        # a saved snapshot is neither probed again nor measured: those keys are not listed
+        refused = ("Refresh", "quick sizes", "full sizes", "Cancel kernels", "until confident")
+        assert not [word for word in refused if word in str(text)], str(text)
         assert str(text).count("\n") + 1 <= 18  # fits 80x24 (and 60x20) without scrolling
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("question_mark", "q")  # q quits, as the help lists it
+        await pilot.pause()
+        assert app.return_code == 0 and not app.is_running
 
     _run(app, steps)
 
@@ -462,17 +470,24 @@ def test_export_asks_for_a_name_and_refuses_to_clobber(tmp_path: Path) -> None:
         field.value = str(target)
         await pilot.press("enter")
         assert isinstance(app.screen, ExportScreen)  # not yet: the file exists
-        assert "exists: Enter again overwrites" in str(
+        assert "exists: y or Enter overwrites it, n edits the name" in str(
             app.screen.query_one("#export-note", Label).render()
         )
         assert target.read_text() == "keep me"
+        await pilot.press("n")  # an answer, not a letter typed into the name
+        assert field.value == str(target) and app.screen.focused is field
         await pilot.press("escape")
         assert not isinstance(app.screen, ExportScreen) and target.read_text() == "keep me"
         await pilot.press("e")
         app.screen.query_one(Input).value = str(target)
-        await pilot.press("enter", "enter")  # confirmed
+        await pilot.press("enter", "y")  # confirmed, as the kernels' question is
         await pilot.pause()
-        assert load(target).host == "hgx-test-01"
+        assert not isinstance(app.screen, ExportScreen) and load(target).host == "hgx-test-01"
+        await pilot.press("e")
+        app.screen.query_one(Input).value = str(target)
+        await pilot.press("enter", "enter")  # Enter again confirms too
+        await pilot.pause()
+        assert not isinstance(app.screen, ExportScreen)
         fresh = tmp_path / "new.json"
         await pilot.press("e")
         app.screen.query_one(Input).value = str(fresh)
@@ -569,7 +584,8 @@ def test_saved_snapshot_cannot_run_kernels(tmp_path: Path) -> None:
         # no run keys that would do nothing: where they would be, why there are none
         assert not app.query("#run-quick") and not app.query("#run-full")
         assert str(app.query_one("#kernel-why", Label).render()) == NOT_MEASURABLE
-        assert "none run" in str(app.query_one("#kernel-status", Label).render())
+        status = str(app.query_one("#kernel-status", Label).render())
+        assert status == "the recording holds no kernel results"  # what it holds, no more
 
     _run(app, steps)
 
@@ -577,6 +593,14 @@ def test_saved_snapshot_cannot_run_kernels(tmp_path: Path) -> None:
 def _footer(app: GpudiagApp) -> list[str]:
     """The descriptions of the keys the footer shows now."""
     return [b.description for _, b, enabled, _ in app.screen.active_bindings.values() if b.show]
+
+
+def _screen_text(app: GpudiagApp) -> str:
+    """The screen as the user sees it, as text (Textual's screenshot, its SVG's text)."""
+    import html
+
+    svg = app.export_screenshot()
+    return html.unescape("".join(re.findall(r"<text[^>]*>(.*?)</text>", svg))).replace("\xa0", " ")
 
 
 def _notices(app: GpudiagApp) -> list[str]:
@@ -598,7 +622,12 @@ def test_replayed_node_refuses_kernels(tmp_path: Path) -> None:
         assert not app.query("#run-quick") and not app.query("#run-full")
         assert str(app.query_one("#kernel-why", Label).render()) == NOT_MEASURABLE
         status = str(app.query_one("#kernel-status", Label).render())
-        assert status == "a recording: its kernel results are shown"
+        assert status == "the recording holds no kernel results"  # not "shown" above none
+        assert "no kernel results yet" not in str(app.query_one("#kernel-charts").render())
+        # the picker shows every kernel by name, unscrolled (at 16x7 allreduce's name sat
+        # on a hidden row and burn was out of view)
+        screen = _screen_text(app)
+        assert all(f"] {name}" in screen for name in KERNELS), screen
         await pilot.press("k")
         await pilot.pause()
         assert not app.kernels_running and not app.snapshot.kernels
@@ -861,6 +890,9 @@ def test_watch_screen_samples_the_demo_node(tmp_path: Path) -> None:
         lines = text.splitlines()
         # 479 MiB used on an idle H100, as the real capture the demo follows shows
         assert lines[0] == "GPU0     69W   41C  sm  345  mem 2619  util    0%  fb    479M  idle"
+        # its power bar against its 700 W limit: an idle 69 W is low, not a full bar
+        power, bar = lines[1].split()[:2]
+        assert power == "power" and set(bar) == {"▁"}, lines[1]  # one sample, or two
         assert lines[12].endswith("HwSlow,HwTherm")  # GPU 6's slowdowns, in full at 80
         # a lost GPU: one line saying so, not LOST (or a dash) in every column
         assert lines[14] == (
@@ -955,6 +987,8 @@ def test_watch_screen_without_nvml_says_why() -> None:
         await pilot.pause()
         status = str(app.query_one("#watch-status", Label).render())
         assert status.startswith("no GPU can be sampled: nvmlInit: DriverNotLoaded")
+        # the whole reason on screen at 80 columns, wrapped (it was cut at 80 and at 120)
+        assert len(status) > 80 and "".join(status.split()) in "".join(_screen_text(app).split())
 
     _run(app, steps)
 
@@ -1043,7 +1077,7 @@ def test_each_pane_draws_from_a_snapshot_alone(frozen: Snapshot, pane_class) -> 
         "findings": lambda: (
             after["findings"][:1] == ["CRITICAL"]
             and len(after["findings"]) == len(frozen.findings)
-            and "GPU 7 does not answer NVML" in after["finding-text"]
+            and "GPU 7: GPU lost\ndoes not answer NVML" in after["finding-text"]
         ),
         "gpus": lambda: (
             after["gpus"] == [f"GPU{g}" for g in range(8)] and "gpu.0.name" in after["gpu-readings"]

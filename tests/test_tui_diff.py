@@ -9,7 +9,15 @@ import pytest
 from textual.widgets import DataTable, Static
 
 from gpudiag.diff import diff_snapshots
-from gpudiag.model import KernelResult, ProbeResult, ProbeStatus, Reading, Snapshot
+from gpudiag.model import (
+    Finding,
+    KernelResult,
+    ProbeResult,
+    ProbeStatus,
+    Reading,
+    Severity,
+    Snapshot,
+)
 from gpudiag.tui_diff import DiffApp, DiffHelp
 
 CREATED = "2026-11-22T06:00:00Z"
@@ -100,11 +108,23 @@ def test_equivalent_snapshots_say_so() -> None:
 
 def test_header_names_the_files_and_help_and_filter_work() -> None:
     a, b = _pair()
+    lost = Finding("GPU001", Severity.CRITICAL, "GPU 7", "GPU lost", "GPU 7 does not answer")
+    b = replace(b, findings=(lost,))
+    long_b = "/var/tmp/tickets/case-20261122-0042/after-the-firmware-update.toml"
 
     async def scenario() -> None:
-        app = DiffApp(diff_snapshots(a, b), a, b, names=("before.toml", "after.toml"))
+        app = DiffApp(diff_snapshots(a, b), a, b, names=("before.toml", long_b))
         async with app.run_test(size=(80, 24)) as pilot:
-            assert app.sub_title == "A: before.toml (node-a)  B: after.toml (node-b)"
+            assert app.sub_title == f"A: before.toml (node-a)  B: {long_b} (node-b)"
+            # the header cuts it at 80 columns: the summary says both names in full
+            summary = str(app.query_one("#summary").render())
+            assert "A: before.toml (node-a)" in summary and f"B: {long_b} (node-b)" in summary
+            assert summary.startswith("performance or health differs: ")  # the report's
+            row = next(i for i, r in enumerate(_rows(app)) if r[0] == "GPU001 GPU 7")
+            app.query_one("#diff", DataTable).move_cursor(row=row)
+            await pilot.pause()
+            detail = str(app.query_one("#row-detail", Static).render())
+            assert "GPU lost: GPU 7 does not answer" in detail  # not only "A: - B: CRITICAL"
             await pilot.press("question_mark")
             assert isinstance(app.screen, DiffHelp)
             await pilot.press("escape")

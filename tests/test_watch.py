@@ -7,9 +7,13 @@ import csv
 import json
 import os
 import re
+import shlex
+import shutil
+import sys
 from pathlib import Path
 
 import psutil
+import pytest
 
 from gpudiag.demo import demo_file
 from gpudiag.nvml import Nvml, ReplayBackend
@@ -277,3 +281,25 @@ def test_a_live_process_is_described_by_psutil_with_its_cpu_use() -> None:
     pattern = rf"{me} {re.escape(name)} \({user}, \d+% CPU\): {re.escape(command[:120])}$"
     assert re.match(pattern, second.processes[0]), second.processes[0]
     assert first.processes[1] == f"{2**22 + 1} (gone)"
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_watch_in_an_80_column_terminal_keeps_one_line_per_gpu() -> None:
+    """As nvidia-smi dmon: at 80 columns each GPU's sample is one line (columns dropped
+    by width, throttle reasons in the GPU screen's short names), none wrapped; a pipe
+    still gets every column (csv unchanged)."""
+    from tmux_pane import start_session, tmux, wait_for
+
+    session = f"gpudiag-watch-{os.getpid()}"
+    command = shlex.join(
+        [sys.executable, "-m", "gpudiag", "watch", "--demo", "faulty", "--count", "1"]
+    )
+    start_session(session, f"{command}; echo EXIT=$?; sleep 30", width=80, height=24)
+    try:
+        pane = wait_for(session, "EXIT=", timeout=20)
+    finally:
+        tmux("kill-session", "-t", session)
+    shown = [line for line in pane.split("EXIT=")[0].splitlines() if line.strip()]
+    assert len(shown) == 2 + 8, pane  # header, units, GPUs 0-7: nothing wrapped
+    assert shown[0].split()[:3] == ["time", "gpu", "power"] and shown[0].endswith("throttle")
+    assert re.search(r"^\d\d:\d\d:\d\d +6 .* HwSlow,HwTherm$", shown[8]), shown[8]

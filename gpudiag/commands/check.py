@@ -7,14 +7,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpudiag.commands.common import write_prometheus
+from gpudiag.commands.common import load_snapshot, write_prometheus
 from gpudiag.output import add_format_options
 
 
 def add_parser(subparsers: Any) -> None:
     """`gpudiag check`."""
     check = subparsers.add_parser("check")
-    check.add_argument("snapshot", metavar="SNAPSHOT")
+    check.add_argument(
+        "snapshot",
+        metavar="SNAPSHOT",
+        help="a snapshot gpudiag wrote (--export, import -o), TOML or JSON; '-' reads stdin",
+    )
     check.add_argument(
         "--rules",
         metavar="DIR",
@@ -44,10 +48,9 @@ def run(args: argparse.Namespace) -> int:
         format_summary,
         with_findings,
     )
-    from gpudiag.snapshot import load
 
     rules = load_rules(args.rules, site=True)
-    snapshot = with_findings(load(args.snapshot), rules, args.profile)
+    snapshot = with_findings(load_snapshot(args.snapshot), rules, args.profile)
     if args.prometheus:
         write_prometheus(snapshot, args.prometheus)
     if args.format is not None:

@@ -173,11 +173,39 @@ def need_terminal() -> None:
             )
 
 
-def tui(app_source: object) -> int:
-    """Run the TUI on a live node or a snapshot; its exit code."""
+def tui(app_source: object, rules: Sequence[Rule] | None = None) -> int:
+    """Run the TUI on a live node or a snapshot (with the `rules` that count what a saved
+    one's findings checked); its exit code."""
     need_terminal()
     from gpudiag.tui import GpudiagApp
 
-    app = GpudiagApp(app_source)
+    app = GpudiagApp(app_source, rules=rules)
     app.run()
     return int(app.return_code or 0)
+
+
+def load_snapshot(path: str) -> Snapshot:
+    """The snapshot `check` and `view` read; a file that is nvidia-smi output, not a
+    snapshot, is refused saying so, with the `import` command that reads it (not 'not
+    valid TOML')."""
+    from gpudiag.snapshot import SnapshotError, load
+
+    try:
+        return load(path)
+    except SnapshotError as exc:
+        if path == "-":
+            raise
+        from gpudiag.importing import detect
+
+        try:
+            kind = detect(inputs.read_text(path, "a snapshot"))
+        except Exception:  # not nvidia-smi output either (or unreadable): the first error
+            raise exc from None
+        raise SnapshotError(
+            path,
+            f"nvidia-smi output ({FORMAT_WORDS.get(kind, kind)}), not a snapshot: "
+            f"gpudiag import {path} -o node.toml reads it, then gpudiag check node.toml",
+        ) from None
+
+
+FORMAT_WORDS = {"xml": "-q -x", "q": "-q", "topo": "topo -m", "nvlink": "nvlink -s"}

@@ -13,7 +13,13 @@ from gpudiag.demo import DEMOS
 def add_parser(subparsers: Any) -> None:
     """`gpudiag demo`."""
     demo = subparsers.add_parser("demo")
-    demo.add_argument("demo_name", metavar="NAME", nargs="?", choices=DEMOS, default="faulty")
+    demo.add_argument(
+        "demo_name",
+        nargs="?",
+        choices=DEMOS,
+        default="faulty",
+        help="which recording: the node with faults or the healthy one (default: faulty)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,8 +12,8 @@ from gpudiag.commands.common import redactor
 def add_parser(subparsers: Any) -> None:
     """`gpudiag diff`."""
     diff = subparsers.add_parser("diff")
-    diff.add_argument("snapshot_a", metavar="A")
-    diff.add_argument("snapshot_b", metavar="B")
+    diff.add_argument("snapshot_a", metavar="A", help="the snapshot compared against ('-': stdin)")
+    diff.add_argument("snapshot_b", metavar="B", help="the snapshot compared with A")
     diff.add_argument(
         "--format",
         choices=("text", "markdown", "json"),
@@ -54,5 +54,6 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(report_json(result, args.all), indent=1))
     else:
-        sys.stdout.write(report_text(result, a, b, args.all, args.format == "markdown"))
+        names = (args.snapshot_a, args.snapshot_b)
+        sys.stdout.write(report_text(result, a, b, args.all, args.format == "markdown", names))
     return result.exit_code()

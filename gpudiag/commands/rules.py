@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,12 +19,24 @@ def add_parser(subparsers: Any) -> None:
     """`gpudiag rules` and its actions."""
     rules = subparsers.add_parser("rules")
     rules_commands = rules.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
-    rules_commands.add_parser("list", help="every rule: id, severity, status, scope, title")
-    explain = rules_commands.add_parser("explain", help="what a rule checks, why, how to fix")
-    explain.add_argument("rule_id", metavar="ID")
-    lint = rules_commands.add_parser("lint", help="check rule files without running them")
-    lint.add_argument("lint_files", metavar="FILE", nargs="+", type=Path)
-    rules_commands.add_parser("profiles", help="the GPU-model profiles and their device ids")
+    for name, line in ACTIONS.items():  # each action's --help opens with its line too
+        action = rules_commands.add_parser(
+            name, help=line, description=f"{line[0].upper()}{line[1:]}."
+        )
+        if name == "explain":
+            action.add_argument("rule_id", metavar="ID", help="a rule id, such as GPU001")
+        elif name == "lint":
+            action.add_argument(
+                "lint_files", metavar="FILE", nargs="+", type=Path, help="a site rule file (.toml)"
+            )
+
+
+ACTIONS = {
+    "list": "every rule: id, severity, status, scope, title",
+    "explain": "what a rule checks, why, how to fix",
+    "lint": "check rule files without running them; every error on standard error",
+    "profiles": "the GPU-model profiles and their device ids",
+}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,9 +123,12 @@ def _lint(paths: Sequence[Path]) -> int:
             if data is not None:
                 print(f"{path}: ok (a data file: {data})")
                 continue
-            rules, overrides = lint_rule_file(path)
+            rules, overrides, errors = lint_rule_file(path)
         except RuleError as exc:
-            print(inputs.printable(str(exc)))
+            errors = [str(exc)]
+        if errors:  # every error of every file, on standard error
+            for error in errors:
+                print(f"gpudiag: {inputs.printable(error)}", file=sys.stderr)
             failed = True
             continue
         print(f"{path}: ok ({rules} rules, {overrides} overrides)")

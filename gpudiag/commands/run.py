@@ -29,6 +29,17 @@ KERNEL_HELP = {
 }
 
 
+def _size(text: str) -> int:
+    """--size: bytes, with a unit as --max-input ('64M', '1G', '4096'), at least 4 KiB."""
+    try:
+        value = inputs.parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not 4096 <= value <= 2**62:
+        raise argparse.ArgumentTypeError(f"must be between 4K and 4E bytes, got {text[:40]!r}")
+    return value
+
+
 def add_parser(subparsers: Any) -> None:
     """`gpudiag run`."""
     run = subparsers.add_parser(
@@ -51,10 +62,11 @@ def add_parser(subparsers: Any) -> None:
     )
     run.add_argument(
         "--size",
-        type=inputs.number_option(4096, 2**62, integer=True),  # and this machine's memory
-        metavar="BYTES",
-        help="bytes per array (default 256 MiB on CPUs; on GPUs 512 MiB, over 4x the largest"
-        " GPU L2 known: a GPU refuses STREAM arrays under 4x its L2, which measure the cache)",
+        type=_size,  # and this machine's memory
+        metavar="SIZE",
+        help="bytes per array, a unit allowed as --max-input takes it: 64M, 1G (default 256M"
+        " on CPUs; on GPUs 512M, over 4x the largest GPU L2 known: a GPU refuses STREAM arrays"
+        " under 4x its L2, which measure the cache)",
     )
     run.add_argument(
         "--trials",

@@ -27,13 +27,27 @@ def add_parser(subparsers: Any) -> None:
         metavar="N",
         help="samples to take (default: until Ctrl-C)",
     )
-    watch.add_argument("--format", choices=("table", "csv", "jsonl"), default="table")
+    watch.add_argument(
+        "--format",
+        choices=("table", "csv", "jsonl"),
+        default="table",
+        help="table: one line per GPU per sample, as wide as the terminal; csv and jsonl: "
+        "every field",
+    )
     watch.add_argument("--demo", choices=DEMOS, help="watch a demo node instead of this one")
     watch.add_argument(
         "--explain",
         action="store_true",
         help="a bound-by column, and under each round what bounds each GPU with its numbers",
     )
+
+
+def _width() -> int | None:
+    """The terminal's width when the table goes to one (its rows must not wrap); None in a
+    pipe, where every column is written."""
+    import shutil
+
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
             lambda line: print(line, flush=True),
             events=events,
             explain=explain,
+            width=_width(),
         )
     except NvmlError as exc:
         raise UsageError(
@@ -106,7 +121,7 @@ def _replay(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     try:
-        replay(series, args.format, lambda line: print(line, flush=True), args.count)
+        replay(series, args.format, lambda line: print(line, flush=True), args.count, _width())
     except NvmlError as exc:
         raise UsageError(f"watch: the capture recorded no GPU to show: {exc.reason}") from None
     finally:

@@ -21,7 +21,8 @@ class HelpScreen(ModalScreen[None]):
     without scrolling and 60x20 without clipping."""
 
     BINDINGS: ClassVar[list[Binding]] = [
-        Binding("escape,q,question_mark", "dismiss", "Close"),
+        Binding("escape,question_mark", "dismiss", "Close"),
+        Binding("q", "app.quit", "Quit"),  # as it lists: q quits, Esc closes
     ]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
@@ -77,7 +78,13 @@ class ExportScreen(ModalScreen[Path | None]):
     """Asks for a file name (the suggested one selected, so that typing replaces it); an
     existing file needs Enter a second time to overwrite. Its messages wrap, never cut."""
 
-    BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("escape", "cancel", "Cancel"),
+        # while asking whether to overwrite (the field left, so that `y` is no letter of
+        # the name), as the kernels' question takes them
+        Binding("y,enter", "overwrite", "Overwrite", show=False),
+        Binding("n", "back_to_name", "Another name", show=False),
+    ]
     DEFAULT_CSS = """
     ExportScreen { align: center middle; }
     #export { width: 100%; max-width: 70; height: auto; border: round $accent; padding: 0 1;
@@ -111,9 +118,28 @@ class ExportScreen(ModalScreen[Path | None]):
             note.update(Text(f"{path}: {problem}"))
         elif path.exists() and self.confirming != path:
             self.confirming = path
-            note.update(Text(f"{path} exists: Enter again overwrites it, Esc cancels"))
+            note.update(
+                Text(f"{path} exists: y or Enter overwrites it, n edits the name, Esc cancels")
+            )
+            self.set_focus(None)  # the answer's keys go to the dialog, not into the name
         else:
             self.dismiss(path)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("overwrite", "back_to_name"):
+            return self.confirming is not None and self.focused is None
+        return True
+
+    def action_overwrite(self) -> None:
+        """y or Enter to the question: overwrite the existing file."""
+        if self.confirming is not None:
+            self.dismiss(self.confirming)
+
+    def action_back_to_name(self) -> None:
+        """n to the question: back to the name, to change it."""
+        self.confirming = None
+        self.query_one("#export-note", Label).update(Text("Enter writes, Esc cancels"))
+        self.query_one(Input).focus()
 
     @on(Input.Changed)
     def changed(self) -> None:

@@ -9,12 +9,14 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
-from textual.widgets import DataTable, Input, Static
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import DataTable, Input, Label, Static
 
 from gpudiag import views
 from gpudiag.model import Finding, Severity
 from gpudiag.panes.base import SEVERITY_STYLE, Pane, RowTable, SnapshotView
+
+SUBJECT_WIDTH = 17  # "PCIe 0000:5d:00.0", "GPU 2 NVLink 5"
 
 
 class FindingsPane(Pane):
@@ -26,6 +28,9 @@ class FindingsPane(Pane):
         Binding("f", "filter_severity", "Severity", tooltip="Filter by severity"),
     ]
     DEFAULT_CSS = """
+    #findings-bar { height: 1; }
+    #findings-filter { width: 1fr; }
+    #findings-state { width: auto; padding: 0 1; color: $text-muted; }
     #findings { height: 1fr; }
     #finding-detail { height: 8; border-top: solid $accent; padding: 0 1; }
     """
@@ -36,19 +41,41 @@ class FindingsPane(Pane):
         self.shown: list[Finding] = []
         self.severity_filter: Severity | None = None
         self.sort_key = "severity"
+        self.width = 80  # the terminal's, from fit_width
 
     def compose(self) -> ComposeResult:
-        yield Input(
-            placeholder="/ filter: text in id, subject, title",
-            id="findings-filter",
-            classes="filter",
-        )
+        with Horizontal(id="findings-bar"):
+            yield Input(
+                placeholder="/ filter: text in id, subject, title",
+                id="findings-filter",
+                classes="filter",
+            )
+            # what f and s chose, for as long as it holds (the toast fades)
+            yield Label(self._state(), id="findings-state")
         yield RowTable(id="findings", cursor_type="row", zebra_stripes=True, fixed_columns=1)
         yield VerticalScroll(Static("", id="finding-text"), id="finding-detail")
 
     def on_built(self) -> None:
-        self.query_one("#findings", DataTable).add_columns("severity", "id", "subject", "title")
+        self._columns()
         self.query_one("#findings-filter", Input).cursor_blink = False
+
+    def _columns(self) -> None:
+        """Severity, id and subject as wide as they need; the title the rest of the width,
+        a long one wrapped onto a second line of its row, never cut (at 80 columns
+        "Xid events that mean a hardware fault" was "Xid events that mean a hardware f")."""
+        table = self.query_one("#findings", DataTable)
+        table.clear(columns=True)
+        table.add_column("severity", width=8)
+        table.add_column("id", width=8)
+        table.add_column("subject", width=SUBJECT_WIDTH)
+        # each column's padding (2), the scrollbar and the pane's border
+        table.add_column("title", width=max(20, self.width - 8 - 8 - SUBJECT_WIDTH - 8 - 4))
+
+    def fit_width(self, width: int) -> None:
+        if width != self.width:
+            self.width = width
+            self._columns()
+            self._redraw()
 
     def update_from(self, view: SnapshotView) -> None:
         """The findings table, filtered and sorted, and the detail of the first."""
@@ -65,8 +92,13 @@ class FindingsPane(Pane):
                 Text(finding.rule_id),
                 Text(finding.subject),
                 Text(finding.title),
+                height=None,  # as many lines as the title takes at the column's width
             )
         self.show_detail(0)
+
+    def _state(self) -> Text:
+        shown = self.severity_filter.value if self.severity_filter else "all"
+        return Text(f"f: {shown}  s: by {self.sort_key}")
 
     def _redraw(self) -> None:
         if self.view is not None:
@@ -108,6 +140,7 @@ class FindingsPane(Pane):
         self.sort_key = keys[(keys.index(self.sort_key) + 1) % len(keys)]
         self.show()
         self._redraw()
+        self.query_one("#findings-state", Label).update(self._state())
         self.notify(f"findings sorted by {self.sort_key}")
 
     def action_filter_severity(self) -> None:
@@ -116,5 +149,6 @@ class FindingsPane(Pane):
         self.severity_filter = order[(order.index(self.severity_filter) + 1) % len(order)]
         self.show()
         self._redraw()
+        self.query_one("#findings-state", Label).update(self._state())
         shown = self.severity_filter.value if self.severity_filter else "every severity"
         self.notify(f"findings: {shown}")

@@ -67,19 +67,21 @@ class KernelsPane(Pane):
             "u", "toggle_until_confident", "Until confident", tooltip="Kernels until confident"
         ),
     ]
-    DEFAULT_CSS = """
-    #kernel-top { height: 7; }
-    #kernel-choice { width: 16; height: 7; }
-    #kernel-run { height: 7; }
-    #kernel-controls { height: 1; }
-    #kernel-hint { padding: 0 1; color: $text-muted; }
-    #kernel-why { padding: 0 1; width: 100%; }
-    #kernel-controls Button { margin-right: 1; }
-    #kernel-status { height: auto; width: 100%; padding: 0 1; }  /* wraps, never cut */
-    #kernel-progress { height: 1; padding: 0 1; }
-    #kernel-results { height: auto; max-height: 12; }
-    #kernel-detail { height: auto; padding: 0 1; }
-    #kernel-charts { height: auto; padding: 0 1; }
+    # every kernel in view by name: a row each, as wide as the longest "[ ] allreduce"
+    # (borders, padding and a scrollbar's room beside it)
+    DEFAULT_CSS = f"""
+    #kernel-top {{ height: {len(KERNELS) + 2}; }}
+    #kernel-choice {{ width: {max(map(len, KERNELS)) + 10}; height: {len(KERNELS) + 2}; }}
+    #kernel-run {{ height: {len(KERNELS) + 2}; }}
+    #kernel-controls {{ height: 1; }}
+    #kernel-hint {{ padding: 0 1; color: $text-muted; }}
+    #kernel-why {{ padding: 0 1; width: 100%; }}
+    #kernel-controls Button {{ margin-right: 1; }}
+    #kernel-status {{ height: auto; width: 100%; padding: 0 1; }}  /* wraps, never cut */
+    #kernel-progress {{ height: 1; padding: 0 1; }}
+    #kernel-results {{ height: auto; max-height: 12; }}
+    #kernel-detail {{ height: auto; padding: 0 1; }}
+    #kernel-charts {{ height: auto; padding: 0 1; }}
     """
 
     def __init__(self, ticked: Iterable[str], measurable: bool, budget_s: float) -> None:
@@ -139,7 +141,13 @@ class KernelsPane(Pane):
         for label, samples, unit in views.burn_series(kernels):
             text.append(f"{label} over the burn ({unit})\n", "bold")
             text.append(views.sparkline(samples, width) + "\n")
-        if not kernels:
+        if not self.measurable:  # a recording: say what it holds, not what it might
+            self.say(
+                f"the recording's {len(kernels)} kernel results, below"
+                if kernels
+                else "the recording holds no kernel results"
+            )
+        elif not kernels:
             text.append("no kernel results yet")
         self.query_one("#kernel-charts", Static).update(text)
 

@@ -48,11 +48,23 @@ def allowed(node: DOMNode, binding: Binding) -> bool:
     return bool(node.check_action(name, parameters))
 
 
+def offered(node: DOMNode, binding: Binding) -> bool:
+    """Whether the node ever runs the binding's action here: its `offers` where it has
+    one (the app: `x` is offered on a node that measures, though refused until kernels
+    run), else its check_action. A saved snapshot offers no refresh and no kernels."""
+    _, name, parameters = parse(binding.action)
+    ask = getattr(node, "offers", None) or node.check_action
+    return bool(ask(name, parameters))
+
+
 def help_columns(screen: Screen) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """The help screen's two columns of (key, title): the screens, then the actions."""
+    """The help screen's two columns of (key, title): the screens, then the actions that
+    do something here (`r`, `k`, `K`, `x`, `u` are not listed in `view`)."""
     screens: list[tuple[str, str]] = []
     actions: list[tuple[str, str]] = []
-    for _node, binding in screen_bindings(screen):
+    for node, binding in screen_bindings(screen):
+        if not offered(node, binding):
+            continue
         key = screen.app.get_key_display(binding)
         if binding.action.startswith("show_tab("):
             screens.append((key, binding.description))

@@ -3,6 +3,9 @@ live samples (the app's watch worker takes them), not the snapshot."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
@@ -18,7 +21,7 @@ class WatchPane(Pane):
 
     KEY, NAME, TITLE, FOCUS = "9", "watch", "Watch", "#watch"
     DEFAULT_CSS = """
-    #watch-status { height: 1; padding: 0 1; }
+    #watch-status { height: auto; width: 100%; padding: 0 1; }  /* a reason wraps, never cut */
     #watch { padding: 0 1; }
     """
 
@@ -27,11 +30,21 @@ class WatchPane(Pane):
         yield VerticalScroll(Static("", id="watch-text"), id="watch")
 
     lost: tuple[int, ...] = ()  # the GPUs the snapshot found lost
+    limits: Mapping[int, float] = MappingProxyType({})  # each GPU's power limit, W: the
+    # power bars' scale
 
     def update_from(self, view: SnapshotView) -> None:
-        """Only which GPUs the snapshot found lost: it holds no samples, and the watch
-        draws live ones only."""
+        """Only which GPUs the snapshot found lost and their power limits: it holds no
+        samples, and the watch draws live ones only."""
         self.lost = tuple(catalog.lost_gpus(view.readings))
+        limits: dict[int, float] = {}
+        for gpu in catalog.gpu_indices(view.readings):
+            for key in (f"gpu.{gpu}.power.enforced_limit", f"gpu.{gpu}.power.limit"):
+                reading = view.readings.get(key)
+                if reading is not None and reading.ok and isinstance(reading.value, (int, float)):
+                    limits[gpu] = float(reading.value)
+                    break
+        self.limits = limits
 
     def say(self, text: str) -> None:
         """The status line: what is sampled, or why nothing is."""
@@ -43,5 +56,5 @@ class WatchPane(Pane):
         self.say(
             f"{gpus} GPUs, every {interval_s:g} s, {count} samples kept (the last {history.length})"
         )
-        lines = screen_lines(history, gpus or 0, self.app.size.width - 3, self.lost)
+        lines = screen_lines(history, gpus or 0, self.app.size.width - 3, self.lost, self.limits)
         self.query_one("#watch-text", Static).update(Text("\n".join(lines)))
