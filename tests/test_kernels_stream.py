@@ -262,25 +262,43 @@ def test_cli_runs_cpu_stream_per_numa_node() -> None:
     assert triad and all(line.rstrip().endswith("GB/s") for line in triad)
 
 
+def _tree_with_an_nvidia_gpu(folder: Path) -> Path:
+    """A host tree whose PCI bus lists one NVIDIA GPU (vendor 0x10de, class 0x0302): CuPy's
+    or the driver's absence is then the reason no GPU kernel runs, not the bus."""
+    function = folder / "sys" / "bus" / "pci" / "devices" / "0000:1b:00.0"
+    function.mkdir(parents=True)
+    (function / "vendor").write_text("0x10de\n")
+    (function / "class").write_text("0x030200\n")
+    return folder
+
+
 def test_cli_gpu_without_cupy_says_so(tmp_path: Path) -> None:
     from conftest import run_cli
 
     for package in ("cupy", "cupy_backends"):  # shadow the installed CuPy: not importable
         (tmp_path / package).mkdir()
         (tmp_path / package / "__init__.py").write_text("raise ImportError('shadowed')\n")
-    result = run_cli("run", "stream", "--device", "gpu", env={"PYTHONPATH": str(tmp_path)})
+    root = _tree_with_an_nvidia_gpu(tmp_path / "root")
+    result = run_cli(
+        "--root", str(root), "run", "stream", "--device", "gpu",
+        env={"PYTHONPATH": str(tmp_path)},
+    )  # fmt: skip
     assert result.returncode == 3
     assert "CuPy is not installed" in result.stderr and result.stderr.count("\n") == 1
     bad = run_cli("run", "stream", "--trials", "1")
     assert bad.returncode == 3 and "at least 2" in bad.stderr
 
 
-def test_cli_gpu_without_a_driver_says_so() -> None:
+def test_cli_gpu_without_a_driver_says_so(tmp_path: Path) -> None:
     """The installed CuPy where CUDA sees no GPU (here: no driver; on a GPU node: the
-    devices hidden with CUDA_VISIBLE_DEVICES=-1, before NVML is opened): one line, exit 3."""
+    devices hidden with CUDA_VISIBLE_DEVICES=-1, before NVML is opened), on a node whose
+    bus lists an NVIDIA GPU: one line, exit 3."""
     from conftest import run_cli
 
-    result = run_cli("run", "stream", "--device", "gpu", env={"CUDA_VISIBLE_DEVICES": "-1"})
+    root = str(_tree_with_an_nvidia_gpu(tmp_path))
+    result = run_cli(
+        "--root", root, "run", "stream", "--device", "gpu", env={"CUDA_VISIBLE_DEVICES": "-1"}
+    )
     assert result.returncode == 3, result.stderr
     assert "no usable GPU (CuPy: " in result.stderr and result.stderr.count("\n") == 1
 

@@ -53,7 +53,12 @@ def add_parser(subparsers: Any) -> None:
         help="append each hour's windows to Parquet here (DIR/date=YYYY-MM-DD/HOST-HH-MM-SS"
         ".parquet)",
     )
-    monitor.add_argument("--format", choices=("text", "jsonl"), default="text")
+    monitor.add_argument(
+        "--format",
+        choices=("text", "jsonl"),
+        default="text",
+        help="the event lines on standard output: text for people, jsonl for pipelines",
+    )
 
 
 def _listen(text: str) -> tuple[str, int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from gpudiag import inputs
@@ -136,11 +137,14 @@ def run(args: argparse.Namespace) -> int:
         args.until_confident,
         GPU_STREAM_BYTES if args.size is None else args.size,
     )
+    from gpudiag.hostfs import HostFS
     from gpudiag.kernels.runner import KernelUnavailable, PlanRun
     from gpudiag.kernels.stream import CacheResident
     from gpudiag.run_report import print_results, run_with_progress
 
-    run = PlanRun(plan)
+    if not Path(args.root).is_dir():
+        raise UsageError(f"--root {args.root}: no such directory")
+    run = PlanRun(plan, host=HostFS(Path(args.root)))  # the bus and NUMA CPUs read there
     interrupted = False
     try:
         results, interrupted, others = run_with_progress(run)
