@@ -50,6 +50,7 @@ from gpudiag.diff import (
     load_explanations,
     verdict,
 )
+from gpudiag.fleet.rack import Rack, rack_view
 from gpudiag.fleet.records import Layout, LoadedFleet, NodeRun
 from gpudiag.hostfs import natural_key
 from gpudiag.profiles import load_profiles
@@ -231,6 +232,7 @@ class FleetReport:
     columns: Columns | None = None
     names: TableNames | None = None
     node_names: list[str] = field(default_factory=list)
+    racks: list[Rack] = field(default_factory=list)  # NVLink domains (gpudiag/fleet/rack.py)
     _table: pl.DataFrame | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -250,7 +252,12 @@ class FleetReport:
             for f in self.findings
         )
         return bool(
-            len(self.groups) > 1 or self.outliers or self.regressions or self.rising or partial
+            len(self.groups) > 1
+            or self.outliers
+            or self.regressions
+            or self.rising
+            or partial
+            or any(r.disagree for r in self.racks)
         )
 
     def exit_code(self) -> int:
@@ -881,4 +888,5 @@ def analyse(loaded: LoadedFleet, threshold: float = DEFAULT_THRESHOLD) -> FleetR
         columns=columns,
         names=names,
         node_names=[run.host for run in fleet.current],
+        racks=rack_view(fleet),
     )
