@@ -234,6 +234,13 @@ class GpuFabricInfoV4(ctypes.Structure):
     )
 
 
+class C2cModeInfoV1(ctypes.Structure):
+    """nvmlC2cModeInfo_v1_t: whether the GPU reaches its CPU over NVLink-C2C (Grace);
+    no version field, despite the V of nvmlDeviceGetC2cModeInfoV."""
+
+    _fields_ = (("isC2cEnabled", ctypes.c_uint),)
+
+
 class MarginTemperatureV1(ctypes.Structure):
     """nvmlMarginTemperature_v1_t: the distance to the slowdown limit (T.Limit)."""
 
@@ -263,6 +270,7 @@ OWN_STRUCT_CALLS: dict[str, tuple[type[ctypes.Structure], int]] = {
     "nvmlDeviceGetGpuFabricInfo": (GpuFabricInfo, 0),
     "nvmlDeviceGetGpuFabricInfoV": (GpuFabricInfoV3, 3),
     "nvmlDeviceGetGpuFabricInfo_v4": (GpuFabricInfoV4, 0),
+    "nvmlDeviceGetC2cModeInfoV": (C2cModeInfoV1, 0),
     "nvmlDeviceGetMarginTemperature": (MarginTemperatureV1, 1),
 }
 # a driver that knows only an older version of the structure answers the newer one with

@@ -197,6 +197,15 @@ def gpu_fabric(gpu: GpuCalls, declared_as: Callable[[str], catalog.Declared]) ->
                 int(f["healthSummary"]), str(f["healthSummary"])
             ),
         )
+    yield gpu_c2c(gpu)
+
+
+def gpu_c2c(gpu: GpuCalls) -> Reading:
+    """Whether the GPU reaches its CPU over NVLink-C2C (a Grace superchip) rather than
+    PCIe: nvmlDeviceGetC2cModeInfoV (NotSupported on a GPU without C2C)."""
+    return gpu.reading(
+        "c2c.enabled", "nvmlDeviceGetC2cModeInfoV", convert=lambda c: bool(c["isC2cEnabled"])
+    )
 
 
 # the readings gpu_fabric makes (declared by the gpu probe, which runs it)
@@ -210,4 +219,5 @@ FABRIC_READINGS = (
     catalog.config("gpu.{gpu}.fabric.clique_id", help="the fabric clique the GPU is in"),
     catalog.config("gpu.{gpu}.fabric.cliques", help="v4's typed cliques, type:id"),
     catalog.config("gpu.{gpu}.fabric.health_summary"),
+    catalog.config("gpu.{gpu}.c2c.enabled", help="NVLink-C2C (Grace) instead of PCIe to the CPU"),
 )

@@ -101,6 +101,7 @@ def gb200_replay(tray: str = "t01", links: int = 18, **fabric_args: Any) -> dict
             f"{p},{cap}": 0 for p in range(4) if p != index for cap in range(4)
         }
         gpu["nvmlDeviceGetNvLinkVersion"] = {str(link): 5 for link in range(18)}
+        gpu["nvmlDeviceGetC2cModeInfoV"] = {"isC2cEnabled": 1}  # Grace: NVLink-C2C
         for link in range(links, 18):  # links out of the fabric
             gpu["nvmlDeviceGetNvLinkState"][str(link)] = 0
         gpu.update(fabric(**fabric_args))

@@ -237,3 +237,4 @@ def _fabric_v4(f: dict[str, Any]) -> list[Any]:
 
 
 ENCODERS["nvmlDeviceGetGpuFabricInfo_v4"] = _fabric_v4
+ENCODERS["nvmlDeviceGetC2cModeInfoV"] = lambda c: [c["isC2cEnabled"]]

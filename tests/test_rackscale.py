@@ -65,6 +65,7 @@ def counted(snapshot: Snapshot) -> list[str]:
 def gh200_replay() -> dict[str, Any]:
     device = nodes.demo.healthy_gpu(0)
     device["nvmlDeviceGetGpuFabricInfoV"]["state"] = 0  # no NVLink fabric
+    device["nvmlDeviceGetC2cModeInfoV"] = {"isC2cEnabled": 1}
     return nodes.demo.replay("GH200 (made up)", [device])
 
 
@@ -126,6 +127,7 @@ def test_the_stand_in_answers_v4_v3_and_v2_per_gpu(nvml_standin: Path, tmp_path:
     assert live["gpu.0.fabric.cluster_uuid"][1] == "52070001-0203-0405-0607-08090a0b0c0d"
     assert live["gpu.0.fabric.health_summary"][1] == "healthy"
     assert live["gpu.0.fabric.health_flags"][1] == []
+    assert live["gpu.0.c2c.enabled"][1] is True  # Grace's GPUs: NVLink-C2C, not PCIe
     assert "CALL nvmlDeviceGetGpuFabricInfo_v4 gpu=1 -> FunctionNotFound" in calls
     assert live["gpu.1.fabric.state"][1] == "in-progress"
     assert live["gpu.1.fabric.status"][0] == "missing"
@@ -159,6 +161,8 @@ def test_the_healthy_nodes_are_ok() -> None:
     gh200 = judged(nodes.gh200_host(), gh200_replay())
     assert counted(gh200) == []
     assert gh200.reading("grace.memory_numa_nodes").value == list(range(1, 9))
+    assert gh200.reading("gpu.0.c2c.enabled").value is True
+    assert b200.reading("gpu.0.c2c.enabled").status.value == "unsupported"  # PCIe to the CPU
 
 
 FABRIC_PROBES = (gpu.PROBE, rackscale.PROBE)

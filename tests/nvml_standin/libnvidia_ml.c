@@ -974,5 +974,18 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfo_v4(nvmlDevice_t device, nvmlGpuFabricInf
     }
     return code;
 }
+
+/* nvmlC2cModeInfo_v1_t (no version field); a GPU without the record has no C2C */
+typedef struct {
+    unsigned int isC2cEnabled;
+} nvmlC2cModeInfo_v1_t;
+
+nvmlReturn_t nvmlDeviceGetC2cModeInfoV(nvmlDevice_t device, nvmlC2cModeInfo_v1_t *info) {
+    OUT(info);
+    answer_t a;
+    nvmlReturn_t code = lookup(__func__, __func__, device, "-", &a);
+    if (!code) info->isC2cEnabled = (unsigned int)next_u(&a);
+    return code;
+}
 #endif
 /* ---- end of fabric info --------------------------------------------------------------- */
