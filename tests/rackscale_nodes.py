@@ -229,7 +229,9 @@ def _numa(host: dict[str, Any], numa: dict[str, int]) -> None:
     _put(host, {f"/sys/bus/pci/devices/{a}/numa_node": f"{n}\n" for a, n in numa.items()})
 
 
-def gb200_host(imex: bool = True, channels: int = 1, numa: dict[str, int] | None = None) -> dict[str, Any]:
+def gb200_host(
+    imex: bool = True, channels: int = 1, numa: dict[str, int] | None = None
+) -> dict[str, Any]:
     """A GB200 NVL72 compute tray's host record."""
     host = demo_host()
     _grace_cpus(host, sockets=2, gpu_nodes=32)

@@ -9,7 +9,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import rackscale_nodes as nodes
 
 from gpudiag.fleet.analysis import analyse
 from gpudiag.fleet.load import load_fleet
@@ -20,6 +19,7 @@ from gpudiag.rulefile import load_rules
 from gpudiag.session import LiveNode, with_findings
 from gpudiag.snapshot import save
 
+import rackscale_nodes as nodes
 from conftest import run_cli
 from fleetgen import with_values
 

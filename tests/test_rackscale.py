@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import rackscale_nodes as nodes
 
 from gpudiag.hostfs import HostFS
 from gpudiag.model import Severity, Snapshot
@@ -30,6 +29,7 @@ from gpudiag.probes.fabric import health_flags
 from gpudiag.rulefile import load_rules
 from gpudiag.session import LiveNode
 
+import rackscale_nodes as nodes
 from conftest import FIXTURES, built_once
 from standin import PROBE_SCRIPT, build, environment, flatten, run_python
 
