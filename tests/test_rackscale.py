@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -303,3 +304,22 @@ def test_systemctl_show_is_parsed() -> None:
         "SubState": "failed",
     }
     assert rackscale.last_error_line("a\n[ERROR] one\nok\n[ERROR] two\n") == "[ERROR] two"
+
+
+def test_a_unit_s_state_on_the_live_node_comes_from_systemctl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the live node `systemctl show` (tests/standins/systemctl on PATH) says whether
+    the fabric manager runs: failed is not running, and says so."""
+    script = tmp_path / "systemctl"
+    text = (Path(__file__).parent / "standins" / "systemctl").read_text().split("\n", 1)[1]
+    script.write_text(f"#!{sys.executable}\n{text}")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    unit = "nvidia-fabricmanager.service"
+    host = HostFS("/")
+    for state, running in (("failed", False), ("active", True)):
+        properties = {"LoadState": "loaded", "ActiveState": state, "SubState": state}
+        monkeypatch.setenv("STANDIN_SYSTEMCTL", json.dumps({unit: properties}))
+        found = rackscale.service_running(host, unit, "nv-fabricmanager")
+        assert found == (running, f"systemd: {state} ({state})", f"systemctl:{unit}")
