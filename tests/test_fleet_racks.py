@@ -4,15 +4,18 @@ at 16 of its 18 NVLinks; the report names both trays, how each differs, and no o
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from textual.widgets import Static, TabbedContent
 
 from gpudiag.fleet.analysis import analyse
 from gpudiag.fleet.load import load_fleet
 from gpudiag.fleet.report import report_json, report_text
+from gpudiag.fleet.screen import FleetApp
 from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.probes import default_probes
 from gpudiag.rulefile import load_rules
@@ -93,3 +96,19 @@ def test_gpudiag_fleet_prints_the_rack(rack: list[Path]) -> None:
     assert result.returncode == 1, result.stderr
     racks = json.loads(result.stdout)["racks"]
     assert list(racks[0]["disagree"]) == [ODD_CLIQUE, FEW_LINKS]
+
+
+def test_the_fleet_screen_has_a_racks_tab(rack: list[Path]) -> None:
+    """Key 6 shows the racks where the fleet has them (the other fleets keep 5 tabs)."""
+    report = analyse(load_fleet(rack))
+
+    async def scenario() -> None:
+        app = FleetApp(report)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("6")
+            assert app.query_one(TabbedContent).active == "section-6"
+            text = str(app.query_one("#text-6", Static).render())
+            assert f"tray {FEW_LINKS}: GPU 2: 16 of 18 links" in text
+            await pilot.press("q")
+
+    asyncio.run(scenario())
