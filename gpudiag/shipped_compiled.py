@@ -6,7 +6,7 @@ Where the declaring files no longer match FINGERPRINT, the catalog is built from
 producers instead.
 """
 
-FINGERPRINT = (1553961529, 32)
+FINGERPRINT = (2456822622, 32)
 # (template, unit, change, identifying, group, help, producers), in declaration order
 DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host']),
  ('host.kernel.release', '', 'configuration', '', 'Host and OS', '', ['host']),
@@ -450,6 +450,13 @@ DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'
   "v4's typed cliques, type:id",
   ['gpu']),
  ('gpu.{gpu}.fabric.health_summary', '', 'configuration', '', 'GPU', '', ['gpu']),
+ ('gpu.{gpu}.c2c.enabled',
+  '',
+  'configuration',
+  '',
+  'GPU',
+  'NVLink-C2C (Grace) instead of PCIe to the CPU',
+  ['gpu']),
  ('gpu.{gpu}.health', '', 'volatile', '', 'GPU', '', ['gpu', 'import']),
  ('gpu.{gpu}.inforom.image', '', 'configuration', '', 'GPU', '', ['gpu', 'import']),
  ('gpu.{gpu}.memory.total', 'MiB', 'configuration', '', 'GPU', '', ['gpu', 'import']),
