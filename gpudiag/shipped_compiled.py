@@ -6,7 +6,7 @@ Where the declaring files no longer match FINGERPRINT, the catalog is built from
 producers instead.
 """
 
-FINGERPRINT = (2456822622, 32)
+FINGERPRINT = (3653452613, 32)
 # (template, unit, change, identifying, group, help, producers), in declaration order
 DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host']),
  ('host.kernel.release', '', 'configuration', '', 'Host and OS', '', ['host']),
@@ -521,7 +521,7 @@ DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'
  ('fabric.manager.needed', '', 'configuration', '', 'Fabric', '', ['rackscale']),
  ('fabric.manager.running', '', 'configuration', '', 'Fabric', '', ['rackscale']),
  ('fabric.manager.last_error', '', 'volatile', '', 'Fabric', '', ['rackscale']),
- ('fabric.nvlink5_modules_missing', '', 'configuration', '', 'Fabric', '', ['rackscale']),
+ ('fabric.manager.modules_missing', '', 'configuration', '', 'Fabric', '', ['rackscale']),
  ('imex.needed', '', 'configuration', '', 'Fabric', '', ['rackscale']),
  ('imex.running', '', 'configuration', '', 'Fabric', '', ['rackscale']),
  ('imex.channels', '', 'configuration', '', 'Fabric', '', ['rackscale']),

@@ -125,7 +125,7 @@ def fm_need(layout: Layout) -> tuple[bool, str]:
     if layout.grace:
         return False, (
             "a Grace node (GB200/GB300/GH200): the fabric manager runs on the switch trays; "
-            "NVML's fabric state is this node's (NVL008)"
+            "NVML's fabric state is this node's"
         )
     nvlink5 = sorted({NVLINK5_HGX_IDS[d] for d in layout.gpus.values() if d in NVLINK5_HGX_IDS})
     if nvlink5:
@@ -141,7 +141,7 @@ def imex_need(host: HostFS, layout: Layout, cpu_nodes: list[int]) -> tuple[bool,
         return True, "a Grace-Blackwell tray (two GPUs per Grace): multi-node NVLink via IMEX"
     if host.exists(IMEX_NODES):
         return True, f"IMEX is configured here ({IMEX_NODES})"
-    return False, "not a multi-node NVLink tray and no IMEX configured"
+    return False, "not a Grace-Blackwell tray and no IMEX configured"
 
 
 def parse_systemctl_show(text: str) -> dict[str, str]:
@@ -312,12 +312,12 @@ def collect(context: ProbeContext) -> Iterator[Reading]:
         modules = host.read("/proc/modules")
         loaded = {line.split()[0] for line in (modules.text or "").splitlines() if line.strip()}
         yield modules.reading(
-            "fabric.nvlink5_modules_missing", [m for m in NVLINK5_MODULES if m not in loaded]
+            "fabric.manager.modules_missing", [m for m in NVLINK5_MODULES if m not in loaded]
         )
     else:
-        reason = "no NVLink 5 HGX GPU behind a local fabric manager"
+        reason = "no B200-class HGX GPU behind a local fabric manager"
         yield Reading.failed(
-            "fabric.nvlink5_modules_missing", ReadingStatus.UNSUPPORTED, reason, "procfs:modules"
+            "fabric.manager.modules_missing", ReadingStatus.UNSUPPORTED, reason, "procfs:modules"
         )
     imex, imex_why = imex_need(host, layout, sorted(cpu_nodes))
     yield Reading("imex.needed", imex, source="sysfs:bus/pci/devices", reason=imex_why)
@@ -346,7 +346,7 @@ READINGS = catalog.declare(
     catalog.config("fabric.manager.needed"),
     catalog.config("fabric.manager.running"),
     catalog.volatile("fabric.manager.last_error"),
-    catalog.config("fabric.nvlink5_modules_missing"),
+    catalog.config("fabric.manager.modules_missing"),
     catalog.config("imex.needed"),
     catalog.config("imex.running"),
     catalog.config("imex.channels"),

@@ -31,7 +31,7 @@ FABRIC_CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
     "FAB005": _gpu("fabric.health_summary", "unhealthy", "healthy"),
     "FAB006": _gpu("fabric.health_summary", "limited-capacity", "healthy"),
     "FAB007": _node("fabric.manager.running", False, True),
-    "FAB008": _node("fabric.nvlink5_modules_missing", ["ib_umad"], []),
+    "FAB008": _node("fabric.manager.modules_missing", ["ib_umad"], []),
     "FAB009": _node("imex.running", False, True),
     "FAB010": _node("imex.channels", 0, 1),
     "FAB011": _node("cuda.init", "CUDA_ERROR_SYSTEM_NOT_READY (802)", "ok"),

@@ -158,7 +158,7 @@ def test_the_healthy_nodes_are_ok() -> None:
     b200 = judged(nodes.b200_host(), nodes.b200_replay())
     assert counted(b200) == []
     assert b200.reading("fabric.manager.running").value is True
-    assert b200.reading("fabric.nvlink5_modules_missing").value == []
+    assert b200.reading("fabric.manager.modules_missing").value == []
     gh200 = judged(nodes.gh200_host(), gh200_replay())
     assert counted(gh200) == []
     assert gh200.reading("grace.memory_numa_nodes").value == list(range(1, 9))
