@@ -203,6 +203,44 @@ class GpuFabricInfoV2(ctypes.Structure):
     )
 
 
+class GpuFabricInfoV3(ctypes.Structure):
+    """nvmlGpuFabricInfo_v3_t (40 bytes, R570 on): v2 and the health summary."""
+
+    _fields_ = (*GpuFabricInfoV2._fields_, ("healthSummary", ctypes.c_ubyte))
+
+
+NVML_GPU_FABRIC_CLIQUE_MAX = 64  # nvml.h
+
+
+class GpuFabricClique(ctypes.Structure):
+    """nvmlGpuFabricClique_v1_t: one (type, id) clique assignment."""
+
+    _fields_ = (("type", ctypes.c_ubyte), ("id", ctypes.c_uint))
+
+
+class GpuFabricInfoV4(ctypes.Structure):
+    """nvmlGpuFabricInfo_v4_t (548 bytes, for nvmlDeviceGetGpuFabricInfo_v4): v3's
+    cliqueId replaced by the typed clique list; no version field (NVML API reference,
+    docs.nvidia.com/deploy/nvml-api/api/structnvmlGpuFabricInfo__v4__t.html)."""
+
+    _fields_ = (
+        ("clusterUuid", ctypes.c_ubyte * 16),
+        ("status", ctypes.c_int),
+        ("cliques", GpuFabricClique * NVML_GPU_FABRIC_CLIQUE_MAX),
+        ("numCliques", ctypes.c_uint),
+        ("state", ctypes.c_ubyte),
+        ("healthMask", ctypes.c_uint),
+        ("healthSummary", ctypes.c_ubyte),
+    )
+
+
+class C2cModeInfoV1(ctypes.Structure):
+    """nvmlC2cModeInfo_v1_t: whether the GPU reaches its CPU over NVLink-C2C (Grace);
+    no version field, despite the V of nvmlDeviceGetC2cModeInfoV."""
+
+    _fields_ = (("isC2cEnabled", ctypes.c_uint),)
+
+
 class MarginTemperatureV1(ctypes.Structure):
     """nvmlMarginTemperature_v1_t: the distance to the slowdown limit (T.Limit)."""
 
@@ -230,8 +268,15 @@ class MemoryV2(ctypes.Structure):
 OWN_STRUCT_CALLS: dict[str, tuple[type[ctypes.Structure], int]] = {
     "nvmlDeviceGetMemoryInfo_v2": (MemoryV2, 2),
     "nvmlDeviceGetGpuFabricInfo": (GpuFabricInfo, 0),
-    "nvmlDeviceGetGpuFabricInfoV": (GpuFabricInfoV2, 2),
+    "nvmlDeviceGetGpuFabricInfoV": (GpuFabricInfoV3, 3),
+    "nvmlDeviceGetGpuFabricInfo_v4": (GpuFabricInfoV4, 0),
+    "nvmlDeviceGetC2cModeInfoV": (C2cModeInfoV1, 0),
     "nvmlDeviceGetMarginTemperature": (MarginTemperatureV1, 1),
+}
+# a driver that knows only an older version of the structure answers the newer one with
+# NVML_ERROR_ARGUMENT_VERSION_MISMATCH (25): the call is made again with this one
+OLDER_STRUCT_VERSIONS: dict[str, tuple[type[ctypes.Structure], int]] = {
+    "nvmlDeviceGetGpuFabricInfoV": (GpuFabricInfoV2, 2),  # R535 to R565
 }
 FIELD_VALUES = "nvmlDeviceGetFieldValues"
 # nvmlValueType_t -> the member of nvmlValue_t holding the value
@@ -419,12 +464,22 @@ class PynvmlBackend:
     def _own_struct_call(self, function: str, device: int) -> dict[str, Any]:
         """Call FUNCTION(handle, &struct) with gpudiag's own nvml.h structure."""
         struct_type, version = OWN_STRUCT_CALLS[function]
-        struct = struct_type()
-        if version:
-            struct.version = struct_version(struct_type, version)
         func = self._symbol(function)
-        self._check(func(self._handle(device), ctypes.byref(struct)), function)
-        return {k: v for k, v in plain(struct).items() if k != "version"}
+        while True:
+            struct = struct_type()
+            if version:
+                struct.version = struct_version(struct_type, version)
+            code = func(self._handle(device), ctypes.byref(struct))
+            older = OLDER_STRUCT_VERSIONS.get(function)
+            if code != 25 or older is None or older[0] is struct_type:
+                break
+            struct_type, version = older  # ArgumentVersionMismatch: the driver's version
+        self._check(code, function)
+        values = {k: v for k, v in plain(struct).items() if k != "version"}
+        if "numCliques" in values:  # only the first numCliques entries are the driver's
+            count = min(int(values.pop("numCliques")), NVML_GPU_FABRIC_CLIQUE_MAX)
+            values["cliques"] = values["cliques"][:count]
+        return values
 
     def _field_value(self, device: int, field_id: int, scope_id: int = 0) -> Any:
         """One field value (nvmlDeviceGetFieldValues), by its type; its own return code

@@ -30,6 +30,7 @@ def _registry() -> tuple[Probe, ...]:
         pcie,
         platform,
         power,
+        rackscale,
     )
 
     return (
@@ -46,6 +47,7 @@ def _registry() -> tuple[Probe, ...]:
         faults.PROBE,
         driver.PROBE,
         gpu.PROBE,
+        rackscale.PROBE,
     )
 
 

@@ -18,8 +18,9 @@ from typing import Any
 from gpudiag import catalog
 from gpudiag.catalog import normalize_bus_id
 from gpudiag.model import Reading, ReadingStatus, Value
-from gpudiag.nvml import MIG_DEVICES, NVML_ERROR_NAMES, Nvml, NvmlError
+from gpudiag.nvml import MIG_DEVICES, Nvml, NvmlError
 from gpudiag.probe import Cost, Need, Probe, ProbeContext
+from gpudiag.probes.fabric import FABRIC_READINGS, gpu_fabric
 from gpudiag.textparse import format_cpulist
 
 NVLINK_MAX_LINKS = 18
@@ -45,14 +46,6 @@ P2P_STATUS = {
 }
 COMPUTE_MODES = {0: "default", 1: "exclusive-thread", 2: "prohibited", 3: "exclusive-process"}
 REMOTE_TYPES = {0: "gpu", 1: "ibmnpu", 2: "nvswitch"}
-FABRIC_STATES = {0: "not-supported", 1: "not-started", 2: "in-progress", 3: "completed"}
-# nvml.h's fabric health mask: 2-bit fields (0 not supported, 1 true, 2 false) by shift
-FABRIC_HEALTH_FLAGS = {
-    0: "degraded-bandwidth",
-    2: "route-recovery",
-    4: "route-unhealthy",
-    6: "access-timeout-recovery",
-}
 # nvmlDeviceGetFieldValues: NVML_FI_DEV_NVLINK_GET_SPEED (MBps), scoped by link
 FIELD_NVLINK_SPEED = 164
 # nvml.h: "GPU T.Limit temperature thresholds in degree Celsius", Ada and later, superseding
@@ -98,17 +91,6 @@ def mig_instances(devices: list[dict[str, Any]]) -> list[str]:
         f"GI {d['gpu_instance']} / CI {d['compute_instance']}: {mib(d['memory_total'])} MiB"
         for d in sorted(devices, key=lambda d: d["index"])
     ]
-
-
-def fabric_health(mask: int) -> list[str]:
-    """The fabric health flags set in NVML's health mask."""
-    return [name for shift, name in FABRIC_HEALTH_FLAGS.items() if (int(mask) >> shift) & 3 == 1]
-
-
-def fabric_status(info: dict[str, Any]) -> str:
-    """The fabric's error status: 'ok', or NVML's name for the return code."""
-    code = int(info["status"])
-    return "ok" if code == 0 else NVML_ERROR_NAMES.get(code, f"Error{code}")
 
 
 def mib(value: int) -> int:
@@ -374,7 +356,7 @@ def _pcie_and_use(gpu: GpuCalls) -> Iterator[Reading]:
         yield _with_fallback(
             gpu, f"processes.{kind}", function, lambda ps: [int(p["pid"]) for p in ps]
         )
-    yield from _fabric(gpu)
+    yield from gpu_fabric(gpu, declared_as)  # probes/fabric.py
     yield gpu.reading(
         "cpu_affinity",
         "nvmlDeviceGetCpuAffinity",
@@ -394,40 +376,6 @@ def _with_fallback(
         if older.ok:
             return older
     return reading
-
-
-def _fabric(gpu: GpuCalls) -> Iterator[Reading]:
-    """Fabric state, status and health: nvmlDeviceGetGpuFabricInfoV (with the health
-    mask), or nvmlDeviceGetGpuFabricInfo where the driver lacks it."""
-    function = "nvmlDeviceGetGpuFabricInfoV"
-    state = gpu.reading("fabric.state", function, convert=lambda f: FABRIC_STATES[f["state"]])
-    if not state.ok and ("FunctionNotFound" in state.reason or "NotRecorded" in state.reason):
-        function = "nvmlDeviceGetGpuFabricInfo"
-        state = gpu.reading("fabric.state", function, convert=lambda f: FABRIC_STATES[f["state"]])
-    yield state
-    status = declared_as("gpu.{gpu}.fabric.status")
-    source = f"nvml:{function}"
-    if state.ok and state.value == "completed":  # nvml.h: status is valid once completed
-        yield gpu.reading("fabric.status", function, convert=fabric_status)
-    elif state.ok and state.value == "not-supported":  # the GPU is on no NVLink fabric
-        reason = "the GPU has no NVLink fabric (fabric state not-supported)"
-        yield status.failed(ReadingStatus.UNSUPPORTED, reason, source, gpu=gpu.index)
-    elif state.ok:  # NVL008 reports the state; the status comes once registration completes
-        reason = f"fabric registration has not completed (state {state.value})"
-        yield status.failed(ReadingStatus.MISSING, reason, source, gpu=gpu.index)
-    else:
-        yield status.failed(state.status, state.reason, state.source, gpu=gpu.index)
-    if function.endswith("V"):
-        yield gpu.reading(
-            "fabric.health_flags", function, convert=lambda f: fabric_health(f["healthMask"])
-        )
-    else:  # the older structure has no health mask: NVL010 cannot apply on this driver
-        yield declared_as("gpu.{gpu}.fabric.health_flags").failed(
-            ReadingStatus.UNSUPPORTED,
-            "driver lacks nvmlDeviceGetGpuFabricInfoV (R535 and older): no fabric health mask",
-            source,
-            gpu=gpu.index,
-        )
 
 
 def _nvlink_speed(gpu: GpuCalls, link: int) -> Reading:
@@ -707,9 +655,7 @@ READINGS = (
         ),
         catalog.config("gpu.{gpu}.ecc.current"),
         catalog.config("gpu.{gpu}.ecc.pending"),
-        catalog.config("gpu.{gpu}.fabric.health_flags"),
-        catalog.config("gpu.{gpu}.fabric.state"),
-        catalog.config("gpu.{gpu}.fabric.status"),
+        *FABRIC_READINGS,
         catalog.volatile("gpu.{gpu}.health"),
         catalog.config("gpu.{gpu}.inforom.image"),
         catalog.config("gpu.{gpu}.memory.total", "MiB"),

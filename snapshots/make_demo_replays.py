@@ -169,6 +169,7 @@ def healthy_gpu(index: int) -> dict[str, Any]:
             "state": 3,
             "healthMask": 0,
         },
+        "nvmlDeviceGetC2cModeInfoV": NOT_SUPPORTED,  # no NVLink-C2C: an x86 host
         "nvmlDeviceGetCpuAffinity": {"16": cpu_affinity(index)},
         "nvmlDeviceGetNumaNodeId": 0 if index < 4 else 1,
         "nvmlDeviceGetNvLinkState": {str(link): 1 for link in range(18)},

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from gpudiag.model import Reading, ReadingStatus
 
+from rule_cases_fabric import FABRIC_CASES
+
 R = Reading
 
 
@@ -127,7 +129,7 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
     "NVL007": link("speed", 13.281, 26.562),
     "NVL008": one("fabric.state", "not-started", "completed"),
     "NVL009": one("fabric.status", "Unknown", "ok"),
-    "NVL010": one("fabric.health_flags", ["degraded-bandwidth"], []),
+    "NVL010": one("fabric.health_flags", ["degraded-bandwidth"], ["route-recovery"]),
     "PCIE001": pair("pcie.link_width", 8, 16, "pcie.max_link_width", 16),
     "PCIE002": one("pcie.max_link_width", 8, 16),
     "PCIE003": one("pcie.replay_counter", 14, 0),
@@ -251,3 +253,4 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
     "IB004": ib_port("link_downed", 3, 0),
     "IB005": ib_port("symbol_error", 12, 0),
 }
+CASES.update(FABRIC_CASES)  # rules/fabric.toml's (tests/rule_cases_fabric.py)

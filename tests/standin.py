@@ -62,7 +62,9 @@ def _pci(p: dict[str, Any]) -> list[Any]:
 
 
 def _fabric(f: dict[str, Any]) -> list[Any]:
-    return [*f["clusterUuid"], f["status"], f["cliqueId"], f["state"], f.get("healthMask", 0)]
+    summary = [f["healthSummary"]] if "healthSummary" in f else []  # v3's (see the C file)
+    values = [*f["clusterUuid"], f["status"], f["cliqueId"], f["state"], f.get("healthMask", 0)]
+    return values + summary
 
 
 def _processes(ps: list[dict[str, Any]]) -> list[Any]:
@@ -225,3 +227,14 @@ def run_python(
         timeout=timeout,
         check=False,
     )
+
+
+# ---- fabric info v4 (nvmlGpuFabricInfo_v4_t; see the C file's fabric section) ----------
+def _fabric_v4(f: dict[str, Any]) -> list[Any]:
+    pairs = [v for c in f["cliques"] for v in (c["type"], c["id"])]
+    head = [*f["clusterUuid"], f["status"], f["state"], f["healthMask"], f["healthSummary"]]
+    return [*head, len(f["cliques"]), *pairs]
+
+
+ENCODERS["nvmlDeviceGetGpuFabricInfo_v4"] = _fabric_v4
+ENCODERS["nvmlDeviceGetC2cModeInfoV"] = lambda c: [c["isC2cEnabled"]]

@@ -53,6 +53,7 @@ from gpudiag.fleet.outliers import (
     odd_counters,
     robust_outliers,
 )
+from gpudiag.fleet.rack import Rack, rack_view
 from gpudiag.fleet.records import LoadedFleet
 from gpudiag.fleet.table import (
     DEVICE_ID,
@@ -167,6 +168,7 @@ class FleetReport:
     columns: Columns | None = None
     names: TableNames | None = None
     node_names: list[str] = field(default_factory=list)
+    racks: list[Rack] = field(default_factory=list)  # NVLink domains (gpudiag/fleet/rack.py)
     _table: pl.DataFrame | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -216,6 +218,8 @@ class FleetReport:
                 odd.update(g.nodes)
         for f in self.partial_findings():
             odd.update(f.nodes)
+        for rack in self.racks:  # trays whose clique, cluster or links differ
+            odd.update(rack.disagree)
         return sorted(odd, key=natural_key)
 
     @property
@@ -361,4 +365,5 @@ def analyse(
         columns=columns,
         names=names,
         node_names=[run.host for run in fleet.current],
+        racks=rack_view(fleet),
     )

@@ -8,6 +8,7 @@ from collections import defaultdict
 from typing import Any
 
 from gpudiag.fleet.analysis import FleetReport, Outlier, fold
+from gpudiag.fleet.rack import rack_lines, racks_json
 
 MAX_LISTED = 8
 MIN_F1 = 0.5  # a cause shown must separate at least this well
@@ -155,6 +156,7 @@ def report_text(report: FleetReport, markdown: bool = False) -> str:
             f"{bullet}{r.node} {r.device} {r.metric}: slower since {r.started} "
             f"(x{r.ratio:.3f}, 95% CI {r.ci_low:.3f}-{r.ci_high:.3f}, against {r.previous})"
         )
+    lines.extend(rack_lines(report.racks, markdown))  # only where the fleet has NVLink domains
     lines.append(h("Findings"))
     if not report.findings:
         lines.append(f"{bullet}none")
@@ -182,6 +184,7 @@ def report_json(report: FleetReport) -> dict[str, Any]:
             "model": o.model,
         }
 
+    racks = {"racks": racks_json(report.racks)} if report.racks else {}
     return {
         "nodes": report.nodes,
         "snapshots": report.snapshots,
@@ -237,4 +240,5 @@ def report_json(report: FleetReport) -> dict[str, Any]:
             }
             for f in report.findings
         ],
+        **racks,
     }

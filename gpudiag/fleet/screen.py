@@ -18,6 +18,12 @@ from gpudiag.inputs import printable
 from gpudiag.tui_base import GpudiagAppBase
 
 SECTIONS = ("Why slow", "Configuration groups", "Outliers", "History", "Findings")
+RACKS = "Racks"  # a sixth tab where the fleet has NVLink domains (gpudiag/fleet/rack.py)
+
+
+def titles(report: FleetReport) -> tuple[str, ...]:
+    """The tabs' titles: the sections, and Racks where the report has racks."""
+    return (*SECTIONS, RACKS) if report.racks else SECTIONS
 
 
 MAX_BAD_SHOWN = 8
@@ -50,7 +56,7 @@ def sections(report: FleetReport) -> dict[str, str]:
     out: dict[str, list[str]] = {SECTIONS[0]: [report.verdict(), *unreadable_lines(report)]}
     current = None
     for line in text.splitlines():
-        if line in SECTIONS:
+        if line in SECTIONS or line == RACKS:
             current = line
             out.setdefault(current, [])
         elif current is not None and line:
@@ -64,7 +70,10 @@ class FleetApp(GpudiagAppBase):
     TITLE = "gpudiag fleet"
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("q", "quit", "Quit"),
-        *(Binding(str(i), f"show({i})", title, show=False) for i, title in enumerate(SECTIONS, 1)),
+        *(
+            Binding(str(i), f"show({i})", title, show=False)
+            for i, title in enumerate((*SECTIONS, RACKS), 1)
+        ),
     ]
 
     def __init__(self, report: FleetReport) -> None:
@@ -75,13 +84,15 @@ class FleetApp(GpudiagAppBase):
         yield Header()
         texts = sections(self.report)
         with TabbedContent():
-            for i, title in enumerate(SECTIONS, 1):
+            for i, title in enumerate(titles(self.report), 1):
                 with TabPane(f"{i} {title}", id=f"section-{i}"), VerticalScroll():
                     yield Static(texts.get(title, ""), markup=False, id=f"text-{i}")
         yield Footer()
 
     def action_show(self, number: int) -> None:
-        """Show section `number` (1-5)."""
+        """Show section `number` (1-5, 6 the racks where there are)."""
+        if number > len(titles(self.report)):
+            return
         self.query_one(TabbedContent).active = f"section-{number}"
 
     def on_mount(self) -> None:

@@ -28,6 +28,7 @@
  * Compiled twice (tests/standin.py): the current driver, and with -DOLD_DRIVER an older
  * one without the _v3 process calls, nvmlDeviceGetGpuFabricInfoV, the clock event
  * reasons, nvmlDeviceGetMarginTemperature and nvmlDeviceGetMemoryInfo_v2.
+ * The fabric info calls (v2, v3 and v4 structures) and the C2C mode are in fabric.c.
  */
 #define _GNU_SOURCE
 #include <stdarg.h>
@@ -704,26 +705,6 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t
 }
 
 #ifndef OLD_DRIVER
-nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfo_v3_t *info) {
-    if (!check_out(__func__, info, sizeof info->version)) return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned int version = info->version;
-    size_t size = version == nvmlGpuFabricInfo_v3 ? sizeof(nvmlGpuFabricInfo_v3_t)
-                  : version == nvmlGpuFabricInfo_v2 ? sizeof(nvmlGpuFabricInfo_v2_t) : 0;
-    if (!size) {
-        log_line("CALL %s version=0x%x -> ArgumentVersionMismatch", __func__, version);
-        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    }
-    if (!check_out(__func__, info, size)) return NVML_ERROR_INVALID_ARGUMENT;
-    answer_t a;
-    nvmlReturn_t code = lookup(__func__, "nvmlDeviceGetGpuFabricInfoV", device, "-", &a);
-    if (!code) {
-        fill_fabric(&a, info->clusterUuid, &info->status, &info->cliqueId, &info->state,
-                    &info->healthMask);
-        if (size == sizeof(nvmlGpuFabricInfo_v3_t)) info->healthSummary = 0;
-    }
-    return code;
-}
-
 nvmlReturn_t nvmlDeviceGetMarginTemperature(nvmlDevice_t device, nvmlMarginTemperature_v1_t *margin) {
     OUT(margin);
     if (margin->version != nvmlMarginTemperature_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
@@ -1074,3 +1055,5 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet) {
     log_line("CALL %s gpu=%d metrics=%u -> 0", __func__, s2->gpu, n);
     return NVML_SUCCESS;
 }
+
+#include "fabric.c" /* the fabric info and C2C calls (v2, v3, v4 structures) */
