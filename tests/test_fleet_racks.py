@@ -90,6 +90,29 @@ def test_a_healthy_rack_agrees(rack: list[Path]) -> None:
     assert "16 trays" in report_text(report) and "every tray agrees" in report_text(report)
 
 
+def test_two_healthy_racks_are_not_odd(rack: list[Path], tmp_path: Path) -> None:
+    """A second rack's trays (another cluster UUID and clique) form a configuration group of
+    their own, which is not odd: each rack agrees within itself, and nothing needs a person."""
+    from gpudiag.snapshot import load
+
+    healthy = [p for p in rack if p.stem not in (ODD_CLIQUE, FEW_LINKS)]
+    second = []
+    for path in healthy[:8]:
+        node = load(path)
+        values: dict[str, object] = {"host.hostname": f"gb-r08-{path.stem[-3:]}"}
+        for gpu in range(4):
+            values[f"gpu.{gpu}.fabric.cluster_uuid"] = "5b0f6a9e-1111-4c2d-9e1a-000000000008"
+            values[f"gpu.{gpu}.fabric.clique_id"] = 0x7FFC
+        other = with_values(node, values)
+        out = tmp_path / f"gb-r08-{path.stem[-3:]}.json"
+        save(replace(other, host=f"gb-r08-{path.stem[-3:]}"), out)
+        second.append(out)
+    report = analyse(load_fleet([*healthy, *second]))
+    assert len(report.racks) == 2 and all(r.disagree == {} for r in report.racks)
+    assert len(report.groups) == 2  # a rack each: said, not odd
+    assert not report.odd and report.odd_nodes() == [] and report.exit_code() == 0
+
+
 def test_gpudiag_fleet_prints_the_rack(rack: list[Path]) -> None:
     """What the user sees: `gpudiag fleet DIR --format json` names the two trays, exit 1."""
     result = run_cli("fleet", str(rack[0].parent), "--format", "json", timeout=120)

@@ -53,7 +53,7 @@ from gpudiag.fleet.outliers import (
     odd_counters,
     robust_outliers,
 )
-from gpudiag.fleet.rack import Rack, rack_view
+from gpudiag.fleet.rack import Rack, rack_identity_only, rack_view
 from gpudiag.fleet.records import LoadedFleet
 from gpudiag.fleet.table import (
     DEVICE_ID,
@@ -214,7 +214,7 @@ class FleetReport:
         for g in self.groups:
             if g.model not in largest:
                 largest.add(g.model)
-            else:
+            elif not rack_identity_only(g.differences):  # another rack is not odd
                 odd.update(g.nodes)
         for f in self.partial_findings():
             odd.update(f.nodes)

@@ -33,6 +33,17 @@ FIELDS = {
 _KEY = re.compile(r"gpu\.(\d+)\.(" + "|".join(re.escape(k) for k in FIELDS) + r")")
 
 
+# A rack's identity: every tray of one NVLink domain shares it and the next rack's differs,
+# so nodes differing in these alone are not odd as configuration (the rack view judges them)
+_DOMAIN_IDENTITY = re.compile(r"gpu\.\d+\.fabric\.(?:cluster_uuid|clique_id|cliques)")
+
+
+def rack_identity_only(differences: list[tuple[str, str, str]]) -> bool:
+    """Whether a configuration group differs from its model's largest group only in the
+    NVLink domain it belongs to (another rack's cluster UUID and clique)."""
+    return bool(differences) and all(_DOMAIN_IDENTITY.fullmatch(k) for k, _, _ in differences)
+
+
 _FOLDABLE = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
