@@ -34,7 +34,7 @@ from gpudiag.rule_operators import READING_OPERATORS
 from gpudiag.rulefile import load_rules
 from gpudiag.session import probe_node
 
-from conftest import REPO, realdata_dir
+from conftest import FIXTURES, REPO, realdata_dir
 from hosttree import add_infiniband, build_hgx_tree
 
 DEMOS = [REPO / "snapshots" / f"demo-hgx-h100-{kind}.toml" for kind in ("healthy", "faulty")]
@@ -68,6 +68,10 @@ def _imported_readings() -> tuple[Reading, ...]:
             if text.lstrip().startswith("ERROR:"):
                 continue
             readings.extend(import_text(text)[1])
+    # what bring-up pastes give (a Fabric section, kernel-log Xids, a dcgmi diag table):
+    # their shapes made from public outputs, tests/fixtures/pastes/README.md
+    for path in sorted((FIXTURES / "pastes").glob("*.txt")):
+        readings.extend(import_text(path.read_text(errors="replace"))[1])
     return tuple(readings)
 
 
