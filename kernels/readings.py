@@ -173,6 +173,25 @@ def judged(result: KernelResult, peaks: Mapping[str, Any]) -> KernelResult:
     return replace(result, status=ProbeStatus.ERROR, stats=None, error=reason)
 
 
+# what is derived from a figure, and judged by a rule: the interval's ends (KRN005-008),
+# the verdict (KRN018-021), the shares of the peers' median (KRN009/KRN010) and the peak
+JUDGED_ENDS = ("ci_low", "ci_high", "verdict", "share_of_median", "share_of_peak")
+
+
+def _cannot_judge(key: str, result: KernelResult) -> dict[str, Reading]:
+    """A figure that cannot be true (KRN022) leaves the readings the rules judge it by
+    failed, with KRN022 as the reason: those rules are UNKNOWN, never silently passed."""
+    source = f"kernel:{result.kernel} {result.device} {result.metric}"
+    reason = f"KRN022: {result.error}"[:300]
+    unit = {"ci_low": result.unit, "ci_high": result.unit}
+    return {
+        f"{key}.{end}": Reading.failed(
+            f"{key}.{end}", ReadingStatus.ERROR, reason, source, unit.get(end, "")
+        )
+        for end in JUDGED_ENDS
+    }
+
+
 def _reading(key: str, result: KernelResult) -> Reading:
     source = f"kernel:{result.kernel} {result.device} {result.metric}"
     if result.status is ProbeStatus.SKIPPED:
@@ -231,6 +250,8 @@ def kernel_readings(
             continue
         reading = _reading(f"{prefix}kernel.{metric_key(result)}", result)
         derived[reading.key] = reading
+        if result.status is ProbeStatus.ERROR and result.error.startswith(TIMING_INCONSISTENT):
+            intervals.update(_cannot_judge(reading.key, result))
         if reading.ok and result.stats is not None:
             for end, value in (
                 ("ci_low", result.stats.ci95_low),
@@ -260,10 +281,10 @@ def kernel_readings(
 # metric -> (factor, profile field): the thresholds of KRN005-008 (rules/kernels.toml;
 # tests/test_kernel_plan.py checks that the two agree)
 THRESHOLDS = {
-    "stream.triad.fp64": (0.85, "memory_bandwidth_gbs"),
-    "stream.triad.fp32": (0.85, "memory_bandwidth_gbs"),
-    "gemm.fp64": (0.5, "fp64_gemm_tflops"),  # the tensor cores' figure where there is one
-    "gemm.fp16": (0.5, "fp16_tflops"),
+    "stream.triad.fp64": (1.0, "stream_triad_floor_gbs"),  # the model's band floors
+    "stream.triad.fp32": (1.0, "stream_triad_floor_gbs"),  # (rules/profiles.toml)
+    "gemm.fp64": (1.0, "gemm_fp64_floor_tflops"),
+    "gemm.fp16": (1.0, "gemm_fp16_floor_tflops"),
 }
 
 
@@ -275,9 +296,11 @@ def _verdicts(intervals: Mapping[str, Reading], peaks: Mapping[str, Any]) -> dic
     for key, high in intervals.items():
         m = re.match(r"^(gpu\.\d+\.kernel\.(.+))\.ci_high$", key)
         low = intervals.get(f"{m.group(1)}.ci_low") if m else None
-        factor, field = THRESHOLDS.get(m.group(2), (0.0, "")) if m else (0.0, "")
+        factor, field = THRESHOLDS.get(m.group(2), (0.0, "")) if m else (0.0, "")  # factor 1
         peak = peaks.get(field)
-        if m is None or low is None or not isinstance(peak, int | float) or peak <= 0:
+        if m is None or low is None or not (high.ok and low.ok):
+            continue  # a figure that cannot be true has its verdict failed (KRN022)
+        if not isinstance(peak, int | float) or peak <= 0:
             continue
         threshold = factor * float(peak)
         hi, lo = float(high.value), float(low.value)  # type: ignore[arg-type]
@@ -285,10 +308,10 @@ def _verdicts(intervals: Mapping[str, Reading], peaks: Mapping[str, Any]) -> dic
         verdicts[f"{m.group(1)}.verdict"] = Reading(
             f"{m.group(1)}.verdict",
             verdict,
-            source=f"{m.group(1)} 95% interval / {factor:g} x profile {field} ({peak:g})",
+            source=f"{m.group(1)} 95% interval / profile {field} ({peak:g})",
             reason=(
                 f"the 95% interval {lo:.6g}-{hi:.6g} {high.unit} against the threshold "
-                f"{threshold:.6g} {high.unit} ({factor:g} x profile {field} {peak:g})"
+                f"{threshold:.6g} {high.unit} (profile {field})"
             ),
         )
     return verdicts

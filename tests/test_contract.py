@@ -123,6 +123,8 @@ def _kernel_readings() -> tuple[Reading, ...]:
     }
     peaks = {"memory_bandwidth_gbs": 3350, "fp64_gemm_tflops": 67, "fp16_tflops": 989.5}
     peaks |= {"nvlink_count": 18, "nvlink_gbs": 25}
+    peaks |= {"stream_triad_floor_gbs": 2613, "gemm_fp64_floor_tflops": 33.5}
+    peaks |= {"gemm_fp16_floor_tflops": 494.75}  # the band floors the verdicts judge by
     return tuple(kernel_readings(labelled, topology, peaks))
 
 

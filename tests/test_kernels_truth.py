@@ -127,7 +127,8 @@ def test_check_reads_an_old_snapshots_impossible_figure_as_a_measurement_problem
 ) -> None:
     """A snapshot written by ea3500d on an H100 holds GEMM FP64 at 745 TFLOP/s as a
     result that passed: `check` reports it as a measurement problem (KRN022, a warning,
-    action none), never as a GPU figure or a GPU fault."""
+    action none), never as a GPU figure or a GPU fault, and the rule that would have
+    judged it (KRN007) as UNKNOWN with KRN022 as the reason, not "not judged"."""
     target = tmp_path / "old.toml"
     replay = str(REPO / "snapshots" / "demo-hgx-h100-healthy.toml")
     export = run_cli("--root", str(FIXTURES / "host-basic"), "--nvml-replay", replay,
@@ -138,11 +139,14 @@ def test_check_reads_an_old_snapshots_impossible_figure_as_a_measurement_problem
     target.write_text(dumps(old))
     result = run_cli("check", str(target))
     assert result.returncode != 3, result.stderr
-    lines = [line for line in result.stdout.splitlines() if "KRN022" in line]
+    lines = [line for line in result.stdout.splitlines() if line.split()[1:2] == ["KRN022"]]
     assert len(lines) == 1, result.stdout
     assert "WARNING" in lines[0].upper() and "CRITICAL" not in lines[0].upper()
     assert "measurement problem, not a GPU fault" in lines[0]
-    assert "745" in lines[0] and "KRN001" not in result.stdout and "KRN007" not in result.stdout
+    assert "745" in lines[0] and "KRN001" not in result.stdout
+    # the rule that would have judged the figure is UNKNOWN, with KRN022 as the reason
+    (krn007,) = [line for line in result.stdout.splitlines() if "KRN007" in line]
+    assert "UNKNOWN" in krn007 and "KRN022: timing inconsistent" in krn007
 
 
 def test_the_gpu_benchmark_runs_through_the_fake_and_gives_a_verdict_per_figure(

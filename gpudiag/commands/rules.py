@@ -23,7 +23,12 @@ def add_parser(subparsers: Any) -> None:
     explain.add_argument("rule_id", metavar="ID")
     lint = rules_commands.add_parser("lint", help="check rule files without running them")
     lint.add_argument("lint_files", metavar="FILE", nargs="+", type=Path)
-    rules_commands.add_parser("profiles", help="the GPU-model profiles and their device ids")
+    profiles = rules_commands.add_parser(
+        "profiles", help="the GPU-model profiles, their device ids and healthy bands"
+    )
+    profiles.add_argument(
+        "profile_name", metavar="NAME", nargs="?", help="one profile: each figure and its source"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,14 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if args.rules_command == "lint":
         return _lint(args.lint_files)
     if args.rules_command == "profiles":
-        from gpudiag.profiles import load_profiles
-
-        for profile in load_profiles().values():
-            words = [*profile.brands, *profile.name_words]
-            classes = f"(brand or name: {', '.join(dict.fromkeys(words))})" if words else ""
-            ids = ", ".join(profile.device_ids) or classes or "(select with --profile)"
-            print(f"{profile.name:<16} {profile.title:<44} {ids}")
-        return 0
+        return _profiles(getattr(args, "profile_name", None))
     from gpudiag.rulefile import load_rules
 
     rules = load_rules(args.rules, site=True)
@@ -54,6 +52,30 @@ def run(args: argparse.Namespace) -> int:
     if rule is None:
         raise UsageError(f"no rule {args.rule_id} (gpudiag rules list shows them)")
     print(explain_rule(rule))
+    return 0
+
+
+def _profiles(name: str | None) -> int:
+    """The profiles, a line each with their healthy bands under it; or one profile's
+    every figure with its source."""
+    from gpudiag.profiles import load_profiles
+
+    profiles = load_profiles()
+    if name is not None and name not in profiles:
+        raise UsageError(f"no profile {name} (gpudiag rules profiles lists them)")
+    for profile in profiles.values() if name is None else (profiles[name],):
+        words = [*profile.brands, *profile.name_words]
+        classes = f"(brand or name: {', '.join(dict.fromkeys(words))})" if words else ""
+        ids = ", ".join(profile.device_ids) or classes or "(select with --profile)"
+        print(f"{profile.name:<16} {profile.title:<44} {ids}")
+        if name is not None:
+            for field, value in sorted(profile.values.items()):
+                source = profile.source(field)
+                print(f"  {field} = {value}" + (f": {source}" if source else ""))
+            continue
+        for key, text in profile.sources:
+            if key.startswith("band."):
+                print(f"  {key}: {text}")
     return 0
 
 
