@@ -111,11 +111,27 @@ def _pcie_gbs(peaks: Mapping[str, Any]) -> float | None:
     return lane * width if lane and width else None
 
 
-def physical_bound(kernel: str, metric: str, peaks: Mapping[str, Any]) -> tuple[float, str] | None:
+# nvidia-smi topo -m's words for a GPU pair joined through PCIe (and the CPUs), not NVLink
+PCIE_PATHS = {"PIX", "PXB", "PHB", "NODE", "SYS", "SOC"}
+
+
+def _nvlink_per_link(peaks: Mapping[str, Any]) -> tuple[float, str] | None:
+    """One NVLink's GB/s in one direction: the higher of what nvidia-smi prints
+    (nvlink_gbs) and the link's line rate (nvlink_line_gbs, 53.125 on a B200 that prints
+    50), as a copy can reach up to either; None where the profile has neither."""
+    found = [(v, f) for f in ("nvlink_gbs", "nvlink_line_gbs") if (v := _number(peaks, f))]
+    return max(found) if found else None
+
+
+def physical_bound(
+    kernel: str, metric: str, peaks: Mapping[str, Any], link: str | None = None
+) -> tuple[float, str] | None:
     """The highest figure a GPU result can reach on the model (`peaks`: its profile), and
     what it is; None where the profile does not say. GEMM: the precision's highest peak;
-    STREAM: the memory bandwidth; a host copy: its PCIe link; a peer copy: the NVLinks
-    (or PCIe without them); both ways at once: twice the one-way bound."""
+    STREAM: the memory bandwidth; a host copy: its PCIe link; a peer copy: the link the
+    node says the pair has (`link`, topo.gpu.I.J: NV12 is 12 NVLinks, an NVLink bridge's
+    too; PIX or SYS its PCIe link), else the model's NVLinks (or PCIe without them); both
+    ways at once: twice the one-way bound."""
     both = 2.0 if metric.startswith("bidir.") else 1.0
     if kernel == "gemm" and metric in GEMM_PEAKS:
         found = [(v, f) for f in GEMM_PEAKS[metric] if (v := _number(peaks, f)) is not None]
@@ -128,30 +144,39 @@ def physical_bound(kernel: str, metric: str, peaks: Mapping[str, Any]) -> tuple[
         return (value, f"the model's memory bandwidth ({value:g} GB/s)") if value else None
     ways = " both ways" if both > 1 else ""
     pcie = _pcie_gbs(peaks)
-    link = (
+    pcie_text = (
         f"its PCIe link (Gen{peaks.get('pcie_gen')} x{peaks.get('pcie_width')}{ways}, "
         f"{both * pcie:.4g} GB/s)"
         if pcie
         else ""
     )
     if kernel == "copy" and metric.split(".")[0] in ("h2d", "d2h", "bidir"):
-        return (both * pcie, link) if pcie else None
+        return (both * pcie, pcie_text) if pcie else None
     if kernel == "peer" and metric.startswith(("to.", "bidir.")):
-        links, per_link = _number(peaks, "nvlink_count"), _number(peaks, "nvlink_gbs")
+        nv = re.fullmatch(r"NV(\d+)", link or "")
+        if link in PCIE_PATHS:
+            return (both * pcie, f"{link}: {pcie_text}") if pcie else None
+        per_link = _nvlink_per_link(peaks)
+        links = float(nv.group(1)) if nv else _number(peaks, "nvlink_count")
         if links and per_link:
-            value = both * links * per_link
-            return value, f"its NVLinks ({links:g} x {per_link:g} GB/s{ways}, {value:.4g} GB/s)"
-        return (both * pcie, link) if pcie else None
+            value = both * links * per_link[0]
+            named = f"its {link} NVLinks" if nv else "its NVLinks"
+            rate = " line rate" if per_link[1] == "nvlink_line_gbs" else ""
+            return value, (
+                f"{named} ({links:g} x {per_link[0]:g} GB/s{rate}{ways}, {value:.4g} GB/s)"
+            )
+        # a link count nobody gave (a PCIe card that may have an NVLink bridge): no bound
+        return (both * pcie, pcie_text) if pcie and not nv and per_link is None else None
     return None
 
 
-def impossible(result: KernelResult, peaks: Mapping[str, Any]) -> str:
+def impossible(result: KernelResult, peaks: Mapping[str, Any], link: str | None = None) -> str:
     """Why an OK GPU result's figure (its median) cannot be true: more than 5% above the
-    physical bound of the model (physical_bound), as "timing inconsistent: ..."; "" where
-    it can be, or nothing says."""
+    physical bound of the model (physical_bound; `link`: a peer pair's topo.gpu.I.J), as
+    "timing inconsistent: ..."; "" where it can be, or nothing says."""
     if result.status is not ProbeStatus.OK or not result.device.startswith("gpu"):
         return ""
-    bound = physical_bound(result.kernel, result.metric, peaks)
+    bound = physical_bound(result.kernel, result.metric, peaks, link)
     if bound is None or not result.samples:
         return ""
     figure = result.stats.median if result.stats is not None else max(result.samples)
@@ -165,9 +190,9 @@ def impossible(result: KernelResult, peaks: Mapping[str, Any]) -> str:
     )
 
 
-def judged(result: KernelResult, peaks: Mapping[str, Any]) -> KernelResult:
+def judged(result: KernelResult, peaks: Mapping[str, Any], link: str | None = None) -> KernelResult:
     """The result, or an error result where its figure cannot be true (impossible)."""
-    reason = impossible(result, peaks)
+    reason = impossible(result, peaks, link)
     if not reason:
         return result
     return replace(result, status=ProbeStatus.ERROR, stats=None, error=reason)
@@ -227,7 +252,10 @@ def kernel_readings(
         prefix = device_prefix(result.device)
         if prefix is None:
             continue
-        result = judged(result, peaks or {})  # an old snapshot's impossible figure too
+        pair = catalog.peer_pair(result)
+        link = _value(readings.get(pair), None) if pair is not None else None
+        # an old snapshot's impossible figure too; a peer copy by the pair's own link
+        result = judged(result, peaks or {}, link if isinstance(link, str) else None)
         failed = result.status is ProbeStatus.ERROR and "verification failed" in result.error
         verified[prefix] = verified.get(prefix, True) and not failed
         if prefix.startswith("gpu."):
@@ -236,7 +264,6 @@ def kernel_readings(
             )
             before = consistent.get(prefix, (True, ""))
             consistent[prefix] = (False, before[1] or result.error) if bad else before
-        pair = catalog.peer_pair(result)
         if pair is not None:
             reading = _reading(str(catalog.kernel_key(result)), result)
             derived[reading.key] = reading
