@@ -6,7 +6,7 @@ Where the declaring files no longer match FINGERPRINT, the catalog is built from
 producers instead.
 """
 
-FINGERPRINT = (2324414029, 30)
+FINGERPRINT = (3937306743, 30)
 # (template, unit, change, identifying, group, help, producers), in declaration order
 DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host']),
  ('host.kernel.release', '', 'configuration', '', 'Host and OS', '', ['host']),
@@ -580,6 +580,20 @@ DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'
   '',
   'GPU',
   'false when a figure cannot be true',
+  ['kernels']),
+ ('gpu.{gpu}.kernel.{metric}.clocks',
+  '',
+  'volatile',
+  '',
+  'GPU',
+  'full / power-capped / thermal / ...',
+  ['kernels']),
+ ('gpu.{gpu}.kernel.held_back',
+  '',
+  'volatile',
+  '',
+  'GPU',
+  'slow figures held back by clocks',
   ['kernels']),
  ('numa.{node}.kernel.{metric}',
   '*',

@@ -22,6 +22,13 @@ them whenever findings are computed, never stored twice. Keys, per device:
                                         or event time against the wall clock): a
                                         measurement problem, not a GPU fault
     gpu.N.kernel.burn.unreproduced      burn mismatches that a recompute did not reproduce
+    gpu.N.kernel.<...>.clocks           what the GPU ran the figure at (kernels/conditions.py
+                                        clock_state): full, power-capped, thermal,
+                                        hw-slowdown or clock-setting; reason: the cause in
+                                        words and what to do. KRN005-008/KRN016 judge
+                                        only a figure at full clocks
+    gpu.N.kernel.held_back              how many figures below their band floor were held
+                                        back by their conditions (KRN024), and why
     gpu.N.kernel.<...>.share_of_median  the device's figure over the median of all devices
                                         of its kind that measured the same metric (2 or more)
     topo.gpu.I.J.copy_gbs               one-way peer copy I -> J (and copy_bidir_gbs,
@@ -63,6 +70,10 @@ READINGS = (
         catalog.volatile(
             "gpu.{gpu}.kernel.timing_consistent", "", "false when a figure cannot be true"
         ),
+        catalog.volatile(
+            "gpu.{gpu}.kernel.{metric}.clocks", "", "full / power-capped / thermal / ..."
+        ),
+        catalog.volatile("gpu.{gpu}.kernel.held_back", "", "slow figures held back by clocks"),
     ),
     *catalog.declare("Kernel results", *_figures("numa.{node}")),
     *catalog.declare("Kernel results", *_figures("host")),
@@ -247,6 +258,7 @@ def kernel_readings(
     intervals: dict[str, Reading] = {}
     verified: dict[str, bool] = {}
     consistent: dict[str, tuple[bool, str]] = {}
+    clocks: dict[str, Reading] = {}
     peers: dict[str, list[tuple[str, Reading]]] = defaultdict(list)
     for result in kernels:
         prefix = device_prefix(result.device)
@@ -277,6 +289,10 @@ def kernel_readings(
             continue
         reading = _reading(f"{prefix}kernel.{metric_key(result)}", result)
         derived[reading.key] = reading
+        if reading.ok and prefix.startswith("gpu.") and result.kernel != "burn":
+            clock = _clock_reading(reading.key, result, peaks or {})
+            if clock is not None:
+                clocks[clock.key] = clock
         if result.status is ProbeStatus.ERROR and result.error.startswith(TIMING_INCONSISTENT):
             intervals.update(_cannot_judge(reading.key, result))
         if reading.ok and result.stats is not None:
@@ -298,11 +314,50 @@ def kernel_readings(
     derived.update(_peak_shares(derived.values(), peaks or {}))
     derived.update(_nvlink_share(derived.get("node.kernel.allreduce.busbw"), peaks or {}))
     derived.update(_shares(derived.values()))
+    derived.update(clocks)
     for group in peers.values():
         derived.update(_pair_shares(group))
     derived.update(intervals)  # after the shares: an interval's end is no figure of its own
     derived.update(_verdicts(intervals, peaks or {}))
+    derived.update(_held_back(clocks, derived))
     return list(derived.values())
+
+
+def _clock_reading(key: str, result: KernelResult, peaks: Mapping[str, Any]) -> Reading | None:
+    """What the GPU ran `result` at (kernels/conditions.py clock_state), where its
+    conditions were recorded."""
+    from gpudiag.kernels.conditions import clock_state
+
+    gpu = result.device.removeprefix("gpu")
+    state = clock_state(dict(result.params), _number(peaks, "power_limit_w"), gpu)
+    if state is None:
+        return None
+    source = f"kernel:{result.kernel} {result.device} {result.metric} conditions"
+    return Reading(f"{key}.clocks", state[0], source=source, reason=state[1][:300])
+
+
+def _held_back(clocks: Mapping[str, Reading], derived: Mapping[str, Reading]) -> dict[str, Reading]:
+    """Per GPU: the figures below their band floor (verdict below) whose GPU was held back
+    (clocks not full), with each one's cause; 0 where none was (KRN024)."""
+    counts: dict[str, list[str]] = {}
+    for key, reading in clocks.items():
+        figure = key.removesuffix(".clocks")
+        prefix = figure.split(".kernel.")[0]
+        held = counts.setdefault(prefix, [])
+        verdict = derived.get(f"{figure}.verdict")
+        if reading.value != "full" and verdict is not None and verdict.value == "below":
+            metric = figure.split(".kernel.")[1]
+            held.append(f"{metric} {reading.value}: {reading.reason}")
+    out = {}
+    for prefix, held in counts.items():
+        key = f"{prefix}.kernel.held_back"
+        out[key] = Reading(
+            key,
+            len(held),
+            source="kernel figures' verdicts and conditions",
+            reason="; ".join(held)[:600],
+        )
+    return out
 
 
 # metric -> (factor, profile field): the thresholds of KRN005-008 (rules/kernels.toml;
@@ -312,6 +367,7 @@ THRESHOLDS = {
     "stream.triad.fp32": (1.0, "stream_triad_floor_gbs"),  # (rules/profiles.toml)
     "gemm.fp64": (1.0, "gemm_fp64_floor_tflops"),
     "gemm.fp16": (1.0, "gemm_fp16_floor_tflops"),
+    "gemm.bf16": (1.0, "gemm_bf16_floor_tflops"),  # KRN016 judges its median
 }
 
 

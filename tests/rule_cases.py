@@ -232,6 +232,7 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
     "KRN017": node("node.kernel.allreduce.busbw.share_of_nvlink", 0.3, 0.85),
     "KRN022": one("kernel.timing_consistent", False, True),
     "KRN023": one("kernel.burn.unreproduced", 279, 0),
+    "KRN024": one("kernel.held_back", 1, 0),
     "IB001": ib_port("phys_state", "Polling", "LinkUp"),
     "IB002": ib_port("state", "INIT", "ACTIVE", R("ib.mlx5_0.1.phys_state", "LinkUp")),
     "IB003": ib_port(

@@ -86,6 +86,7 @@ def _kernel_readings() -> tuple[Reading, ...]:
     two NUMA nodes' as well (the keys depend only on the kernel, metric and device), with
     the host-copy metrics kernels/copies.py names (that kernel needs a GPU to run)."""
     from gpudiag.kernels import copies
+    from gpudiag.kernels.conditions import conditions_params
     from gpudiag.kernels.runner import PlanRun
 
     plan = KernelPlan(tuple(KERNELS), "cpu", 1 << 16, ("fp64", "fp32"), 2, None, 64, 0.2)
@@ -103,6 +104,8 @@ def _kernel_readings() -> tuple[Reading, ...]:
             metric = re.sub(r"cpu-numa0$", peer, r.metric) if peer else r.metric
             # every result as one that succeeded, with statistics (a kernel skipped here,
             # such as FP16 GEMM on NumPy, has none), so that its derived readings exist
+            # a GPU's figures carry what it ran under (kernels/conditions.py)
+            ran_under = conditions_params([{"sm_clock": 1980, "events": []}])
             labelled.append(
                 replace(
                     r,
@@ -111,6 +114,7 @@ def _kernel_readings() -> tuple[Reading, ...]:
                     status=ProbeStatus.OK,
                     samples=(1.0, 1.0),
                     stats=summarize((1.0, 1.0)),
+                    params=r.params + (ran_under if device.startswith("gpu") else ()),
                 )
             )
     # all-reduce drives every GPU of the node at once (it needs GPUs and NCCL to run)
