@@ -153,8 +153,9 @@ def test_the_gpu_benchmark_runs_through_the_fake_and_gives_a_verdict_per_figure(
     cuda, monkeypatch, capsys
 ) -> None:
     """benchmarks/gpu_kernels.py's own logic on one fake GPU (its figures are the fake's,
-    no GPU's): each figure on one line with its reference or "no torch: reference
-    skipped", GEMM's events beside the wall clock, the burn in FP32 and BF16."""
+    no GPU's): each figure on one line with its CuPy reference (without torch: no torch
+    line; BF16, which CuPy has not, says so), GEMM's events beside the wall clock, the
+    burn in FP32 and BF16."""
     import importlib.util
     import sys
 
@@ -166,6 +167,10 @@ def test_the_gpu_benchmark_runs_through_the_fake_and_gives_a_verdict_per_figure(
     cuda.devices = cuda.devices[:1]
     cuda.devices[0].free_bytes = 4 << 20  # a small GPU: the burn's matrices fill 90% of it
     monkeypatch.setattr(bench, "fused_triad_gbs", lambda gpu, n: 1950.0)  # CuPy's own kernel
+    monkeypatch.setattr(bench, "cupy_copy_gbs", lambda gpu, n: 1900.0)  # (CuPy's own calls,
+    monkeypatch.setattr(bench, "cupy_h2d_gbs", lambda gpu, n: 24.0)  # not the fake's)
+    real_gemm = bench.cupy_gemm_tflops
+    monkeypatch.setattr(bench, "cupy_gemm_tflops", lambda g, p, n: None if p == "bf16" else 0.5)
     monkeypatch.setattr(bench, "_torch", lambda: None)
     monkeypatch.setattr(sys, "argv", ["gpu_kernels", "--mib", "1", "--gemm-n", "128",
                                       "--burn-seconds", "0.01", "--no-plans"])  # fmt: skip
@@ -176,10 +181,17 @@ def test_the_gpu_benchmark_runs_through_the_fake_and_gives_a_verdict_per_figure(
     lines = capsys.readouterr().out.splitlines()
     by = {line[:36].strip(): line for line in lines[1:]}
     assert "reference 1950" in by["gpu0 STREAM triad fp64 GB/s"]
-    assert "torch copy_: no torch: reference skipped" in by["gpu0 STREAM copy fp64 GB/s"]
+    assert "reference 1900" in by["gpu0 STREAM copy fp64 GB/s"]
+    assert "(cupy.ndarray.copy)" in by["gpu0 STREAM copy fp64 GB/s"]
+    assert not [line for line in lines if "(torch)" in line]  # no torch: no torch lines
     for precision in gemm.PRECISIONS:
         line = by[f"gpu0 {precision.upper()} GEMM TFLOP/s"]
-        assert "torch.matmul; events/wall " in line and "no torch: reference skipped" in line
+        if precision == "bf16":
+            assert "CuPy has no bfloat16" in line and "no torch: reference skipped" in line
+        else:
+            assert "reference 0.5" in line and "cupy.matmul; events/wall " in line
+    assert real_gemm(0, "bf16", 8) is None  # BF16 asks CuPy for nothing
+    assert "pinned cudaMemcpy (CuPy)" in by["gpu0 h2d local GB/s"]
     assert by["gpu0 burn fp32"].split()[3] == "ok" and "0 not reproduced" in by["gpu0 burn bf16"]
     assert "gpu0 h2d local GB/s" in by
 
