@@ -153,13 +153,17 @@ def conditions_params(
 ) -> tuple[tuple[str, Any], ...]:
     """The params a result records of the samples taken over its run: clocks (minimum and
     median, with the GPU's highest where NVML gave it), power (median and highest) and its
-    limit, the highest temperature and every clock-event reason seen ("none" when none)."""
+    limit, the highest temperature (of the samples where the GPU was busy, all where it
+    never was) and every clock-event reason seen ("none" when none)."""
     if not samples:
         return (("conditions", "not sampled: NVML answered nothing"),)
     out: list[tuple[str, Any]] = [("condition_samples", len(samples))]
+    # a sample NVML calls GpuIdle (before the first launch, between batches) is at idle
+    # clocks by design: the clocks and power are of the busy ones
+    busy = [s for s in samples if "GpuIdle" not in s.get("events", ())] or list(samples)
 
     def series(key: str) -> list[float]:
-        return [float(s[key]) for s in samples if isinstance(s.get(key), int | float)]
+        return [float(s[key]) for s in busy if isinstance(s.get(key), int | float)]
 
     for name in ("sm_clock", "mem_clock"):
         values = series(name)

@@ -63,6 +63,14 @@ def test_a_run_without_nvml_says_its_conditions_are_unknown(cuda) -> None:
     assert len(said) == 1 and said.pop().startswith("not sampled: NVML unavailable")
 
 
+def test_idle_samples_do_not_lower_the_clocks_of_a_run() -> None:
+    idle = {"sm_clock": 345, "mem_clock": 1593, "events": ["GpuIdle"]}
+    busy = {"sm_clock": 1980, "mem_clock": 2619, "events": []}
+    params = dict(conditions_params([idle, busy, busy]))
+    assert (params["sm_clock_min_mhz"], params["clock_events"]) == (1980, "none")
+    assert params["condition_samples"] == 3
+
+
 def test_a_series_gives_its_minimum_and_median_and_an_old_driver_its_reasons() -> None:
     script = GpuScript(
         sm_clock=[1980, 1500, 1980, 1970], no_event_api=True, events=[(), ("SwThermalSlowdown",)]
