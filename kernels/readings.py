@@ -209,6 +209,11 @@ def judged(result: KernelResult, peaks: Mapping[str, Any], link: str | None = No
     return replace(result, status=ProbeStatus.ERROR, stats=None, error=reason)
 
 
+def _impossible_result(result: KernelResult) -> bool:
+    """A result made an error because its figure cannot be true (judged)."""
+    return result.status is ProbeStatus.ERROR and result.error.startswith(TIMING_INCONSISTENT)
+
+
 # what is derived from a figure, and judged by a rule: the interval's ends (KRN005-008),
 # the verdict (KRN018-021), the shares of the peers' median (KRN009/KRN010) and the peak
 JUDGED_ENDS = ("ci_low", "ci_high", "verdict", "share_of_median", "share_of_peak")
@@ -271,9 +276,7 @@ def kernel_readings(
         failed = result.status is ProbeStatus.ERROR and "verification failed" in result.error
         verified[prefix] = verified.get(prefix, True) and not failed
         if prefix.startswith("gpu."):
-            bad = result.status is ProbeStatus.ERROR and result.error.startswith(
-                TIMING_INCONSISTENT
-            )
+            bad = _impossible_result(result)
             before = consistent.get(prefix, (True, ""))
             consistent[prefix] = (False, before[1] or result.error) if bad else before
         if pair is not None:
@@ -286,6 +289,11 @@ def kernel_readings(
                 )
             if result.metric.startswith("to."):
                 peers[str(_value(readings.get(pair), "any"))].append((pair, reading))
+                if _impossible_result(result):  # KRN013 cannot judge it: UNKNOWN, says why
+                    key = f"{pair}.copy_share_of_median"
+                    intervals[key] = Reading.failed(
+                        key, ReadingStatus.ERROR, f"KRN022: {result.error}"[:300], reading.source
+                    )
             continue
         reading = _reading(f"{prefix}kernel.{metric_key(result)}", result)
         derived[reading.key] = reading
@@ -293,7 +301,7 @@ def kernel_readings(
             clock = _clock_reading(reading.key, result, peaks or {})
             if clock is not None:
                 clocks[clock.key] = clock
-        if result.status is ProbeStatus.ERROR and result.error.startswith(TIMING_INCONSISTENT):
+        if _impossible_result(result):
             intervals.update(_cannot_judge(reading.key, result))
         if reading.ok and result.stats is not None:
             for end, value in (

@@ -78,3 +78,6 @@ def test_the_snapshots_link_type_judges_a_bridged_pair() -> None:
     pcie = {"topo.gpu.0.1": Reading("topo.gpu.0.1", "PXB")}
     derived = {r.key: r for r in kernel_readings(results, pcie, PROFILES["h100-nvl"].values)}
     assert derived["gpu.0.kernel.timing_consistent"].value is False
+    # over a PCIe path 250 GB/s cannot be true: KRN013 cannot judge the pair, and says why
+    share = derived["topo.gpu.0.1.copy_share_of_median"]
+    assert not share.ok and share.reason.startswith("KRN022: timing inconsistent")
