@@ -250,3 +250,30 @@ def _why(
         f"{event}: clocks held by an application clocks setting: reset them "
         f"(nvidia-smi -i {gpu} -rac); {clocks}"
     )
+
+
+def ran_under(params: Mapping[str, Any]) -> str:
+    """One line of what a result's GPU ran under, for `gpudiag run`'s table: "" where its
+    conditions were not sampled."""
+    values = dict(params)
+    if "condition_samples" not in values:
+        return ""
+    parts = []
+    if isinstance(values.get("sm_clock_min_mhz"), int | float):
+        top = values.get("sm_clock_max_mhz")
+        parts.append(
+            f"SM {values['sm_clock_min_mhz']:g}-{values['sm_clock_median_mhz']:g}"
+            + (f" of {top:g}" if isinstance(top, int | float) else "")
+            + " MHz"
+        )
+    if isinstance(values.get("mem_clock_min_mhz"), int | float):
+        parts.append(f"memory {values['mem_clock_min_mhz']:g} MHz")
+    if isinstance(values.get("power_median_w"), int | float):
+        limit = values.get("power_limit_w")
+        parts.append(
+            f"{values['power_median_w']:g} W" + (f" of {limit:g}" if limit is not None else "")
+        )
+    if isinstance(values.get("temperature_max_c"), int | float):
+        parts.append(f"{values['temperature_max_c']:g} C")
+    parts.append(f"clock events: {values.get('clock_events', 'not read')}")
+    return "ran at " + ", ".join(parts)

@@ -30,6 +30,33 @@ DTYPES = {"fp64": np.float64, "fp32": np.float32}
 Progress = Callable[[str, float], None]
 
 
+def at_looks_confidence(results: list[KernelResult], plan: KernelPlan) -> list[KernelResult]:
+    """STREAM's results after --until-confident with their interval at the confidence of
+    the last sequential look (kernels/stats.py `reported`): its stop was decided at that
+    level, and a 95% interval read after would spend more than the error budget; the
+    threshold's "cleared" is said again of that interval."""
+    from gpudiag.kernels.stats import last_look, look_confidence, reported
+
+    if plan.until_confident is None:
+        return results
+    out = []
+    for result in results:
+        if result.status is not ProbeStatus.OK or len(result.samples) < 2:
+            out.append(result)
+            continue
+        stats = reported(result.samples, plan.until_confident, plan.trials)
+        params = dict(result.params)
+        if isinstance(params.get("threshold"), int | float):
+            threshold = float(params["threshold"])
+            params["threshold_cleared"] = len(result.samples) >= 6 and (
+                stats.ci95_low > threshold or stats.ci95_high < threshold
+            )
+        level = look_confidence(last_look(len(result.samples), plan.trials))
+        params["confidence"] = round(level, 6)
+        out.append(replace(result, stats=stats, params=tuple(params.items())))
+    return out
+
+
 class KernelUnavailable(Exception):
     """A kernel cannot run on the device asked for; str() says why in one line."""
 
@@ -327,8 +354,8 @@ class PlanRun:
                     ops = stream.CpuOperations(n, dtype, [[cpu] for cpu in cpus])
                     try:
                         step = self._step(f"stream {name} {device}")
-                        self.results += stream.run_stream(
-                            ops, device=device, progress=step, **common
+                        self.results += at_looks_confidence(
+                            stream.run_stream(ops, device=device, progress=step, **common), plan
                         )
                     finally:
                         ops.close()
@@ -339,13 +366,14 @@ class PlanRun:
                     ops = stream.CudaOperations(n, dtype, gpu)
                     try:
                         with self._conditions([gpu]):
-                            self.results += stream.run_stream(
+                            measured = stream.run_stream(
                                 ops,
                                 device=f"gpu{gpu}",
                                 progress=step,
                                 thresholds=thresholds,
                                 **common,
                             )
+                            self.results += at_looks_confidence(measured, plan)
                     finally:
                         ops.close()
                 except Exception as exc:  # a broken GPU is this GPU's result

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from gpudiag.kernels import gemm
-from gpudiag.kernels.conditions import ConditionSampler, clock_state, conditions_params, sample
+from gpudiag.kernels.conditions import (
+    ConditionSampler,
+    clock_state,
+    conditions_params,
+    ran_under,
+    sample,
+)
 from gpudiag.kernels.plans import KernelPlan
 from gpudiag.kernels.runner import PlanRun
 from gpudiag.kernels.stats import summarize
@@ -40,6 +46,11 @@ def test_every_gpu_figure_records_what_it_ran_under(cuda, tmp_path: Path, monkey
     results = PlanRun(plan, host=host, nvml=Nvml(ScriptedNvml(scripts))).run()
     ok = [r for r in results if r.status is ProbeStatus.OK]
     assert {r.kernel for r in ok} >= {"stream", "gemm", "copy", "allreduce"}
+    capped = next(r for r in ok if r.device == "gpu1" and r.kernel == "gemm")
+    assert ran_under(capped.params) == (
+        "ran at SM 1410-1410 of 1980 MHz, memory 2619 MHz, 449 W of 450, 60 C, "
+        "clock events: SwPowerCap"
+    )  # the line `gpudiag run` prints under the figure
     for result in ok:
         params = dict(result.params)
         assert params["condition_samples"] >= 2, result

@@ -96,3 +96,19 @@ def test_until_confident_says_below_no_more_often_than_one_fixed_interval() -> N
     sequential = np.mean([_sequential_below(rng, 10) for _ in range(60)])
     assert fixed <= 0.011
     assert sequential <= max(fixed, 0.005)
+
+
+def test_a_stream_run_until_confident_reports_at_its_last_looks_confidence() -> None:
+    """STREAM on this CPU with --until-confident (its figures are this VM's, not judged):
+    the interval it reports is at the confidence its stop was decided at, never narrower
+    than the 95% one, and says so."""
+    from gpudiag.kernels.plans import KernelPlan
+    from gpudiag.kernels.runner import PlanRun
+
+    plan = KernelPlan(("stream",), "cpu", 1 << 16, trials=2, until_confident=0.2)
+    for result in PlanRun(plan).run():
+        assert result.stats is not None, result
+        level = dict(result.params)["confidence"]
+        assert level == pytest.approx(look_confidence(stats.last_look(len(result.samples), 2)))
+        plain = summarize(result.samples)
+        assert result.stats.ci95_low <= plain.ci95_low and result.stats.ci95_high >= plain.ci95_high
