@@ -105,7 +105,7 @@ def test_a_stream_run_until_confident_reports_at_its_last_looks_confidence() -> 
     from gpudiag.kernels.plans import KernelPlan
     from gpudiag.kernels.runner import PlanRun
 
-    plan = KernelPlan(("stream",), "cpu", 1 << 16, trials=2, until_confident=0.2)
+    plan = KernelPlan(("stream",), "cpu", 1 << 16, trials=2, until_confident=0.05)
     for result in PlanRun(plan).run():
         assert result.stats is not None, result
         level = dict(result.params)["confidence"]
