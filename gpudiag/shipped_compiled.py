@@ -6,7 +6,7 @@ Where the declaring files no longer match FINGERPRINT, the catalog is built from
 producers instead.
 """
 
-FINGERPRINT = (3937306743, 30)
+FINGERPRINT = (3236482075, 30)
 # (template, unit, change, identifying, group, help, producers), in declaration order
 DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host']),
  ('host.kernel.release', '', 'configuration', '', 'Host and OS', '', ['host']),
