@@ -155,8 +155,8 @@ def conditions_params(
     median, with the GPU's highest where NVML gave it), power (median and highest) and its
     limit, the highest temperature (of the samples where the GPU was busy, all where it
     never was) and every clock-event reason seen ("none" when none)."""
-    if not samples:
-        return (("conditions", "not sampled: NVML answered nothing"),)
+    if not any(samples):  # no sample, or NVML answered none of the calls (a replay)
+        return (("conditions", "not sampled: NVML answered none of its calls"),)
     out: list[tuple[str, Any]] = [("condition_samples", len(samples))]
     # a sample NVML calls GpuIdle (before the first launch, between batches) is at idle
     # clocks by design: the clocks and power are of the busy ones

@@ -80,6 +80,11 @@ def test_idle_samples_do_not_lower_the_clocks_of_a_run() -> None:
     params = dict(conditions_params([idle, busy, busy]))
     assert (params["sm_clock_min_mhz"], params["clock_events"]) == (1980, "none")
     assert params["condition_samples"] == 3
+    # an NVML that answers none of the calls (a replay without them): said, not zeros
+    assert conditions_params([{}, {}]) == (
+        ("conditions", "not sampled: NVML answered none of its calls"),
+    )
+    assert ran_under(conditions_params([{}, {}])) == ""
 
 
 def test_a_series_gives_its_minimum_and_median_and_an_old_driver_its_reasons() -> None:
