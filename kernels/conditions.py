@@ -230,9 +230,12 @@ def _why(
                 f"{event}: power limit {limit:g} W of {default_power_w:g}: raise it "
                 f"(nvidia-smi -i {gpu} -pl {default_power_w:g}); {at}{clocks}"
             )
+        if not isinstance(limit, int | float):
+            return f"{event}: held at a power limit NVML did not give ({at}{clocks})"
         return (
-            f"{event}: at its power limit ({at}limit {limit} W, the model's default): the "
-            f"figure is power-bound; compare it with the node's other GPUs; {clocks}"
+            f"{event}: at its power limit ({at}limit {limit:g} W, not under the model's "
+            f"default): the figure is power-bound; compare it with the node's other GPUs "
+            f"(KRN009/KRN010); {clocks}"
         )
     if state == "thermal":
         hot = f" at {temperature:g} C" if isinstance(temperature, int | float) else ""

@@ -133,6 +133,7 @@ def _sampled(events: tuple[str, ...], limit_w: float = 700, temperature: float =
 # (what NVML said over the run, the words KRN024 must say)
 HELD_BACK = [
     (_sampled(("SwPowerCap",), limit_w=450), "power limit 450 W of 700: raise it"),
+    (_sampled(("SwPowerCap",)), "at its power limit (696.5 W drawn, limit 700 W, not under"),
     (_sampled(("HwThermalSlowdown",), temperature=92), "at 92 C: the GPU slowed itself down"),
     (_sampled(("HwSlowdown", "SwPowerCap")), "HwSlowdown: the board asked for a hardware"),
     (_sampled(("ApplicationsClocksSetting",)), "reset them (nvidia-smi -i 0 -rac)"),
