@@ -3,28 +3,38 @@
     python benchmarks/gpu_kernels.py [--gpus 0,1,...] [--gemm-n 8192] [--mib 1024]
                                      [--burn-seconds 20] [--no-plans]
 
-Per GPU, every figure with its reference measured the same minute, event time beside the
-wall clock, and a one-line verdict against the issue-25 targets:
+Per GPU, every figure with its reference measured the same minute by CuPy alone (what
+gpudiag already depends on), event time beside the wall clock, and a one-line verdict
+against the issue-25 targets; where torch is installed, a second line gives its reference:
 
     STREAM triad FP64     >= 0.98 of one fused CuPy ElementwiseKernel triad (event-timed)
-    STREAM copy FP64      >= 0.98 of torch `copy_` (event-timed)
-    GEMM n=8192           >= 0.97 of torch.matmul in every precision (FP64, FP32 with TF32
-                          off, TF32 with TF32 allowed, FP16, BF16); the figure also under
-                          the model's physical peak, and its CUDA events within 10% of the
-                          wall clock between device synchronisations
+    STREAM copy FP64      >= 0.98 of cupy.ndarray.copy (event-timed); torch `copy_`
+    GEMM n=8192           >= 0.97 of cupy.matmul in every precision it has (FP64, FP32
+                          with CuPy's FP32 compute type, TF32 with its TF32 compute type,
+                          FP16; NumPy and so CuPy have no BF16: that line says so), then
+                          torch.matmul in all five; the figure also under the model's
+                          physical peak, and its CUDA events within 10% of the wall clock
+                          between device synchronisations
     burn FP32 and BF16    0 confirmed mismatches, 0 NaNs (unreproduced ones are listed)
-    h2d local             beside nvbandwidth's host_to_device_memcpy_ce (where on PATH)
+    h2d local             >= 0.95 of a pinned cudaMemcpy of CuPy's (a target set here,
+                          never measured), and nvbandwidth's host_to_device_memcpy_ce
+                          beside it (where on PATH)
+    peer copy 0 -> 1      >= 0.95 of cudaMemcpyPeer of CuPy's runtime (2+ GPUs; the same
+                          unmeasured target)
     all-reduce busbw      beside nccl-tests' all_reduce_perf (where on PATH, 2+ GPUs)
     --kernels quick/full  the whole `gpudiag --export --kernels` command timed (full < 150 s)
 
-torch is no dependency of gpudiag: without it every torch reference prints "no torch:
-reference skipped", never a guess. THIS SCRIPT HAS NEVER RUN ON A GPU: it was written
-without one (no GPU figure is claimed); exits 3 with one line where CUDA sees no GPU.
+torch is no dependency of gpudiag: without it the torch lines are left out, and a figure
+whose only reference is torch's prints "no torch: reference skipped", never a guess.
+THIS SCRIPT HAS NEVER RUN ON A GPU: it was written without one (no GPU figure is claimed;
+its CuPy references were checked only against CuPy's API, not run); exits 3 with one line
+where CUDA sees no GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import shutil
 import statistics
@@ -52,6 +62,7 @@ from gpudiag.kernels.runner import (
 from gpudiag.model import KernelResult
 
 NO_TORCH = "no torch: reference skipped"
+NO_CUPY_BF16 = "CuPy has no bfloat16 (NumPy has none): torch's is the reference"
 TORCH_DTYPES = {"fp64": "float64", "fp32": "float32", "tf32": "float32", "fp16": "float16",
                 "bf16": "bfloat16"}  # fmt: skip
 
@@ -104,6 +115,92 @@ def fused_triad_gbs(gpu: int, n: int) -> float:
     return 3 * 8 * n / seconds / 1e9
 
 
+def cupy_copy_gbs(gpu: int, n: int) -> float:
+    """cupy.ndarray.copy of n float64 (a device-to-device copy), event-timed."""
+    import cupy
+
+    with cupy.cuda.Device(gpu):
+        a = cupy.full(n, 0.1)
+        seconds = event_timed(lambda: a.copy(), 20, cupy.cuda.Event)
+    return 2 * 8 * n / seconds / 1e9
+
+
+# CuPy's matmul compute type per precision (cupy._core._routines_linalg); FP32 pinned to
+# FP32 so that TF32 is only where asked
+CUPY_COMPUTE = {"fp64": "COMPUTE_TYPE_FP64", "fp32": "COMPUTE_TYPE_FP32",
+                "tf32": "COMPUTE_TYPE_TF32", "fp16": "COMPUTE_TYPE_FP16"}  # fmt: skip
+CUPY_DTYPES = {"fp64": np.float64, "fp32": np.float32, "tf32": np.float32, "fp16": np.float16}
+
+
+def cupy_gemm_tflops(gpu: int, precision: str, n: int) -> float | None:
+    """cupy.matmul on n x n arrays of the precision, with CuPy's compute type for it,
+    event-timed; None for BF16 (CuPy has no such dtype)."""
+    if precision not in CUPY_DTYPES:
+        return None
+    import cupy
+    from cupy._core import _routines_linalg as linalg
+
+    dtype = np.dtype(CUPY_DTYPES[precision])
+    before = linalg.get_compute_type(dtype)
+    linalg.set_compute_type(dtype, getattr(linalg, CUPY_COMPUTE[precision]))
+    try:
+        with cupy.cuda.Device(gpu):
+            rng = cupy.random.default_rng(0)
+            a = (rng.random((n, n), dtype=np.float64) * 2 - 1).astype(dtype)
+            b = (rng.random((n, n), dtype=np.float64) * 2 - 1).astype(dtype)
+            out = cupy.empty((n, n), dtype=dtype)
+            batch = max(2, min(50, int(5e12 / n**3)))
+            seconds = event_timed(lambda: cupy.matmul(a, b, out=out), batch, cupy.cuda.Event)
+    finally:
+        linalg.set_compute_type(dtype, before)
+    return 2.0 * n**3 / seconds / 1e12
+
+
+def cupy_h2d_gbs(gpu: int, nbytes: int) -> float:
+    """cudaMemcpy from pinned host memory (CuPy's pinned pool) to the GPU, event-timed."""
+    import cupy
+
+    runtime = cupy.cuda.runtime
+    with cupy.cuda.Device(gpu):
+        pinned = cupy.cuda.alloc_pinned_memory(nbytes)
+        target = cupy.empty(nbytes, dtype=np.uint8)
+
+        def copy() -> None:
+            runtime.memcpy(target.data.ptr, pinned.ptr, nbytes, runtime.memcpyHostToDevice)
+
+        seconds = event_timed(copy, 10, cupy.cuda.Event)
+    return nbytes / seconds / 1e9
+
+
+def cupy_peer_gbs(source: int, target: int, nbytes: int) -> float:
+    """cudaMemcpyPeer of CuPy's runtime from GPU `source` to GPU `target`, event-timed on
+    the source (peer access enabled where the pair allows it, as gpudiag's copies do)."""
+    import cupy
+
+    runtime = cupy.cuda.runtime
+    with cupy.cuda.Device(target):
+        there = cupy.empty(nbytes, dtype=np.uint8)
+    with cupy.cuda.Device(source):
+        if runtime.deviceCanAccessPeer(source, target):
+            with contextlib.suppress(runtime.CUDARuntimeError):  # already enabled
+                runtime.deviceEnablePeerAccess(target)
+        here = cupy.full(nbytes, 7, dtype=np.uint8)
+
+        def copy() -> None:
+            runtime.memcpyPeer(there.data.ptr, target, here.data.ptr, source, nbytes)
+
+        seconds = event_timed(copy, 10, cupy.cuda.Event)
+    return nbytes / seconds / 1e9
+
+
+def reference(measure: Callable[[], float | None]) -> float | str | None:
+    """A CuPy reference's figure, or why it could not be measured (one line)."""
+    try:
+        return measure()
+    except Exception as exc:  # a reference that fails says so; gpudiag's figure stands
+        return f"reference failed: {type(exc).__name__}: {exc}"[:160]
+
+
 def torch_copy_gbs(gpu: int, n: int) -> float | None:
     """torch `copy_` of n float64, event-timed; None without torch."""
     torch = _torch()
@@ -149,9 +246,12 @@ def median(result: KernelResult) -> float | None:
     return result.stats.median if result.stats is not None else None
 
 
-def row(figure: str, ours: KernelResult | float | None, reference: float | None, target: float,
-        note: str = "", peaks: dict[str, Any] | None = None) -> None:  # fmt: skip
-    """One figure: gpudiag's, the reference, their ratio and the verdict in one line."""
+def row(figure: str, ours: KernelResult | float | None, reference: float | str | None,
+        target: float, note: str = "", peaks: dict[str, Any] | None = None,
+        missing: str = NO_TORCH) -> float | None:  # fmt: skip
+    """One figure: gpudiag's, the reference, their ratio and the verdict in one line;
+    returns gpudiag's figure (None where there is none). `missing`: what a reference of
+    None means; a string reference is why it could not be measured."""
     if isinstance(ours, KernelResult):
         why = ours.error if ours.error else impossible(ours, peaks or {})
         value = None if why else median(ours)
@@ -159,14 +259,26 @@ def row(figure: str, ours: KernelResult | float | None, reference: float | None,
         why, value = "", ours
     if value is None:
         print(f"{figure:<36} {'ERROR':>10}   {why or 'no figure'}")
-        return
-    if reference is None:
-        print(f"{figure:<36} {value:>10.4g}   {note}: {NO_TORCH}, no verdict")
-        return
+        return None
+    if reference is None or isinstance(reference, str):
+        print(f"{figure:<36} {value:>10.4g}   {note}: {reference or missing}, no verdict")
+        return value
     ratio = value / reference
     verdict = "target met" if ratio >= target else f"below the target {target:g}"
     print(f"{figure:<36} {value:>10.4g}   reference {reference:.4g}, {ratio:.3f}: {verdict}"
           + (f" ({note})" if note else ""))  # fmt: skip
+    return value
+
+
+def torch_row(figure: str, value: float | None, reference: float | None, target: float,
+              note: str) -> None:  # fmt: skip
+    """torch's reference for the figure above, on its own line; nothing without torch."""
+    if value is None or reference is None:
+        return
+    ratio = value / reference
+    verdict = "target met" if ratio >= target else f"below the target {target:g}"
+    print(f"{'  ' + figure + ' (torch)':<36} {'':>10}   reference {reference:.4g}, "
+          f"{ratio:.3f}: {verdict} ({note})")  # fmt: skip
 
 
 def burn_line(gpu: int, n: int, seconds: float, precision: str) -> None:
@@ -219,16 +331,25 @@ def main() -> int:
             by = {r.metric: r for r in stream.run_stream(ops, device=f"gpu{gpu}")}
         finally:
             ops.close()
-        row(f"gpu{gpu} STREAM triad fp64 GB/s", by["triad"], fused_triad_gbs(gpu, size // 8),
-            0.98, "fused CuPy triad", peaks)  # fmt: skip
-        copy_ref = torch_copy_gbs(gpu, size // 8)
-        row(f"gpu{gpu} STREAM copy fp64 GB/s", by["copy"], copy_ref, 0.98, "torch copy_", peaks)
+        row(f"gpu{gpu} STREAM triad fp64 GB/s", by["triad"],
+            reference(lambda g=gpu: fused_triad_gbs(g, size // 8)), 0.98, "fused CuPy triad",
+            peaks)  # fmt: skip
+        name = f"gpu{gpu} STREAM copy fp64 GB/s"
+        value = row(name, by["copy"], reference(lambda g=gpu: cupy_copy_gbs(g, size // 8)),
+                    0.98, "cupy.ndarray.copy", peaks)  # fmt: skip
+        torch_row(name, value, torch_copy_gbs(gpu, size // 8), 0.98, "torch copy_")
         for precision in gemm.PRECISIONS:
             result = gemm.run_gpu_gemm(gpu, precision, args.gemm_n, 5)
             ratio = dict(result.params).get("event_over_wall")
-            reference = torch_gemm_tflops(gpu, precision, args.gemm_n)
+            torch_ref = torch_gemm_tflops(gpu, precision, args.gemm_n)
             name = f"gpu{gpu} {precision.upper()} GEMM TFLOP/s"
-            row(name, result, reference, 0.97, f"torch.matmul; events/wall {ratio}", peaks)
+            ours = reference(lambda g=gpu, p=precision: cupy_gemm_tflops(g, p, args.gemm_n))
+            if ours is None:  # BF16: torch's is the only reference
+                note = f"torch.matmul ({NO_CUPY_BF16}); events/wall {ratio}"
+                row(name, result, torch_ref, 0.97, note, peaks)
+                continue
+            value = row(name, result, ours, 0.97, f"cupy.matmul; events/wall {ratio}", peaks)
+            torch_row(name, value, torch_ref, 0.97, "torch.matmul")
         for precision in ("fp32", "bf16"):
             burn_line(gpu, args.gemm_n, args.burn_seconds, precision)
     nodes = usable_cpus(numa_cpus(host))
@@ -239,9 +360,22 @@ def main() -> int:
         )[0]
     finally:
         engine.close()
+    first_peaks = gpu_peaks(host, device.api().deviceGetPCIBusId(gpus[0]))
+    row(f"gpu{gpus[0]} h2d local GB/s", h2d, reference(lambda: cupy_h2d_gbs(gpus[0], size)),
+        0.95, "pinned cudaMemcpy (CuPy)", first_peaks)  # fmt: skip
     nvbw = external(["nvbandwidth", "-t", "host_to_device_memcpy_ce"], r"SUM \S+ ([\d.]+)")
-    print(f"{f'gpu{gpus[0]} h2d local GB/s':<36} {median(h2d) or 0:>10.4g}   nvbandwidth: {nvbw}")
+    print(f"{'  h2d (nvbandwidth)':<36} {'':>10}   nvbandwidth: {nvbw}")
     if len(gpus) >= 2:
+        engine = copies.CudaEngine(gpus[:2], nodes)
+        try:
+            peer = copies.run_peer_matrix(engine, nbytes=size)
+        finally:
+            engine.close()
+        one_way = next(r for r in peer if r.device == f"gpu{gpus[0]}" and
+                       r.metric == f"to.gpu{gpus[1]}")  # fmt: skip
+        row(f"gpu{gpus[0]} -> gpu{gpus[1]} peer copy GB/s", one_way,
+            reference(lambda: cupy_peer_gbs(gpus[0], gpus[1], size)), 0.95,
+            "cudaMemcpyPeer (CuPy)")  # fmt: skip
         results = allreduce.run_allreduce(gpus, max_bytes=size)
         busbw = {r.metric: r for r in results}["busbw"]
         top = dict(busbw.params)["bytes"]

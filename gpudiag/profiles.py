@@ -30,6 +30,13 @@ class Profile:
     brands: tuple[str, ...] = ()
     name_words: tuple[str, ...] = ()
     product_names: tuple[str, ...] = ()
+    # (field, where its figure comes from): every figure's source, a band's floor
+    # (BAND_FIELDS) with how it was measured, or why a band is not set
+    sources: tuple[tuple[str, str], ...] = ()
+
+    def source(self, field: str) -> str:
+        """Where the profile's figure `field` comes from ("" where nothing says)."""
+        return dict(self.sources).get(field, "")
 
 
 # what a class of GPU has, true or false (a GeForce card has no ECC memory)
@@ -51,12 +58,28 @@ PROFILE_FIELDS = {
     "tf32_tflops",
     "bf16_tflops",
     "fp16_tflops",
+    "fp8_tflops",
+    "fp4_tflops",
+    "l2_mb",
+    "nvlink_line_gbs",
+    "nvlink_bandwidth_gbs",
 }
+# Healthy bands: what a healthy GPU of the model measured, as a fraction of the peak the
+# band names (`of`), and the floor a KRN rule warns under (also a fraction of that peak).
+# band name -> (the computed field rules read: floor x peak, the peak fields it may name)
+BANDS = {
+    "stream_triad": ("stream_triad_floor_gbs", ("memory_bandwidth_gbs",)),
+    "gemm_fp64": ("gemm_fp64_floor_tflops", ("fp64_gemm_tflops",)),
+    "gemm_fp16": ("gemm_fp16_floor_tflops", ("fp16_tflops",)),
+    "gemm_bf16": ("gemm_bf16_floor_tflops", ("bf16_tflops",)),
+    "peer_copy": ("peer_copy_floor_gbs", ("nvlink_bandwidth_gbs",)),
+}
+BAND_KEYS = {"of", "healthy", "measured", "floor", "source", "floor_source", "published"}
 # Computed from the fields above, never written in a profiles file; rules read them as
 # they read the others. fp64_gemm_tflops: what an FP64 GEMM can reach, the FP64 Tensor
 # Core figure where the model has one (cuBLAS's DGEMM runs there: 55.7 TFLOP/s measured on
 # an H100, whose vector FP64 is 34 and its tensor cores' 67), else the vector figure.
-COMPUTED_FIELDS = {"fp64_gemm_tflops"}
+COMPUTED_FIELDS = {"fp64_gemm_tflops", *(field for field, _ in BANDS.values())}
 READABLE_FIELDS = PROFILE_FIELDS | COMPUTED_FIELDS
 
 
@@ -79,6 +102,7 @@ def parse_profiles(text: str, origin: str) -> dict[str, Profile]:
         raise RuleError(f"{origin}: a profiles file holds [profile.NAME] tables only")
     raw: dict[str, dict[str, Any]] = data["profile"]
     profiles: dict[str, Profile] = {}
+    band_specs: dict[str, dict[str, Any]] = {}  # each profile's bands, its parents' included
 
     def build(name: str, seen: tuple[str, ...] = ()) -> Profile:
         if name in profiles:
@@ -93,14 +117,22 @@ def parse_profiles(text: str, origin: str) -> dict[str, Profile]:
             - PROFILE_FIELDS
             - PROFILE_FLAGS
             - {"title", "device_ids", "inherits", "brands", "name_words", "product_names"}
+            - {"source", "band"}
         )
         if unknown:
             raise RuleError(
                 f"{origin}: profile {name}: unknown key(s) {', '.join(sorted(unknown))}"
             )
         values: dict[str, Any] = {}
+        sources: dict[str, str] = {}
         if "inherits" in table:
-            values.update(build(str(table["inherits"]), (*seen, name)).values)
+            parent = build(str(table["inherits"]), (*seen, name))
+            values.update(parent.values)
+            sources.update(parent.sources)
+        specs = dict(band_specs.get(str(table.get("inherits")), {}))
+        own = table.get("band", {})
+        specs.update(own if isinstance(own, dict) else {"": own})
+        band_specs[name] = specs
         for key in PROFILE_FIELDS & set(table):
             value = table[key]
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -111,6 +143,14 @@ def parse_profiles(text: str, origin: str) -> dict[str, Profile]:
                 raise RuleError(f"{origin}: profile {name}: {key} must be true or false")
             values[key] = table[key]
         values.update(_computed(values))
+        sources.update(_sources(table, f"{origin}: profile {name}"))
+        where = f"{origin}: profile {name}"
+        for band, (floor_field, value, text) in _bands(specs, values, where).items():
+            values.pop(floor_field, None)
+            if value is not None:
+                values[floor_field] = value
+            sources[floor_field] = text
+            sources[f"band.{band}"] = text
         words = {}
         for key in ("brands", "name_words", "product_names"):
             words[key] = table.get(key, [])
@@ -129,12 +169,95 @@ def parse_profiles(text: str, origin: str) -> dict[str, Profile]:
             tuple(words["brands"]),
             tuple(words["name_words"]),
             tuple(words["product_names"]),
+            tuple(sorted(sources.items())),
         )
         return profiles[name]
 
     for name in raw:
         build(name)
     return profiles
+
+
+def _sources(table: dict[str, Any], where: str) -> dict[str, str]:
+    """A profile's `[[profile.NAME.source]]` entries (`fields`, `text`) as field -> text;
+    each field is one the profile sets itself, named once."""
+    entries = table.get("source", [])
+    if not isinstance(entries, list):
+        raise RuleError(f"{where}: source is a list of [[...source]] tables")
+    out: dict[str, str] = {}
+    for entry in entries:
+        fields, text = (
+            (entry.get("fields"), entry.get("text")) if isinstance(entry, dict) else (None, None)
+        )
+        if (
+            set(entry) != {"fields", "text"}
+            or not isinstance(text, str)
+            or not text.strip()
+            or not isinstance(fields, list)
+            or not all(isinstance(f, str) for f in fields)
+        ):
+            raise RuleError(f"{where}: a source has `fields` (a list of names) and `text`")
+        for name in fields:
+            if name not in PROFILE_FIELDS:
+                raise RuleError(f"{where}: source names {name!r}, no profile field")
+            if name in out:
+                raise RuleError(f"{where}: {name}'s source is given twice")
+            out[name] = " ".join(text.split())
+    return out
+
+
+def _bands(
+    bands: dict[str, Any], values: dict[str, Any], where: str
+) -> dict[str, tuple[str, float | None, str]]:
+    """A profile's `[profile.NAME.band.BAND]` tables (its parents' too: a floor is scaled
+    by the profile's own peak) as band -> (its computed field, the floor in the peak's
+    unit or None where no band is published, the text saying so)."""
+    out: dict[str, tuple[str, float | None, str]] = {}
+    for band, spec in bands.items():
+        if band not in BANDS or not isinstance(spec, dict):
+            raise RuleError(f"{where}: unknown band {band!r} (known: {', '.join(BANDS)})")
+        field, peaks = BANDS[band]
+        unknown = set(spec) - BAND_KEYS
+        if unknown:
+            raise RuleError(f"{where}: band {band}: unknown key(s) {', '.join(sorted(unknown))}")
+        source = spec.get("source")
+        if not isinstance(source, str) or not source.strip():
+            raise RuleError(f"{where}: band {band} needs its source")
+        source = " ".join(source.split())
+        if spec.get("published", True) is False:
+            out[band] = (field, None, f"no healthy band published: {source}")
+            continue
+        of = spec.get("of")
+        numbers = [spec.get(k) for k in ("healthy", "floor")]
+        if of not in peaks or not all(
+            isinstance(n, int | float) and not isinstance(n, bool) and 0 < n <= 1 for n in numbers
+        ):
+            raise RuleError(
+                f"{where}: band {band} is `of` {' or '.join(peaks)} with `healthy` and `floor` "
+                "fractions of it (0 < floor <= healthy <= 1)"
+            )
+        healthy, floor = float(numbers[0]), float(numbers[1])
+        peak = values.get(of)
+        if floor > healthy or not isinstance(peak, int | float):
+            raise RuleError(f"{where}: band {band}: floor over healthy, or no {of} to scale")
+        measured = spec.get("measured")
+        if measured is not None and (
+            not isinstance(measured, int | float) or abs(measured / peak - healthy) > 0.005
+        ):
+            raise RuleError(
+                f"{where}: band {band}: healthy {healthy:g} is not measured {measured} over "
+                f"{of} {peak:g} ({measured / peak:.3f})"
+            )
+        why = spec.get("floor_source")
+        if not isinstance(why, str) or not why.strip():
+            raise RuleError(f"{where}: band {band} needs floor_source: how its floor was set")
+        value = round(floor * float(peak), 6)
+        text = (
+            f"floor {floor:g} x {of} {peak:g} = {value:g}; healthy {healthy:g} ({source}); "
+            f"floor: {' '.join(why.split())}"
+        )
+        out[band] = (field, value, text)
+    return out
 
 
 def load_profiles() -> dict[str, Profile]:

@@ -306,6 +306,9 @@ def _evaluate_instance(
         "reason": reading.reason,
         "value": plain_value(reading) if reading.ok else reading.status.value,
         "expected": f"{expected:g}" if isinstance(expected, float) else str(expected),
+        "source": context.profile.source(rule.operand)
+        if operator in PROFILE_OPERATORS and context.profile is not None
+        else "",
         "s": "" if reading.ok and reading.value == 1 else "s",  # '1 row', '2 rows'
     }
     if operator == "present":  # read, and the read failed

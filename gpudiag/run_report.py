@@ -208,6 +208,11 @@ def print_results(
             say(f"{'':<{width}} partial: {r.error}")
         if dict(r.params).get("confident") is False:
             say(f"{'':<{width}} not confident: the --until-confident budget ran out first")
+        if r.device.startswith("gpu"):
+            from gpudiag.kernels.conditions import ran_under
+
+            if conditions := ran_under(r.params):
+                say(f"{'':<{width}} {conditions}")
         if note := trust_note(r):
             say(f"{'':<{width}} {note}")
     if note := busy_note(others):

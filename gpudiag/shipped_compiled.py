@@ -6,7 +6,7 @@ Where the declaring files no longer match FINGERPRINT, the catalog is built from
 producers instead.
 """
 
-FINGERPRINT = (2905282014, 33)
+FINGERPRINT = (3051813313, 33)
 # (template, unit, change, identifying, group, help, producers, positional), in
 # declaration order
 DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'], False),
@@ -808,6 +808,22 @@ DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'
   '',
   'GPU',
   'false when a figure cannot be true',
+  ['kernels'],
+  False),
+ ('gpu.{gpu}.kernel.{metric}.clocks',
+  '',
+  'volatile',
+  '',
+  'GPU',
+  'full / power-capped / thermal / ...',
+  ['kernels'],
+  False),
+ ('gpu.{gpu}.kernel.held_back',
+  '',
+  'volatile',
+  '',
+  'GPU',
+  'slow figures held back by clocks',
   ['kernels'],
   False),
  ('numa.{node}.kernel.{metric}',

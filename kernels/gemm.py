@@ -17,7 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from gpudiag.kernels.stats import more_trials, progress_fraction, summarize
+from gpudiag.kernels.stats import (
+    last_look,
+    look_confidence,
+    more_trials,
+    progress_fraction,
+    reported,
+    summarize,
+)
 from gpudiag.kernels.stream import _clears, _tight
 from gpudiag.model import KernelResult, ProbeStatus
 
@@ -94,18 +101,26 @@ def _unsettled(samples: list[float], threshold: float | None) -> bool:
     of the threshold; fewer than 6 samples give no interval to trust."""
     if len(samples) < 6:
         return True
-    stats = summarize(samples)
+    stats = summarize(samples)  # at the look's confidence while more_trials looks
     return not (_tight(stats) or (threshold is not None and _clears(stats, threshold)))
 
 
 def _confidence(
-    samples: list[float], until_confident: float | None, threshold: float | None
+    samples: list[float], until_confident: float | None, threshold: float | None, rounds: int
 ) -> tuple[tuple[str, Any], ...]:
     """The params that say whether --until-confident reached its goal (as STREAM's)."""
     if until_confident is None:
         return ()
-    cleared = len(samples) >= 6 and threshold is not None and _clears(summarize(samples), threshold)
-    said: tuple[tuple[str, Any], ...] = (("confident", not _unsettled(samples, threshold)),)
+    cleared = (
+        len(samples) >= 6
+        and threshold is not None
+        and _clears(reported(samples, until_confident, rounds), threshold)
+    )
+    said: tuple[tuple[str, Any], ...] = (
+        ("confident", not _unsettled(samples, threshold)),
+        # the level of its reported interval
+        ("confidence", round(look_confidence(last_look(len(samples), rounds)), 6)),
+    )
     return said + ((("threshold", threshold), ("threshold_cleared", cleared)) if threshold else ())
 
 
@@ -193,8 +208,8 @@ def run_gemm(
         "TFLOP/s",
         ProbeStatus.OK,
         tuple(samples),
-        summarize(samples) if len(samples) >= 2 else None,
-        params + _confidence(samples, until_confident, threshold),
+        reported(samples, until_confident, trials) if len(samples) >= 2 else None,
+        params + _confidence(samples, until_confident, threshold, trials),
     )
 
 
@@ -350,7 +365,8 @@ def run_gpu_gemm(
     )  # fmt: skip
 
     def result(status: ProbeStatus, samples: list[float], error: str = "") -> KernelResult:
-        stats = summarize(samples) if status is ProbeStatus.OK and len(samples) >= 2 else None
+        ok = status is ProbeStatus.OK and len(samples) >= 2
+        stats = reported(samples, until_confident, trials) if ok else None
         return KernelResult(
             "gemm", f"gpu{device}", precision, "TFLOP/s", status, tuple(samples), stats,
             params, error,
@@ -398,5 +414,5 @@ def run_gpu_gemm(
         )
     if inconsistent:
         return result(ProbeStatus.ERROR, [], inconsistent)
-    params += _confidence(samples, until_confident, threshold)
+    params += _confidence(samples, until_confident, threshold, trials)
     return result(ProbeStatus.OK, samples)

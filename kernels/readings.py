@@ -23,6 +23,13 @@ them whenever findings are computed, never stored twice. Keys, per device:
                                         measurement problem, not a GPU fault
     gpu.N.kernel.burn.unreproduced      burn mismatches gone at the synchronised re-compare
     gpu.N.kernel.burn.gpu_error         a CUDA error of the GPU's during the burn (KRN025)
+    gpu.N.kernel.<...>.clocks           what the GPU ran the figure at (kernels/conditions.py
+                                        clock_state): full, power-capped, thermal,
+                                        hw-slowdown or clock-setting; reason: the cause in
+                                        words and what to do. KRN005-008/KRN016 judge
+                                        only a figure at full clocks
+    gpu.N.kernel.held_back              how many figures below their band floor were held
+                                        back by their conditions (KRN024), and why
     gpu.N.kernel.<...>.share_of_median  the device's figure over the median of all devices
                                         of its kind that measured the same metric (2 or more)
     topo.gpu.I.J.copy_gbs               one-way peer copy I -> J (and copy_bidir_gbs,
@@ -64,6 +71,10 @@ READINGS = (
         catalog.volatile(
             "gpu.{gpu}.kernel.timing_consistent", "", "false when a figure cannot be true"
         ),
+        catalog.volatile(
+            "gpu.{gpu}.kernel.{metric}.clocks", "", "full / power-capped / thermal / ..."
+        ),
+        catalog.volatile("gpu.{gpu}.kernel.held_back", "", "slow figures held back by clocks"),
     ),
     *catalog.declare("Kernel results", *_figures("numa.{node}")),
     *catalog.declare("Kernel results", *_figures("host")),
@@ -112,11 +123,27 @@ def _pcie_gbs(peaks: Mapping[str, Any]) -> float | None:
     return lane * width if lane and width else None
 
 
-def physical_bound(kernel: str, metric: str, peaks: Mapping[str, Any]) -> tuple[float, str] | None:
+# nvidia-smi topo -m's words for a GPU pair joined through PCIe (and the CPUs), not NVLink
+PCIE_PATHS = {"PIX", "PXB", "PHB", "NODE", "SYS", "SOC"}
+
+
+def _nvlink_per_link(peaks: Mapping[str, Any]) -> tuple[float, str] | None:
+    """One NVLink's GB/s in one direction: the higher of what nvidia-smi prints
+    (nvlink_gbs) and the link's line rate (nvlink_line_gbs, 53.125 on a B200 that prints
+    50), as a copy can reach up to either; None where the profile has neither."""
+    found = [(v, f) for f in ("nvlink_gbs", "nvlink_line_gbs") if (v := _number(peaks, f))]
+    return max(found) if found else None
+
+
+def physical_bound(
+    kernel: str, metric: str, peaks: Mapping[str, Any], link: str | None = None
+) -> tuple[float, str] | None:
     """The highest figure a GPU result can reach on the model (`peaks`: its profile), and
     what it is; None where the profile does not say. GEMM: the precision's highest peak;
-    STREAM: the memory bandwidth; a host copy: its PCIe link; a peer copy: the NVLinks
-    (or PCIe without them); both ways at once: twice the one-way bound."""
+    STREAM: the memory bandwidth; a host copy: its PCIe link; a peer copy: the link the
+    node says the pair has (`link`, topo.gpu.I.J: NV12 is 12 NVLinks, an NVLink bridge's
+    too; PIX or SYS its PCIe link), else the model's NVLinks (or PCIe without them); both
+    ways at once: twice the one-way bound."""
     both = 2.0 if metric.startswith("bidir.") else 1.0
     if kernel == "gemm" and metric in GEMM_PEAKS:
         found = [(v, f) for f in GEMM_PEAKS[metric] if (v := _number(peaks, f)) is not None]
@@ -129,30 +156,39 @@ def physical_bound(kernel: str, metric: str, peaks: Mapping[str, Any]) -> tuple[
         return (value, f"the model's memory bandwidth ({value:g} GB/s)") if value else None
     ways = " both ways" if both > 1 else ""
     pcie = _pcie_gbs(peaks)
-    link = (
+    pcie_text = (
         f"its PCIe link (Gen{peaks.get('pcie_gen')} x{peaks.get('pcie_width')}{ways}, "
         f"{both * pcie:.4g} GB/s)"
         if pcie
         else ""
     )
     if kernel == "copy" and metric.split(".")[0] in ("h2d", "d2h", "bidir"):
-        return (both * pcie, link) if pcie else None
+        return (both * pcie, pcie_text) if pcie else None
     if kernel == "peer" and metric.startswith(("to.", "bidir.")):
-        links, per_link = _number(peaks, "nvlink_count"), _number(peaks, "nvlink_gbs")
+        nv = re.fullmatch(r"NV(\d+)", link or "")
+        if link in PCIE_PATHS:
+            return (both * pcie, f"{link}: {pcie_text}") if pcie else None
+        per_link = _nvlink_per_link(peaks)
+        links = float(nv.group(1)) if nv else _number(peaks, "nvlink_count")
         if links and per_link:
-            value = both * links * per_link
-            return value, f"its NVLinks ({links:g} x {per_link:g} GB/s{ways}, {value:.4g} GB/s)"
-        return (both * pcie, link) if pcie else None
+            value = both * links * per_link[0]
+            named = f"its {link} NVLinks" if nv else "its NVLinks"
+            rate = " line rate" if per_link[1] == "nvlink_line_gbs" else ""
+            return value, (
+                f"{named} ({links:g} x {per_link[0]:g} GB/s{rate}{ways}, {value:.4g} GB/s)"
+            )
+        # a link count nobody gave (a PCIe card that may have an NVLink bridge): no bound
+        return (both * pcie, pcie_text) if pcie and not nv and per_link is None else None
     return None
 
 
-def impossible(result: KernelResult, peaks: Mapping[str, Any]) -> str:
+def impossible(result: KernelResult, peaks: Mapping[str, Any], link: str | None = None) -> str:
     """Why an OK GPU result's figure (its median) cannot be true: more than 5% above the
-    physical bound of the model (physical_bound), as "timing inconsistent: ..."; "" where
-    it can be, or nothing says."""
+    physical bound of the model (physical_bound; `link`: a peer pair's topo.gpu.I.J), as
+    "timing inconsistent: ..."; "" where it can be, or nothing says."""
     if result.status is not ProbeStatus.OK or not result.device.startswith("gpu"):
         return ""
-    bound = physical_bound(result.kernel, result.metric, peaks)
+    bound = physical_bound(result.kernel, result.metric, peaks, link)
     if bound is None or not result.samples:
         return ""
     figure = result.stats.median if result.stats is not None else max(result.samples)
@@ -166,12 +202,36 @@ def impossible(result: KernelResult, peaks: Mapping[str, Any]) -> str:
     )
 
 
-def judged(result: KernelResult, peaks: Mapping[str, Any]) -> KernelResult:
+def judged(result: KernelResult, peaks: Mapping[str, Any], link: str | None = None) -> KernelResult:
     """The result, or an error result where its figure cannot be true (impossible)."""
-    reason = impossible(result, peaks)
+    reason = impossible(result, peaks, link)
     if not reason:
         return result
     return replace(result, status=ProbeStatus.ERROR, stats=None, error=reason)
+
+
+def _impossible_result(result: KernelResult) -> bool:
+    """A result made an error because its figure cannot be true (judged)."""
+    return result.status is ProbeStatus.ERROR and result.error.startswith(TIMING_INCONSISTENT)
+
+
+# what is derived from a figure, and judged by a rule: the interval's ends (KRN005-008),
+# the verdict (KRN018-021), the shares of the peers' median (KRN009/KRN010) and the peak
+JUDGED_ENDS = ("ci_low", "ci_high", "verdict", "share_of_median", "share_of_peak")
+
+
+def _cannot_judge(key: str, result: KernelResult) -> dict[str, Reading]:
+    """A figure that cannot be true (KRN022) leaves the readings the rules judge it by
+    failed, with KRN022 as the reason: those rules are UNKNOWN, never silently passed."""
+    source = f"kernel:{result.kernel} {result.device} {result.metric}"
+    reason = f"KRN022: {result.error}"[:300]
+    unit = {"ci_low": result.unit, "ci_high": result.unit}
+    return {
+        f"{key}.{end}": Reading.failed(
+            f"{key}.{end}", ReadingStatus.ERROR, reason, source, unit.get(end, "")
+        )
+        for end in JUDGED_ENDS
+    }
 
 
 def _reading(key: str, result: KernelResult) -> Reading:
@@ -205,21 +265,22 @@ def kernel_readings(
     intervals: dict[str, Reading] = {}
     verified: dict[str, bool] = {}
     consistent: dict[str, tuple[bool, str]] = {}
+    clocks: dict[str, Reading] = {}
     peers: dict[str, list[tuple[str, Reading]]] = defaultdict(list)
     for result in kernels:
         prefix = device_prefix(result.device)
         if prefix is None:
             continue
-        result = judged(result, peaks or {})  # an old snapshot's impossible figure too
+        pair = catalog.peer_pair(result)
+        link = _value(readings.get(pair), None) if pair is not None else None
+        # an old snapshot's impossible figure too; a peer copy by the pair's own link
+        result = judged(result, peaks or {}, link if isinstance(link, str) else None)
         failed = result.status is ProbeStatus.ERROR and "verification failed" in result.error
         verified[prefix] = verified.get(prefix, True) and not failed
         if prefix.startswith("gpu."):
-            bad = result.status is ProbeStatus.ERROR and result.error.startswith(
-                TIMING_INCONSISTENT
-            )
+            bad = _impossible_result(result)
             before = consistent.get(prefix, (True, ""))
             consistent[prefix] = (False, before[1] or result.error) if bad else before
-        pair = catalog.peer_pair(result)
         if pair is not None:
             reading = _reading(str(catalog.kernel_key(result)), result)
             derived[reading.key] = reading
@@ -230,9 +291,20 @@ def kernel_readings(
                 )
             if result.metric.startswith("to."):
                 peers[str(_value(readings.get(pair), "any"))].append((pair, reading))
+                if _impossible_result(result):  # KRN013 cannot judge it: UNKNOWN, says why
+                    key = f"{pair}.copy_share_of_median"
+                    intervals[key] = Reading.failed(
+                        key, ReadingStatus.ERROR, f"KRN022: {result.error}"[:300], reading.source
+                    )
             continue
         reading = _reading(f"{prefix}kernel.{metric_key(result)}", result)
         derived[reading.key] = reading
+        if reading.ok and prefix.startswith("gpu.") and result.kernel != "burn":
+            clock = _clock_reading(reading.key, result, peaks or {})
+            if clock is not None:
+                clocks[clock.key] = clock
+        if _impossible_result(result):
+            intervals.update(_cannot_judge(reading.key, result))
         if reading.ok and result.stats is not None:
             for end, value in (
                 ("ci_low", result.stats.ci95_low),
@@ -252,20 +324,60 @@ def kernel_readings(
     derived.update(_peak_shares(derived.values(), peaks or {}))
     derived.update(_nvlink_share(derived.get("node.kernel.allreduce.busbw"), peaks or {}))
     derived.update(_shares(derived.values()))
+    derived.update(clocks)
     for group in peers.values():
         derived.update(_pair_shares(group))
     derived.update(intervals)  # after the shares: an interval's end is no figure of its own
     derived.update(_verdicts(intervals, peaks or {}))
+    derived.update(_held_back(clocks, derived))
     return list(derived.values())
+
+
+def _clock_reading(key: str, result: KernelResult, peaks: Mapping[str, Any]) -> Reading | None:
+    """What the GPU ran `result` at (kernels/conditions.py clock_state), where its
+    conditions were recorded."""
+    from gpudiag.kernels.conditions import clock_state
+
+    gpu = result.device.removeprefix("gpu")
+    state = clock_state(dict(result.params), _number(peaks, "power_limit_w"), gpu)
+    if state is None:
+        return None
+    source = f"kernel:{result.kernel} {result.device} {result.metric} conditions"
+    return Reading(f"{key}.clocks", state[0], source=source, reason=state[1][:300])
+
+
+def _held_back(clocks: Mapping[str, Reading], derived: Mapping[str, Reading]) -> dict[str, Reading]:
+    """Per GPU: the figures below their band floor (verdict below) whose GPU was held back
+    (clocks not full), with each one's cause; 0 where none was (KRN024)."""
+    counts: dict[str, list[str]] = {}
+    for key, reading in clocks.items():
+        figure = key.removesuffix(".clocks")
+        prefix = figure.split(".kernel.")[0]
+        held = counts.setdefault(prefix, [])
+        verdict = derived.get(f"{figure}.verdict")
+        if reading.value != "full" and verdict is not None and verdict.value == "below":
+            metric = figure.split(".kernel.")[1]
+            held.append(f"{metric} {reading.value}: {reading.reason}")
+    out = {}
+    for prefix, held in counts.items():
+        key = f"{prefix}.kernel.held_back"
+        out[key] = Reading(
+            key,
+            len(held),
+            source="kernel figures' verdicts and conditions",
+            reason="; ".join(held)[:600],
+        )
+    return out
 
 
 # metric -> (factor, profile field): the thresholds of KRN005-008 (rules/kernels.toml;
 # tests/test_kernel_plan.py checks that the two agree)
 THRESHOLDS = {
-    "stream.triad.fp64": (0.85, "memory_bandwidth_gbs"),
-    "stream.triad.fp32": (0.85, "memory_bandwidth_gbs"),
-    "gemm.fp64": (0.5, "fp64_gemm_tflops"),  # the tensor cores' figure where there is one
-    "gemm.fp16": (0.5, "fp16_tflops"),
+    "stream.triad.fp64": (1.0, "stream_triad_floor_gbs"),  # the model's band floors
+    "stream.triad.fp32": (1.0, "stream_triad_floor_gbs"),  # (rules/profiles.toml)
+    "gemm.fp64": (1.0, "gemm_fp64_floor_tflops"),
+    "gemm.fp16": (1.0, "gemm_fp16_floor_tflops"),
+    "gemm.bf16": (1.0, "gemm_bf16_floor_tflops"),  # KRN016 judges its median
 }
 
 
@@ -277,9 +389,11 @@ def _verdicts(intervals: Mapping[str, Reading], peaks: Mapping[str, Any]) -> dic
     for key, high in intervals.items():
         m = re.match(r"^(gpu\.\d+\.kernel\.(.+))\.ci_high$", key)
         low = intervals.get(f"{m.group(1)}.ci_low") if m else None
-        factor, field = THRESHOLDS.get(m.group(2), (0.0, "")) if m else (0.0, "")
+        factor, field = THRESHOLDS.get(m.group(2), (0.0, "")) if m else (0.0, "")  # factor 1
         peak = peaks.get(field)
-        if m is None or low is None or not isinstance(peak, int | float) or peak <= 0:
+        if m is None or low is None or not (high.ok and low.ok):
+            continue  # a figure that cannot be true has its verdict failed (KRN022)
+        if not isinstance(peak, int | float) or peak <= 0:
             continue
         threshold = factor * float(peak)
         hi, lo = float(high.value), float(low.value)  # type: ignore[arg-type]
@@ -287,10 +401,10 @@ def _verdicts(intervals: Mapping[str, Reading], peaks: Mapping[str, Any]) -> dic
         verdicts[f"{m.group(1)}.verdict"] = Reading(
             f"{m.group(1)}.verdict",
             verdict,
-            source=f"{m.group(1)} 95% interval / {factor:g} x profile {field} ({peak:g})",
+            source=f"{m.group(1)} 95% interval / profile {field} ({peak:g})",
             reason=(
                 f"the 95% interval {lo:.6g}-{hi:.6g} {high.unit} against the threshold "
-                f"{threshold:.6g} {high.unit} ({factor:g} x profile {field} {peak:g})"
+                f"{threshold:.6g} {high.unit} (profile {field})"
             ),
         )
     return verdicts

@@ -12,13 +12,15 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 
 import numpy as np
 
 from gpudiag.hostfs import HostFS
 from gpudiag.kernels import allreduce, burn, copies, device, gemm, stream
+from gpudiag.kernels.conditions import ConditionSampler
 from gpudiag.kernels.plans import KERNELS, KernelPlan
 from gpudiag.model import KernelResult, ProbeStatus
 from gpudiag.probes.gpu import normalize_bus_id
@@ -26,6 +28,33 @@ from gpudiag.textparse import parse_cpulist
 
 DTYPES = {"fp64": np.float64, "fp32": np.float32}
 Progress = Callable[[str, float], None]
+
+
+def at_looks_confidence(results: list[KernelResult], plan: KernelPlan) -> list[KernelResult]:
+    """STREAM's results after --until-confident with their interval at the confidence of
+    the last sequential look (kernels/stats.py `reported`): its stop was decided at that
+    level, and a 95% interval read after would spend more than the error budget; the
+    threshold's "cleared" is said again of that interval."""
+    from gpudiag.kernels.stats import last_look, look_confidence, reported
+
+    if plan.until_confident is None:
+        return results
+    out = []
+    for result in results:
+        if result.status is not ProbeStatus.OK or len(result.samples) < 2:
+            out.append(result)
+            continue
+        stats = reported(result.samples, plan.until_confident, plan.trials)
+        params = dict(result.params)
+        if isinstance(params.get("threshold"), int | float):
+            threshold = float(params["threshold"])
+            params["threshold_cleared"] = len(result.samples) >= 6 and (
+                stats.ci95_low > threshold or stats.ci95_high < threshold
+            )
+        level = look_confidence(last_look(len(result.samples), plan.trials))
+        params["confidence"] = round(level, 6)
+        out.append(replace(result, stats=stats, params=tuple(params.items())))
+    return out
 
 
 class KernelUnavailable(Exception):
@@ -238,6 +267,39 @@ class PlanRun:
         self.results: list[KernelResult] = []
         self.burns: list[burn.BurnReport] = []
         self.strict = False  # run(strict=True): a refused size is the caller's error
+        self._sampler: ConditionSampler | None = None
+
+    def _open_conditions(self, gpus: list[int]) -> Callable[[], None]:
+        """The sampler of the GPUs' conditions for this run (kernels/conditions.py), over
+        the run's NVML or one opened for it; returns what closes it."""
+        from gpudiag.nvml import Nvml, NvmlError, open_nvml
+
+        nvml = self.nvml if isinstance(self.nvml, Nvml) else open_nvml(None)
+        try:
+            nvml.ensure_init()
+            mapping = cuda_to_nvml(gpus, nvml)
+            self._sampler = ConditionSampler(nvml, mapping)
+        except NvmlError as exc:  # no NVML: each GPU figure says its conditions are unknown
+            self._sampler = ConditionSampler(None, why_not=f"NVML unavailable ({exc.reason})")
+        return (lambda: None) if nvml is self.nvml else nvml.close
+
+    @contextmanager
+    def _conditions(self, gpus: list[int]) -> Iterator[None]:
+        """Sample `gpus`' conditions while the block runs; each GPU result it added (gpuN,
+        or "gpus" for all of them) gets their params: the clocks it ran at."""
+        start, sampler = len(self.results), self._sampler
+        if sampler is None:
+            yield
+            return
+        with sampler.watch(gpus) as taken:
+            yield
+        for position in range(start, len(self.results)):
+            result = self.results[position]
+            own = re.fullmatch(r"gpu(\d+)", result.device)
+            members = [int(own.group(1))] if own else gpus if result.device == "gpus" else []
+            if members and set(members) <= set(gpus) and result.status is ProbeStatus.OK:
+                params = result.params + sampler.params(members, taken)
+                self.results[position] = replace(result, params=params)
 
     def _step(self, label: str) -> Callable[[float], None]:
         self.progress(label, 0.0)
@@ -264,12 +326,16 @@ class PlanRun:
             gpus = []
             self.results += [_skipped(k, "gpu", str(exc)) for k in plan.kernels]
         nodes = usable_cpus(numa_cpus(self.host))
-        for kernel in dict.fromkeys(plan.kernels):
-            if self.cancel.is_set():
-                break
-            if kernel not in KERNELS:
-                raise KernelUnavailable(f"no kernel {kernel} (known: {', '.join(KERNELS)})")
-            getattr(self, f"_{kernel}")(on_cpu, gpus, nodes)
+        close = self._open_conditions(gpus) if gpus else (lambda: None)
+        try:
+            for kernel in dict.fromkeys(plan.kernels):
+                if self.cancel.is_set():
+                    break
+                if kernel not in KERNELS:
+                    raise KernelUnavailable(f"no kernel {kernel} (known: {', '.join(KERNELS)})")
+                getattr(self, f"_{kernel}")(on_cpu, gpus, nodes)
+        finally:
+            close()
         if gpus:
             self.results = self._judged(self.results, gpus)
             mapping = self._nvml_indices(gpus)
@@ -316,8 +382,8 @@ class PlanRun:
                     ops = stream.CpuOperations(n, dtype, [[cpu] for cpu in cpus])
                     try:
                         step = self._step(f"stream {name} {device}")
-                        self.results += stream.run_stream(
-                            ops, device=device, progress=step, **common
+                        self.results += at_looks_confidence(
+                            stream.run_stream(ops, device=device, progress=step, **common), plan
                         )
                     finally:
                         ops.close()
@@ -329,13 +395,15 @@ class PlanRun:
                     thresholds = self._triad_thresholds(gpu, name)
                     ops = stream.CudaOperations(on_gpu, dtype, gpu)
                     try:
-                        self.results += stream.run_stream(
-                            ops,
-                            device=f"gpu{gpu}",
-                            progress=step,
-                            thresholds=thresholds,
-                            **common,
-                        )
+                        with self._conditions([gpu]):
+                            measured = stream.run_stream(
+                                ops,
+                                device=f"gpu{gpu}",
+                                progress=step,
+                                thresholds=thresholds,
+                                **common,
+                            )
+                            self.results += at_looks_confidence(measured, plan)
                     finally:
                         ops.close()
                 except Exception as exc:  # a broken GPU is this GPU's result
@@ -387,14 +455,20 @@ class PlanRun:
         for gpu in gpus:
             for precision in gemm.PRECISIONS:
                 step = self._step(f"gemm gpu{gpu} {precision}")
-                try:
-                    threshold = self._gemm_threshold(gpu, precision)
-                    result = gemm.run_gpu_gemm(
-                        gpu, precision, plan.gemm_n, progress=step, threshold=threshold, **common
-                    )
-                except Exception as exc:  # a broken GPU is this GPU's result
-                    result = replace(_failed("gemm", gpu, exc), metric=precision)
-                self.results.append(result)
+                with self._conditions([gpu]):
+                    try:
+                        threshold = self._gemm_threshold(gpu, precision)
+                        result = gemm.run_gpu_gemm(
+                            gpu,
+                            precision,
+                            plan.gemm_n,
+                            progress=step,
+                            threshold=threshold,
+                            **common,
+                        )
+                    except Exception as exc:  # a broken GPU is this GPU's result
+                        result = replace(_failed("gemm", gpu, exc), metric=precision)
+                    self.results.append(result)
 
     def _copy(self, on_cpu: bool, gpus: list[int], nodes: dict[int, list[int]]) -> None:
         if on_cpu and not gpus:
@@ -411,16 +485,17 @@ class PlanRun:
             try:
                 engine = copies.CudaEngine([gpu], nodes)
                 try:
-                    self.results += copies.run_host_copies(
-                        engine,
-                        gpu_numa_nodes(self.host, [gpu]),
-                        sorted(nodes),
-                        nbytes=self.plan.size_bytes,
-                        trials=self.plan.trials,
-                        cancel=self.cancel,
-                        progress=lambda f, i=index: step((i + f) / len(gpus)),
-                        no_remote=no_remote,
-                    )
+                    with self._conditions([gpu]):
+                        self.results += copies.run_host_copies(
+                            engine,
+                            gpu_numa_nodes(self.host, [gpu]),
+                            sorted(nodes),
+                            nbytes=self.plan.size_bytes,
+                            trials=self.plan.trials,
+                            cancel=self.cancel,
+                            progress=lambda f, i=index: step((i + f) / len(gpus)),
+                            no_remote=no_remote,
+                        )
                 finally:
                     engine.close()
             except Exception as exc:  # a broken GPU is this GPU's result
@@ -439,13 +514,14 @@ class PlanRun:
             self.results.append(_skipped("peer", f"gpu{gpus[0]}", "one GPU: no peer to copy to"))
         for engine in engines:
             try:
-                self.results += copies.run_peer_matrix(
-                    engine,
-                    nbytes=self.plan.size_bytes,
-                    trials=self.plan.trials,
-                    cancel=self.cancel,
-                    progress=self._step(f"peer {engine.kind}"),
-                )
+                with self._conditions(gpus if engine.kind == "gpu" else []):
+                    self.results += copies.run_peer_matrix(
+                        engine,
+                        nbytes=self.plan.size_bytes,
+                        trials=self.plan.trials,
+                        cancel=self.cancel,
+                        progress=self._step(f"peer {engine.kind}"),
+                    )
             except Exception as exc:  # the matrix needs every GPU: each gets the reason
                 if engine.kind != "gpu":
                     raise
@@ -460,13 +536,14 @@ class PlanRun:
                 self.results.append(_skipped("allreduce", "cpu", "all-reduce needs GPUs"))
             return
         try:
-            self.results += allreduce.run_allreduce(
-                gpus,
-                max_bytes=self.plan.size_bytes,
-                trials=self.plan.trials,
-                cancel=self.cancel,
-                progress=self._step("allreduce"),
-            )
+            with self._conditions(gpus):
+                self.results += allreduce.run_allreduce(
+                    gpus,
+                    max_bytes=self.plan.size_bytes,
+                    trials=self.plan.trials,
+                    cancel=self.cancel,
+                    progress=self._step("allreduce"),
+                )
         except AttributeError as exc:  # cupy.cuda.nccl without its library
             reason = f"NCCL is not available (pip install 'gpudiag[cuda12]'): {exc}"
             self.results.append(_skipped("allreduce", "gpus", reason))

@@ -237,6 +237,7 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
     "KRN017": node("node.kernel.allreduce.busbw.share_of_nvlink", 0.3, 0.85),
     "KRN022": one("kernel.timing_consistent", False, True),
     "KRN023": one("kernel.burn.unreproduced", 279, 0),
+    "KRN024": one("kernel.held_back", 1, 0),
     "KRN025": (
         [Reading.failed("gpu.0.kernel.burn.gpu_error", ReadingStatus.ERROR, "cudaErrorUnknown")],
         [gpu("kernel.burn.mismatches", 0)],

@@ -90,6 +90,7 @@ def _kernel_readings() -> tuple[Reading, ...]:
     two NUMA nodes' as well (the keys depend only on the kernel, metric and device), with
     the host-copy metrics kernels/copies.py names (that kernel needs a GPU to run)."""
     from gpudiag.kernels import burn, copies
+    from gpudiag.kernels.conditions import conditions_params
     from gpudiag.kernels.runner import PlanRun
 
     plan = KernelPlan(tuple(KERNELS), "cpu", 1 << 16, ("fp64", "fp32"), 2, None, 64, 0.2)
@@ -110,6 +111,8 @@ def _kernel_readings() -> tuple[Reading, ...]:
             metric = re.sub(r"cpu-numa0$", peer, r.metric) if peer else r.metric
             # every result as one that succeeded, with statistics (a kernel skipped here,
             # such as FP16 GEMM on NumPy, has none), so that its derived readings exist
+            # a GPU's figures carry what it ran under (kernels/conditions.py)
+            ran_under = conditions_params([{"sm_clock": 1980, "events": []}])
             labelled.append(
                 replace(
                     r,
@@ -118,6 +121,7 @@ def _kernel_readings() -> tuple[Reading, ...]:
                     status=ProbeStatus.OK,
                     samples=(1.0, 1.0),
                     stats=summarize((1.0, 1.0)),
+                    params=r.params + (ran_under if device.startswith("gpu") else ()),
                 )
             )
     # all-reduce drives every GPU of the node at once (it needs GPUs and NCCL to run)
@@ -130,6 +134,8 @@ def _kernel_readings() -> tuple[Reading, ...]:
     }
     peaks = {"memory_bandwidth_gbs": 3350, "fp64_gemm_tflops": 67, "fp16_tflops": 989.5}
     peaks |= {"nvlink_count": 18, "nvlink_gbs": 25}
+    peaks |= {"stream_triad_floor_gbs": 2613, "gemm_fp64_floor_tflops": 33.5}
+    peaks |= {"gemm_fp16_floor_tflops": 494.75}  # the band floors the verdicts judge by
     return tuple(kernel_readings(labelled, topology, peaks))
 
 

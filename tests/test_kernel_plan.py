@@ -276,9 +276,16 @@ def test_kernels_option_misuse_is_one_line(args, message) -> None:
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+# triads on an H100 SXM5 around its band floor (2613 GB/s), in no drifting order
+STRADDLING = [2500, 2660, 2400, 2620, 2590, 2700, 2605, 2800, 2580]  # median 2605
+BELOW = [2450, 2410, 2480, 2400, 2470, 2430, 2460, 2420, 2440]
+ABOVE = [2800, 2830, 2770, 2850, 2790, 2820, 2760, 2840, 2810]
+
+
 def test_triad_rule_judges_the_interval_not_the_median() -> None:
-    # H100 SXM5: 85% of 3350 GB/s = 2847.5. Medians of both GPUs are below it; only GPU 1's
-    # whole interval is, so only GPU 1 is called slow; GPU 0's is inconclusive (quiet).
+    # H100 SXM5: its band floor 0.78 x 3350 GB/s = 2613. Medians of both GPUs are below
+    # it; only GPU 1's whole interval is, so only GPU 1 is called slow; GPU 0's is
+    # inconclusive (quiet).
     node = LiveNode(
         host=HostFS(FIXTURES / "host-basic"),
         nvml=Nvml(ReplayBackend.from_file(REPO / "snapshots" / "demo-hgx-h100-healthy.toml")),
@@ -286,26 +293,26 @@ def test_triad_rule_judges_the_interval_not_the_median() -> None:
         rules=load_rules(),
     )
     snapshot = node.snapshot()
-    straddling = [2600, 2700, 2800, 2820, 2830, 2840, 2900, 3000, 3100]  # median 2830
-    below = [2600, 2610, 2620, 2630, 2640, 2650, 2660, 2670, 2680]
+    straddling = STRADDLING  # median 2605
+    below = BELOW
     results = [
         _ok("stream", "gpu0", "triad", "GB/s", straddling, (("dtype", "fp64"),)),
         _ok("stream", "gpu1", "triad", "GB/s", below, (("dtype", "fp64"),)),
     ]
     judged = with_findings(replace(snapshot, kernels=tuple(results)), load_rules())
     readings = judged_readings(judged)[0]
-    assert readings["gpu.0.kernel.stream.triad.fp64"].value == 2830
-    assert readings["gpu.0.kernel.stream.triad.fp64.ci_high"].value > 2847.5
+    assert readings["gpu.0.kernel.stream.triad.fp64"].value == 2605
+    assert readings["gpu.0.kernel.stream.triad.fp64.ci_high"].value > 2613
     fired = {f.subject for f in judged.findings if f.rule_id == "KRN005"}
     assert fired == {"GPU 1"}
 
 
 def test_verdict_says_when_the_interval_straddles_the_threshold() -> None:
-    # H100 SXM5: 85% of 3350 GB/s = 2847.5; half of its FP64 GEMM peak (the tensor
-    # cores' 67 TFLOP/s) = 33.5
-    straddling = [2600, 2700, 2800, 2820, 2830, 2840, 2900, 3000, 3100]
-    below = [2600, 2610, 2620, 2630, 2640, 2650, 2660, 2670, 2680]
-    above = [3000, 3010, 3020, 3030, 3040, 3050, 3060, 3070, 3080]
+    # H100 SXM5: its band floors, 0.78 x 3350 GB/s = 2613 and half of its FP64 GEMM peak
+    # (the tensor cores' 67 TFLOP/s) = 33.5
+    straddling = STRADDLING
+    below = BELOW
+    above = ABOVE
     results = [
         _ok("stream", "gpu0", "triad", "GB/s", straddling, (("dtype", "fp64"),)),
         _ok("stream", "gpu1", "triad", "GB/s", below, (("dtype", "fp64"),)),
@@ -319,11 +326,11 @@ def test_verdict_says_when_the_interval_straddles_the_threshold() -> None:
     low = derived["gpu.0.kernel.stream.triad.fp64.ci_low"].value
     high = derived["gpu.0.kernel.stream.triad.fp64.ci_high"].value
     assert f"{low:.6g}-{high:.6g} GB/s" in derived["gpu.0.kernel.stream.triad.fp64.verdict"].reason
-    assert "2847.5 GB/s (0.85 x profile memory_bandwidth_gbs 3350)" in (
+    assert "2613 GB/s (profile stream_triad_floor_gbs)" in (
         derived["gpu.0.kernel.stream.triad.fp64.verdict"].reason
     )
     assert derived["gpu.0.kernel.gemm.fp64.verdict"].value == "inconclusive"
-    assert "33.5 TFLOP/s (0.5 x profile fp64_gemm_tflops 67)" in (
+    assert "33.5 TFLOP/s (profile gemm_fp64_floor_tflops)" in (
         derived["gpu.0.kernel.gemm.fp64.verdict"].reason
     )
     # no profile field: no threshold, no verdict (never a guessed one)
@@ -353,8 +360,8 @@ def test_an_inconclusive_triad_is_reported_with_its_numbers() -> None:
         probes=default_probes(),
         rules=load_rules(),
     )
-    straddling = [2600, 2700, 2800, 2820, 2830, 2840, 2900, 3000, 3100]
-    below = [2600, 2610, 2620, 2630, 2640, 2650, 2660, 2670, 2680]
+    straddling = STRADDLING
+    below = BELOW
     results = [
         _ok("stream", "gpu0", "triad", "GB/s", straddling, (("dtype", "fp64"),)),
         _ok("stream", "gpu1", "triad", "GB/s", below, (("dtype", "fp64"),)),
@@ -362,5 +369,5 @@ def test_an_inconclusive_triad_is_reported_with_its_numbers() -> None:
     judged = with_findings(replace(node.snapshot(), kernels=tuple(results)), load_rules())
     (finding,) = [f for f in judged.findings if f.rule_id == "KRN018"]
     assert finding.subject == "GPU 0" and "straddles it" in finding.message
-    assert "the threshold 2847.5 GB/s" in finding.message and "--until-confident" in finding.message
+    assert "the threshold 2613 GB/s" in finding.message and "--until-confident" in finding.message
     assert {f.subject for f in judged.findings if f.rule_id == "KRN005"} == {"GPU 1"}

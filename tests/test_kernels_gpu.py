@@ -570,9 +570,10 @@ def test_cli_burns_the_gpus_in_the_precision_asked() -> None:
 
 def test_the_triad_threshold_is_the_rule_share_of_the_model_bandwidth(tmp_path: Path) -> None:
     host = pci_tree(tmp_path, {"0000:18:00.0": "0x2330", "0000:19:00.0": "0x1234"})
-    # H100 SXM5: 3350 GB/s (rules/profiles.toml), KRN005/KRN006 judge triad at 85% of it
-    assert triad_threshold(host, "0000:18:00.0", "fp64") == pytest.approx(2847.5)
-    assert triad_threshold(host, "00000000:18:00.0", "fp32") == pytest.approx(2847.5)
+    # H100 SXM5: KRN005/KRN006 judge triad at its band floor, 0.78 x 3350 GB/s
+    # (rules/profiles.toml)
+    assert triad_threshold(host, "0000:18:00.0", "fp64") == pytest.approx(2613)
+    assert triad_threshold(host, "00000000:18:00.0", "fp32") == pytest.approx(2613)
     assert triad_threshold(host, "0000:19:00.0", "fp64") is None  # no profile for 0x1234
     assert triad_threshold(host, "0000:1a:00.0", "fp64") is None  # no such device
     assert triad_threshold(host, "0000:18:00.0", "fp16") is None  # no rule judges it
@@ -580,7 +581,7 @@ def test_the_triad_threshold_is_the_rule_share_of_the_model_bandwidth(tmp_path: 
 
 def test_until_confident_on_a_gpu_stops_at_its_models_threshold(cuda, tmp_path: Path) -> None:
     """The fake GPU 0 is an H100 SXM5 by its sysfs device id; its triad (the fake's 2000
-    GB/s copy engine, not a GPU figure) lies wholly under 2847.5 GB/s: the run says so.
+    GB/s copy engine, not a GPU figure) lies wholly under 2613 GB/s: the run says so.
     GPU 1 has no profile: the tight interval alone decides, no threshold recorded."""
     host = pci_tree(tmp_path, {"0000:18:00.0": "0x2330", "0000:19:00.0": "0x1234"})
     plan = KernelPlan(("stream",), "gpu", 1 << 20, trials=2, dtypes=("fp64",))
@@ -588,15 +589,15 @@ def test_until_confident_on_a_gpu_stops_at_its_models_threshold(cuda, tmp_path: 
     results = PlanRun(plan, host=host).run()
     triads = {r.device: r for r in results if r.metric == "triad"}
     params = dict(triads["gpu0"].params)
-    assert params["threshold"] == pytest.approx(2847.5) and params["threshold_cleared"] is True
-    assert triads["gpu0"].stats is not None and triads["gpu0"].stats.ci95_high < 2847.5
+    assert params["threshold"] == pytest.approx(2613) and params["threshold_cleared"] is True
+    assert triads["gpu0"].stats is not None and triads["gpu0"].stats.ci95_high < 2613
     assert "threshold" not in dict(triads["gpu1"].params)
 
 
 def test_the_gemm_thresholds_are_krn007_and_krn008s(tmp_path: Path) -> None:
     host = pci_tree(tmp_path, {"0000:18:00.0": "0x2330", "0000:19:00.0": "0x1234"})
     # H100 SXM5: 67 TFLOP/s FP64 GEMM (its tensor cores), 989.5 FP16 (rules/profiles.toml),
-    # judged at half
+    # judged at their band floors, half of each
     assert rule_threshold(host, "0000:18:00.0", "gemm.fp64") == pytest.approx(33.5)
     assert rule_threshold(host, "0000:18:00.0", "gemm.fp16") == pytest.approx(494.75)
     assert rule_threshold(host, "0000:18:00.0", "gemm.bf16") is None  # no rule judges it

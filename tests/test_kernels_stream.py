@@ -343,7 +343,7 @@ class _Noisy:
 
 
 def test_until_confident_goes_on_until_the_interval_is_tight() -> None:
-    noisy = _Noisy(0.15)  # cv 15%: 2 trials give no usable interval, ~150 do
+    noisy = _Noisy(0.06)  # cv 6%: 2 trials give no usable interval, 80 (the 4th look) do
     try:
         results = stream.run_stream(noisy, device="cpu", trials=2, warmup=0, until_confident=30)
     finally:

@@ -127,7 +127,8 @@ def test_check_reads_an_old_snapshots_impossible_figure_as_a_measurement_problem
 ) -> None:
     """A snapshot written by ea3500d on an H100 holds GEMM FP64 at 745 TFLOP/s as a
     result that passed: `check` reports it as a measurement problem (KRN022, a warning,
-    action none), never as a GPU figure or a GPU fault."""
+    action none), never as a GPU figure or a GPU fault, and the rule that would have
+    judged it (KRN007) as UNKNOWN with KRN022 as the reason, not "not judged"."""
     target = tmp_path / "old.toml"
     replay = str(REPO / "snapshots" / "demo-hgx-h100-healthy.toml")
     export = run_cli("--root", str(FIXTURES / "host-basic"), "--nvml-replay", replay,
@@ -138,19 +139,23 @@ def test_check_reads_an_old_snapshots_impossible_figure_as_a_measurement_problem
     target.write_text(dumps(old))
     result = run_cli("check", str(target))
     assert result.returncode != 3, result.stderr
-    lines = [line for line in result.stdout.splitlines() if "KRN022" in line]
+    lines = [line for line in result.stdout.splitlines() if line.split()[1:2] == ["KRN022"]]
     assert len(lines) == 1, result.stdout
     assert "WARNING" in lines[0].upper() and "CRITICAL" not in lines[0].upper()
     assert "measurement problem, not a GPU fault" in lines[0]
-    assert "745" in lines[0] and "KRN001" not in result.stdout and "KRN007" not in result.stdout
+    assert "745" in lines[0] and "KRN001" not in result.stdout
+    # the rule that would have judged the figure is UNKNOWN, with KRN022 as the reason
+    (krn007,) = [line for line in result.stdout.splitlines() if "KRN007" in line]
+    assert "UNKNOWN" in krn007 and "KRN022: timing inconsistent" in krn007
 
 
 def test_the_gpu_benchmark_runs_through_the_fake_and_gives_a_verdict_per_figure(
     cuda, monkeypatch, capsys
 ) -> None:
     """benchmarks/gpu_kernels.py's own logic on one fake GPU (its figures are the fake's,
-    no GPU's): each figure on one line with its reference or "no torch: reference
-    skipped", GEMM's events beside the wall clock, the burn in FP32 and BF16."""
+    no GPU's): each figure on one line with its CuPy reference (without torch: no torch
+    line; BF16, which CuPy has not, says so), GEMM's events beside the wall clock, the
+    burn in FP32 and BF16."""
     import importlib.util
     import sys
 
@@ -162,6 +167,10 @@ def test_the_gpu_benchmark_runs_through_the_fake_and_gives_a_verdict_per_figure(
     cuda.devices = cuda.devices[:1]
     cuda.devices[0].free_bytes = 4 << 20  # a small GPU: the burn's matrices fill 90% of it
     monkeypatch.setattr(bench, "fused_triad_gbs", lambda gpu, n: 1950.0)  # CuPy's own kernel
+    monkeypatch.setattr(bench, "cupy_copy_gbs", lambda gpu, n: 1900.0)  # (CuPy's own calls,
+    monkeypatch.setattr(bench, "cupy_h2d_gbs", lambda gpu, n: 24.0)  # not the fake's)
+    real_gemm = bench.cupy_gemm_tflops
+    monkeypatch.setattr(bench, "cupy_gemm_tflops", lambda g, p, n: None if p == "bf16" else 0.5)
     monkeypatch.setattr(bench, "_torch", lambda: None)
     monkeypatch.setattr(sys, "argv", ["gpu_kernels", "--mib", "1", "--gemm-n", "128",
                                       "--burn-seconds", "0.01", "--no-plans"])  # fmt: skip
@@ -172,10 +181,17 @@ def test_the_gpu_benchmark_runs_through_the_fake_and_gives_a_verdict_per_figure(
     lines = capsys.readouterr().out.splitlines()
     by = {line[:36].strip(): line for line in lines[1:]}
     assert "reference 1950" in by["gpu0 STREAM triad fp64 GB/s"]
-    assert "torch copy_: no torch: reference skipped" in by["gpu0 STREAM copy fp64 GB/s"]
+    assert "reference 1900" in by["gpu0 STREAM copy fp64 GB/s"]
+    assert "(cupy.ndarray.copy)" in by["gpu0 STREAM copy fp64 GB/s"]
+    assert not [line for line in lines if "(torch)" in line]  # no torch: no torch lines
     for precision in gemm.PRECISIONS:
         line = by[f"gpu0 {precision.upper()} GEMM TFLOP/s"]
-        assert "torch.matmul; events/wall " in line and "no torch: reference skipped" in line
+        if precision == "bf16":
+            assert "CuPy has no bfloat16" in line and "no torch: reference skipped" in line
+        else:
+            assert "reference 0.5" in line and "cupy.matmul; events/wall " in line
+    assert real_gemm(0, "bf16", 8) is None  # BF16 asks CuPy for nothing
+    assert "pinned cudaMemcpy (CuPy)" in by["gpu0 h2d local GB/s"]
     assert by["gpu0 burn fp32"].split()[3] == "ok" and "0 not reproduced" in by["gpu0 burn bf16"]
     assert "gpu0 h2d local GB/s" in by
 

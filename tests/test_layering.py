@@ -248,6 +248,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gpudiag.kernels.burn",
             "gpudiag.kernels.copies",
             "gpudiag.kernels.allreduce",
+            "gpudiag.kernels.conditions",
             "gpudiag.derive",
             "gpudiag.profiles",
             "gpudiag.slurmgres",

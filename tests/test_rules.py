@@ -238,4 +238,6 @@ def test_the_fp64_gemm_peak_is_the_tensor_cores_where_a_model_has_them() -> None
     with pytest.raises(RuleError, match="unknown key"):
         parse_profiles('[profile.x]\ndevice_ids = ["0x1234"]\nfp64_gemm_tflops = 5\n', "test")
     krn007 = next(r for r in load_rules() if r.id == "KRN007")
-    assert (krn007.operand, krn007.factor) == ("fp64_gemm_tflops", 0.5)
+    assert (krn007.operand, krn007.factor) == ("gemm_fp64_floor_tflops", 1.0)
+    # the band floor is a share of the FP64 GEMM peak (the tensor cores' 67 on an H100)
+    assert profiles["h100-sxm5"].values["gemm_fp64_floor_tflops"] == 0.5 * 67

@@ -29,13 +29,20 @@ def add_parser(subparsers: Any) -> None:
             action.add_argument(
                 "lint_files", metavar="FILE", nargs="+", type=Path, help="a site rule file (.toml)"
             )
+        elif name == "profiles":
+            action.add_argument(
+                "profile_name",
+                metavar="NAME",
+                nargs="?",
+                help="one profile: each figure and its source",
+            )
 
 
 ACTIONS = {
     "list": "every rule: id, severity, status, scope, title",
     "explain": "what a rule checks, why, how to fix",
     "lint": "check rule files without running them; every error on standard error",
-    "profiles": "the GPU-model profiles and their device ids",
+    "profiles": "the GPU-model profiles, their device ids and healthy bands",
 }
 
 
@@ -44,14 +51,7 @@ def run(args: argparse.Namespace) -> int:
     if args.rules_command == "lint":
         return _lint(args.lint_files)
     if args.rules_command == "profiles":
-        from gpudiag.profiles import load_profiles
-
-        for profile in load_profiles().values():
-            words = [*profile.brands, *profile.name_words]
-            classes = f"(brand or name: {', '.join(dict.fromkeys(words))})" if words else ""
-            ids = ", ".join(profile.device_ids) or classes or "(select with --profile)"
-            print(f"{profile.name:<16} {profile.title:<44} {ids}")
-        return 0
+        return _profiles(getattr(args, "profile_name", None))
     from gpudiag.rulefile import load_rules
 
     rules = load_rules(args.rules, site=True)
@@ -67,6 +67,30 @@ def run(args: argparse.Namespace) -> int:
     if rule is None:
         raise UsageError(f"no rule {args.rule_id} (gpudiag rules list shows them)")
     print(explain_rule(rule))
+    return 0
+
+
+def _profiles(name: str | None) -> int:
+    """The profiles, a line each with their healthy bands under it; or one profile's
+    every figure with its source."""
+    from gpudiag.profiles import load_profiles
+
+    profiles = load_profiles()
+    if name is not None and name not in profiles:
+        raise UsageError(f"no profile {name} (gpudiag rules profiles lists them)")
+    for profile in profiles.values() if name is None else (profiles[name],):
+        words = [*profile.brands, *profile.name_words]
+        classes = f"(brand or name: {', '.join(dict.fromkeys(words))})" if words else ""
+        ids = ", ".join(profile.device_ids) or classes or "(select with --profile)"
+        print(f"{profile.name:<16} {profile.title:<44} {ids}")
+        if name is not None:
+            for field, value in sorted(profile.values.items()):
+                source = profile.source(field)
+                print(f"  {field} = {value}" + (f": {source}" if source else ""))
+            continue
+        for key, text in profile.sources:
+            if key.startswith("band."):
+                print(f"  {key}: {text}")
     return 0
 
 
