@@ -8,7 +8,9 @@ one of these keys said "missing (no probe produced it)" of a probe that ran.
 
 - gpu: `gpu.N.nvlink.active` beside an unsupported `gpu.N.nvlink.count` (no NVLink:
   unsupported too); `gpu.N.fabric.status` from `gpu.N.fabric.state` (unsupported on no
-  fabric, missing until registration completes: probes/gpu.py's fabric readings).
+  fabric, missing until registration completes: probes/gpu.py's fabric readings); with no
+  fabric, its cluster, clique, cliques and health summary as probes/fabric.py's
+  gpu_fabric makes them (unsupported, or failed as the state).
 - pcie: `pcie.D.numa_node` unsupported for the kernel's -1 on a machine with one NUMA
   node: node 0, as probes/pcie.py's numa_reading gives it; a paravirtual device's link
   files, missing: unsupported (its link_reading).
@@ -59,6 +61,16 @@ def _gpu(readings: Mapping[str, Reading], node: Mapping[str, Reading]) -> list[R
             if active not in readings and reading.status is ReadingStatus.UNSUPPORTED:
                 added.append(Reading.failed(active, reading.status, reading.reason, source))
             continue
+        if not reading.ok or reading.value == "not-supported":  # no fabric: as the probe says
+            none = "the GPU has no NVLink fabric (fabric state not-supported)"
+            for suffix in ("cluster_uuid", "clique_id", "cliques", "health_summary"):
+                key = f"gpu.{gpu}.fabric.{suffix}"
+                if key in readings:
+                    continue
+                if reading.ok:
+                    added.append(Reading.failed(key, ReadingStatus.UNSUPPORTED, none, source))
+                else:
+                    added.append(Reading.failed(key, reading.status, reading.reason, source))
         status = f"gpu.{gpu}.fabric.status"
         if status in readings:
             continue

@@ -42,6 +42,8 @@ B200_ID = 0x2901
 HEALTHY_MASK = 0x1AA  # the four conditions false (2 each), configuration 'none' (1)
 RACK_UUID = [0x52, 0x07, *range(14)]
 CLIQUE = 0x7FFD
+# NVLink 5 as nvidia-smi nvlink -s prints it: 50 GB/s a link (NVML field 164, MB/s)
+NVLINK5_SPEEDS = {f"164,{link}": 50000 for link in range(18)}
 GRACE_MIDR = "0x00000000410fd4f0\n"  # implementer 0x41 (Arm), part 0xd4f (Neoverse V2)
 
 
@@ -101,6 +103,7 @@ def gb200_replay(tray: str = "t01", links: int = 18, **fabric_args: Any) -> dict
             f"{p},{cap}": 0 for p in range(4) if p != index for cap in range(4)
         }
         gpu["nvmlDeviceGetNvLinkVersion"] = {str(link): 5 for link in range(18)}
+        gpu["nvmlDeviceGetFieldValues"].update(NVLINK5_SPEEDS)
         gpu["nvmlDeviceGetC2cModeInfoV"] = {"isC2cEnabled": 1}  # Grace: NVLink-C2C
         for link in range(links, 18):  # links out of the fabric
             gpu["nvmlDeviceGetNvLinkState"][str(link)] = 0
@@ -129,6 +132,7 @@ def b200_replay() -> dict[str, Any]:
             gpu[call] = 1000000
         gpu["nvmlDeviceGetPowerManagementLimitConstraints"] = [200000, 1000000]
         gpu["nvmlDeviceGetNvLinkVersion"] = {str(link): 5 for link in range(18)}
+        gpu["nvmlDeviceGetFieldValues"].update(NVLINK5_SPEEDS)
         gpu.update(fabric(mask=HEALTHY_MASK, uuid=[0] * 16, clique=0))
         devices.append(gpu)
     return demo.replay("HGX B200 (made up, rackscale_nodes.py)", devices)
