@@ -270,17 +270,23 @@ def _parse(text: str, as_json: bool, parse_float: Callable[[str], float]) -> Any
 
 # What `printable` removes can only reach a parsed string through these characters in
 # the text: a backslash (an escape), a control character, DEL, C1 or a surrogate
-_MAY_CONTROL = re.compile(r"[\\\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_MAY_CONTROL = re.compile(r"[\\\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029]")
+# and, in TOML, a line break or tab without an escape: a raw tab in a string, a
+# multi-line string
+_MAY_BREAK_TOML = re.compile(r"\t|\"\"\"|'''")
 
 
 def _may_hold_controls(text: str, as_json: bool) -> bool:
-    """Whether a string parsed from `text` may hold something `printable` removes. ASCII
+    """Whether a string parsed from `text` may hold something `printable` removes or
+    `one_line` replaces (a line break, a tab). ASCII
     JSON: only through an escape or a raw DEL (a raw control character in a JSON string
     is refused by the parser), two searches in C (microseconds for a snapshot); else
     (non-ASCII JSON, TOML) one regular-expression scan of the text."""
     if as_json and text.isascii():
         return "\\" in text or "\x7f" in text
-    return _MAY_CONTROL.search(text) is not None
+    if _MAY_CONTROL.search(text) is not None:
+        return True
+    return not as_json and _MAY_BREAK_TOML.search(text) is not None
 
 
 def check_finite(data: Any, where: str = "") -> None:
@@ -300,6 +306,40 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())[:300]
 
 
+# The largest number a reading can hold: what a float64 holds. The fleet's arrays, the
+# Parquet table and the rules' comparisons hold a reading's number as a float64, so an
+# integer past it (a captured temperature of 10**400) is refused where it is read.
+MAX_NUMBER = sys.float_info.max
+
+
+def number_too_large(value: object) -> bool:
+    """Whether `value` is an integer a reading cannot hold (beyond `MAX_NUMBER`)."""
+    return type(value) is int and not -MAX_NUMBER <= value <= MAX_NUMBER
+
+
+def too_large_text(value: int) -> str:
+    """What is wrong with such a number, in a few words (never its 400 digits)."""
+    return (
+        f"a number of {len(str(abs(value)))} digits is larger than a reading can hold "
+        f"(at most about {MAX_NUMBER:.3g})"
+    )
+
+
+def check_numbers(data: Any, where: str = "") -> None:
+    """Raise ValueError naming the place (`where`.key[index]) of the first integer in
+    plain data that a reading cannot hold (`number_too_large`): the bound of every
+    loader, the snapshot's included (model.check_value)."""
+    stack: list[tuple[Any, str]] = [(data, where)]
+    while stack:
+        value, at = stack.pop()
+        if number_too_large(value):
+            raise ValueError(f"{at or 'value'}: {too_large_text(value)}")
+        if isinstance(value, dict):
+            stack.extend((v, f"{at}.{k}" if at else str(k)) for k, v in value.items())
+        elif isinstance(value, list | tuple):
+            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(value))
+
+
 _CONTROL = re.compile(
     "\x1b\\[[0-?]*[ -/]*[@-~]"  # CSI sequences: colours, cursor moves, modes
     "|\x1b\\][^\x07\x1b]*(?:\x07|\x1b\\\\)?"  # OSC sequences: titles, hyperlinks
@@ -316,17 +356,18 @@ def printable(text: str) -> str:
     return _CONTROL.sub("", text) if _CONTROL.search(text) else text
 
 
-# How a control character can appear in JSON text that a strict parser accepts (a raw
-# one below 0x20 is invalid JSON, refused by the parser): a \u escape of C0 (but tab and
-# newline), DEL, C1 or a surrogate (a lone one is not text), the short escapes \b \f \r,
-# a raw DEL, or a raw C1 in UTF-8 (0xC2 0x80-0x9F).
+# How a control character or a line break can appear in JSON text that a strict parser
+# accepts (a raw one below 0x20 is invalid JSON, refused by the parser): a \u escape of
+# C0, DEL, C1, a surrogate (a lone one is not text) or a line or paragraph separator, the
+# short escapes \b \f \n \r \t, a raw DEL, a raw C1 in UTF-8 (0xC2 0x80-0x9F), or a raw
+# U+2028 or U+2029 (0xE2 0x80 0xA8-0xA9). gpudiag writes none of them in a snapshot.
 _JSON_CONTROL = re.compile(
-    rb"\\u(?:00(?:0[0-8bBcCdDeEfF]|1[0-9a-fA-F]|7[fF]|[89][0-9a-fA-F])|[dD][89a-fA-F])"
-    rb"|\\[bfr]|\x7f|\xc2[\x80-\x9f]"
+    rb"\\u(?:00(?:0[0-9a-fA-F]|1[0-9a-fA-F]|7[fF]|[89][0-9a-fA-F])|[dD][89a-fA-F]|202[89])"
+    rb"|\\[bfnrt]|\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xa8\xa9]"
 )
 # one-byte hints, each a memchr (a two-byte search is 300 times slower here): a snapshot
-# without a backslash, DEL or 0xC2 (gpudiag writes none) is clear in microseconds
-_JSON_HINTS = (b"\\", b"\x7f", b"\xc2")
+# without a backslash, DEL, 0xC2 or 0xE2 (gpudiag writes none) is clear in microseconds
+_JSON_HINTS = (b"\\", b"\x7f", b"\xc2", b"\xe2")
 
 
 def json_may_hold_controls(raw: bytes) -> bool:
@@ -340,14 +381,81 @@ def json_may_hold_controls(raw: bytes) -> bool:
 
 
 def printable_data(data: Any) -> Any:
-    """Plain data (dicts, lists, strings) with `printable` applied to every string."""
+    """Plain data (dicts, lists, strings) with `printable` applied to every string, and
+    `one_line` to the strings of a one-line field (`ONE_LINE_FIELDS`: the string a table
+    holds under that name, or any string of a list it holds there) and to every key."""
     if isinstance(data, str):
         return printable(data)
     if isinstance(data, list):
         return [printable_data(v) for v in data]
     if isinstance(data, dict):
-        return {printable(str(k)): printable_data(v) for k, v in data.items()}
+        return {
+            one_line(str(k)): _one_line_data(v) if k in ONE_LINE_FIELDS else printable_data(v)
+            for k, v in data.items()
+        }
     return data
+
+
+def _one_line_data(data: Any) -> Any:
+    if isinstance(data, str):
+        return one_line(data)
+    if isinstance(data, list):
+        return [_one_line_data(v) for v in data]
+    return printable_data(data)
+
+
+# The fields of what gpudiag reads (snapshots, the Parquet fleet's entry, rule files,
+# profiles) whose text is one line wherever it is shown: a host or node name, a reading's
+# key, unit, source, status and value (a model, a driver version, a serial, a bus id), a
+# finding's rule, severity, subject and title, a kernel's names. A finding's message, why
+# and fix, a reading's reason and an error may hold several lines.
+ONE_LINE_FIELDS = frozenset(
+    {
+        "host",
+        "node",
+        "path",
+        "created",
+        "gpudiag_version",
+        "name",
+        "title",
+        "key",
+        "keys",
+        "unit",
+        "units",
+        "source",
+        "status",
+        "statuses",
+        "value",
+        "configs",
+        "rule_id",
+        "severity",
+        "subject",
+        "action",
+        "findings",
+        "kernel",
+        "device",
+        "metric",
+        "model",
+        "driver",
+        "serial",
+        "bus_id",
+    }
+)
+# what breaks a line where one-line text is shown (a terminal, a text or Markdown report,
+# a Slurm reason, str.splitlines): tab, line feed, the other C0 separators, NEL, and
+# Unicode's line and paragraph separators
+_BREAKS = re.compile("[\t\n\x0b\x0c\r\x1c-\x1e\x85\u2028\u2029]+")
+
+
+def one_line(text: str) -> str:
+    """The one rule of every one-line field, at every loader (a snapshot's or capture's
+    host, a node name, a reading's key and value, an imported model, driver, serial or
+    bus id): `printable`, and each run of line breaks and tabs one space, so that a host
+    named 'n\\nCRITICAL fake' can never start a line of a report. Cheap where there is
+    nothing to do (str.isprintable, in C)."""
+    if text.isprintable():
+        return text
+    return printable(_BREAKS.sub(" ", text))
 
 
 def number_option(

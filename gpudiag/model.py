@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from gpudiag.inputs import number_too_large, one_line, too_large_text
+
 SCHEMA_VERSION = 2
 
 Scalar = bool | int | float | str
@@ -86,10 +88,15 @@ _ACTION_ORDER = ("none", "monitor", "reset", "reboot", "drain", "service")
 def check_value(value: object) -> Value:
     """Return `value` if it is a storable reading value, else raise ValueError.
 
-    Storable: bool, int, finite float, str, or a flat list of those.
-    NaN and infinity are refused: a value that could not be read is a status, not a number.
+    Storable: bool, int (one a float64 holds: `inputs.MAX_NUMBER`, the bound of every
+    loader), finite float, str, or a flat list of those. NaN and infinity are refused: a
+    value that could not be read is a status, not a number.
     """
-    if isinstance(value, (bool, int, str)):
+    if isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        if number_too_large(value):
+            raise ValueError(too_large_text(value))
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -126,6 +133,13 @@ class Reading:
     def __post_init__(self) -> None:
         if not self.key:
             raise ValueError("a reading needs a key")
+        _one_line_fields(self, ("key", "unit", "source"))
+        value = self.value
+        if type(value) is str:
+            if not value.isprintable():
+                _set(self, "value", one_line(value))
+        elif type(value) is list and not all(type(v) is not str or v.isprintable() for v in value):
+            _set(self, "value", [one_line(v) if type(v) is str else v for v in value])
         if self.status is ReadingStatus.OK:
             if self.value is None:
                 raise ValueError(f"reading {self.key}: status ok needs a value")
@@ -183,6 +197,14 @@ class Reading:
         return f"{value} {self.unit}".rstrip() if self.unit else str(value)
 
 
+def _one_line_fields(item: object, names: tuple[str, ...]) -> None:
+    """Each named text field of a frozen dataclass made one line (inputs.one_line)."""
+    for name in names:
+        text = getattr(item, name)
+        if not text.isprintable():
+            _set(item, name, one_line(text))
+
+
 @dataclass(frozen=True)
 class ProbeResult:
     """What one probe returned, and how its run ended."""
@@ -193,6 +215,9 @@ class ProbeResult:
     readings: tuple[Reading, ...] = ()
     error: str = ""
     title: str = ""
+
+    def __post_init__(self) -> None:
+        _one_line_fields(self, ("name", "title"))
 
 
 @dataclass(frozen=True)
@@ -213,6 +238,9 @@ class Finding:
     why: str = ""
     fix: str = ""
     action: Action = Action.NONE
+
+    def __post_init__(self) -> None:
+        _one_line_fields(self, ("rule_id", "subject", "title"))
 
 
 @dataclass(frozen=True)
@@ -243,6 +271,9 @@ class KernelResult:
     params: tuple[tuple[str, Scalar], ...] = ()
     error: str = ""
 
+    def __post_init__(self) -> None:
+        _one_line_fields(self, ("kernel", "device", "metric", "unit"))
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -261,6 +292,7 @@ class Snapshot:
     )
 
     def __post_init__(self) -> None:
+        _one_line_fields(self, ("host", "gpudiag_version"))
         index = self.readings_by_key
         for probe in self.probes:
             for reading in probe.readings:

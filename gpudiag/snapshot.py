@@ -33,7 +33,15 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from gpudiag.catalog import check_keys
-from gpudiag.inputs import InputError, parse_data, printable, read_text
+from gpudiag.inputs import (
+    MAX_NUMBER,
+    InputError,
+    number_too_large,
+    parse_data,
+    printable,
+    read_text,
+    too_large_text,
+)
 from gpudiag.model import (
     SCHEMA_VERSION,
     Action,
@@ -234,6 +242,8 @@ class _Fields:
             raise ValueError(f"{self.where}.{name}: expected {expected}, got {_type_name(value)}")
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{self.where}.{name}: non-finite number {value!r} is not allowed")
+        if number_too_large(value):
+            raise ValueError(f"{self.where}.{name}: {too_large_text(value)}")
         return value
 
     def enum(self, name: str, enum_type: Callable[[str], T]) -> T:
@@ -267,7 +277,10 @@ def _type_name(value: object) -> str:
 def _reading_from(data: object, where: str) -> Reading:
     f = _Fields(data, where)
     key = f.take("key", str)
-    value = f.take("value", (bool, int, float, str, list), None)
+    try:
+        value = f.take("value", (bool, int, float, str, list), None)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (reading {key[:80]})") from None
     unit = f.take("unit", str, "")
     source = f.take("source", str, "")
     status = f.enum("status", ReadingStatus)
@@ -278,7 +291,7 @@ def _reading_from(data: object, where: str) -> Reading:
             check_value(value)
         return Reading(key=key, value=value, unit=unit, source=source, status=status, reason=reason)
     except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
+        raise ValueError(f"{where} (reading {key[:80]}): {exc}") from None
 
 
 _READING_FIELDS = frozenset({"key", "value", "unit", "source", "status", "reason"})
@@ -329,13 +342,19 @@ def _plain_reading(data: object) -> Reading | None:
     elif type(value) is float:
         if value - value != 0:
             return None
+    elif type(value) is int:
+        if not -MAX_NUMBER <= value <= MAX_NUMBER:
+            return None
     elif type(value) is list:
-        for item in value:  # check_value's rule, inline: flat, of scalars, finite
+        for item in value:  # check_value's rule, inline: flat, of scalars, finite, bounded
             kind = type(item)
             if kind is float:
                 if item - item != 0:
                     return None
-            elif kind is not str and kind is not int and kind is not bool:
+            elif kind is int:
+                if not -MAX_NUMBER <= item <= MAX_NUMBER:
+                    return None
+            elif kind is not str and kind is not bool:
                 return None
     return Reading.checked(key, value, unit, source, _READING_STATUS[status], reason)
 

@@ -60,7 +60,7 @@ from gpudiag.fleet.records import (
     kernel_values,
     no_gc,
 )
-from gpudiag.inputs import json_may_hold_controls, printable
+from gpudiag.inputs import json_may_hold_controls, number_too_large, printable
 from gpudiag.model import (
     SCHEMA_VERSION,
     Action,
@@ -302,7 +302,10 @@ class _Reader:
         except OSError as exc:
             raise SnapshotError(name, f"cannot read: {exc.strerror}") from None
         if raw[:4096].lstrip()[:1] == b"{" and not json_may_hold_controls(raw):
-            run = self._fast(name, raw)
+            try:
+                run = self._fast(name, raw)
+            except OverflowError:  # a number no reading holds: the loader names it
+                run = None
             if run is not None:
                 return run
         return self._from_snapshot(name, load(path))
@@ -434,10 +437,14 @@ class _Reader:
         if last is not None and last[0] == config:
             config_id = last[1]
         else:
+            if any(map(number_too_large, config)):  # a new configuration: its numbers
+                raise OverflowError("a configuration value no reading can hold")
             config_id = self.configs.setdefault((layout_id, config), len(self.configs))
             shape.last_config = (config, config_id)
         numbers = shape.numeric_of(values)
         if types == shape.types or set(map(type, numbers)) <= _NUMBER_TYPES:
+            # OverflowError for an integer past a float64 (inputs.MAX_NUMBER): read()
+            # hands that file to the loader, which refuses it naming the reading
             array = np.array(numbers, dtype=np.float64)
         else:
             array = np.array(
@@ -523,7 +530,8 @@ def _read_chunk(paths: list[Path]) -> _Chunk:
                 runs.append(reader.read(path))
             except SnapshotError as exc:
                 bad.append(str(exc))
-            except (OSError, ValueError, RecursionError, MemoryError) as exc:
+            except (OSError, ValueError, ArithmeticError, RecursionError, MemoryError) as exc:
+                # whatever one file does, the others are read and reported
                 bad.append(printable(f"{path}: {type(exc).__name__}: {exc}"))
     configs = sorted(reader.configs.items(), key=lambda item: item[1])
     reader.sent = (len(reader.layouts), len(reader.configs))

@@ -213,6 +213,7 @@ def _check(document: _PqFleet) -> None:
             raise ValueError("a layout position out of range")
     if len(document.config_layout) != len(document.configs):
         raise ValueError("configurations and their layouts differ in number")
+    inputs.check_numbers(document.configs, "configs")  # the bound of every loader
     for config, layout in zip(document.configs, document.config_layout, strict=True):
         if not 0 <= layout < len(layouts) or len(config) != len(layouts[layout].config):
             raise ValueError("a configuration does not fit its layout")

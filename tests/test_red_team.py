@@ -1,0 +1,182 @@
+"""What the red-team pass on c9eee35 found (issue 37), each fixed at its shared mechanism:
+one-line fields (inputs.one_line), the bound on numbers (inputs.MAX_NUMBER), the fleet's
+worker pool, default file names, and the smaller ones. Each test fails on c9eee35."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpudiag import inputs
+from gpudiag.fleet.analysis import analyse
+from gpudiag.fleet.load import load_fleet
+from gpudiag.fleet.report import report_text
+from gpudiag.model import Reading, ReadingStatus
+from gpudiag.snapshot import SnapshotError, load, loads, snapshot_to_dict
+
+from conftest import REPO
+from fleetgen import base_snapshot, make_node, pcie_x8
+
+FORGED = "n\nCRITICAL fake\r\n\tx\u2028y"
+DEMO_CAPTURE = REPO / "snapshots" / "demo-hgx-h100-faulty.capture.json"
+XML = Path(__file__).resolve().parents[2] / "shared/realdata/nvidia-smi-xml/telegraf__a10g.xml"
+
+
+def _forged_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.lstrip("-| ").startswith("CRITICAL fake")]
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fleet of two JSON snapshots of one layout; the second's host (written past the
+    model, as a hand-edited file would) holds line breaks, and it has outliers."""
+    directory = tmp_path_factory.mktemp("forged")
+    base = base_snapshot()
+    for number, plants in ((1, ()), (2, (pcie_x8(3),))):
+        data = snapshot_to_dict(make_node(base, f"node{number}", number, plants))
+        if number == 2:
+            data["host"] = FORGED
+        (directory / f"node{number}.json").write_text(json.dumps(data))
+    return directory
+
+
+def test_one_line_replaces_every_line_break_and_control() -> None:
+    assert inputs.one_line(FORGED) == "n CRITICAL fake x y"
+    assert inputs.one_line("H100 80GB HBM3") == "H100 80GB HBM3"
+    assert inputs.one_line("a\x1b[2J\x0bb\x85c") == "a b c"
+
+
+def test_a_host_with_line_breaks_forges_no_report_line(two_nodes: Path) -> None:
+    """Point 1: the snapshot loader, the fleet (fast path and loader) and its text and
+    markdown reports, and diff, show the host on one line."""
+    forged = load(two_nodes / "node2.json")
+    assert forged.host == "n CRITICAL fake x y"
+    loaded = load_fleet([two_nodes], workers=1)
+    assert sorted(r.host for r in loaded.runs) == ["n CRITICAL fake x y", "node1"]
+    report = analyse(loaded)
+    for markdown in (False, True):
+        text = report_text(report, markdown=markdown)
+        assert "n CRITICAL fake" in text and not _forged_lines(text), text[-600:]
+    from gpudiag.diff import diff_snapshots
+    from gpudiag.diff import report_text as diff_text
+
+    first = load(two_nodes / "node1.json")
+    for markdown in (False, True):
+        text = diff_text(diff_snapshots(first, forged), first, forged, markdown=markdown)
+        assert "n CRITICAL fake" in text and not _forged_lines(text)
+
+
+def test_every_one_line_field_of_a_loaded_snapshot_is_one_line(two_nodes: Path) -> None:
+    data = json.loads((two_nodes / "node1.json").read_text())
+    reading = data["probes"][0]["readings"][0]
+    reading.update(value=FORGED, unit=FORGED, source=FORGED)
+    data["findings"][0].update(subject=FORGED, title=FORGED, message="two\nlines")
+    for text in (json.dumps(data), json.dumps(data, ensure_ascii=False)):
+        snapshot = loads(text)
+        read = snapshot.probes[0].readings[0]
+        assert read.value == read.unit == read.source == "n CRITICAL fake x y"
+        assert snapshot.findings[0].subject == snapshot.findings[0].title == read.value
+        assert snapshot.findings[0].message == "two\nlines"  # several lines by design
+
+
+def test_a_capture_and_an_import_give_one_line_fields(tmp_path: Path) -> None:
+    """Point 1: a replayed capture's host file and NVML answers, and an nvidia-smi XML's
+    host name and product name, are one line in the readings and the snapshot."""
+    from gpudiag import capture
+    from gpudiag.importing import import_files
+    from gpudiag.probe import ProbeContext
+    from gpudiag.probes import host as host_probe
+
+    data = json.loads(DEMO_CAPTURE.read_text())
+    for name in ("/etc/hostname", "/proc/sys/kernel/hostname"):
+        data["host"]["files"][name] = {"text": FORGED + "\n"}
+    data["nvml"]["devices"][0]["nvmlDeviceGetSerial"] = FORGED
+    path = tmp_path / "forged.capture.json"
+    path.write_text(json.dumps(data))
+    hostfs, nvml, _ = capture.load(path)
+    readings = list(host_probe.collect(ProbeContext(host=hostfs, nvml=nvml)))
+    assert next(r for r in readings if r.key == "host.hostname").value == "n CRITICAL fake x y"
+    nvml.ensure_init()
+    assert "\n" in nvml.call("nvmlDeviceGetSerial", 0)  # the answer as recorded
+    assert Reading("gpu.0.serial", nvml.call("nvmlDeviceGetSerial", 0)).value == (
+        "n CRITICAL fake x y"  # the reading made of it: one line
+    )
+    xml = XML.read_text().replace("<product_name>", f"<product_name>{FORGED}", 1)
+    xml = xml.replace("<nvidia_smi_log>", f"<nvidia_smi_log><hostname>{FORGED}</hostname>", 1)
+    (tmp_path / "q.xml").write_text(xml)
+    imported = import_files([str(tmp_path / "q.xml")])
+    assert imported.host == "n CRITICAL fake x y"
+    names = [r.value for r in imported.readings_by_key.values() if r.key.endswith(".name")]
+    assert names and all(isinstance(v, str) and v.isprintable() for v in names), names
+
+
+# ------------------------------------------------------------------ numbers
+
+HUGE = 10**400
+
+
+def test_a_number_no_reading_holds_is_refused_naming_file_and_key(two_nodes: Path) -> None:
+    """Point 2: the snapshot loader names the file and the reading."""
+    data = json.loads((two_nodes / "node1.json").read_text())
+    readings = [r for p in data["probes"] for r in p["readings"]]
+    reading = next(r for r in readings if r["key"] == "gpu.3.temperature.gpu")
+    reading["value"] = HUGE
+    with pytest.raises(SnapshotError, match=r"big\.json: .*401 digits") as error:
+        loads(json.dumps(data), "big.json")
+    assert reading["key"] in str(error.value)
+    assert not inputs.number_too_large(int(inputs.MAX_NUMBER))
+    with pytest.raises(ValueError, match="larger than a reading can hold"):
+        Reading("gpu.0.temperature.gpu", -HUGE)
+
+
+def test_one_huge_number_skips_one_file_of_a_fleet(two_nodes: Path, tmp_path: Path) -> None:
+    """Point 2: the fast path's array (and a configuration's value) past a float64 is
+    that file's problem: the fleet names it and reports the rest."""
+    for name in ("node1.json", "node2.json"):
+        (tmp_path / name).write_bytes((two_nodes / name).read_bytes())
+    data = json.loads((two_nodes / "node1.json").read_text())
+    for probe in data["probes"]:
+        for reading in probe["readings"]:
+            if reading["key"] == "gpu.3.temperature.gpu":
+                reading["value"] = HUGE
+    data["host"] = "node3"
+    (tmp_path / "node3.json").write_text(json.dumps(data))
+    loaded = load_fleet([tmp_path], workers=1)
+    assert sorted(r.host for r in loaded.runs) == ["n CRITICAL fake x y", "node1"]
+    assert len(loaded.bad) == 1 and "node3.json" in loaded.bad[0], loaded.bad
+    assert "larger than a reading can hold" in loaded.bad[0]
+    assert "node1" in report_text(analyse(loaded))
+
+
+def test_a_replayed_nvml_answer_past_a_float64_is_refused(tmp_path: Path) -> None:
+    """Point 2: a capture's (or replay's) NVML answer of 10**400 is refused where read."""
+    from gpudiag import capture
+
+    data = json.loads(DEMO_CAPTURE.read_text())
+    data["nvml"]["devices"][0]["nvmlDeviceGetTemperature"] = {"0": HUGE}
+    path = tmp_path / "big.capture.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(capture.CaptureError, match=r"big\.capture\.json.*Temperature.*401 digits"):
+        capture.load(path)
+
+
+def test_a_reading_versus_reading_rule_never_overflows() -> None:
+    """Point 2: the engine's reading-vs-reading scaling of a number past a float64 (made
+    past every loader's check) is an unknown finding, never an OverflowError."""
+    from gpudiag.ruleengine import evaluate
+    from gpudiag.rulefile import load_rules
+
+    rules = [r for r in load_rules() if r.id == "GPU018"]  # max_reading, factor 0.95
+    ok = ReadingStatus.OK
+    readings = {
+        "gpu.0.temperature.gpu": Reading("gpu.0.temperature.gpu", 40),
+        "gpu.0.temperature.slowdown": Reading.checked(
+            "gpu.0.temperature.slowdown", HUGE, "C", "", ok, ""
+        ),
+    }
+    for quick in (True, False):
+        findings = evaluate(rules, readings, quick=quick)
+        assert [f.severity.value for f in findings] == ["unknown"], findings
+        assert "too large" in findings[0].message
