@@ -5,6 +5,8 @@ worker pool, default file names, and the smaller ones. Each test fails on c9eee3
 from __future__ import annotations
 
 import json
+import os
+from itertools import chain
 from pathlib import Path
 
 import pytest
@@ -180,3 +182,78 @@ def test_a_reading_versus_reading_rule_never_overflows() -> None:
         findings = evaluate(rules, readings, quick=quick)
         assert [f.severity.value for f in findings] == ["unknown"], findings
         assert "too large" in findings[0].message
+
+
+# ------------------------------------------------------------------ the fleet's workers
+
+_SLOW_FLEET = """
+import os, sys, time
+import gpudiag.fleet.load as load
+
+def slow(paths):
+    print(os.getpid(), flush=True)  # a worker, reading
+    time.sleep(30)
+    return os.getpid(), None
+
+load._read_chunk_tagged = slow  # forked workers inherit it
+from gpudiag.cli import main
+sys.exit(main(["fleet", sys.argv[1], "--workers", "2", "--format", "text"]))
+"""
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:  # a zombie (killed, not yet reaped by whoever inherited it) is not running
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_killed_fleet_leaves_no_worker(tmp_path: Path) -> None:
+    """Point 3: SIGTERM (cron, timeout, Slurm) and SIGHUP (a closed ssh session) end
+    `gpudiag fleet` at once; its reading workers end with it, within 5 s."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    for i in range(70):  # past PARALLEL_FROM: read by workers
+        (tmp_path / f"n{i:03d}.json").write_text("{}")
+    started = {
+        sig: subprocess.Popen(
+            [sys.executable, "-c", _SLOW_FLEET, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for sig in (signal.SIGTERM, signal.SIGHUP)
+    }
+    workers = {}
+    for sig, process in started.items():
+        assert process.stdout is not None
+        assert process.stdout.readline().strip().isdigit()  # a worker is reading
+        workers[sig] = _children(process.pid)
+        assert workers[sig], "no worker process found"
+        process.send_signal(sig)
+    left = {}
+    for sig, process in started.items():
+        assert process.wait(5) == -sig
+        deadline = time.monotonic() + 5
+        while any(map(_alive, workers[sig])) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        left[sig.name] = [pid for pid in workers[sig] if _alive(pid)]
+    for pid in chain.from_iterable(left.values()):  # the test's own clean-up
+        os.kill(pid, signal.SIGKILL)
+    assert not any(left.values()), f"workers outlived the fleet: {left}"
