@@ -74,6 +74,10 @@ CONFIG_MAX_BYTES = 64 * 1024  # a settings file is a few lines
 SLURM_BUDGET_S = 50.0
 SCONTROL_RESERVE_S = 5.0
 SCONTROL_CALL_S = 10.0
+# what is read of one scontrol answer: `show node NAME --oneliner` is one line of about
+# 1 KB (some 40 fields; tests/test_contract.py's real one is 70 bytes of them), 64 times
+# that is no answer Slurm gives; a 200 MB one took 72 s and 608 MB before it was bounded
+SCONTROL_MAX_BYTES = 64 * 1024
 # one Slurm node name (NodeName=n1,n[2-99] would name many): letters, digits, . _ -
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 TIMEOUT_MAX = 3600.0
@@ -274,6 +278,48 @@ def _scontrol_text(data: bytes) -> str:
     return inputs.printable(data.decode("utf-8", errors="replace"))
 
 
+class _TooLarge(Exception):
+    """A command's output past its bound."""
+
+
+def _read_bounded(
+    process: subprocess.Popen[bytes], seconds: float, max_bytes: int
+) -> tuple[bytes, bytes]:
+    """A command's stdout and stderr, read together until both close and it ends, within
+    `seconds` (subprocess.TimeoutExpired) and `max_bytes` in all (_TooLarge): what
+    communicate() does, bounded in size as well as in time."""
+    import selectors
+    import subprocess
+
+    deadline = time.monotonic() + seconds
+    chunks: dict[int, list[bytes]] = {}
+    size = 0
+    with selectors.DefaultSelector() as selector:
+        for stream in (process.stdout, process.stderr):
+            assert stream is not None
+            selector.register(stream, selectors.EVENT_READ)
+            chunks[stream.fileno()] = []
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(process.args, seconds)
+            for key, _ in selector.select(left):
+                data = os.read(key.fd, 65536)
+                if not data:
+                    selector.unregister(key.fileobj)
+                    continue
+                chunks[key.fd].append(data)
+                size += len(data)
+                if size > max_bytes:
+                    raise _TooLarge
+    process.wait(max(0.0, deadline - time.monotonic()))
+    assert process.stdout is not None and process.stderr is not None
+    return (
+        b"".join(chunks[process.stdout.fileno()]),
+        b"".join(chunks[process.stderr.fileno()]),
+    )
+
+
 @dataclass(frozen=True)
 class Slurm:
     """How to reach slurmctld for one node. Every scontrol call ends by `deadline`
@@ -308,12 +354,15 @@ class Slurm:
                 f"scontrol {self.scontrol}: cannot run: {exc.strerror or exc}"
             ) from None
         try:
-            out, err = process.communicate(timeout=left)
-        except subprocess.TimeoutExpired:
+            out, err = _read_bounded(process, left, SCONTROL_MAX_BYTES)
+        except (subprocess.TimeoutExpired, _TooLarge) as exc:
             with contextlib.suppress(OSError):
                 os.killpg(process.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.communicate(timeout=2)
+            if isinstance(exc, _TooLarge):
+                size = inputs.size_text(SCONTROL_MAX_BYTES)
+                raise HealthError(f"{what}: an answer larger than {size}; killed") from None
             raise HealthError(f"{what}: no answer within {left:.3g} s; killed") from None
         stdout, stderr = _scontrol_text(out), _scontrol_text(err)
         if process.returncode != 0:
@@ -335,8 +384,9 @@ class Slurm:
         answer = self.show()
         state = re.search(r"\bState=(\S+)", answer)
         assert state is not None  # show() checked it
-        reason = re.search(r"\bReason=(.*?)(?: \[[^\[\]]*\])?\s*$", answer.strip())
-        return (state.group(1), reason.group(1) if reason else "")
+        reason = re.search(r"\bReason=(.*)", answer.strip())  # one pass: to the end
+        text = re.sub(r" \[[^\[\]]*\]\s*$", "", reason.group(1)) if reason else ""
+        return (state.group(1), text)
 
     def expected_gpus(self) -> ProbeResult | None:
         """The GPUs Slurm configures for the node (its GRES) as the `slurm` pseudo-probe's
@@ -345,7 +395,7 @@ class Slurm:
 
         try:
             return slurmgres.expected_gpus(self.show(), self.node)
-        except slurmgres.GresError as exc:
+        except ValueError as exc:  # GresError, or any other number it cannot read
             raise HealthError(f"scontrol show node {self.node}: {exc}") from None
 
     def update(self, *fields: str) -> None:

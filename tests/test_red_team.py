@@ -257,3 +257,44 @@ def test_a_killed_fleet_leaves_no_worker(tmp_path: Path) -> None:
     for pid in chain.from_iterable(left.values()):  # the test's own clean-up
         os.kill(pid, signal.SIGKILL)
     assert not any(left.values()), f"workers outlived the fleet: {left}"
+
+
+# ------------------------------------------------------------------ Slurm's answers
+
+
+def _slurm_health(tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str) -> str:
+    """`gpudiag health --for slurm` with a stand-in scontrol; its one line, exit 3."""
+    from gpudiag import cli
+
+    from conftest import FIXTURES
+
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text(f"#!/bin/sh\n{body}\n")
+    scontrol.chmod(0o755)
+    node = ["--root", str(FIXTURES / "host-basic")]
+    node += ["--nvml-replay", str(FIXTURES / "replay-2gpu.toml")]
+    node += ["health", "--for", "slurm", "--node", "n1", "--scontrol", str(scontrol)]
+    code = cli.main(node)
+    out, err = capsys.readouterr()
+    assert code == 3 and out == "" and len(err.strip().splitlines()) == 1, (code, out, err[:300])
+    assert "internal error" not in err
+    return err
+
+
+def test_a_gres_count_of_5000_digits_is_one_line(tmp_path: Path, capsys) -> None:
+    """Point 4: int() past Python's 4,300 digits was a plain ValueError."""
+    err = _slurm_health(tmp_path, capsys, f"echo NodeName=n1 Gres=gpu:{'9' * 5000} State=IDLE")
+    assert "scontrol show node n1: Gres count 999999999999... (5000 digits) is past 4096" in err
+
+
+def test_an_scontrol_answer_is_read_bounded(tmp_path: Path, capsys) -> None:
+    """Point 7: at most SCONTROL_MAX_BYTES of an answer are read (a 200 MB one took
+    72 s and 608 MB); the scontrol writing more is killed."""
+    import time
+
+    started = time.monotonic()
+    err = _slurm_health(
+        tmp_path, capsys, "echo NodeName=n1 State=IDLE; exec tr '\\0' A < /dev/zero"
+    )
+    assert "scontrol show node n1: an answer larger than 64 KiB; killed" in err
+    assert time.monotonic() - started < 5
