@@ -298,3 +298,59 @@ def test_an_scontrol_answer_is_read_bounded(tmp_path: Path, capsys) -> None:
     )
     assert "scontrol show node n1: an answer larger than 64 KiB; killed" in err
     assert time.monotonic() - started < 5
+
+
+# ------------------------------------------------------------------ files written
+
+
+def test_the_export_dialog_default_name_stays_in_the_folder() -> None:
+    """Point 5: the TUI's default export name from a capture's host
+    'x/../../victimdir/pwned' was '../victimdir/pwned.toml' past a folder 'gpudiag-x'."""
+    from dataclasses import replace
+
+    from gpudiag.tui import GpudiagApp
+
+    pushed = []
+    hostile = replace(base_snapshot(), host="x/../../victimdir/pwned")
+    app = GpudiagApp(hostile)
+    app.push_screen = lambda screen, callback=None: pushed.append(screen)  # type: ignore
+    app.action_export()
+    name = pushed[0].default
+    assert name == "gpudiag-x_____victimdir_pwned.toml", name
+    assert "/" not in name and ".." not in name and Path(name).name == name
+    from gpudiag.atomic import default_file_name
+
+    for host in ("..", "-rf", "a" * 300, "n\x00\\b", ""):
+        name = default_file_name("gpudiag-", host, ".toml")
+        assert Path(name).name == name and ".." not in name and len(name) <= 78, name
+        assert name.startswith("gpudiag-") and name[8] not in ".-", name
+
+
+def test_stale_temporaries_are_removed_by_the_next_write(tmp_path: Path) -> None:
+    """Point 10: kill -9 mid-export leaves `.gpudiag-XXXXXXXX.tmp` beside the target;
+    the next write to that folder removes gpudiag's own older than STALE_TEMP_S (by
+    name, owner and age), nothing else, and leaves none of its own."""
+    import time
+
+    from gpudiag.atomic import STALE_TEMP_S
+    from gpudiag.snapshot import save
+
+    old = time.time() - STALE_TEMP_S - 60
+    names = {
+        ".gpudiag-ab_cd123.tmp": old,  # stale: removed
+        ".gpudiag-zz99yy88.parquet.tmp": old,  # stale: removed
+        ".gpudiag-fresh123.tmp": time.time(),  # another write in progress: kept
+        ".gpudiag-notes.txt": old,  # not a name of ours: kept
+        "x.gpudiag-ab_cd123.tmp": old,  # kept
+    }
+    for name, when in names.items():
+        (tmp_path / name).write_text("partial")
+        os.utime(tmp_path / name, (when, when))
+    save(base_snapshot(), tmp_path / "node.toml")
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == [
+        ".gpudiag-fresh123.tmp",
+        ".gpudiag-notes.txt",
+        "node.toml",
+        "x.gpudiag-ab_cd123.tmp",
+    ], left
