@@ -354,3 +354,32 @@ def test_stale_temporaries_are_removed_by_the_next_write(tmp_path: Path) -> None
         "node.toml",
         "x.gpudiag-ab_cd123.tmp",
     ], left
+
+
+def test_a_full_disk_under_parquet_is_one_line(
+    two_nodes: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Point 6: `fleet --parquet` on a full disk was 'internal error: ComputeError'.
+    ENOSPC as Polars reports it (its text for EFBIG, measured under RLIMIT_FSIZE: 'parquet:
+    File out of specification: underlying IO error: File too large (os error 27)'),
+    after part of the file is written."""
+    import polars as pl
+
+    from gpudiag import cli
+
+    def full(self: pl.DataFrame, file: str, **options: object) -> None:
+        Path(file).write_bytes(b"PAR1 partial")
+        raise pl.exceptions.ComputeError(
+            "parquet: File out of specification: underlying IO error: "
+            "No space left on device (os error 28)"
+        )
+
+    target = tmp_path / "fleet.parquet"
+    target.write_bytes(b"the old file")
+    monkeypatch.setattr(pl.DataFrame, "write_parquet", full)
+    code = cli.main(["fleet", str(two_nodes), "--format", "json", "--parquet", str(target)])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert err == f"gpudiag: --parquet {target}: cannot write: No space left on device\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.parquet"]
+    assert target.read_bytes() == b"the old file"

@@ -375,6 +375,23 @@ def write_parquet(report: FleetReport, path: str, loaded: LoadedFleet) -> None:
             pl.when(pl.col("slot") != NO_SLOT).then(pl.col("slot")).alias("slot")
         )
         columns = ["node", "model", "config", "reading", "device", "unit", "value", "slot"]
-        table.select(columns).write_parquet(
-            temporary, metadata={METADATA_KEY: encode_fleet(loaded)}
-        )
+        try:
+            table.select(columns).write_parquet(
+                temporary, metadata={METADATA_KEY: encode_fleet(loaded)}
+            )
+        except pl.exceptions.PolarsError as exc:
+            raise _as_os_error(exc, path) from None
+
+
+def _as_os_error(exc: Exception, path: str) -> OSError:
+    """A Polars write error as the OSError it reports ('... underlying IO error: No space
+    left on device (os error 28)'), which the caller words as any failed write; one line
+    of Polars' own text where it names no system error."""
+    import os
+    import re
+
+    found = re.search(r"\(os error (\d{1,4})\)", str(exc))
+    if found:
+        code = int(found.group(1))
+        return OSError(code, os.strerror(code), path)
+    return OSError(_reason(exc))
