@@ -202,6 +202,21 @@ def text_fingerprint(text: str) -> tuple[int, int]:
     return zlib.crc32(data), len(data)
 
 
+def compiled_module(name: str) -> Any:
+    """A module compiled ahead from shipped files (gpudiag.shipped_compiled,
+    gpudiag.rules.compiled), or None where it cannot be loaded: missing, truncated or
+    damaged (a SyntaxError, or any error its code raises). The caller then parses the
+    sources, as it does where the module is stale; a name the module lacks it asks with
+    getattr, for the same reason."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except Exception:  # whatever a damaged file raises: the sources are there
+        sys.modules.pop(name, None)
+        return None
+
+
 def _refuse_constant(token: str) -> float:
     raise ValueError(f"non-finite number {token} is not allowed")
 

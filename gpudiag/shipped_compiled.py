@@ -6,7 +6,7 @@ Where the declaring files no longer match FINGERPRINT, the catalog is built from
 producers instead.
 """
 
-FINGERPRINT = (3336234363, 30)
+FINGERPRINT = (922751894, 30)
 # (template, unit, change, identifying, group, help, producers), in declaration order
 DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host']),
  ('host.kernel.release', '', 'configuration', '', 'Host and OS', '', ['host']),

@@ -383,3 +383,54 @@ def test_a_full_disk_under_parquet_is_one_line(
     assert err == f"gpudiag: --parquet {target}: cannot write: No space left on device\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.parquet"]
     assert target.read_bytes() == b"the old file"
+
+
+# ------------------------------------------------------------------ compiled modules
+
+
+def test_a_truncated_compiled_module_falls_back_to_its_sources(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Point 8: rules/compiled.py and gpudiag/shipped_compiled.py cut short (a SyntaxError,
+    or cut after a line) are not loaded: rules, profiles and the catalog come from their
+    sources, the same as from the modules."""
+    import importlib.abc
+    import importlib.util
+    import sys
+
+    from gpudiag import profiles, rulefile, shipped
+
+    expected = (rulefile.load_rules(), profiles.load_profiles(), shipped._compiled_catalog())
+    assert expected[2] is not None  # the module is fresh here
+    cut = {}
+    for name, path in (
+        ("gpudiag.rules.compiled", REPO / "rules" / "compiled.py"),
+        ("gpudiag.shipped_compiled", REPO / "gpudiag" / "shipped_compiled.py"),
+    ):
+        text = path.read_text()
+        for where, end in (("mid", len(text) // 2), ("line", text.index("\n", 2000) + 1)):
+            cut[name, where] = tmp_path / f"{name}-{where}.py"
+            cut[name, where].write_text(text[:end])
+
+    class Cut(importlib.abc.MetaPathFinder):
+        where = "mid"
+
+        def find_spec(self, fullname: str, path: object, target: object = None) -> object:
+            if (fullname, self.where) in cut:
+                return importlib.util.spec_from_file_location(fullname, cut[fullname, self.where])
+            return None
+
+    finder = Cut()
+    monkeypatch.setattr(sys, "meta_path", [finder, *sys.meta_path])
+    for where in ("mid", "line"):
+        finder.where = where
+        for name in ("gpudiag.rules.compiled", "gpudiag.shipped_compiled"):
+            monkeypatch.delitem(sys.modules, name, raising=False)
+            package, _, attribute = name.rpartition(".")  # imported again, not reused
+            monkeypatch.delattr(sys.modules[package], attribute, raising=False)
+        profiles._shipped_profiles.cache_clear()
+        assert rulefile.load_rules() == expected[0]
+        assert profiles.load_profiles() == expected[1]
+        catalog = shipped._compiled_catalog()
+        assert catalog is None, where  # built from the producers instead
+    profiles._shipped_profiles.cache_clear()
