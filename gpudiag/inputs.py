@@ -23,6 +23,7 @@ take the guarded path where it says yes. A file name in an `InputError` is print
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import os
@@ -85,6 +86,21 @@ def _describe(mode: int) -> str:
     if stat.S_ISSOCK(mode):
         return "is a socket, not a regular file"
     return "is not a regular file"
+
+
+def not_regular(path: str | Path) -> str | None:
+    """Why `path` cannot be read as a file (a FIFO, a device, a socket, a directory, a
+    symbolic link to nothing or in a loop), or None for a regular file: what a folder's
+    walk says of an entry it skips. Never opens it."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a symbolic link to nothing" if os.path.islink(path) else "no such file"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link loop"
+        return f"cannot read: {exc.strerror or exc}"
+    return None if stat.S_ISREG(mode) else _describe(mode)
 
 
 def size_text(n: int) -> str:

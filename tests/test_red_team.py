@@ -434,3 +434,20 @@ def test_a_truncated_compiled_module_falls_back_to_its_sources(
         catalog = shipped._compiled_catalog()
         assert catalog is None, where  # built from the producers instead
     profiles._shipped_profiles.cache_clear()
+
+
+def test_a_fleet_names_every_path_it_skips(two_nodes: Path, tmp_path: Path) -> None:
+    """Point 9: a FIFO, a dangling symbolic link and a link loop named *.json in a fleet
+    folder vanished without a word; each is named with why (a folder so named is walked)."""
+    (tmp_path / "node1.json").write_bytes((two_nodes / "node1.json").read_bytes())
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "gone.json").symlink_to(tmp_path / "missing.json")
+    (tmp_path / "loop.json").symlink_to(tmp_path / "loop.json")
+    (tmp_path / "sub.toml").mkdir()
+    loaded = load_fleet([tmp_path], workers=1)
+    assert [r.host for r in loaded.runs] == ["node1"]
+    assert loaded.bad == [
+        f"{tmp_path}/fifo.json: is a FIFO (named pipe), not a regular file",
+        f"{tmp_path}/gone.json: a symbolic link to nothing",
+        f"{tmp_path}/loop.json: a symbolic link loop",
+    ]

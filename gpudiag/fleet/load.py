@@ -60,7 +60,7 @@ from gpudiag.fleet.records import (
     kernel_values,
     no_gc,
 )
-from gpudiag.inputs import json_may_hold_controls, number_too_large, printable
+from gpudiag.inputs import json_may_hold_controls, not_regular, number_too_large, printable
 from gpudiag.model import (
     SCHEMA_VERSION,
     Action,
@@ -83,21 +83,22 @@ CHUNK = 64
 
 def snapshot_paths(paths: Iterable[str | Path]) -> tuple[list[Path], list[str]]:
     """The snapshot files named, folders expanded to the *.json and *.toml files below
-    them (sorted); and the paths that are neither (as 'path: reason'). A *.parquet file
-    (a fleet written by --parquet) is read where named, never found in a folder: one
-    written beside the snapshots it came from would count them twice."""
+    them (sorted); and the paths that are neither, or are so named in a folder but no
+    regular file (a FIFO, a dangling symbolic link, a link loop), as 'path: reason'.
+    A *.parquet file (a fleet written by --parquet) is read where named, never found in
+    a folder: one written beside the snapshots it came from would count them twice."""
     found: list[Path] = []
     bad: list[str] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found.extend(
-                sorted(
-                    p
-                    for p in path.rglob("*")
-                    if p.suffix.lower() in SNAPSHOT_SUFFIXES and p.is_file()
-                )
-            )
+            named = sorted(p for p in path.rglob("*") if p.suffix.lower() in SNAPSHOT_SUFFIXES)
+            for p in named:
+                why = not_regular(p)
+                if why is None:
+                    found.append(p)
+                elif not p.is_dir():  # a FIFO, a device, a link to nothing or in a loop
+                    bad.append(printable(f"{p}: {why}"))
         elif path.is_file():
             found.append(path)
         elif path.exists():
