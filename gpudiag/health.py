@@ -133,6 +133,7 @@ def check_node(node: LiveNode, timeout: float, kernels: str | None = None) -> Ve
     box: dict[str, Any] = {}
 
     def work() -> None:
+        stage = "probing and judging the node"
         try:
             snapshot = node.snapshot()
             if kernels:
@@ -140,11 +141,16 @@ def check_node(node: LiveNode, timeout: float, kernels: str | None = None) -> Ve
                 from gpudiag.kernels.runner import PlanRun
                 from gpudiag.session import run_kernels
 
+                stage = f"running the {kernels} kernels"
                 run = PlanRun(PLANS[kernels], node.host, cancel=node.cancel, nvml=node.nvml)
                 snapshot = run_kernels(snapshot, run, node.rules, node.profile_name)
             box["snapshot"] = snapshot
         except Exception as exc:  # reported as an UNKNOWN verdict, never a traceback
-            box["error"] = f"{type(exc).__name__}: {exc}"
+            box["error"] = failure_text(stage, exc)
+            if os.environ.get("GPUDIAG_DEBUG"):  # but where it is asked for
+                import traceback
+
+                traceback.print_exc()
 
     worker = threading.Thread(target=work, name="gpudiag-health", daemon=True)
     worker.start()
@@ -156,7 +162,7 @@ def check_node(node: LiveNode, timeout: float, kernels: str | None = None) -> Ve
         error = f"check did not finish within {timeout:g} s"
         return Verdict(host, seconds=seconds, error=error, timed_out=True)
     if "error" in box:
-        return Verdict(host, seconds=seconds, error=f"check failed: {box['error']}")
+        return Verdict(host, seconds=seconds, error=box["error"])
     snapshot = box["snapshot"]
     counted = applicable(snapshot.findings)
     return Verdict(
@@ -166,6 +172,18 @@ def check_node(node: LiveNode, timeout: float, kernels: str | None = None) -> Ve
         seconds,
         snapshot=snapshot,
     )
+
+
+def failure_text(stage: str, exc: BaseException) -> str:
+    """What an UNKNOWN verdict says of a check that failed: what could not be done
+    (`stage`), and why in gpudiag's own words where the error is one of gpudiag's (a
+    file or a recording it could not read names itself); never Python's text of an
+    unexpected error (OverflowError: int too large to convert to float), only its kind."""
+    if type(exc).__module__.partition(".")[0] == "gpudiag":  # one of gpudiag's errors
+        why = _one_line(inputs.printable(str(exc)))[:200]
+    else:
+        why = f"an internal error ({type(exc).__name__}; GPUDIAG_DEBUG=1 shows where)"
+    return f"could not finish {stage}: {why}"
 
 
 # ------------------------------------------------------------------ conventions

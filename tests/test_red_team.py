@@ -451,3 +451,77 @@ def test_a_fleet_names_every_path_it_skips(two_nodes: Path, tmp_path: Path) -> N
         f"{tmp_path}/gone.json: a symbolic link to nothing",
         f"{tmp_path}/loop.json: a symbolic link loop",
     ]
+
+
+# ------------------------------------------------------------------ the health check
+
+
+class _FailingNode:
+    """A node whose probing raises `error` (what check_node reads of a LiveNode)."""
+
+    def __init__(self, error: Exception) -> None:
+        import threading
+
+        self.error = error
+        self.cancel = threading.Event()
+
+    def snapshot(self) -> None:
+        raise self.error
+
+
+def test_an_unknown_verdict_says_what_could_not_be_done() -> None:
+    """Point 11: the check's UNKNOWN said 'check failed: OverflowError: int too large to
+    convert to float'; it says what could not be finished, in gpudiag's words where the
+    error is gpudiag's, and only the kind of an unexpected one."""
+    from gpudiag.health import check_node, nagios
+    from gpudiag.nvml import ReplayError
+
+    verdict = check_node(_FailingNode(OverflowError("int too large to convert to float")), 5)
+    line, code = nagios(verdict)
+    assert code == 3
+    assert line.splitlines()[0].split(" | ")[0] == (
+        "UNKNOWN - could not finish probing and judging the node: an internal error "
+        "(OverflowError; GPUDIAG_DEBUG=1 shows where)"
+    )
+    replay = ReplayError("r.toml: devices[0].nvmlDeviceGetTemperature.0: a number of 401 digits")
+    verdict = check_node(_FailingNode(replay), 5)  # type: ignore[arg-type]
+    assert verdict.error == f"could not finish probing and judging the node: {replay}"
+
+
+def test_a_drained_node_resumes_when_its_rule_is_unknown_elsewhere() -> None:
+    """Point 14: the check that drained the node reads fine again; the same rule is
+    UNKNOWN on another GPU (GPU 1 and GPU 10 too: neither is the other by its first
+    characters). The node is resumed; it stays drained only while the finding that
+    drained it cannot be read. Passes at c9eee35; fails with the match on the rule alone
+    (the mutation that went unnoticed) or without the ':' after the subject."""
+    from gpudiag.health import Slurm, Verdict, slurm
+    from gpudiag.model import Action, Finding, Severity
+
+    class Recording(Slurm):
+        def __init__(self, reason: str) -> None:
+            super().__init__("n1", "/nonexistent/scontrol", {})
+            object.__setattr__(self, "updates", [])
+            object.__setattr__(self, "reason", reason)
+
+        def state(self) -> tuple[str, str]:
+            return "IDLE+DRAIN", self.reason
+
+        def update(self, *fields: str) -> None:
+            self.updates.append(fields)
+
+    def unknown(subject: str) -> Finding:
+        return Finding("GPU011", Severity.UNKNOWN, subject, "remap pending", "cannot check")
+
+    ours = "gpudiag: GPU011 GPU 1: GPU 1 has a row remap pending (reset)"
+    drain_on = (Action.DRAIN, Action.SERVICE, Action.RESET)
+    for others in (("GPU 2",), ("GPU 10",), ("GPU 2", "GPU 10")):
+        cluster = Recording(ours)
+        text, _ = slurm(Verdict("n1", tuple(map(unknown, others))), cluster, drain_on)
+        assert cluster.updates == [("State=RESUME",)], (others, text)
+        assert text.startswith("gpudiag: n1: healthy again; resumed")
+    cluster = Recording(ours.replace("GPU 1", "GPU 10"))  # drained for GPU 10, GPU 1 unread
+    text, _ = slurm(Verdict("n1", (unknown("GPU 1"),)), cluster, drain_on)
+    assert cluster.updates == [("State=RESUME",)], text
+    cluster = Recording(ours)
+    text, _ = slurm(Verdict("n1", (unknown("GPU 2"), unknown("GPU 1"))), cluster, drain_on)
+    assert cluster.updates == [] and "GPU011 GPU 1: remap pending cannot be checked" in text
