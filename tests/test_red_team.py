@@ -525,3 +525,66 @@ def test_a_drained_node_resumes_when_its_rule_is_unknown_elsewhere() -> None:
     cluster = Recording(ours)
     text, _ = slurm(Verdict("n1", (unknown("GPU 2"), unknown("GPU 1"))), cluster, drain_on)
     assert cluster.updates == [] and "GPU011 GPU 1: remap pending cannot be checked" in text
+
+
+def test_leaving_on_a_signal_or_a_hang_up_arms_the_grace_timer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Point 12: an app on a terminal that leaves on SIGTERM, SIGHUP or a hung-up terminal
+    (watch_terminal) arms end_after(SHUTDOWN_GRACE_S, 128 + signal), once: a shutdown
+    blocked on a terminal that is gone still ends (TUIs were left running 40 minutes at
+    70% of a core). Passes at c9eee35; fails with the timer deleted (the audit's
+    mutation that went unnoticed)."""
+    import functools
+    import signal
+    import threading
+
+    from gpudiag import tui_base
+
+    armed: list[tuple[float, int]] = []
+    monkeypatch.setattr(tui_base, "end_after", lambda grace, code: armed.append((grace, code)))
+    for route in ("SIGTERM", "SIGHUP", "hang-up"):
+        app = tui_base.GpudiagAppBase()
+        app._on_terminal = True  # what on_mount finds on a real terminal
+        left: list[int | None] = []
+        monkeypatch.setattr(
+            app, "exit", lambda return_code=None, left=left, **_: left.append(return_code)
+        )
+        if route == "hang-up":
+            leave = functools.partial(app._leave_on_signal, signal.SIGHUP)
+            tui_base.watch_terminal(lambda: False, leave, threading.Event(), poll_s=0.001)
+        else:
+            app._leave_on_signal(getattr(signal, route))
+        app._leave_on_signal(signal.SIGTERM)  # a second signal arms nothing more
+        assert left == [128 + (signal.SIGTERM if route == "SIGTERM" else signal.SIGHUP)]
+    grace = tui_base.SHUTDOWN_GRACE_S
+    assert armed == [(grace, 143), (grace, 129), (grace, 129)]
+    headless = tui_base.GpudiagAppBase()  # a test's app (no terminal): no timer
+    monkeypatch.setattr(headless, "exit", lambda **_: None)
+    headless._leave_on_signal(signal.SIGHUP)
+    assert len(armed) == 3
+
+
+# ------------------------------------------------------------------ the fleet's median
+
+
+def test_a_four_node_group_has_the_median_of_its_middle_two(
+    two_nodes: Path, tmp_path: Path
+) -> None:
+    """Point 13: four nodes' correctable EDAC errors read 1, 2, 3 and 100: the group's
+    median is 2.5, its MAD 1.0, and node4 is far from it. Passes at c9eee35; fails with
+    the median taken one place off for an even count (1, 2, 3, 4 giving 3.5: the audit's
+    mutation of fleet/analysis.py's _median, which only an unrelated crash caught)."""
+    data = json.loads((two_nodes / "node1.json").read_text())
+    reading = next(
+        r for p in data["probes"] for r in p["readings"] if r["key"] == "faults.edac.correctable"
+    )
+    for number, errors in enumerate((1, 2, 3, 100), 1):
+        data["host"] = f"node{number}"
+        reading["value"] = errors
+        (tmp_path / f"node{number}.json").write_text(json.dumps(data))
+    report = analyse(load_fleet([tmp_path], workers=1))
+    odd = [o for o in report.outliers if o.value == 100]
+    assert len(odd) == 1 and odd[0].node == "node4", report.outliers
+    assert (odd[0].median, odd[0].mad) == (2.5, 1.0)
+    assert [o.node for o in report.outliers] == ["node4"]  # nodes 1 to 3 are near 2.5
