@@ -414,14 +414,14 @@ def json_may_hold_controls(raw: bytes) -> bool:
 def printable_data(data: Any) -> Any:
     """Plain data (dicts, lists, strings) with `printable` applied to every string, and
     `one_line` to the strings of a one-line field (`ONE_LINE_FIELDS`: the string a table
-    holds under that name, or any string of a list it holds there) and to every key."""
+    holds under that name, or any string of a list it holds there)."""
     if isinstance(data, str):
         return printable(data)
     if isinstance(data, list):
         return [printable_data(v) for v in data]
     if isinstance(data, dict):
         return {
-            one_line(str(k)): _one_line_data(v) if k in ONE_LINE_FIELDS else printable_data(v)
+            printable(str(k)): _one_line_data(v) if k in ONE_LINE_FIELDS else printable_data(v)
             for k, v in data.items()
         }
     return data
@@ -476,6 +476,18 @@ ONE_LINE_FIELDS = frozenset(
 # a Slurm reason, str.splitlines): tab, line feed, the other C0 separators, NEL, and
 # Unicode's line and paragraph separators
 _BREAKS = re.compile("[\t\n\x0b\x0c\r\x1c-\x1e\x85\u2028\u2029]+")
+
+
+# Linux's HOST_NAME_MAX: no node's host name (/proc/sys/kernel/hostname, what nvidia-smi
+# and gpudiag record) is longer; a longer one is cut (a 300-digit one ended a fleet report
+# in ClusterShell's node-set folding)
+HOST_NAME_MAX = 64
+
+
+def host_name(text: str) -> str:
+    """A host name as every loader keeps it: `one_line`, at most HOST_NAME_MAX."""
+    text = one_line(text)
+    return text if len(text) <= HOST_NAME_MAX else text[:HOST_NAME_MAX]
 
 
 def one_line(text: str) -> str:

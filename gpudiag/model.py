@@ -12,7 +12,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from gpudiag.inputs import number_too_large, one_line, too_large_text
+from gpudiag.inputs import (
+    HOST_NAME_MAX,
+    host_name,
+    number_too_large,
+    one_line,
+    too_large_text,
+)
 
 SCHEMA_VERSION = 2
 
@@ -292,7 +298,9 @@ class Snapshot:
     )
 
     def __post_init__(self) -> None:
-        _one_line_fields(self, ("host", "gpudiag_version"))
+        _one_line_fields(self, ("gpudiag_version",))
+        if len(self.host) > HOST_NAME_MAX or not self.host.isprintable():
+            _set(self, "host", host_name(self.host))
         index = self.readings_by_key
         for probe in self.probes:
             for reading in probe.readings:

@@ -588,3 +588,18 @@ def test_a_four_node_group_has_the_median_of_its_middle_two(
     assert len(odd) == 1 and odd[0].node == "node4", report.outliers
     assert (odd[0].median, odd[0].mad) == (2.5, 1.0)
     assert [o.node for o in report.outliers] == ["node4"]  # nodes 1 to 3 are near 2.5
+
+
+def test_a_host_name_past_host_name_max_is_cut(two_nodes: Path, tmp_path: Path) -> None:
+    """Found by the fuzzer: a host 'node-1' with 300 more digits ended the fleet report
+    (ClusterShell's node-set folding cannot read the range). A host name is at most
+    Linux's HOST_NAME_MAX (64) characters at every loader; the fast path leaves a longer
+    one to the loader, which cuts it."""
+    (tmp_path / "node1.json").write_bytes((two_nodes / "node1.json").read_bytes())
+    data = json.loads((two_nodes / "node1.json").read_text())
+    data["host"] = "node-1" + "0" * 300
+    (tmp_path / "node2.json").write_text(json.dumps(data))
+    loaded = load_fleet([tmp_path], workers=1)
+    assert sorted(r.host for r in loaded.runs) == ["node-1" + "0" * 58, "node1"]
+    assert "node-1000" in report_text(analyse(loaded))
+    assert load(tmp_path / "node2.json").host == "node-1" + "0" * 58

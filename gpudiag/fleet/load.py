@@ -60,7 +60,13 @@ from gpudiag.fleet.records import (
     kernel_values,
     no_gc,
 )
-from gpudiag.inputs import json_may_hold_controls, not_regular, number_too_large, printable
+from gpudiag.inputs import (
+    HOST_NAME_MAX,
+    json_may_hold_controls,
+    not_regular,
+    number_too_large,
+    printable,
+)
 from gpudiag.model import (
     SCHEMA_VERSION,
     Action,
@@ -317,8 +323,9 @@ class _Reader:
             data = _DECODER.decode(raw)
         except (msgspec.ValidationError, msgspec.DecodeError):
             return None
-        if data.schema_version != SCHEMA_VERSION:
-            return None  # another version: the loader migrates it or says why not
+        if data.schema_version != SCHEMA_VERSION or len(data.host) > HOST_NAME_MAX:
+            return None  # another version (the loader migrates it or says why not), or a
+            # host name the loader cuts to HOST_NAME_MAX
         probes, kernels, findings, end = data.probes, data.kernels, data.findings, data.end
         readings = list(chain.from_iterable(map(_READINGS, probes)))
         counts = (len(probes), len(readings), len(kernels), len(findings))

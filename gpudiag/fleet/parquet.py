@@ -219,6 +219,8 @@ def _check(document: _PqFleet) -> None:
             raise ValueError("a configuration does not fit its layout")
     hosts: set[str] = set()
     for run in document.runs:
+        if len(run.host) > inputs.HOST_NAME_MAX:
+            raise ValueError(f"a host name longer than {inputs.HOST_NAME_MAX} characters")
         if not 0 <= run.config < len(document.configs):
             raise ValueError("a snapshot's configuration out of range")
         if document.config_layout[run.config] != run.layout:
