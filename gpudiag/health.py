@@ -156,7 +156,8 @@ def check_node(node: LiveNode, timeout: float, kernels: str | None = None) -> Ve
     worker.start()
     worker.join(timeout)
     seconds = time.monotonic() - started
-    host = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    host = inputs.host_name(os.environ.get("SLURMD_NODENAME") or socket.gethostname())
+    host = host.split(".")[0]
     if worker.is_alive():
         node.cancel.set()
         error = f"check did not finish within {timeout:g} s"
@@ -404,7 +405,7 @@ class Slurm:
         assert state is not None  # show() checked it
         reason = re.search(r"\bReason=(.*)", answer.strip())  # one pass: to the end
         text = re.sub(r" \[[^\[\]]*\]\s*$", "", reason.group(1)) if reason else ""
-        return (state.group(1), text)
+        return (inputs.one_line(state.group(1)), inputs.one_line(text))  # one-line fields
 
     def expected_gpus(self) -> ProbeResult | None:
         """The GPUs Slurm configures for the node (its GRES) as the `slurm` pseudo-probe's
