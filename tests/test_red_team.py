@@ -603,3 +603,30 @@ def test_a_host_name_past_host_name_max_is_cut(two_nodes: Path, tmp_path: Path) 
     assert sorted(r.host for r in loaded.runs) == ["node-1" + "0" * 58, "node1"]
     assert "node-1000" in report_text(analyse(loaded))
     assert load(tmp_path / "node2.json").host == "node-1" + "0" * 58
+
+
+def test_a_parquet_fleet_gives_one_line_fields(two_nodes: Path, tmp_path: Path) -> None:
+    """Point 1: the Parquet fleet's entry (hand-edited) with line breaks in a snapshot's
+    path, a reading's unit and a finding's subject: read back one line each."""
+    import base64
+    import zlib
+
+    import polars as pl
+
+    from gpudiag.fleet.parquet import METADATA_KEY, read_parquet_fleet, write_parquet
+
+    loaded = load_fleet([two_nodes / "node1.json"], workers=1)
+    written = tmp_path / "fleet.parquet"
+    write_parquet(analyse(loaded), str(written), loaded)
+    entry = pl.read_parquet_metadata(written)[METADATA_KEY]
+    document = json.loads(zlib.decompress(base64.b64decode(entry)))
+    document["runs"][0]["path"] = FORGED
+    document["layouts"][0]["units"][0] = FORGED
+    document["runs"][0]["findings"][0][2] = FORGED
+    hostile = base64.b64encode(zlib.compress(json.dumps(document).encode())).decode()
+    target = tmp_path / "hostile.parquet"
+    pl.read_parquet(written).write_parquet(target, metadata={METADATA_KEY: hostile})
+    fleet = read_parquet_fleet(target)
+    forged = [fleet.runs[0].path, fleet.layouts[0].units[0], fleet.runs[0].findings[0][2]]
+    assert forged == ["n CRITICAL fake x y"] * 3
+    assert not _forged_lines(report_text(analyse(fleet)))
