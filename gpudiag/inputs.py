@@ -337,27 +337,33 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())[:300]
 
 
-# The largest number a reading can hold: what a float64 holds. The fleet's arrays, the
-# Parquet table and the rules' comparisons hold a reading's number as a float64, so an
-# integer past it (a captured temperature of 10**400) is refused where it is read.
-MAX_NUMBER = sys.float_info.max
+# The largest magnitude of a number a reading (a kernel sample, a statistic) can hold: a
+# float64's largest over 2**32. The fleet's arrays, the Parquet table and the rules'
+# comparisons hold numbers as float64, and the fleet's statistics of up to 2**32 values
+# (sums, differences from a median, a MAD scaled by 1.4826) must not overflow; so an
+# integer past it (a captured temperature of 10**400) or a float (a 1e308 in a file) is
+# refused where it is read. No measurement comes near: NVML's widest counters are 64-bit.
+MAX_NUMBER = sys.float_info.max / 2**32
 
 
 def number_too_large(value: object) -> bool:
-    """Whether `value` is an integer a reading cannot hold (beyond `MAX_NUMBER`)."""
-    return type(value) is int and not -MAX_NUMBER <= value <= MAX_NUMBER
+    """Whether `value` is a number (int or float, not bool) a reading cannot hold: beyond
+    `MAX_NUMBER`, or not finite."""
+    kind = type(value)
+    return (kind is int or kind is float) and not -MAX_NUMBER <= value <= MAX_NUMBER  # type: ignore[operator]
 
 
-def too_large_text(value: int) -> str:
+def too_large_text(value: float) -> str:
     """What is wrong with such a number, in a few words (never its 400 digits)."""
-    return (
-        f"a number of {len(str(abs(value)))} digits is larger than a reading can hold "
-        f"(at most about {MAX_NUMBER:.3g})"
-    )
+    if type(value) is int:
+        what = f"a number of {len(str(abs(value)))} digits"
+    else:
+        what = f"the number {value:.4g}"
+    return f"{what} is larger than a reading can hold (at most about {MAX_NUMBER:.2g})"
 
 
 def check_numbers(data: Any, where: str = "") -> None:
-    """Raise ValueError naming the place (`where`.key[index]) of the first integer in
+    """Raise ValueError naming the place (`where`.key[index]) of the first number in
     plain data that a reading cannot hold (`number_too_large`): the bound of every
     loader, the snapshot's included (model.check_value)."""
     stack: list[tuple[Any, str]] = [(data, where)]

@@ -94,8 +94,8 @@ _ACTION_ORDER = ("none", "monitor", "reset", "reboot", "drain", "service")
 def check_value(value: object) -> Value:
     """Return `value` if it is a storable reading value, else raise ValueError.
 
-    Storable: bool, int (one a float64 holds: `inputs.MAX_NUMBER`, the bound of every
-    loader), finite float, str, or a flat list of those. NaN and infinity are refused: a
+    Storable: bool, int or finite float (within `inputs.MAX_NUMBER`, the bound of every
+    loader), str, or a flat list of those. NaN and infinity are refused: a
     value that could not be read is a status, not a number.
     """
     if isinstance(value, (bool, str)):
@@ -107,6 +107,8 @@ def check_value(value: object) -> Value:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"non-finite number {value!r}")
+        if number_too_large(value):
+            raise ValueError(too_large_text(value))
         return value
     if isinstance(value, list):
         for item in value:

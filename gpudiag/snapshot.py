@@ -231,10 +231,9 @@ class _Fields:
         if isinstance(value, bool) and bool not in kinds:
             ok = False
         elif kinds == (float,) and isinstance(value, int) and not isinstance(value, bool):
-            try:
-                return float(value)  # a float field written as 3 by hand
-            except OverflowError:
-                raise ValueError(f"{self.where}.{name}: number out of range") from None
+            if number_too_large(value):
+                raise ValueError(f"{self.where}.{name}: {too_large_text(value)}")
+            return float(value)  # a float field written as 3 by hand
         else:
             ok = isinstance(value, kinds)
         if not ok:
@@ -339,19 +338,13 @@ def _plain_reading(data: object) -> Reading | None:
             return None
     elif status != "ok" or type(value) not in _VALUE_TYPES:
         return None
-    elif type(value) is float:
-        if value - value != 0:
-            return None
-    elif type(value) is int:
-        if not -MAX_NUMBER <= value <= MAX_NUMBER:
+    elif type(value) is float or type(value) is int:
+        if not -MAX_NUMBER <= value <= MAX_NUMBER:  # NaN and infinity fail it too
             return None
     elif type(value) is list:
-        for item in value:  # check_value's rule, inline: flat, of scalars, finite, bounded
+        for item in value:  # check_value's rule, inline: flat, of scalars, bounded
             kind = type(item)
-            if kind is float:
-                if item - item != 0:
-                    return None
-            elif kind is int:
+            if kind is float or kind is int:
                 if not -MAX_NUMBER <= item <= MAX_NUMBER:
                     return None
             elif kind is not str and kind is not bool:

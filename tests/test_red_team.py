@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from itertools import chain
 from pathlib import Path
 
@@ -129,8 +130,10 @@ def test_a_number_no_reading_holds_is_refused_naming_file_and_key(two_nodes: Pat
         loads(json.dumps(data), "big.json")
     assert reading["key"] in str(error.value)
     assert not inputs.number_too_large(int(inputs.MAX_NUMBER))
-    with pytest.raises(ValueError, match="larger than a reading can hold"):
-        Reading("gpu.0.temperature.gpu", -HUGE)
+    assert inputs.number_too_large(inputs.MAX_NUMBER * 2) and inputs.number_too_large(1e308)
+    for value in (-HUGE, 1e308, [1, -1e300]):
+        with pytest.raises(ValueError, match="larger than a reading can hold"):
+            Reading("gpu.0.temperature.gpu", value)
 
 
 def test_one_huge_number_skips_one_file_of_a_fleet(two_nodes: Path, tmp_path: Path) -> None:
@@ -145,11 +148,18 @@ def test_one_huge_number_skips_one_file_of_a_fleet(two_nodes: Path, tmp_path: Pa
                 reading["value"] = HUGE
     data["host"] = "node3"
     (tmp_path / "node3.json").write_text(json.dumps(data))
-    loaded = load_fleet([tmp_path], workers=1)
-    assert sorted(r.host for r in loaded.runs) == ["n CRITICAL fake x y", "node1"]
-    assert len(loaded.bad) == 1 and "node3.json" in loaded.bad[0], loaded.bad
-    assert "larger than a reading can hold" in loaded.bad[0]
-    assert "node1" in report_text(analyse(loaded))
+    data["host"] = "node4"  # a float near a float64's largest: the fleet's sums overflowed
+    (tmp_path / "node4.json").write_text(json.dumps(data).replace(str(HUGE), "1e308"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's overflow warnings too
+        loaded = load_fleet([tmp_path], workers=1)
+        assert sorted(r.host for r in loaded.runs) == ["n CRITICAL fake x y", "node1"]
+        assert [b.split(": ")[0] for b in loaded.bad] == [
+            str(tmp_path / "node3.json"),
+            str(tmp_path / "node4.json"),
+        ]
+        assert all("larger than a reading can hold" in b for b in loaded.bad), loaded.bad
+        assert "node1" in report_text(analyse(loaded))
 
 
 def test_a_replayed_nvml_answer_past_a_float64_is_refused(tmp_path: Path) -> None:

@@ -62,6 +62,7 @@ from gpudiag.fleet.records import (
 )
 from gpudiag.inputs import (
     HOST_NAME_MAX,
+    MAX_NUMBER,
     json_may_hold_controls,
     not_regular,
     number_too_large,
@@ -181,6 +182,20 @@ _FINDING = attrgetter("rule_id", "severity", "subject")
 _NUMBER_TYPES = frozenset((int, float))
 _KERNELS_ENCODER = msgspec.msgpack.Encoder()
 _KERNELS_DECODER = msgspec.msgpack.Decoder(tuple[ParsedKernel, ...])
+
+
+def _in_range(x: float) -> bool:
+    return -MAX_NUMBER <= x <= MAX_NUMBER  # NaN and infinity fail it too
+
+
+def _kernel_in_range(k: ParsedKernel) -> bool:
+    """A kernel result's numbers within the bound of every loader (inputs.MAX_NUMBER)."""
+    if not all(map(_in_range, k.samples)) or any(map(number_too_large, k.params.values())):
+        return False
+    s = k.stats
+    return s is UNSET or all(
+        map(_in_range, (s.median, s.minimum, s.maximum, s.mean, s.cv, s.ci95_low, s.ci95_high))
+    )
 
 
 def _readings_ok(readings: Iterable[_Reading]) -> bool:
@@ -334,7 +349,7 @@ class _Reader:
         if any(p.name == DERIVED for p in probes):
             readings = _fleet_readings(probes)
         if not _readings_ok(chain.from_iterable(map(_EVIDENCE, findings))) or not all(
-            all(map(math.isfinite, k.samples)) for k in kernels
+            map(_kernel_in_range, kernels)
         ):
             return None
         try:
@@ -451,13 +466,16 @@ class _Reader:
             shape.last_config = (config, config_id)
         numbers = shape.numeric_of(values)
         if types == shape.types or set(map(type, numbers)) <= _NUMBER_TYPES:
-            # OverflowError for an integer past a float64 (inputs.MAX_NUMBER): read()
-            # hands that file to the loader, which refuses it naming the reading
+            # OverflowError for an integer past a float64
             array = np.array(numbers, dtype=np.float64)
         else:
             array = np.array(
                 [v if type(v) in (int, float) else math.nan for v in numbers], dtype=np.float64
             )
+        if len(array) and not np.abs(array).max(initial=0.0, where=~np.isnan(array)) <= MAX_NUMBER:
+            # a number past the bound of every loader (inputs.MAX_NUMBER): read() hands
+            # the file to the loader, which refuses it naming the reading
+            raise OverflowError("a number no reading holds")
         return NodeRun(
             path=name,
             host=host,

@@ -214,6 +214,10 @@ def _check(document: _PqFleet) -> None:
     if len(document.config_layout) != len(document.configs):
         raise ValueError("configurations and their layouts differ in number")
     inputs.check_numbers(document.configs, "configs")  # the bound of every loader
+    for run in document.runs:
+        inputs.check_numbers(run.numbers or [], "an older snapshot's numbers")
+        for kernel in run.kernels:
+            inputs.check_numbers(kernel.samples, "a kernel result's samples")
     for config, layout in zip(document.configs, document.config_layout, strict=True):
         if not 0 <= layout < len(layouts) or len(config) != len(layouts[layout].config):
             raise ValueError("a configuration does not fit its layout")
@@ -304,6 +308,8 @@ def _read_parquet_fleet(path: Path) -> LoadedFleet:
         ) from None
     if len(node) and (slot.min() < 0 or np.any(slot >= widths[node])):
         raise SnapshotError(name, "its table does not fit its fleet entry: a slot out of range")
+    if not np.abs(value).max(initial=0.0, where=~np.isnan(value)) <= inputs.MAX_NUMBER:
+        raise SnapshotError(name, f"a value past {inputs.MAX_NUMBER:.2g}, which no reading holds")
     flat[offsets[node] + slot] = value
     del node, slot, value  # (the rows' arrays: a fleet of 10,000 nodes holds 13 million)
     runs = []
