@@ -485,15 +485,21 @@ _BREAKS = re.compile("[\t\n\x0b\x0c\r\x1c-\x1e\x85\u2028\u2029]+")
 
 
 # Linux's HOST_NAME_MAX: no node's host name (/proc/sys/kernel/hostname, what nvidia-smi
-# and gpudiag record) is longer; a longer one is cut (a 300-digit one ended a fleet report
-# in ClusterShell's node-set folding)
+# and gpudiag record) is longer. A name of a host name's characters that is longer is cut
+# to it: the fleet folds such names into node sets (ClusterShell), which cannot read a
+# range of 102 digits or more ('node-1' and 300 digits ended a fleet report).
 HOST_NAME_MAX = 64
+_HOST_CHARACTERS = re.compile(r"[A-Za-z0-9._-]+")
 
 
 def host_name(text: str) -> str:
-    """A host name as every loader keeps it: `one_line`, at most HOST_NAME_MAX."""
+    """A host name as every loader keeps it: `one_line`; and where it is made of a host
+    name's characters (letters, digits, '.', '_', '-': what the fleet folds into node
+    sets), at most HOST_NAME_MAX of them. Other text is shown as it is, literally."""
     text = one_line(text)
-    return text if len(text) <= HOST_NAME_MAX else text[:HOST_NAME_MAX]
+    if len(text) > HOST_NAME_MAX and _HOST_CHARACTERS.fullmatch(text):
+        return text[:HOST_NAME_MAX]
+    return text
 
 
 def one_line(text: str) -> str:

@@ -223,7 +223,7 @@ def _check(document: _PqFleet) -> None:
             raise ValueError("a configuration does not fit its layout")
     hosts: set[str] = set()
     for run in document.runs:
-        if len(run.host) > inputs.HOST_NAME_MAX:
+        if inputs.host_name(run.host) != run.host:  # as every loader keeps a host name
             raise ValueError(f"a host name longer than {inputs.HOST_NAME_MAX} characters")
         if not 0 <= run.config < len(document.configs):
             raise ValueError("a snapshot's configuration out of range")
