@@ -349,8 +349,9 @@ MAX_NUMBER = sys.float_info.max / 2**32
 def number_too_large(value: object) -> bool:
     """Whether `value` is a number (int or float, not bool) a reading cannot hold: beyond
     `MAX_NUMBER`, or not finite."""
-    kind = type(value)
-    return (kind is int or kind is float) and not -MAX_NUMBER <= value <= MAX_NUMBER  # type: ignore[operator]
+    if type(value) is int or type(value) is float:
+        return not -MAX_NUMBER <= value <= MAX_NUMBER
+    return False
 
 
 def too_large_text(value: float) -> str:

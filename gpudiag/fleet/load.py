@@ -184,6 +184,16 @@ _KERNELS_ENCODER = msgspec.msgpack.Encoder()
 _KERNELS_DECODER = msgspec.msgpack.Decoder(tuple[ParsedKernel, ...])
 
 
+def _past_bound(array: np.ndarray) -> bool:
+    """Whether an array of a node's numbers (NaN where a value is no number) holds one
+    past the bound of every loader (inputs.MAX_NUMBER), infinity included: two reductions
+    that skip NaN, in C (4 us for 1,500 numbers)."""
+    return bool(
+        np.fmax.reduce(array, initial=0.0) > MAX_NUMBER
+        or np.fmin.reduce(array, initial=0.0) < -MAX_NUMBER
+    )
+
+
 def _in_range(x: float) -> bool:
     return -MAX_NUMBER <= x <= MAX_NUMBER  # NaN and infinity fail it too
 
@@ -472,9 +482,7 @@ class _Reader:
             array = np.array(
                 [v if type(v) in (int, float) else math.nan for v in numbers], dtype=np.float64
             )
-        if len(array) and not np.abs(array).max(initial=0.0, where=~np.isnan(array)) <= MAX_NUMBER:
-            # a number past the bound of every loader (inputs.MAX_NUMBER): read() hands
-            # the file to the loader, which refuses it naming the reading
+        if _past_bound(array):  # read() hands the file to the loader, which names it
             raise OverflowError("a number no reading holds")
         return NodeRun(
             path=name,

@@ -308,7 +308,9 @@ def _read_parquet_fleet(path: Path) -> LoadedFleet:
         ) from None
     if len(node) and (slot.min() < 0 or np.any(slot >= widths[node])):
         raise SnapshotError(name, "its table does not fit its fleet entry: a slot out of range")
-    if not np.abs(value).max(initial=0.0, where=~np.isnan(value)) <= inputs.MAX_NUMBER:
+    if np.fmax.reduce(value, initial=0.0) > inputs.MAX_NUMBER or (
+        np.fmin.reduce(value, initial=0.0) < -inputs.MAX_NUMBER
+    ):
         raise SnapshotError(name, f"a value past {inputs.MAX_NUMBER:.2g}, which no reading holds")
     flat[offsets[node] + slot] = value
     del node, slot, value  # (the rows' arrays: a fleet of 10,000 nodes holds 13 million)
