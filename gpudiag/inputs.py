@@ -302,9 +302,11 @@ def _parse(text: str, as_json: bool, parse_float: Callable[[str], float]) -> Any
 # What `printable` removes can only reach a parsed string through these characters in
 # the text: a backslash (an escape), a control character, DEL, C1 or a surrogate
 _MAY_CONTROL = re.compile(r"[\\\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029]")
-# and, in TOML, a line break or tab without an escape: a raw tab in a string, a
-# multi-line string
-_MAY_BREAK_TOML = re.compile(r"\t|\"\"\"|'''")
+# and, in TOML, a line break or tab without an escape too: a raw tab in a string, a
+# multi-line string (one scan of the text for both)
+_MAY_CONTROL_TOML = re.compile(
+    r"[\\\x00-\x09\x0b-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029]|\"\"\"|'''"
+)
 
 
 def _may_hold_controls(text: str, as_json: bool) -> bool:
@@ -315,9 +317,7 @@ def _may_hold_controls(text: str, as_json: bool) -> bool:
     (non-ASCII JSON, TOML) one regular-expression scan of the text."""
     if as_json and text.isascii():
         return "\\" in text or "\x7f" in text
-    if _MAY_CONTROL.search(text) is not None:
-        return True
-    return not as_json and _MAY_BREAK_TOML.search(text) is not None
+    return (_MAY_CONTROL if as_json else _MAY_CONTROL_TOML).search(text) is not None
 
 
 def check_finite(data: Any, where: str = "") -> None:
