@@ -1,14 +1,18 @@
 """A longer fuzzing run of every loader than the suite's (tests/test_fuzz_loaders.py):
 mutated seed files (tests/fuzz_inputs.py; plus real nvidia-smi outputs from
 ../shared/realdata when present) fed to every loader of tests/fuzz_inputs.py: snapshot,
-nvidia-smi import, rules, NVML replay, capture, the fleet's fast path and report, a
-capture's samples as watch reads them, and the Slurm health check's settings file.
+nvidia-smi import, rules, NVML replay, capture, a capture's NVML answers through the
+probes, rules and export (nvml), the fleet's fast path and report, a capture's samples as
+watch reads them, and the Slurm health check's settings file. The edits include numbers
+no reading holds (10**400, 2**1024, ...) and line breaks put at the start of strings.
 Prints, per loader, the iterations, how many inputs were accepted and refused (with the
-loader's one-line error), the crashes (any other exception, or a control character let
-through) and the slowest input; the first crashing input of each loader is written to
+loader's one-line error), the crashes (any other exception, a control character let
+through, a line break in a one-line field, a report line a line break forged) and the
+slowest input; the first crashing input of each loader is written to
 fuzz-crash-LOADER.txt.
 
-    python benchmarks/fuzz_loaders.py [--seconds 30] [--seed 1] [--only fleet,samples]
+    python benchmarks/fuzz_loaders.py [--seconds 30 | --inputs 10000] [--seed 1]
+                                      [--only fleet,samples]
 
 Exit code 1 when anything crashed or one input took more than 2 s.
 """
@@ -43,7 +47,9 @@ def realdata_seeds() -> dict[str, list[str]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=30.0, help="per loader (default 30)")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--seconds", type=float, default=30.0, help="per loader (default 30)")
+    budget.add_argument("--inputs", type=int, help="inputs per loader, whatever they take")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", help="comma-separated loaders (default: every one)")
     args = parser.parse_args()
@@ -66,7 +72,11 @@ def main() -> int:
             load(all_seeds[loader][0], work)  # warm up: imports (Polars) are not an input's
             started = time.perf_counter()
             iterations = 0
-            while time.perf_counter() - started < args.seconds:
+            while (
+                iterations < args.inputs
+                if args.inputs
+                else time.perf_counter() - started < args.seconds
+            ):
                 text = mutate(rng.choice(all_seeds[loader]), random_edits(rng))
                 t0 = time.perf_counter()
                 try:

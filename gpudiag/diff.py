@@ -211,14 +211,17 @@ def bootstrap_ratio(
     import numpy as np  # only where both sides hold kernel results (most snapshots hold none)
 
     xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    median_a, median_b = float(np.median(xa)), float(np.median(xb))
-    if median_a == 0:
-        raise ValueError("median of A is zero")
-    rng = np.random.default_rng(seed)
-    medians_a = np.median(xa[rng.integers(0, len(xa), size=(rounds, len(xa)))], axis=1)
-    medians_b = np.median(xb[rng.integers(0, len(xb), size=(rounds, len(xb)))], axis=1)
-    keep = medians_a != 0
-    ratios = np.sort(medians_b[keep] / medians_a[keep])
+    # samples near a float64's largest (a file's 1e308) make an infinite mean of the two
+    # middle ones, and an infinite or undefined ratio: that figure, not numpy's warning
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        median_a, median_b = float(np.median(xa)), float(np.median(xb))
+        if median_a == 0:
+            raise ValueError("median of A is zero")
+        rng = np.random.default_rng(seed)
+        medians_a = np.median(xa[rng.integers(0, len(xa), size=(rounds, len(xa)))], axis=1)
+        medians_b = np.median(xb[rng.integers(0, len(xb), size=(rounds, len(xb)))], axis=1)
+        keep = medians_a != 0
+        ratios = np.sort(medians_b[keep] / medians_a[keep])
     low = float(ratios[int(0.025 * (len(ratios) - 1))])
     high = float(ratios[int(0.975 * (len(ratios) - 1))])
     return median_b / median_a, low, high

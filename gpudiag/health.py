@@ -74,6 +74,10 @@ CONFIG_MAX_BYTES = 64 * 1024  # a settings file is a few lines
 SLURM_BUDGET_S = 50.0
 SCONTROL_RESERVE_S = 5.0
 SCONTROL_CALL_S = 10.0
+# what is read of one scontrol answer: `show node NAME --oneliner` is one line of about
+# 1 KB (some 40 fields; tests/test_contract.py's real one is 70 bytes of them), 64 times
+# that is no answer Slurm gives; a 200 MB one took 72 s and 608 MB before it was bounded
+SCONTROL_MAX_BYTES = 64 * 1024
 # one Slurm node name (NodeName=n1,n[2-99] would name many): letters, digits, . _ -
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 TIMEOUT_MAX = 3600.0
@@ -129,6 +133,7 @@ def check_node(node: LiveNode, timeout: float, kernels: str | None = None) -> Ve
     box: dict[str, Any] = {}
 
     def work() -> None:
+        stage = "probing and judging the node"
         try:
             snapshot = node.snapshot()
             if kernels:
@@ -136,23 +141,29 @@ def check_node(node: LiveNode, timeout: float, kernels: str | None = None) -> Ve
                 from gpudiag.kernels.runner import PlanRun
                 from gpudiag.session import run_kernels
 
+                stage = f"running the {kernels} kernels"
                 run = PlanRun(PLANS[kernels], node.host, cancel=node.cancel, nvml=node.nvml)
                 snapshot = run_kernels(snapshot, run, node.rules, node.profile_name)
             box["snapshot"] = snapshot
         except Exception as exc:  # reported as an UNKNOWN verdict, never a traceback
-            box["error"] = f"{type(exc).__name__}: {exc}"
+            box["error"] = failure_text(stage, exc)
+            if os.environ.get("GPUDIAG_DEBUG"):  # but where it is asked for
+                import traceback
+
+                traceback.print_exc()
 
     worker = threading.Thread(target=work, name="gpudiag-health", daemon=True)
     worker.start()
     worker.join(timeout)
     seconds = time.monotonic() - started
-    host = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    host = inputs.host_name(os.environ.get("SLURMD_NODENAME") or socket.gethostname())
+    host = host.split(".")[0]
     if worker.is_alive():
         node.cancel.set()
         error = f"check did not finish within {timeout:g} s"
         return Verdict(host, seconds=seconds, error=error, timed_out=True)
     if "error" in box:
-        return Verdict(host, seconds=seconds, error=f"check failed: {box['error']}")
+        return Verdict(host, seconds=seconds, error=box["error"])
     from gpudiag.session import rule_tally
 
     snapshot = box["snapshot"]
@@ -160,6 +171,18 @@ def check_node(node: LiveNode, timeout: float, kernels: str | None = None) -> Ve
     return Verdict(
         snapshot.host, tuple(applicable(snapshot.findings)), tally, seconds, snapshot=snapshot
     )
+
+
+def failure_text(stage: str, exc: BaseException) -> str:
+    """What an UNKNOWN verdict says of a check that failed: what could not be done
+    (`stage`), and why in gpudiag's own words where the error is one of gpudiag's (a
+    file or a recording it could not read names itself); never Python's text of an
+    unexpected error (OverflowError: int too large to convert to float), only its kind."""
+    if type(exc).__module__.partition(".")[0] == "gpudiag":  # one of gpudiag's errors
+        why = _one_line(inputs.printable(str(exc)))[:200]
+    else:
+        why = f"an internal error ({type(exc).__name__}; GPUDIAG_DEBUG=1 shows where)"
+    return f"could not finish {stage}: {why}"
 
 
 # ------------------------------------------------------------------ conventions
@@ -272,6 +295,48 @@ def _scontrol_text(data: bytes) -> str:
     return inputs.printable(data.decode("utf-8", errors="replace"))
 
 
+class _TooLarge(Exception):
+    """A command's output past its bound."""
+
+
+def _read_bounded(
+    process: subprocess.Popen[bytes], seconds: float, max_bytes: int
+) -> tuple[bytes, bytes]:
+    """A command's stdout and stderr, read together until both close and it ends, within
+    `seconds` (subprocess.TimeoutExpired) and `max_bytes` in all (_TooLarge): what
+    communicate() does, bounded in size as well as in time."""
+    import selectors
+    import subprocess
+
+    deadline = time.monotonic() + seconds
+    chunks: dict[int, list[bytes]] = {}
+    size = 0
+    with selectors.DefaultSelector() as selector:
+        for stream in (process.stdout, process.stderr):
+            assert stream is not None
+            selector.register(stream, selectors.EVENT_READ)
+            chunks[stream.fileno()] = []
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(process.args, seconds)
+            for key, _ in selector.select(left):
+                data = os.read(key.fd, 65536)
+                if not data:
+                    selector.unregister(key.fileobj)
+                    continue
+                chunks[key.fd].append(data)
+                size += len(data)
+                if size > max_bytes:
+                    raise _TooLarge
+    process.wait(max(0.0, deadline - time.monotonic()))
+    assert process.stdout is not None and process.stderr is not None
+    return (
+        b"".join(chunks[process.stdout.fileno()]),
+        b"".join(chunks[process.stderr.fileno()]),
+    )
+
+
 @dataclass(frozen=True)
 class Slurm:
     """How to reach slurmctld for one node. Every scontrol call ends by `deadline`
@@ -306,12 +371,15 @@ class Slurm:
                 f"scontrol {self.scontrol}: cannot run: {exc.strerror or exc}"
             ) from None
         try:
-            out, err = process.communicate(timeout=left)
-        except subprocess.TimeoutExpired:
+            out, err = _read_bounded(process, left, SCONTROL_MAX_BYTES)
+        except (subprocess.TimeoutExpired, _TooLarge) as exc:
             with contextlib.suppress(OSError):
                 os.killpg(process.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.communicate(timeout=2)
+            if isinstance(exc, _TooLarge):
+                size = inputs.size_text(SCONTROL_MAX_BYTES)
+                raise HealthError(f"{what}: an answer larger than {size}; killed") from None
             raise HealthError(f"{what}: no answer within {left:.3g} s; killed") from None
         stdout, stderr = _scontrol_text(out), _scontrol_text(err)
         if process.returncode != 0:
@@ -333,10 +401,12 @@ class Slurm:
         answer = self.show()
         state = re.search(r"\bState=(\S+)", answer)
         assert state is not None  # show() checked it
-        # the [user@time] Slurm adds, and the Comment it prints after the reason (where
-        # note_finding wrote one), are not the reason
-        reason = re.search(r"\bReason=(.*?)(?: \[[^\[\]]*\])?(?: Comment=.*)?\s*$", answer.strip())
-        return (state.group(1), reason.group(1) if reason else "")
+        # one pass to the end (a 200 MB answer: issue 37); the Comment Slurm prints after
+        # the reason (where note_finding wrote one) and the [user@time] it adds are not it
+        reason = re.search(r"\bReason=(.*)", answer.strip())
+        text = reason.group(1).split(" Comment=", 1)[0] if reason else ""
+        text = re.sub(r" \[[^\[\]]*\]\s*$", "", text)
+        return (inputs.one_line(state.group(1)), inputs.one_line(text))  # one-line fields
 
     def expected_gpus(self) -> ProbeResult | None:
         """The GPUs Slurm configures for the node (its GRES) as the `slurm` pseudo-probe's
@@ -345,7 +415,7 @@ class Slurm:
 
         try:
             return slurmgres.expected_gpus(self.show(), self.node)
-        except slurmgres.GresError as exc:
+        except ValueError as exc:  # GresError, or any other number it cannot read
             raise HealthError(f"scontrol show node {self.node}: {exc}") from None
 
     def update(self, *fields: str) -> None:

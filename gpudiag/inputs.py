@@ -23,6 +23,7 @@ take the guarded path where it says yes. A file name in an `InputError` is print
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import os
@@ -85,6 +86,21 @@ def _describe(mode: int) -> str:
     if stat.S_ISSOCK(mode):
         return "is a socket, not a regular file"
     return "is not a regular file"
+
+
+def not_regular(path: str | Path) -> str | None:
+    """Why `path` cannot be read as a file (a FIFO, a device, a socket, a directory, a
+    symbolic link to nothing or in a loop), or None for a regular file: what a folder's
+    walk says of an entry it skips. Never opens it."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a symbolic link to nothing" if os.path.islink(path) else "no such file"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link loop"
+        return f"cannot read: {exc.strerror or exc}"
+    return None if stat.S_ISREG(mode) else _describe(mode)
 
 
 def size_text(n: int) -> str:
@@ -202,6 +218,21 @@ def text_fingerprint(text: str) -> tuple[int, int]:
     return zlib.crc32(data), len(data)
 
 
+def compiled_module(name: str) -> Any:
+    """A module compiled ahead from shipped files (gpudiag.shipped_compiled,
+    gpudiag.rules.compiled), or None where it cannot be loaded: missing, truncated or
+    damaged (a SyntaxError, or any error its code raises). The caller then parses the
+    sources, as it does where the module is stale; a name the module lacks it asks with
+    getattr, for the same reason."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except Exception:  # whatever a damaged file raises: the sources are there
+        sys.modules.pop(name, None)
+        return None
+
+
 def _refuse_constant(token: str) -> float:
     raise ValueError(f"non-finite number {token} is not allowed")
 
@@ -270,17 +301,23 @@ def _parse(text: str, as_json: bool, parse_float: Callable[[str], float]) -> Any
 
 # What `printable` removes can only reach a parsed string through these characters in
 # the text: a backslash (an escape), a control character, DEL, C1 or a surrogate
-_MAY_CONTROL = re.compile(r"[\\\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_MAY_CONTROL = re.compile(r"[\\\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029]")
+# and, in TOML, a line break or tab without an escape too: a raw tab in a string, a
+# multi-line string (one scan of the text for both)
+_MAY_CONTROL_TOML = re.compile(
+    r"[\\\x00-\x09\x0b-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029]|\"\"\"|'''"
+)
 
 
 def _may_hold_controls(text: str, as_json: bool) -> bool:
-    """Whether a string parsed from `text` may hold something `printable` removes. ASCII
+    """Whether a string parsed from `text` may hold something `printable` removes or
+    `one_line` replaces (a line break, a tab). ASCII
     JSON: only through an escape or a raw DEL (a raw control character in a JSON string
     is refused by the parser), two searches in C (microseconds for a snapshot); else
     (non-ASCII JSON, TOML) one regular-expression scan of the text."""
     if as_json and text.isascii():
         return "\\" in text or "\x7f" in text
-    return _MAY_CONTROL.search(text) is not None
+    return (_MAY_CONTROL if as_json else _MAY_CONTROL_TOML).search(text) is not None
 
 
 def check_finite(data: Any, where: str = "") -> None:
@@ -300,6 +337,47 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())[:300]
 
 
+# The largest magnitude of a number a reading (a kernel sample, a statistic) can hold: a
+# float64's largest over 2**32. The fleet's arrays, the Parquet table and the rules'
+# comparisons hold numbers as float64, and the fleet's statistics of up to 2**32 values
+# (sums, differences from a median, a MAD scaled by 1.4826) must not overflow; so an
+# integer past it (a captured temperature of 10**400) or a float (a 1e308 in a file) is
+# refused where it is read. No measurement comes near: NVML's widest counters are 64-bit.
+MAX_NUMBER = sys.float_info.max / 2**32
+
+
+def number_too_large(value: object) -> bool:
+    """Whether `value` is a number (int or float, not bool) a reading cannot hold: beyond
+    `MAX_NUMBER`, or not finite."""
+    if type(value) is int or type(value) is float:
+        return not -MAX_NUMBER <= value <= MAX_NUMBER
+    return False
+
+
+def too_large_text(value: float) -> str:
+    """What is wrong with such a number, in a few words (never its 400 digits)."""
+    if type(value) is int:
+        what = f"a number of {len(str(abs(value)))} digits"
+    else:
+        what = f"the number {value:.4g}"
+    return f"{what} is larger than a reading can hold (at most about {MAX_NUMBER:.2g})"
+
+
+def check_numbers(data: Any, where: str = "") -> None:
+    """Raise ValueError naming the place (`where`.key[index]) of the first number in
+    plain data that a reading cannot hold (`number_too_large`): the bound of every
+    loader, the snapshot's included (model.check_value)."""
+    stack: list[tuple[Any, str]] = [(data, where)]
+    while stack:
+        value, at = stack.pop()
+        if number_too_large(value):
+            raise ValueError(f"{at or 'value'}: {too_large_text(value)}")
+        if isinstance(value, dict):
+            stack.extend((v, f"{at}.{k}" if at else str(k)) for k, v in value.items())
+        elif isinstance(value, list | tuple):
+            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(value))
+
+
 _CONTROL = re.compile(
     "\x1b\\[[0-?]*[ -/]*[@-~]"  # CSI sequences: colours, cursor moves, modes
     "|\x1b\\][^\x07\x1b]*(?:\x07|\x1b\\\\)?"  # OSC sequences: titles, hyperlinks
@@ -316,17 +394,18 @@ def printable(text: str) -> str:
     return _CONTROL.sub("", text) if _CONTROL.search(text) else text
 
 
-# How a control character can appear in JSON text that a strict parser accepts (a raw
-# one below 0x20 is invalid JSON, refused by the parser): a \u escape of C0 (but tab and
-# newline), DEL, C1 or a surrogate (a lone one is not text), the short escapes \b \f \r,
-# a raw DEL, or a raw C1 in UTF-8 (0xC2 0x80-0x9F).
+# How a control character or a line break can appear in JSON text that a strict parser
+# accepts (a raw one below 0x20 is invalid JSON, refused by the parser): a \u escape of
+# C0, DEL, C1, a surrogate (a lone one is not text) or a line or paragraph separator, the
+# short escapes \b \f \n \r \t, a raw DEL, a raw C1 in UTF-8 (0xC2 0x80-0x9F), or a raw
+# U+2028 or U+2029 (0xE2 0x80 0xA8-0xA9). gpudiag writes none of them in a snapshot.
 _JSON_CONTROL = re.compile(
-    rb"\\u(?:00(?:0[0-8bBcCdDeEfF]|1[0-9a-fA-F]|7[fF]|[89][0-9a-fA-F])|[dD][89a-fA-F])"
-    rb"|\\[bfr]|\x7f|\xc2[\x80-\x9f]"
+    rb"\\u(?:00(?:0[0-9a-fA-F]|1[0-9a-fA-F]|7[fF]|[89][0-9a-fA-F])|[dD][89a-fA-F]|202[89])"
+    rb"|\\[bfnrt]|\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xa8\xa9]"
 )
 # one-byte hints, each a memchr (a two-byte search is 300 times slower here): a snapshot
-# without a backslash, DEL or 0xC2 (gpudiag writes none) is clear in microseconds
-_JSON_HINTS = (b"\\", b"\x7f", b"\xc2")
+# without a backslash, DEL, 0xC2 or 0xE2 (gpudiag writes none) is clear in microseconds
+_JSON_HINTS = (b"\\", b"\x7f", b"\xc2", b"\xe2")
 
 
 def json_may_hold_controls(raw: bytes) -> bool:
@@ -340,14 +419,99 @@ def json_may_hold_controls(raw: bytes) -> bool:
 
 
 def printable_data(data: Any) -> Any:
-    """Plain data (dicts, lists, strings) with `printable` applied to every string."""
+    """Plain data (dicts, lists, strings) with `printable` applied to every string, and
+    `one_line` to the strings of a one-line field (`ONE_LINE_FIELDS`: the string a table
+    holds under that name, or any string of a list it holds there)."""
     if isinstance(data, str):
         return printable(data)
     if isinstance(data, list):
         return [printable_data(v) for v in data]
     if isinstance(data, dict):
-        return {printable(str(k)): printable_data(v) for k, v in data.items()}
+        return {
+            printable(str(k)): _one_line_data(v) if k in ONE_LINE_FIELDS else printable_data(v)
+            for k, v in data.items()
+        }
     return data
+
+
+def _one_line_data(data: Any) -> Any:
+    if isinstance(data, str):
+        return one_line(data)
+    if isinstance(data, list):
+        return [_one_line_data(v) for v in data]
+    return printable_data(data)
+
+
+# The fields of what gpudiag reads (snapshots, the Parquet fleet's entry, rule files,
+# profiles) whose text is one line wherever it is shown: a host or node name, a reading's
+# key, unit, source, status and value (a model, a driver version, a serial, a bus id), a
+# finding's rule, severity, subject and title, a kernel's names. A finding's message, why
+# and fix, a reading's reason and an error may hold several lines.
+ONE_LINE_FIELDS = frozenset(
+    {
+        "host",
+        "node",
+        "path",
+        "created",
+        "gpudiag_version",
+        "name",
+        "title",
+        "key",
+        "keys",
+        "unit",
+        "units",
+        "source",
+        "status",
+        "statuses",
+        "value",
+        "configs",
+        "rule_id",
+        "severity",
+        "subject",
+        "action",
+        "findings",
+        "kernel",
+        "device",
+        "metric",
+        "model",
+        "driver",
+        "serial",
+        "bus_id",
+    }
+)
+# what breaks a line where one-line text is shown (a terminal, a text or Markdown report,
+# a Slurm reason, str.splitlines): tab, line feed, the other C0 separators, NEL, and
+# Unicode's line and paragraph separators
+_BREAKS = re.compile("[\t\n\x0b\x0c\r\x1c-\x1e\x85\u2028\u2029]+")
+
+
+# Linux's HOST_NAME_MAX: no node's host name (/proc/sys/kernel/hostname, what nvidia-smi
+# and gpudiag record) is longer. A name of a host name's characters that is longer is cut
+# to it: the fleet folds such names into node sets (ClusterShell), which cannot read a
+# range of 102 digits or more ('node-1' and 300 digits ended a fleet report).
+HOST_NAME_MAX = 64
+_HOST_CHARACTERS = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def host_name(text: str) -> str:
+    """A host name as every loader keeps it: `one_line`; and where it is made of a host
+    name's characters (letters, digits, '.', '_', '-': what the fleet folds into node
+    sets), at most HOST_NAME_MAX of them. Other text is shown as it is, literally."""
+    text = one_line(text)
+    if len(text) > HOST_NAME_MAX and _HOST_CHARACTERS.fullmatch(text):
+        return text[:HOST_NAME_MAX]
+    return text
+
+
+def one_line(text: str) -> str:
+    """The one rule of every one-line field, at every loader (a snapshot's or capture's
+    host, a node name, a reading's key and value, an imported model, driver, serial or
+    bus id): `printable`, and each run of line breaks and tabs one space, so that a host
+    named 'n\\nCRITICAL fake' can never start a line of a report. Cheap where there is
+    nothing to do (str.isprintable, in C)."""
+    if text.isprintable():
+        return text
+    return printable(_BREAKS.sub(" ", text))
 
 
 def number_option(

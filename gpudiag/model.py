@@ -12,6 +12,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from gpudiag.inputs import (
+    HOST_NAME_MAX,
+    host_name,
+    number_too_large,
+    one_line,
+    too_large_text,
+)
+
 SCHEMA_VERSION = 2
 
 Scalar = bool | int | float | str
@@ -86,14 +94,21 @@ _ACTION_ORDER = ("none", "monitor", "reset", "reboot", "drain", "service")
 def check_value(value: object) -> Value:
     """Return `value` if it is a storable reading value, else raise ValueError.
 
-    Storable: bool, int, finite float, str, or a flat list of those.
-    NaN and infinity are refused: a value that could not be read is a status, not a number.
+    Storable: bool, int or finite float (within `inputs.MAX_NUMBER`, the bound of every
+    loader), str, or a flat list of those. NaN and infinity are refused: a
+    value that could not be read is a status, not a number.
     """
-    if isinstance(value, (bool, int, str)):
+    if isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        if number_too_large(value):
+            raise ValueError(too_large_text(value))
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"non-finite number {value!r}")
+        if number_too_large(value):
+            raise ValueError(too_large_text(value))
         return value
     if isinstance(value, list):
         for item in value:
@@ -126,6 +141,13 @@ class Reading:
     def __post_init__(self) -> None:
         if not self.key:
             raise ValueError("a reading needs a key")
+        _one_line_fields(self, ("key", "unit", "source"))
+        value = self.value
+        if type(value) is str:
+            if not value.isprintable():
+                _set(self, "value", one_line(value))
+        elif type(value) is list and not all(type(v) is not str or v.isprintable() for v in value):
+            _set(self, "value", [one_line(v) if type(v) is str else v for v in value])
         if self.status is ReadingStatus.OK:
             if self.value is None:
                 raise ValueError(f"reading {self.key}: status ok needs a value")
@@ -183,6 +205,14 @@ class Reading:
         return f"{value} {self.unit}".rstrip() if self.unit else str(value)
 
 
+def _one_line_fields(item: object, names: tuple[str, ...]) -> None:
+    """Each named text field of a frozen dataclass made one line (inputs.one_line)."""
+    for name in names:
+        text = getattr(item, name)
+        if not text.isprintable():
+            _set(item, name, one_line(text))
+
+
 @dataclass(frozen=True)
 class ProbeResult:
     """What one probe returned, and how its run ended."""
@@ -193,6 +223,9 @@ class ProbeResult:
     readings: tuple[Reading, ...] = ()
     error: str = ""
     title: str = ""
+
+    def __post_init__(self) -> None:
+        _one_line_fields(self, ("name", "title"))
 
 
 @dataclass(frozen=True)
@@ -213,6 +246,9 @@ class Finding:
     why: str = ""
     fix: str = ""
     action: Action = Action.NONE
+
+    def __post_init__(self) -> None:
+        _one_line_fields(self, ("rule_id", "subject", "title"))
 
     def said(self) -> str:
         """The message as shown after its subject ('GPU 3: PCIe link x8 of x16'): a
@@ -253,6 +289,9 @@ class KernelResult:
     params: tuple[tuple[str, Scalar], ...] = ()
     error: str = ""
 
+    def __post_init__(self) -> None:
+        _one_line_fields(self, ("kernel", "device", "metric", "unit"))
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -271,6 +310,9 @@ class Snapshot:
     )
 
     def __post_init__(self) -> None:
+        _one_line_fields(self, ("gpudiag_version",))
+        if len(self.host) > HOST_NAME_MAX or not self.host.isprintable():
+            _set(self, "host", host_name(self.host))
         index = self.readings_by_key
         for probe in self.probes:
             for reading in probe.readings:

@@ -49,7 +49,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpudiag.inputs import InputError, parse_data, printable, read_text
+from gpudiag.inputs import (
+    InputError,
+    number_too_large,
+    parse_data,
+    printable,
+    read_text,
+    too_large_text,
+)
 from gpudiag.model import Reading, ReadingStatus, Value, check_value
 
 # NVML's return codes (nvml.h), by number, as the names used in replay files.
@@ -587,6 +594,8 @@ def _check_recorded(value: Any, where: str) -> None:
     elif isinstance(value, list):
         for i, item in enumerate(value):
             _check_recorded(item, f"{where}[{i}]")
+    elif number_too_large(value):  # the bound of every loader (inputs.MAX_NUMBER)
+        raise ReplayError(f"{where}: {too_large_text(value)}")
 
 
 class ReplayBackend:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag import catalog
-from gpudiag.inputs import text_fingerprint
+from gpudiag.inputs import compiled_module, text_fingerprint
 from gpudiag.model import Reading
 from gpudiag.rule_operators import RuleError
 
@@ -306,10 +306,7 @@ def compiled_profiles(text: str) -> tuple[Any, ...]:
 def _compiled_profiles(text: str) -> dict[str, Profile] | None:
     """The profiles rules/compiled.py holds for this text; None where it has none, or
     made from another text or for other fields of Profile."""
-    try:
-        from gpudiag.rules import compiled
-    except ImportError:
-        return None
+    compiled = compiled_module("gpudiag.rules.compiled")  # None: missing or damaged
     entry = getattr(compiled, "PROFILES", None)
     if (
         not isinstance(entry, tuple)

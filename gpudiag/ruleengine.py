@@ -280,17 +280,19 @@ def _evaluate_instance(
             if context.profile is None or rule.operand not in context.profile.values:
                 return None  # no profile, or the model has no fixed value: see PROF001
             expected = context.profile.values[rule.operand]
-        if rule.factor != 1.0 and isinstance(expected, (int, float)):
-            expected = expected * rule.factor
         try:
+            if rule.factor != 1.0 and isinstance(expected, (int, float)):
+                expected = expected * rule.factor
             if compare(evidence[0].value, operator, expected):
                 return None  # the common case: checked, and fine
-        except TypeError as exc:
+        except (TypeError, OverflowError) as exc:
+            # OverflowError: an integer past a float64, which no loader lets through
+            why = str(exc) if isinstance(exc, TypeError) else "a number too large to compare"
             return _finding(
                 rule,
                 catalog.subject_title(rule.applies_to, values),
                 Severity.UNKNOWN,
-                f"{CANNOT_CHECK} {exc}",
+                f"{CANNOT_CHECK} {why}",
                 evidence,
                 values,
             )
@@ -507,7 +509,10 @@ def _profile_check(
         return quick_check("present", None), all_pass("present", None)
     expected = fields[rule.operand]
     if rule.factor != 1.0 and isinstance(expected, _NUMBER):
-        expected = expected * rule.factor
+        try:
+            expected = expected * rule.factor
+        except OverflowError:  # the full evaluation says it cannot check
+            return None, None
     base = rule.operator.removesuffix("_profile")
     if base != "equal" and type(expected) not in _NUMBER:
         return None, None
@@ -539,7 +544,10 @@ def _compared(rule: Rule, values: tuple[str, ...]) -> _Guarded | None:
             return False
         expected = other.value
         if factor != 1.0 and isinstance(expected, _NUMBER):
-            expected = expected * factor
+            try:
+                expected = expected * factor
+            except OverflowError:  # the full evaluation says it cannot check
+                return False
         if base != "equal" and type(expected) not in _NUMBER:
             return False
         return quick_check(base, expected)(value)

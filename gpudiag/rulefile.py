@@ -86,7 +86,13 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag import catalog
-from gpudiag.inputs import InputError, parse_data, read_input, text_fingerprint
+from gpudiag.inputs import (
+    InputError,
+    compiled_module,
+    parse_data,
+    read_input,
+    text_fingerprint,
+)
 from gpudiag.model import Action, Severity
 from gpudiag.profiles import PROFILE_FLAGS, READABLE_FIELDS
 from gpudiag.rule_operators import OPERATORS, PROFILE_OPERATORS, READING_OPERATORS, RuleError
@@ -539,12 +545,10 @@ def compiled_module_text(sources: Sequence[tuple[str, str]] | None = None) -> st
 
 
 def _compiled() -> dict[str, Any]:
-    """rules/compiled.py's FILES, or {} when it cannot be loaded or was made for other
-    fields of Rule (every file is then parsed from its TOML)."""
-    try:
-        from gpudiag.rules import compiled
-    except ImportError:
-        return {}
+    """rules/compiled.py's FILES, or {} when it cannot be loaded (missing, truncated,
+    damaged) or was made for other fields of Rule (every file is then parsed from its
+    TOML)."""
+    compiled = compiled_module("gpudiag.rules.compiled")  # None: missing or damaged
     files = getattr(compiled, "FILES", None)
     if getattr(compiled, "FIELDS", None) != _RULE_FIELDS or not isinstance(files, dict):
         return {}  # made for another Rule (a field added or moved since): parse the TOML

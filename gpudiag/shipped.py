@@ -32,6 +32,7 @@ from gpudiag.catalog import (
     subject_of_key,
     template_regex,
 )
+from gpudiag.inputs import compiled_module
 
 
 @functools.lru_cache(maxsize=1)
@@ -143,15 +144,14 @@ def compiled_module_text() -> str:
 def _compiled_catalog() -> Catalog | None:
     """The catalog from gpudiag/shipped_compiled.py, or None where it is missing or made
     from other source files than these."""
-    try:
-        from gpudiag import shipped_compiled
-    except ImportError:
-        return None
+    shipped_compiled = compiled_module("gpudiag.shipped_compiled")  # None: damaged
     try:
         if tuple(getattr(shipped_compiled, "FINGERPRINT", ())) != declaring_fingerprint():
             return None
     except OSError:  # a declaring file not on disk (a zip install): build it
         return None
+    if not isinstance(getattr(shipped_compiled, "DECLARED", None), tuple):
+        return None  # cut short after its fingerprint
     return Catalog.build(
         (producer, (declared,))
         for template, unit, change, identifying, group, help_, producers, positional in (

@@ -30,8 +30,18 @@ class GresError(ValueError):
     """A Gres= value that cannot be read; str() says which part."""
 
 
+# a count of more digits is far past MAX_GPUS: refused before int() reads it (int() of
+# 5,000 digits is Python's plain ValueError, past its 4,300-digit limit); a shorter one is
+# read, and the total is said against MAX_GPUS
+_COUNT_DIGITS = 9
+
+
 def _count(text: str) -> int:
-    return int(text.rstrip("KMG")) * _SUFFIX[text[-1] if text[-1] in "KMG" else ""]
+    """A GRES count (8, 2K); GresError for one of more than _COUNT_DIGITS digits."""
+    digits = text.rstrip("KMG").lstrip("0") or "0"
+    if len(digits) > _COUNT_DIGITS:
+        raise GresError(f"Gres count {text[:12]}... ({len(digits)} digits) is past {MAX_GPUS}")
+    return int(digits) * _SUFFIX[text[-1] if text[-1] in "KMG" else ""]
 
 
 def gpu_count(gres: str) -> int:

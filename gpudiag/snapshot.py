@@ -33,7 +33,15 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from gpudiag.catalog import check_keys
-from gpudiag.inputs import InputError, parse_data, printable, read_text
+from gpudiag.inputs import (
+    MAX_NUMBER,
+    InputError,
+    number_too_large,
+    parse_data,
+    printable,
+    read_text,
+    too_large_text,
+)
 from gpudiag.model import (
     SCHEMA_VERSION,
     Action,
@@ -224,10 +232,9 @@ class _Fields:
         if isinstance(value, bool) and bool not in kinds:
             ok = False
         elif kinds == (float,) and isinstance(value, int) and not isinstance(value, bool):
-            try:
-                return float(value)  # a float field written as 3 by hand
-            except OverflowError:
-                raise ValueError(f"{self.where}.{name}: number out of range") from None
+            if number_too_large(value):
+                raise ValueError(f"{self.where}.{name}: {too_large_text(value)}")
+            return float(value)  # a float field written as 3 by hand
         else:
             ok = isinstance(value, kinds)
         if not ok:
@@ -235,6 +242,8 @@ class _Fields:
             raise ValueError(f"{self.where}.{name}: expected {expected}, got {_type_name(value)}")
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{self.where}.{name}: non-finite number {value!r} is not allowed")
+        if number_too_large(value):
+            raise ValueError(f"{self.where}.{name}: {too_large_text(value)}")
         return value
 
     def enum(self, name: str, enum_type: Callable[[str], T]) -> T:
@@ -268,7 +277,10 @@ def _type_name(value: object) -> str:
 def _reading_from(data: object, where: str) -> Reading:
     f = _Fields(data, where)
     key = f.take("key", str)
-    value = f.take("value", (bool, int, float, str, list), None)
+    try:
+        value = f.take("value", (bool, int, float, str, list), None)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (reading {key[:80]})") from None
     unit = f.take("unit", str, "")
     source = f.take("source", str, "")
     status = f.enum("status", ReadingStatus)
@@ -279,7 +291,7 @@ def _reading_from(data: object, where: str) -> Reading:
             check_value(value)
         return Reading(key=key, value=value, unit=unit, source=source, status=status, reason=reason)
     except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
+        raise ValueError(f"{where} (reading {key[:80]}): {exc}") from None
 
 
 _READING_FIELDS = frozenset({"key", "value", "unit", "source", "status", "reason"})
@@ -327,16 +339,16 @@ def _plain_reading(data: object) -> Reading | None:
             return None
     elif status != "ok" or type(value) not in _VALUE_TYPES:
         return None
-    elif type(value) is float:
-        if value - value != 0:
+    elif type(value) is float or type(value) is int:
+        if not -MAX_NUMBER <= value <= MAX_NUMBER:  # NaN and infinity fail it too
             return None
     elif type(value) is list:
-        for item in value:  # check_value's rule, inline: flat, of scalars, finite
+        for item in value:  # check_value's rule, inline: flat, of scalars, bounded
             kind = type(item)
-            if kind is float:
-                if item - item != 0:
+            if kind is float or kind is int:
+                if not -MAX_NUMBER <= item <= MAX_NUMBER:
                     return None
-            elif kind is not str and kind is not int and kind is not bool:
+            elif kind is not str and kind is not bool:
                 return None
     return Reading.checked(key, value, unit, source, _READING_STATUS[status], reason)
 

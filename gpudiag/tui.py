@@ -25,6 +25,7 @@ from textual.binding import Binding
 from textual.widgets import Footer, Header, Input, TabbedContent
 from textual.worker import Worker, WorkerState, get_current_worker
 
+from gpudiag.atomic import default_file_name
 from gpudiag.kernels.plans import PLANS, KernelPlan
 from gpudiag.model import ProbeResult, Snapshot
 from gpudiag.nvml import ReplayBackend
@@ -266,7 +267,7 @@ class GpudiagApp(GpudiagAppBase):
         if self.snapshot is None:
             self.notify("nothing to export yet: the node is still being probed", severity="warning")
             return
-        default = f"gpudiag-{self.snapshot.host}.toml"
+        default = default_file_name("gpudiag-", self.snapshot.host, ".toml")
         self.push_screen(ExportScreen(default), self._export_to)
 
     def _export_to(self, path: Path | None) -> None:

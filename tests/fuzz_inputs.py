@@ -1,17 +1,21 @@
 """Mutation fuzzing of gpudiag's loaders: valid seed files, mutated by a list of edits
-(insert a hostile token, delete, duplicate, truncate, flip a byte), fed to each loader.
-A loader may accept the input or refuse it with its own one-line error; anything else
-(another exception, a hang) is a crash. Each loader here returns True when the input
-was accepted, False when it was refused. Used by tests/test_fuzz_loaders.py (hypothesis,
-a bounded budget) and benchmarks/fuzz_loaders.py (a longer random run)."""
+(insert a hostile token, delete, duplicate, truncate, flip a byte, a number made one no
+reading holds, a line break put in a string), fed to each loader. A loader may accept
+the input or refuse it with its own one-line error; anything else (another exception, a
+hang, a control character or a line break let into a one-line field, a report line that
+a line break in a field started) is a crash. Each loader here returns True when the
+input was accepted, False when it was refused. Used by tests/test_fuzz_loaders.py
+(hypothesis, a bounded budget) and benchmarks/fuzz_loaders.py (a longer random run)."""
 
 from __future__ import annotations
 
 import contextlib
 import random
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -88,7 +92,34 @@ TOKENS = (
     "\ud7ff",
     "é",
 )
-EDITS = ("insert", "delete", "duplicate", "truncate", "flip", "replace")
+EDITS = ("insert", "delete", "duplicate", "truncate", "flip", "replace", "number", "break")
+# numbers past what a reading holds (a float64), and at its edges: what "number" puts in
+# place of a number of the text
+HUGE_NUMBERS = (
+    "1" + "0" * 400,
+    "-" + "9" * 309,
+    str(2**1024),
+    "1" + "0" * 308,
+    "18446744073709551616",
+    "-9223372036854775809",
+    "1e308",
+)
+# a line break (or tab) and a forged report line: what "break" puts at the start of a
+# string (after a quote, a tag's '>' or a text line's ':'), escaped as each format
+# escapes it, and raw
+FORGED = "FORGED"
+BREAKS = (
+    "\\nFORGED",
+    "\\r\\nFORGED",
+    "\\u2028FORGED",
+    "\\u0085FORGED",
+    "\\tFORGED",
+    "&#10;FORGED",
+    "&#x2028;FORGED",
+    "\nFORGED",
+    "\u2028FORGED",
+)
+_NUMBER = re.compile(r"(?<![\w.])-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?(?![\w.])")
 
 Edit = tuple[str, float, int]
 
@@ -111,11 +142,32 @@ def mutate(text: str, edits: list[Edit]) -> str:
         elif kind == "replace":
             end = at + 1 + number % 32
             text = text[:at] + TOKENS[number % len(TOKENS)] + text[end:]
+        elif kind == "number":  # the first number from `at` on (else the first of all)
+            found = _NUMBER.search(text, at) or _NUMBER.search(text)
+            if found:
+                huge = HUGE_NUMBERS[number % len(HUGE_NUMBERS)]
+                text = text[: found.start()] + huge + text[found.end() :]
+        elif kind == "break":  # at the start of the next string or value from `at` on
+            starts = [i for i in (text.find(c, at) for c in "\"'>:") if i >= 0]
+            if starts:
+                i = min(starts) + 1
+                text = text[:i] + BREAKS[number % len(BREAKS)] + text[i:]
     return text
 
 
+# the edits that leave a file well-formed: a loader reads such an input through to its
+# fields, where numbers no reading holds and line breaks in one-line fields matter
+WELL_FORMED = ("number", "break")
+
+
 def random_edits(rng: random.Random) -> list[Edit]:
-    """1 to 6 random edits (the benchmark's source of inputs)."""
+    """1 to 6 random edits (the benchmark's source of inputs); half the inputs get only
+    WELL_FORMED edits (1 to 3), which most random edits would otherwise leave unread."""
+    if rng.random() < 0.5:
+        return [
+            (rng.choice(WELL_FORMED), rng.random(), rng.randrange(1 << 16))
+            for _ in range(rng.randint(1, 3))
+        ]
     return [
         (rng.choice(EDITS), rng.random(), rng.randrange(1 << 16)) for _ in range(rng.randint(1, 6))
     ]
@@ -224,6 +276,7 @@ def seeds() -> dict[str, list[str]]:
         "rules": [_head(REPO / "rules" / name) for name in ("gpu.toml", "host.toml")],
         "replay": [p.read_text() for p in sorted(fixtures.glob("replay-*"))],
         "capture": [capture_seed()],
+        "nvml": [nvml_seed()],
         "fleet": [snapshot_seed(as_json=True), snapshot_seed(as_json=True).replace(",", ", ")],
         "samples": [capture_seed(samples=2)],
         "healthcheck": [HEALTHCHECK_SEED],
@@ -260,9 +313,10 @@ def _snapshot(text: str, work: Path) -> bool:
     from gpudiag.snapshot import SnapshotError, loads
 
     try:
-        loads(text, "fuzz.toml")
+        snapshot = loads(text, "fuzz.toml")
     except SnapshotError:
         return False
+    _snapshot_one_line(snapshot)
     return True
 
 
@@ -272,9 +326,10 @@ def _import(text: str, work: Path) -> bool:
     path = work / "fuzz.txt"
     path.write_bytes(text.encode("utf-8", errors="surrogatepass"))
     try:
-        import_files([str(path)])
+        snapshot = import_files([str(path)])
     except ImportError_:
         return False
+    _snapshot_one_line(snapshot)
     return True
 
 
@@ -331,6 +386,8 @@ def _capture(text: str, work: Path) -> bool:
 
 
 _CONTROLS = frozenset("\x1b\x07\x9b\x7f\r\x00")
+# what str.splitlines breaks a line at, and a tab: never in a one-line field
+_LINE_BREAKS = frozenset("\n\r\t\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 
 
 def _printable(*texts: str) -> None:
@@ -340,21 +397,105 @@ def _printable(*texts: str) -> None:
             raise AssertionError(f"a control character passed the loader: {text[:80]!r}")
 
 
+def _one_line(*texts: str) -> None:
+    """A one-line field (inputs.one_line) with a line break or tab is a crash."""
+    for text in texts:
+        if not _LINE_BREAKS.isdisjoint(text):
+            raise AssertionError(f"a line break in a one-line field: {text[:80]!r}")
+
+
+def _no_forged_line(text: str) -> None:
+    """A report none of whose lines a field's line break started ('FORGED ...')."""
+    for line in text.splitlines():
+        if line.lstrip(" -|*#>").startswith(FORGED):
+            raise AssertionError(f"a report line forged by a line break: {line[:80]!r}")
+
+
+def _snapshot_one_line(snapshot: Any) -> None:
+    """Every one-line field of a loaded snapshot is one line."""
+    readings = [r for p in snapshot.probes for r in p.readings]
+    readings += [r for f in snapshot.findings for r in f.evidence]
+    _one_line(snapshot.host, snapshot.gpudiag_version)
+    _one_line(*(t for p in snapshot.probes for t in (p.name, p.title)))
+    _one_line(*(t for f in snapshot.findings for t in (f.rule_id, f.subject, f.title)))
+    _one_line(*(t for k in snapshot.kernels for t in (k.kernel, k.device, k.metric, k.unit)))
+    for r in readings:
+        values = r.value if isinstance(r.value, list) else [r.value]
+        _one_line(r.key, r.unit, r.source, *(v for v in values if isinstance(v, str)))
+
+
 def _fleet(text: str, work: Path) -> bool:
-    """The fleet's loader (the fast JSON path first) and its report, one file."""
+    """The fleet's loader and its report, the file beside a clean seed read first: a file
+    of the shape of one already read takes the fast path whole (its values into the
+    node's float64 array without a check of each), where a number no reading holds
+    overflowed. Accepted: the fuzzed file was read (not skipped)."""
     from gpudiag.fleet.analysis import analyse
     from gpudiag.fleet.load import load_fleet
     from gpudiag.fleet.report import report_text
 
-    path = _written(text, work)
-    loaded = load_fleet([path], workers=1)
+    folder = work / "fleet"
+    if not folder.is_dir():
+        folder.mkdir()
+        (folder / "a-clean.json").write_text(snapshot_seed(as_json=True))
+    _written(text, folder).rename(folder / "b-fuzz.json")
+    loaded = load_fleet([folder], workers=1)
     _printable(*loaded.bad)
-    if not loaded.runs:
-        return False
     for run in loaded.runs:
         _printable(run.host, run.path, *(s for f in run.findings for s in f))
-    _printable(report_text(analyse(loaded)))
+        _one_line(run.host, *(s for f in run.findings for s in f))
+    report = report_text(analyse(loaded))
+    _printable(report)
+    _no_forged_line(report)
+    return len(loaded.runs) == 2
+
+
+def _nvml(text: str, work: Path) -> bool:
+    """A capture's NVML answers (and host name) through the probes that read them, the
+    rules, and the export's plain data: `--replay CAPTURE --export -` cut to the host and
+    GPU probes (each run as the session runs it, on this thread) and the GPU rules. A
+    number no reading holds must be refused when the capture is read (it overflowed a
+    reading-vs-reading rule); a probe that raises, or a reading not one line, is a crash."""
+    from gpudiag import capture
+    from gpudiag.model import ProbeStatus, Snapshot
+    from gpudiag.probe import ProbeContext, _run_one
+    from gpudiag.probes import default_probes
+    from gpudiag.rulefile import load_rules
+    from gpudiag.session import with_findings
+    from gpudiag.snapshot import snapshot_to_dict
+
+    path = _written(text, work)
+    try:
+        host, nvml, _ = capture.load(path)
+    except capture.CaptureError as exc:
+        _printable(str(exc))
+        return False
+    context = ProbeContext(host=host, nvml=nvml)
+    results = [_run_one(p, context) for p in default_probes() if p.name in ("host", "gpu")]
+    for result in results:
+        if result.status is ProbeStatus.ERROR:
+            raise AssertionError(f"probe {result.name} raised: {result.error[:200]}")
+    hostname = next((r.value for p in results for r in p.readings if r.key == "host.hostname"), "")
+    snapshot = Snapshot(str(hostname), "2026-11-23T00:00:00Z", "0.1.0", probes=tuple(results))
+    snapshot = with_findings(snapshot, [r for r in load_rules() if r.applies_to == "gpu"])
+    _snapshot_one_line(snapshot)
+    _printable(snapshot.host)
+    _no_forged_line("\n".join(f"{f.subject}: {f.message}" for f in snapshot.findings))
+    snapshot_to_dict(snapshot)
     return True
+
+
+def nvml_seed() -> str:
+    """The one-GPU capture with its host name recorded and its NVLink answers left out
+    (the probe then reads every link as not recorded: a tenth of the time)."""
+    import json
+
+    data = json.loads(capture_seed())
+    device = data["nvml"]["devices"][0]
+    for function in [f for f in device if "NvLink" in f]:
+        del device[function]
+    for name in ("/proc/sys/kernel/hostname", "/etc/hostname"):
+        data["host"]["files"][name] = {"text": "node-1\n"}
+    return json.dumps(data, indent=1)
 
 
 def _samples(text: str, work: Path) -> bool:
@@ -399,6 +540,7 @@ LOADERS: dict[str, Callable[[str, Path], bool]] = {
     "rules": _rules,
     "replay": _replay,
     "capture": _capture,
+    "nvml": _nvml,
     "fleet": _fleet,
     "samples": _samples,
     "healthcheck": _healthcheck,

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped
 
+from gpudiag.inputs import one_line
 from gpudiag.model import Finding, KernelResult, ProbeStatus, Severity, Statistics
 from gpudiag.output import is_not_applicable
 from gpudiag.output.junit import junit
@@ -197,6 +198,9 @@ def test_a_target_that_is_not_a_regular_file_is_refused(faulty: Path, tmp_path: 
 
 
 HOSTILE = 'gpu"node\\07\nrack|3'  # a quote, a backslash, a newline and a pipe
+# as a one-line field holds it (inputs.one_line: a host, a device, a subject): the newline
+# a space, the quote, backslash and pipe as they are
+HOSTILE_LINE = one_line(HOSTILE)
 
 
 def _label_values(line: str) -> dict[str, str]:
@@ -237,11 +241,16 @@ def test_prometheus_label_values_with_quotes_backslashes_and_newlines(faulty: Pa
     assert checked.returncode == 0, checked.stdout + checked.stderr
     samples = [line for line in text.splitlines() if not line.startswith("#")]
     (info,) = [_label_values(s) for s in samples if s.startswith("gpudiag_info{")]
-    assert info["host"] == HOSTILE
+    assert info["host"] == HOSTILE_LINE
     (median,) = [_label_values(s) for s in samples if s.startswith("gpudiag_kernel_median{")]
-    assert median == {"kernel": "stream", "device": HOSTILE, "metric": 'tri"ad\\', "unit": "GB/s"}
+    assert median == {
+        "kernel": "stream",
+        "device": HOSTILE_LINE,
+        "metric": 'tri"ad\\',
+        "unit": "GB/s",
+    }
     found = [_label_values(s) for s in samples if s.startswith("gpudiag_findings{")]
-    assert {"rule": "SITE001", "subject": HOSTILE}.items() <= found[-1].items()
+    assert {"rule": "SITE001", "subject": HOSTILE_LINE}.items() <= found[-1].items()
 
 
 def test_junit_keeps_quotes_newlines_and_markup_in_names_and_messages(
@@ -254,8 +263,8 @@ def test_junit_keeps_quotes_newlines_and_markup_in_names_and_messages(
     report = tmp_path / "odd.xml"
     report.write_text(junit(snapshot, load_rules()))
     (suite,) = list(JUnitXml.fromfile(str(report)))
-    assert suite.name == f"gpudiag {HOSTILE}"
+    assert suite.name == f"gpudiag {HOSTILE_LINE}"
     (case,) = [c for c in suite if c.classname == "gpudiag.SITE001"]
-    assert case.name == HOSTILE
+    assert case.name == HOSTILE_LINE
     assert isinstance(case.result[0], Failure) and case.result[0].message == message
     assert f"critical: {message}" in case.result[0].text

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpudiag import snapshot as snapfile
+from gpudiag.inputs import MAX_NUMBER
 from gpudiag.model import (
     Finding,
     KernelResult,
@@ -31,7 +32,7 @@ keys = st.from_regex(r"[a-z][a-z0-9_]{0,6}(\.[a-z0-9_]{1,6}){0,3}", fullmatch=Tr
 scalars = st.one_of(
     st.booleans(),
     st.integers(min_value=-(2**63), max_value=2**63 - 1),
-    st.floats(allow_nan=False, allow_infinity=False),
+    st.floats(min_value=-MAX_NUMBER, max_value=MAX_NUMBER),  # what a reading holds
     text,
 )
 values = st.one_of(scalars, st.lists(scalars, max_size=4))
@@ -73,7 +74,7 @@ kernel_results = st.builds(
     metric=text,
     unit=text,
     status=st.sampled_from(ProbeStatus),
-    samples=st.lists(st.floats(allow_nan=False, allow_infinity=False), max_size=5).map(tuple),
+    samples=st.lists(st.floats(min_value=-MAX_NUMBER, max_value=MAX_NUMBER), max_size=5).map(tuple),
     params=st.lists(st.tuples(keys, scalars), max_size=3, unique_by=lambda kv: kv[0]).map(tuple),
     error=text,
 )

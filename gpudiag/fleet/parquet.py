@@ -213,11 +213,18 @@ def _check(document: _PqFleet) -> None:
             raise ValueError("a layout position out of range")
     if len(document.config_layout) != len(document.configs):
         raise ValueError("configurations and their layouts differ in number")
+    inputs.check_numbers(document.configs, "configs")  # the bound of every loader
+    for run in document.runs:
+        inputs.check_numbers(run.numbers or [], "an older snapshot's numbers")
+        for kernel in run.kernels:
+            inputs.check_numbers(kernel.samples, "a kernel result's samples")
     for config, layout in zip(document.configs, document.config_layout, strict=True):
         if not 0 <= layout < len(layouts) or len(config) != len(layouts[layout].config):
             raise ValueError("a configuration does not fit its layout")
     hosts: set[str] = set()
     for run in document.runs:
+        if inputs.host_name(run.host) != run.host:  # as every loader keeps a host name
+            raise ValueError(f"a host name longer than {inputs.HOST_NAME_MAX} characters")
         if not 0 <= run.config < len(document.configs):
             raise ValueError("a snapshot's configuration out of range")
         if document.config_layout[run.config] != run.layout:
@@ -301,6 +308,10 @@ def _read_parquet_fleet(path: Path) -> LoadedFleet:
         ) from None
     if len(node) and (slot.min() < 0 or np.any(slot >= widths[node])):
         raise SnapshotError(name, "its table does not fit its fleet entry: a slot out of range")
+    if np.fmax.reduce(value, initial=0.0) > inputs.MAX_NUMBER or (
+        np.fmin.reduce(value, initial=0.0) < -inputs.MAX_NUMBER
+    ):
+        raise SnapshotError(name, f"a value past {inputs.MAX_NUMBER:.2g}, which no reading holds")
     flat[offsets[node] + slot] = value
     del node, slot, value  # (the rows' arrays: a fleet of 10,000 nodes holds 13 million)
     runs = []
@@ -374,6 +385,23 @@ def write_parquet(report: FleetReport, path: str, loaded: LoadedFleet) -> None:
             pl.when(pl.col("slot") != NO_SLOT).then(pl.col("slot")).alias("slot")
         )
         columns = ["node", "model", "config", "reading", "device", "unit", "value", "slot"]
-        table.select(columns).write_parquet(
-            temporary, metadata={METADATA_KEY: encode_fleet(loaded)}
-        )
+        try:
+            table.select(columns).write_parquet(
+                temporary, metadata={METADATA_KEY: encode_fleet(loaded)}
+            )
+        except pl.exceptions.PolarsError as exc:
+            raise _as_os_error(exc, path) from None
+
+
+def _as_os_error(exc: Exception, path: str) -> OSError:
+    """A Polars write error as the OSError it reports ('... underlying IO error: No space
+    left on device (os error 28)'), which the caller words as any failed write; one line
+    of Polars' own text where it names no system error."""
+    import os
+    import re
+
+    found = re.search(r"\(os error (\d{1,4})\)", str(exc))
+    if found:
+        code = int(found.group(1))
+        return OSError(code, os.strerror(code), path)
+    return OSError(_reason(exc))
