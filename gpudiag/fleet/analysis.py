@@ -21,8 +21,10 @@ The report has, headline first: the verdict (exit 1 when something needs a perso
 when only input was bad, 0 otherwise, saying both); why slow (the slowest nodes, and for
 each kernel metric with slow GPUs the configuration readings rules/explanations.toml
 says can move it, ranked by F1 of separating the slow units); configuration groups;
-outliers and counters beyond the fleet's rate; history (history.py: metrics that got
-slower between runs of a node, counters that rose); findings per rule, those on some
+outliers and counters beyond the fleet's rate; history (changes.py: roll-outs, change
+points of each node's metrics, the two latest runs against the fleet's drift, --compare's
+A/B verdicts; history.py: metrics that got slower between runs of a node, counters that
+rose); findings per rule, those on some
 nodes of a type only needing a person.
 
 The numeric data is one long table (node, model, reading, device, value) held as NumPy
@@ -40,6 +42,13 @@ from typing import TYPE_CHECKING
 
 from gpudiag.catalog import Kind
 from gpudiag.diff import higher_is_better
+from gpudiag.fleet.changes import (
+    DEFAULT_SLOWER,
+    MIN_RUNS,
+    HistoryReport,
+    history_of,
+    history_report,
+)
 from gpudiag.fleet.history import Regression, RisingCounter, regressions, rising_counters
 from gpudiag.fleet.outliers import (
     MAD_SCALE,
@@ -167,6 +176,7 @@ class FleetReport:
     columns: Columns | None = None
     names: TableNames | None = None
     node_names: list[str] = field(default_factory=list)
+    history: HistoryReport | None = None
     _table: pl.DataFrame | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -208,6 +218,8 @@ class FleetReport:
         odd |= {n.node for n in self.slow_nodes}
         odd |= {c.node for c in self.counters}
         odd |= {r.node for r in self.regressions} | {c.node for c in self.rising}
+        if self.history is not None:
+            odd |= self.history.nodes()
         largest: set[str] = set()
         for g in self.groups:
             if g.model not in largest:
@@ -299,6 +311,9 @@ def analyse(
     loaded: LoadedFleet,
     threshold: float = DEFAULT_THRESHOLD,
     slow_pct: float = DEFAULT_SLOW_PCT,
+    slower_pct: float = DEFAULT_SLOWER,
+    compare: tuple[str, str, str] | None = None,
+    margin: float = 0.01,
 ) -> FleetReport:
     """The fleet report of loaded snapshots: each kind of reading by its comparison
     (counters by rate, positional readings per position, the rest by robust z), nodes
@@ -350,7 +365,7 @@ def analyse(
         slow=slow_metrics,
         groups=config_groups(fleet),
         outliers=outliers,
-        regressions=regressions(fleet),
+        regressions=regressions(fleet, slower_pct, MIN_RUNS),
         rising=rising_counters(fleet),
         findings=fleet_findings(fleet),
         threshold=threshold,
@@ -361,4 +376,5 @@ def analyse(
         columns=columns,
         names=names,
         node_names=[run.host for run in fleet.current],
+        history=history_report(history_of(fleet), slower_pct, compare, margin),
     )
