@@ -685,8 +685,9 @@ RUN_CV = 0.003  # a GPU's own run-to-run noise: the trials' median moves by abou
 @dataclass
 class HistoryPlant:
     """A change planted in a generated history: `factor` on `nodes` from run `start`
-    (1-based) on, on one GPU or all (gpu None), on the metrics named (all when empty),
-    with the configuration readings that change with it."""
+    (1-based) on (growing by `per_run` each run after: a drift; or at that run only: an
+    odd run), on one GPU or all (gpu None), on the metrics named (all when empty), with
+    the configuration readings that change with it."""
 
     nodes: tuple[str, ...]
     factor: float
@@ -694,6 +695,8 @@ class HistoryPlant:
     gpu: int | None = None
     metrics: tuple[str, ...] = ()
     config: dict[str, str] = field(default_factory=dict)
+    per_run: float = 0.0  # a drift: factor * (1 + per_run) ** (runs since start)
+    once: bool = False  # an outlier: run `start` only
 
 
 def history_fleet(
@@ -736,13 +739,16 @@ def history_fleet(
             for plant in plants:
                 if name not in plant.nodes or run < plant.start:
                     continue
+                if plant.once and run != plant.start:
+                    continue
                 config.update(plant.config)
+                factor = plant.factor * (1.0 + plant.per_run) ** (run - plant.start)
                 for key in values:
                     tmpl, _ = template_of(key)
                     if plant.metrics and tmpl not in plant.metrics:
                         continue
                     if plant.gpu is None or key.startswith(f"gpu.{plant.gpu}."):
-                        values[key] *= plant.factor
+                        values[key] *= factor
             points.append(RunPoint(f"{day}T06:00:00Z", config, values))
         out.nodes[name] = points
     return out

@@ -131,9 +131,10 @@ def change_points(
     series: Sequence[float], min_pct: float = DEFAULT_SLOWER, max_pvalue: float = MAX_PVALUE
 ) -> list[tuple[int, stats.Shift]]:
     """Otava's change points of a series of positive figures, each as (index of the first
-    run after it, the shift between the segments either side with its interval), those
-    of at least `min_pct` percent only. A change point that leaves one run alone between
-    two others (one odd run) is not a change."""
+    run after it, the shift between the segments either side with its interval). A
+    change point that leaves one run alone between two others (one odd run) is not a
+    change; nor is one whose 95% interval holds 0 or stays short of min_pct (the minimum
+    effect is the interval's: a 2% change measured as 1.8% [0.9, 2.7] is kept)."""
     from gpudiag.fleet.otava.analysis import compute_change_points
 
     logs = [math.log(v) for v in series]
@@ -145,13 +146,16 @@ def change_points(
         if len(before) < 2 or len(after) < 2:
             continue  # one run apart from its neighbours: an odd run, not a change
         s = stats.shift(before, after)
-        if abs(s.pct) >= min_pct:
+        if (s.low > 0 or s.high < 0) and max(abs(s.low), abs(s.high)) >= min_pct:
             out.append((cuts[i], s))
     return out
 
 
 def node_changes(
-    history: History, min_pct: float = DEFAULT_SLOWER, min_runs: int = MIN_RUNS
+    history: History,
+    min_pct: float = DEFAULT_SLOWER,
+    min_runs: int = MIN_RUNS,
+    max_pvalue: float = MAX_PVALUE,
 ) -> list[Change]:
     """Change points of every node with at least `min_runs` runs: of each metric as the
     node's figure (the median of its GPUs), and of each GPU's figure where the GPU moved
@@ -168,7 +172,7 @@ def node_changes(
             if series is None:
                 continue
             better = history.better_higher(next(k for k in keys if template(k)[0] == name))
-            for index, s in change_points(series, min_pct):
+            for index, s in change_points(series, min_pct, max_pvalue):
                 out.append(_change(node, name, "", runs, index, s, better))
         for key in keys:
             name, device = template(key)
@@ -180,7 +184,7 @@ def node_changes(
                 continue
             relative = [v / b for v, b in zip(own, base, strict=True)]  # type: ignore[operator]
             better = history.better_higher(key)
-            for index, s in change_points(relative, min_pct):
+            for index, s in change_points(relative, min_pct, max_pvalue):
                 out.append(_change(node, name, device, runs, index, s, better))
     return out
 
