@@ -1,0 +1,175 @@
+"""Issue 41: change points in each node's history (Apache Otava's detector), roll-outs, two
+runs of a fleet against its drift, A/B verdicts that say what to do (gpudiag/stats.py),
+and the labelled benchmark's error rates (benchmarks/change_errors.py at its smallest)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudiag import stats
+from gpudiag.fleet.analysis import analyse
+from gpudiag.fleet.changes import (
+    change_points,
+    compare_groups,
+    compare_runs,
+    config_roll_outs,
+)
+from gpudiag.fleet.load import load_fleet
+from gpudiag.fleet.report import report_json, report_text
+
+from conftest import REPO
+from fleetgen import HISTORY_KEYS, HistoryPlant, history_fleet, write_history
+
+TRIAD = HISTORY_KEYS[0]
+NEW_DRIVER = {"nvml.driver_version": "575.57.08"}
+
+
+# ------------------------------------------------------------------ statistics
+
+
+def test_student_t_matches_scipys_published_values() -> None:
+    # scipy.stats.t.sf(2.0, 10) * 2 = 0.07338803477074, t.ppf(0.975, 10) = 2.2281388519649
+    assert stats.t_two_sided(2.0, 10) == pytest.approx(0.07338803477074, rel=1e-9)
+    assert stats.t_quantile(0.975, 10) == pytest.approx(2.2281388519649, rel=1e-9)
+    assert stats.t_two_sided(0.0, 5) == pytest.approx(1.0)
+    # scipy.stats.ttest_ind_from_stats(10, 1, 8, 11, 1, 8): t -2.0, p 0.06528795288
+    t, p = stats.ttest_ind_from_stats(10.0, 1.0, 8, 11.0, 1.0, 8)
+    assert (t, p) == (pytest.approx(-2.0), pytest.approx(0.06528795288, rel=1e-8))
+
+
+def test_runs_needed_follows_the_power_formula() -> None:
+    # 2% at alpha 0.01 and power 0.9: about 8 runs a side at CV 1%, 30 at CV 2%
+    assert stats.runs_needed(0.01) == 8 and stats.runs_needed(0.02) == 30
+
+
+def test_benjamini_hochberg_on_a_worked_example() -> None:
+    p = [0.01, 0.04, 0.03, 0.005, 0.5]  # sorted: .005 .01 .03 .04 .5 vs .01 .02 .03 .04 .05
+    assert stats.fdr(p, 0.05) == [True, True, True, True, False]
+    assert stats.fdr([0.03, 0.5], 0.05) == [False, False]  # .03 > .025, .5 > .05
+
+
+def test_ab_verdicts_say_different_same_or_how_many_more_runs() -> None:
+    rng = random.Random(41)
+    a = [100 * rng.gauss(1.0, 0.01) for _ in range(12)]
+    slower = [100 * rng.gauss(0.968, 0.01) for _ in range(12)]
+    v = stats.ab_verdict(a, slower, higher_is_better=True)
+    assert v.kind == "different" and v.line().startswith("different: B is ")
+    assert v.line().endswith("] slower") and v.shift.low < -3.2 < v.shift.high < 0
+    many = [100 * rng.gauss(1.0, 0.002) for _ in range(40)]
+    same = stats.ab_verdict(many, [x * 1.001 for x in reversed(many)], margin=0.01)
+    assert same.kind == "same" and same.line().startswith("same: within +-1%")
+    few = stats.ab_verdict(a[:4], [100 * rng.gauss(0.99, 0.02) for _ in range(4)])
+    assert few.kind == "inconclusive" and few.runs == stats.runs_needed(few.shift.cv)
+    assert "more runs per side would decide a 2% difference at this noise" in few.line()
+
+
+# ------------------------------------------------------------------ change points
+
+
+def _series(values: list[float]) -> list[float]:
+    rng = random.Random(7)
+    return [v * rng.gauss(1.0, 0.01) for v in values]
+
+
+def test_a_drift_of_half_a_percent_a_run_is_found_one_odd_run_is_not() -> None:
+    drift = _series([100.0 * (1 - 0.005 * i) for i in range(20)])
+    found = change_points(drift)
+    assert found and all(s.pct < 0 for _, s in found)
+    odd = _series([100.0] * 20)
+    odd[10] *= 0.9
+    assert change_points(odd) == []
+    step = _series([100.0] * 10 + [96.0] * 10)
+    [(index, s)] = change_points(step)
+    assert index == 10 and s.low < -4.0 + 1.5 and s.high > -4.0 - 1.5 and s.high < 0
+
+
+def test_two_runs_of_200_nodes_name_the_three_planted_regressions() -> None:
+    plants = (
+        HistoryPlant(("node0017",), 0.95, 2),  # every GPU
+        HistoryPlant(("node0088",), 0.90, 2, gpu=3),
+        HistoryPlant(("node0150",), 0.97, 2, gpu=5),
+    )
+    result = compare_runs(history_fleet(200, 2, plants))
+    named = {s.node for s in result.shifts}
+    assert {"node0017", "node0088", "node0150"} <= named and len(named) <= 3 + 5
+    assert {s.device for s in result.shifts if s.node == "node0088"} == {"GPU 3"}
+    assert all(s.slower for s in result.shifts if s.node in ("node0017", "node0088"))
+    assert len(result.drifts) == 2 and all(abs(d.pct) < 1.0 for d in result.drifts)
+    # faster is shown as well as slower
+    up = compare_runs(history_fleet(200, 2, (HistoryPlant(("node0009",), 1.06, 2),)))
+    assert [(s.node, s.slower) for s in up.shifts][:1] == [("node0009", False)]
+
+
+def test_a_driver_roll_out_is_named_with_its_run_nodes_change_and_effect() -> None:
+    nodes = tuple(f"node{n:04d}" for n in range(5, 201, 5))  # 40 of 200
+    rollout = HistoryPlant(nodes, 0.97, 12, metrics=(TRIAD,), config=NEW_DRIVER)
+    history = history_fleet(200, 20, (rollout,), gpus=2)
+    [found] = [r for r in config_roll_outs(history) if r.metric == TRIAD]
+    assert found.run == 12 and found.nodes == nodes and found.slower
+    assert found.changed == (("nvml.driver_version", "590.48.01", "575.57.08"),)
+    assert found.low < -3.0 < found.high < 0
+    assert "from run 12" in found.line() and "node[0005,0010," in found.line()
+    verdicts = compare_groups(history, "nvml.driver_version", "590.48.01", "575.57.08")
+    triad = next(v for name, _, _, v in verdicts if name == TRIAD)
+    assert triad is not None and triad.kind == "different"
+    assert triad.line("575.57.08").startswith("different: 575.57.08 is 3.")
+
+
+# ------------------------------------------------------------------ the fleet report
+
+
+@pytest.fixture(scope="module")
+def small_history(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """4 nodes measured 8 times, written as snapshot files: two get the new driver at
+    run 5, 4% slower from then on."""
+    directory = tmp_path_factory.mktemp("history")
+    plant = HistoryPlant(("node0002", "node0004"), 0.96, 5, config=NEW_DRIVER)
+    write_history(directory, history_fleet(4, 8, (plant,)))
+    return directory
+
+
+def test_the_fleet_report_history_is_change_points_not_every_pair_of_runs(
+    small_history: Path,
+) -> None:
+    loaded = load_fleet([str(small_history)], 1)
+    report = analyse(loaded, compare=("nvml.driver_version", "590.48.01", "575.57.08"))
+    # the pairwise interval test called most runs of each node slower than the one before
+    assert report.regressions == []
+    [triad, h2d] = sorted(
+        (r for r in report.history.roll_outs), key=lambda r: r.metric, reverse=True
+    )
+    assert triad.nodes == h2d.nodes == ("node0002", "node0004") and triad.run == 5
+    assert report.odd_nodes() == ["node0002", "node0004"]
+    text = report_text(report, markdown=False)
+    assert "roll-out: stream.triad.fp64 -4." in text and "from run 5" in text
+    assert "after nvml.driver_version 590.48.01 -> 575.57.08" in text
+    assert "compare nvml.driver_version=590.48.01,575.57.08 stream.triad.fp64" in text
+    markdown = report_text(report, markdown=True)
+    assert "- roll-out: stream.triad.fp64" in markdown
+    data = json.loads(json.dumps(report_json(report)))
+    rolls = data["history"]["roll_outs"]
+    assert {r["nodes"] for r in rolls} == {"node[0002,0004]"} and rolls[0]["run"] == 5
+    assert data["history"]["compare"][0]["what"] == "nvml.driver_version=590.48.01,575.57.08"
+
+
+# ------------------------------------------------------------------ the benchmark
+
+
+def test_the_error_rate_benchmark_prints_its_table(capsys: pytest.CaptureFixture[str]) -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import change_errors
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    assert change_errors.main(["--smallest"]) == 0
+    out = capsys.readouterr().out
+    assert "false" in out and "steps missed" in out and "Perfherder" in out
+    rows = [line for line in out.splitlines() if line.strip().startswith(("1%", "2%", "3%"))]
+    assert len(rows) == 6  # 3 CVs x 2 metric kinds
+    assert not math.isnan(float(rows[0].split()[3]))  # alerts, a count
