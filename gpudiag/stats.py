@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 
 ALPHA = 0.01  # Pinpoint's: "different" when p < 0.01
 POWER = 0.9
@@ -163,6 +162,8 @@ def runs_needed(
     """Runs a side that find a relative difference `effect` at noise `cv` (both as
     fractions) with a two-sided test at `alpha` and the given power: 2 (z_a/2 + z_b)^2
     cv^2 / effect^2 (about 8 at CV 1% for 2% at alpha 0.01 and power 0.9, 30 at CV 2%)."""
+    from statistics import NormalDist  # its fractions and decimal: only when asked
+
     z = NormalDist().inv_cdf
     n = 2.0 * (z(1.0 - alpha / 2.0) + z(power)) ** 2 * (cv / effect) ** 2
     return max(2, math.ceil(n))
@@ -239,3 +240,11 @@ def fdr(pvalues: Sequence[float], q: float = 0.05) -> list[bool]:
     for i in order[: max(cut, 0)]:
         keep[i] = True
     return keep
+
+
+def samples_verdict(a: Sequence[float], b: Sequence[float], higher_better: bool) -> str:
+    """`gpudiag diff`'s A/B line for two kernel results' trials ("" where a side has
+    fewer than two positive trials): ab_verdict's, counting trials."""
+    if len(a) < 2 or len(b) < 2 or min(a) <= 0 or min(b) <= 0:
+        return ""
+    return ab_verdict(a, b, higher_better).line("B", "trials")

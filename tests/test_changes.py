@@ -8,6 +8,7 @@ import json
 import math
 import random
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,34 @@ def test_the_error_rate_benchmark_prints_its_table(capsys: pytest.CaptureFixture
     rows = [line for line in out.splitlines() if line.strip().startswith(("1%", "2%", "3%"))]
     assert len(rows) == 6  # 3 CVs x 2 metric kinds
     assert not math.isnan(float(rows[0].split()[3]))  # alerts, a count
+
+
+# ------------------------------------------------------------------ gpudiag diff
+
+
+def test_diff_gives_each_kernel_metric_an_ab_verdict() -> None:
+    from gpudiag.diff import diff_snapshots, report_json
+    from gpudiag.diff import report_text as diff_text
+    from gpudiag.model import KernelResult, ProbeStatus, Snapshot
+
+    rng = random.Random(3)
+
+    def snap(kernels: tuple[KernelResult, ...]) -> Snapshot:
+        return Snapshot(host="n", created="2026-11-22T00:00:00Z", gpudiag_version="0",
+                        kernels=kernels)  # fmt: skip
+
+    def triad(center: float, n: int, cv: float, device: str = "gpu0") -> KernelResult:
+        samples = tuple(rng.gauss(center, center * cv) for _ in range(n))
+        return KernelResult("stream", device, "triad", "GB/s", ProbeStatus.OK, samples)
+
+    noisy_a = replace(triad(1, 1, 0, "gpu1"), samples=(3000, 3060, 2940, 3030, 2970))
+    noisy_b = replace(noisy_a, samples=(3010, 2950, 3070, 2990, 3040))  # CV 1.6%: 19 a side
+    a = snap((triad(3000, 15, 0.01), noisy_a))
+    b = snap((triad(2900, 15, 0.01), noisy_b))
+    diff = diff_snapshots(a, b)
+    slower, noisy = diff.metrics
+    assert slower.ab.startswith("different: B is ") and slower.ab.endswith("] slower")
+    assert noisy.ab.startswith("inconclusive: about 14 more trials per side would decide a 2%")
+    text = diff_text(diff, a, b)
+    assert f"      A/B: {slower.ab}\n" in text
+    assert report_json(diff)["metrics"][0]["ab"] == slower.ab
