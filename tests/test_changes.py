@@ -4,6 +4,7 @@ and the labelled benchmark's error rates (benchmarks/change_errors.py at its sma
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import random
@@ -12,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from textual.widgets import Static, TabbedContent
 
 from gpudiag import stats
 from gpudiag.fleet.analysis import analyse
@@ -23,6 +25,7 @@ from gpudiag.fleet.changes import (
 )
 from gpudiag.fleet.load import load_fleet
 from gpudiag.fleet.report import report_json, report_text
+from gpudiag.fleet.screen import FleetApp
 
 from conftest import REPO
 from fleetgen import HISTORY_KEYS, HistoryPlant, history_fleet, write_history
@@ -157,6 +160,25 @@ def test_the_fleet_report_history_is_change_points_not_every_pair_of_runs(
     rolls = data["history"]["roll_outs"]
     assert {r["nodes"] for r in rolls} == {"node[0002,0004]"} and rolls[0]["run"] == 5
     assert data["history"]["compare"][0]["what"] == "nvml.driver_version=590.48.01,575.57.08"
+    charts = {(c["metric"], c["label"]): c for c in data["history"]["charts"]}
+    drawn = charts[(TRIAD, "node[0002,0004] (2 nodes)")]
+    assert drawn["change_runs"] == [5] and len(drawn["values"]) == 8
+    assert min(drawn["values"][4:]) < 0.97 * min(drawn["values"][:4])
+    assert "chart: stream.triad.fp64 node[0002,0004] (2 nodes): " in text
+    line = next(x for x in text.splitlines() if "chart: stream.triad.fp64 node[0002" in x)
+    bars = line.split(": ")[-1].split(" (")[0]
+    assert len(bars) == 9 and bars[4] == "|" and set(bars[5:]) <= set("▁▂▃▄")  # low half
+
+    async def scenario() -> None:
+        app = FleetApp(report)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("c")
+            assert app.query_one(TabbedContent).active == "section-charts"
+            shown = str(app.query_one("#text-charts", Static).render())
+            assert "stream.triad.fp64 node[0002,0004] (2 nodes): " + bars in shown
+            await pilot.press("q")
+
+    asyncio.run(scenario())
 
 
 # ------------------------------------------------------------------ the benchmark

@@ -495,11 +495,11 @@ def compare_runs(
 
 def metric_title(name: str) -> str:
     """A metric template as people read it: gpu.{gpu}.kernel.stream.triad.fp64 ->
-    stream.triad.fp64."""
-    for prefix in ("gpu.{gpu}.kernel.", "node.kernel.", "kernel."):
-        if name.startswith(prefix):
-            return name[len(prefix) :]
-    return name
+    stream.triad.fp64, numa.{node}.kernel.stream.triad.fp64 -> cpu stream.triad.fp64."""
+    head, sep, tail = name.partition(".kernel.")
+    if not sep:
+        return name
+    return f"cpu {tail}" if head.startswith("numa") else tail
 
 
 def compare_groups(
@@ -539,6 +539,54 @@ def compare_groups(
     return out
 
 
+@dataclass(frozen=True)
+class Chart:
+    """One metric's history as drawn: a node's figure per run (or the median of a group's
+    nodes', or of the whole fleet's), with the runs where a change starts (0-based)."""
+
+    metric: str
+    label: str
+    values: tuple[float, ...]
+    marks: tuple[int, ...] = ()
+
+
+MAX_CHARTS = 24
+
+
+def charts(history: History, rolled: list[RollOut], changes: list[Change]) -> list[Chart]:
+    """Each metric's fleet median per run (nodes with the most runs), each roll-out's
+    nodes' median, and each node with a change point of its own (MAX_CHARTS at most)."""
+    longest = max((len(r) for r in history.nodes.values()), default=0)
+    if longest < 2:
+        return []
+    full = [n for n, runs in history.nodes.items() if len(runs) == longest]
+    names = sorted({template(k)[0] for n in full for k in history.nodes[n][-1].values})
+
+    def median_of(nodes: list[str] | tuple[str, ...], name: str) -> tuple[float, ...]:
+        per = [s for n in nodes if (s := _node_series(history.nodes[n], name)) is not None]
+        per = [s for s in per if len(s) == longest]
+        return tuple(_median([s[i] for s in per]) for i in range(longest)) if per else ()
+
+    out = []
+    for name in names:
+        values = median_of(full, name)
+        if values:
+            out.append(Chart(name, f"fleet ({len(full)} nodes)", values))
+        for r in rolled:
+            if r.metric == name and (values := median_of(r.nodes, name)):
+                label = f"{fold(list(r.nodes))} ({len(r.nodes)} nodes)"
+                out.append(Chart(name, label, values, (r.run - 1,)))
+        marks: dict[str, list[int]] = defaultdict(list)
+        for c in changes:
+            if c.metric == name and not c.device:
+                marks[c.node].append(c.run - 1)
+        for node, at in sorted(marks.items(), key=lambda item: natural_key(item[0])):
+            series = _node_series(history.nodes[node], name)
+            if series is not None:
+                out.append(Chart(name, node, tuple(series), tuple(sorted(at))))
+    return out[:MAX_CHARTS]
+
+
 @dataclass
 class HistoryReport:
     """What the fleet report says of its history: roll-outs, each node's other change
@@ -549,6 +597,7 @@ class HistoryReport:
     runs: RunComparison | None
     compare: list[tuple[str, int, int, stats.Verdict | None]] = field(default_factory=list)
     compare_what: str = ""
+    charts: list[Chart] = field(default_factory=list)
 
     def nodes(self) -> set[str]:
         """Nodes the history says need a person: slower in a roll-out, a change point or
@@ -585,4 +634,5 @@ def history_report(
         runs = compare_runs(history, slower_pct)
     verdicts = compare_groups(history, *compare, margin=margin) if compare else []
     what = f"{compare[0]}={compare[1]},{compare[2]}" if compare else ""
-    return HistoryReport(rolled, changes, runs, verdicts, what)
+    drawn = charts(history, rolled, changes)
+    return HistoryReport(rolled, changes, runs, verdicts, what, drawn)

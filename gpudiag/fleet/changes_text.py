@@ -43,6 +43,7 @@ def history_lines(history: HistoryReport | None, bullet: str) -> list[str]:
         )
     if len(history.changes) > MAX_LINES:
         lines.append(f"{bullet}and {len(history.changes) - MAX_LINES} more change points")
+    lines += [f"{bullet}chart: {line}" for line in chart_lines(history)]
     for name, n_a, n_b, verdict in history.compare:
         side_b = history.compare_what.split(",")[-1]
         text = verdict.line(side_b, "nodes") if verdict else "fewer than two nodes a side"
@@ -51,6 +52,34 @@ def history_lines(history: HistoryReport | None, bullet: str) -> list[str]:
             f"({n_a} vs {n_b} nodes): {text}"
         )
     return lines
+
+
+BARS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: tuple[float, ...], marks: tuple[int, ...] = ()) -> str:
+    """A text chart of a series, one bar a run from its lowest to its highest, with '|'
+    before each run where a change starts."""
+    low, high = min(values), max(values)
+    span = high - low
+    out = []
+    for i, v in enumerate(values):
+        if i in marks:
+            out.append("|")
+        level = 0 if span == 0 else round((v - low) / span * (len(BARS) - 1))
+        out.append(BARS[level])
+    return "".join(out)
+
+
+def chart_lines(history: HistoryReport | None, bullet: str = "") -> list[str]:
+    """Each chart as a line: metric, what is drawn, the bars, lowest and highest."""
+    if history is None:
+        return []
+    return [
+        f"{bullet}{metric_title(c.metric)} {c.label}: {sparkline(c.values, c.marks)} "
+        f"({min(c.values):.4g}-{max(c.values):.4g})"
+        for c in history.charts
+    ]
 
 
 def history_json(history: HistoryReport | None) -> dict[str, Any] | None:
@@ -64,6 +93,15 @@ def history_json(history: HistoryReport | None) -> dict[str, Any] | None:
         "drift": [asdict(d) for d in runs.drifts] if runs else [],
         "beyond_drift": [asdict(s) for s in runs.shifts] if runs else [],
         "tests": runs.tests if runs else 0,
+        "charts": [
+            {
+                "metric": c.metric,
+                "label": c.label,
+                "values": list(c.values),
+                "change_runs": [m + 1 for m in c.marks],
+            }
+            for c in history.charts
+        ],
         "compare": [
             {
                 "what": history.compare_what,
