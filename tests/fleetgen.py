@@ -717,7 +717,8 @@ def history_fleet(
 
     rng = random.Random(seed)
     out = History()
-    for template_key in HISTORY_KEYS:
+    for template_key, name in zip(HISTORY_KEYS, ("stream.triad", "copy.h2d.local"), strict=True):
+        out.names[template_key] = (name, "gpu0")
         for g in range(gpus):
             out.units[template_key.format(gpu=g)] = "GB/s"
     for n in range(1, count + 1):

@@ -227,3 +227,33 @@ def test_diff_gives_each_kernel_metric_an_ab_verdict() -> None:
     text = diff_text(diff, a, b)
     assert f"      A/B: {slower.ab}\n" in text
     assert report_json(diff)["metrics"][0]["ab"] == slower.ab
+
+
+# ------------------------------------------------------------------ factors
+
+
+def test_each_factor_gets_its_share_and_effect_and_confounded_ones_are_said() -> None:
+    from gpudiag.fleet.factors import factors
+
+    new = {"nvml.driver_version": "575.57.08", "gpu.0.vbios": "96.00.99.00.01"}
+    rolled = HistoryPlant(tuple(f"node{n:04d}" for n in range(1, 61, 3)), 0.97, 1, config=new)
+    capped = HistoryPlant(
+        tuple(f"node{n:04d}" for n in range(2, 61, 5)),  # a third of them with the new driver
+        1.0,
+        1,
+        config={"gpu.0.power.limit": "500 W"},
+    )
+    history = history_fleet(60, 1, (rolled, capped), gpus=2)
+    found = {f.reading: f for f in factors(history) if f.metric == TRIAD}
+    driver = found["nvml.driver_version"]
+    # a third of the nodes 3% off, nodes spread by 2% (NODE_CV) and 1% (drift): about
+    # 0.0002 / (0.0002 + 0.0004 + 0.0001) of the variance, 0.28
+    assert driver.confounded == ("gpu.{gpu}.vbios",) and 0.15 < driver.share < 0.5
+    [level] = driver.levels
+    assert level.value == "575.57.08" and level.nodes == 20 and level.low < -3.0 < level.high
+    assert "confounded with gpu.{gpu}.vbios" in driver.line()
+    assert "explains" in driver.line() and "575.57.08 vs 590.48.01: -" in driver.line()
+    power = found["gpu.{gpu}.power.limit"]
+    assert power.share < driver.share and power.levels[0].low < 0 < power.levels[0].high
+    # the copy's explanations hold neither the driver nor the power limit
+    assert not [f for f in factors(history) if f.metric == HISTORY_KEYS[1]]

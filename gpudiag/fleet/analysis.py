@@ -49,6 +49,7 @@ from gpudiag.fleet.changes import (
     history_of,
     history_report,
 )
+from gpudiag.fleet.factors import factors
 from gpudiag.fleet.history import Regression, RisingCounter, regressions, rising_counters
 from gpudiag.fleet.outliers import (
     MAD_SCALE,
@@ -376,5 +377,15 @@ def analyse(
         columns=columns,
         names=names,
         node_names=[run.host for run in fleet.current],
-        history=history_report(history_of(fleet), slower_pct, compare, margin),
+        history=_history(fleet, slower_pct, compare, margin),
     )
+
+
+def _history(
+    fleet: Fleet, slower_pct: float, compare: tuple[str, str, str] | None, margin: float
+) -> HistoryReport:
+    """The history part of the report, with the factors of each metric's gaps."""
+    history = history_of(fleet)
+    out = history_report(history, slower_pct, compare, margin)
+    out.factors = factors(history)
+    return out

@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpudiag import stats
 from gpudiag.diff import higher_is_better
@@ -54,6 +54,8 @@ class History:
 
     nodes: dict[str, list[RunPoint]] = field(default_factory=dict)
     units: dict[str, str] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)  # node -> its type (Fleet.model)
+    names: dict[str, tuple[str, str]] = field(default_factory=dict)  # template -> kernel, device
 
     def better_higher(self, key: str) -> bool:
         return higher_is_better(self.units.get(key, "GB/s"))
@@ -72,8 +74,10 @@ def history_of(fleet: Fleet) -> History:
             for kv in run.kernel_values:
                 values[kv.key] = kv.value
                 out.units.setdefault(kv.key, kv.unit)
+                out.names.setdefault(template(kv.key)[0], (kv.name, kv.device))
             points.append(RunPoint(run.created, configs[run.config], values))
         out.nodes[host] = points
+        out.models[host] = fleet.model(runs[-1].config)
     return out
 
 
@@ -598,6 +602,7 @@ class HistoryReport:
     compare: list[tuple[str, int, int, stats.Verdict | None]] = field(default_factory=list)
     compare_what: str = ""
     charts: list[Chart] = field(default_factory=list)
+    factors: list[Any] = field(default_factory=list)  # factors.py's Factor
 
     def nodes(self) -> set[str]:
         """Nodes the history says need a person: slower in a roll-out, a change point or

@@ -43,6 +43,7 @@ def history_lines(history: HistoryReport | None, bullet: str) -> list[str]:
         )
     if len(history.changes) > MAX_LINES:
         lines.append(f"{bullet}and {len(history.changes) - MAX_LINES} more change points")
+    lines += [f"{bullet}factor: {f.line()}" for f in history.factors]
     lines += [f"{bullet}chart: {line}" for line in chart_lines(history)]
     for name, n_a, n_b, verdict in history.compare:
         side_b = history.compare_what.split(",")[-1]
@@ -93,6 +94,7 @@ def history_json(history: HistoryReport | None) -> dict[str, Any] | None:
         "drift": [asdict(d) for d in runs.drifts] if runs else [],
         "beyond_drift": [asdict(s) for s in runs.shifts] if runs else [],
         "tests": runs.tests if runs else 0,
+        "factors": [asdict(f) for f in history.factors],
         "charts": [
             {
                 "metric": c.metric,
