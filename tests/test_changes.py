@@ -257,3 +257,19 @@ def test_each_factor_gets_its_share_and_effect_and_confounded_ones_are_said() ->
     assert power.share < driver.share and power.levels[0].low < 0 < power.levels[0].high
     # the copy's explanations hold neither the driver nor the power limit
     assert not [f for f in factors(history) if f.metric == HISTORY_KEYS[1]]
+
+
+def test_the_fleet_command_takes_slower_compare_and_margin(
+    small_history: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpudiag.cli import main
+
+    assert main(["fleet", str(small_history), "--compare", "nvml.driver_version"]) == 3
+    err = capsys.readouterr().err
+    assert err == "gpudiag: --compare nvml.driver_version: expected KEY=A,B\n"
+    args = ["fleet", str(small_history), "--workers", "1", "--format", "text"]
+    pair = "nvml.driver_version=590.48.01,575.57.08"
+    assert main([*args, "--compare", pair, "--margin", "50", "--slower", "10"]) == 1
+    out = capsys.readouterr().out  # exit 1: two configuration groups (the drivers)
+    # a 4% roll-out is under --slower 10; within +-50% the two drivers are the same
+    assert "roll-out" not in out and f"compare {pair} stream.triad.fp64 (2 vs 2 nodes): same" in out
