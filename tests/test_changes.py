@@ -139,7 +139,7 @@ def small_history(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_fleet_report_history_is_change_points_not_every_pair_of_runs(
-    small_history: Path,
+    small_history: Path, tmp_path: Path
 ) -> None:
     loaded = load_fleet([str(small_history)], 1)
     report = analyse(loaded, compare=("nvml.driver_version", "590.48.01", "575.57.08"))
@@ -160,6 +160,15 @@ def test_the_fleet_report_history_is_change_points_not_every_pair_of_runs(
     rolls = data["history"]["roll_outs"]
     assert {r["nodes"] for r in rolls} == {"node[0002,0004]"} and rolls[0]["run"] == 5
     assert data["history"]["compare"][0]["what"] == "nvml.driver_version=590.48.01,575.57.08"
+    # the same history from the Parquet file the fleet writes
+    from gpudiag.fleet.parquet import write_parquet
+
+    write_parquet(report, str(tmp_path / "fleet.parquet"), loaded)
+    again = analyse(
+        load_fleet([str(tmp_path / "fleet.parquet")], 1),
+        compare=("nvml.driver_version", "590.48.01", "575.57.08"),
+    )
+    assert report_json(again)["history"] == report_json(report)["history"]
     charts = {(c["metric"], c["label"]): c for c in data["history"]["charts"]}
     drawn = charts[(TRIAD, "node[0002,0004] (2 nodes)")]
     assert drawn["change_runs"] == [5] and len(drawn["values"]) == 8
