@@ -93,7 +93,8 @@ def factors(history: History) -> list[Factor]:
             }
             if len(figures) < 3 or not patterns:
                 continue
-            keys = {k for n in figures for k in history.nodes[n][-1].config}
+            configs = {id(c): c for n in figures if (c := history.nodes[n][-1].config)}
+            keys = {k for c in configs.values() for k in c}  # nodes share their dicts
             readings = sorted(
                 {template(k)[0] for k in keys if any(p.search(k) for p in patterns)},
                 key=natural_key,
@@ -112,8 +113,12 @@ def _factors(
     groups_of: dict[str, dict[str, list[str]]] = {}
     for reading in readings:
         groups: dict[str, list[str]] = defaultdict(list)
+        levels: dict[int, str] = {}  # by configuration dict: nodes alike share one
         for node in figures:
-            groups[_level(history.nodes[node][-1].config, reading) or "-"].append(node)
+            config = history.nodes[node][-1].config
+            if id(config) not in levels:
+                levels[id(config)] = _level(config, reading) or "-"
+            groups[levels[id(config)]].append(node)
         if len(groups) < 2:
             continue
         groups_of[reading] = groups
