@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from gpudiag.fleet.changes import History, RunPoint
+from gpudiag.fleet.table import template
 from gpudiag.hostfs import HostFS
 from gpudiag.model import KernelResult, ProbeStatus, Reading, ReadingStatus, Snapshot
 from gpudiag.nvml import Nvml, ReplayBackend
@@ -707,14 +709,12 @@ def history_fleet(
     run_cv: float = RUN_CV,
     seed: int = 41,
     gpus: int = GPUS,
-) -> Any:
+) -> History:
     """`count` nodes node0001... measured `runs` times a day apart, as a fleet History
     (gpudiag/fleet/changes.py): each GPU's STREAM triad and host-to-device copy around
     the operator fleet's spread (NODE_CV, GPU_CV), times the node's drift of each run
     (drift_cv for each metric, all its GPUs alike) and each GPU's own noise (run_cv),
     times the plants."""
-    from gpudiag.fleet.changes import History, RunPoint
-
     rng = random.Random(seed)
     out = History()
     for template_key, name in zip(HISTORY_KEYS, ("stream.triad", "copy.h2d.local"), strict=True):
@@ -735,7 +735,7 @@ def history_fleet(
             config = {"nvml.driver_version": DRIVERS[0], "node.profile": "h100-sxm5"}
             drift = {t: rng.gauss(1.0, drift_cv) for t in HISTORY_KEYS}
             values = {
-                k: v * drift[template_of(k)[0]] * rng.gauss(1.0, run_cv) for k, v in base.items()
+                k: v * drift[template(k)[0]] * rng.gauss(1.0, run_cv) for k, v in base.items()
             }
             for plant in plants:
                 if name not in plant.nodes or run < plant.start:
@@ -745,8 +745,7 @@ def history_fleet(
                 config.update(plant.config)
                 factor = plant.factor * (1.0 + plant.per_run) ** (run - plant.start)
                 for key in values:
-                    tmpl, _ = template_of(key)
-                    if plant.metrics and tmpl not in plant.metrics:
+                    if plant.metrics and template(key)[0] not in plant.metrics:
                         continue
                     if plant.gpu is None or key.startswith(f"gpu.{plant.gpu}."):
                         values[key] *= factor
@@ -755,14 +754,7 @@ def history_fleet(
     return out
 
 
-def template_of(key: str) -> tuple[str, str]:
-    """The fleet's (template, device) of a key (gpudiag/fleet/table.py)."""
-    from gpudiag.fleet.table import template
-
-    return template(key)
-
-
-def write_history(directory: Path, history: Any) -> list[Path]:
+def write_history(directory: Path, history: History) -> list[Path]:
     """A History as snapshot files (one per node and run, JSON), from one snapshot of the
     operator fleet's node edited per run: host, time, driver and the kernel samples
     (trials around each figure), so that the fleet reads it as it reads any snapshots."""
@@ -790,14 +782,9 @@ def write_history(directory: Path, history: Any) -> list[Path]:
             snap["probes"] = probes
             kernels = []
             for k in snap["kernels"]:
-                key = (
-                    f"gpu.{k['device'][3:]}.kernel.stream.triad.fp64"
-                    if k["metric"] == "triad" and k["device"].startswith("gpu")
-                    else f"gpu.{k['device'][3:]}.kernel.copy.h2d.local"
-                    if k["metric"] == "h2d.local"
-                    else None
-                )
-                if key in run.values:
+                metric = {"triad": HISTORY_KEYS[0], "h2d.local": HISTORY_KEYS[1]}.get(k["metric"])
+                key = metric.format(gpu=k["device"][3:]) if metric else None
+                if key in run.values and k["device"].startswith("gpu"):
                     k = dict(k, samples=list(_trials(rng, run.values[key], 5)))
                     k.pop("stats", None)
                 kernels.append(k)
