@@ -9,6 +9,7 @@ import json
 import math
 import random
 import sys
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from gpudiag.fleet.changes import (
     compare_groups,
     compare_runs,
     config_roll_outs,
+    history_report,
 )
 from gpudiag.fleet.load import load_fleet
 from gpudiag.fleet.report import report_json, report_text
@@ -282,3 +284,18 @@ def test_the_fleet_command_takes_slower_compare_and_margin(
     out = capsys.readouterr().out  # exit 1: two configuration groups (the drivers)
     # a 4% roll-out is under --slower 10; within +-50% the two drivers are the same
     assert "roll-out" not in out and f"compare {pair} stream.triad.fp64 (2 vs 2 nodes): same" in out
+
+
+def test_figures_without_a_logarithm_are_left_out() -> None:
+    history = history_fleet(12, 8, (HistoryPlant(("node0003",), 0.9, 5),), gpus=2)
+    for node in ("node0001", "node0002"):
+        for run in history.nodes[node]:
+            run.values["gpu.0.kernel.stream.triad.fp64"] = math.inf
+            run.values["gpu.1.kernel.stream.triad.fp64"] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no NaN from an infinite logarithm
+        report = history_report(history)
+    assert {c.node for c in report.changes} | {n for r in report.roll_outs for n in r.nodes} == {
+        "node0003"
+    }
+    assert report.runs is not None and all(math.isfinite(d.pct) for d in report.runs.drifts)

@@ -81,12 +81,17 @@ def history_of(fleet: Fleet) -> History:
     return out
 
 
+def _usable(value: float) -> bool:
+    """A figure that has a logarithm: positive and finite (a file may hold 1e999)."""
+    return 0 < value < math.inf
+
+
 def _node_series(runs: list[RunPoint], name: str) -> list[float] | None:
     """A metric template's node figure per run (the median of its GPUs), or None where a
     run lacks it."""
     out = []
     for run in runs:
-        vals = sorted(v for k, v in run.values.items() if template(k)[0] == name and v > 0)
+        vals = sorted(v for k, v in run.values.items() if template(k)[0] == name and _usable(v))
         if not vals:
             return None
         half = len(vals) // 2
@@ -184,7 +189,7 @@ def node_changes(
                 continue
             own = [run.values.get(key) for run in runs]
             base = node_series.get(name)
-            if base is None or any(v is None or v <= 0 for v in own):
+            if base is None or not all(v is not None and _usable(v) for v in own):
                 continue
             relative = [v / b for v, b in zip(own, base, strict=True)]  # type: ignore[operator]
             better = history.better_higher(key)
@@ -424,7 +429,7 @@ def compare_runs(
         per: dict[str, list[tuple[str, float]]] = defaultdict(list)
         for key, vb in b.values.items():
             va = a.values.get(key)
-            if va is None or va <= 0 or vb <= 0:
+            if va is None or not _usable(va) or not _usable(vb):
                 continue
             name, device = template(key)
             per[name].append((device, math.log(vb / va)))
