@@ -180,6 +180,7 @@ class Verdict:
     margin: float
     effect: float
     runs: int = 0  # runs a side that would decide `effect` at this noise
+    same_runs: int = 0  # runs a side that would show it within the margin (0: it is not)
 
     @property
     def slower(self) -> bool:
@@ -197,12 +198,20 @@ class Verdict:
         interval = f"{b} {s.pct:+.1f}% [{s.low:+.1f}, {s.high:+.1f}]"
         if self.kind == "same":
             return f"same: within +-{100 * self.margin:g}% ({interval})"
-        more = max(1, self.runs - min(s.n_a, s.n_b))
-        return (
-            f"inconclusive: about {more} more {runs} per side would decide a "
-            f"{100 * self.effect:g}% difference at this noise (CV {100 * s.cv:.1f}%, "
-            f"{self.runs} a side; {interval})"
-        )
+        have = min(s.n_a, s.n_b)
+        noise = f"at this noise (CV {100 * s.cv:.1f}%"
+        if have < self.runs:
+            return (
+                f"inconclusive: about {self.runs - have} more {runs} per side would decide a "
+                f"{100 * self.effect:g}% difference {noise}, {self.runs} a side; {interval})"
+            )
+        under = f"inconclusive: under a {100 * self.effect:g}% difference"
+        if self.same_runs > have:
+            return (
+                f"{under}; about {self.same_runs - have} more {runs} per side would show "
+                f"whether it is within +-{100 * self.margin:g}% {noise}; {interval})"
+            )
+        return f"{under}, not within +-{100 * self.margin:g}% ({interval})"
 
 
 def ab_verdict(
@@ -217,7 +226,9 @@ def ab_verdict(
     """Pinpoint's three answers from runs (or trials) of A and of B: "same" when the
     1 - 2 alpha interval (two one-sided tests) lies within +-margin, "different" when
     Welch's p < alpha, else "inconclusive" with the runs a side that would decide a
-    difference of `effect` at the measured noise."""
+    difference of `effect` at the measured noise, or where there are that many already,
+    those that would show it within the margin (two one-sided tests at alpha, each side's
+    z(1 - alpha) + z(power) over the room between the measured change and the margin)."""
     tost = shift(a, b, 1.0 - 2.0 * alpha)
     s = shift(a, b)
     limit = 100.0 * margin
@@ -225,7 +236,11 @@ def ab_verdict(
         return Verdict("same", s, higher_is_better, margin, effect)
     if s.p < alpha:
         return Verdict("different", s, higher_is_better, margin, effect)
-    return Verdict("inconclusive", s, higher_is_better, margin, effect, runs_needed(s.cv, effect))
+    gap = margin - abs(math.log1p(s.pct / 100.0))  # room left for the interval's half
+    same_runs = runs_needed(s.cv, gap, 2.0 * alpha) if gap > 0 else 0
+    return Verdict(
+        "inconclusive", s, higher_is_better, margin, effect, runs_needed(s.cv, effect), same_runs
+    )
 
 
 def fdr(pvalues: Sequence[float], q: float = 0.05) -> list[bool]:

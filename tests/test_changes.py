@@ -73,6 +73,14 @@ def test_ab_verdicts_say_different_same_or_how_many_more_runs() -> None:
     few = stats.ab_verdict(a[:4], [100 * rng.gauss(0.99, 0.02) for _ in range(4)])
     assert few.kind == "inconclusive" and few.runs == stats.runs_needed(few.shift.cv)
     assert "more runs per side would decide a 2% difference at this noise" in few.line()
+    # enough runs to see 2% (18 a side at CV 1.5%), too few to show it within +-1%
+    wide = [98.5, 101.5] * 20
+    under = stats.ab_verdict(wide, [x * 1.003 for x in wide])
+    assert (under.kind, under.runs, under.same_runs) == ("inconclusive", 18, 123)
+    assert under.line().startswith(
+        "inconclusive: under a 2% difference; about 83 more runs per side would show whether "
+        "it is within +-1% at this noise (CV 1.5%; B +0.3% [-0.4, +1.0])"
+    )
 
 
 # ------------------------------------------------------------------ change points
