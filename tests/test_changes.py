@@ -288,7 +288,7 @@ def test_the_fleet_command_takes_slower_compare_and_margin(
     assert err == "gpudiag: --compare nvml.driver_version: expected KEY=A,B\n"
     args = ["fleet", str(small_history), "--workers", "1", "--format", "text"]
     pair = "nvml.driver_version=590.48.01,575.57.08"
-    assert main([*args, "--compare", pair, "--margin", "50", "--slower", "10"]) == 1
+    assert main([*args, "--compare", pair, "--margin", "50", "--slower", "10%"]) == 1
     out = capsys.readouterr().out  # exit 1: two configuration groups (the drivers)
     # a 4% roll-out is under --slower 10; within +-50% the two drivers are the same
     assert "roll-out" not in out and f"compare {pair} stream.triad.fp64 (2 vs 2 nodes): same" in out

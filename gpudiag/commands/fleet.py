@@ -58,7 +58,7 @@ def add_parser(subparsers: Any) -> None:
     )
     fleet.add_argument(
         "--slower",
-        type=inputs.number_option(0, 100, above=True),
+        type=_percent(inputs.number_option(0, 100, above=True)),
         default=2.0,
         metavar="PCT",
         help="history: the smallest change reported, in percent (default 2)",
@@ -71,7 +71,7 @@ def add_parser(subparsers: Any) -> None:
     )
     fleet.add_argument(
         "--margin",
-        type=inputs.number_option(0, 100, above=True),
+        type=_percent(inputs.number_option(0, 100, above=True)),
         default=1.0,
         metavar="PCT",
         help="--compare says 'same' when the difference lies within +-PCT percent (default 1)",
@@ -84,6 +84,15 @@ def add_parser(subparsers: Any) -> None:
         metavar="N",
         help="processes reading files",
     )
+
+
+def _percent(parse: Any) -> Any:
+    """A number option that also takes a percent sign: --slower 2%."""
+
+    def number(text: str) -> Any:
+        return parse(text.removesuffix("%"))
+
+    return number
 
 
 def fail(message: str) -> int:
