@@ -158,7 +158,9 @@ def kernel_values(kernels: Iterable[Any]) -> tuple[KernelValue, ...]:
         else:
             ordered = sorted(samples)
             half = len(ordered) // 2
-            median = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+            median = (
+                ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+            )
         out.append(KernelValue(key, float(median), result.unit, name, result.device))
     return tuple(out)
 
