@@ -26,6 +26,7 @@ from gpudiag.hostfs import natural_key
 from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
 from gpudiag.rule_operators import RuleError
 from gpudiag.shipped import is_kernel_reading
+from gpudiag.stats import samples_verdict
 
 EXIT_EQUIVALENT, EXIT_CONFIG, EXIT_PERFORMANCE = 0, 1, 2
 BOOTSTRAP_ROUNDS = 2000
@@ -87,6 +88,7 @@ class MetricChange:
     verdict: str
     explanations: tuple[ReadingChange, ...] = ()
     reason: str = ""  # why a verdict is "inconclusive"
+    ab: str = ""  # stats.samples_verdict: different, same, or how many more trials decide
 
 
 @dataclass
@@ -433,6 +435,7 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
                 judged,
                 tuple({c.key: c for c in related}.values()),  # each reading once
                 reason,
+                samples_verdict(ka.samples, kb.samples, higher_is_better(ka.unit)),
             )
         )
     return result
@@ -484,6 +487,8 @@ def report_text(
                 f"{m.verdict}: {m.reason}" if m.reason else m.verdict,
             )
             lines.append("| " + " | ".join(cells) + " |" if markdown else "  " + "  ".join(cells))
+            if m.ab:
+                lines.append(f"{'  - ' if markdown else '      '}A/B: {m.ab}")
             for change in m.explanations:
                 lines.append(
                     f"{'  - ' if markdown else '      because '}{change.key}: "
@@ -591,6 +596,7 @@ def report_json(diff: Diff, include_noisy: bool = False) -> dict[str, Any]:
                 "verdict": m.verdict,
                 "reason": m.reason,
                 "explanations": [c.key for c in m.explanations],
+                "ab": m.ab,
             }
             for m in diff.metrics
         ],

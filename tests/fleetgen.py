@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from gpudiag.fleet.changes import History, RunPoint
+from gpudiag.fleet.table import template
 from gpudiag.hostfs import HostFS
 from gpudiag.model import KernelResult, ProbeStatus, Reading, ReadingStatus, Snapshot
 from gpudiag.nvml import Nvml, ReplayBackend
@@ -672,3 +674,122 @@ def write_operator_fleet(directory: Path, count: int, faults: bool = True) -> di
             text = path.read_text()
             path.write_text(text[: len(text) // 2])
     return planted
+
+
+# ------------------------------------------------------------------ histories (issue 41)
+
+HISTORY_KEYS = ("gpu.{gpu}.kernel.stream.triad.fp64", "gpu.{gpu}.kernel.copy.h2d.local")
+HISTORY_BASE = {HISTORY_KEYS[0]: TRIAD_GBS, HISTORY_KEYS[1]: H2D_GBS}
+DRIFT_CV = 0.01  # a node's run-to-run drift of each metric (clocks, temperature): all GPUs
+RUN_CV = 0.003  # a GPU's own run-to-run noise: the trials' median moves by about this
+
+
+@dataclass
+class HistoryPlant:
+    """A change planted in a generated history: `factor` on `nodes` from run `start`
+    (1-based) on (growing by `per_run` each run after: a drift; or at that run only: an
+    odd run), on one GPU or all (gpu None), on the metrics named (all when empty), with
+    the configuration readings that change with it."""
+
+    nodes: tuple[str, ...]
+    factor: float
+    start: int
+    gpu: int | None = None
+    metrics: tuple[str, ...] = ()
+    config: dict[str, str] = field(default_factory=dict)
+    per_run: float = 0.0  # a drift: factor * (1 + per_run) ** (runs since start)
+    once: bool = False  # an outlier: run `start` only
+
+
+def history_fleet(
+    count: int,
+    runs: int,
+    plants: tuple[HistoryPlant, ...] = (),
+    drift_cv: float = DRIFT_CV,
+    run_cv: float = RUN_CV,
+    seed: int = 41,
+    gpus: int = GPUS,
+) -> History:
+    """`count` nodes node0001... measured `runs` times a day apart, as a fleet History
+    (gpudiag/fleet/changes.py): each GPU's STREAM triad and host-to-device copy around
+    the operator fleet's spread (NODE_CV, GPU_CV), times the node's drift of each run
+    (drift_cv for each metric, all its GPUs alike) and each GPU's own noise (run_cv),
+    times the plants."""
+    rng = random.Random(seed)
+    out = History()
+    for template_key, name in zip(HISTORY_KEYS, ("stream.triad", "copy.h2d.local"), strict=True):
+        out.names[template_key] = (name, "gpu0")
+        for g in range(gpus):
+            out.units[template_key.format(gpu=g)] = "GB/s"
+    for n in range(1, count + 1):
+        name = f"node{n:04d}"
+        node = rng.gauss(1.0, NODE_CV)
+        base = {
+            t.format(gpu=g): HISTORY_BASE[t] * node * rng.gauss(1.0, GPU_CV)
+            for t in HISTORY_KEYS
+            for g in range(gpus)
+        }
+        points = []
+        for run in range(1, runs + 1):
+            day = f"2026-10-{run:02d}" if run <= 31 else f"2026-11-{run - 31:02d}"
+            config = {"nvml.driver_version": DRIVERS[0], "node.profile": "h100-sxm5"}
+            drift = {t: rng.gauss(1.0, drift_cv) for t in HISTORY_KEYS}
+            values = {
+                k: v * drift[template(k)[0]] * rng.gauss(1.0, run_cv) for k, v in base.items()
+            }
+            for plant in plants:
+                if name not in plant.nodes or run < plant.start:
+                    continue
+                if plant.once and run != plant.start:
+                    continue
+                config.update(plant.config)
+                factor = plant.factor * (1.0 + plant.per_run) ** (run - plant.start)
+                for key in values:
+                    if plant.metrics and template(key)[0] not in plant.metrics:
+                        continue
+                    if plant.gpu is None or key.startswith(f"gpu.{plant.gpu}."):
+                        values[key] *= factor
+            points.append(RunPoint(f"{day}T06:00:00Z", config, values))
+        out.nodes[name] = points
+    return out
+
+
+def write_history(directory: Path, history: History) -> list[Path]:
+    """A History as snapshot files (one per node and run, JSON), from one snapshot of the
+    operator fleet's node edited per run: host, time, driver and the kernel samples
+    (trials around each figure), so that the fleet reads it as it reads any snapshots."""
+    import json
+
+    reference = directory / "reference.json"
+    save(snapshot_of(operator_spec("node0000", 0)), reference)
+    text = json.loads(reference.read_text())
+    reference.unlink()
+    rng = random.Random(4100)
+    paths = []
+    for name, runs in history.nodes.items():
+        for i, run in enumerate(runs):
+            snap = dict(text, host=name, created=run.created)
+            probes = []
+            for probe in snap["probes"]:
+                readings = []
+                for r in probe.get("readings", []):
+                    if r["key"] in run.config:
+                        r = dict(r, value=run.config[r["key"]])
+                    elif r["key"] == "host.hostname":
+                        r = dict(r, value=name)
+                    readings.append(r)
+                probes.append(dict(probe, readings=readings))
+            snap["probes"] = probes
+            kernels = []
+            for k in snap["kernels"]:
+                metric = {"triad": HISTORY_KEYS[0], "h2d.local": HISTORY_KEYS[1]}.get(k["metric"])
+                key = metric.format(gpu=k["device"][3:]) if metric else None
+                if key in run.values and k["device"].startswith("gpu"):
+                    k = dict(k, samples=list(_trials(rng, run.values[key], 5)))
+                    k.pop("stats", None)
+                kernels.append(k)
+            snap["kernels"] = kernels
+            path = directory / f"{name}-{i + 1:02d}.json"
+            path.write_text(json.dumps(snap))
+            paths.append(path)
+    return paths

@@ -33,6 +33,7 @@ SMALLEST = {
         ["STREAM triad fp64 GB/s", "BF16 GEMM TFLOP/s", "torch.matmul", "h2d local GB/s"],
     ),
     "fleet_scale.py": "test_fleet_bench.py",  # run there, its figures checked in detail
+    "change_errors.py": "test_changes.py",  # run there in-process, at --smallest
     "fuzz_loaders.py": (  # a fuzzing run, not a timing: iterations and crashes
         ["--seconds", "0.5"],
         ["iterations", "0 crashes"],

@@ -1,6 +1,7 @@
 """`gpudiag fleet PATH...`: what is odd across many nodes' snapshots, and why.
 
     gpudiag fleet PATH... [--format text|markdown|json] [--threshold Z] [--slow PCT]
+                          [--slower PCT] [--compare KEY=A,B] [--margin PCT]
                           [--parquet FILE]
 
 PATH: snapshot files (TOML or JSON) or folders of them, or a FILE.parquet that
@@ -55,6 +56,26 @@ def add_parser(subparsers: Any) -> None:
         help="a node is slow when the median of its GPUs is more than PCT percent below "
         "alike nodes' (default 7)",
     )
+    fleet.add_argument(
+        "--slower",
+        type=_percent(inputs.number_option(0, 100, above=True)),
+        default=2.0,
+        metavar="PCT",
+        help="history: the smallest change reported, in percent (default 2)",
+    )
+    fleet.add_argument(
+        "--compare",
+        metavar="KEY=A,B",
+        help="A/B verdict per kernel metric between nodes whose configuration reading KEY "
+        "is A and those where it is B (different, same, or how many more runs decide)",
+    )
+    fleet.add_argument(
+        "--margin",
+        type=_percent(inputs.number_option(0, 100, above=True)),
+        default=1.0,
+        metavar="PCT",
+        help="--compare says 'same' when the difference lies within +-PCT percent (default 1)",
+    )
     fleet.add_argument("--parquet", metavar="FILE", help="also write the fleet table as Parquet")
     fleet.add_argument(
         "--workers",
@@ -63,6 +84,15 @@ def add_parser(subparsers: Any) -> None:
         metavar="N",
         help="processes reading files",
     )
+
+
+def _percent(parse: Any) -> Any:
+    """A number option that also takes a percent sign: --slower 2%."""
+
+    def number(text: str) -> Any:
+        return parse(text.removesuffix("%"))
+
+    return number
 
 
 def fail(message: str) -> int:
@@ -94,6 +124,13 @@ def run(args: argparse.Namespace) -> int:
     """`gpudiag fleet`: the report, or the fleet screen in a terminal; its exit code."""
     if args.parquet and (problem := target_problem_of(args.parquet, ".parquet")):
         return fail(f"--parquet {args.parquet}: {problem}")
+    compare = None
+    if args.compare:
+        key, _, values = args.compare.partition("=")
+        sides = values.split(",")
+        if not key or len(sides) != 2 or not all(sides):
+            return fail(f"--compare {args.compare}: expected KEY=A,B")
+        compare = (key, sides[0], sides[1])
     loaded = load_paths(args.paths, args.workers)
     if not loaded.runs:
         return fail("no snapshot could be read")
@@ -113,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     from gpudiag.fleet.analysis import analyse
     from gpudiag.fleet.report import report_json, report_text
 
-    report = analyse(loaded, args.threshold, args.slow)
+    report = analyse(loaded, args.threshold, args.slow, args.slower, compare, args.margin / 100.0)
     if args.parquet:
         from gpudiag.fleet.parquet import write_parquet
 

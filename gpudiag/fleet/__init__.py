@@ -14,6 +14,12 @@ module is imported where it is used, so that `gpudiag --help` loads none of them
   what is odd (each kind of reading by its comparison: robust z, per position, counters
   by rate), why the slow ones are slow and which nodes are slow as nodes, what changed
   between runs of a node.
+- changes.py: each node's history (History, from the same files and Parquet): change points
+  of every kernel metric (Apache Otava's detector, copied in otava/), roll-outs by
+  configuration change, the latest two runs against the fleet's drift (false discovery
+  rate controlled), --compare's A/B verdicts (gpudiag/stats.py), the charts;
+  factors.py: which configuration factor explains a metric's gaps (share of variance,
+  effect per level, confounded factors); changes_text.py: all that as text and JSON.
 - analysis.py: the FleetReport they make (`analyse`), its verdict and exit code, the
   configuration groups and the findings; it re-exports the public names of the others.
 - judge.py: every node judged again with the site's rules (`gpudiag --rules DIR fleet`).
@@ -24,6 +30,8 @@ module is imported where it is used, so that `gpudiag --help` loads none of them
 Imports inside the package: load -> records (and parquet, inside the function that reads
 a *.parquet file); parquet -> records (and analysis, inside write_parquet); table ->
 records; outliers -> table; whyslow -> outliers, table; history -> records, table;
-analysis -> history, outliers, records, table, whyslow; report -> analysis; screen ->
-analysis, report; baseline -> outliers, records, table, whyslow; judge -> records.
+changes -> table, otava (inside change_points); factors -> changes, table; changes_text
+-> changes, table; analysis -> changes, factors, history, outliers, records, table,
+whyslow; report -> analysis, changes_text; screen -> analysis, changes_text, report;
+baseline -> outliers, records, table, whyslow; judge -> records.
 """

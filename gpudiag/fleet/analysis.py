@@ -21,8 +21,10 @@ The report has, headline first: the verdict (exit 1 when something needs a perso
 when only input was bad, 0 otherwise, saying both); why slow (the slowest nodes, and for
 each kernel metric with slow GPUs the configuration readings rules/explanations.toml
 says can move it, ranked by F1 of separating the slow units); configuration groups;
-outliers and counters beyond the fleet's rate; history (history.py: metrics that got
-slower between runs of a node, counters that rose); findings per rule, those on some
+outliers and counters beyond the fleet's rate; history (changes.py: roll-outs, change
+points of each node's metrics, the two latest runs against the fleet's drift, --compare's
+A/B verdicts; history.py: metrics that got slower between runs of a node, counters that
+rose); findings per rule, those on some
 nodes of a type only needing a person.
 
 The numeric data is one long table (node, model, reading, device, value) held as NumPy
@@ -40,6 +42,14 @@ from typing import TYPE_CHECKING
 
 from gpudiag.catalog import Kind
 from gpudiag.diff import higher_is_better
+from gpudiag.fleet.changes import (
+    DEFAULT_SLOWER,
+    MIN_RUNS,
+    HistoryReport,
+    history_of,
+    history_report,
+)
+from gpudiag.fleet.factors import factors
 from gpudiag.fleet.history import Regression, RisingCounter, regressions, rising_counters
 from gpudiag.fleet.outliers import (
     MAD_SCALE,
@@ -169,6 +179,7 @@ class FleetReport:
     names: TableNames | None = None
     node_names: list[str] = field(default_factory=list)
     racks: list[Rack] = field(default_factory=list)  # NVLink domains (gpudiag/fleet/rack.py)
+    history: HistoryReport | None = None
     _table: pl.DataFrame | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -210,6 +221,8 @@ class FleetReport:
         odd |= {n.node for n in self.slow_nodes}
         odd |= {c.node for c in self.counters}
         odd |= {r.node for r in self.regressions} | {c.node for c in self.rising}
+        if self.history is not None:
+            odd |= self.history.nodes()
         largest: set[str] = set()
         for g in self.groups:
             if g.model not in largest:
@@ -303,6 +316,9 @@ def analyse(
     loaded: LoadedFleet,
     threshold: float = DEFAULT_THRESHOLD,
     slow_pct: float = DEFAULT_SLOW_PCT,
+    slower_pct: float = DEFAULT_SLOWER,
+    compare: tuple[str, str, str] | None = None,
+    margin: float = 0.01,
 ) -> FleetReport:
     """The fleet report of loaded snapshots: each kind of reading by its comparison
     (counters by rate, positional readings per position, the rest by robust z), nodes
@@ -354,7 +370,7 @@ def analyse(
         slow=slow_metrics,
         groups=config_groups(fleet),
         outliers=outliers,
-        regressions=regressions(fleet),
+        regressions=regressions(fleet, slower_pct, MIN_RUNS),
         rising=rising_counters(fleet),
         findings=fleet_findings(fleet),
         threshold=threshold,
@@ -366,4 +382,15 @@ def analyse(
         names=names,
         node_names=[run.host for run in fleet.current],
         racks=rack_view(fleet),
+        history=_history(fleet, slower_pct, compare, margin),
     )
+
+
+def _history(
+    fleet: Fleet, slower_pct: float, compare: tuple[str, str, str] | None, margin: float
+) -> HistoryReport:
+    """The history part of the report, with the factors of each metric's gaps."""
+    history = history_of(fleet)
+    out = history_report(history, slower_pct, compare, margin)
+    out.factors = factors(history)
+    return out

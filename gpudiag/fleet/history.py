@@ -1,5 +1,6 @@
-"""The history of nodes snapshotted more than once: kernel metrics that got slower
-between runs (the diff's interval test), and counters since boot that rose."""
+"""The history of nodes snapshotted a few times: kernel metrics that got slower between
+runs (the diff's interval test, with a minimum effect), and counters since boot that rose.
+Nodes with a longer history are searched for change points (changes.py)."""
 
 from __future__ import annotations
 
@@ -40,12 +41,17 @@ class RisingCounter:
     seen: str  # when the later one was
 
 
-def regressions(fleet: Fleet) -> list[Regression]:
+def regressions(
+    fleet: Fleet, min_pct: float = 0.0, max_runs: int | None = None
+) -> list[Regression]:
     """Kernel metrics that got slower between consecutive runs of a node (the diff's
-    interval test); the first such run is when it started."""
+    interval test) by at least `min_pct` percent; the first such run is when it started.
+    Nodes with `max_runs` runs or more are left to the change points (changes.py): the
+    test of each pair of runs, without a model of run-to-run drift, calls most runs of a
+    long history slower than the one before."""
     found = []
     for host, runs in fleet.history.items():
-        if len(runs) < 2:
+        if len(runs) < 2 or (max_runs is not None and len(runs) >= max_runs):
             continue
         reported: set[tuple[str, ...]] = set()
         for before, after in pairwise(runs):
@@ -59,7 +65,7 @@ def regressions(fleet: Fleet) -> list[Regression]:
                     ratio, low, high = bootstrap_ratio(list(old.samples), list(k.samples))
                 except ValueError:
                     continue
-                if verdict(low, high, k.unit) == "slower":
+                if verdict(low, high, k.unit) == "slower" and abs(ratio - 1.0) >= min_pct / 100:
                     reported.add(key)
                     dtype = dict(k.params).get("dtype")
                     found.append(

@@ -8,6 +8,7 @@ from collections import defaultdict
 from typing import Any
 
 from gpudiag.fleet.analysis import FleetReport, Outlier, fold
+from gpudiag.fleet.changes_text import history_json, history_lines
 from gpudiag.fleet.rack import rack_lines, racks_json
 
 MAX_LISTED = 8
@@ -144,8 +145,9 @@ def report_text(report: FleetReport, markdown: bool = False) -> str:
     lines.extend(_odd_lines(report, markdown) or [f"{bullet}none"])
     lines.extend(_counter_lines(report, markdown))
     lines.append(h("History"))
-    if not report.regressions:
-        lines.append(f"{bullet}no regression between runs of a node")
+    changes = history_lines(report.history, bullet)
+    if not report.regressions and not report.rising and not changes:
+        lines.append(f"{bullet}no change between runs of a node")
     for c in report.rising:
         lines.append(
             f"{bullet}{c.node} {c.reading}: rose {c.before:g} -> {c.after:g} "
@@ -156,6 +158,7 @@ def report_text(report: FleetReport, markdown: bool = False) -> str:
             f"{bullet}{r.node} {r.device} {r.metric}: slower since {r.started} "
             f"(x{r.ratio:.3f}, 95% CI {r.ci_low:.3f}-{r.ci_high:.3f}, against {r.previous})"
         )
+    lines.extend(changes)
     lines.extend(rack_lines(report.racks, markdown))  # only where the fleet has NVLink domains
     lines.append(h("Findings"))
     if not report.findings:
@@ -231,6 +234,7 @@ def report_json(report: FleetReport) -> dict[str, Any]:
         "outliers": [outlier(o) for o in report.outliers],
         "regressions": [r.__dict__ for r in report.regressions],
         "rising_counters": [c.__dict__ for c in report.rising],
+        "history": history_json(report.history),
         "findings": [
             {
                 "rule_id": f.rule_id,

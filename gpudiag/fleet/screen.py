@@ -1,6 +1,6 @@
 """The fleet report on a screen: the sections of `gpudiag fleet` (why slow first), one
-tab each (keys 1-5, or the arrow keys on the tabs), scrollable with the keyboard; fits
-80x24 and works with NO_COLOR. q quits."""
+tab each (keys 1-5, or the arrow keys on the tabs), and each metric's history as a chart
+(key c), scrollable with the keyboard; fits 80x24 and works with NO_COLOR. q quits."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from gpudiag.fleet.analysis import FleetReport
+from gpudiag.fleet.changes_text import chart_lines
 from gpudiag.fleet.report import report_text
 from gpudiag.inputs import printable
 from gpudiag.tui_base import GpudiagAppBase
@@ -49,6 +50,14 @@ def unreadable_title(report: FleetReport) -> str:
     return printable(f"{len(report.bad)} unreadable: {first}{more}")
 
 
+def history_chart_text(report: FleetReport) -> str:
+    """The Charts tab: each metric's history as a bar a run, '|' where a change starts."""
+    lines = chart_lines(report.history)
+    if not lines:
+        return "no node measured more than once"
+    return "each metric's history, a bar a run, | where a change starts:\n" + "\n".join(lines)
+
+
 def sections(report: FleetReport) -> dict[str, str]:
     """The text report cut into its sections, by title; the first starts with the
     verdict and the files that could not be read."""
@@ -74,6 +83,7 @@ class FleetApp(GpudiagAppBase):
             Binding(str(i), f"show({i})", title, show=False)
             for i, title in enumerate((*SECTIONS, RACKS), 1)
         ),
+        Binding("c", "show_charts", "Charts", show=False),
     ]
 
     def __init__(self, report: FleetReport) -> None:
@@ -87,6 +97,8 @@ class FleetApp(GpudiagAppBase):
             for i, title in enumerate(titles(self.report), 1):
                 with TabPane(f"{i} {title}", id=f"section-{i}"), VerticalScroll():
                     yield Static(texts.get(title, ""), markup=False, id=f"text-{i}")
+            with TabPane("c Charts", id="section-charts"), VerticalScroll():
+                yield Static(history_chart_text(self.report), markup=False, id="text-charts")
         yield Footer()
 
     def action_show(self, number: int) -> None:
@@ -94,6 +106,10 @@ class FleetApp(GpudiagAppBase):
         if number > len(titles(self.report)):
             return
         self.query_one(TabbedContent).active = f"section-{number}"
+
+    def action_show_charts(self) -> None:
+        """Show the history charts (changes_text.py)."""
+        self.query_one(TabbedContent).active = "section-charts"
 
     def on_mount(self) -> None:
         r = self.report

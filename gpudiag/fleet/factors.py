@@ -1,0 +1,148 @@
+"""Which factor explains a gap across the fleet: for each kernel metric and type of node,
+the share of the variance of the nodes' figures (log scale, each node the median of its
+GPUs, latest run) that each configuration factor explains (eta squared of a one-way
+analysis of variance), with the effect of each of its levels against the most common one
+and its 95% interval (Welch, gpudiag/stats.py). The factors are the configuration readings
+rules/explanations.toml ties to the metric (driver, VBIOS, power limit, clocks, PCIe link,
+NUMA layout, CPU governor, ...), a per-GPU reading taken as the node's set of values.
+Factors that split the nodes identically are confounded: the data cannot tell them apart,
+and they are said so, listed together.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+from gpudiag import stats
+from gpudiag.fleet.changes import History, _node_series, metric_title
+from gpudiag.fleet.table import template
+from gpudiag.hostfs import natural_key
+
+MAX_FACTORS = 5  # per metric and type of node, the largest shares
+
+
+@dataclass(frozen=True)
+class Level:
+    """One value of a factor: its nodes, and their figure against the reference level's
+    in percent with its 95% interval (none for a single node)."""
+
+    value: str
+    nodes: int
+    pct: float
+    low: float | None
+    high: float | None
+
+
+@dataclass(frozen=True)
+class Factor:
+    """A configuration factor of one metric on one type of node."""
+
+    metric: str
+    model: str
+    reading: str  # a template: nvml.driver_version, gpu.{gpu}.power.limit
+    share: float  # of the variance of the nodes' log figures, 0-1
+    reference: str  # the most common level
+    levels: tuple[Level, ...]  # the others
+    confounded: tuple[str, ...] = ()  # factors that split the nodes the same way
+
+    def line(self) -> str:
+        parts = []
+        for lv in self.levels:
+            interval = f" [{lv.low:+.1f}, {lv.high:+.1f}]" if lv.low is not None else ""
+            parts.append(
+                f"{lv.value} vs {self.reference}: {lv.pct:+.1f}%{interval} ({lv.nodes} nodes)"
+            )
+        same = f"; confounded with {', '.join(self.confounded)}" if self.confounded else ""
+        return (
+            f"{metric_title(self.metric)} ({self.model}): {self.reading} explains "
+            f"{100 * self.share:.0f}% of the variance; {'; '.join(parts)}{same}"
+        )
+
+
+def _level(config: dict[str, str], reading: str) -> str | None:
+    values = sorted({v for k, v in config.items() if template(k)[0] == reading})
+    return ", ".join(values) if values else None
+
+
+def factors(history: History) -> list[Factor]:
+    """Each metric's factors on each type of node, largest share first (MAX_FACTORS a
+    metric and type), those with two levels or more."""
+    from gpudiag.diff import load_explanations
+
+    explanations = load_explanations()
+    by_model: dict[str, list[str]] = defaultdict(list)
+    for node in history.nodes:
+        by_model[history.models.get(node, "")].append(node)
+    out = []
+    for model, nodes in sorted(by_model.items()):
+        names = sorted({template(k)[0] for n in nodes for k in history.nodes[n][-1].values})
+        for name in names:
+            kernel, device = history.names.get(name, ("", ""))
+            patterns = [
+                p
+                for e in explanations
+                if e.metric.search(kernel) and e.device.search(device)
+                for p in e.readings
+            ]
+            figures = {
+                n: math.log(s[0])
+                for n in nodes
+                if (s := _node_series(history.nodes[n][-1:], name)) is not None
+            }
+            if len(figures) < 3 or not patterns:
+                continue
+            configs = {id(c): c for n in figures if (c := history.nodes[n][-1].config)}
+            keys = {k for c in configs.values() for k in c}  # nodes share their dicts
+            readings = sorted(
+                {template(k)[0] for k in keys if any(p.search(k) for p in patterns)},
+                key=natural_key,
+            )
+            out.extend(_factors(history, name, model, figures, readings))
+    return out
+
+
+def _factors(
+    history: History, name: str, model: str, figures: dict[str, float], readings: list[str]
+) -> list[Factor]:
+    mean = sum(figures.values()) / len(figures)
+    total = sum((v - mean) ** 2 for v in figures.values())
+    found = []
+    splits: dict[frozenset[frozenset[str]], list[str]] = defaultdict(list)
+    groups_of: dict[str, dict[str, list[str]]] = {}
+    for reading in readings:
+        groups: dict[str, list[str]] = defaultdict(list)
+        levels: dict[int, str] = {}  # by configuration dict: nodes alike share one
+        for node in figures:
+            config = history.nodes[node][-1].config
+            if id(config) not in levels:
+                levels[id(config)] = _level(config, reading) or "-"
+            groups[levels[id(config)]].append(node)
+        if len(groups) < 2:
+            continue
+        groups_of[reading] = groups
+        splits[frozenset(frozenset(g) for g in groups.values())].append(reading)
+    for reading, groups in groups_of.items():
+        between = sum(
+            len(g) * (sum(figures[n] for n in g) / len(g) - mean) ** 2 for g in groups.values()
+        )
+        share = between / total if total > 0 else 0.0
+        reference = max(groups, key=lambda v: (len(groups[v]), v))
+        ref = [math.exp(figures[n]) for n in groups[reference]]
+        levels = []
+        for value, members in sorted(groups.items(), key=lambda item: -len(item[1])):
+            if value == reference:
+                continue
+            these = [math.exp(figures[n]) for n in members]
+            if len(these) >= 2 and len(ref) >= 2:
+                s = stats.shift(ref, these)
+                levels.append(Level(value, len(these), s.pct, s.low, s.high))
+            else:
+                pct = 100.0 * (sum(these) / len(these) / (sum(ref) / len(ref)) - 1.0)
+                levels.append(Level(value, len(these), pct, None, None))
+        split = frozenset(frozenset(g) for g in groups.values())
+        others = tuple(r for r in splits[split] if r != reading)
+        found.append(Factor(name, model, reading, share, reference, tuple(levels), others))
+    found.sort(key=lambda f: (-f.share, f.reading))
+    return found[:MAX_FACTORS]
