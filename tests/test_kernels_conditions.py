@@ -27,7 +27,7 @@ from gpudiag.rulefile import load_rules
 from gpudiag.session import with_kernel_results
 
 from conftest import FIXTURES, REPO
-from fakecuda import GpuScript, ScriptedNvml
+from fakenvml import GpuScript, ScriptedNvml
 from hosttree import pci_tree
 
 RULES = load_rules()
