@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import inspect
 import json
 import os
@@ -14,6 +15,7 @@ import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +25,7 @@ from gpudiag.model import ProbeStatus, Reading
 from gpudiag.nvml import Nvml, ReplayBackend
 from gpudiag.probe import ProbeContext
 from gpudiag.probes import default_probes
-from gpudiag.session import probe_node
+from gpudiag.session import LiveNode, probe_node
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).parent.parent
@@ -58,6 +60,21 @@ def cuda():
     previous = device.use(fake)
     yield fake
     device.use(previous)
+
+
+@functools.cache
+def demo_on_host_basic() -> Any:
+    """The healthy demo HGX H100 replayed on the small host tree tests/fixtures/host-basic
+    (only its GPUs matter), probed and judged with the shipped rules: built once per
+    process (a Snapshot is immutable)."""
+    from gpudiag.rulefile import load_rules
+
+    return LiveNode(
+        host=HostFS(FIXTURES / "host-basic"),
+        nvml=Nvml(ReplayBackend.from_file(REPO / "snapshots" / "demo-hgx-h100-healthy.toml")),
+        probes=default_probes(),
+        rules=load_rules(),
+    ).snapshot()
 
 
 def realdata_dir() -> Path:

@@ -26,7 +26,7 @@ from gpudiag.nvml import Nvml
 from gpudiag.rulefile import load_rules
 from gpudiag.session import with_kernel_results
 
-from conftest import FIXTURES, REPO
+from conftest import demo_on_host_basic
 from fakenvml import GpuScript, ScriptedNvml
 from hosttree import pci_tree
 
@@ -111,17 +111,8 @@ def _figure(metric: str, value: float, ran_under: tuple) -> KernelResult:
 
 @pytest.fixture(scope="module")
 def node() -> Snapshot:
-    from gpudiag.hostfs import HostFS
-    from gpudiag.nvml import ReplayBackend
-    from gpudiag.probes import default_probes
-    from gpudiag.session import LiveNode
-
-    return LiveNode(
-        host=HostFS(FIXTURES / "host-basic"),
-        nvml=Nvml(ReplayBackend.from_file(REPO / "snapshots" / "demo-hgx-h100-healthy.toml")),
-        probes=default_probes(),
-        rules=RULES,
-    ).snapshot()
+    """The demo HGX H100 replayed on a small host tree (only its GPUs matter here)."""
+    return demo_on_host_basic()
 
 
 def _sampled(events: tuple[str, ...], limit_w: float = 700, temperature: float = 70) -> tuple:

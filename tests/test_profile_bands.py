@@ -24,7 +24,7 @@ from gpudiag.rule_operators import RuleError
 from gpudiag.rulefile import load_rules
 from gpudiag.session import with_kernel_results
 
-from conftest import FIXTURES, REPO
+from conftest import demo_on_host_basic
 
 RULES = load_rules()
 
@@ -120,17 +120,7 @@ def _ok(device: str, kernel: str, metric: str, unit: str, samples: list[float]) 
 @pytest.fixture(scope="module")
 def node() -> Snapshot:
     """The demo HGX H100 replayed on a small host tree (only its GPUs matter here)."""
-    from gpudiag.hostfs import HostFS
-    from gpudiag.nvml import Nvml, ReplayBackend
-    from gpudiag.probes import default_probes
-    from gpudiag.session import LiveNode
-
-    return LiveNode(
-        host=HostFS(FIXTURES / "host-basic"),
-        nvml=Nvml(ReplayBackend.from_file(REPO / "snapshots" / "demo-hgx-h100-healthy.toml")),
-        probes=default_probes(),
-        rules=RULES,
-    ).snapshot()
+    return demo_on_host_basic()
 
 
 # --kernels quick (5 trials: the interval is the samples' range) on the healthy GPUs of
