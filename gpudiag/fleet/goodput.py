@@ -181,7 +181,7 @@ def _solve(f: object, target: float, high: float) -> float:
     func = f  # type: ignore[assignment]
     low, top = 0.0, high
     rising = func(top) > func(low)  # type: ignore[operator]
-    for _ in range(200):
+    for _ in range(100):
         mid = (low + top) / 2
         if (func(mid) < target) == rising:  # type: ignore[operator]
             low = mid
