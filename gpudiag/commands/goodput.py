@@ -50,7 +50,13 @@ def add_parser(subparsers: Any) -> None:
         metavar="N",
         help="GPUs in the job (default 16384)",
     )
-    p.add_argument("--gpus-per-node", type=number(1, 1024, integer=True), default=8, metavar="G")
+    p.add_argument(
+        "--gpus-per-node",
+        type=number(1, 1024, integer=True),
+        default=8,
+        metavar="G",
+        help="GPUs per node (default 8)",
+    )
     p.add_argument(
         "--restart",
         type=number(0, 1e6),
@@ -100,7 +106,13 @@ def add_parser(subparsers: Any) -> None:
         metavar="RUNS",
         help="also simulate RUNS jobs (seeded) and compare",
     )
-    p.add_argument("--seed", type=number(0, 2**32 - 1, integer=True), default=0, metavar="S")
+    p.add_argument(
+        "--seed",
+        type=number(0, 2**32 - 1, integer=True),
+        default=0,
+        metavar="S",
+        help="the simulation's seed (default 0)",
+    )
     p.add_argument(
         "--job-days",
         type=number(0, 1e5, above=True),
@@ -115,9 +127,19 @@ def add_parser(subparsers: Any) -> None:
         metavar="DAYS",
         help="longest gap between two snapshots of a node that counts as observed",
     )
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
-    p.add_argument("--workers", type=number(1, 1024, integer=True), default=None, metavar="N")
-    # (formatting: argparse calls stay one per option)
+    p.add_argument(
+        "--format",
+        choices=("text", "markdown", "json"),
+        default="text",
+        help="the report's form (default text)",
+    )
+    p.add_argument(
+        "--workers",
+        type=number(1, 1024, integer=True),
+        default=None,
+        metavar="N",
+        help="processes reading files (default: one per CPU)",
+    )
 
 
 def fail(message: str) -> int:
