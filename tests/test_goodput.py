@@ -79,6 +79,18 @@ def test_spares_save_restarts_in_the_simulation() -> None:
     assert spared.spare_swaps_per_run > 0 and spared.mean > without.mean
 
 
+def test_lemons_cluster_failures_in_the_simulation() -> None:
+    """At one average rate, failures that cluster on lemons (replaced when they fail by a
+    node drawn from the fleet) cost less over a run than the same rate spread evenly; a
+    lemon share of 0 is the plain simulation, draw for draw."""
+    job = Job(2048, META / 1000, restart_s=600, write_s=60)
+    even = simulate(job, 0.5, 100, seed=4)
+    assert simulate(job, 0.5, 100, seed=4, lemons=(0.0, 5.0)) == even
+    clustered = simulate(job, 0.5, 100, seed=4, lemons=(0.05, 5.0))
+    assert clustered.failures_per_run < even.failures_per_run
+    assert clustered.mean > even.mean
+
+
 def test_garwood_interval() -> None:
     assert poisson_interval(0) == (0.0, pytest.approx(3.689, abs=1e-3))
     assert poisson_interval(10) == (pytest.approx(4.795, abs=1e-3), pytest.approx(18.390, abs=1e-3))
@@ -163,12 +175,16 @@ def test_text_report_of_a_fleet(capsys: pytest.CaptureFixture[str]) -> None:
     planted = planted_failures(0)
     rates = fleet_rates(failure_states(planted))
     job = Job(1024, rates.total.per_1000 / 1000)
-    report = build(rates.total.per_1000, rates, Settings(job, None))
+    report = build(rates.total.per_1000, rates, Settings(job, None, runs=20, seed=1))
     text = render(report)
     assert f"lemon node {planted.lemon}" in text
     assert "lemon nodes drained (1)" in text and "without gpu_lost" in text
     assert "checkpoint interval (log scale)" in text
+    assert report["simulated"]["lemons"]["share"] == pytest.approx(1 / 20)
+    assert report["simulated"]["lemons"]["factor"] > 3  # planted at 5, measured
     low, high = report["ettr_interval"]
     assert low < report["ettr"] < high
     drained = next(r for r in report["what_if"] if r["what"].startswith("lemon"))
     assert drained["ettr"] > report["ettr"]
+    for row in report["what_if"]:
+        assert row["ettr_interval"][0] <= row["ettr"] <= row["ettr_interval"][1]

@@ -45,7 +45,10 @@ def _round(value: float, digits: int = 4) -> float | None:
 def _interval(job: Job, settings: Settings) -> float:
     chosen = optimal_h(job) if settings.interval_h is None else settings.interval_h
     if not math.isfinite(chosen):
-        raise ModelError("no failures and no checkpoint write: no interval is optimal")
+        raise ModelError(
+            "no failures or no checkpoint write: every interval is as good; give "
+            "--checkpoint-interval MIN"
+        )
     return chosen
 
 
@@ -108,8 +111,15 @@ def build(
         "notes": [],
     }
     if settings.runs:
+        mix = lemon_mix(fleet)
         sim = simulate(
-            job, chosen, settings.runs, settings.seed, settings.work_h, settings.repair_h
+            job,
+            chosen,
+            settings.runs,
+            settings.seed,
+            settings.work_h,
+            settings.repair_h,
+            lemons=mix,
         )
         out["simulated"] = {
             "runs": sim.runs,
@@ -121,6 +131,9 @@ def build(
             "spare_swaps_per_run": round(sim.spare_swaps_per_run, 2),
             "work_hours": settings.work_h,
             "repair_hours": settings.repair_h,
+            "lemons": None
+            if mix is None
+            else {"share": round(mix[0], 4), "factor": round(mix[1], 3)},
         }
     if fleet is not None:
         _fleet_part(out, fleet)
@@ -200,49 +213,95 @@ def _fleet_part(out: dict[str, Any], fleet: FleetRates) -> None:
     )
 
 
+def lemon_mix(fleet: FleetRates | None, cause: str | None = None) -> tuple[float, float] | None:
+    """The lemon nodes' share of the fleet's observed nodes and how many times the rest's
+    rate they fail (without `cause`), for the simulation; None without lemons, or where
+    the rest had no incident (no factor to give)."""
+    if fleet is None or not fleet.lemons:
+        return None
+    names = {lemon.node for lemon in fleet.lemons}
+    observed = [n for n, (_, days) in fleet.per_node.items() if days > 0]
+
+    def rate(nodes: set[str]) -> float:
+        count = sum(
+            fleet.per_node[n][0] - fleet.per_node_causes[n].get(cause or "", 0) for n in nodes
+        )
+        return count / sum(fleet.per_node[n][1] for n in nodes)
+
+    rest = rate(set(observed) - names)
+    if rest <= 0:
+        return None
+    return len(names) / len(observed), max(1.0, rate(names) / rest)
+
+
 def _what_if(
     job: Job, chosen: float, rate: float, fleet: FleetRates | None, settings: Settings
 ) -> list[dict[str, Any]]:
-    rows: list[tuple[str, Job]] = [("as asked", job)]
-    if fleet is not None and fleet.total.count:
-        scale = rate / fleet.total.per_1000
+    measured = fleet is not None and fleet.total.count > 0
+    scale = rate / fleet.total.per_1000 if measured else 1.0  # type: ignore[union-attr]
+    total = fleet.total if measured else None  # type: ignore[union-attr]
+    mix = lemon_mix(fleet)
+    # (what, the job, the rate measured for it or None where given, its lemons)
+    rows: list[tuple[str, Job, Rate | None, tuple[float, float] | None]] = [
+        ("as asked", job, total, mix)
+    ]
+    if measured:
+        assert fleet is not None
         if fleet.lemons:
             names = [lemon.node for lemon in fleet.lemons]
+            drained = fleet.without(names)
             rows.append(
                 (
                     f"lemon nodes drained ({len(names)})",
-                    _with_rate(job, fleet.without(names).per_1000 * scale),
+                    _with_rate(job, drained.per_1000 * scale),
+                    drained,
+                    None,
                 )
             )
         for cause in CAUSES:
             if fleet.causes[cause].count:
-                rows.append(
-                    (
-                        f"without {cause}",
-                        _with_rate(job, fleet.without(cause=cause).per_1000 * scale),
-                    )
-                )
-    rows.append((f"detection in {DETECT_FAST_S:g} s", replace(job, detect_s=DETECT_FAST_S)))
-    rows.append((f"detection in {DETECT_SLOW_S / 60:g} min", replace(job, detect_s=DETECT_SLOW_S)))
-    spares = job.spares or DEFAULT_SPARES
-    rows.append((f"{spares} hot spares", replace(job, spares=spares)))
+                left = fleet.without(cause=cause)
+                row = _with_rate(job, left.per_1000 * scale)
+                rows.append((f"without {cause}", row, left, lemon_mix(fleet, cause)))
+    for name, row in (
+        (f"detection in {DETECT_FAST_S:g} s", replace(job, detect_s=DETECT_FAST_S)),
+        (f"detection in {DETECT_SLOW_S / 60:g} min", replace(job, detect_s=DETECT_SLOW_S)),
+        (
+            f"{job.spares or DEFAULT_SPARES} hot spares",
+            replace(job, spares=job.spares or DEFAULT_SPARES),
+        ),
+    ):
+        rows.append((name, row, total, mix))
     out = []
-    for name, row in rows:
+    for name, row, measured_rate, lemons in rows:
         # spares never run out in the closed form: a failure costs detection, no restart
         closed = replace(row, restart_s=0.0) if row.spares else row
+        interval = [_round(ettr(closed, chosen))] * 2
+        if measured_rate is not None and measured_rate.per_1000 > 0:
+            factor = row.rate_per_node_day * 1000 / measured_rate.per_1000
+            interval = [
+                _round(ettr(_with_rate(closed, measured_rate.high * factor), chosen)),
+                _round(ettr(_with_rate(closed, measured_rate.low * factor), chosen)),
+            ]
+        best = optimal_h(closed)
         entry: dict[str, Any] = {
             "what": name,
             "rate_per_1000_node_days": round(row.rate_per_node_day * 1000, 4),
             "mttf_hours": _round(mttf_hours(row)),
             "ettr": _round(ettr(closed, chosen)),
-            "ettr_at_optimal": _round(ettr(closed, optimal_h(closed)))
-            if math.isfinite(optimal_h(closed))
-            else None,
+            "ettr_interval": interval,
+            "ettr_at_optimal": _round(ettr(closed, best)) if math.isfinite(best) else None,
             "simulated": None,
         }
         if settings.runs:
             sim = simulate(
-                row, chosen, settings.runs, settings.seed, settings.work_h, settings.repair_h
+                row,
+                chosen,
+                settings.runs,
+                settings.seed,
+                settings.work_h,
+                settings.repair_h,
+                lemons=lemons,
             )
             entry["simulated"] = round(sim.mean, 4)
         out.append(entry)
@@ -351,17 +410,26 @@ def render(report: dict[str, Any], markdown: bool = False) -> str:
     )
     sim = report["simulated"]
     if sim is not None:
+        lemons = sim["lemons"]
+        clustered = (
+            ""
+            if lemons is None
+            else f", lemon nodes {lemons['share']:.1%} of the fleet at {lemons['factor']:.1f}x "
+            "the rest's rate, replaced when they fail"
+        )
         lines.append(
-            f"simulated ({sim['runs']} runs, seed {sim['seed']}): {sim['mean_ettr']:.3f} "
+            f"simulated ({sim['runs']} runs of {sim['work_hours'] / 24:g} days' work, seed "
+            f"{sim['seed']}{clustered}): {sim['mean_ettr']:.3f} "
             f"({sim['interval'][0]:.3f}-{sim['interval'][1]:.3f}); the closed form is off by "
             f"{sim['closed_form_off_by']:+.3f}"
         )
     lines.append("")
     lines.append(f"{head}What if")
     simulated = sim is not None
-    header = ["what", "per 1000 node-days", "MTTF h", "ETTR", "ETTR at optimum"]
+    header = ["what", "per 1000 node-days", "MTTF h", "ETTR", "95% interval", "ETTR at optimum"]
     rows = [
         [r["what"], f"{r['rate_per_1000_node_days']:.2f}", _f(r["mttf_hours"], 2), _f(r["ettr"]),
+         f"{_f(r['ettr_interval'][0])}-{_f(r['ettr_interval'][1])}",
          _f(r["ettr_at_optimal"])] + ([_f(r["simulated"])] if simulated else [])
         for r in report["what_if"]
     ]  # fmt: skip

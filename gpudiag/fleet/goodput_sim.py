@@ -8,6 +8,11 @@ last completed checkpoint, then costs the detection latency and either the resta
 where a hot spare is free, nothing more (the spare takes the failed node's place; the
 failed node is repaired for `repair_h` and becomes a spare again). No failure strikes
 during a restart: the closed form's assumption, kept so that the two can be compared.
+Lemon nodes (`lemons`: their share of the fleet and how many times the rate of the rest
+they fail): the job starts with its share of them; a failure strikes a lemon in proportion
+to its rate, and the node that replaces it is drawn from the fleet (a lemon at the fleet's
+share). So failures cluster on lemons early in a run and thin out as they are replaced:
+what the closed form, with one average rate, cannot see.
 A run's ETTR is its work over its wall clock; the figure is the mean over runs, with a
 normal 95% interval of that mean.
 """
@@ -45,9 +50,11 @@ def simulate(
     work_h: float = 30 * 24.0,
     repair_h: float = 24.0,
     rate_per_hour: float | None = None,
+    lemons: tuple[float, float] | None = None,
 ) -> Simulated:
     """Simulate `runs` jobs of `work_h` hours of work; `rate_per_hour` overrides the
-    job's failure rate (the what-if rows)."""
+    job's failure rate (the what-if rows), the fleet's average with its `lemons`
+    (share of nodes, rate factor)."""
     if runs < 1 or not interval_h > 0 or not work_h > 0 or repair_h < 0:
         raise ModelError("simulate: runs, interval and work must be above 0")
     rate = job.failures_per_hour if rate_per_hour is None else rate_per_hour
@@ -66,15 +73,21 @@ def simulate(
     spares_free_at = np.zeros((runs, job.spares)) if job.spares else None
     detect_h = job.detect_s / 3600.0
     restart_h = job.restart_s / 3600.0
+    share, factor = lemons if lemons else (0.0, 1.0)
+    if not (0 <= share < 1 and factor >= 1):
+        raise ModelError("simulate: a lemon share in [0, 1) and a factor of 1 or more")
+    nodes = job.nodes
+    healthy_rate = rate / (nodes * (1 - share + share * factor))
+    in_job = np.full(runs, float(round(nodes * share)))  # lemons in each run's job
     active = np.arange(runs)
     events = 0
     while active.size:
         events += active.size
         if events > MAX_EVENTS:
             raise ModelError("simulate: too many events; fewer runs or a longer interval")
-        wait = (
-            rng.exponential(1.0 / rate, active.size) if rate > 0 else np.full(active.size, np.inf)
-        )
+        job_rate = healthy_rate * (nodes + in_job[active] * (factor - 1))
+        with np.errstate(divide="ignore"):
+            wait = rng.exponential(1.0, active.size) / job_rate
         through = wait >= segment
         ok, bad = active[through], active[~through]
         clock[ok] += segment
@@ -82,6 +95,11 @@ def simulate(
         if bad.size:
             clock[bad] += wait[~through] + detect_h
             failures[bad] += 1
+            if share:
+                lemon_rate = healthy_rate * factor * in_job[bad]
+                struck = rng.random(bad.size) * job_rate[~through] < lemon_rate
+                in_job[bad[struck]] -= 1
+                in_job[bad[struck]] += rng.random(int(struck.sum())) < share
             cost = np.full(bad.size, restart_h)
             if spares_free_at is not None:
                 slots = spares_free_at[bad]
