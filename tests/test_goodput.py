@@ -175,7 +175,7 @@ def test_text_report_of_a_fleet(capsys: pytest.CaptureFixture[str]) -> None:
     planted = planted_failures(0)
     rates = fleet_rates(failure_states(planted))
     job = Job(1024, rates.total.per_1000 / 1000)
-    report = build(rates.total.per_1000, rates, Settings(job, None, runs=20, seed=1))
+    report = build(rates.total.per_1000, rates, Settings(job, None, runs=20, seed=1, work_h=48.0))
     text = render(report)
     assert f"lemon node {planted.lemon}" in text
     assert "lemon nodes drained (1)" in text and "without gpu_lost" in text
