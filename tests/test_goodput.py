@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
 from gpudiag import tomlcompat
 from gpudiag.cli import main
-from gpudiag.fleet.goodput import HARDWARE_XIDS, fleet_rates, histories, poisson_interval
+from gpudiag.fleet.goodput import (
+    HARDWARE_XIDS,
+    NodeState,
+    RatesError,
+    causes_between,
+    fleet_rates,
+    histories,
+    poisson_interval,
+)
 from gpudiag.fleet.goodput_model import (
     Job,
     ettr,
@@ -188,3 +198,42 @@ def test_text_report_of_a_fleet(capsys: pytest.CaptureFixture[str]) -> None:
     assert drained["ettr"] > report["ettr"]
     for row in report["what_if"]:
         assert row["ettr_interval"][0] <= row["ettr"] <= row["ettr_interval"][1]
+
+
+def _state(day: float, **fields: object) -> NodeState:
+    start = datetime(2026, 9, 1, tzinfo=timezone.utc)
+    return NodeState(start + timedelta(days=day), **fields)  # type: ignore[arg-type]
+
+
+def test_what_counts_as_an_incident() -> None:
+    xid = "faults.xid.79.count"
+    before = _state(0, xid=((xid, 1.0),), memory=(("gpu.0.ecc.volatile.uncorrected", 0.0),),
+                    link_down=(("ib.mlx5_0.1.link_downed", 3.0),), nvlink_active=144.0,
+                    critical=frozenset({("MEM005", "node")}))  # fmt: skip
+    assert causes_between(before, replace(before, time=before.time)) == []  # seen again
+    assert causes_between(before, replace(before, xid=((xid, 2.0),))) == ["xid_hardware"]
+    assert causes_between(before, replace(before, xid=((xid, 0.0),))) == []  # a reboot
+    ecc = replace(before, memory=(("gpu.0.ecc.volatile.uncorrected", 1.0),))
+    assert causes_between(before, ecc) == ["memory"]
+    ib = replace(before, link_down=(("ib.mlx5_0.1.link_downed", 4.0),))
+    assert causes_between(before, ib) == ["interconnect"]
+    assert causes_between(before, replace(before, nvlink_active=126.0)) == ["interconnect"]
+    critical = before.critical | {("GPU001", "gpu.3")}
+    assert causes_between(before, replace(before, critical=critical)) == ["drained"]
+    lost = replace(before, critical=critical, lost=frozenset({"gpu.3"}))
+    assert causes_between(before, lost) == ["gpu_lost"]  # not also drained
+    assert causes_between(lost, lost) == []  # still lost: the same incident
+
+
+def test_long_gaps_are_left_out() -> None:
+    xid = "faults.xid.79.count"
+    states = {
+        "a": [_state(0, xid=((xid, 0.0),)), _state(1, xid=((xid, 1.0),)),
+              _state(30, xid=((xid, 5.0),)), _state(31, xid=((xid, 6.0),))],
+        "b": [_state(0), _state(1), _state(2)],
+    }  # fmt: skip
+    rates = fleet_rates(states, max_gap_days=7)
+    assert (rates.total.count, rates.total.node_days) == (2, pytest.approx(4.0))
+    assert (rates.gaps_left_out, rates.days_left_out) == (1, pytest.approx(29.0))
+    with pytest.raises(RatesError):
+        fleet_rates({"a": [_state(0), _state(10)]}, max_gap_days=7)
