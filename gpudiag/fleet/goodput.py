@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import pairwise
@@ -176,14 +176,13 @@ def chi2_sf(x: float, df: int) -> float:
     return 1.0 - _gamma_p(df / 2, x / 2)
 
 
-def _solve(f: object, target: float, high: float) -> float:
-    """The mu in [0, high] where the decreasing-or-increasing f(mu) crosses target."""
-    func = f  # type: ignore[assignment]
+def _solve(func: Callable[[float], float], target: float, high: float) -> float:
+    """The mu in [0, high] where the monotone func(mu) crosses target (bisection)."""
     low, top = 0.0, high
-    rising = func(top) > func(low)  # type: ignore[operator]
+    rising = func(top) > func(low)
     for _ in range(100):
         mid = (low + top) / 2
-        if (func(mid) < target) == rising:  # type: ignore[operator]
+        if (func(mid) < target) == rising:
             low = mid
         else:
             top = mid
