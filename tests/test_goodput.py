@@ -50,6 +50,20 @@ def test_meta_mttf_projection() -> None:
     assert round(mttf_hours(Job(131072, META / 1000)), 3) == 0.225
 
 
+def test_meta_residual_is_shown() -> None:
+    """6.5 per 1000 node-days predicts 1.80 h at 16,384 GPUs and 28.8 h at 1,024, where
+    Meta observed 7.9 h: the report sets the model beside each size, gap and all."""
+    from gpudiag.fleet.goodput_report import Settings, build
+
+    job = Job(16384, META / 1000)
+    settings = Settings(job, 1.0, observed=((1024, 7.9), (16384, 1.8)))
+    report = build(META, None, settings, given=True)
+    small, large = report["by_job_size"]
+    assert round(small["model_mttf_hours"], 1) == 28.8
+    assert (small["model_over_observed"], large["model_over_observed"]) == (3.651, 1.002)
+    assert any("3.7x at 1024 GPUs, 1x at 16384 GPUs" in note for note in report["notes"])
+
+
 def test_young_daly_saxena() -> None:
     job = Job(8, 8.0, restart_s=600, write_s=60)  # one node at 8 a day: MTTF 3 h
     assert mttf_hours(job) == pytest.approx(3.0)

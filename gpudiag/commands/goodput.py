@@ -30,6 +30,17 @@ def _interval(text: str) -> float | None:
     return float(inputs.number_option(0, 1e7, above=True)(text))
 
 
+def _observed(text: str) -> tuple[int, float]:
+    """GPUS:HOURS, a job size and the MTTF its jobs saw."""
+    gpus, sep, hours = text.partition(":")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"not GPUS:HOURS: {text[:40]!r}")
+    return (
+        int(inputs.number_option(1, 1e8, integer=True)(gpus)),
+        float(inputs.number_option(0, 1e9, above=True)(hours)),
+    )
+
+
 def add_parser(subparsers: Any) -> None:
     """`gpudiag goodput`."""
     p = subparsers.add_parser("goodput")
@@ -128,6 +139,14 @@ def add_parser(subparsers: Any) -> None:
         help="longest gap between two snapshots of a node that counts as observed",
     )
     p.add_argument(
+        "--observed",
+        type=_observed,
+        action="append",
+        default=[],
+        metavar="GPUS:HOURS",
+        help="the MTTF jobs of this size saw (repeat): the model's MTTF is shown beside it",
+    )
+    p.add_argument(
         "--format",
         choices=("text", "markdown", "json"),
         default="text",
@@ -187,7 +206,13 @@ def run(args: argparse.Namespace) -> int:
             spares=args.spares,
         )
         settings = Settings(
-            job, interval_h, args.simulate, args.seed, args.job_days * 24.0, args.repair
+            job,
+            interval_h,
+            args.simulate,
+            args.seed,
+            args.job_days * 24.0,
+            args.repair,
+            tuple(args.observed),
         )
         report = build(rate, fleet, settings, given=args.rate is not None)
     except (ModelError, RatesError) as exc:

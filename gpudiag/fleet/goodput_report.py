@@ -36,6 +36,7 @@ class Settings:
     seed: int = 0
     work_h: float = 30 * 24.0
     repair_h: float = 24.0
+    observed: tuple[tuple[int, float], ...] = ()  # (GPUs, MTTF hours) seen in jobs
 
 
 def _round(value: float, digits: int = 4) -> float | None:
@@ -109,6 +110,7 @@ def build(
         "what_if": [],
         "curve": [],
         "notes": [],
+        "by_job_size": _by_job_size(job, at_low, at_high, settings.observed),
     }
     if settings.runs:
         mix = lemon_mix(fleet)
@@ -146,11 +148,51 @@ def build(
         }
         for h in interval_grid(job, found["optimal"] if math.isfinite(found["optimal"]) else chosen)
     ]
+    sizes = out["by_job_size"]
+    missed = [r for r in sizes if r["explained"] is False]
+    if missed:
+        out["notes"].append(
+            "outside the model's MTTF interval: "
+            + "; ".join(
+                f"at {r['gpus']} GPUs the model predicts {r['model_mttf_hours']:.3g} h where "
+                f"{r['observed_mttf_hours']:g} h was observed"
+                for r in missed
+            )
+        )
+    if len(sizes) > 1:
+        out["notes"].append(
+            "one constant rate makes MTTF inversely proportional to job size, so model / "
+            "observed would be alike at every size; it is "
+            + ", ".join(f"{r['model_over_observed']:.2g}x at {r['gpus']} GPUs" for r in sizes)
+        )
     if out["failures_per_interval"] and out["failures_per_interval"] > 0.1:
         out["notes"].append(
             f"{out['failures_per_interval']:.2f} failures per checkpoint interval: above 0.1 the "
             f"first-order closed form is off (by {value - renewal:+.3f} against the same "
             "assumptions without the first-order cut); trust the simulation"
+        )
+    return out
+
+
+def _by_job_size(
+    job: Job, at_low: Job, at_high: Job, observed: tuple[tuple[int, float], ...]
+) -> list[dict[str, Any]]:
+    """The model's MTTF beside jobs' observed MTTF by size (--observed): where one
+    constant rate cannot explain every size, the gap shows (Meta's residual)."""
+    out = []
+    for gpus, hours in observed:
+        model = mttf_hours(replace(job, gpus=gpus))
+        low, high = mttf_hours(replace(at_high, gpus=gpus)), mttf_hours(replace(at_low, gpus=gpus))
+        out.append(
+            {
+                "gpus": gpus,
+                "observed_mttf_hours": hours,
+                "model_mttf_hours": _round(model),
+                "model_interval": [_round(low), _round(high)],
+                "model_over_observed": _round(model / hours, 3),
+                # inside the model's interval; None where the rate was given (no interval)
+                "explained": None if low == high else bool(low <= hours <= high),
+            }
         )
     return out
 
@@ -207,10 +249,11 @@ def _fleet_part(out: dict[str, Any], fleet: FleetRates) -> None:
             f"p = {fleet.dispersion[2]:.2g}; "
             "the model's single rate understates the spread"
         )
-    notes.append(
-        "snapshots hold no job records: the model's MTTF is not checked against observed "
-        "job interruptions by job size (Meta's residual)"
-    )
+    if not out["by_job_size"]:
+        notes.append(
+            "snapshots hold no job records: give the MTTF jobs saw by size (--observed "
+            "GPUS:HOURS) to set the model's beside it (Meta's residual)"
+        )
 
 
 def lemon_mix(fleet: FleetRates | None, cause: str | None = None) -> tuple[float, float] | None:
@@ -448,6 +491,19 @@ def render(report: dict[str, Any], markdown: bool = False) -> str:
     if drawn:
         lines.append("")
         lines += ["```", *drawn, "```"] if markdown else drawn
+    if report["by_job_size"]:
+        lines.append("")
+        lines.append(f"{head}The model against jobs observed")
+        lines += _table(
+            ["GPUs", "observed MTTF h", "model MTTF h", "model interval", "model / observed"],
+            [
+                [str(r["gpus"]), f"{r['observed_mttf_hours']:g}", _f(r["model_mttf_hours"], 2),
+                 f"{_f(r['model_interval'][0], 2)}-{_f(r['model_interval'][1], 2)}",
+                 _f(r["model_over_observed"], 2)]
+                for r in report["by_job_size"]
+            ],
+            markdown,
+        )  # fmt: skip
     if report["notes"]:
         lines.append("")
         lines += [f"- {note}" if markdown else f"note: {note}" for note in report["notes"]]
