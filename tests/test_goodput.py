@@ -91,9 +91,20 @@ def test_issue_example_closed_form_and_simulation_part() -> None:
 def test_simulation_agrees_where_failures_are_few(gpus: int) -> None:
     job = Job(gpus, META / 1000, restart_s=600, write_s=60)
     interval = optimal_h(job)
-    assert job.failures_per_hour * (interval + job.write_h) <= 0.1
+    assert job.failures_per_hour * (interval + job.write_h + job.overhead_h) <= 0.1
     sim = simulate(job, interval, 300, seed=7)
     assert abs(sim.mean - ettr(job, interval)) < 0.005
+
+
+def test_a_long_restart_parts_them_with_few_failures_per_interval() -> None:
+    """Few failures per checkpoint interval is not enough: at 16,384 GPUs a 30 min
+    restart (lambda u0 = 0.28) parts the first order from the simulation by 0.06."""
+    job = Job(16384, META / 1000, restart_s=1800, write_s=30)
+    interval = optimal_h(job)
+    assert job.failures_per_hour * (interval + job.write_h) < 0.1
+    sim = simulate(job, interval, 200, seed=2)
+    assert sim.mean - ettr(job, interval) > 0.05
+    assert abs(sim.mean - ettr_renewal(job, interval)) < 0.005
 
 
 def test_spares_save_restarts_in_the_simulation() -> None:
