@@ -262,3 +262,17 @@ def test_long_gaps_are_left_out() -> None:
     assert (rates.gaps_left_out, rates.days_left_out) == (1, pytest.approx(29.0))
     with pytest.raises(RatesError):
         fleet_rates({"a": [_state(0), _state(10)]}, max_gap_days=7)
+
+
+def test_no_failures_is_strict_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """A rate of 0: MTTF and the intervals have no figure (null), never Infinity or NaN."""
+    args = ["goodput", "--rate", "0", "--checkpoint-interval", "30", "--format", "json"]
+    assert main([*args, "--observed", "8:5"]) == 0
+
+    def refuse(name: str) -> None:
+        raise AssertionError(name)
+
+    report = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    assert report["mttf_hours"] is None and report["intervals_hours"]["optimal"] is None
+    assert report["ettr"] == pytest.approx(1 / (1 + 60 / 1800), abs=1e-4)
+    assert main(["goodput", "--rate", "0"]) == 3  # no optimum to pick: say so

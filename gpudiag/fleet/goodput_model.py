@@ -130,7 +130,10 @@ def optimal_h(job: Job) -> float:
     if rate == 0 or w == 0:
         return math.inf
     if a <= 0:
-        raise ModelError("every failure's restart outlasts the time between failures")
+        raise ModelError(
+            f"the job's MTTF ({mttf_hours(job) * 3600:.3g} s) is no longer than a restart "
+            f"({job.restart_s + job.detect_s:g} s with detection): it never makes progress"
+        )
     return math.sqrt(w * w + 2 * a * w / rate) - w
 
 

@@ -80,9 +80,8 @@ def build(
     if chosen < job.write_h:
         raise ModelError("the checkpoint interval is shorter than the checkpoint write")
     given = fleet is None or given
-    if given or fleet is None:
-        low_rate = high_rate = rate_per_1000
-    else:
+    low_rate = high_rate = rate_per_1000
+    if fleet is not None and not given:
         low_rate, high_rate = fleet.total.low, fleet.total.high
     at_low, at_high = _with_rate(job, low_rate), _with_rate(job, high_rate)
     found = intervals(job)
@@ -109,7 +108,9 @@ def build(
         "ettr": _round(value),
         "ettr_interval": [_round(ettr(at_high, chosen)), _round(ettr(at_low, chosen))],
         "intervals_hours": {name: _round(h, 5) for name, h in found.items()},
-        "ettr_at_optimal": _round(ettr(job, found["optimal"])),
+        "ettr_at_optimal": _round(ettr(job, found["optimal"]))
+        if math.isfinite(found["optimal"])
+        else None,
         "ettr_renewal": _round(renewal),
         "first_order_off_by": _round(value - renewal),
         "simulated": None,
