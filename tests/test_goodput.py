@@ -197,6 +197,7 @@ def test_json_end_to_end() -> None:
                 "lemon_nodes", "simulated"):  # fmt: skip
         assert key in report
     assert set(report["intervals_hours"]) == {"young", "daly", "saxena", "optimal"}
+    assert set(report["intervals_hours_interval"]) == set(report["intervals_hours"])
     assert report["checkpoint_interval_hours"] == report["intervals_hours"]["optimal"]
     assert report["mttf_hours"] == pytest.approx(1.8029, abs=1e-4)
     assert report["simulated"]["runs"] == 50

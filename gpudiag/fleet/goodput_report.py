@@ -57,6 +57,15 @@ def _interval(job: Job, settings: Settings) -> float:
     return chosen
 
 
+def _interval_at(job: Job, name: str) -> float | None:
+    """One checkpoint interval at an end of the rate's interval; None where the model
+    has none there (a restart longer than the MTTF)."""
+    try:
+        return _round(intervals(job)[name], 5)
+    except ModelError:
+        return None
+
+
 def _rate_json(rate: Rate) -> dict[str, Any]:
     return {
         "count": rate.count,
@@ -108,6 +117,9 @@ def build(
         "ettr": _round(value),
         "ettr_interval": [_round(ettr(at_high, chosen)), _round(ettr(at_low, chosen))],
         "intervals_hours": {name: _round(h, 5) for name, h in found.items()},
+        "intervals_hours_interval": {
+            name: [_interval_at(at_high, name), _interval_at(at_low, name)] for name in found
+        },
         "ettr_at_optimal": _round(ettr(job, found["optimal"]))
         if math.isfinite(found["optimal"])
         else None,
