@@ -56,6 +56,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "what is odd across many nodes' snapshots, and why the slow ones are slow",
     ),
     "baseline": ("baseline", "write a site rules file from a fleet known to be good"),
+    "goodput": (
+        "goodput",
+        "what failures cost a large job: rates from the fleet's history, ETTR, checkpoints",
+    ),
     "monitor": ("monitor", "always on: what bounds each GPU, for Prometheus and node_exporter"),
 }
 # gpudiag.kernels.plans.PLANS' names (test_cli checks they agree): that module is loaded

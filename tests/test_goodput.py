@@ -1,0 +1,279 @@
+"""`gpudiag goodput` (issue 42): the published figures, the closed form against the
+simulation, the planted failure history (rates, lemon node) and what the user sees."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from gpudiag import tomlcompat
+from gpudiag.cli import main
+from gpudiag.fleet.goodput import (
+    HARDWARE_XIDS,
+    NodeState,
+    RatesError,
+    causes_between,
+    fleet_rates,
+    histories,
+    poisson_interval,
+)
+from gpudiag.fleet.goodput_model import (
+    Job,
+    ettr,
+    ettr_renewal,
+    intervals,
+    mttf_hours,
+    optimal_h,
+    p_any_failure,
+)
+from gpudiag.fleet.goodput_sim import simulate
+from gpudiag.fleet.load import load_fleet
+
+from conftest import REPO, run_cli
+from fleetgen_failures import failure_states, planted_failures, write_failure_history
+
+META = 6.5  # failures per 1000 node-days (Kokolis et al., Meta)
+
+
+def test_databricks_one_percent_a_year() -> None:
+    assert round(p_any_failure(0.01, 1024, 30), 3) == 0.569
+    assert round(p_any_failure(0.01, 256, 30), 3) == 0.190
+
+
+def test_meta_mttf_projection() -> None:
+    assert round(mttf_hours(Job(16384, META / 1000)), 2) == 1.80
+    assert round(mttf_hours(Job(131072, META / 1000)), 3) == 0.225
+
+
+def test_meta_residual_is_shown() -> None:
+    """6.5 per 1000 node-days predicts 1.80 h at 16,384 GPUs and 28.8 h at 1,024, where
+    Meta observed 7.9 h: the report sets the model beside each size, gap and all."""
+    from gpudiag.fleet.goodput_report import Settings, build
+
+    job = Job(16384, META / 1000)
+    settings = Settings(job, 1.0, observed=((1024, 7.9), (16384, 1.8)))
+    report = build(META, None, settings, given=True)
+    small, large = report["by_job_size"]
+    assert round(small["model_mttf_hours"], 1) == 28.8
+    assert (small["model_over_observed"], large["model_over_observed"]) == (3.651, 1.002)
+    assert any("3.7x at 1024 GPUs, 1x at 16384 GPUs" in note for note in report["notes"])
+
+
+def test_young_daly_saxena() -> None:
+    job = Job(8, 8.0, restart_s=600, write_s=60)  # one node at 8 a day: MTTF 3 h
+    assert mttf_hours(job) == pytest.approx(3.0)
+    found = {name: round(h * 3600) for name, h in intervals(job).items()}
+    assert (found["young"], found["daly"], found["saxena"]) == (1138, 1170, 1231)
+
+
+def test_optimum_is_the_closed_forms_maximum() -> None:
+    job = Job(16384, META / 1000, restart_s=600, write_s=60)
+    best = optimal_h(job)
+    for factor in (0.8, 0.95, 1.05, 1.25):
+        assert ettr(job, best) > ettr(job, best * factor)
+
+
+def test_issue_example_closed_form_and_simulation_part() -> None:
+    """16,384 GPUs, 1 h interval, 10 min restart, 1 min write: 0.620 and about 0.67."""
+    job = Job(16384, META / 1000, restart_s=600, write_s=60)
+    assert round(ettr(job, 1.0), 3) == 0.620
+    sim = simulate(job, 1.0, 200, seed=1)
+    assert abs(sim.mean - 0.67) < 0.005
+    assert abs(sim.mean - ettr_renewal(job, 1.0)) < 0.003
+
+
+@pytest.mark.parametrize("gpus", [1024, 2048])
+def test_simulation_agrees_where_failures_are_few(gpus: int) -> None:
+    job = Job(gpus, META / 1000, restart_s=600, write_s=60)
+    interval = optimal_h(job)
+    assert job.failures_per_hour * (interval + job.write_h + job.overhead_h) <= 0.1
+    sim = simulate(job, interval, 300, seed=7)
+    assert abs(sim.mean - ettr(job, interval)) < 0.005
+
+
+def test_a_long_restart_parts_them_with_few_failures_per_interval() -> None:
+    """Few failures per checkpoint interval is not enough: at 16,384 GPUs a 30 min
+    restart (lambda u0 = 0.28) parts the first order from the simulation by 0.06."""
+    job = Job(16384, META / 1000, restart_s=1800, write_s=30)
+    interval = optimal_h(job)
+    assert job.failures_per_hour * (interval + job.write_h) < 0.1
+    sim = simulate(job, interval, 200, seed=2)
+    assert sim.mean - ettr(job, interval) > 0.05
+    assert abs(sim.mean - ettr_renewal(job, interval)) < 0.005
+
+
+def test_spares_save_restarts_in_the_simulation() -> None:
+    job = Job(16384, META / 1000, restart_s=600, write_s=60)
+    without = simulate(job, 0.25, 100, seed=3)
+    spared = simulate(Job(16384, META / 1000, restart_s=600, write_s=60, spares=4), 0.25, 100, 3)
+    assert spared.spare_swaps_per_run > 0 and spared.mean > without.mean
+
+
+def test_lemons_cluster_failures_in_the_simulation() -> None:
+    """At one average rate, failures that cluster on lemons (replaced when they fail by a
+    node drawn from the fleet) cost less over a run than the same rate spread evenly; a
+    lemon share of 0 is the plain simulation, draw for draw."""
+    job = Job(2048, META / 1000, restart_s=600, write_s=60)
+    even = simulate(job, 0.5, 100, seed=4)
+    assert simulate(job, 0.5, 100, seed=4, lemons=(0.0, 5.0)) == even
+    clustered = simulate(job, 0.5, 100, seed=4, lemons=(0.05, 5.0))
+    assert clustered.failures_per_run < even.failures_per_run
+    assert clustered.mean > even.mean
+
+
+def test_garwood_interval() -> None:
+    assert poisson_interval(0) == (0.0, pytest.approx(3.689, abs=1e-3))
+    assert poisson_interval(10) == (pytest.approx(4.795, abs=1e-3), pytest.approx(18.390, abs=1e-3))
+
+
+def test_hardware_xids_are_gpu027s() -> None:
+    rules = tomlcompat.loads((REPO / "rules" / "gpu.toml").read_text())["rule"]
+    gpu027 = next(r for r in rules if r["id"] == "GPU027")
+    assert set(gpu027["expect"]["excludes"]) == HARDWARE_XIDS
+
+
+@pytest.mark.parametrize("seed", [0, 2, 3])
+def test_planted_rates_and_lemon(seed: int) -> None:
+    """A few of the 100 seeds (all 100 are run outside the suite and reported: 94 pass;
+    seed 1 is one of the misses, its 42 Xids where 57.6 are planted the lower 2% tail)."""
+    planted = planted_failures(seed)
+    rates = fleet_rates(failure_states(planted))
+    for cause in planted.rates:
+        assert rates.causes[cause].low <= planted.fleet_rate(cause) <= rates.causes[cause].high
+    assert [lemon.node for lemon in rates.lemons] == [planted.lemon]
+
+
+def test_history_files_load_as_planned(tmp_path: Path) -> None:
+    planted = planted_failures(5, nodes=4, days=8, rates={"gpu_lost": 0.2, "xid_hardware": 0.2})
+    write_failure_history(tmp_path, planted)
+    states = histories(load_fleet([tmp_path], workers=1))
+    assert states == failure_states(planted)
+    rates = fleet_rates(states)
+    for cause in planted.rates:
+        expected = sum(day.count(cause) for day in planted.events.values())
+        assert rates.causes[cause].count == expected
+    assert rates.total.node_days == pytest.approx(4 * 8)
+
+
+def test_fleet_with_no_time_span(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    planted = planted_failures(5, nodes=2, days=0)
+    write_failure_history(tmp_path, planted)
+    assert main(["goodput", str(tmp_path), "--workers", "1"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert "no time span" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--rate", "-1"],
+        ["--rate", "nan"],
+        ["--rate", "6.5", "--gpus", "inf"],
+        ["--rate", "6.5", "--checkpoint-interval", "0.5", "--checkpoint-write", "60"],
+        [],
+    ],
+)
+def test_bad_input_is_one_line_and_3(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["goodput", *args]) == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_json_end_to_end() -> None:
+    result = run_cli(
+        "goodput", "--rate", "6.5", "--gpus", "16384", "--restart", "10",
+        "--checkpoint-write", "60", "--checkpoint-interval", "optimal", "--format", "json",
+        "--simulate", "50", "--seed", "1",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    for key in ("mttf_hours", "ettr", "ettr_interval", "checkpoint_interval_hours",
+                "intervals_hours", "ettr_at_optimal", "rate_per_1000_node_days", "causes",
+                "lemon_nodes", "simulated"):  # fmt: skip
+        assert key in report
+    assert set(report["intervals_hours"]) == {"young", "daly", "saxena", "optimal"}
+    assert set(report["intervals_hours_interval"]) == set(report["intervals_hours"])
+    assert report["checkpoint_interval_hours"] == report["intervals_hours"]["optimal"]
+    assert report["mttf_hours"] == pytest.approx(1.8029, abs=1e-4)
+    assert report["simulated"]["runs"] == 50
+    assert math.isclose(report["ettr"], report["ettr_at_optimal"])
+
+
+def test_text_report_of_a_fleet(capsys: pytest.CaptureFixture[str]) -> None:
+    """Rates, lemon, model, what-if and chart, from the plan's states (in process)."""
+    from gpudiag.fleet.goodput_report import Settings, build, render
+
+    planted = planted_failures(0)
+    rates = fleet_rates(failure_states(planted))
+    job = Job(1024, rates.total.per_1000 / 1000)
+    report = build(rates.total.per_1000, rates, Settings(job, None, runs=20, seed=1, work_h=48.0))
+    text = render(report)
+    assert f"lemon node {planted.lemon}" in text
+    assert "lemon nodes drained (1)" in text and "without gpu_lost" in text
+    assert "checkpoint interval (log scale)" in text
+    assert report["simulated"]["lemons"]["share"] == pytest.approx(1 / 20)
+    assert report["simulated"]["lemons"]["factor"] > 3  # planted at 5, measured
+    low, high = report["ettr_interval"]
+    assert low < report["ettr"] < high
+    drained = next(r for r in report["what_if"] if r["what"].startswith("lemon"))
+    assert drained["ettr"] > report["ettr"]
+    for row in report["what_if"]:
+        assert row["ettr_interval"][0] <= row["ettr"] <= row["ettr_interval"][1]
+
+
+def _state(day: float, **fields: object) -> NodeState:
+    start = datetime(2026, 9, 1, tzinfo=timezone.utc)
+    return NodeState(start + timedelta(days=day), **fields)  # type: ignore[arg-type]
+
+
+def test_what_counts_as_an_incident() -> None:
+    xid = "faults.xid.79.count"
+    before = _state(0, xid=((xid, 1.0),), memory=(("gpu.0.ecc.volatile.uncorrected", 0.0),),
+                    link_down=(("ib.mlx5_0.1.link_downed", 3.0),), nvlink_active=144.0,
+                    critical=frozenset({("MEM005", "node")}))  # fmt: skip
+    assert causes_between(before, replace(before, time=before.time)) == []  # seen again
+    assert causes_between(before, replace(before, xid=((xid, 2.0),))) == ["xid_hardware"]
+    assert causes_between(before, replace(before, xid=((xid, 0.0),))) == []  # a reboot
+    ecc = replace(before, memory=(("gpu.0.ecc.volatile.uncorrected", 1.0),))
+    assert causes_between(before, ecc) == ["memory"]
+    ib = replace(before, link_down=(("ib.mlx5_0.1.link_downed", 4.0),))
+    assert causes_between(before, ib) == ["interconnect"]
+    assert causes_between(before, replace(before, nvlink_active=126.0)) == ["interconnect"]
+    critical = before.critical | {("GPU001", "gpu.3")}
+    assert causes_between(before, replace(before, critical=critical)) == ["drained"]
+    lost = replace(before, critical=critical, lost=frozenset({"gpu.3"}))
+    assert causes_between(before, lost) == ["gpu_lost"]  # not also drained
+    assert causes_between(lost, lost) == []  # still lost: the same incident
+
+
+def test_long_gaps_are_left_out() -> None:
+    xid = "faults.xid.79.count"
+    states = {
+        "a": [_state(0, xid=((xid, 0.0),)), _state(1, xid=((xid, 1.0),)),
+              _state(30, xid=((xid, 5.0),)), _state(31, xid=((xid, 6.0),))],
+        "b": [_state(0), _state(1), _state(2)],
+    }  # fmt: skip
+    rates = fleet_rates(states, max_gap_days=7)
+    assert (rates.total.count, rates.total.node_days) == (2, pytest.approx(4.0))
+    assert (rates.gaps_left_out, rates.days_left_out) == (1, pytest.approx(29.0))
+    with pytest.raises(RatesError):
+        fleet_rates({"a": [_state(0), _state(10)]}, max_gap_days=7)
+
+
+def test_no_failures_is_strict_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """A rate of 0: MTTF and the intervals have no figure (null), never Infinity or NaN."""
+    args = ["goodput", "--rate", "0", "--checkpoint-interval", "30", "--format", "json"]
+    assert main([*args, "--observed", "8:5"]) == 0
+
+    def refuse(name: str) -> None:
+        raise AssertionError(name)
+
+    report = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    assert report["mttf_hours"] is None and report["intervals_hours"]["optimal"] is None
+    assert report["ettr"] == pytest.approx(1 / (1 + 60 / 1800), abs=1e-4)
+    assert main(["goodput", "--rate", "0"]) == 3  # no optimum to pick: say so
