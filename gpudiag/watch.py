@@ -467,6 +467,7 @@ def screen_lines(
     width: int,
     lost: Collection[int] = (),
     limits: Mapping[int, float] | None = None,
+    extra: Mapping[int, Sequence[str]] | None = None,
 ) -> list[str]:
     """The watch screen: per GPU, a line of the latest values (NVLink throughput, TX/RX
     in GB/s, where `width` leaves room: 100 columns) and a line of sparklines of power and
@@ -474,7 +475,8 @@ def screen_lines(
     gets one line saying why instead of a dash in every column: LOST where NVML says it
     is lost or where the snapshot found it lost (`lost`: a recording of a lost GPU holds
     only the call that failed), else the reasons. Power bars are scaled to each GPU's
-    power limit (`limits`, W), utilisation to 100%: an idle 69 W of 700 is a low bar."""
+    power limit (`limits`, W), utilisation to 100%: an idle 69 W of 700 is a low bar.
+    `extra`: more lines under a GPU's (what bounds it: gpudiag/telemetry/explain.py)."""
     from gpudiag.views import THROTTLE_SHORT
 
     lines = []
@@ -505,4 +507,5 @@ def screen_lines(
         power = spark(history.values(gpu, "power"), spark_width, (limits or {}).get(gpu))
         util = spark(history.values(gpu, "util"), spark_width, 100.0)
         lines.append(f"      power {power:<{spark_width}}  util {util}")
+        lines += (extra or {}).get(gpu, ())
     return lines

@@ -1,10 +1,14 @@
 """The watch pane (key 9): every GPU sampled each second while it is shown. It draws
-live samples (the app's watch worker takes them), not the snapshot."""
+live samples (the app's watch worker takes them), not the snapshot: under each GPU what
+bounds it, its sentence and each resource's share of its ceiling as a bar (the verdicts
+and their lines: gpudiag/telemetry/explain.py), and the GPU that holds the others."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -14,6 +18,9 @@ from textual.widgets import Label, Static
 from gpudiag import catalog
 from gpudiag.panes.base import Pane, SnapshotView
 from gpudiag.watch import History, screen_lines
+
+if TYPE_CHECKING:
+    from gpudiag.telemetry.explain import Judged
 
 
 class WatchPane(Pane):
@@ -50,11 +57,27 @@ class WatchPane(Pane):
         """The status line: what is sampled, or why nothing is."""
         self.query_one("#watch-status", Label).update(Text(text))
 
-    def show_samples(self, history: History, gpus: int | None, interval_s: float) -> None:
-        """The samples kept, one block per GPU, as wide as the terminal."""
+    def show_samples(
+        self,
+        history: History,
+        gpus: int | None,
+        interval_s: float,
+        judged: Judged | None = None,
+    ) -> None:
+        """The samples kept, one block per GPU, as wide as the terminal; under each GPU
+        what bounds it in the last window (`judged`), and the stragglers last."""
+        from gpudiag.telemetry.explain import verdict_lines
+
         count = len(history.series.get((0, "power"), ()))
         self.say(
             f"{gpus} GPUs, every {interval_s:g} s, {count} samples kept (the last {history.length})"
         )
-        lines = screen_lines(history, gpus or 0, self.app.size.width - 3, self.lost, self.limits)
+        width = self.app.size.width - 3
+        extra = {}
+        for verdict in judged.verdicts if judged is not None else ():
+            if verdict.kind != "lost":  # a lost GPU's one line already says LOST
+                extra[verdict.gpu] = verdict_lines(verdict, width)
+        lines = screen_lines(history, gpus or 0, width, self.lost, self.limits, extra)
+        for straggler in judged.stragglers if judged is not None else ():
+            lines += textwrap.wrap(f"straggler: {straggler.text}", max(20, width))
         self.query_one("#watch-text", Static).update(Text("\n".join(lines)))

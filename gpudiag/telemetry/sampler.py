@@ -200,7 +200,7 @@ class Sampler:
             window.why = dict.fromkeys(METRICS, reason)
             return
         for name, (number, scale) in GPM_IDS.items():
-            got = answer.get(number)
+            got = answer.get(number, answer.get(str(number)))  # a recording's keys: text
             if isinstance(got, (int, float)):
                 window.values[name] = round(float(got) * scale, 6)
             else:
