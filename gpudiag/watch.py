@@ -378,7 +378,7 @@ class RoundExplainer(Protocol):
 
     columns: dict[str, int]
 
-    def __call__(self, samples: list[Sample]) -> list[str]: ...
+    def __call__(self, samples: list[Sample], nvml: Nvml | None = None) -> list[str]: ...
 
 
 def watch(
@@ -427,21 +427,26 @@ def replay(
     write: Callable[[str], None],
     count: int | None = None,
     width: int | None = None,
+    explain: RoundExplainer | None = None,
 ) -> int:
     """Print a capture's recorded samples (`gpudiag capture --samples N`) in order, each
     stamped with the time it was recorded: `recorded` holds (time, NVML of that sample).
     No waiting: the recording is shown as it was taken. A capture does not record the
-    NVLink throughput counters, so those columns say so. Returns the rounds printed."""
+    NVLink throughput counters, so those columns say so. `explain` (--explain's) judges
+    each sample's recorded counter window (a capture records the GPM window since the
+    sample before). Returns the rounds printed."""
     if not recorded:
         return 0
     gpus = gpu_count(recorded[0][1])
     shown = list(recorded)[:count] if count is not None else list(recorded)
     previous: dict[int, Sample] = {}
+    extra = explain.columns if explain is not None else None
     for rounds, (when, nvml) in enumerate(shown):
         samples = sample_node(nvml, gpus, previous, when)
         previous = {s.gpu: s for s in samples}
         header_due = rounds % 20 == 0 if fmt == "table" else rounds == 0
-        for line in format_rows(samples, fmt, first=header_due, width=width):
+        notes = explain(samples, nvml) if explain is not None else []
+        for line in (*format_rows(samples, fmt, header_due, extra, width=width), *notes):
             write(line)
     return len(shown)
 
