@@ -465,7 +465,8 @@ class GpudiagApp(GpudiagAppBase):
         if not tabs or tabs.first().active != "watch-tab" or not watch or not watch.first().built:
             return  # not shown, not built yet, or the app is leaving (its widgets going)
         if not isinstance(self.source, LiveNode):
-            watch.first().say("a saved snapshot has no live readings (gpudiag watch; demo)")
+            if not watch.first().show_recorded():  # the counters it recorded, if any
+                watch.first().say("a saved snapshot has no live readings (gpudiag watch; demo)")
             return
         self.sample_gpus()
 

@@ -107,3 +107,40 @@ def test_verdict_lines_fit_any_width(width: int) -> None:
         assert all(len(line) <= width for line in lines), lines
         words = " ".join(" ".join(lines).split())
         assert verdict.text in words  # the whole sentence, wrapped
+
+
+def test_a_saved_snapshot_shows_the_counter_window_it_recorded(tmp_path: Path) -> None:
+    """`gpudiag --export`'s counter window (over the probing) goes into the snapshot as
+    readings, and the watch screen of that saved snapshot judges it again; a GPU lost
+    has no window, only its health reading, and is LOST."""
+    from gpudiag.probes import default_probes
+    from gpudiag.snapshot import load, save
+    from gpudiag.telemetry.readings import ExportWindow
+
+    node = gpm_node()
+    node.probes = [p for p in default_probes() if p.name == "gpu"]  # the profile, by PCI id
+    window = ExportWindow(node.nvml)
+    path = tmp_path / "ticket.json"
+    save(window.add_to(node.snapshot()), path)
+    snapshot = load(path)
+    readings = snapshot.readings_by_key
+    assert readings["gpu.0.telemetry.dram"].value == 0.88
+    assert readings["gpu.0.telemetry.source"].value == "gpm"
+    assert readings["gpu.6.telemetry.tensor"].status.value == "unsupported"  # never 0
+    assert "gpu.7.telemetry.source" not in readings  # lost: its health reading says so
+    app = GpudiagApp(snapshot)
+
+    async def scenario() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("9")
+            text = ""
+            for _ in range(100):  # the pane is built once shown: on a loaded machine, later
+                await pilot.pause(0.05)
+                text = " ".join(str(app.query_one("#watch-text", Static).render()).split())
+                if text:
+                    break
+            assert "GPU 0: memory-bound: DRAM 88% of its 3.4 TB/s (datasheet (h100-sxm5))" in text
+            assert "GPU 1: compute-bound (tensor pipe)" in text
+            assert "GPU 7: LOST: it does not answer" in text
+
+    asyncio.run(scenario())

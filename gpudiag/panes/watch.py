@@ -40,9 +40,17 @@ class WatchPane(Pane):
     limits: Mapping[int, float] = MappingProxyType({})  # each GPU's power limit, W: the
     # power bars' scale
 
+    recorded: Judged | None = None  # the counter window a saved snapshot holds, judged
+
     def update_from(self, view: SnapshotView) -> None:
-        """Only which GPUs the snapshot found lost and their power limits: it holds no
-        samples, and the watch draws live ones only."""
+        """Which GPUs the snapshot found lost and their power limits (the watch draws live
+        samples only), and the counter window it recorded (`gpudiag --export`), judged
+        again against its own ceilings."""
+        from gpudiag.telemetry.explain import recorded
+
+        profile = view.readings.get("node.profile")
+        name = str(profile.value) if profile is not None and profile.ok else ""
+        self.recorded = recorded(view.readings, view.profile_values, name, view.snapshot.kernels)
         self.lost = tuple(catalog.lost_gpus(view.readings))
         limits: dict[int, float] = {}
         for gpu in catalog.gpu_indices(view.readings):
@@ -81,3 +89,23 @@ class WatchPane(Pane):
         for straggler in judged.stragglers if judged is not None else ():
             lines += textwrap.wrap(f"straggler: {straggler.text}", max(20, width))
         self.query_one("#watch-text", Static).update(Text("\n".join(lines)))
+
+    def show_recorded(self) -> bool:
+        """A saved snapshot: what bounded each GPU in the counter window it recorded, or
+        False where it recorded none."""
+        from gpudiag.telemetry.explain import verdict_lines
+
+        if self.recorded is None:
+            return False
+        self.say(
+            "a saved snapshot: what bounded each GPU in the counter window it recorded "
+            "(no live readings)"
+        )
+        width = self.app.size.width - 3
+        lines: list[str] = []
+        for verdict in self.recorded.verdicts:
+            lines += verdict_lines(verdict, width, indent=0)
+        for straggler in self.recorded.stragglers:
+            lines += textwrap.wrap(f"straggler: {straggler.text}", max(20, width))
+        self.query_one("#watch-text", Static).update(Text("\n".join(lines)))
+        return True

@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 import textwrap
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpudiag.model import Reading
 from gpudiag.nvml import Nvml, NvmlError
 from gpudiag.telemetry.sampler import Sampler, Window
 from gpudiag.telemetry.verdicts import (
@@ -136,3 +137,22 @@ def verdict_lines(verdict: Verdict, width: int, indent: int = 6) -> list[str]:
     for start in range(0, len(cells), per_line):
         lines.append(pad + "  ".join(cells[start : start + per_line]))
     return lines
+
+
+def recorded(
+    readings: Mapping[str, Reading],
+    peaks: Mapping[str, Any],
+    profile: str,
+    kernels: Iterable[Any] = (),
+) -> Judged | None:
+    """A snapshot's recorded counter windows (gpudiag/telemetry/readings.py) judged,
+    against the ceilings it holds (its kernel results, else the profile `peaks`); None
+    where it recorded no window."""
+    from gpudiag.telemetry.readings import windows_from
+
+    windows = windows_from(readings)
+    if not windows:
+        return None
+    kernels = tuple(kernels)
+    verdicts = [classify(w, ceilings_for(w.gpu, peaks, profile, kernels)) for w in windows]
+    return Judged(0.0, windows, verdicts, stragglers(windows, verdicts))
