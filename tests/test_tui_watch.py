@@ -62,39 +62,34 @@ async def _sampled(pilot: Any) -> None:
     await pilot.pause()
 
 
-def test_the_watch_screen_says_what_bounds_each_gpu() -> None:
-    app = SampledOnce(gpm_node())
-
-    async def scenario() -> None:
-        async with app.run_test(size=(80, 24)) as pilot:
-            await app.workers.wait_for_complete()
-            await _sampled(pilot)
-            text = str(app.query_one("#watch-text", Static).render())
-            assert "GPU 0: memory-bound: DRAM 88% of its 3.4 TB/s (datasheet" in " ".join(
-                text.split()
-            )
-            assert "GPU 1: compute-bound (tensor pipe): tensor 85% active" in text
-            assert "GPU 2: NVLink-bound" in text
-            assert "GPU 3: idle: active 0%" in text
-            assert "GPU 4: latency-bound: active 95% with no pipe" in " ".join(text.split())
-            assert "GPU 5: compute-bound (fp64 pipe): fp64 75% active" in text
-            # no GPM: the older counters; idle comes before its clocks' HW slowdown
-            assert "GPU 6: idle: active 0%" in text
-            lines = text.splitlines()
-            assert max(map(len, lines)) <= 77  # wrapped to the pane, never cut
-            # GPU 0's bars: DRAM at 88% of the datasheet's bandwidth, tensor empty
-            assert "DRAM   ███████·  88%" in text and "tensor ········   0%" in text
-            assert lines[-1].startswith("GPU7   LOST")  # no verdict lines under a lost GPU
-
-    asyncio.run(scenario())
+async def _sampled_and_read(pilot: Any) -> None:
+    """The watch screen sampled once, and what it says of each GPU read."""
+    await _sampled(pilot)
+    text = str(pilot.app.query_one("#watch-text", Static).render())
+    words = " ".join(text.split())
+    assert "GPU 0: memory-bound: DRAM 88% of its 3.4 TB/s (datasheet" in words
+    assert "GPU 1: compute-bound (tensor pipe): tensor 85% active" in text
+    assert "GPU 2: NVLink-bound" in text
+    assert "GPU 3: idle: active 0%" in text
+    assert "GPU 4: latency-bound: active 95% with no pipe" in words
+    assert "GPU 5: compute-bound (fp64 pipe): fp64 75% active" in text
+    # no GPM: the older counters; idle comes before its clocks' HW slowdown
+    assert "GPU 6: idle: active 0%" in text
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 77  # wrapped to the pane, never cut
+    # GPU 0's bars: DRAM at 88% of the datasheet's bandwidth, tensor empty
+    assert "DRAM   ███████·  88%" in text and "tensor ········   0%" in text
+    assert lines[-1].startswith("GPU7   LOST")  # no verdict lines under a lost GPU
 
 
 def test_watch_verdicts_snapshot_without_colour(snap_compare, monkeypatch) -> None:
-    """The watch screen at 80x24 under NO_COLOR: the bars and verdicts are characters and
-    words, the rest one key away (the pane scrolls)."""
+    """The watch screen at 80x24 under NO_COLOR, its verdicts read first (Pilot): the
+    bars and verdicts are characters and words, the rest one key away (the pane
+    scrolls)."""
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("TERM", "xterm-256color")
-    assert snap_compare(SampledOnce(gpm_node()), run_before=_sampled, terminal_size=(80, 24))
+    app = SampledOnce(gpm_node())
+    assert snap_compare(app, run_before=_sampled_and_read, terminal_size=(80, 24))
 
 
 @pytest.mark.parametrize("width", [40, 77, 200])
