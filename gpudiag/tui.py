@@ -482,12 +482,14 @@ class GpudiagApp(GpudiagAppBase):
                 self.watch_gpus = gpu_count(self.source.nvml)
             last = dict(self.watch_history.latest)  # for NVLink throughput since then
             samples = sample_node(self.source.nvml, self.watch_gpus, last)
-            if self.watch_explainer is None:  # what bounds each GPU: its own GPM window
-                from gpudiag.telemetry.explain import Explainer
+            judged = None
+            if samples:  # what bounds each GPU: its own GPM window, taken beside them
+                if self.watch_explainer is None:
+                    from gpudiag.telemetry.explain import Explainer
 
-                kernels = self.snapshot.kernels if self.snapshot is not None else ()
-                self.watch_explainer = Explainer(self.source.nvml, kernels=kernels)
-            judged = self.watch_explainer.judge(self.watch_gpus, samples[0].time)
+                    kernels = self.snapshot.kernels if self.snapshot is not None else ()
+                    self.watch_explainer = Explainer(self.source.nvml, kernels=kernels)
+                judged = self.watch_explainer.judge(self.watch_gpus, samples[0].time)
         except NvmlError as exc:
             self.call_from_thread(watch.say, f"no GPU can be sampled: {exc.reason}")
             return

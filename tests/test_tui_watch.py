@@ -139,3 +139,19 @@ def test_a_saved_snapshot_shows_the_counter_window_it_recorded(tmp_path: Path) -
             assert "GPU 7: LOST: it does not answer" in text
 
     asyncio.run(scenario())
+
+
+def test_a_node_of_no_gpus_is_sampled_without_a_verdict() -> None:
+    """NVML answers with no GPU: the watch screen says 0 GPUs (judging an empty round
+    raised IndexError, said as 'sampling failed')."""
+    empty = {"format": "gpudiag-nvml-replay", "version": 1, "system": {}, "devices": []}
+    node = LiveNode(HostFS(FIXTURES / "host-basic"), Nvml(ReplayBackend(empty)), [], load_rules())
+    app = SampledOnce(node)
+
+    async def scenario() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _sampled(pilot)
+            status = str(app.query_one("#watch-status").render())
+            assert status.startswith("0 GPUs, every 1 s"), status
+
+    asyncio.run(scenario())
