@@ -8,8 +8,11 @@ of gpudiag/nvml.py), and every host file, directory listing, link, glob and comm
 `--replay` answers the same questions from the file (`CapturedHostFS` and a
 `ReplayBackend`), so today's probes and rules judge the node as it was.
 `--samples N --interval S` adds N-1 more recordings of the GPU probe's NVML calls (the
-volatile readings) under `samples`; `--replay` probes the first. `--redact` applies the
-snapshot redaction to the capture.
+volatile readings) under `samples`; `--replay` probes the first. Each recording also
+holds the GPUs' performance counter window (GPM; gpudiag/commands/capture.py's
+CounterWindows): the first's spans the probing, each later one the interval since the
+one before, so that `gpudiag --replay CAPTURE watch --explain` judges them again.
+`--redact` applies the snapshot redaction to the capture.
 
 Capture file, JSON::
 

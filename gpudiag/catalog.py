@@ -637,6 +637,9 @@ class Catalog:
 # results, wherever a live probe ran
 DERIVED = "derived"
 DERIVED_PRODUCERS = frozenset({"topology", "profile", "kernels"})
+# the result that holds `gpudiag --export`'s GPU performance counter window
+# (gpudiag/telemetry/readings.py): taken beside the probes, not one of them
+COUNTERS = "telemetry"
 
 
 @functools.lru_cache(maxsize=8)

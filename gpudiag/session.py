@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Protocol
 
 from gpudiag import __version__
-from gpudiag.catalog import kernel_identity
+from gpudiag.catalog import COUNTERS, kernel_identity
 from gpudiag.derive import DERIVED, stored_profile, with_derived
 from gpudiag.model import Finding, KernelResult, ProbeResult, Reading, Severity, Snapshot
 from gpudiag.ruleengine import evaluate, rules_with_instances
@@ -239,7 +239,7 @@ def format_summary(snapshot: Snapshot, rules: Sequence[Rule] | None = None) -> s
     """A short report: host, probe outcomes, finding counts, how many rules checked, did
     not apply and could not check, the findings, and the rules that did not apply
     (apart, by id)."""
-    probes = [p for p in snapshot.probes if p.name != DERIVED]  # derived: not a probe
+    probes = [p for p in snapshot.probes if p.name not in (DERIVED, COUNTERS)]  # not probes
     probes_ok = sum(1 for p in probes if p.status.value == "ok")
     readings = len(snapshot.readings_by_key)
     count_text = severity_words(snapshot.findings)

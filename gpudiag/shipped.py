@@ -51,6 +51,8 @@ def built_catalog() -> Catalog:
     from gpudiag import derive, importing, slurmgres
     from gpudiag.kernels import readings as kernel_readings
     from gpudiag.probes import REGISTRY, topology
+    from gpudiag.telemetry.readings import PRODUCER as COUNTERS
+    from gpudiag.telemetry.readings import READINGS as COUNTER_READINGS
 
     return Catalog.build(
         [
@@ -60,6 +62,7 @@ def built_catalog() -> Catalog:
             ("kernels", kernel_readings.READINGS),
             ("import", importing.READINGS),
             (slurmgres.PRODUCER, slurmgres.READINGS),
+            (COUNTERS, COUNTER_READINGS),
         ]
     )
 
@@ -81,6 +84,7 @@ _DECLARING_PACKAGES: dict[str, tuple[str, ...] | None] = {
     "gpudiag.probes": None,
     "gpudiag.importing": None,
     "gpudiag.kernels": ("readings.py",),
+    "gpudiag.telemetry": ("readings.py",),
 }
 
 

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import events, on, work
 from textual.app import App, ComposeResult
@@ -39,6 +39,9 @@ from gpudiag.session import LiveNode, with_kernel_results
 from gpudiag.snapshot import save
 from gpudiag.tui_base import GpudiagAppBase
 from gpudiag.watch import History
+
+if TYPE_CHECKING:
+    from gpudiag.telemetry.explain import Explainer
 
 __all__ = [
     "TABS",
@@ -106,6 +109,7 @@ class GpudiagApp(GpudiagAppBase):
         self.kernel_cancel = threading.Event()
         self.watch_history = History(length=300)  # 5 minutes at 1 s
         self.watch_gpus: int | None = None
+        self.watch_explainer: Explainer | None = None  # the watch screen's verdicts
         self.stale: set[str] = set()  # lazy panes not drawn since the snapshot changed
         self.host_load = None
         self.kernels_running = False
@@ -190,6 +194,8 @@ class GpudiagApp(GpudiagAppBase):
         cheap, when next shown if lazy (the first screen paints sooner:
         benchmarks/tui_startup.py)."""
         self.snapshot = snapshot
+        if self.watch_explainer is not None:  # its ceilings: the node's own kernel results
+            self.watch_explainer.set_kernels(snapshot.kernels)
         node = self.source if isinstance(self.source, LiveNode) else None
         self.view = SnapshotView.read(
             snapshot,
@@ -460,7 +466,8 @@ class GpudiagApp(GpudiagAppBase):
         if not tabs or tabs.first().active != "watch-tab" or not watch or not watch.first().built:
             return  # not shown, not built yet, or the app is leaving (its widgets going)
         if not isinstance(self.source, LiveNode):
-            watch.first().say("a saved snapshot has no live readings (gpudiag watch; demo)")
+            if not watch.first().show_recorded():  # the counters it recorded, if any
+                watch.first().say("a saved snapshot has no live readings (gpudiag watch; demo)")
             return
         self.sample_gpus()
 
@@ -476,14 +483,25 @@ class GpudiagApp(GpudiagAppBase):
                 self.watch_gpus = gpu_count(self.source.nvml)
             last = dict(self.watch_history.latest)  # for NVLink throughput since then
             samples = sample_node(self.source.nvml, self.watch_gpus, last)
+            judged = None
+            if samples:  # what bounds each GPU: its own GPM window, taken beside them
+                if self.watch_explainer is None:
+                    from gpudiag.telemetry.explain import Explainer
+
+                    kernels = self.snapshot.kernels if self.snapshot is not None else ()
+                    self.watch_explainer = Explainer(self.source.nvml, kernels=kernels)
+                judged = self.watch_explainer.judge(self.watch_gpus, samples[0].time)
         except NvmlError as exc:
             self.call_from_thread(watch.say, f"no GPU can be sampled: {exc.reason}")
             return
-        self.call_from_thread(self._watch_show, samples)
+        self.call_from_thread(self._watch_show, samples, judged)
 
-    def _watch_show(self, samples: list) -> None:
+    def _watch_show(self, samples: list, judged: object = None) -> None:
         for sample in samples:
             self.watch_history.add(sample)
         self.query_one(WatchPane).show_samples(
-            self.watch_history, self.watch_gpus, WATCH_INTERVAL_S
+            self.watch_history,
+            self.watch_gpus,
+            WATCH_INTERVAL_S,
+            judged,  # type: ignore[arg-type]
         )

@@ -378,7 +378,7 @@ class RoundExplainer(Protocol):
 
     columns: dict[str, int]
 
-    def __call__(self, samples: list[Sample]) -> list[str]: ...
+    def __call__(self, samples: list[Sample], nvml: Nvml | None = None) -> list[str]: ...
 
 
 def watch(
@@ -427,21 +427,26 @@ def replay(
     write: Callable[[str], None],
     count: int | None = None,
     width: int | None = None,
+    explain: RoundExplainer | None = None,
 ) -> int:
     """Print a capture's recorded samples (`gpudiag capture --samples N`) in order, each
     stamped with the time it was recorded: `recorded` holds (time, NVML of that sample).
     No waiting: the recording is shown as it was taken. A capture does not record the
-    NVLink throughput counters, so those columns say so. Returns the rounds printed."""
+    NVLink throughput counters, so those columns say so. `explain` (--explain's) judges
+    each sample's recorded counter window (a capture records the GPM window since the
+    sample before). Returns the rounds printed."""
     if not recorded:
         return 0
     gpus = gpu_count(recorded[0][1])
     shown = list(recorded)[:count] if count is not None else list(recorded)
     previous: dict[int, Sample] = {}
+    extra = explain.columns if explain is not None else None
     for rounds, (when, nvml) in enumerate(shown):
         samples = sample_node(nvml, gpus, previous, when)
         previous = {s.gpu: s for s in samples}
         header_due = rounds % 20 == 0 if fmt == "table" else rounds == 0
-        for line in format_rows(samples, fmt, first=header_due, width=width):
+        notes = explain(samples, nvml) if explain is not None else []
+        for line in (*format_rows(samples, fmt, header_due, extra, width=width), *notes):
             write(line)
     return len(shown)
 
@@ -467,6 +472,7 @@ def screen_lines(
     width: int,
     lost: Collection[int] = (),
     limits: Mapping[int, float] | None = None,
+    extra: Mapping[int, Sequence[str]] | None = None,
 ) -> list[str]:
     """The watch screen: per GPU, a line of the latest values (NVLink throughput, TX/RX
     in GB/s, where `width` leaves room: 100 columns) and a line of sparklines of power and
@@ -474,7 +480,8 @@ def screen_lines(
     gets one line saying why instead of a dash in every column: LOST where NVML says it
     is lost or where the snapshot found it lost (`lost`: a recording of a lost GPU holds
     only the call that failed), else the reasons. Power bars are scaled to each GPU's
-    power limit (`limits`, W), utilisation to 100%: an idle 69 W of 700 is a low bar."""
+    power limit (`limits`, W), utilisation to 100%: an idle 69 W of 700 is a low bar.
+    `extra`: more lines under a GPU's (what bounds it: gpudiag/telemetry/explain.py)."""
     from gpudiag.views import THROTTLE_SHORT
 
     lines = []
@@ -505,4 +512,5 @@ def screen_lines(
         power = spark(history.values(gpu, "power"), spark_width, (limits or {}).get(gpu))
         util = spark(history.values(gpu, "util"), spark_width, 100.0)
         lines.append(f"      power {power:<{spark_width}}  util {util}")
+        lines += (extra or {}).get(gpu, ())
     return lines

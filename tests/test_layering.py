@@ -257,6 +257,8 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gpudiag.snapshot",
             "gpudiag.upgrade",
             "gpudiag.fleet.records",
+            "gpudiag.telemetry.sampler",
+            "gpudiag.telemetry.readings",
         ),
     ),
     ("the catalog of what gpudiag ships, assembled from the sources", ("gpudiag.shipped",)),

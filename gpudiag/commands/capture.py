@@ -42,6 +42,72 @@ def run(args: argparse.Namespace) -> int:
         node.nvml.close()
 
 
+class CounterWindows:
+    """The GPUs' performance counters in a capture (gpudiag/telemetry/sampler.py): one
+    sampler for the whole capture, so that each recording holds the counter window since
+    the one before (the first's spans the probing), and `gpudiag --replay CAPTURE watch
+    --explain` and the TUI judge them again. The window's clocks, power and temperature
+    are the GPU probe's answers in the same recording (`RecordedFirst`): no second live
+    call, so a recording holds one answer per call. A node whose NVML cannot count its
+    GPUs records none."""
+
+    def __init__(self) -> None:
+        self.sampler: Any = None
+
+    def start(self, nvml: Nvml) -> None:
+        """The first GPM sample of every GPU, before the probing."""
+        from gpudiag.nvml import NvmlError
+        from gpudiag.telemetry.sampler import Sampler
+
+        try:
+            gpus = int(nvml.call("nvmlDeviceGetCount"))
+        except (NvmlError, TypeError, ValueError):
+            return
+        self.sampler = Sampler(nvml, gpus)
+        self.sampler.prime()
+
+    def take(self, nvml: Nvml) -> None:
+        """A window of every GPU into the recording `nvml` makes (this recording's)."""
+        from gpudiag.capture import RecordingBackend
+        from gpudiag.nvml import Nvml
+
+        if self.sampler is not None and isinstance(nvml.backend, RecordingBackend):
+            self.sampler.nvml = Nvml(RecordedFirst(nvml.backend))
+            self.sampler.sample()
+
+
+class RecordedFirst:
+    """An NVML backend over a recording in progress: a call the recording already holds
+    is answered from it, any other is made live and recorded; the GPM window always live
+    (its first sample may be in the recording: the window is since then)."""
+
+    def __init__(self, recorder: Any) -> None:
+        from gpudiag.capture import replay_data
+        from gpudiag.nvml import ReplayBackend
+
+        self.recorder = recorder
+        self.description = recorder.description
+        self.recorded = ReplayBackend(replay_data(recorder.replay, "recording"), "recording")
+
+    def init(self) -> None:
+        return None  # the recording's backend is initialised
+
+    def shutdown(self) -> None:
+        return None
+
+    def call(self, function: str, device: int | None, *args: int) -> Any:
+        from gpudiag.nvml import GPM_METRICS, NvmlError
+
+        if function == GPM_METRICS:
+            return self.recorder.call(function, device, *args)
+        try:
+            return self.recorded.call(function, device, *args)
+        except NvmlError as exc:
+            if exc.code not in ("NotRecorded", "InvalidArgument"):
+                raise
+        return self.recorder.call(function, device, *args)
+
+
 def _capture(node: Any, args: argparse.Namespace, redact: Any = None) -> int:
     """`gpudiag capture OUT`: probe the node while recording it, then write the capture,
     redacted by `redact` (gpudiag.redact.Redactor) where given."""
@@ -58,12 +124,18 @@ def _capture(node: Any, args: argparse.Namespace, redact: Any = None) -> int:
     if target.exists() and not target.is_file():
         raise CaptureError(f"capture {args.out}: not a regular file")
 
+    counters = CounterWindows()
+
     def probe(host: HostFS, nvml: Nvml) -> Any:
-        return replace(node, host=host, nvml=nvml).snapshot()
+        counters.start(nvml)  # the first recording's counter window: the probing
+        snapshot = replace(node, host=host, nvml=nvml).snapshot()
+        counters.take(nvml)
+        return snapshot
 
     def sample(nvml: Nvml) -> None:
         for _ in gpu.collect(ProbeContext(host=node.host, nvml=nvml)):
             pass
+        counters.take(nvml)  # each later one's: since the recording before
 
     capture, snapshot = record(node.host, node.nvml, probe, args.samples, args.interval, sample)
     if redact is not None:

@@ -38,8 +38,10 @@ def _export(node: LiveNode, args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from gpudiag.kernels.plans import PLANS
+    from gpudiag.telemetry.readings import ExportWindow
 
-    snapshot = node.snapshot()
+    window = ExportWindow(node.nvml)  # the GPUs' counters over the probing, for the ticket
+    snapshot = window.add_to(node.snapshot())
     if args.kernels:
         from gpudiag.session import with_kernel_results
 

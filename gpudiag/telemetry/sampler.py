@@ -125,6 +125,16 @@ class Sampler:
         now = time.time() if now is None else now
         return [self.sample_gpu(gpu, now) for gpu in range(self.gpus)]
 
+    def prime(self, now: float | None = None) -> None:
+        """The first GPM sample of every GPU (a window needs two), its clocks not read:
+        for a recording whose window is to span what runs between this and `sample`."""
+        now = time.time() if now is None else now
+        for gpu in range(self.gpus):
+            try:
+                self._counters(gpu, Window(gpu, now), [])
+            except Exception:  # noqa: S112 (never stop on one GPU: `sample` says why)
+                continue
+
     def sample_gpu(self, gpu: int, now: float) -> Window:
         """One GPU's window; every failed call is recorded, a lost GPU is LOST."""
         window = Window(gpu, now)
@@ -200,7 +210,7 @@ class Sampler:
             window.why = dict.fromkeys(METRICS, reason)
             return
         for name, (number, scale) in GPM_IDS.items():
-            got = answer.get(number)
+            got = answer.get(number, answer.get(str(number)))  # a recording's keys: text
             if isinstance(got, (int, float)):
                 window.values[name] = round(float(got) * scale, 6)
             else:
