@@ -31,6 +31,8 @@ from conftest import run_cli
 from fleetgen import (
     DRIVERS,
     FAULTS,
+    base_snapshot,
+    make_node,
     operator_spec,
     plant_fault,
     snapshot_of,
@@ -328,3 +330,30 @@ def test_each_reading_declares_its_kind() -> None:
     assert {key: shipped.kind_of(key) for key in expected} == expected
     built = shipped.built_catalog()
     assert {key: built.find(key).kind for key in expected} == expected
+
+
+def test_the_counters_window_of_an_export_is_not_compared(tmp_path: Path) -> None:
+    """An --export carries the GPUs' performance counters over the probing (the telemetry
+    result): what the node was doing, not how it is. A node busy while it was probed is
+    not odd, and its layout is the idle nodes' (fast path and loader alike)."""
+    from gpudiag.catalog import COUNTERS
+    from gpudiag.model import ProbeResult, ProbeStatus, Reading
+    from gpudiag.snapshot import save
+
+    base = base_snapshot()
+    for number in range(1, 7):
+        node = make_node(base, f"node{number}", number)
+        busy = 0.97 if number == 6 else 0.0  # node6 ran a job while it was probed
+        window = tuple(
+            Reading(f"gpu.{gpu}.telemetry.sm_active", busy, source="nvml:nvmlGpmMetricsGet")
+            for gpu in range(8)
+        )
+        counters = ProbeResult(COUNTERS, ProbeStatus.OK, 0.1, window)
+        node = replace(node, probes=(*node.probes, counters))
+        suffix = "toml" if number == 5 else "json"  # the loader's path beside the fast path's
+        save(node, tmp_path / f"node{number}.{suffix}")
+    loaded = load_fleet([tmp_path], workers=1)
+    assert len(loaded.layouts) == 1  # the same layout, whichever path read the file
+    assert not any(".telemetry." in key for key in loaded.layouts[0].keys)
+    report = analyse(loaded)
+    assert "node6" not in report.odd_nodes(), [o for o in report.outliers if o.node == "node6"]

@@ -48,7 +48,7 @@ import msgspec
 import numpy as np
 from msgspec import UNSET, UnsetType
 
-from gpudiag.catalog import DERIVED
+from gpudiag.catalog import COUNTERS, DERIVED
 from gpudiag.fleet.records import (
     KernelValue,
     Layout,
@@ -356,7 +356,7 @@ class _Reader:
         counts = (len(probes), len(readings), len(kernels), len(findings))
         if (end.probes, end.readings, end.kernels, end.findings) != counts:
             return None
-        if any(p.name == DERIVED for p in probes):
+        if any(p.name in (DERIVED, COUNTERS) for p in probes):
             readings = _fleet_readings(probes)
         if not _readings_ok(chain.from_iterable(map(_EVIDENCE, findings))) or not all(
             map(_kernel_in_range, kernels)
@@ -439,6 +439,7 @@ class _Reader:
     def _from_snapshot(self, name: str, snapshot: Snapshot) -> NodeRun:
         """The slow path: a snapshot the loader built (TOML, older versions, ...)."""
         figures = {r.key for r in _fleet_readings(snapshot.probes, kernel=True)}
+        figures.update(r.key for p in snapshot.probes if p.name == COUNTERS for r in p.readings)
         readings = [r for r in snapshot.readings_by_key.values() if r.key not in figures]
         keys = tuple(r.key for r in readings)
         statuses = tuple(r.status.value for r in readings)
@@ -500,9 +501,14 @@ class _Reader:
 def _fleet_readings(probes: Iterable[Any], kernel: bool = False) -> list[Any]:
     """The readings the fleet compares: every result's but the kernel figures among the
     derived ones, which it takes from the kernel results (`kernel_values`), once; so a
-    node keeps its layout whether it ran kernels or not. With `kernel`: those figures."""
+    node keeps its layout whether it ran kernels or not. With `kernel`: those figures.
+    Never the performance counters' window (the `telemetry` result of an --export): what
+    the GPUs were doing while the node was probed, not how the node is (a busy node is
+    not odd), and a node keeps its layout whether it recorded one or not."""
     out = []
     for p in probes:
+        if p.name == COUNTERS:
+            continue
         if p.name != DERIVED:
             if not kernel:
                 out.extend(p.readings)
