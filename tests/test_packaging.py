@@ -243,6 +243,7 @@ def test_each_subcommand_of_the_installed_wheel_runs_on_the_demo_files(
         ("--nvml-replay", replay, "monitor", "--count", "1"): (0, "GPU 7: LOST"),
         ("fleet", str(fleet), "--format", "text"): (1, "GPU 4: 13.28 GB/s"),
         ("baseline", str(fleet), "-o", str(tmp_path / "site.toml")): (0, "site.toml"),
+        ("goodput", "--rate", "6.5", "--gpus", "1024", "--format", "json"): (0, "mttf_hours"),
     }
     wrong = []
     for args, (code, expected) in runs.items():
