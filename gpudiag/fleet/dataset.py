@@ -23,7 +23,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -51,7 +50,6 @@ SCHEMA_VERSION = 1
 TABLES = ("runs", "readings", "kernels", "findings")
 STATS = ("count", "median", "minimum", "maximum", "mean", "cv", "ci95_low", "ci95_high")
 _CONTROL = r"[\x00-\x1f\x7f-\x9f]"
-_GPU_KEY = re.compile(r"gpu\.(\d+)\.")
 
 
 def is_dataset(path: str | Path) -> bool:
@@ -69,7 +67,9 @@ def _schemas() -> dict[str, dict[str, Any]]:
             **head,
             "position": pl.UInt32,
             "reading": pl.String,
+            "template": pl.String,
             "device": pl.String,
+            "kind": pl.String,
             "unit": pl.String,
             "status": pl.String,
             "value": pl.Float64,
@@ -84,6 +84,8 @@ def _schemas() -> dict[str, dict[str, Any]]:
             "kernel": pl.String,
             "device": pl.String,
             "metric": pl.String,
+            "reading": pl.String,
+            "template": pl.String,
             "status": pl.String,
             "unit": pl.String,
             "error": pl.String,
@@ -142,6 +144,11 @@ def _untyped(value: float | None, text: str | None, kind: str) -> Any:
 
 def _rows(loaded: LoadedFleet, runs: list[tuple[NodeRun, str, datetime]]) -> dict[str, dict]:
     """The four tables' columns for these runs (run, its id, its time)."""
+    from gpudiag import shipped
+    from gpudiag.fleet.records import _kernel_key
+    from gpudiag.fleet.table import template
+
+    described: dict[str, tuple[str, str, str]] = {}
     out: dict[str, dict[str, list[Any]]] = {t: {} for t in TABLES}
     schemas = _schemas()
     for table in TABLES:
@@ -173,10 +180,14 @@ def _rows(loaded: LoadedFleet, runs: list[tuple[NodeRun, str, datetime]]) -> dic
                 kind = "float" if value is not None else "none"
             else:
                 value, text, kind = None, None, "none"
-            found = _GPU_KEY.match(key)
+            about = described.get(key)
+            if about is None:
+                about = described[key] = (*template(key), shipped.kind_of(key).value)
             r["position"].append(position)
             r["reading"].append(key)
-            r["device"].append(found.group(1) if found else "")
+            r["template"].append(about[0])
+            r["device"].append(about[1])
+            r["kind"].append(about[2])
             r["unit"].append(layout.units[position])
             r["status"].append(layout.statuses[position])
             r["value"].append(value)
@@ -191,6 +202,9 @@ def _rows(loaded: LoadedFleet, runs: list[tuple[NodeRun, str, datetime]]) -> dic
             k["position"].append(position)
             for name in ("kernel", "device", "metric", "status", "unit", "error"):
                 k[name].append(getattr(parsed, name))
+            key = _kernel_key(parsed)[0]
+            k["reading"].append(key)
+            k["template"].append(None if key is None else template(key)[0])
             k["samples"].append(list(parsed.samples))
             stats = parsed.stats
             for name in STATS:
@@ -320,7 +334,11 @@ def _read_dataset(root: Path) -> LoadedFleet:
             .sort("run_id", "position")
             .collect()
         )
-        kernels = scan(root, "kernels").drop("time", "node", "date", "model").collect()
+        kernels = (
+            scan(root, "kernels")
+            .drop("time", "node", "date", "model", "reading", "template")
+            .collect()
+        )
         findings = (
             scan(root, "findings")
             .select("run_id", "position", "rule", "severity", "subject")
