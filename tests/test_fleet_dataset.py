@@ -158,3 +158,19 @@ def test_the_factor_query_gives_the_reports_share(
     assert mine[0][4] == factor.reference
     levels = {r[1]: r[2] for r in mine}
     assert {lv.value: lv.nodes for lv in factor.levels}.items() <= levels.items()
+
+
+def test_a_damaged_dataset_is_named_and_skipped(dataset: Path, tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(dataset, copy)
+    (copy / MARKER).write_text('{"format": "gpudiag fleet dataset", "schema_version": 9}')
+    loaded = load_paths([str(copy)], 1)
+    assert not loaded.runs and "dataset schema 9" in loaded.bad[0]
+    shutil.copy(dataset / MARKER, copy / MARKER)
+    victim = next((copy / "readings").rglob("*.parquet"))
+    victim.write_bytes(b"PAR1 not really")
+    loaded = load_paths([str(copy)], 1)
+    assert not loaded.runs and "not a readable dataset" in loaded.bad[0]
+    assert "\n" not in loaded.bad[0]
