@@ -36,7 +36,6 @@ from gpudiag.fleet.analysis import analyse
 from gpudiag.fleet.dataset import (
     TABLES,
     _rows,
-    _schemas,
     _time,
     append_dataset,
     node_history,
@@ -55,17 +54,13 @@ def _cpu(action: object) -> float:
 
 def reference_write(loaded: object, folder: Path) -> float:
     """The plain write's CPU: the rows are built first (not timed), then written."""
-    import polars as pl
-
     runs = [(r, run_id(r), _time(r.created)) for r in loaded.runs]  # type: ignore[attr-defined]
-    rows = _rows(loaded, runs)  # type: ignore[arg-type]
-    schemas = _schemas()
+    frames = _rows(loaded, runs)  # type: ignore[arg-type]
     folder.mkdir(parents=True, exist_ok=True)
 
     def write() -> None:
         for table in TABLES:
-            frame = pl.DataFrame(rows[table], schema=schemas[table])
-            frame.write_parquet(folder / f"{table}.parquet", statistics=True)
+            frames[table].write_parquet(folder / f"{table}.parquet", statistics=True)
 
     return _cpu(write)
 

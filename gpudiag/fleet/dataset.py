@@ -142,16 +142,16 @@ def _untyped(value: float | None, text: str | None, kind: str) -> Any:
     return text
 
 
-def _rows(loaded: LoadedFleet, runs: list[tuple[NodeRun, str, datetime]]) -> dict[str, dict]:
-    """The four tables' columns for these runs (run, its id, its time)."""
-    from gpudiag import shipped
+def _rows(loaded: LoadedFleet, runs: list[tuple[NodeRun, str, datetime]]) -> dict[str, Any]:
+    """The four tables for these runs (run, its id, its time), as Polars frames."""
+    import polars as pl
+
     from gpudiag.fleet.records import _kernel_key
     from gpudiag.fleet.table import template
 
-    described: dict[str, tuple[str, str, str]] = {}
-    out: dict[str, dict[str, list[Any]]] = {t: {} for t in TABLES}
+    out: dict[str, dict[str, list[Any]]] = {}
     schemas = _schemas()
-    for table in TABLES:
+    for table in ("runs", "kernels", "findings"):
         out[table] = {name: [] for name in schemas[table]}
 
     def head(table: str, rid: str, when: datetime, node: str) -> None:
@@ -164,37 +164,6 @@ def _rows(loaded: LoadedFleet, runs: list[tuple[NodeRun, str, datetime]]) -> dic
         head("runs", rid, when, run.host)
         out["runs"]["created"].append(run.created)
         out["runs"]["path"].append(run.path)
-        layout = loaded.layouts[run.layout]
-        slots = {p: i for i, p in enumerate(layout.numeric)}
-        config_at = {p: i for i, p in enumerate(layout.config)}
-        config = loaded.configs[run.config]
-        r = out["readings"]
-        for position, key in enumerate(layout.keys):
-            head("readings", rid, when, run.host)
-            slot = slots.get(position)
-            if position in config_at:
-                value, text, kind = _typed(config[config_at[position]])
-            elif slot is not None:
-                number = float(run.numbers[slot])
-                value, text, kind = (None if math.isnan(number) else number), None, "float"
-                kind = "float" if value is not None else "none"
-            else:
-                value, text, kind = None, None, "none"
-            about = described.get(key)
-            if about is None:
-                about = described[key] = (*template(key), shipped.kind_of(key).value)
-            r["position"].append(position)
-            r["reading"].append(key)
-            r["template"].append(about[0])
-            r["device"].append(about[1])
-            r["kind"].append(about[2])
-            r["unit"].append(layout.units[position])
-            r["status"].append(layout.statuses[position])
-            r["value"].append(value)
-            r["text"].append(text)
-            r["value_type"].append(kind)
-            r["slot"].append(slot)
-            r["configuration"].append(position in config_at)
         k = out["kernels"]
         for position, result in enumerate(run.kernels):
             head("kernels", rid, when, run.host)
@@ -217,7 +186,84 @@ def _rows(loaded: LoadedFleet, runs: list[tuple[NodeRun, str, datetime]]) -> dic
             f["rule"].append(rule)
             f["severity"].append(severity)
             f["subject"].append(subject)
-    return out
+    frames = {t: pl.DataFrame(out[t], schema=schemas[t]) for t in out}
+    frames["readings"] = _readings_frame(loaded, runs, schemas["readings"])
+    return frames
+
+
+def _readings_frame(
+    loaded: LoadedFleet, runs: list[tuple[NodeRun, str, datetime]], schema: dict[str, Any]
+) -> Any:
+    """The readings table: per layout, its columns that do not change from node to node
+    made once and repeated, the values of all its runs one matrix."""
+    import polars as pl
+
+    from gpudiag import shipped
+    from gpudiag.fleet.table import template
+
+    by_layout: dict[int, list[tuple[NodeRun, str, datetime]]] = {}
+    for item in runs:
+        by_layout.setdefault(item[0].layout, []).append(item)
+    parts = []
+    for layout_id, members in by_layout.items():
+        layout = loaded.layouts[layout_id]
+        n = len(layout.keys)
+        slots = {p: i for i, p in enumerate(layout.numeric)}
+        config_at = {p: i for i, p in enumerate(layout.config)}
+        about = [(*template(key), shipped.kind_of(key).value) for key in layout.keys]
+        static = pl.DataFrame(
+            {
+                "position": range(n),
+                "reading": layout.keys,
+                "template": [a[0] for a in about],
+                "device": [a[1] for a in about],
+                "kind": [a[2] for a in about],
+                "unit": layout.units,
+                "status": layout.statuses,
+                "slot": [slots.get(p) for p in range(n)],
+                "configuration": [p in config_at for p in range(n)],
+            },
+            schema={c: schema[c] for c in ("position", "reading", "template", "device", "kind")}
+            | {c: schema[c] for c in ("unit", "status", "slot", "configuration")},
+        )
+        only_numeric = [p for p in layout.numeric if p not in config_at]
+        positions = np.asarray(only_numeric, dtype=np.int64)
+        from_slots = np.asarray([slots[p] for p in only_numeric], dtype=np.int64)
+        bases: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        values = np.empty((len(members), n))
+        texts = np.empty((len(members), n), dtype=object)
+        kinds = np.empty((len(members), n), dtype=object)
+        for i, (run, _, _) in enumerate(members):
+            base = bases.get(run.config)
+            if base is None:
+                row_value = np.full(n, math.nan)
+                row_text = np.full(n, None, dtype=object)
+                row_kind = np.full(n, "none", dtype=object)
+                config = loaded.configs[run.config]
+                for p, c in config_at.items():
+                    value, text, kind = _typed(config[c])
+                    row_value[p] = math.nan if value is None else value
+                    row_text[p], row_kind[p] = text, kind
+                base = bases[run.config] = (row_value, row_text, row_kind)
+            values[i], texts[i], kinds[i] = base
+            values[i, positions] = run.numbers[from_slots]
+        if len(positions):
+            kinds[:, positions] = np.where(np.isnan(values[:, positions]), "none", "float")
+        k = len(members)
+        each = np.repeat(np.arange(k, dtype=np.uint32), n)  # each run's row, n times
+        part = pl.concat([static] * k) if k > 1 else static
+        part = part.with_columns(
+            pl.Series("time", [m[2] for m in members], schema["time"]).gather(each),
+            pl.Series("run_id", [m[1] for m in members], pl.String).gather(each),
+            pl.Series("node", [m[0].host for m in members], pl.String).gather(each),
+            pl.Series("value", values.ravel()).fill_nan(None),
+            pl.Series("text", texts.ravel().tolist(), dtype=pl.String),
+            pl.Series("value_type", kinds.ravel().tolist(), dtype=pl.String),
+        )
+        parts.append(part.select(list(schema)))
+    if not parts:
+        return pl.DataFrame(schema=schema)
+    return pl.concat(parts)
 
 
 def _parsed(result: Any) -> ParsedKernel:
@@ -238,7 +284,6 @@ def _existing_ids(root: Path) -> set[str]:
 def append_dataset(loaded: LoadedFleet, target: str) -> int:
     """Append every run of `loaded` not already in the dataset at `target` (a folder,
     made if missing); how many were appended. OSError when it cannot be written."""
-    import polars as pl
 
     from gpudiag.atomic import atomic_target
     from gpudiag.fleet.table import Fleet
@@ -269,14 +314,13 @@ def append_dataset(loaded: LoadedFleet, target: str) -> int:
         key = (when.date().isoformat(), fleet.model(run.config))
         parts.setdefault(key, []).append((run, rid, when))
     batch = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-    schemas = _schemas()
     appended = 0
     for (day, model), runs in sorted(parts.items()):
-        rows = _rows(loaded, runs)
+        frames = _rows(loaded, runs)
         for table in TABLES:
             folder = root / table / f"date={day}" / f"model={quote(model, safe='')}"
             folder.mkdir(parents=True, exist_ok=True)
-            frame = pl.DataFrame(rows[table], schema=schemas[table])
+            frame = frames[table]
             path = folder / f"part-{batch}.parquet"
             with atomic_target(str(path), suffix=".tmp") as temporary:
                 frame.write_parquet(temporary, statistics=True)
