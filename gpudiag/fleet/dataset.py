@@ -404,11 +404,27 @@ def _read_dataset(root: Path) -> LoadedFleet:
     return _assemble(runs, readings, kernels, findings)
 
 
+def _number(x: float) -> float | None:
+    return None if math.isnan(x) else float(x)
+
+
 def _assemble(runs: Any, readings: Any, kernels: Any, findings: Any) -> LoadedFleet:
     fleet = LoadedFleet()
     layouts: dict[tuple[Any, ...], int] = {}
     configs: dict[tuple[int, tuple[Any, ...]], int] = {}
-    by_run = {rid: frame for (rid,), frame in readings.partition_by("run_id", as_dict=True).items()}
+    # the readings are sorted by run and position: each run is a slice of whole columns,
+    # each column turned into a list (or an array) once
+    spans = readings.group_by("run_id", maintain_order=True).len()
+    bounds = [0, *np.cumsum(spans["len"].to_numpy(), dtype=np.int64).tolist()]
+    by_run = {rid: (bounds[i], bounds[i + 1]) for i, rid in enumerate(spans["run_id"])}
+    col_key = readings["reading"].to_list()
+    col_status = readings["status"].to_list()
+    col_unit = readings["unit"].to_list()
+    col_slot = readings["slot"].to_list()
+    col_config = readings["configuration"].to_list()
+    col_value = readings["value"].fill_null(math.nan).to_numpy()
+    col_text = readings["text"].to_list()
+    col_kind = readings["value_type"].to_list()
     kernels_of: dict[str, list[ParsedKernel]] = {}
     for row in kernels.sort("run_id", "position").iter_rows(named=True):
         stats: Any = msgspec.UNSET
@@ -433,37 +449,44 @@ def _assemble(runs: Any, readings: Any, kernels: Any, findings: Any) -> LoadedFl
     ).iter_rows():
         findings_of.setdefault(rid, []).append((rule, severity, subject))
     interned: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    numeric_at: dict[int, np.ndarray] = {}
+    config_at: dict[int, np.ndarray] = {}
+    decoded: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     for rid, node, created, path in runs.sort("path", "created").iter_rows():
-        frame = by_run.get(rid)
-        if frame is None:
+        span = by_run.get(rid)
+        if span is None:
             raise SnapshotError(path, "a run without readings in the dataset")
-        keys = tuple(frame["reading"].to_list())
-        statuses = tuple(frame["status"].to_list())
-        units = tuple(frame["unit"].to_list())
-        slot = frame["slot"].to_list()
-        is_config = frame["configuration"].to_list()
+        a, b = span
+        keys = tuple(col_key[a:b])
+        statuses = tuple(col_status[a:b])
+        units = tuple(col_unit[a:b])
         signature = (keys, statuses, units)
         layout_id = layouts.get(signature)
         if layout_id is None:
+            slot = col_slot[a:b]
             numeric = tuple(
                 p for _, p in sorted((s, p) for p, s in enumerate(slot) if s is not None)
             )
-            config_positions = tuple(p for p, c in enumerate(is_config) if c)
+            config_positions = tuple(p for p, c in enumerate(col_config[a:b]) if c)
             layout_id = layouts[signature] = len(fleet.layouts)
             fleet.layouts.append(Layout(keys, statuses, units, numeric, config_positions))
+            numeric_at[layout_id] = np.asarray(numeric, dtype=np.int64)
+            config_at[layout_id] = np.asarray(config_positions, dtype=np.int64)
         layout = fleet.layouts[layout_id]
-        value = frame["value"].to_list()
-        text = frame["text"].to_list()
-        kind = frame["value_type"].to_list()
-        config = tuple(_untyped(value[p], text[p], kind[p]) for p in layout.config)
+        value = col_value[a:b]
+        config_idx = config_at[layout_id]
+        raw = (layout_id, tuple(col_text[a:b]), tuple(col_kind[a:b]), value[config_idx].tobytes())
+        config = decoded.get(raw)
+        if config is None:  # alike nodes share their configuration: decoded once
+            config = decoded[raw] = tuple(
+                _untyped(_number(value[p]), col_text[a + p], col_kind[a + p]) for p in layout.config
+            )
         config_id = configs.get((layout_id, config))
         if config_id is None:
             config_id = configs[(layout_id, config)] = len(fleet.configs)
             fleet.configs.append(config)
             fleet.config_layout.append(layout_id)
-        numbers = np.asarray(
-            [math.nan if value[p] is None else value[p] for p in layout.numeric], dtype=np.float64
-        )
+        numbers = value[numeric_at[layout_id]]
         run_kernels = tuple(kernels_of.get(rid, ()))
         found = tuple(findings_of.get(rid, ()))
         fleet.runs.append(
