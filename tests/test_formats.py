@@ -70,8 +70,7 @@ def test_prometheus_passes_promtool_and_names_what_a_dashboard_needs(faulty: Pat
     assert checked.returncode == 0, checked.stdout + checked.stderr
     text = result.stdout
     assert (
-        'gpudiag_findings{rule="GPU001",subject="GPU 7",severity="critical",'
-        'action="service",status="applicable"} 1'
+        'gpudiag_findings{rule="GPU001",subject="GPU 7",severity="critical",action="service"} 1'
     ) in text
     assert re.search(r'^gpudiag_gpu_up\{gpu="7",uuid=""\} 0$', text, re.M)
     assert re.search(
@@ -110,15 +109,17 @@ def test_prometheus_kernel_results_and_not_applicable_findings(
     checked = promtool_check(text)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert (
-        'gpudiag_kernel_median{kernel="stream",device="cpu-numa0",metric="triad.fp64",'
-        'unit="GB/s"} 24.5'
-    ) in text
+        'gpudiag_kernel_bandwidth_bytes_per_second{kernel="stream",device="cpu-numa0",'
+        'metric="triad.fp64"} 24500000000.0'
+    ) in text  # GB/s in bytes per second, the unit in the name, never a label
     assert 'gpudiag_kernel_ok{kernel="copy",device="cpu",metric="h2d"} 0' in text
-    assert 'gpudiag_kernel_median{kernel="copy"' not in text  # skipped: no number
-    assert (
-        'rule="NVL008",subject="GPU 0",severity="not-applicable",action="none",'
-        'status="not_applicable"'
-    ) in text
+    assert "gpudiag_kernel_median" not in text and 'unit="' not in text
+    assert 'gpudiag_kernel_bandwidth_bytes_per_second{kernel="copy"' not in text  # no number
+    assert 'rule="NVL008"' not in text  # did not apply: counted, not exported
+    assert 'status="' not in text
+    before = re.search(r"^gpudiag_rules_not_applicable (\d+)$", prometheus(load(faulty)), re.M)
+    after = re.search(r"^gpudiag_rules_not_applicable (\d+)$", text, re.M)
+    assert before and after and int(after.group(1)) == int(before.group(1)) + 1
     assert 'gpudiag_findings_by_severity{severity="info"} 11\n' in text  # not counted
     report = tmp_path / "na.xml"
     report.write_text(junit(snapshot, load_rules()))
@@ -242,13 +243,12 @@ def test_prometheus_label_values_with_quotes_backslashes_and_newlines(faulty: Pa
     samples = [line for line in text.splitlines() if not line.startswith("#")]
     (info,) = [_label_values(s) for s in samples if s.startswith("gpudiag_info{")]
     assert info["host"] == HOSTILE_LINE
-    (median,) = [_label_values(s) for s in samples if s.startswith("gpudiag_kernel_median{")]
-    assert median == {
-        "kernel": "stream",
-        "device": HOSTILE_LINE,
-        "metric": 'tri"ad\\',
-        "unit": "GB/s",
-    }
+    (median,) = [
+        _label_values(s)
+        for s in samples
+        if s.startswith("gpudiag_kernel_bandwidth_bytes_per_second{")
+    ]
+    assert median == {"kernel": "stream", "device": HOSTILE_LINE, "metric": 'tri"ad\\'}
     found = [_label_values(s) for s in samples if s.startswith("gpudiag_findings{")]
     assert {"rule": "SITE001", "subject": HOSTILE_LINE}.items() <= found[-1].items()
 

@@ -2,9 +2,10 @@
 
     gpudiag fleet PATH... [--format text|markdown|json] [--threshold Z] [--slow PCT]
                           [--slower PCT] [--compare KEY=A,B] [--margin PCT]
-                          [--parquet FILE]
+                          [--parquet FILE] [--dataset DIR]
 
-PATH: snapshot files (TOML or JSON) or folders of them, or a FILE.parquet that
+PATH: snapshot files (TOML or JSON) or folders of them, a dataset --dataset wrote
+(fleet/dataset.py), or a FILE.parquet that
 `fleet --parquet` wrote, alone or with more snapshots. Unreadable files are named on
 stderr and skipped. Exits 0 when nothing needs a person, 1 when something does (whatever
 else), 3 when nothing does but some input was bad; the report's verdict line says both.
@@ -78,6 +79,11 @@ def add_parser(subparsers: Any) -> None:
     )
     fleet.add_argument("--parquet", metavar="FILE", help="also write the fleet table as Parquet")
     fleet.add_argument(
+        "--dataset",
+        metavar="DIR",
+        help="also append the snapshots as rows to a partitioned Parquet dataset (docs/dataset.md)",
+    )
+    fleet.add_argument(
         "--workers",
         type=inputs.number_option(1, 1024, integer=True),
         default=None,
@@ -103,7 +109,12 @@ def fail(message: str) -> int:
 def load_paths(paths: list[str], workers: int | None) -> Any:
     from gpudiag.fleet.load import load_fleet
 
-    loaded = load_fleet(paths, workers)
+    datasets = [p for p in paths if Path(p, "_gpudiag_dataset").is_file()]  # dataset.MARKER
+    loaded = load_fleet([p for p in paths if p not in datasets], workers)
+    if datasets:
+        from gpudiag.fleet.dataset import read_into
+
+        read_into(loaded, datasets)
     for problem in loaded.bad:
         print(f"gpudiag: skipped {problem}", file=sys.stderr)
     return loaded
@@ -124,6 +135,11 @@ def run(args: argparse.Namespace) -> int:
     """`gpudiag fleet`: the report, or the fleet screen in a terminal; its exit code."""
     if args.parquet and (problem := target_problem_of(args.parquet, ".parquet")):
         return fail(f"--parquet {args.parquet}: {problem}")
+    if getattr(args, "dataset", None):
+        from gpudiag.fleet.dataset import dataset_problem
+
+        if problem := dataset_problem(args.dataset):
+            return fail(f"--dataset {args.dataset}: {problem}")
     compare = None
     if args.compare:
         key, _, values = args.compare.partition("=")
@@ -158,6 +174,13 @@ def run(args: argparse.Namespace) -> int:
             write_parquet(report, args.parquet, loaded)
         except OSError as exc:
             return fail(f"--parquet {args.parquet}: cannot write: {exc.strerror or exc}")
+    if getattr(args, "dataset", None):
+        from gpudiag.fleet.dataset import append_dataset
+
+        try:
+            append_dataset(loaded, args.dataset)
+        except OSError as exc:
+            return fail(f"--dataset {args.dataset}: cannot write: {exc.strerror or exc}")
     if args.format is None and sys.stdout.isatty() and sys.stdin.isatty():
         from gpudiag.fleet.screen import FleetApp
 

@@ -8,14 +8,20 @@ check them, and a change to one is made only with a note in the README.
     gpudiag_snapshot_timestamp_seconds                  when the snapshot was taken
     gpudiag_status                                      0 ok, 1 warning, 2 critical, 3 unknown
     gpudiag_recommended_action{action}                  1 for the strongest action, else 0
-    gpudiag_findings{rule,subject,severity,action,status}   1 per finding
+    gpudiag_findings{rule,subject,severity,action}      1 per applicable finding
+    gpudiag_rules_not_applicable                        how many checks did not apply
     gpudiag_findings_by_severity{severity}              how many findings of each severity
-    gpudiag_gpu_*{gpu,uuid}                             per-GPU gauges (GPU_GAUGES)
-    gpudiag_kernel_median{kernel,device,metric,unit}    kernel results, and _cv_ratio, _ok
+    gpudiag_gpu_*{gpu,uuid}                             per-GPU gauges (GPU_GAUGES), and
+    gpudiag_gpu_*_total{gpu,uuid}                       counters since boot or lifetime
+    gpudiag_kernel_<quantity>{kernel,device,metric}     kernel medians in base units
+                                                        (KERNEL_QUANTITIES), _cv_ratio, _ok
 
-`status` is `applicable`, or `not_applicable` for a check that does not apply to this
-node (such findings never count against it: not in gpudiag_status nor in the counts).
-A reading that could not be taken is left out, never written as a zero.
+A finding for a check that does not apply to this node is not exported (one constant
+series per check and node would carry nothing); gpudiag_rules_not_applicable counts them.
+A reading the catalog declares a counter (catalog.Kind.COUNTER: ECC errors, PCIe
+replays, remapped rows, retired pages) is a Prometheus counter named `..._total`, so that
+rate() and increase() apply. A reading that could not be taken is left out, never
+written as a zero.
 """
 
 from __future__ import annotations
@@ -98,6 +104,38 @@ GPU_GAUGES: tuple[Gauge, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class KernelQuantity:
+    """A kernel result's unit as one metric in base units: its name, help and scale."""
+
+    name: str
+    help: str
+    scale: float
+
+
+_BANDWIDTH = "gpudiag_kernel_bandwidth_bytes_per_second"
+_FLOPS = "gpudiag_kernel_flops"
+_LATENCY = "gpudiag_kernel_latency_seconds"
+_BANDWIDTH_HELP = "Median of the kernel's trials: bandwidth in bytes per second."
+_FLOPS_HELP = "Median of the kernel's trials: floating-point operations per second."
+_LATENCY_HELP = "Median of the kernel's trials: latency in seconds."
+KERNEL_QUANTITIES: dict[str, KernelQuantity] = {
+    "GB/s": KernelQuantity(_BANDWIDTH, _BANDWIDTH_HELP, 1e9),
+    "TFLOP/s": KernelQuantity(_FLOPS, _FLOPS_HELP, 1e12),
+    "GFLOP/s": KernelQuantity(_FLOPS, _FLOPS_HELP, 1e9),
+    "s": KernelQuantity(_LATENCY, _LATENCY_HELP, 1.0),
+    "ms": KernelQuantity(_LATENCY, _LATENCY_HELP, 1e-3),
+    "us": KernelQuantity(_LATENCY, _LATENCY_HELP, 1e-6),
+    "count": KernelQuantity(
+        "gpudiag_kernel_events",
+        "Median of the kernel's trials: events counted (mismatches, NaNs).",
+        1.0,
+    ),
+}
+"""The units kernels report (kernels/*.py) and the metric each is exported as; a result
+in another unit keeps only its _ok and _cv_ratio series."""
+
+
 def _label_value(value: str) -> str:
     """A label value in the exposition format: printable (no control character or
     terminal escape reaches a scrape or a terminal), backslash, quote and newline escaped."""
@@ -119,17 +157,26 @@ class _Metrics:
 
     def __init__(self) -> None:
         self.help: dict[str, str] = {}
+        self.types: dict[str, str] = {}
         self.samples: dict[str, list[str]] = {}
 
-    def add(self, name: str, help_text: str, value: float, labels: Iterable = ()) -> None:
+    def add(
+        self,
+        name: str,
+        help_text: str,
+        value: float,
+        labels: Iterable = (),
+        kind: str = "gauge",
+    ) -> None:
         self.help.setdefault(name, help_text)
+        self.types.setdefault(name, kind)
         self.samples.setdefault(name, []).append(f"{name}{_labels(labels)} {_number(value)}")
 
     def text(self) -> str:
         lines = []
         for name, samples in self.samples.items():
             lines.append(f"# HELP {name} {self.help[name]}")
-            lines.append(f"# TYPE {name} gauge")
+            lines.append(f"# TYPE {name} {self.types[name]}")
             lines.extend(samples)
         return "\n".join(lines) + "\n"
 
@@ -144,7 +191,7 @@ def prometheus(snapshot: Snapshot) -> str:
     """The snapshot in Prometheus' text exposition format (node_exporter textfile)."""
     from datetime import datetime
 
-    from gpudiag import catalog
+    from gpudiag import catalog, shipped
     from gpudiag.session import severity_counts
 
     m = _Metrics()
@@ -181,42 +228,50 @@ def prometheus(snapshot: Snapshot) -> str:
             count,
             [("severity", severity.value)],
         )
+    not_applicable = 0
     for finding in snapshot.findings:
-        not_applicable = is_not_applicable(finding)
+        if is_not_applicable(finding):
+            not_applicable += 1
+            continue
         m.add(
             "gpudiag_findings",
-            "One sample (1) per finding, by rule, subject, severity, action and status.",
+            "One sample (1) per applicable finding, by rule, subject, severity and action.",
             1,
             [
                 ("rule", finding.rule_id),
                 ("subject", finding.subject),
                 ("severity", str(getattr(finding.severity, "value", finding.severity))),
                 ("action", finding.action.value),
-                ("status", "not_applicable" if not_applicable else "applicable"),
             ],
         )
+    m.add(
+        "gpudiag_rules_not_applicable",
+        "How many checks did not apply to this node (not exported one by one).",
+        not_applicable,
+    )
     readings = snapshot.readings_by_key
     gpus = catalog.SubjectIndex.of(readings).by_scope["gpu"]
     for gauge in GPU_GAUGES:
+        name, kind = gauge.name, "gauge"
+        if shipped.is_counter(f"gpu.0.{gauge.reading}"):  # the catalog's declared kind
+            name, kind = f"{gauge.name}_total", "counter"
         for (gpu,) in gpus:
             reading = readings.get(f"gpu.{gpu}.{gauge.reading}")
             uuid = readings.get(f"gpu.{gpu}.uuid")
             labels = [("gpu", gpu), ("uuid", str(uuid.value) if uuid and uuid.ok else "")]
             if gauge.reading == "health" and reading is not None:
                 if reading.status is not ReadingStatus.NOT_REACHED:  # not known: left out
-                    m.add(gauge.name, gauge.help, int(reading.ok), labels)
+                    m.add(name, gauge.help, int(reading.ok), labels)
                 continue
             if reading is None or not reading.ok or isinstance(reading.value, (list, str)):
                 continue  # not read: left out, never a zero
             value = reading.value * gauge.scale if gauge.scale != 1.0 else reading.value
             m.add(
-                gauge.name,
+                name,
                 gauge.help,
                 int(value) if isinstance(value, bool) else value,
-                [
-                    *labels,
-                    *gauge.labels,
-                ],
+                [*labels, *gauge.labels],
+                kind,
             )
     for k in snapshot.kernels:
         labels = [("kernel", k.kernel), ("device", k.device), ("metric", k.metric)]
@@ -227,12 +282,9 @@ def prometheus(snapshot: Snapshot) -> str:
             labels,
         )
         if k.stats is not None and math.isfinite(k.stats.median):
-            m.add(
-                "gpudiag_kernel_median",
-                "Median of the kernel's trials, in the unit the unit label names.",
-                k.stats.median,
-                [*labels, ("unit", k.unit)],
-            )
+            quantity = KERNEL_QUANTITIES.get(k.unit)
+            if quantity is not None:
+                m.add(quantity.name, quantity.help, k.stats.median * quantity.scale, labels)
             m.add(
                 "gpudiag_kernel_cv_ratio",
                 "Coefficient of variation of the kernel's trials.",

@@ -1,0 +1,580 @@
+"""A fleet as a Hive-partitioned Parquet dataset: what `gpudiag fleet ... --dataset DIR`
+appends to, and what `gpudiag fleet DIR` reads back (docs/dataset.md is its reference).
+
+    DIR/_gpudiag_dataset                       {"format": ..., "schema_version": 1}
+    DIR/<table>/date=YYYY-MM-DD/model=<GPU model>/part-<batch>.parquet
+
+Four long tables, one row per snapshot (runs), per reading (readings), per kernel result
+(kernels) and per finding (findings), each with the snapshot's time, run id and node;
+`date` (the snapshot's UTC day) and `model` (the fleet's node type: GPU model and count)
+are the partitions, in the folder names only. Each append writes new files (one per
+table and partition, written to a temporary name and renamed) and never rewrites an
+earlier one; a snapshot already in the dataset (its run id) is not appended again.
+
+Reading back makes the LoadedFleet the snapshots made (fleet/records.py), so the report
+is the same; Polars' lazy scan reads only the columns it needs, and `node_history` only
+the partitions and rows of one node. Strings with a control character are refused, as
+every other input's are made printable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import msgspec
+import numpy as np
+
+from gpudiag import inputs
+from gpudiag.fleet.records import (
+    Layout,
+    LoadedFleet,
+    NodeRun,
+    ParsedKernel,
+    ParsedStats,
+    kernel_values,
+    no_gc,
+)
+from gpudiag.snapshot import SnapshotError
+
+MARKER = "_gpudiag_dataset"
+FORMAT = "gpudiag fleet dataset"
+SCHEMA_VERSION = 1
+TABLES = ("runs", "readings", "kernels", "findings")
+STATS = ("count", "median", "minimum", "maximum", "mean", "cv", "ci95_low", "ci95_high")
+_CONTROL = r"[\x00-\x1f\x7f-\x9f]"
+
+
+def is_dataset(path: str | Path) -> bool:
+    """A folder that `--dataset` wrote (its marker file is there)."""
+    return (Path(path) / MARKER).is_file()
+
+
+def _schemas() -> dict[str, dict[str, Any]]:
+    import polars as pl
+
+    head = {"time": pl.Datetime("us", "UTC"), "run_id": pl.String, "node": pl.String}
+    return {
+        "runs": {**head, "created": pl.String, "path": pl.String},
+        "readings": {
+            **head,
+            "position": pl.UInt32,
+            "reading": pl.String,
+            "template": pl.String,
+            "device": pl.String,
+            "kind": pl.String,
+            "unit": pl.String,
+            "status": pl.String,
+            "value": pl.Float64,
+            "text": pl.String,
+            "value_type": pl.String,
+            "slot": pl.Int32,
+            "configuration": pl.Boolean,
+        },
+        "kernels": {
+            **head,
+            "position": pl.UInt32,
+            "kernel": pl.String,
+            "device": pl.String,
+            "metric": pl.String,
+            "reading": pl.String,
+            "template": pl.String,
+            "status": pl.String,
+            "unit": pl.String,
+            "error": pl.String,
+            "samples": pl.List(pl.Float64),
+            **{name: pl.Float64 for name in STATS},
+            "params": pl.String,
+        },
+        "findings": {
+            **head,
+            "position": pl.UInt32,
+            "rule": pl.String,
+            "severity": pl.String,
+            "subject": pl.String,
+        },
+    }
+
+
+def run_id(run: NodeRun) -> str:
+    """A snapshot's id: its node, time and file, hashed (16 hex digits)."""
+    text = f"{run.host}\0{run.created}\0{run.path}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _time(created: str) -> datetime:
+    return datetime.fromisoformat(created.replace("Z", "+00:00")).astimezone(timezone.utc)
+
+
+def _typed(value: Any) -> tuple[float | None, str | None, str]:
+    """A configuration value as (value, text, value_type)."""
+    if value is msgspec.UNSET or value is None:
+        return None, None, "none"
+    if type(value) is bool:
+        return float(value), None, "bool"
+    if type(value) is int:
+        return float(value), str(value), "int"
+    if type(value) is float:
+        return value, None, "float"
+    if type(value) in (tuple, list):
+        return None, json.dumps(list(value)), "list"
+    return None, str(value), "str"
+
+
+def _untyped(value: float | None, text: str | None, kind: str) -> Any:
+    if kind == "none":
+        return msgspec.UNSET
+    if kind == "bool":
+        return bool(value)
+    if kind == "int":
+        return int(text) if text is not None else int(value or 0)
+    if kind == "float":
+        return value
+    if kind == "list":
+        return tuple(json.loads(text or "[]"))
+    return text
+
+
+def _rows(loaded: LoadedFleet, runs: list[tuple[NodeRun, str, datetime]]) -> dict[str, Any]:
+    """The four tables for these runs (run, its id, its time), as Polars frames."""
+    import polars as pl
+
+    from gpudiag.fleet.records import _kernel_key
+    from gpudiag.fleet.table import template
+
+    out: dict[str, dict[str, list[Any]]] = {}
+    schemas = _schemas()
+    for table in ("runs", "kernels", "findings"):
+        out[table] = {name: [] for name in schemas[table]}
+
+    def head(table: str, rid: str, when: datetime, node: str) -> None:
+        columns = out[table]
+        columns["time"].append(when)
+        columns["run_id"].append(rid)
+        columns["node"].append(node)
+
+    for run, rid, when in runs:
+        head("runs", rid, when, run.host)
+        out["runs"]["created"].append(run.created)
+        out["runs"]["path"].append(run.path)
+        k = out["kernels"]
+        for position, result in enumerate(run.kernels):
+            head("kernels", rid, when, run.host)
+            parsed = _parsed(result)
+            k["position"].append(position)
+            for name in ("kernel", "device", "metric", "status", "unit", "error"):
+                k[name].append(getattr(parsed, name))
+            key = _kernel_key(parsed)[0]
+            k["reading"].append(key)
+            k["template"].append(None if key is None else template(key)[0])
+            k["samples"].append(list(parsed.samples))
+            stats = parsed.stats
+            for name in STATS:
+                k[name].append(None if stats is msgspec.UNSET else float(getattr(stats, name)))
+            k["params"].append(json.dumps(parsed.params, sort_keys=True))
+        f = out["findings"]
+        for position, (rule, severity, subject) in enumerate(run.findings):
+            head("findings", rid, when, run.host)
+            f["position"].append(position)
+            f["rule"].append(rule)
+            f["severity"].append(severity)
+            f["subject"].append(subject)
+    frames = {t: pl.DataFrame(out[t], schema=schemas[t]) for t in out}
+    frames["readings"] = _readings_frame(loaded, runs, schemas["readings"])
+    return frames
+
+
+def _readings_frame(
+    loaded: LoadedFleet, runs: list[tuple[NodeRun, str, datetime]], schema: dict[str, Any]
+) -> Any:
+    """The readings table: per layout, its columns that do not change from node to node
+    made once and repeated, the values of all its runs one matrix."""
+    import polars as pl
+
+    from gpudiag import shipped
+    from gpudiag.fleet.table import template
+
+    by_layout: dict[int, list[tuple[NodeRun, str, datetime]]] = {}
+    for item in runs:
+        by_layout.setdefault(item[0].layout, []).append(item)
+    parts = []
+    for layout_id, members in by_layout.items():
+        layout = loaded.layouts[layout_id]
+        n = len(layout.keys)
+        slots = {p: i for i, p in enumerate(layout.numeric)}
+        config_at = {p: i for i, p in enumerate(layout.config)}
+        about = [(*template(key), shipped.kind_of(key).value) for key in layout.keys]
+        static = pl.DataFrame(
+            {
+                "position": range(n),
+                "reading": layout.keys,
+                "template": [a[0] for a in about],
+                "device": [a[1] for a in about],
+                "kind": [a[2] for a in about],
+                "unit": layout.units,
+                "status": layout.statuses,
+                "slot": [slots.get(p) for p in range(n)],
+                "configuration": [p in config_at for p in range(n)],
+            },
+            schema={c: schema[c] for c in ("position", "reading", "template", "device", "kind")}
+            | {c: schema[c] for c in ("unit", "status", "slot", "configuration")},
+        )
+        only_numeric = [p for p in layout.numeric if p not in config_at]
+        positions = np.asarray(only_numeric, dtype=np.int64)
+        from_slots = np.asarray([slots[p] for p in only_numeric], dtype=np.int64)
+        bases: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        values = np.empty((len(members), n))
+        texts = np.empty((len(members), n), dtype=object)
+        kinds = np.empty((len(members), n), dtype=object)
+        for i, (run, _, _) in enumerate(members):
+            base = bases.get(run.config)
+            if base is None:
+                row_value = np.full(n, math.nan)
+                row_text = np.full(n, None, dtype=object)
+                row_kind = np.full(n, "none", dtype=object)
+                config = loaded.configs[run.config]
+                for p, c in config_at.items():
+                    value, text, kind = _typed(config[c])
+                    row_value[p] = math.nan if value is None else value
+                    row_text[p], row_kind[p] = text, kind
+                base = bases[run.config] = (row_value, row_text, row_kind)
+            values[i], texts[i], kinds[i] = base
+            values[i, positions] = run.numbers[from_slots]
+        if len(positions):
+            kinds[:, positions] = np.where(np.isnan(values[:, positions]), "none", "float")
+        k = len(members)
+        each = np.repeat(np.arange(k, dtype=np.uint32), n)  # each run's row, n times
+        part = pl.concat([static] * k) if k > 1 else static
+        part = part.with_columns(
+            pl.Series("time", [m[2] for m in members], schema["time"]).gather(each),
+            pl.Series("run_id", [m[1] for m in members], pl.String).gather(each),
+            pl.Series("node", [m[0].host for m in members], pl.String).gather(each),
+            pl.Series("value", values.ravel()).fill_nan(None),
+            pl.Series("text", texts.ravel().tolist(), dtype=pl.String),
+            pl.Series("value_type", kinds.ravel().tolist(), dtype=pl.String),
+        )
+        parts.append(part.select(list(schema)))
+    if not parts:
+        return pl.DataFrame(schema=schema)
+    return pl.concat(parts)
+
+
+def _parsed(result: Any) -> ParsedKernel:
+    from gpudiag.fleet.parquet import _as_parsed_kernel
+
+    return _as_parsed_kernel(result)
+
+
+def _existing_ids(root: Path) -> set[str]:
+    import polars as pl
+
+    files = list((root / "runs").rglob("*.parquet"))
+    if not files:
+        return set()
+    return set(pl.scan_parquet(files).select("run_id").collect()["run_id"].to_list())
+
+
+def append_dataset(loaded: LoadedFleet, target: str) -> int:
+    """Append every run of `loaded` not already in the dataset at `target` (a folder,
+    made if missing); how many were appended. OSError when it cannot be written."""
+
+    from gpudiag.atomic import atomic_target
+    from gpudiag.fleet.table import Fleet
+
+    root = Path(target)
+    marker = root / MARKER
+    if root.exists() and not root.is_dir():
+        raise OSError(f"{target}: not a folder")
+    if root.is_dir() and any(root.iterdir()) and not marker.is_file():
+        raise OSError(f"{target}: a folder that is not a gpudiag dataset (no {MARKER})")
+    root.mkdir(parents=True, exist_ok=True)
+    if not marker.is_file():
+        with atomic_target(str(marker), suffix=".tmp") as temporary:
+            Path(temporary).write_text(
+                json.dumps({"format": FORMAT, "schema_version": SCHEMA_VERSION}) + "\n"
+            )
+    else:
+        _check_marker(root)
+    known = _existing_ids(root)
+    fleet = Fleet(loaded)
+    parts: dict[tuple[str, str], list[tuple[NodeRun, str, datetime]]] = {}
+    for run in loaded.runs:
+        rid = run_id(run)
+        if rid in known:
+            continue
+        known.add(rid)
+        when = _time(run.created)
+        key = (when.date().isoformat(), fleet.model(run.config))
+        parts.setdefault(key, []).append((run, rid, when))
+    batch = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    appended = 0
+    for (day, model), runs in sorted(parts.items()):
+        frames = _rows(loaded, runs)
+        for table in TABLES:
+            folder = root / table / f"date={day}" / f"model={quote(model, safe='')}"
+            folder.mkdir(parents=True, exist_ok=True)
+            frame = frames[table]
+            path = folder / f"part-{batch}.parquet"
+            with atomic_target(str(path), suffix=".tmp") as temporary:
+                frame.write_parquet(temporary, statistics=True)
+        appended += len(runs)
+    return appended
+
+
+def _check_marker(root: Path) -> None:
+    try:
+        marker = json.loads((root / MARKER).read_text())
+        version = marker["schema_version"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise SnapshotError(str(root), f"a damaged dataset marker ({MARKER})") from None
+    if marker.get("format") != FORMAT or version != SCHEMA_VERSION:
+        raise SnapshotError(str(root), f"dataset schema {version!r}: this gpudiag reads 1")
+
+
+def scan(root: str | Path, table: str) -> Any:
+    """The Polars lazy frame of one table (date and model from the folder names)."""
+    import polars as pl
+
+    pattern = str(Path(root) / table / "**" / "*.parquet")
+    return pl.scan_parquet(pattern, hive_partitioning=True, schema=None)
+
+
+def read_dataset(root: str | Path) -> LoadedFleet:
+    """The fleet a dataset holds, as the snapshots gave it; SnapshotError if damaged."""
+    with no_gc():
+        return _read_dataset(Path(root))
+
+
+def _read_dataset(root: Path) -> LoadedFleet:
+    import polars as pl
+
+    name = str(root)
+    _check_marker(root)
+    if not list((root / "runs").rglob("*.parquet")):
+        return LoadedFleet()
+    try:
+        runs = scan(root, "runs").select("run_id", "node", "created", "path").collect()
+        readings = (
+            scan(root, "readings")
+            .select(
+                "run_id",
+                "position",
+                "reading",
+                "unit",
+                "status",
+                "value",
+                "text",
+                "value_type",
+                "slot",
+                "configuration",
+            )
+            .sort("run_id", "position")
+            .collect()
+        )
+        kernels = (
+            scan(root, "kernels")
+            .drop("time", "node", "date", "model", "reading", "template")
+            .collect()
+        )
+        findings = (
+            scan(root, "findings")
+            .select("run_id", "position", "rule", "severity", "subject")
+            .sort("run_id", "position")
+            .collect()
+        )
+    except Exception as exc:  # a damaged file may fail anywhere in the reader
+        raise SnapshotError(name, f"not a readable dataset: {str(exc).splitlines()[0]}") from None
+    for frame in (runs, readings, kernels, findings):
+        strings = [c for c, t in frame.schema.items() if t == pl.String]
+        if (
+            strings
+            and frame.select(pl.any_horizontal(pl.col(strings).str.contains(_CONTROL)).any()).item()
+        ):
+            raise SnapshotError(name, "a string with a control character")
+    values = readings["value"].drop_nulls()
+    if len(values) and float(values.abs().max()) > inputs.MAX_NUMBER:  # type: ignore[arg-type]
+        raise SnapshotError(name, f"a value past {inputs.MAX_NUMBER:.2g}, which no reading holds")
+    return _assemble(runs, readings, kernels, findings)
+
+
+def _number(x: float) -> float | None:
+    return None if math.isnan(x) else float(x)
+
+
+def _assemble(runs: Any, readings: Any, kernels: Any, findings: Any) -> LoadedFleet:
+    fleet = LoadedFleet()
+    layouts: dict[tuple[Any, ...], int] = {}
+    configs: dict[tuple[int, tuple[Any, ...]], int] = {}
+    # the readings are sorted by run and position: each run is a slice of whole columns,
+    # each column turned into a list (or an array) once
+    spans = readings.group_by("run_id", maintain_order=True).len()
+    bounds = [0, *np.cumsum(spans["len"].to_numpy(), dtype=np.int64).tolist()]
+    by_run = {rid: (bounds[i], bounds[i + 1]) for i, rid in enumerate(spans["run_id"])}
+    col_key = readings["reading"].to_list()
+    col_status = readings["status"].to_list()
+    col_unit = readings["unit"].to_list()
+    col_slot = readings["slot"].to_list()
+    col_config = readings["configuration"].to_list()
+    col_value = readings["value"].fill_null(math.nan).to_numpy()
+    col_text = readings["text"].to_list()
+    col_kind = readings["value_type"].to_list()
+    kernels_of: dict[str, list[ParsedKernel]] = {}
+    for row in kernels.sort("run_id", "position").iter_rows(named=True):
+        stats: Any = msgspec.UNSET
+        if row["median"] is not None:
+            stats = ParsedStats(*(int(row[n]) if n == "count" else row[n] for n in STATS))
+        kernels_of.setdefault(row["run_id"], []).append(
+            ParsedKernel(
+                kernel=row["kernel"],
+                device=row["device"],
+                metric=row["metric"],
+                status=row["status"],
+                unit=row["unit"],
+                error=row["error"],
+                samples=list(row["samples"] or ()),
+                params=json.loads(row["params"]),
+                stats=stats,
+            )
+        )
+    findings_of: dict[str, list[tuple[str, str, str]]] = {}
+    for rid, rule, severity, subject in findings.select(
+        "run_id", "rule", "severity", "subject"
+    ).iter_rows():
+        findings_of.setdefault(rid, []).append((rule, severity, subject))
+    interned: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    numeric_at: dict[int, np.ndarray] = {}
+    config_at: dict[int, np.ndarray] = {}
+    decoded: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for rid, node, created, path in runs.sort("path", "created").iter_rows():
+        span = by_run.get(rid)
+        if span is None:
+            raise SnapshotError(path, "a run without readings in the dataset")
+        a, b = span
+        keys = tuple(col_key[a:b])
+        statuses = tuple(col_status[a:b])
+        units = tuple(col_unit[a:b])
+        signature = (keys, statuses, units)
+        layout_id = layouts.get(signature)
+        if layout_id is None:
+            slot = col_slot[a:b]
+            numeric = tuple(
+                p for _, p in sorted((s, p) for p, s in enumerate(slot) if s is not None)
+            )
+            config_positions = tuple(p for p, c in enumerate(col_config[a:b]) if c)
+            layout_id = layouts[signature] = len(fleet.layouts)
+            fleet.layouts.append(Layout(keys, statuses, units, numeric, config_positions))
+            numeric_at[layout_id] = np.asarray(numeric, dtype=np.int64)
+            config_at[layout_id] = np.asarray(config_positions, dtype=np.int64)
+        layout = fleet.layouts[layout_id]
+        value = col_value[a:b]
+        config_idx = config_at[layout_id]
+        raw = (layout_id, tuple(col_text[a:b]), tuple(col_kind[a:b]), value[config_idx].tobytes())
+        config = decoded.get(raw)
+        if config is None:  # alike nodes share their configuration: decoded once
+            config = decoded[raw] = tuple(
+                _untyped(_number(value[p]), col_text[a + p], col_kind[a + p]) for p in layout.config
+            )
+        config_id = configs.get((layout_id, config))
+        if config_id is None:
+            config_id = configs[(layout_id, config)] = len(fleet.configs)
+            fleet.configs.append(config)
+            fleet.config_layout.append(layout_id)
+        numbers = value[numeric_at[layout_id]]
+        run_kernels = tuple(kernels_of.get(rid, ()))
+        found = tuple(findings_of.get(rid, ()))
+        fleet.runs.append(
+            NodeRun(
+                path=path,
+                host=node,
+                created=created,
+                layout=layout_id,
+                config=config_id,
+                numbers=numbers,
+                kernel_values=kernel_values(run_kernels),
+                kernels=run_kernels,
+                findings=interned.setdefault(found, found),
+            )
+        )
+    return fleet
+
+
+def merge_into(fleet: LoadedFleet, part: LoadedFleet) -> None:
+    """Add `part`'s runs to `fleet`, its layouts and configurations renumbered (as
+    load.load_fleet merges what its workers read)."""
+    layout_ids = {(la.keys, la.statuses, la.units): i for i, la in enumerate(fleet.layouts)}
+    config_ids = {(fleet.config_layout[i], c): i for i, c in enumerate(fleet.configs)}
+    layout_map = []
+    for layout in part.layouts:
+        signature = (layout.keys, layout.statuses, layout.units)
+        if signature not in layout_ids:
+            layout_ids[signature] = len(fleet.layouts)
+            fleet.layouts.append(layout)
+        layout_map.append(layout_ids[signature])
+    config_map = []
+    for layout_id, config in zip(part.config_layout, part.configs, strict=True):
+        key = (layout_map[layout_id], config)
+        if key not in config_ids:
+            config_ids[key] = len(fleet.configs)
+            fleet.configs.append(config)
+            fleet.config_layout.append(key[0])
+        config_map.append(config_ids[key])
+    for run in part.runs:
+        run.layout = layout_map[run.layout]
+        run.config = config_map[run.config]
+        fleet.runs.append(run)
+    fleet.bad.extend(part.bad)
+
+
+def dataset_problem(target: str) -> str | None:
+    """Why `target` cannot take an append, or None."""
+    path = Path(target)
+    if path.exists() and not path.is_dir():
+        return "not a folder"
+    if path.is_dir() and any(path.iterdir()) and not is_dataset(path):
+        return f"a folder with files that is not a gpudiag dataset (no {MARKER})"
+    if not os.access(path if path.exists() else path.parent, os.W_OK):
+        return "not writable"
+    return None
+
+
+def read_into(fleet: LoadedFleet, roots: list[str]) -> None:
+    """Each dataset's runs added to `fleet`; a damaged one is named in `fleet.bad`."""
+    for root in roots:
+        try:
+            merge_into(fleet, read_dataset(root))
+        except SnapshotError as exc:
+            fleet.bad.append(inputs.printable(str(exc)))
+
+
+def node_history(
+    root: str | Path, node: str, kernel: str, metric: str, device: str | None = None
+) -> Any:
+    """One node's kernel metric over its runs (time, run_id, node, device, unit, median):
+    a lazy scan whose filters Polars pushes into the Parquet reader, which skips the row
+    groups whose statistics rule the node out and reads six columns of the rest."""
+    import polars as pl
+
+    wanted = (pl.col("node") == node) & (pl.col("kernel") == kernel) & (pl.col("metric") == metric)
+    if device is not None:
+        wanted &= pl.col("device") == device
+    return (
+        scan(root, "kernels")
+        .filter(wanted & (pl.col("status") == "ok"))
+        .select(
+            "time",
+            "run_id",
+            "node",
+            "device",
+            "unit",
+            pl.coalesce("median", pl.col("samples").list.median()).alias("median"),
+        )
+        .sort("time", "device")
+        .collect()
+    )

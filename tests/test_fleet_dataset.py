@@ -1,0 +1,176 @@
+"""gpudiag fleet --dataset DIR: snapshots appended as rows to a Hive-partitioned Parquet
+dataset, never rewriting a file, and read back as the same report (docs/dataset.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from gpudiag.commands.fleet import load_paths
+from gpudiag.fleet.analysis import FleetReport, analyse
+from gpudiag.fleet.dataset import (
+    MARKER,
+    append_dataset,
+    dataset_problem,
+    node_history,
+    read_dataset,
+    scan,
+)
+from gpudiag.fleet.load import load_fleet
+from gpudiag.fleet.report import report_json, report_text
+
+from conftest import run_cli
+from fleetgen import clean_dir, fleet_dir
+
+__all__ = ["clean_dir", "fleet_dir"]
+
+
+@pytest.fixture(scope="module")
+def dataset(fleet_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The planted fleet appended in two batches: the node005's later run (history/)
+    first, then everything (whose later run is already there)."""
+    root = tmp_path_factory.mktemp("ds") / "fleet"
+    assert append_dataset(load_fleet([fleet_dir / "history"], workers=1), str(root)) == 1
+    assert append_dataset(load_fleet([fleet_dir], workers=1), str(root)) == 20
+    return root
+
+
+@pytest.fixture(scope="module")
+def analysed(dataset: Path) -> FleetReport:
+    """The report of the dataset, read back."""
+    return analyse(read_dataset(dataset))
+
+
+def _report(loaded: object) -> tuple[str, dict]:
+    report = analyse(loaded)  # type: ignore[arg-type]
+    return report_text(report), report_json(report)
+
+
+def test_the_report_from_the_dataset_is_the_report_from_the_snapshots(
+    fleet_dir: Path, analysed: FleetReport
+) -> None:
+    text, document = _report(load_fleet([fleet_dir], workers=1))
+    again_text, again_document = report_text(analysed), report_json(analysed)
+    assert again_text == text  # byte for byte
+    assert again_document == document
+    assert document["snapshots"] == 21 and document["regressions"] and document["outliers"]
+
+
+def test_appends_add_files_and_rewrite_none(fleet_dir: Path, dataset: Path) -> None:
+    files = {p: p.stat().st_mtime_ns for p in dataset.rglob("*.parquet")}
+    assert append_dataset(load_fleet([fleet_dir], workers=1), str(dataset)) == 0  # all known
+    assert {p: p.stat().st_mtime_ns for p in dataset.rglob("*.parquet")} == files
+    tables = {p.relative_to(dataset).parts[0] for p in files}
+    assert tables == {"runs", "readings", "kernels", "findings"}
+    days = {p.relative_to(dataset).parts[1] for p in files}
+    assert days == {"date=2026-11-20"} | (days - {"date=2026-11-20"}) and len(days) >= 2
+    assert all(p.relative_to(dataset).parts[2].startswith("model=") for p in files)
+    runs = scan(dataset, "runs").collect()
+    assert runs.height == 21 and runs["run_id"].n_unique() == 21
+    assert set(runs.columns) >= {"time", "run_id", "node", "date", "model"}
+    readings = scan(dataset, "readings").collect()
+    assert {"reading", "unit", "value", "text", "status", "device"} <= set(readings.columns)
+    hot = readings.filter(
+        (pl.col("node") == "node011")
+        & (pl.col("template") == "gpu.{gpu}.temperature.gpu")
+        & (pl.col("device") == "GPU 5")
+    )
+    assert hot["value"].to_list() == [88.0]
+
+
+def test_a_nodes_history_reads_only_its_rows(dataset: Path) -> None:
+    history = node_history(dataset, "node005", "stream", "triad", "gpu1")
+    assert history["node"].unique().to_list() == ["node005"]
+    first, later = history.sort("time")["median"].to_list()
+    assert later == pytest.approx(first * 0.9, rel=0.02)
+
+
+def test_the_cli_appends_and_reads_a_dataset(fleet_dir: Path, tmp_path: Path) -> None:
+    target = tmp_path / "ds"
+    wrote = run_cli("fleet", str(fleet_dir), "--format", "json", "--dataset", str(target))
+    assert wrote.returncode == 1, wrote.stderr
+    assert (target / MARKER).is_file()
+    back = load_paths([str(target)], 1)  # what `gpudiag fleet DIR` reads, in this process
+    assert not back.bad
+    assert json.dumps(report_json(analyse(back)), indent=1) + "\n" == wrote.stdout
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "x.txt").write_text("x")
+    assert "not a gpudiag dataset" in (dataset_problem(str(tmp_path / "other")) or "")
+    assert dataset_problem(str(tmp_path / "other" / "x.txt")) == "not a folder"
+    assert dataset_problem(str(target)) is None and dataset_problem(str(tmp_path / "new")) is None
+
+
+def _sql(title: str, root: Path) -> str:
+    """The query under `### title` in docs/dataset.md, on this dataset."""
+    text = (Path(__file__).parent.parent / "docs" / "dataset.md").read_text()
+    section = text.split(f"### {title}\n", 1)[1]
+    query = section.split("```sql\n", 1)[1].split("```", 1)[0]
+    return query.replace("'DIR/", f"'{root}/")
+
+
+@pytest.fixture(scope="module")
+def duck() -> object:
+    duckdb = pytest.importorskip("duckdb", reason="duckdb not installed (the test extra has it)")
+    return duckdb.connect()
+
+
+def test_the_outliers_query_finds_what_gpudiag_finds(
+    analysed: FleetReport, dataset: Path, duck: object
+) -> None:
+    report = analysed
+    templates = set(scan(dataset, "readings").select("template").unique().collect()["template"])
+    ours = {
+        (o.model, o.node, o.reading, o.device, o.value)
+        for o in report.outliers
+        if o.reading in templates  # kernel figures are the next queries' subject
+    }
+    rows = duck.execute(_sql("Outliers per model", dataset), {"threshold": 5.0}).fetchall()  # type: ignore[attr-defined]
+    theirs = {row[:5] for row in rows}
+    assert theirs == ours
+    assert ("h100-sxm5 x8", "node011", "gpu.{gpu}.temperature.gpu", "GPU 5", 88.0) in theirs
+
+
+def test_the_history_query_gives_node_history(dataset: Path, duck: object) -> None:
+    params = {"node": "node005", "kernel": "stream", "metric": "triad"}
+    rows = duck.execute(_sql("A node's history", dataset), params).fetchall()  # type: ignore[attr-defined]
+    ours = node_history(dataset, "node005", "stream", "triad")
+    assert [(r[1], r[2], r[4]) for r in rows] == list(
+        zip(ours["run_id"], ours["device"], ours["median"], strict=True)
+    )
+    assert len(rows) == 2 * 10  # two runs, 8 GPUs and 2 NUMA nodes each
+
+
+def test_the_factor_query_gives_the_reports_share(
+    analysed: FleetReport, dataset: Path, duck: object
+) -> None:
+    history = analysed.history
+    assert history is not None
+    found = [f for f in history.factors if "driver" in f.reading]
+    assert found, [f.reading for f in history.factors]
+    factor = found[0]
+    params = {"metric": factor.metric, "factor": factor.reading}
+    rows = duck.execute(_sql("A factor's effect", dataset), params).fetchall()  # type: ignore[attr-defined]
+    mine = [r for r in rows if r[0] == factor.model]
+    assert mine and mine[0][3] == pytest.approx(factor.share, rel=1e-9, abs=1e-12)
+    assert mine[0][4] == factor.reference
+    levels = {r[1]: r[2] for r in mine}
+    assert {lv.value: lv.nodes for lv in factor.levels}.items() <= levels.items()
+
+
+def test_a_damaged_dataset_is_named_and_skipped(dataset: Path, tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(dataset, copy)
+    (copy / MARKER).write_text('{"format": "gpudiag fleet dataset", "schema_version": 9}')
+    loaded = load_paths([str(copy)], 1)
+    assert not loaded.runs and "dataset schema 9" in loaded.bad[0]
+    shutil.copy(dataset / MARKER, copy / MARKER)
+    victim = next((copy / "readings").rglob("*.parquet"))
+    victim.write_bytes(b"PAR1 not really")
+    loaded = load_paths([str(copy)], 1)
+    assert not loaded.runs and "not a readable dataset" in loaded.bad[0]
+    assert "\n" not in loaded.bad[0]
