@@ -33,6 +33,10 @@ where CUDA sees no GPU.
 
 from __future__ import annotations
 
+from _wheel import use_the_wheel
+
+use_the_wheel()  # gpudiag as users install it: benchmarks/_wheel.py
+
 import argparse
 import contextlib
 import re

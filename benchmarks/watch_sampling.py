@@ -14,6 +14,10 @@ the long run and after all of it; a ring buffer keeps them equal.
 
 from __future__ import annotations
 
+from _wheel import use_the_wheel
+
+use_the_wheel()  # gpudiag as users install it: benchmarks/_wheel.py
+
 import argparse
 import time
 import tracemalloc

@@ -14,6 +14,7 @@ import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -141,6 +142,38 @@ def realdata_trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     _, roots = built_once(tmp_path_factory, "realdata-trees", _unpack_realdata_trees)
     assert isinstance(roots, dict)
     return {name: Path(root) for name, root in roots.items()}
+
+
+def _bench_wheel() -> object:
+    """benchmarks/_wheel.py, the benchmarks' wheel builder (imported by path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_wheel", REPO / "benchmarks" / "_wheel.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _wheel_and_environment(folder: Path) -> dict[str, str]:
+    builder: Any = _bench_wheel()
+    wheel = builder.build_wheel(folder)
+    return {"wheel": str(wheel), "venv": str(builder.install(wheel, folder / "venvs"))}
+
+
+def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """gpudiag's wheel, built from a copy of this checkout's files, and a fresh environment
+    with it installed over this one's dependencies (benchmarks/_wheel.py): once per run,
+    for the wheel's tests and the benchmarks. {"wheel": file, "venv": folder}."""
+    _, built = built_once(tmp_path_factory, "wheel", _wheel_and_environment)
+    assert isinstance(built, dict)
+    return {name: Path(path) for name, path in built.items()}
+
+
+@pytest.fixture(scope="session")
+def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The environment of built_wheel, where the benchmarks time gpudiag as users run it."""
+    return built_wheel(tmp_path_factory)["venv"]
 
 
 def _bytecode_outside_the_tree() -> None:
