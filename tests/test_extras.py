@@ -99,9 +99,9 @@ def test_the_demo_exports_headless_and_its_exit_code_is_the_findings(capsys) -> 
 
 
 def test_the_offline_recipe_is_what_ci_runs() -> None:
-    """docs/install.md's offline recipe installs from the wheelhouse with the network
+    """docs/development.md's offline recipe installs from the wheelhouse with the network
     refused, and .ci/run runs its lines, between the markers, verbatim."""
-    text = (REPO / "docs" / "install.md").read_text()
+    text = (REPO / "docs" / "development.md").read_text()
     recipe = text.split("<!-- offline-recipe -->\n")[1].split("<!-- /offline-recipe -->")[0]
     assert "pip wheel --wheel-dir gpudiag-wheelhouse ." in recipe
     assert "pip install --no-index --find-links gpudiag-wheelhouse gpudiag" in recipe
