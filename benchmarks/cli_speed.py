@@ -21,9 +21,10 @@ bytecode caches are written and read as an installed gpudiag's are.
 
 from __future__ import annotations
 
-from _wheel import use_the_wheel
+if __name__ == "__main__":  # gpudiag as users install it (benchmarks/_wheel.py)
+    from _wheel import use_the_wheel
 
-use_the_wheel()  # gpudiag as users install it: benchmarks/_wheel.py
+    use_the_wheel()
 
 import argparse
 import json

@@ -31,9 +31,10 @@ in the generated one, the power cap and the driver make 2 more where N reaches t
 
 from __future__ import annotations
 
-from _wheel import use_the_wheel
+if __name__ == "__main__":  # gpudiag as users install it (benchmarks/_wheel.py)
+    from _wheel import use_the_wheel
 
-use_the_wheel()  # gpudiag as users install it: benchmarks/_wheel.py
+    use_the_wheel()
 
 import argparse
 import copy

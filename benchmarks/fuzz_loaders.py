@@ -15,9 +15,10 @@ Exit code 1 when anything crashed or one input took more than 2 s.
 
 from __future__ import annotations
 
-from _wheel import use_the_wheel
+if __name__ == "__main__":  # gpudiag as users install it (benchmarks/_wheel.py)
+    from _wheel import use_the_wheel
 
-use_the_wheel()  # gpudiag as users install it: benchmarks/_wheel.py
+    use_the_wheel()
 
 import argparse
 import random

@@ -16,9 +16,10 @@ each copy with its GPU temperatures, clocks and power draws varied so no two are
 
 from __future__ import annotations
 
-from _wheel import use_the_wheel
+if __name__ == "__main__":  # gpudiag as users install it (benchmarks/_wheel.py)
+    from _wheel import use_the_wheel
 
-use_the_wheel()  # gpudiag as users install it: benchmarks/_wheel.py
+    use_the_wheel()
 
 import argparse
 import os

@@ -74,7 +74,7 @@ def test_every_benchmark_has_its_smallest_settings() -> None:
     scripts = [p.name for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_")]
     assert sorted(scripts) == sorted(SMALLEST)
     for script in scripts:  # each runs in the wheel's environment, first thing
-        assert "\nuse_the_wheel()" in (BENCHMARKS / script).read_text(), script
+        assert "\n    use_the_wheel()" in (BENCHMARKS / script).read_text(), script
     for script, where in SMALLEST.items():
         if isinstance(where, str):  # another test file runs it
             assert script in (REPO / "tests" / where).read_text(), (script, where)
