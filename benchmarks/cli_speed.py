@@ -21,6 +21,11 @@ bytecode caches are written and read as an installed gpudiag's are.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # gpudiag as users install it (benchmarks/_wheel.py)
+    from _wheel import use_the_wheel
+
+    use_the_wheel()
+
 import argparse
 import json
 import os

@@ -20,6 +20,11 @@ suite: a shared machine cannot.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # gpudiag as users install it (benchmarks/_wheel.py)
+    from _wheel import use_the_wheel
+
+    use_the_wheel()
+
 import argparse
 import os
 import shutil

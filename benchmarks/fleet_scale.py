@@ -31,6 +31,11 @@ in the generated one, the power cap and the driver make 2 more where N reaches t
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # gpudiag as users install it (benchmarks/_wheel.py)
+    from _wheel import use_the_wheel
+
+    use_the_wheel()
+
 import argparse
 import copy
 import os
@@ -49,9 +54,9 @@ import msgspec
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from gpudiag.snapshot import snapshot_to_dict  # noqa: E402
+from gpudiag.snapshot import snapshot_to_dict
 
-from fleetgen import GPUS, base_snapshot, kernels  # noqa: E402
+from fleetgen import GPUS, base_snapshot, kernels
 
 FLOOR = r"""
 import sys

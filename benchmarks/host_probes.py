@@ -12,6 +12,11 @@ N times: they read less (CPU and topology only) than gpudiag's probes do.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # gpudiag as users install it (benchmarks/_wheel.py)
+    from _wheel import use_the_wheel
+
+    use_the_wheel()
+
 import argparse
 import shutil
 import statistics

@@ -21,6 +21,11 @@ reference is gpudiag's own.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # gpudiag as users install it (benchmarks/_wheel.py)
+    from _wheel import use_the_wheel
+
+    use_the_wheel()
+
 import argparse
 import json
 import os
@@ -134,7 +139,8 @@ def main() -> None:
         work = Path(folder)
         library = build("current", work / "lib")
         (work / "node.flat").write_text(flat(straggler_node()))
-        env = environment(library, work / "node.flat", Path(os.devnull), str(REPO))
+        # no PYTHONPATH: the children import the wheel's gpudiag, as this process does
+        env = environment(library, work / "node.flat", Path(os.devnull))
         env.pop("GPUDIAG_STANDIN_LOG")  # no call log: it would be timed too
         # nor the stand-in's pointer checks (each reads /proc/self/maps: 15 ms a window here)
         env["GPUDIAG_STANDIN_UNCHECKED"] = "1"

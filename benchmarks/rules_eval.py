@@ -16,6 +16,11 @@ each copy with its GPU temperatures, clocks and power draws varied so no two are
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # gpudiag as users install it (benchmarks/_wheel.py)
+    from _wheel import use_the_wheel
+
+    use_the_wheel()
+
 import argparse
 import os
 import random
@@ -37,7 +42,7 @@ from gpudiag.session import probe_node, with_findings
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
-from hosttree import build_hgx_tree  # noqa: E402
+from hosttree import build_hgx_tree
 
 VARIED = (".temperature.gpu", ".clocks.sm", ".power.draw")
 

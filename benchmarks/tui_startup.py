@@ -17,6 +17,11 @@ environment does not make every run compile them.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # gpudiag as users install it (benchmarks/_wheel.py)
+    from _wheel import use_the_wheel
+
+    use_the_wheel()
+
 import argparse
 import compileall
 import os
@@ -30,8 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from hosttree import build_hgx_tree  # noqa: E402
-from tmux_pane import capture, start_session, tmux  # noqa: E402
+from hosttree import build_hgx_tree
+from tmux_pane import capture, start_session, tmux
 
 MINIMAL_APP = """
 from textual.app import App

@@ -66,6 +66,9 @@ class Loops:
 try:
     import numba
 except ImportError as exc:  # numba ships wheels for x86_64 and aarch64 only
-    UNAVAILABLE = f"numba is not importable ({exc})"
+    UNAVAILABLE = (
+        f"numba is not importable ({exc}): pip install 'gpudiag[cpu-kernels]'"
+        " for the compiled loops (NumPy runs them otherwise)"
+    )
 else:
     LOOPS = Loops(numba.njit)

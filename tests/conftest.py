@@ -160,6 +160,38 @@ def realdata_trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {name: Path(root) for name, root in roots.items()}
 
 
+def _bench_wheel() -> object:
+    """benchmarks/_wheel.py, the benchmarks' wheel builder (imported by path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_wheel", REPO / "benchmarks" / "_wheel.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _wheel_and_environment(folder: Path) -> dict[str, str]:
+    builder: Any = _bench_wheel()
+    wheel = builder.build_wheel(folder)
+    return {"wheel": str(wheel), "venv": str(builder.install(wheel, folder / "venvs"))}
+
+
+def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """gpudiag's wheel, built from a copy of this checkout's files, and a fresh environment
+    with it installed over this one's dependencies (benchmarks/_wheel.py): once per run,
+    for the wheel's tests and the benchmarks. {"wheel": file, "venv": folder}."""
+    _, built = built_once(tmp_path_factory, "wheel", _wheel_and_environment)
+    assert isinstance(built, dict)
+    return {name: Path(path) for name, path in built.items()}
+
+
+@pytest.fixture(scope="session")
+def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The environment of built_wheel, where the benchmarks time gpudiag as users run it."""
+    return built_wheel(tmp_path_factory)["venv"]
+
+
 def _bytecode_outside_the_tree() -> None:
     """Under PYTHONDONTWRITEBYTECODE (set on this project's machines), every `python -m
     gpudiag` the tests start compiled gpudiag from source again (about 0.15 s of CPU
@@ -222,14 +254,43 @@ def _tests_own(function: Callable[..., object]) -> bool:
     return path.parent == Path(__file__).resolve().parent and path.name != "conftest.py"
 
 
+def _shared_fixtures_untimed(item: pytest.Item) -> None:
+    """pytest-timeout's per-test limit (pyproject's `timeout`, or the test's own mark)
+    counts from the test's body, not its setup, where the test uses a shared fixture of
+    the tests' own (scope module or session, not autouse: a stand-in library built and
+    280 NVML cases run, a Slurm cluster started, a fleet generated, the real trees
+    unpacked). Such a fixture is built once per run, by whichever test asks first, and
+    takes as long as the machine's load makes it: at load 13-20 on 2 cores the NVML
+    error table's took over the 120 s and its first test errored. Each such fixture
+    bounds its own waits (its subprocesses' timeouts)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return
+    shared = [
+        d
+        for defs in info.name2fixturedefs.values()
+        for d in defs
+        if d.scope in ("module", "session")
+        and not getattr(d, "_autouse", False)
+        and Path(inspect.getfile(d.func)).resolve().parent == Path(__file__).resolve().parent
+    ]
+    if not shared:
+        return
+    mark = item.get_closest_marker("timeout")
+    args, kwargs = (mark.args, mark.kwargs) if mark is not None else ((), {})
+    item.add_marker(pytest.mark.timeout(*args, **{**kwargs, "func_only": True}), append=False)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`--dist loadgroup`, pytest_cmdline_main above): the tests that
     use a fixture of their module's own shared beyond one test (scope module or session:
     a built wheel, a running Slurm cluster, a generated fleet) run on one worker, so that
     it is made once; every other test goes to whichever worker is free. A test with an
-    xdist_group of its own keeps it."""
+    xdist_group of its own keeps it. And every test that uses a shared fixture of the
+    tests' own (theirs or conftest's) is timed from its body on: _shared_fixtures_untimed."""
     for item in items:
+        _shared_fixtures_untimed(item)
         if item.get_closest_marker("xdist_group") is not None:
             continue
         info = getattr(item, "_fixtureinfo", None)

@@ -11,7 +11,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +19,9 @@ from conftest import machine_lock
 
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "scontrol", "srun", "sbatch", "sinfo")
 SBIN = ("/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin")
+# How long the daemons may take to bring the node up, failing early if one exits: within
+# the per-test limit of the tests that start a cluster in their body (120 s).
+STARTUP_LIMIT_S = 90.0
 
 
 def find(program: str) -> str | None:
@@ -68,14 +71,22 @@ class Cluster:
         state, _, reason = result.stdout.strip().partition("|")
         return state, reason
 
-    def wait_state(self, wanted: str, timeout: float = 30) -> tuple[str, str]:
-        """Poll until the node's state is exactly `wanted`; the last state seen."""
+    def wait_state(
+        self,
+        wanted: str,
+        timeout: float = 30,
+        daemons: Sequence[subprocess.Popen[bytes]] = (),
+    ) -> tuple[str, str]:
+        """Poll until the node's state is exactly `wanted`; the last state seen. With
+        DAEMONS (the cluster starting), fail as soon as one of them has exited."""
         deadline = time.monotonic() + timeout
         seen = ("", "")
         while time.monotonic() < deadline:
             seen = self.state()
             if seen[0] == wanted:
                 return seen
+            if ended := [d for d in daemons if d.poll() is not None]:
+                raise AssertionError(f"{ended[0].args[0]} exited ({ended[0].returncode})")
             time.sleep(0.2)
         raise AssertionError(f"node {self.node} never became {wanted}: last {seen}")
 
@@ -177,7 +188,9 @@ def _cluster(folder: Path, health_check: str | None, interval: int, gpus: int) -
                 )
             )
         running = Cluster(folder, node, conf, env)
-        running.wait_state("idle")
+        # while both daemons run, as long as their start takes: 30 s was not enough with
+        # the suite under two busy loops ('' from sinfo: slurmctld not answering yet)
+        running.wait_state("idle", STARTUP_LIMIT_S, daemons)
         yield running
     finally:
         for process in reversed(daemons):

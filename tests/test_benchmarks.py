@@ -4,10 +4,12 @@ beside its reference: benchmarks rot when nothing runs them. Timings are not jud
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +36,10 @@ SMALLEST = {
     ),
     "fleet_scale.py": "test_fleet_bench.py",  # run there, its figures checked in detail
     "change_errors.py": "test_changes.py",  # run there in-process, at --smallest
+    "dataset_scale.py": (
+        ["--nodes", "10", "--gpus", "2", "--repeat", "1"],
+        ["append CPU", "reference", "same report: True"],
+    ),
     "fuzz_loaders.py": (  # a fuzzing run, not a timing: iterations and crashes
         ["--seconds", "0.5"],
         ["iterations", "0 crashes"],
@@ -69,14 +75,21 @@ NEEDS = {
 
 
 def test_every_benchmark_has_its_smallest_settings() -> None:
-    assert sorted(p.name for p in BENCHMARKS.glob("*.py")) == sorted(SMALLEST)
+    # _wheel.py: the wheel's environment they all run in (not a benchmark)
+    scripts = [p.name for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_")]
+    assert sorted(scripts) == sorted(SMALLEST)
+    for script in scripts:  # each runs in the wheel's environment, first thing
+        assert "\n    use_the_wheel()" in (BENCHMARKS / script).read_text(), script
     for script, where in SMALLEST.items():
         if isinstance(where, str):  # another test file runs it
             assert script in (REPO / "tests" / where).read_text(), (script, where)
 
 
-def _runs_and_prints_its_figures(script: str) -> subprocess.CompletedProcess[str]:
-    """SCRIPT run with its smallest settings: it exits 0 and prints its figures."""
+def _runs_and_prints_its_figures(
+    script: str, venv: Path, cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    """SCRIPT run with its smallest settings, from CWD (outside the checkout), in the
+    wheel's environment VENV: it exits 0 and prints its figures."""
     arguments, expected = SMALLEST[script]
     run = subprocess.run(
         [sys.executable, str(BENCHMARKS / script), *arguments],
@@ -84,7 +97,8 @@ def _runs_and_prints_its_figures(script: str) -> subprocess.CompletedProcess[str
         text=True,
         timeout=120,
         check=False,
-        cwd=REPO,
+        cwd=cwd,
+        env={**os.environ, "GPUDIAG_BENCH_VENV": str(venv)},
     )
     assert run.returncode == 0, run.stderr[-2000:]
     for text in expected:
@@ -97,19 +111,19 @@ def _runs_and_prints_its_figures(script: str) -> subprocess.CompletedProcess[str
     "script",
     sorted(k for k, v in SMALLEST.items() if isinstance(v, tuple) and k != "cli_speed.py"),
 )
-def test_benchmark_runs_and_prints_its_figures(script: str) -> None:
+def test_benchmark_runs_and_prints_its_figures(script: str, wheel_venv, tmp_path) -> None:
     missing = [tool for tool in NEEDS.get(script, []) if shutil.which(tool) is None]
     if missing:
         pytest.skip(f"{script} needs {', '.join(missing)}, not installed here")
-    _runs_and_prints_its_figures(script)
+    _runs_and_prints_its_figures(script, wheel_venv, tmp_path)
 
 
-def test_cli_speed_prints_sane_figures() -> None:
+def test_cli_speed_prints_sane_figures(wheel_venv, tmp_path) -> None:
     """cli_speed.py, run once for both checks: it runs and prints its figures (as every
     benchmark, test_benchmark_runs_and_prints_its_figures), and each line of them is a
     positive CPU time beside a positive reference, and their ratio (the figures, not
     judged against the targets)."""
-    run = _runs_and_prints_its_figures("cli_speed.py")
+    run = _runs_and_prints_its_figures("cli_speed.py", wheel_venv, tmp_path)
     figures = re.findall(
         r"^(.+): (\d+) ms CPU \((\d+) ms wall\) \| reference (\d+) ms CPU \((\d+) ms wall\)"
         r" \| ratio ([0-9.]+) \(target <= ([0-9.]+): (?:met|NOT met)\)$",
@@ -127,3 +141,19 @@ def test_cli_speed_prints_sane_figures() -> None:
     for label, cpu, wall, ref_cpu, ref_wall, ratio, _target in figures:
         assert int(cpu) > 0 and int(wall) > 0 and int(ref_cpu) > 0 and int(ref_wall) > 0, label
         assert abs(float(ratio) - int(cpu) / int(ref_cpu)) < 0.1 * float(ratio) + 0.05, label
+
+
+def test_a_benchmark_refuses_to_report_from_the_editable_install() -> None:
+    """Where gpudiag would come from the checkout (this environment's editable install),
+    a benchmark says why and reports nothing (exit 3)."""
+    run = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "rules_eval.py"), "--snapshots", "3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "GPUDIAG_BENCH_INSIDE": sys.prefix},  # as if re-run here
+    )
+    assert run.returncode == 3 and run.stdout == ""
+    assert "editable install" in run.stderr and run.stderr.count("\n") == 1
+    assert "rules_eval.py: gpudiag here is the checkout's" in run.stderr

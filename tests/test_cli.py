@@ -311,10 +311,12 @@ def test_no_tui_in_a_pipe() -> None:
 
 
 def test_run_help_lists_every_kernel_with_one_line() -> None:
-    """`gpudiag run --help` names each kernel (allreduce and peer were not to be found)."""
+    """`gpudiag run --help` names each kernel (allreduce and peer were not to be found),
+    in a terminal of 80 columns: argparse wraps at $COLUMNS, which the suite's caller may
+    have set wider (in a full run it was)."""
     from gpudiag.kernels.plans import KERNELS
 
-    result = run_cli("run", "--help")
+    result = run_cli("run", "--help", env={"COLUMNS": "80"})
     assert result.returncode == 0
     lines = result.stdout.splitlines()
     for kernel in KERNELS:

@@ -211,17 +211,18 @@ def test_the_cuda_extras_bring_cupys_toolkit_wheels_and_nccl() -> None:
     assert wanted and {"cublas", "cudart", "nvrtc"} <= set(wanted.group(1).split(","))
 
 
-def test_the_gpu_benchmark_says_in_one_line_that_it_needs_a_gpu() -> None:
+def test_the_gpu_benchmark_says_in_one_line_that_it_needs_a_gpu(wheel_venv) -> None:
     from conftest import REPO
 
-    # no GPU here; on a GPU node the devices are hidden (CUDA_VISIBLE_DEVICES=-1)
+    # no GPU here; on a GPU node the devices are hidden (CUDA_VISIBLE_DEVICES=-1); in the
+    # wheel's environment built once per run (benchmarks/_wheel.py)
     result = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "gpu_kernels.py")],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
-        env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"},
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "GPUDIAG_BENCH_VENV": str(wheel_venv)},
     )
     assert result.returncode == 3
     assert result.stderr.startswith("gpu_kernels: ") and "GPU" in result.stderr

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, realdata_dir
+from conftest import REPO, built_wheel, realdata_dir
 from tmux_pane import FAULTY_DEMO_SCREENS, start_session, tmux, wait_for, walk_screens
 
 # The installed package's directories and the source folders they come from.
@@ -33,29 +33,14 @@ SOURCE_DIRS = {
     "gpudiag/rules": "rules",
     "gpudiag/snapshots": "snapshots",
 }
-NOT_SOURCE = shutil.ignore_patterns(
-    ".git", ".venv*", ".nvml-old", "build", "dist", "*.egg-info", "__pycache__", "*.pyc",
-    ".pytest_cache", ".ruff_cache", ".hypothesis", "tests", "benchmarks", "examples",
-)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    source = tmp_path_factory.mktemp("source") / "gpudiag"
-    shutil.copytree(REPO, source, ignore=NOT_SOURCE)
-    out = tmp_path_factory.mktemp("wheel")
-    build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "--no-index", "-q", "-w", str(out), str(source)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )  # fmt: skip
-    # setuptools and wheel come with the test extra: a failed build is a failure, never a skip
-    assert build.returncode == 0, build.stderr
-    (path,) = out.glob("gpudiag-*.whl")
-    return path
+    # built once per run from a copy of the tree (conftest.built_wheel, shared with the
+    # benchmarks); setuptools and wheel come with the test extra: a failed build is a
+    # failure, never a skip
+    return built_wheel(tmp_path_factory)["wheel"]
 
 
 def _source_files() -> set[str]:

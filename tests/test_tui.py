@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import ClassVar
 
 import pytest
@@ -58,6 +61,16 @@ def _node(
         probes=default_probes() if probes is None else probes,
         rules=load_rules(),
     )
+
+
+def _rows(app: GpudiagApp, table_id: str) -> list[list[str]]:
+    """The table's cells, or [] while its pane is not built."""
+    from textual.css.query import NoMatches
+
+    try:
+        return _cells(app, table_id)
+    except NoMatches:
+        return []
 
 
 def _cells(app: GpudiagApp, table_id: str) -> list[list[str]]:
@@ -136,11 +149,8 @@ def test_the_first_screen_comes_before_the_hidden_panes_and_the_probing() -> Non
     async def scenario() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             await app.workers.wait_for_complete()
-            for _ in range(200):  # the hidden panes are built after the first paint
-                await pilot.pause(0.01)
-                if all(p.built for p in app.panes):
-                    break
-            assert all(p.built for p in app.panes)
+            # the hidden panes are built after the first paint
+            await _until(pilot, lambda: all(p.built for p in app.panes), "every pane built")
             for tab in TABS:
                 await pilot.press(tab.key)
                 await pilot.pause()
@@ -157,28 +167,33 @@ def test_the_first_screen_comes_before_the_hidden_panes_and_the_probing() -> Non
     }
 
 
-def test_hanging_probe_does_not_freeze_the_screen() -> None:
+def test_hanging_probe_does_not_freeze_the_screen(monkeypatch) -> None:
+    """The quick probe is shown while the other hangs; then the hang's time runs out
+    (its deadline reached by moving the probe runner's clock on once the quick row is
+    seen: on a loaded machine the first paint took longer than any fixed limit) and it
+    is shown as a timeout, with PROBE001."""
+    import gpudiag.probe
+
     release = threading.Event()
+    moved = [0.0]  # seconds the probe runner's clock is moved on
+    clock = SimpleNamespace(monotonic=lambda: time.monotonic() + moved[0])
+    monkeypatch.setattr(gpudiag.probe, "time", clock)
     hang = Probe(
         "hang",
         "Hangs",
         Cost.INSTANT,
         frozenset(),
-        lambda ctx: [release.wait(30) and Reading("x", 1)],
-        timeout_s=2.0,  # longer than a first paint on a loaded 2-core machine
+        lambda ctx: [release.wait(WAIT_LIMIT_S) and Reading("x", 1)],
+        timeout_s=WAIT_LIMIT_S,
     )
     quick = Probe("quick", "Quick", Cost.INSTANT, frozenset(), lambda ctx: [Reading("y", 1)])
 
     async def scenario() -> None:
         app = GpudiagApp(_node(probes=[hang, quick]))
         async with app.run_test(size=(80, 24)) as pilot:
-            # the quick probe is shown while the other still runs (the hang lasts 2 s;
-            # poll rather than sleep a fixed time, so a loaded machine does not fail this)
-            for _ in range(150):
-                await pilot.pause(0.01)
-                if _cells(app, "#probes"):
-                    break
+            await _until(pilot, lambda: _rows(app, "#probes"), "the quick probe's row")
             assert [row[:2] for row in _cells(app, "#probes")] == [["quick", "ok"]]
+            moved[0] = 2 * WAIT_LIMIT_S  # past the hang's deadline
             await app.workers.wait_for_complete()
             await pilot.pause()
             assert ["hang", "timeout"] in [row[:2] for row in _cells(app, "#probes")]
@@ -296,6 +311,21 @@ def _demo(tmp_path: Path) -> LiveNode:
 
 def _text(app: GpudiagApp, selector: str) -> str:
     return str(app.query_one(selector, Static).render())
+
+
+# How long a wait on the app (a row, a notice, the palette's list) may go on before it is
+# called a failure: half the per-test limit (pyproject's `timeout`), not a guess of how
+# long the thing takes, which is whatever the machine's load makes it.
+WAIT_LIMIT_S = 60.0
+
+
+async def _until(pilot, condition: Callable[[], object], what: str) -> None:
+    """Let the app run until CONDITION() holds (checked every 10 ms of its loop)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT_LIMIT_S
+    while not condition():
+        assert loop.time() < deadline, f"{what}: not within {WAIT_LIMIT_S:g} s"
+        await pilot.pause(0.01)
 
 
 def _run(app: GpudiagApp, steps, size=(80, 24)) -> None:
@@ -499,38 +529,42 @@ def test_export_asks_for_a_name_and_refuses_to_clobber(tmp_path: Path) -> None:
 
 
 def _palette(app: GpudiagApp) -> list[str]:
-    """The commands the open command palette lists (before anything is typed)."""
+    """The commands the open command palette lists, first the best match of what is
+    typed ([] while no palette is open)."""
     from textual.command import CommandList
+    from textual.css.query import NoMatches
 
-    commands = app.screen.query_one(CommandList)
+    try:
+        commands = app.screen.query_one(CommandList)
+    except NoMatches:
+        return []
     return [commands.get_option_at_index(i).hit.text for i in range(commands.option_count)]
 
 
 def test_command_palette_is_built_from_the_bindings(tmp_path: Path) -> None:
     app = GpudiagApp(load_or_save_snapshot(tmp_path))
 
+    # every key's name, the panes' too (sort, filter: the findings pane's)
+    titles = [tab.title for tab in TABS] + ["Export", "Search", "Help", "Sort findings"]
+    titles.append("Filter by severity")
+
     async def steps(pilot) -> None:
         await pilot.press("ctrl+p")
-        await pilot.pause(0.3)
+        await _until(pilot, lambda: set(titles) <= set(_palette(app)), "the palette's list")
         listed = _palette(app)
-        # every key's name, the panes' too (sort, filter: the findings pane's)
-        titles = [tab.title for tab in TABS] + ["Export", "Search", "Help", "Sort findings"]
-        for title in [*titles, "Filter by severity"]:
-            assert title in listed
         assert "Refresh" not in listed and "Kernels, quick sizes" not in listed  # refused
         assert listed.count("Keys") == 1 and listed.count("Quit") == 1  # Textual's, once
         for key in "export":
             await pilot.press(key)
-        await pilot.pause(0.3)
+        await _until(pilot, lambda: _palette(app)[:1] == ["Export"], "Export found")
         await pilot.press("enter")
-        await pilot.pause()
-        assert isinstance(app.screen, ExportScreen)
+        await _until(pilot, lambda: isinstance(app.screen, ExportScreen), "the export screen")
         await pilot.press("escape")
         # a pane's binding runs on its pane, from any screen
         await pilot.press("ctrl+p", *"sort")
-        await pilot.pause(0.3)
+        await _until(pilot, lambda: _palette(app)[:1] == ["Sort findings"], "Sort found")
         await pilot.press("enter")
-        await pilot.pause()
+        await _until(pilot, lambda: _notices(app), "the notice")
         assert app.query_one(TabbedContent).active == "findings-tab"
         assert _notices(app)[-1] == "findings sorted by id"
 
@@ -560,12 +594,12 @@ def test_a_new_binding_shows_in_the_palette_and_help(tmp_path: Path, monkeypatch
         assert "z  Ring the bell" in text and "w  Widest first" in text
         assert "s  Sort findings" in text  # the inherited ones stay
         await pilot.press("escape", "ctrl+p")
-        await pilot.pause(0.3)
-        listed = _palette(app)
-        assert "Ring the bell" in listed and "Widest first" in listed
-        assert "Sort findings" in listed
-        await pilot.press(*"widest", "enter")
-        await pilot.pause(0.3)
+        wanted = {"Ring the bell", "Widest first", "Sort findings"}
+        await _until(pilot, lambda: wanted <= set(_palette(app)), "the palette's list")
+        await pilot.press(*"widest")
+        await _until(pilot, lambda: _palette(app)[:1] == ["Widest first"], "Widest found")
+        await pilot.press("enter")
+        await _until(pilot, lambda: _notices(app), "the notice")
         assert _notices(app) == ["widest"]
 
     _run(app, steps)
@@ -696,13 +730,20 @@ def test_kernels_are_chosen_with_space(tmp_path: Path) -> None:
     _run(app, steps)
 
 
-def test_kernels_cancel_stops_a_long_run(tmp_path: Path) -> None:
+def test_kernels_cancel_stops_a_long_run(tmp_path: Path, monkeypatch) -> None:
     app = GpudiagApp(_this_machine(), plans=TINY)
+    fractions: list[float] = []  # STREAM reports its progress after each round
+    shown = KernelsPane.progress
+    monkeypatch.setattr(
+        KernelsPane, "progress", lambda pane, *a: fractions.append(a[1]) or shown(pane, *a)
+    )
+    rounds = 2 + TINY["full"].trials  # kernels/stream.py's two warm-up rounds, then trials
 
     async def steps(pilot) -> None:
         await pilot.press("K", "enter")  # 60 seconds of STREAM
-        await pilot.pause(0.3)
-        assert "Cancel kernels" in _footer(app)
+        await _until(pilot, lambda: "Cancel kernels" in _footer(app), "Cancel in the footer")
+        # the rounds after the first call (0%, as it starts)
+        await _until(pilot, lambda: len(fractions) > rounds, "the trials asked for")
         started = asyncio.get_running_loop().time()
         await pilot.press("x")
         await app.workers.wait_for_complete()
@@ -724,8 +765,7 @@ def test_quit_while_kernels_run_returns_promptly() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             await app.workers.wait_for_complete()
             await pilot.press("K", "y")  # 60 seconds of STREAM
-            await pilot.pause(0.3)
-            assert app.kernels_running
+            await _until(pilot, lambda: app.kernels_running, "the kernels running")
             started = asyncio.get_running_loop().time()
             await pilot.press("q")
         return asyncio.get_running_loop().time() - started

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag import inputs
-from gpudiag.commands.fleet import fail, load_paths, target_problem_of
+from gpudiag.commands.fleet import extra_problem, fail, load_paths, target_problem_of
 
 
 def add_parser(subparsers: Any) -> None:
@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         return fail("--margin must be at least 0 and below 1")
     if problem := target_problem_of(args.output, ".toml"):
         return fail(f"-o {args.output}: {problem}")
+    if problem := extra_problem("baseline", args.paths):
+        return fail(problem)
     loaded = load_paths(args.paths, None)
     if not loaded.runs:
         return fail("no snapshot could be read")

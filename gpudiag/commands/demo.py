@@ -1,12 +1,13 @@
 """`gpudiag demo [NAME]`: the TUI on a recorded 8-GPU HGX H100 node (the recordings:
-gpudiag/demo.py)."""
+gpudiag/demo.py); `gpudiag --export FILE demo [NAME]`: its snapshot, headless (a pipe, CI,
+an offline install checked without a terminal)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from gpudiag.commands.common import tui
+from gpudiag.commands.common import UsageError, check_node_options, tui, write_and_report
 from gpudiag.demo import DEMOS
 
 
@@ -23,11 +24,17 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The TUI on the demo node; its exit code."""
+    """The TUI on the demo node, or with --export its judged snapshot written as the
+    default command writes this node's; its exit code (by findings with --export)."""
     from gpudiag.demo import demo_node
 
+    if args.kernels:
+        raise UsageError("--kernels measures this machine: it cannot go with demo")
+    check_node_options(args)  # --format and --prometheus go with --export
     node = demo_node(args.demo_name, ("gpudiag", *args.argv))
     try:
+        if args.export:
+            return write_and_report(node.snapshot(), args.export, "--export", args, node.rules)
         return tui(node)
     finally:
         node.nvml.close()

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpudiag import inputs
+from gpudiag import extras, inputs
 
 EXIT_BAD = 3
 
@@ -106,6 +106,18 @@ def fail(message: str) -> int:
     return EXIT_BAD
 
 
+def extra_problem(command: str, paths: list[str], parquet: str | None = None) -> str | None:
+    """Why COMMAND cannot run here: the fleet's engines, and Polars where Parquet files
+    are named (inputs written by --parquet, or --parquet's target), are the `fleet` extra
+    (gpudiag.extras). Checked before any gpudiag.fleet module is imported."""
+    if problem := extras.missing(f"gpudiag {command}", "msgspec", "ClusterShell"):
+        return problem
+    if parquet and (problem := extras.missing("--parquet", "polars")):
+        return problem
+    named = [p for p in paths if p.lower().endswith(".parquet")]  # fleet/load.py's suffix
+    return extras.missing(f"reading {named[0]}", "polars") if named else None
+
+
 def load_paths(paths: list[str], workers: int | None) -> Any:
     from gpudiag.fleet.load import load_fleet
 
@@ -135,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
     """`gpudiag fleet`: the report, or the fleet screen in a terminal; its exit code."""
     if args.parquet and (problem := target_problem_of(args.parquet, ".parquet")):
         return fail(f"--parquet {args.parquet}: {problem}")
+    if problem := extra_problem("fleet", args.paths, args.parquet):
+        return fail(problem)
     if getattr(args, "dataset", None):
         from gpudiag.fleet.dataset import dataset_problem
 

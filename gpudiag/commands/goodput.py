@@ -176,6 +176,10 @@ def run(args: argparse.Namespace) -> int:
         return fail("give snapshots over time (PATH...) or --rate R")
     fleet = None
     if args.paths:
+        from gpudiag.commands.fleet import extra_problem
+
+        if problem := extra_problem("goodput", args.paths):  # reading snapshots: fleet's
+            return fail(problem)
         from gpudiag.fleet.load import load_fleet
 
         loaded = load_fleet(args.paths, args.workers)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpudiag import inputs
+from gpudiag import extras, inputs
 from gpudiag.commands.common import UsageError
 
 
@@ -91,9 +91,15 @@ def run(args: argparse.Namespace) -> int:
     textfile = Path(args.textfile) if args.textfile else None
     if textfile is not None and not textfile.parent.is_dir():
         raise UsageError(f"--textfile {args.textfile}: no such directory {textfile.parent}")
+    if (listen or textfile) and (problem := extras.missing("gpudiag monitor", "prometheus_client")):
+        raise UsageError(problem)
     history = None
     if args.history:
         import socket
+
+        # the hours are written as Parquet by a child process, which would fail unseen
+        if problem := extras.missing("--history", "polars"):
+            raise UsageError(problem)
 
         from gpudiag.telemetry.history import HourBuffer
 

@@ -27,8 +27,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
-from gpudiag.fleet.records import LoadedFleet, NodeRun
+if TYPE_CHECKING:  # the fleet's records need the `fleet` extra (msgspec); --rate alone not
+    from gpudiag.fleet.records import LoadedFleet, NodeRun
 
 CAUSES = ("gpu_lost", "xid_hardware", "memory", "interconnect", "drained")
 CAUSE_TITLES = {
