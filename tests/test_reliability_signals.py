@@ -184,6 +184,7 @@ def test_ctrl_c_while_starting_prints_no_traceback() -> None:
         runpy_only = "_get_module_details" in text and "/gpudiag/" not in text
         python_own = (
             "init_import_site" in text
+            or "init_sys_streams" in text  # the interpreter opening stdin/out/err
             or "Could not import runpy module" in text
             # importlib's own lock callback, interrupted: Python reports it as unraisable
             # ("Exception ignored in"), where no handler of gpudiag's can catch it
