@@ -81,6 +81,8 @@ def test_json_may_hold_controls() -> None:
     for one in ("\x1b", "\x00", "\x0d", "\x7f", "\x85", "\x9b", *breaks):
         assert inputs.json_may_hold_controls(encode(one)), repr(one)
         assert inputs.json_may_hold_controls(json.dumps(one).encode()), repr(one)
+    # a control after an innocent backslash (a path): every hint is looked at, not the first
+    assert inputs.json_may_hold_controls(encode("C:\\dir then \x1b"))
     for fine in ("°C ü 😀 — ±", "\\u001b as text"[2:]):
         assert not inputs.json_may_hold_controls(encode(fine)), repr(fine)
 
