@@ -143,6 +143,7 @@ def generate_demo(directory: Path, nodes: int) -> int:
         [sys.executable, "-m", "gpudiag", "--replay", str(DEMO_CAPTURE), "--export", str(export)],
         check=True,
         capture_output=True,
+        cwd=directory.parent,  # not the checkout: `-m gpudiag` would find its sources there
     )
     raw = export.read_bytes()
     export.unlink()
@@ -195,7 +196,8 @@ def measure(command: list[str]) -> tuple[float, float, int, str]:
     cpu = _children_cpu()
     started = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        process = subprocess.Popen(command, stdout=out, stderr=err)
+        # from outside the checkout, where `-m gpudiag` would find its sources instead
+        process = subprocess.Popen(command, stdout=out, stderr=err, cwd=tempfile.gettempdir())
         peak = 0
         while process.poll() is None:
             peak = max(peak, _tree_rss(process.pid))
