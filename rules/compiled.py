@@ -3097,7 +3097,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                        ())),
                      ())}
 # rules/profiles.toml (gpudiag/profiles.py): (fingerprint, Profile's fields, profiles)
-PROFILES = ((1283115211, 29001),
+PROFILES = ((3029266384, 31608),
  ('name', 'title', 'device_ids', 'values', 'brands', 'name_words', 'product_names', 'sources'),
  (('h100-sxm5',
    'H100 SXM5 80GB',
@@ -4474,6 +4474,126 @@ PROFILES = ((1283115211, 29001),
      'quotes it: FP64 1.25, FP32 75, TF32 1125, FP16/BF16 2250, FP8 4500; its dense FP4 is left '
      "out (13125 there, 14000 in Verda's table), as are memory (288 or 270 GB) and power (1,100 or "
      '1,400 W)'))),
+  ('gb300',
+   'GB300 (Blackwell Ultra GPU of the Grace Blackwell Ultra superchip, NVL72)',
+   ('0x31c2',),
+   (('bf16_tflops', 2500),
+    ('fp16_tflops', 2500),
+    ('fp4_tflops', 15000),
+    ('fp8_tflops', 5000),
+    ('memory_bandwidth_gbs', 8000),
+    ('nvlink_bandwidth_gbs', 900),
+    ('nvlink_count', 18),
+    ('nvlink_gbs', 50),
+    ('nvlink_line_gbs', 53.125),
+    ('tf32_tflops', 1250)),
+   (),
+   (),
+   (),
+   (('band.gemm_bf16',
+     'no healthy band published: no healthy GEMM figure for the GB300 here: judged against the '
+     "node's peers and the fleet baseline"),
+    ('band.gemm_fp16',
+     'no healthy band published: no healthy GEMM figure for the GB300 here: judged against the '
+     "node's peers (KRN010) and the fleet baseline"),
+    ('band.stream_triad',
+     "no healthy band published: no healthy STREAM figure of a GB300 here (DCGM diag-skus' 6030 "
+     "GB/s for GB300 NVL Bianca is dcgmproftester's memory test, another kernel than a STREAM "
+     "triad): judged against the node's peers (KRN009) and the fleet baseline"),
+    ('bf16_tflops',
+     "NVIDIA's per-GPU GB300 table as Verda (verda.com/blog/gb300-nvl72-architecture) gives it, "
+     "dense: 8 TB/s, TF32 1250, FP16/BF16 2500, FP8 5000, FP4 15000; the NVL72 rack's 576 TB/s, "
+     '1080 PF FP4, 360 PF FP8 and 180 PF FP16 over 72 GPUs give the same (Verda; '
+     "glennklockwood.com/garden/processors/B300); left out: FP32 (Verda's per-GPU 80 TFLOP/s "
+     "against its own rack 3 PF, 42 per GPU), FP64 (no GB300 figure published here; the HGX B300's "
+     "1.25 is another board), memory (288 GB as marketed, 279 GB in Verda's table), power (DCGM "
+     'diag-skus targets 1399 W for GB300 NVL Bianca and 1299 W for GB300 NVL Galaxy, the same '
+     "device 0x31c2; Verda's 1.4 kW is the maximum), L2 and the name nvidia-smi prints (no capture "
+     "here); DCGM's GB300 MaxQ (0x31a1, 1199 W) is not named an NVL72 part, so its id is not "
+     'taken'),
+    ('fp16_tflops',
+     "NVIDIA's per-GPU GB300 table as Verda (verda.com/blog/gb300-nvl72-architecture) gives it, "
+     "dense: 8 TB/s, TF32 1250, FP16/BF16 2500, FP8 5000, FP4 15000; the NVL72 rack's 576 TB/s, "
+     '1080 PF FP4, 360 PF FP8 and 180 PF FP16 over 72 GPUs give the same (Verda; '
+     "glennklockwood.com/garden/processors/B300); left out: FP32 (Verda's per-GPU 80 TFLOP/s "
+     "against its own rack 3 PF, 42 per GPU), FP64 (no GB300 figure published here; the HGX B300's "
+     "1.25 is another board), memory (288 GB as marketed, 279 GB in Verda's table), power (DCGM "
+     'diag-skus targets 1399 W for GB300 NVL Bianca and 1299 W for GB300 NVL Galaxy, the same '
+     "device 0x31c2; Verda's 1.4 kW is the maximum), L2 and the name nvidia-smi prints (no capture "
+     "here); DCGM's GB300 MaxQ (0x31a1, 1199 W) is not named an NVL72 part, so its id is not "
+     'taken'),
+    ('fp4_tflops',
+     "NVIDIA's per-GPU GB300 table as Verda (verda.com/blog/gb300-nvl72-architecture) gives it, "
+     "dense: 8 TB/s, TF32 1250, FP16/BF16 2500, FP8 5000, FP4 15000; the NVL72 rack's 576 TB/s, "
+     '1080 PF FP4, 360 PF FP8 and 180 PF FP16 over 72 GPUs give the same (Verda; '
+     "glennklockwood.com/garden/processors/B300); left out: FP32 (Verda's per-GPU 80 TFLOP/s "
+     "against its own rack 3 PF, 42 per GPU), FP64 (no GB300 figure published here; the HGX B300's "
+     "1.25 is another board), memory (288 GB as marketed, 279 GB in Verda's table), power (DCGM "
+     'diag-skus targets 1399 W for GB300 NVL Bianca and 1299 W for GB300 NVL Galaxy, the same '
+     "device 0x31c2; Verda's 1.4 kW is the maximum), L2 and the name nvidia-smi prints (no capture "
+     "here); DCGM's GB300 MaxQ (0x31a1, 1199 W) is not named an NVL72 part, so its id is not "
+     'taken'),
+    ('fp8_tflops',
+     "NVIDIA's per-GPU GB300 table as Verda (verda.com/blog/gb300-nvl72-architecture) gives it, "
+     "dense: 8 TB/s, TF32 1250, FP16/BF16 2500, FP8 5000, FP4 15000; the NVL72 rack's 576 TB/s, "
+     '1080 PF FP4, 360 PF FP8 and 180 PF FP16 over 72 GPUs give the same (Verda; '
+     "glennklockwood.com/garden/processors/B300); left out: FP32 (Verda's per-GPU 80 TFLOP/s "
+     "against its own rack 3 PF, 42 per GPU), FP64 (no GB300 figure published here; the HGX B300's "
+     "1.25 is another board), memory (288 GB as marketed, 279 GB in Verda's table), power (DCGM "
+     'diag-skus targets 1399 W for GB300 NVL Bianca and 1299 W for GB300 NVL Galaxy, the same '
+     "device 0x31c2; Verda's 1.4 kW is the maximum), L2 and the name nvidia-smi prints (no capture "
+     "here); DCGM's GB300 MaxQ (0x31a1, 1199 W) is not named an NVL72 part, so its id is not "
+     'taken'),
+    ('gemm_bf16_floor_tflops',
+     'no healthy band published: no healthy GEMM figure for the GB300 here: judged against the '
+     "node's peers and the fleet baseline"),
+    ('gemm_fp16_floor_tflops',
+     'no healthy band published: no healthy GEMM figure for the GB300 here: judged against the '
+     "node's peers (KRN010) and the fleet baseline"),
+    ('memory_bandwidth_gbs',
+     "NVIDIA's per-GPU GB300 table as Verda (verda.com/blog/gb300-nvl72-architecture) gives it, "
+     "dense: 8 TB/s, TF32 1250, FP16/BF16 2500, FP8 5000, FP4 15000; the NVL72 rack's 576 TB/s, "
+     '1080 PF FP4, 360 PF FP8 and 180 PF FP16 over 72 GPUs give the same (Verda; '
+     "glennklockwood.com/garden/processors/B300); left out: FP32 (Verda's per-GPU 80 TFLOP/s "
+     "against its own rack 3 PF, 42 per GPU), FP64 (no GB300 figure published here; the HGX B300's "
+     "1.25 is another board), memory (288 GB as marketed, 279 GB in Verda's table), power (DCGM "
+     'diag-skus targets 1399 W for GB300 NVL Bianca and 1299 W for GB300 NVL Galaxy, the same '
+     "device 0x31c2; Verda's 1.4 kW is the maximum), L2 and the name nvidia-smi prints (no capture "
+     "here); DCGM's GB300 MaxQ (0x31a1, 1199 W) is not named an NVL72 part, so its id is not "
+     'taken'),
+    ('nvlink_bandwidth_gbs',
+     'NVLink 5, 18 links of 53,125 MB/s per GB300 GPU (NVIDIA Health Validation, '
+     'nvlink_bandwidth_count_speed: expected_link_count 18, GB300 53125 MB/s; '
+     'docs.nvidia.com/health-validation/reference/checks/nvlink), 1.8 TB/s both ways (Verda: 900 '
+     "GB/s one way; the rack's 130 TB/s over 72 GPUs)"),
+    ('nvlink_count',
+     'NVLink 5, 18 links of 53,125 MB/s per GB300 GPU (NVIDIA Health Validation, '
+     'nvlink_bandwidth_count_speed: expected_link_count 18, GB300 53125 MB/s; '
+     'docs.nvidia.com/health-validation/reference/checks/nvlink), 1.8 TB/s both ways (Verda: 900 '
+     "GB/s one way; the rack's 130 TB/s over 72 GPUs)"),
+    ('nvlink_gbs',
+     "per link: nvidia-smi nvlink -s prints 50 GB/s on NVLink 5 (as the B200's and GB200's, issue "
+     '35)'),
+    ('nvlink_line_gbs',
+     'NVLink 5, 18 links of 53,125 MB/s per GB300 GPU (NVIDIA Health Validation, '
+     'nvlink_bandwidth_count_speed: expected_link_count 18, GB300 53125 MB/s; '
+     'docs.nvidia.com/health-validation/reference/checks/nvlink), 1.8 TB/s both ways (Verda: 900 '
+     "GB/s one way; the rack's 130 TB/s over 72 GPUs)"),
+    ('stream_triad_floor_gbs',
+     "no healthy band published: no healthy STREAM figure of a GB300 here (DCGM diag-skus' 6030 "
+     "GB/s for GB300 NVL Bianca is dcgmproftester's memory test, another kernel than a STREAM "
+     "triad): judged against the node's peers (KRN009) and the fleet baseline"),
+    ('tf32_tflops',
+     "NVIDIA's per-GPU GB300 table as Verda (verda.com/blog/gb300-nvl72-architecture) gives it, "
+     "dense: 8 TB/s, TF32 1250, FP16/BF16 2500, FP8 5000, FP4 15000; the NVL72 rack's 576 TB/s, "
+     '1080 PF FP4, 360 PF FP8 and 180 PF FP16 over 72 GPUs give the same (Verda; '
+     "glennklockwood.com/garden/processors/B300); left out: FP32 (Verda's per-GPU 80 TFLOP/s "
+     "against its own rack 3 PF, 42 per GPU), FP64 (no GB300 figure published here; the HGX B300's "
+     "1.25 is another board), memory (288 GB as marketed, 279 GB in Verda's table), power (DCGM "
+     'diag-skus targets 1399 W for GB300 NVL Bianca and 1299 W for GB300 NVL Galaxy, the same '
+     "device 0x31c2; Verda's 1.4 kW is the maximum), L2 and the name nvidia-smi prints (no capture "
+     "here); DCGM's GB300 MaxQ (0x31a1, 1199 W) is not named an NVL72 part, so its id is not "
+     'taken'))),
   ('gh200',
    'GH200 (Hopper GPU of the Grace Hopper superchip)',
    (),

@@ -39,6 +39,7 @@ _spec.loader.exec_module(demo)
 MIB = 2**20
 GB200_ID = 0x2941  # made up (see the docstring)
 B200_ID = 0x2901
+GB300_ID = 0x31C2  # DCGM diag-skus: GB300 NVL Bianca
 HEALTHY_MASK = 0x1AA  # the four conditions false (2 each), configuration 'none' (1)
 RACK_UUID = [0x52, 0x07, *range(14)]
 CLIQUE = 0x7FFD

@@ -107,6 +107,13 @@ def test_blackwell_profiles_follow_nvidias_current_tables() -> None:
     assert (b200["l2_mb"], b200["fp8_tflops"], b200["fp4_tflops"]) == (126.5, 4500, 9000)
     assert profiles["gb200"].values["fp4_tflops"] == 10000
     assert profiles["b300"].values["fp64_tflops"] == 1.25
+    gb300 = profiles["gb300"]
+    assert (gb300.device_ids, gb300.values["fp4_tflops"], gb300.values["nvlink_line_gbs"]) == (
+        ("0x31c2",),
+        15000,
+        53.125,
+    )
+    assert "fp32_tflops" not in gb300.values  # the public tables disagree
     assert "pytorch/ao PR 4002" in profiles["b200"].source("memory_bandwidth_gbs")
 
 

@@ -169,6 +169,22 @@ def test_the_healthy_nodes_are_ok() -> None:
 FABRIC_PROBES = (gpu.PROBE, rackscale.PROBE)
 
 
+def test_a_gb300_tray_is_known_by_its_device_id_and_held_to_its_18_nvlinks() -> None:
+    """GB300 NVL's device id 0x31c2 (DCGM diag-skus) picks the gb300 profile: a tray of
+    them with 16 of 18 links warns that fewer than the model's links are active (NVL006),
+    which a GPU of no known model (the made-up GB200 id) cannot be told; with 18, none."""
+
+    def tray(device: int, links: int) -> Snapshot:
+        replay = nodes.gb200_replay(links=links)
+        for gpu_record in replay["devices"]:
+            gpu_record["nvmlDeviceGetPciInfo"]["pciDeviceId"] = device << 16 | 0x10DE
+        return judged(nodes.gb200_host(), replay, FABRIC_PROBES)
+
+    assert verdicts(tray(nodes.GB300_ID, 18), "NVL006") == set()
+    assert ("NVL006", "GPU 0", Severity.WARNING) in verdicts(tray(nodes.GB300_ID, 16), "NVL006")
+    assert verdicts(tray(nodes.GB200_ID, 16), "NVL006") == set()
+
+
 @pytest.mark.parametrize(
     ("change", "rule", "severity", "command"),
     [
