@@ -5,7 +5,9 @@ first shown), scrollable with the keyboard; fits 80x24 and works with NO_COLOR. 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import ComposeResult
@@ -16,7 +18,7 @@ from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 from gpudiag.fleet.analysis import FleetReport
 from gpudiag.fleet.changes_text import chart_lines
 from gpudiag.fleet.report import report_text
-from gpudiag.inputs import printable
+from gpudiag.inputs import one_line, printable
 from gpudiag.tui_base import GpudiagAppBase
 
 if TYPE_CHECKING:
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
 SECTIONS = ("Why slow", "Configuration groups", "Outliers", "History", "Findings")
 RACKS = "Racks"  # a sixth tab where the fleet has NVLink domains (gpudiag/fleet/rack.py)
 GOODPUT_PENDING = "computed when this tab is first shown"
+GOODPUT_COMPUTING = "reading the fleet's history for failures..."
 
 
 def titles(report: FleetReport) -> tuple[str, ...]:
@@ -106,7 +109,8 @@ class FleetApp(GpudiagAppBase):
         super().__init__()
         self.report = report
         self.loaded = loaded  # the snapshots, for the goodput tab
-        self.goodput: str | None = None  # its text, once shown
+        self.goodput_started = False
+        self.goodput: str | None = None  # its text, once computed
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -138,9 +142,25 @@ class FleetApp(GpudiagAppBase):
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         """The goodput tab's report, computed the first time it is shown (not at start:
         the screen opens without reading the fleet's history again)."""
-        if event.pane.id == "section-goodput" and self.goodput is None:
-            self.goodput = goodput_text(self.loaded)
-            self.query_one("#text-goodput", Static).update(self.goodput)
+        if event.pane.id != "section-goodput" or self.goodput_started:
+            return
+        self.goodput_started = True
+        self.query_one("#text-goodput", Static).update(GOODPUT_COMPUTING)
+        threading.Thread(target=self._compute_goodput, name="gpudiag-goodput", daemon=True).start()
+
+    def _compute_goodput(self) -> None:
+        """goodput_text off the UI thread (about 1 ms a snapshot: seconds on a large
+        fleet); a daemon, so q leaves at once, the reading unfinished."""
+        try:
+            text = goodput_text(self.loaded)
+        except Exception as exc:  # a bug: said in the tab, the rest of the screen stays
+            text = one_line(f"goodput failed: {type(exc).__name__}: {exc}")
+        with contextlib.suppress(RuntimeError):  # the app has left meanwhile
+            self.call_from_thread(self._show_goodput, text)
+
+    def _show_goodput(self, text: str) -> None:
+        self.goodput = text
+        self.query_one("#text-goodput", Static).update(text)
 
     def on_mount(self) -> None:
         r = self.report
