@@ -198,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format is None and sys.stdout.isatty() and sys.stdin.isatty():
         from gpudiag.fleet.screen import FleetApp
 
-        app = FleetApp(report)
+        app = FleetApp(report, loaded)
         app.run()
         if app.signalled:
             return int(app.return_code or 0)

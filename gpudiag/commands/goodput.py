@@ -43,6 +43,16 @@ def _observed(text: str) -> tuple[int, float]:
 
 def add_parser(subparsers: Any) -> None:
     """`gpudiag goodput`."""
+    from gpudiag.fleet.goodput import DEFAULT_MAX_GAP_DAYS
+    from gpudiag.fleet.goodput_model import (
+        DEFAULT_GPUS,
+        DEFAULT_GPUS_PER_NODE,
+        DEFAULT_JOB_DAYS,
+        DEFAULT_REPAIR_H,
+        DEFAULT_RESTART_MIN,
+        DEFAULT_WRITE_S,
+    )
+
     p = subparsers.add_parser("goodput")
     number = inputs.number_option
     p.add_argument(
@@ -57,28 +67,28 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--gpus",
         type=number(1, 1e8, integer=True),
-        default=16384,
+        default=DEFAULT_GPUS,
         metavar="N",
         help="GPUs in the job (default 16384)",
     )
     p.add_argument(
         "--gpus-per-node",
         type=number(1, 1024, integer=True),
-        default=8,
+        default=DEFAULT_GPUS_PER_NODE,
         metavar="G",
         help="GPUs per node (default 8)",
     )
     p.add_argument(
         "--restart",
         type=number(0, 1e6),
-        default=10.0,
+        default=DEFAULT_RESTART_MIN,
         metavar="MIN",
         help="minutes from a failure's detection to training again (default 10)",
     )
     p.add_argument(
         "--checkpoint-write",
         type=number(0, 1e7),
-        default=60.0,
+        default=DEFAULT_WRITE_S,
         metavar="S",
         help="seconds a checkpoint write stops training (default 60)",
     )
@@ -106,7 +116,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--repair",
         type=number(0, 1e6),
-        default=24.0,
+        default=DEFAULT_REPAIR_H,
         metavar="H",
         help="hours before a failed node is a spare again (simulation; default 24)",
     )
@@ -127,14 +137,14 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--job-days",
         type=number(0, 1e5, above=True),
-        default=30.0,
+        default=DEFAULT_JOB_DAYS,
         metavar="D",
         help="days of training a simulated job does (default 30)",
     )
     p.add_argument(
         "--max-gap",
         type=number(0, 1e5, above=True),
-        default=7.0,
+        default=DEFAULT_MAX_GAP_DAYS,
         metavar="DAYS",
         help="longest gap between two snapshots of a node that counts as observed",
     )

@@ -19,6 +19,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+# `gpudiag goodput`'s defaults (its options in commands/goodput.py), which the fleet
+# screen's goodput tab uses too (goodput_report.fleet_text)
+DEFAULT_GPUS = 16384
+DEFAULT_GPUS_PER_NODE = 8
+DEFAULT_RESTART_MIN = 10.0
+DEFAULT_WRITE_S = 60.0
+DEFAULT_JOB_DAYS = 30.0
+DEFAULT_REPAIR_H = 24.0
+
 HOURS_PER_DAY = 24.0
 DAYS_PER_YEAR = 365.0
 
@@ -35,9 +44,9 @@ class Job:
 
     gpus: int
     rate_per_node_day: float
-    gpus_per_node: int = 8
-    restart_s: float = 600.0
-    write_s: float = 60.0
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE
+    restart_s: float = DEFAULT_RESTART_MIN * 60.0
+    write_s: float = DEFAULT_WRITE_S
     detect_s: float = 0.0
     spares: int = 0
 

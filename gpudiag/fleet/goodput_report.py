@@ -6,10 +6,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpudiag.fleet.goodput import CAUSE_TITLES, CAUSES, FleetRates, Rate
+from gpudiag.fleet.goodput import (
+    CAUSE_TITLES,
+    CAUSES,
+    FleetRates,
+    Rate,
+    RatesError,
+    fleet_rates,
+    histories,
+)
 from gpudiag.fleet.goodput_model import (
+    DEFAULT_GPUS,
+    DEFAULT_GPUS_PER_NODE,
+    DEFAULT_JOB_DAYS,
+    DEFAULT_REPAIR_H,
+    DEFAULT_RESTART_MIN,
+    DEFAULT_WRITE_S,
     Job,
     ModelError,
     ettr,
@@ -20,6 +34,9 @@ from gpudiag.fleet.goodput_model import (
     optimal_h,
 )
 from gpudiag.fleet.goodput_sim import simulate
+
+if TYPE_CHECKING:
+    from gpudiag.fleet.records import LoadedFleet
 
 DETECT_FAST_S, DETECT_SLOW_S = 30.0, 600.0  # ByteRobust: NIC faults in 30 s, not 10 min
 DEFAULT_SPARES = 4
@@ -38,8 +55,8 @@ class Settings:
     interval_h: float | None
     runs: int = 0
     seed: int = 0
-    work_h: float = 30 * 24.0
-    repair_h: float = 24.0
+    work_h: float = DEFAULT_JOB_DAYS * 24.0
+    repair_h: float = DEFAULT_REPAIR_H
     observed: tuple[tuple[int, float], ...] = ()  # (GPUs, MTTF hours) seen in jobs
 
 
@@ -531,6 +548,24 @@ def render(report: dict[str, Any], markdown: bool = False) -> str:
         lines.append("")
         lines += [f"- {note}" if markdown else f"note: {note}" for note in report["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def fleet_text(loaded: LoadedFleet) -> str:
+    """`gpudiag goodput PATH...`'s text at its defaults on a loaded fleet's own history
+    (the fleet screen's goodput tab), or one line saying why there is none."""
+    try:
+        fleet = fleet_rates(histories(loaded))
+        rate = fleet.total.per_1000
+        job = Job(
+            DEFAULT_GPUS,
+            rate / 1000.0,
+            DEFAULT_GPUS_PER_NODE,
+            DEFAULT_RESTART_MIN * 60.0,
+            DEFAULT_WRITE_S,
+        )
+        return render(build(rate, fleet, Settings(job, None)))
+    except (RatesError, ModelError) as exc:
+        return f"no goodput report: {exc}"
 
 
 def _table(header: list[str], rows: list[list[str]], markdown: bool) -> list[str]:

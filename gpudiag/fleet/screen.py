@@ -1,11 +1,14 @@
 """The fleet report on a screen: the sections of `gpudiag fleet` (why slow first), one
-tab each (keys 1-5, or the arrow keys on the tabs), and each metric's history as a chart
-(key c), scrollable with the keyboard; fits 80x24 and works with NO_COLOR. q quits."""
+tab each (keys 1-5, or the arrow keys on the tabs), each metric's history as a chart
+(key c), and `gpudiag goodput`'s report on the fleet's own history (key g, computed when
+first shown), scrollable with the keyboard; fits 80x24 and works with NO_COLOR. q quits."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import ClassVar
+import threading
+from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -15,11 +18,16 @@ from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 from gpudiag.fleet.analysis import FleetReport
 from gpudiag.fleet.changes_text import chart_lines
 from gpudiag.fleet.report import report_text
-from gpudiag.inputs import printable
+from gpudiag.inputs import one_line, printable
 from gpudiag.tui_base import GpudiagAppBase
+
+if TYPE_CHECKING:
+    from gpudiag.fleet.records import LoadedFleet
 
 SECTIONS = ("Why slow", "Configuration groups", "Outliers", "History", "Findings")
 RACKS = "Racks"  # a sixth tab where the fleet has NVLink domains (gpudiag/fleet/rack.py)
+GOODPUT_PENDING = "computed when this tab is first shown"
+GOODPUT_COMPUTING = "reading the fleet's history for failures..."
 
 
 def titles(report: FleetReport) -> tuple[str, ...]:
@@ -58,6 +66,16 @@ def history_chart_text(report: FleetReport) -> str:
     return "each metric's history, a bar a run, | where a change starts:\n" + "\n".join(lines)
 
 
+def goodput_text(loaded: LoadedFleet | None) -> str:
+    """The goodput tab: `gpudiag goodput`'s report at its defaults on the fleet's own
+    history (fleet/goodput_report.py), or one line saying why there is none."""
+    if loaded is None:
+        return "no goodput report: the screen was given no snapshots"
+    from gpudiag.fleet.goodput_report import fleet_text  # numpy's simulation: on demand
+
+    return fleet_text(loaded).rstrip("\n")
+
+
 def sections(report: FleetReport) -> dict[str, str]:
     """The text report cut into its sections, by title; the first starts with the
     verdict and the files that could not be read."""
@@ -84,11 +102,15 @@ class FleetApp(GpudiagAppBase):
             for i, title in enumerate((*SECTIONS, RACKS), 1)
         ),
         Binding("c", "show_charts", "Charts", show=False),
+        Binding("g", "show_goodput", "Goodput", show=False),
     ]
 
-    def __init__(self, report: FleetReport) -> None:
+    def __init__(self, report: FleetReport, loaded: LoadedFleet | None = None) -> None:
         super().__init__()
         self.report = report
+        self.loaded = loaded  # the snapshots, for the goodput tab
+        self.goodput_started = False
+        self.goodput: str | None = None  # its text, once computed
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -99,6 +121,8 @@ class FleetApp(GpudiagAppBase):
                     yield Static(texts.get(title, ""), markup=False, id=f"text-{i}")
             with TabPane("c Charts", id="section-charts"), VerticalScroll():
                 yield Static(history_chart_text(self.report), markup=False, id="text-charts")
+            with TabPane("g Goodput", id="section-goodput"), VerticalScroll():
+                yield Static(GOODPUT_PENDING, markup=False, id="text-goodput")
         yield Footer()
 
     def action_show(self, number: int) -> None:
@@ -110,6 +134,33 @@ class FleetApp(GpudiagAppBase):
     def action_show_charts(self) -> None:
         """Show the history charts (changes_text.py)."""
         self.query_one(TabbedContent).active = "section-charts"
+
+    def action_show_goodput(self) -> None:
+        """Show the goodput report (computed when first shown)."""
+        self.query_one(TabbedContent).active = "section-goodput"
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        """The goodput tab's report, computed the first time it is shown (not at start:
+        the screen opens without reading the fleet's history again)."""
+        if event.pane.id != "section-goodput" or self.goodput_started:
+            return
+        self.goodput_started = True
+        self.query_one("#text-goodput", Static).update(GOODPUT_COMPUTING)
+        threading.Thread(target=self._compute_goodput, name="gpudiag-goodput", daemon=True).start()
+
+    def _compute_goodput(self) -> None:
+        """goodput_text off the UI thread (about 1 ms a snapshot: seconds on a large
+        fleet); a daemon, so q leaves at once, the reading unfinished."""
+        try:
+            text = goodput_text(self.loaded)
+        except Exception as exc:  # a bug: said in the tab, the rest of the screen stays
+            text = one_line(f"goodput failed: {type(exc).__name__}: {exc}")
+        with contextlib.suppress(RuntimeError):  # the app has left meanwhile
+            self.call_from_thread(self._show_goodput, text)
+
+    def _show_goodput(self, text: str) -> None:
+        self.goodput = text
+        self.query_one("#text-goodput", Static).update(text)
 
     def on_mount(self) -> None:
         r = self.report
