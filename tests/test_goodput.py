@@ -277,3 +277,29 @@ def test_no_failures_is_strict_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert report["mttf_hours"] is None and report["intervals_hours"]["optimal"] is None
     assert report["ettr"] == pytest.approx(1 / (1 + 60 / 1800), abs=1e-4)
     assert main(["goodput", "--rate", "0"]) == 3  # no optimum to pick: say so
+
+
+def test_a_what_if_row_that_never_progresses_is_said_in_its_row(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """At 42 per 1000 node-days the job as asked progresses, but the "detection in 10 min"
+    row (10 min restart + 10 min detection, MTTF 17 min) never does: that row says so
+    (no optimum), the report stands (it ended, exit 3, blaming the input)."""
+    assert main(["goodput", "--rate", "42", "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rows = {row["what"]: row for row in report["what_if"]}
+    assert (
+        rows["detection in 10 min"]["ettr"] == 0
+        and rows["detection in 10 min"]["ettr_at_optimal"] is None
+    )
+    assert rows["as asked"]["ettr"] > 0.2
+
+
+def test_an_interval_of_many_mttfs_gives_nothing_done_not_an_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A checkpoint every 10,000,000 min (the option's range allows it): the segment never
+    runs through, ETTR 0 (math.expm1 overflowed: an internal error)."""
+    args = ["goodput", "--rate", "6.5", "--checkpoint-interval", "10000000", "--format", "json"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["ettr"] == 0

@@ -110,7 +110,10 @@ def ettr_renewal(job: Job, interval_h: float) -> float:
     segment = interval_h + job.write_h
     if rate == 0:
         return interval_h / segment
-    expected = math.expm1(rate * segment) * (1.0 / rate + job.overhead_h)
+    try:
+        expected = math.expm1(rate * segment) * (1.0 / rate + job.overhead_h)
+    except OverflowError:  # a segment hundreds of MTTFs long: it never runs through
+        return 0.0
     return interval_h / expected
 
 

@@ -366,7 +366,10 @@ def _what_if(
                 _round(ettr(_with_rate(closed, measured_rate.high * factor), chosen)),
                 _round(ettr(_with_rate(closed, measured_rate.low * factor), chosen)),
             ]
-        best = optimal_h(closed)
+        try:
+            best = optimal_h(closed)
+        except ModelError:  # this row's job never makes progress: said in its row, not fatal
+            best = math.nan
         entry: dict[str, Any] = {
             "what": name,
             "rate_per_1000_node_days": round(row.rate_per_node_day * 1000, 4),
@@ -376,7 +379,7 @@ def _what_if(
             "ettr_at_optimal": _round(ettr(closed, best)) if math.isfinite(best) else None,
             "simulated": None,
         }
-        if settings.runs:
+        if settings.runs and math.isfinite(best):
             sim = simulate(
                 row,
                 chosen,
