@@ -3097,7 +3097,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                        ())),
                      ())}
 # rules/profiles.toml (gpudiag/profiles.py): (fingerprint, Profile's fields, profiles)
-PROFILES = ((3029266384, 31608),
+PROFILES = ((2908357114, 32261),
  ('name', 'title', 'device_ids', 'values', 'brands', 'name_words', 'product_names', 'sources'),
  (('h100-sxm5',
    'H100 SXM5 80GB',
@@ -3567,16 +3567,16 @@ PROFILES = ((3029266384, 31608),
    (),
    (),
    (('band.gemm_bf16',
-     'no healthy band published: no healthy GEMM figure for the H100 NVL here: judged against the '
+     'no healthy band published: no healthy GEMM figure for the H200 NVL here: judged against the '
      "node's peers and the fleet baseline"),
     ('band.gemm_fp16',
-     'no healthy band published: no healthy GEMM figure for the H100 NVL here: judged against the '
+     'no healthy band published: no healthy GEMM figure for the H200 NVL here: judged against the '
      "node's peers (KRN010) and the fleet baseline"),
     ('band.gemm_fp64',
-     'no healthy band published: no healthy GEMM figure for the H100 NVL here: judged against the '
+     'no healthy band published: no healthy GEMM figure for the H200 NVL here: judged against the '
      "node's peers and the fleet baseline"),
     ('band.stream_triad',
-     'no healthy band published: no healthy STREAM figure measured or published for the H100 NVL '
+     'no healthy band published: no healthy STREAM figure measured or published for the H200 NVL '
      "here: judged against the node's peers (KRN009) and the fleet baseline"),
     ('bf16_tflops',
      'NVIDIA H100 datasheet (NVL column): 94 GB, NVLink bridge 600 GB/s, PCIe Gen5 x16, 3.9 TB/s; '
@@ -3597,13 +3597,13 @@ PROFILES = ((3029266384, 31608),
      'NVIDIA H100 datasheet (NVL column): 94 GB, NVLink bridge 600 GB/s, PCIe Gen5 x16, 3.9 TB/s; '
      'FP64 30, FP64 Tensor 60, FP32 60, dense tensor figures = half the sparsity ones (FP8 3341)'),
     ('gemm_bf16_floor_tflops',
-     'no healthy band published: no healthy GEMM figure for the H100 NVL here: judged against the '
+     'no healthy band published: no healthy GEMM figure for the H200 NVL here: judged against the '
      "node's peers and the fleet baseline"),
     ('gemm_fp16_floor_tflops',
-     'no healthy band published: no healthy GEMM figure for the H100 NVL here: judged against the '
+     'no healthy band published: no healthy GEMM figure for the H200 NVL here: judged against the '
      "node's peers (KRN010) and the fleet baseline"),
     ('gemm_fp64_floor_tflops',
-     'no healthy band published: no healthy GEMM figure for the H100 NVL here: judged against the '
+     'no healthy band published: no healthy GEMM figure for the H200 NVL here: judged against the '
      "node's peers and the fleet baseline"),
     ('l2_mb', 'NVIDIA Hopper architecture: 50 MB L2'),
     ('memory_bandwidth_gbs',
@@ -3619,7 +3619,7 @@ PROFILES = ((3029266384, 31608),
      'NVIDIA H100 datasheet (NVL column): 94 GB, NVLink bridge 600 GB/s, PCIe Gen5 x16, 3.9 TB/s; '
      'FP64 30, FP64 Tensor 60, FP32 60, dense tensor figures = half the sparsity ones (FP8 3341)'),
     ('stream_triad_floor_gbs',
-     'no healthy band published: no healthy STREAM figure measured or published for the H100 NVL '
+     'no healthy band published: no healthy STREAM figure measured or published for the H200 NVL '
      "here: judged against the node's peers (KRN009) and the fleet baseline"),
     ('tf32_tflops',
      'NVIDIA H100 datasheet (NVL column): 94 GB, NVLink bridge 600 GB/s, PCIe Gen5 x16, 3.9 TB/s; '
