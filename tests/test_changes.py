@@ -292,6 +292,29 @@ def test_the_fleet_command_takes_slower_compare_and_margin(
     out = capsys.readouterr().out  # exit 1: two configuration groups (the drivers)
     # a 4% roll-out is under --slower 10; within +-50% the two drivers are the same
     assert "roll-out" not in out and f"compare {pair} stream.triad.fp64 (2 vs 2 nodes): same" in out
+    same = "nvml.driver_version=575.57.08,575.57.08"
+    assert main(["fleet", str(small_history), "--compare", same]) == 3
+    assert "A and B are the same value" in capsys.readouterr().err
+
+
+def test_a_compare_with_nothing_to_compare_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Snapshots without kernel results: --compare said nothing at all (the report was the
+    one without it, byte for byte); now one line says why there is no verdict."""
+    from gpudiag.cli import main
+    from gpudiag.snapshot import save
+
+    from fleetgen import base_snapshot
+
+    base = base_snapshot()
+    for number in range(1, 5):
+        save(replace(base, host=f"node{number}", kernels=()), tmp_path / f"node{number}.json")
+    pair = "nvml.driver_version=590.48.01,575.57.08"
+    args = ["fleet", str(tmp_path), "--workers", "1", "--format", "text", "--compare", pair]
+    main(args)
+    out = capsys.readouterr().out
+    assert f"compare {pair}: no kernel metric measured on these nodes" in out
 
 
 def test_figures_without_a_logarithm_are_left_out() -> None:

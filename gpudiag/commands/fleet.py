@@ -160,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
         sides = values.split(",")
         if not key or len(sides) != 2 or not all(sides):
             return fail(f"--compare {args.compare}: expected KEY=A,B")
+        if sides[0] == sides[1]:
+            return fail(f"--compare {args.compare}: A and B are the same value")
         compare = (key, sides[0], sides[1])
     loaded = load_paths(args.paths, args.workers)
     if not loaded.runs:

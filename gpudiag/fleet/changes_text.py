@@ -45,6 +45,11 @@ def history_lines(history: HistoryReport | None, bullet: str) -> list[str]:
         lines.append(f"{bullet}and {len(history.changes) - MAX_LINES} more change points")
     lines += [f"{bullet}factor: {f.line()}" for f in history.factors]
     lines += [f"{bullet}chart: {line}" for line in chart_lines(history)]
+    if history.compare_what and not history.compare:  # asked, and nothing to compare
+        lines.append(
+            f"{bullet}compare {history.compare_what}: no kernel metric measured on these "
+            "nodes (run the kernels: --export --kernels quick)"
+        )
     for name, n_a, n_b, verdict in history.compare:
         side_b = history.compare_what.split(",")[-1]
         text = verdict.line(side_b, "nodes") if verdict else "fewer than two nodes a side"
