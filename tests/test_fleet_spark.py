@@ -5,6 +5,7 @@ where PySpark or a Java runtime is missing."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ __all__ = ["analysed", "dataset", "fleet_dir"]
 
 JOB = Path(__file__).resolve().parent.parent / "examples" / "spark" / "fleet_outliers.py"
 
-pytest.importorskip(
+pyspark = pytest.importorskip(
     "pyspark", reason="PySpark is not installed (pip install pyspark: about 450 MB, not an extra)"
 )
 
@@ -31,9 +32,14 @@ def _java_problem() -> str | None:
     if java is None:
         return "no Java runtime (apt-get install default-jre-headless)"
     try:
-        subprocess.run([java, "-version"], capture_output=True, timeout=30, check=True)
+        said = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=30, check=True
+        ).stderr
     except (OSError, subprocess.SubprocessError) as error:
         return f"java -version failed: {error}"
+    found = re.search(r'version "(?:1\.)?(\d+)', said)
+    if found and int(found[1]) < 17 and int(pyspark.__version__.split(".")[0]) >= 4:
+        return f"PySpark {pyspark.__version__} needs Java 17 or later, this is {found[1]}"
     return None
 
 

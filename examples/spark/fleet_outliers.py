@@ -10,7 +10,7 @@ from them, by the rule `gpudiag fleet` uses (docs/dataset.md, "Outliers per mode
 DIR is any path Spark reads (a folder, hdfs://, s3a://...). Without --output the outliers
 are printed, one JSON object a line; with it they are written to OUT as JSON files.
 It needs PySpark only (not gpudiag): the medians are exact (Spark's `percentile`), as
-gpudiag's are, so the answer is the same as `gpudiag fleet DIR --json`'s outliers of
+gpudiag's are, so the answer is the same as `gpudiag fleet DIR --format json`'s outliers of
 readings (tests/test_fleet_spark.py compares them).
 """
 
