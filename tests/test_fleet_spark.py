@@ -9,16 +9,22 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-from fleetgen import analysed, dataset, fleet_dir
+from gpudiag.fleet.analysis import analyse
+from gpudiag.fleet.dataset import read_dataset
+from gpudiag.snapshot import load, save
+
+from fleetgen import analysed, dataset, fleet_dir, with_values, write_operator_fleet
 
 __all__ = ["analysed", "dataset", "fleet_dir"]
 
+OPERATOR_NODES = 40
 JOB = Path(__file__).resolve().parent.parent / "examples" / "spark" / "fleet_outliers.py"
 
 pyspark = pytest.importorskip(
@@ -75,17 +81,30 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-@pytest.mark.parametrize("threshold", [5.0, 1.0])
-def test_spark_finds_the_outliers_gpudiag_finds(
-    analysed: Any, dataset: Path, spark: Any, threshold: float
-) -> None:
-    """At gpudiag's threshold, and at a low one where the 1% rule and small MADs decide."""
-    report = analysed
-    if threshold != 5.0:
-        from gpudiag.fleet.analysis import analyse
-        from gpudiag.fleet.dataset import read_dataset
+@pytest.fixture(scope="module")
+def operator_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """issue 38's realistic fleet (three GPU models, figures that spread, outliers near the
+    threshold, one damaged file) appended to a dataset."""
+    from gpudiag.fleet.dataset import append_dataset
+    from gpudiag.fleet.load import load_fleet
 
-        report = analyse(read_dataset(dataset), threshold=threshold)
+    snapshots = tmp_path_factory.mktemp("operator")
+    write_operator_fleet(snapshots, OPERATOR_NODES)
+    # node0020's earlier run, before GPU 3 was capped: its latest run must be the one judged
+    latest = load(snapshots / "node0020.json")
+    assert latest.created > "2026-10-01T00:00:00Z"
+    values = {"gpu.3.power.limit": 700.0, "gpu.3.power.enforced_limit": 700.0}
+    earlier = replace(with_values(latest, values), created="2026-10-01T00:00:00Z")
+    (snapshots / "runs").mkdir()
+    save(earlier, snapshots / "runs" / "node0020-earlier.json")
+    root = tmp_path_factory.mktemp("operator-ds") / "fleet"
+    append_dataset(load_fleet([snapshots], workers=1), str(root))
+    return root
+
+
+def _compare(spark: Any, dataset: Path, threshold: float, report: Any) -> dict[tuple, tuple]:
+    """Spark's outliers of readings against the report's: the same (model, node, reading,
+    device, value), with the same median and MAD; Spark's, keyed."""
     rows = _job().fleet_outliers(spark, str(dataset), threshold).collect()
     theirs = {(r.model, r.node, r.reading, r.device, r.value): (r.median, r.mad) for r in rows}
     readings = spark.read.parquet(f"{dataset}/readings").select("template").distinct()
@@ -96,7 +115,28 @@ def test_spark_finds_the_outliers_gpudiag_finds(
         if o.reading in templates  # kernel figures are not the job's subject
     }
     assert theirs.keys() == ours.keys()
-    assert ("h100-sxm5 x8", "node011", "gpu.{gpu}.temperature.gpu", "GPU 5", 88.0) in theirs
     for key, (median, mad) in ours.items():  # the group's median and MAD, as gpudiag's
         assert theirs[key] == pytest.approx((median, mad), rel=1e-12, abs=1e-12), key
-    assert len(ours) >= (4 if threshold == 5.0 else 40)  # 4 and 76 when written
+    return theirs
+
+
+@pytest.mark.parametrize("threshold", [5.0, 1.0])
+def test_spark_finds_the_outliers_gpudiag_finds(
+    analysed: Any, dataset: Path, spark: Any, threshold: float
+) -> None:
+    """At gpudiag's threshold, and at a low one where small MADs decide."""
+    report = analysed
+    if threshold != 5.0:
+        report = analyse(read_dataset(dataset), threshold=threshold)
+    theirs = _compare(spark, dataset, threshold, report)
+    assert ("h100-sxm5 x8", "node011", "gpu.{gpu}.temperature.gpu", "GPU 5", 88.0) in theirs
+    assert len(theirs) >= (4 if threshold == 5.0 else 40)  # 4 and 76 when written
+
+
+def test_spark_agrees_on_a_realistic_fleet(operator_dataset: Path, spark: Any) -> None:
+    """Spread figures, outliers near the threshold, positional readings out of place."""
+    theirs = _compare(spark, operator_dataset, 5.0, analyse(read_dataset(operator_dataset)))
+    readings = {key[2] for key in theirs}
+    assert "gpu.{gpu}.numa_node" in readings  # positional: compared per GPU, not pooled
+    assert len(theirs) >= 10  # 18 when written
+    assert ("h100-sxm5 x8", "node0020", "gpu.{gpu}.power.limit", "GPU 3", 500.0) in theirs
