@@ -89,7 +89,13 @@ def operator_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from gpudiag.fleet.load import load_fleet
 
     snapshots = tmp_path_factory.mktemp("operator")
-    write_operator_fleet(snapshots, OPERATOR_NODES)
+    planted = write_operator_fleet(snapshots, OPERATOR_NODES)
+    # a healthy node's GPU 1 capped 0.4% above the rest (whose MAD is 0): within 1% of the
+    # median, so not odd
+    faulty = {name for names in planted.values() for name in names}
+    healthy = next(f"node{n:04d}" for n in range(1, 99) if f"node{n:04d}" not in faulty)
+    path = snapshots / f"{healthy}.json"
+    save(with_values(load(path), {"gpu.1.power.limit": 703.0}), path)
     # node0020's earlier run, before GPU 3 was capped: its latest run must be the one judged
     latest = load(snapshots / "node0020.json")
     assert latest.created > "2026-10-01T00:00:00Z"
@@ -139,4 +145,5 @@ def test_spark_agrees_on_a_realistic_fleet(operator_dataset: Path, spark: Any) -
     readings = {key[2] for key in theirs}
     assert "gpu.{gpu}.numa_node" in readings  # positional: compared per GPU, not pooled
     assert len(theirs) >= 10  # 18 when written
+    assert not [key for key in theirs if key[4] == 703.0]  # within 1% of the median
     assert ("h100-sxm5 x8", "node0020", "gpu.{gpu}.power.limit", "GPU 3", 500.0) in theirs
