@@ -16,32 +16,15 @@ from gpudiag.fleet.dataset import (
     append_dataset,
     dataset_problem,
     node_history,
-    read_dataset,
     scan,
 )
 from gpudiag.fleet.load import load_fleet
 from gpudiag.fleet.report import report_json, report_text
 
 from conftest import run_cli
-from fleetgen import clean_dir, fleet_dir
+from fleetgen import analysed, clean_dir, dataset, fleet_dir
 
-__all__ = ["clean_dir", "fleet_dir"]
-
-
-@pytest.fixture(scope="module")
-def dataset(fleet_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The planted fleet appended in two batches: the node005's later run (history/)
-    first, then everything (whose later run is already there)."""
-    root = tmp_path_factory.mktemp("ds") / "fleet"
-    assert append_dataset(load_fleet([fleet_dir / "history"], workers=1), str(root)) == 1
-    assert append_dataset(load_fleet([fleet_dir], workers=1), str(root)) == 20
-    return root
-
-
-@pytest.fixture(scope="module")
-def analysed(dataset: Path) -> FleetReport:
-    """The report of the dataset, read back."""
-    return analyse(read_dataset(dataset))
+__all__ = ["analysed", "clean_dir", "dataset", "fleet_dir"]
 
 
 def _report(loaded: object) -> tuple[str, dict]:
