@@ -22,7 +22,8 @@ from gpudiag.fleet.load import load_fleet
 from gpudiag.fleet.report import report_json, report_text
 
 from conftest import run_cli
-from fleetgen import analysed, clean_dir, dataset, fleet_dir
+from fleetgen import clean_dir, fleet_dir
+from fleetgen_dataset import analysed, dataset
 
 __all__ = ["analysed", "clean_dir", "dataset", "fleet_dir"]
 

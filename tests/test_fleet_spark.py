@@ -20,7 +20,8 @@ from gpudiag.fleet.analysis import analyse
 from gpudiag.fleet.dataset import read_dataset
 from gpudiag.snapshot import load, save
 
-from fleetgen import analysed, dataset, fleet_dir, with_values, write_operator_fleet
+from fleetgen import fleet_dir, with_values, write_operator_fleet
+from fleetgen_dataset import analysed, dataset
 
 __all__ = ["analysed", "dataset", "fleet_dir"]
 
