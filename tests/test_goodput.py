@@ -303,3 +303,15 @@ def test_an_interval_of_many_mttfs_gives_nothing_done_not_an_error(
     args = ["goodput", "--rate", "6.5", "--checkpoint-interval", "10000000", "--format", "json"]
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out)["ettr"] == 0
+
+
+def test_one_incident_in_a_small_fleet_is_no_lemon() -> None:
+    """Four nodes, one incident on g3 and none elsewhere: against the rest's rate (0) it
+    was a lemon at p = 0; under one rate for all it is a quarter's chance (x 4 nodes)."""
+    from gpudiag.fleet.goodput import find_lemons
+
+    days = 3.0
+    assert find_lemons({"g1": (0, days), "g2": (0, days), "g3": (1, days), "g4": (0, days)}) == []
+    fleet = {f"n{i:02d}": (i % 2, 30.0) for i in range(20)}  # 10 incidents over 19 nodes
+    fleet["n07"] = (9, 30.0)
+    assert [lemon.node for lemon in find_lemons(fleet)] == ["n07"]

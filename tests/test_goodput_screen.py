@@ -19,8 +19,10 @@ from gpudiag.fleet.screen import GOODPUT_PENDING, FleetApp
 
 from fleetgen_failures import planted_failures, write_failure_history
 
-# a node-day, the lemon's 100 times that: seed 1 plants one of each on the lemon, a fleet
-# rate of 31.25 per 1000 node-days (MTTF 0.375 h at the command's 16,384 GPUs)
+# a node-day, the lemon's 100 times that: over 10 days seed 2 plants 4 incidents, all on
+# the lemon, a fleet rate of 50 per 1000 node-days (MTTF 0.23 h at the command's 16,384
+# GPUs); 4 of 4 on one node of 8 is a lemon (binomial, p 0.002 after Bonferroni), where 2 of
+# 2 would not be (p 0.125)
 RATES = {"gpu_lost": 0.002, "xid_hardware": 0.002}
 
 
@@ -38,7 +40,7 @@ def _shown_whole(static: Static) -> list[str]:
 def test_goodput_tab(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    planted = planted_failures(1, nodes=8, days=8, rates=RATES, factor=100)
+    planted = planted_failures(2, nodes=8, days=10, rates=RATES, factor=100)
     write_failure_history(tmp_path, planted)
     loaded = load_fleet([tmp_path], workers=1)
     report = FleetReport(8, len(loaded.runs), [], [], [], [], [], [], 0.0)  # tab 1-5: not read

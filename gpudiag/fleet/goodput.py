@@ -14,8 +14,9 @@ the first of CAUSES that rose, so causes sum to the total. An interval longer th
 report says how many were left out.
 
 Rates are per 1000 node-days with exact (Garwood) Poisson 95% intervals. A lemon node is
-one whose count is improbable under the rest of the fleet's rate over its own observed
-days: P(X >= count) below 0.01 after Bonferroni's correction for the number of nodes.
+one whose count is improbable if every node had the fleet's one rate: given the fleet's
+incidents, its share is binomial in its share of the node-days (the exact conditional
+test), P(X >= count) below 0.01 after Bonferroni's correction for the number of nodes.
 """
 
 from __future__ import annotations
@@ -171,6 +172,27 @@ def _gamma_p(a: float, x: float) -> float:
 def poisson_sf(k: int, mu: float) -> float:
     """P(X >= k) for X ~ Poisson(mu)."""
     return 1.0 if k <= 0 else _gamma_p(k, mu)
+
+
+def binomial_sf(k: int, n: int, q: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, q), summed in logs (n up to a fleet's incidents)."""
+    if k <= 0:
+        return 1.0
+    if k > n or q <= 0.0:
+        return 0.0
+    if q >= 1.0:
+        return 1.0
+    log_q, log_r = math.log(q), math.log1p(-q)
+    total = 0.0
+    for i in range(k, n + 1):
+        total += math.exp(
+            math.lgamma(n + 1)
+            - math.lgamma(i + 1)
+            - math.lgamma(n - i + 1)
+            + i * log_q
+            + (n - i) * log_r
+        )
+    return min(1.0, total)
 
 
 def chi2_sf(x: float, df: int) -> float:
@@ -355,8 +377,9 @@ def fleet_rates(
 
 
 def find_lemons(per_node: dict[str, tuple[int, float]], tested: int | None = None) -> list[Lemon]:
-    """Nodes whose count is improbable under the rest of the fleet's rate over their own
-    observed days (Bonferroni over the nodes tested), worst first."""
+    """Nodes whose count is improbable under one rate for the whole fleet (the binomial
+    conditional test; Bonferroni over the nodes tested), worst first; `expected` is what
+    the rest of the fleet's rate gives over the node's days."""
     tested = tested or sum(1 for _, d in per_node.values() if d > 0)
     total_count = sum(c for c, _ in per_node.values())
     total_days = sum(d for _, d in per_node.values())
@@ -366,7 +389,11 @@ def find_lemons(per_node: dict[str, tuple[int, float]], tested: int | None = Non
         if days <= 0 or rest_days <= 0 or count == 0:
             continue
         expected = (total_count - count) / rest_days * days
-        p = min(1.0, poisson_sf(count, expected) * tested)
+        # one rate for all (the null): given the fleet's incidents, the node's share of them
+        # is binomial in its share of the node-days, whatever the rate (the exact
+        # conditional test; against the rest's rate, a fleet whose other nodes had none
+        # made one incident a lemon at p = 0)
+        p = min(1.0, binomial_sf(count, total_count, days / total_days) * tested)
         if p < LEMON_P:
             found.append(Lemon(node, count, expected, days, p))
     return sorted(found, key=lambda lemon: (lemon.p_adjusted, lemon.node))
