@@ -166,6 +166,11 @@ def test_fleet_with_no_time_span(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["goodput", str(tmp_path), "--workers", "1"]) == 3
     err = capsys.readouterr().err.strip()
     assert "no time span" in err and len(err.splitlines()) == 1
+    # --rate is used instead of, or over, the fleet's (it stopped there all the same)
+    assert main(["goodput", str(tmp_path), "--workers", "1", "--rate", "6.5"]) == 0
+    out = capsys.readouterr()
+    assert "no time span" in out.err and "; --rate 6.5 used" in out.err
+    assert "6.5 failures per 1000" in out.out
 
 
 @pytest.mark.parametrize(

@@ -178,7 +178,7 @@ def fail(message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """The report; 0, or 3 on bad input."""
-    from gpudiag.fleet.goodput import RatesError, fleet_rates, histories
+    from gpudiag.fleet.goodput import NoTimeSpan, RatesError, fleet_rates, histories
     from gpudiag.fleet.goodput_model import Job, ModelError
     from gpudiag.fleet.goodput_report import Settings, build, render
 
@@ -199,6 +199,11 @@ def run(args: argparse.Namespace) -> int:
             return fail("no snapshot could be read")
         try:
             fleet = fleet_rates(histories(loaded), args.max_gap)
+        except NoTimeSpan as exc:
+            if args.rate is None:
+                return fail(str(exc))
+            # --rate is used instead of the fleet's: the report goes on with it alone
+            print(f"gpudiag: goodput: {exc}; --rate {args.rate:g} used", file=sys.stderr)
         except RatesError as exc:
             return fail(str(exc))
     rate = args.rate if args.rate is not None else fleet.total.per_1000  # type: ignore[union-attr]

@@ -62,6 +62,11 @@ class RatesError(ValueError):
     """A fleet the rates cannot come from (one line)."""
 
 
+class NoTimeSpan(RatesError):
+    """A fleet with no node observed over time: no rate comes from it (--rate can still be
+    used)."""
+
+
 @dataclass(frozen=True)
 class NodeState:
     """What one snapshot says about failures: the GPUs lost, the counters that can rise
@@ -224,7 +229,7 @@ def poisson_interval(count: int) -> tuple[float, float]:
 def rate_of(count: int, node_days: float) -> Rate:
     """`count` incidents over `node_days`, per 1000 node-days with its interval."""
     if node_days <= 0:
-        raise RatesError("no node-days observed: the fleet has no time span")
+        raise NoTimeSpan("no node-days observed: the fleet has no time span")
     low, high = poisson_interval(count)
     scale = 1000.0 / node_days
     return Rate(count, node_days, count * scale, low * scale, high * scale)
@@ -348,7 +353,7 @@ def fleet_rates(
         per_cause[node] = causes
     total_days = sum(d for _, d in per_node.values())
     if not times or total_days <= 0:
-        raise RatesError(
+        raise NoTimeSpan(
             "the fleet has no time span: every node needs two snapshots or more, "
             f"at most {max_gap_days:g} days apart (--max-gap)"
         )
