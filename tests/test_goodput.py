@@ -332,3 +332,14 @@ def test_with_spares_the_closed_form_is_not_set_beside_the_simulation(
     assert json.loads(capsys.readouterr().out)["simulated"]["closed_form_off_by"] is None
     assert main(args) == 0
     assert "the closed form has no spares to compare" in capsys.readouterr().out
+
+
+def test_the_first_order_note_asks_for_a_simulation_only_where_none_ran(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without --simulate there is no simulation to trust: the note says how to get one."""
+    assert main(["goodput", "--rate", "6.5"]) == 0
+    out = capsys.readouterr().out
+    assert "--simulate N gives the figure" in out and "trust the simulation" not in out
+    assert main(["goodput", "--rate", "6.5", "--simulate", "20", "--seed", "1"]) == 0
+    assert "trust the simulation" in capsys.readouterr().out

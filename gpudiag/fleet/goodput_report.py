@@ -211,7 +211,8 @@ def build(
         out["notes"].append(
             f"{load:.2f} failures per checkpoint interval and restart: above "
             f"{FIRST_ORDER_LOAD:g} the first-order closed form is off (by {value - renewal:+.3f} "
-            "against the same assumptions without the first-order cut); trust the simulation"
+            "against the same assumptions without the first-order cut); "
+            + ("trust the simulation" if settings.runs else "--simulate N gives the figure")
         )
     return out
 
