@@ -312,7 +312,10 @@ def test_the_host_tree_shows_undeclared_readings_apart() -> None:
 def test_lint_checks_every_shipped_file_data_files_included() -> None:
     run = run_cli("rules", "lint", *sorted(str(p) for p in (REPO / "rules").glob("*.toml")))
     assert run.returncode == 0, run.stdout
-    assert "profiles.toml: ok (a data file: 17 profiles)" in run.stdout
+    from gpudiag.profiles import load_profiles
+
+    count = len(load_profiles())  # every profile the file holds is counted and linted
+    assert f"profiles.toml: ok (a data file: {count} profiles)" in run.stdout
     assert "explanations.toml: ok (a data file:" in run.stdout
 
 
