@@ -34,6 +34,7 @@ import numpy as np
 
 from gpudiag import inputs
 from gpudiag.fleet.records import (
+    FleetMerger,
     Layout,
     LoadedFleet,
     NodeRun,
@@ -508,28 +509,8 @@ def _assemble(runs: Any, readings: Any, kernels: Any, findings: Any) -> LoadedFl
 def merge_into(fleet: LoadedFleet, part: LoadedFleet) -> None:
     """Add `part`'s runs to `fleet`, its layouts and configurations renumbered (as
     load.load_fleet merges what its workers read)."""
-    layout_ids = {(la.keys, la.statuses, la.units): i for i, la in enumerate(fleet.layouts)}
-    config_ids = {(fleet.config_layout[i], c): i for i, c in enumerate(fleet.configs)}
-    layout_map = []
-    for layout in part.layouts:
-        signature = (layout.keys, layout.statuses, layout.units)
-        if signature not in layout_ids:
-            layout_ids[signature] = len(fleet.layouts)
-            fleet.layouts.append(layout)
-        layout_map.append(layout_ids[signature])
-    config_map = []
-    for layout_id, config in zip(part.config_layout, part.configs, strict=True):
-        key = (layout_map[layout_id], config)
-        if key not in config_ids:
-            config_ids[key] = len(fleet.configs)
-            fleet.configs.append(config)
-            fleet.config_layout.append(key[0])
-        config_map.append(config_ids[key])
-    for run in part.runs:
-        run.layout = layout_map[run.layout]
-        run.config = config_map[run.config]
-        fleet.runs.append(run)
-    fleet.bad.extend(part.bad)
+    configs = zip(part.config_layout, part.configs, strict=True)
+    FleetMerger(fleet).add(part.layouts, configs, part.runs, part.bad)
 
 
 def dataset_problem(target: str) -> str | None:

@@ -50,6 +50,7 @@ from msgspec import UNSET, UnsetType
 
 from gpudiag.catalog import COUNTERS, DERIVED
 from gpudiag.fleet.records import (
+    FleetMerger,
     KernelValue,
     Layout,
     LoadedFleet,
@@ -591,28 +592,10 @@ def load_fleet(paths: Iterable[str | Path], workers: int | None = None) -> Loade
     fleet = LoadedFleet(bad=bad)
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    layout_ids: dict[tuple[Any, ...], int] = {}
-    config_ids: dict[tuple[int, tuple[Any, ...]], int] = {}
+    merger = FleetMerger(fleet)
 
     def merge(chunk: _Chunk, layout_map: list[int], config_map: list[int]) -> None:
-        for layout in chunk.layouts:
-            signature = (layout.keys, layout.statuses, layout.units)
-            if signature not in layout_ids:
-                layout_ids[signature] = len(fleet.layouts)
-                fleet.layouts.append(layout)
-            layout_map.append(layout_ids[signature])
-        for local_layout, config in chunk.configs:
-            key = (layout_map[local_layout], config)
-            if key not in config_ids:
-                config_ids[key] = len(fleet.configs)
-                fleet.configs.append(config)
-                fleet.config_layout.append(key[0])
-            config_map.append(config_ids[key])
-        for run in chunk.runs:
-            run.layout = layout_map[run.layout]
-            run.config = config_map[run.config]
-            fleet.runs.append(run)
-        fleet.bad.extend(chunk.bad)
+        merger.add(chunk.layouts, chunk.configs, chunk.runs, chunk.bad, layout_map, config_map)
 
     parquet = [f for f in files if f.suffix.lower() == PARQUET_SUFFIX]
     files = [f for f in files if f.suffix.lower() != PARQUET_SUFFIX]

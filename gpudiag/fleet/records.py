@@ -83,6 +83,54 @@ class LoadedFleet:
     bad: list[str] = field(default_factory=list)
 
 
+class FleetMerger:
+    """Adds parts read elsewhere (a worker's chunk, a Parquet file, a dataset) to one
+    LoadedFleet: a layout or configuration it already has is the same one, and each part's
+    runs are renumbered to the fleet's."""
+
+    def __init__(self, fleet: LoadedFleet) -> None:
+        self.fleet = fleet
+        self.layout_ids = {
+            (la.keys, la.statuses, la.units): i for i, la in enumerate(fleet.layouts)
+        }
+        self.config_ids = {(fleet.config_layout[i], c): i for i, c in enumerate(fleet.configs)}
+
+    def add(
+        self,
+        layouts: Iterable[Layout],
+        configs: Iterable[tuple[int, tuple[Any, ...]]],
+        runs: Iterable[NodeRun],
+        bad: Iterable[str],
+        layout_map: list[int] | None = None,
+        config_map: list[int] | None = None,
+    ) -> None:
+        """Add a part: its new `layouts`, its new configurations as (its layout, values),
+        its `runs` and `bad` files. `layout_map`/`config_map`: the part's ids to the
+        fleet's, extended here (a worker sends each layout once and its later chunks
+        refer to it); fresh where the part stands alone."""
+        fleet = self.fleet
+        layout_map = [] if layout_map is None else layout_map
+        config_map = [] if config_map is None else config_map
+        for layout in layouts:
+            signature = (layout.keys, layout.statuses, layout.units)
+            if signature not in self.layout_ids:
+                self.layout_ids[signature] = len(fleet.layouts)
+                fleet.layouts.append(layout)
+            layout_map.append(self.layout_ids[signature])
+        for local_layout, config in configs:
+            key = (layout_map[local_layout], config)
+            if key not in self.config_ids:
+                self.config_ids[key] = len(fleet.configs)
+                fleet.configs.append(config)
+                fleet.config_layout.append(key[0])
+            config_map.append(self.config_ids[key])
+        for run in runs:
+            run.layout = layout_map[run.layout]
+            run.config = config_map[run.config]
+            fleet.runs.append(run)
+        fleet.bad.extend(bad)
+
+
 class ParsedStats(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """A kernel result's statistics as the schema has them (model.Statistics)."""
 
@@ -158,9 +206,7 @@ def kernel_values(kernels: Iterable[Any]) -> tuple[KernelValue, ...]:
         else:
             ordered = sorted(samples)
             half = len(ordered) // 2
-            median = (
-                ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
-            )
+            median = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
         out.append(KernelValue(key, float(median), result.unit, name, result.device))
     return tuple(out)
 
