@@ -12,6 +12,9 @@ The health mask (nvml.h, NVML_GPU_FABRIC_HEALTH_MASK_*): four 2-bit conditions (
 supported, 1 true, 2 false) at shifts 0, 2, 4 and 6, and at shift 8 a 4-bit reason the
 configuration is incorrect (0 not supported, 1 none, 2 and up a reason). A mask of 0xaa
 (NCCL issue 2186's) is all four conditions false: a healthy GPU.
+
+Never run on a GPU with an NVLink fabric in this project: tested through the C NVML
+stand-in's v2/v3/v4 structures only.
 """
 
 from __future__ import annotations

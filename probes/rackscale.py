@@ -21,6 +21,9 @@ fabric manager in a container): the first that answers. The CUDA initialisation 
 `cuInit(0)` of libcuda.so.1 in a child process with a time limit (a hung driver cannot
 hang gpudiag); its return code is the reading (802: the system is not yet initialised,
 the NVLink fabric not ready).
+
+Never run on a rack-scale node in this project: tested on made-up host trees and stand-ins
+(tests/rackscale_nodes.py) only.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ It never stops on one GPU's error (the sampler catches each GPU's), survives a G
 and returning (LOST in the windows it does not answer), and ends cleanly on SIGTERM or
 SIGINT: the current window finishes, the HTTP server stops, NVML is shut down.
 With a history folder, each hour's windows are appended to Parquet (history.py).
+
+Never run on a GPU in this project: tested through the C NVML stand-in only.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ InUse) are UNKNOWN with that reason. Each window also holds the SM clock against
 maximum, power against its enforced limit, the temperature and the clock event reasons.
 A GPU that is lost in a window (any of its calls answers GpuIsLost) is LOST in that window
 only: the next window samples it again.
+
+Never run on a GPU in this project: tested through the C NVML stand-in (tests/nvml_standin)
+with the real pynvml only.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ UNKNOWN (counters held by another profiler, or none this window) and LOST. Each 
 carries the measured shares against the node's own ceilings (`Ceilings`: its STREAM, GEMM,
 all-reduce and copy results where a snapshot holds them, else the profile's datasheet
 figures). The boundaries are data: rules/telemetry.toml, each with its reason.
+
+Its thresholds (rules/telemetry.toml) were never checked against a GPU running known work:
+tested on the stand-in's scripted traces only.
 """
 
 from __future__ import annotations
