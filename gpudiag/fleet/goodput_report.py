@@ -19,11 +19,8 @@ from gpudiag.fleet.goodput import (
 )
 from gpudiag.fleet.goodput_model import (
     DEFAULT_GPUS,
-    DEFAULT_GPUS_PER_NODE,
     DEFAULT_JOB_DAYS,
     DEFAULT_REPAIR_H,
-    DEFAULT_RESTART_MIN,
-    DEFAULT_WRITE_S,
     Job,
     ModelError,
     ettr,
@@ -567,13 +564,7 @@ def fleet_text(loaded: LoadedFleet) -> str:
     try:
         fleet = fleet_rates(histories(loaded))
         rate = fleet.total.per_1000
-        job = Job(
-            DEFAULT_GPUS,
-            rate / 1000.0,
-            DEFAULT_GPUS_PER_NODE,
-            DEFAULT_RESTART_MIN * 60.0,
-            DEFAULT_WRITE_S,
-        )
+        job = Job(DEFAULT_GPUS, rate / 1000.0)  # the rest at Job's defaults, the command's
         return render(build(rate, fleet, Settings(job, None)))
     except (RatesError, ModelError) as exc:
         return f"no goodput report: {exc}"
