@@ -5,7 +5,8 @@ In order: the GPU-NIC topology (gpudiag/probes/topology.py, from the PCIe and GP
 readings); the GPU profile match (`node.profile`, the profile's name, or why none
 matched; `node.profile.device_ids`, the GPUs' PCI device ids); the kernel readings
 (gpudiag/kernels/readings.py: each figure, its interval, its share of the profile's peak
-and of the median of its peers, verdicts). A snapshot is re-derived from the readings of
+and of the median of its peers, verdicts; a Grace CPU's STREAM triad against its CPU
+profile's band). A snapshot is re-derived from the readings of
 its other results and its kernel results, so a stale derived result (or the `topology`
 result older versions stored) is replaced, never kept beside the new one.
 
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 from gpudiag import catalog
 from gpudiag.catalog import DERIVED
-from gpudiag.kernels.readings import PCIE_LANE_GBS, kernel_readings
+from gpudiag.kernels.readings import PCIE_LANE_GBS, cpu_band_readings, kernel_readings
 from gpudiag.model import KernelResult, ProbeResult, ProbeStatus, Reading, ReadingStatus, Snapshot
 from gpudiag.probes.topology import derive as topology_readings
 from gpudiag.profiles import Profile, detect_profile, load_profiles
@@ -80,6 +81,8 @@ def profile_readings(
             raise RuleError(
                 f"--profile {profile_name}: no such profile (known: {', '.join(profiles)})"
             )
+        if profiles[profile_name].cpu_parts:
+            raise RuleError(f"--profile {profile_name}: a CPU's profile, not a GPU model's")
         profile, source = profiles[profile_name], "--profile"
     out: list[Reading] = []
     if profile is not None:
@@ -195,7 +198,9 @@ def derive(
     derived += profiled
     peaks = profile.values if profile is not None else None
     known = {**readings, **{r.key: r for r in derived}}
+    kernels = tuple(kernels)
     derived += kernel_readings(kernels, known, peaks)
+    derived += cpu_band_readings(kernels, known, load_profiles())  # a Grace's STREAM band
     derived += node_medians(derived)
     derived += loaded_link_gens(readings, {r.key: r for r in derived})
     result = ProbeResult(

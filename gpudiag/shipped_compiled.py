@@ -6,7 +6,7 @@ Where the declaring files no longer match FINGERPRINT, the catalog is built from
 producers instead.
 """
 
-FINGERPRINT = (1973961878, 34)
+FINGERPRINT = (2103248297, 34)
 # (template, unit, change, identifying, group, help, producers, positional), in
 # declaration order
 DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'], False),
@@ -864,6 +864,14 @@ DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'
   '',
   'Kernel results',
   'false when a result failed its check',
+  ['kernels'],
+  False),
+ ('numa.{node}.kernel.{metric}.verdict',
+  '',
+  'volatile',
+  '',
+  'Kernel results',
+  "below/inconclusive/above the CPU's band",
   ['kernels'],
   False),
  ('host.kernel.{metric}',

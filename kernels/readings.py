@@ -76,7 +76,13 @@ READINGS = (
         ),
         catalog.volatile("gpu.{gpu}.kernel.held_back", "", "slow figures held back by clocks"),
     ),
-    *catalog.declare("Kernel results", *_figures("numa.{node}")),
+    *catalog.declare(
+        "Kernel results",
+        *_figures("numa.{node}"),
+        catalog.volatile(
+            "numa.{node}.kernel.{metric}.verdict", "", "below/inconclusive/above the CPU's band"
+        ),
+    ),
     *catalog.declare("Kernel results", *_figures("host")),
     *catalog.declare(
         "Kernel results",
@@ -492,3 +498,91 @@ def _pair_shares(group: list[tuple[str, Reading]]) -> dict[str, Reading]:
     """Each GPU pair's one-way copy over the median of the pairs of its link type."""
     members = [(f"{pair}.copy_share_of_median", r) for pair, r in group]
     return _median_shares(members, " pairs of its link type")
+
+
+# the CPU STREAM figure judged against a CPU profile's band (KRN026): FP64, as STREAM's
+GRACE_PART = "0xd4f"  # MIDR_EL1 part of Grace's Arm Neoverse V2 cores (probes/rackscale.py)
+_CPU_TRIAD = re.compile(r"^cpu-numa(\d+)$")
+
+
+def cpu_band_readings(
+    kernels: Iterable[KernelResult], readings: Mapping[str, Reading], profiles: Mapping[str, Any]
+) -> list[Reading]:
+    """numa.N.kernel.stream.triad.fp64.verdict for each NUMA node of a Grace node whose
+    CPUs ran STREAM: below / inconclusive / above the CPU profile's band floor
+    (gpudiag/profiles.py cpu_profile: the Grace's memory size and GPUs on its node), by the
+    95% interval as the GPUs' verdicts; an error where the median is above the Grace's
+    theoretical peak (cannot be a memory figure), unsupported where no band is published
+    for the Grace or the figure is not comparable with STREAM's (NumPy's two-pass triad).
+    No reading on a node that is not Grace: KRN026 does not apply there."""
+    from gpudiag.profiles import cpu_profile
+
+    grace = readings.get("grace.cpu")
+    if grace is None or not grace.ok or grace.value is not True:
+        return []
+    out = []
+    for result in kernels:
+        m = _CPU_TRIAD.match(result.device)
+        params = dict(result.params)
+        if (
+            m is None
+            or result.kernel != "stream"
+            or result.metric != "triad"
+            or params.get("dtype", "fp64") != "fp64"
+            or result.status is not ProbeStatus.OK
+            or result.stats is None
+        ):
+            continue
+        node = int(m.group(1))
+        key = f"numa.{node}.kernel.stream.triad.fp64.verdict"
+        source = f"kernel:stream {result.device} triad / CPU profile band (rules/profiles.toml)"
+        kib = _value(readings.get(f"numa.{node}.mem_total"), None)
+        gpus = _gpus_on_node(readings, node)
+        memory_gb = float(kib) * 1024 / 1e9 if isinstance(kib, int | float) else 0.0
+        profile = cpu_profile(dict(profiles), GRACE_PART, memory_gb, gpus)
+        if profile is None or "stream_triad_floor_gbs" not in profile.values:
+            why = (
+                f"no STREAM band published for a Grace with {memory_gb:.0f} GB and {gpus} "
+                "GPU(s) on its node (NVIDIA's Grace benchmarking guide lists Grace Hopper "
+                "120 and 480 GB and the Grace CPU Superchip): judged against the node's other "
+                "NUMA nodes (KRN015)"
+            )
+            out.append(Reading.failed(key, ReadingStatus.UNSUPPORTED, why, source))
+            continue
+        if params.get("engine") != "numba":
+            why = (
+                f"the {params.get('engine', 'unknown')} engine ran the triad: NumPy moves its "
+                "bytes in two passes, not comparable with STREAM's published figure "
+                "(pip install 'gpudiag[cpu-kernels]' for the compiled loops)"
+            )
+            out.append(Reading.failed(key, ReadingStatus.UNSUPPORTED, why, source))
+            continue
+        peak = float(profile.values["memory_bandwidth_gbs"])
+        floor = float(profile.values["stream_triad_floor_gbs"])
+        median, low, high = result.stats.median, result.stats.ci95_low, result.stats.ci95_high
+        if median > peak:
+            why = (
+                f"the triad's {median:.4g} GB/s is above the theoretical peak {peak:g} GB/s "
+                f"of profile {profile.name} (NVIDIA's Grace CPU Benchmarking Guide): "
+                "cache-resident arrays or a timing fault, not a memory figure"
+            )
+            out.append(Reading.failed(key, ReadingStatus.ERROR, why, source))
+            continue
+        verdict = "below" if high < floor else "above" if low >= floor else "inconclusive"
+        reason = (
+            f"the 95% interval {low:.6g}-{high:.6g} GB/s against the band floor {floor:g} "
+            f"GB/s of profile {profile.name} ({floor / peak:.2g} x its {peak:g} GB/s peak: "
+            "NVIDIA's Grace CPU Benchmarking Guide, STREAM Reference Results)"
+        )
+        out.append(Reading(key, verdict, source=source, reason=reason))
+    return out
+
+
+def _gpus_on_node(readings: Mapping[str, Reading], node: int) -> int:
+    """How many GPUs' PCI functions sysfs places on this NUMA node."""
+    count = 0
+    for key, reading in readings.items():
+        if key.endswith(".pci.bus_id") and key.startswith("gpu.") and reading.ok:
+            numa = readings.get(f"pcie.{reading.value}.numa_node")
+            count += numa is not None and numa.ok and numa.value == node
+    return count

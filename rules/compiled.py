@@ -1669,7 +1669,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                              (),
                              ())),
                            ()),
- 'rules/kernels.toml': ((2244803950, 21482),
+ 'rules/kernels.toml': ((4218061579, 23365),
                         (('KRN001',
                           'critical',
                           'GPU computed a wrong result',
@@ -2296,6 +2296,45 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                           False,
                           True,
                           'service',
+                          (),
+                          ()),
+                         ('KRN026',
+                          'warning',
+                          "Grace CPU memory bandwidth under NVIDIA's published STREAM band",
+                          'numa_node',
+                          'numa.{node}.kernel.stream.triad.fp64.verdict',
+                          'not_equal',
+                          'below',
+                          "NVIDIA's Grace CPU Benchmarking Guide publishes what a healthy Grace "
+                          'measures with STREAM TRIAD (72 threads per Grace, '
+                          'OMP_PROC_BIND=spread): 410-486 GB/s with 120 or 240 GB of LPDDR5X, '
+                          "288-342 GB/s for a GH200's 480 GB, 80-95% of the theoretical peak "
+                          '(rules/profiles.toml, profiles grace and grace-480gb). A Grace whose '
+                          'whole 95% interval is under the lower end is slower than every healthy '
+                          'one: a memory channel down, memory clocked low, another job on its '
+                          "cores, or the kernel's page size or NUMA balancing in the way. KRN015 "
+                          "compares the node's Graces with each other; this compares each with the "
+                          'published figure, which also catches a node whose Graces are all slow. '
+                          'A figure above the peak is no memory figure: the rule is then unknown, '
+                          'with why.',
+                          'Rerun on an idle node (gpudiag run --kernels stream --device cpu); '
+                          'check the LPDDR5X size and speed the firmware reports (dmidecode -t '
+                          "memory; numactl -H for the memory on each node), the kernel's page size "
+                          '(getconf PAGESIZE: NVIDIA recommends 64 KiB pages), NUMA balancing '
+                          '(/proc/sys/kernel/numa_balancing) and the CPU frequency governor '
+                          "(NVIDIA's Grace Performance Tuning Guide); have the module replaced if "
+                          'a Grace stays under its band.',
+                          'NUMA node {node} (a Grace) STREAM triad under its band: {reason}',
+                          'stable',
+                          ('https://nvidia.github.io/grace-cpu-benchmarking-guide/foundations/STREAM/index.html',
+                           'https://docs.nvidia.com/grace-perf-tuning-guide/health-checks.html'),
+                          'rules/kernels.toml:370: rule KRN026',
+                          1.0,
+                          'numa.0.kernel.stream.triad.fp64.verdict = below (interval 301-317 GB/s '
+                          'against the grace band floor 409.6 GB/s)',
+                          False,
+                          True,
+                          None,
                           (),
                           ())),
                         ()),
@@ -3097,8 +3136,18 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                        ())),
                      ())}
 # rules/profiles.toml (gpudiag/profiles.py): (fingerprint, Profile's fields, profiles)
-PROFILES = ((2908357114, 32261),
- ('name', 'title', 'device_ids', 'values', 'brands', 'name_words', 'product_names', 'sources'),
+PROFILES = ((1684028589, 36647),
+ ('name',
+  'title',
+  'device_ids',
+  'values',
+  'brands',
+  'name_words',
+  'product_names',
+  'sources',
+  'cpu_parts',
+  'cpu_memory_gb',
+  'cpu_gpus'),
  (('h100-sxm5',
    'H100 SXM5 80GB',
    ('0x2330',),
@@ -3238,7 +3287,10 @@ PROFILES = ((2908357114, 32261),
     ('tf32_tflops',
      'NVIDIA H100 datasheet (SXM column): 80 GB, NVLink 4 18 links 900 GB/s, PCIe Gen5 x16, 3.35 '
      'TB/s; FP64 34, FP64 Tensor 67, FP32 67, TF32/BF16/FP16/FP8 dense = half the sparsity '
-     'figures'))),
+     'figures')),
+   (),
+   (),
+   ()),
   ('h100-pcie',
    'H100 PCIe 80GB',
    ('0x2331',),
@@ -3325,7 +3377,10 @@ PROFILES = ((2908357114, 32261),
      "here: judged against the node's peers (KRN009) and the fleet baseline"),
     ('tf32_tflops',
      'NVIDIA H100 datasheet (PCIe column): 80 GB, NVLink bridge 600 GB/s, PCIe Gen5 x16, 2 TB/s; '
-     'FP64 26, FP64 Tensor 51, FP32 51, dense tensor figures = half the sparsity ones'))),
+     'FP64 26, FP64 Tensor 51, FP32 51, dense tensor figures = half the sparsity ones')),
+   (),
+   (),
+   ()),
   ('h100-nvl',
    'H100 NVL 94GB',
    ('0x2321',),
@@ -3406,8 +3461,10 @@ PROFILES = ((2908357114, 32261),
      "here: judged against the node's peers (KRN009) and the fleet baseline"),
     ('tf32_tflops',
      'NVIDIA H100 datasheet (NVL column): 94 GB, NVLink bridge 600 GB/s, PCIe Gen5 x16, 3.9 TB/s; '
-     'FP64 30, FP64 Tensor 60, FP32 60, dense tensor figures = half the sparsity ones (FP8 '
-     '3341)'))),
+     'FP64 30, FP64 Tensor 60, FP32 60, dense tensor figures = half the sparsity ones (FP8 3341)')),
+   (),
+   (),
+   ()),
   ('h200-sxm',
    'H200 SXM 141GB',
    ('0x2335',),
@@ -3545,7 +3602,10 @@ PROFILES = ((2908357114, 32261),
     ('tf32_tflops',
      'NVIDIA H100 datasheet (SXM column): 80 GB, NVLink 4 18 links 900 GB/s, PCIe Gen5 x16, 3.35 '
      'TB/s; FP64 34, FP64 Tensor 67, FP32 67, TF32/BF16/FP16/FP8 dense = half the sparsity '
-     'figures'))),
+     'figures')),
+   (),
+   (),
+   ()),
   ('h200-nvl',
    'H200 NVL 141GB',
    ('0x233b',),
@@ -3623,8 +3683,10 @@ PROFILES = ((2908357114, 32261),
      "here: judged against the node's peers (KRN009) and the fleet baseline"),
     ('tf32_tflops',
      'NVIDIA H100 datasheet (NVL column): 94 GB, NVLink bridge 600 GB/s, PCIe Gen5 x16, 3.9 TB/s; '
-     'FP64 30, FP64 Tensor 60, FP32 60, dense tensor figures = half the sparsity ones (FP8 '
-     '3341)'))),
+     'FP64 30, FP64 Tensor 60, FP32 60, dense tensor figures = half the sparsity ones (FP8 3341)')),
+   (),
+   (),
+   ()),
   ('a100-sxm4-40gb',
    'A100 SXM4 40GB',
    ('0x20b0',),
@@ -3737,7 +3799,10 @@ PROFILES = ((2908357114, 32261),
     ('tf32_tflops',
      'NVIDIA A100 datasheet and Ampere whitepaper (SXM4 40GB): NVLink 3 12 links 600 GB/s, PCIe '
      'Gen4, 400 W, 1555 GB/s, 40 MB L2; FP64 9.7, FP64 Tensor 19.5, FP32 19.5, dense TF32 156, '
-     'BF16/FP16 312'))),
+     'BF16/FP16 312')),
+   (),
+   (),
+   ()),
   ('a100-sxm4-80gb',
    'A100 SXM4 80GB',
    ('0x20b2',),
@@ -3844,7 +3909,10 @@ PROFILES = ((2908357114, 32261),
     ('tf32_tflops',
      'NVIDIA A100 datasheet and Ampere whitepaper (SXM4 40GB): NVLink 3 12 links 600 GB/s, PCIe '
      'Gen4, 400 W, 1555 GB/s, 40 MB L2; FP64 9.7, FP64 Tensor 19.5, FP32 19.5, dense TF32 156, '
-     'BF16/FP16 312'))),
+     'BF16/FP16 312')),
+   (),
+   (),
+   ()),
   ('a100-pcie-40gb',
    'A100 PCIe 40GB',
    ('0x20b1',),
@@ -3932,7 +4000,10 @@ PROFILES = ((2908357114, 32261),
      "against the node's peers (KRN009) and the fleet baseline"),
     ('tf32_tflops',
      'NVIDIA A100 datasheet and Ampere whitepaper (PCIe 40GB): NVLink bridge 600 GB/s for 2 GPUs, '
-     "PCIe Gen4, 250 W, 1555 GB/s, 40 MB L2; the SXM4's FP64/FP32/tensor figures"))),
+     "PCIe Gen4, 250 W, 1555 GB/s, 40 MB L2; the SXM4's FP64/FP32/tensor figures")),
+   (),
+   (),
+   ()),
   ('a100-pcie-80gb',
    'A100 PCIe 80GB',
    ('0x20b5',),
@@ -4013,7 +4084,10 @@ PROFILES = ((2908357114, 32261),
      "against the node's peers (KRN009) and the fleet baseline"),
     ('tf32_tflops',
      'NVIDIA A100 datasheet and Ampere whitepaper (PCIe 40GB): NVLink bridge 600 GB/s for 2 GPUs, '
-     "PCIe Gen4, 250 W, 1555 GB/s, 40 MB L2; the SXM4's FP64/FP32/tensor figures"))),
+     "PCIe Gen4, 250 W, 1555 GB/s, 40 MB L2; the SXM4's FP64/FP32/tensor figures")),
+   (),
+   (),
+   ()),
   ('l40s',
    'L40S 48GB',
    ('0x26b9',),
@@ -4082,7 +4156,10 @@ PROFILES = ((2908357114, 32261),
      "against the node's peers (KRN009) and the fleet baseline"),
     ('tf32_tflops',
      'NVIDIA L40S datasheet: 48 GB GDDR6 at 864 GB/s, PCIe Gen4 x16, FP32 91.6, dense tensor '
-     'figures = half the sparsity ones (TF32 366, BF16/FP16 733, FP8 1466)'))),
+     'figures = half the sparsity ones (TF32 366, BF16/FP16 733, FP8 1466)')),
+   (),
+   (),
+   ()),
   ('l4',
    'L4 24GB',
    ('0x27b8',),
@@ -4152,7 +4229,10 @@ PROFILES = ((2908357114, 32261),
      "the node's peers (KRN009) and the fleet baseline"),
     ('tf32_tflops',
      'NVIDIA L4 datasheet: 24 GB at 300 GB/s, PCIe Gen4 x16, 72 W, FP32 30.3, dense tensor figures '
-     '= half the sparsity ones (TF32 120, BF16/FP16 242, FP8 485)'))),
+     '= half the sparsity ones (TF32 120, BF16/FP16 242, FP8 485)')),
+   (),
+   (),
+   ()),
   ('b200',
    'B200 (HGX)',
    ('0x2901',),
@@ -4281,7 +4361,10 @@ PROFILES = ((2908357114, 32261),
      "NVIDIA's current per-GPU Blackwell table as Verda (verda.com/blog/gb300-nvl72-architecture) "
      'gives it, dense: 7.7 TB/s, FP64 37, FP32 75, TF32 1100, BF16/FP16 2250, FP8 4500, FP4 9000; '
      "a 7680-bit bus at 3996 MHz gives 7.672 TB/s (pytorch/ao PR 4002); the earlier datasheet's 8 "
-     'TB/s, 80 and 40 are superseded'))),
+     'TB/s, 80 and 40 are superseded')),
+   (),
+   (),
+   ()),
   ('gb200',
    'GB200 (Blackwell GPU of the Grace Blackwell superchip)',
    (),
@@ -4386,7 +4469,10 @@ PROFILES = ((2908357114, 32261),
      "NVIDIA's Blackwell datasheet for the GB200 variant of B200 at 1,200 W, dense, as "
      'glennklockwood.com/garden/processors/B200 quotes it: FP64 45, FP32 90, TF32 1250, FP16/BF16 '
      "2500, FP8 5000, FP4 10000 (Verda's table gives lower GB200 figures, alike the B200's: the "
-     'higher are kept, as these are bounds)'))),
+     'higher are kept, as these are bounds)')),
+   (),
+   (),
+   ()),
   ('b300',
    'B300 (HGX, Blackwell Ultra)',
    (),
@@ -4473,7 +4559,10 @@ PROFILES = ((2908357114, 32261),
      'the HGX B300 table NVIDIA published, dense, as glennklockwood.com/garden/processors/B300 '
      'quotes it: FP64 1.25, FP32 75, TF32 1125, FP16/BF16 2250, FP8 4500; its dense FP4 is left '
      "out (13125 there, 14000 in Verda's table), as are memory (288 or 270 GB) and power (1,100 or "
-     '1,400 W)'))),
+     '1,400 W)')),
+   (),
+   (),
+   ()),
   ('gb300',
    'GB300 (Blackwell Ultra GPU of the Grace Blackwell Ultra superchip, NVL72)',
    ('0x31c2',),
@@ -4593,7 +4682,10 @@ PROFILES = ((2908357114, 32261),
      'diag-skus targets 1399 W for GB300 NVL Bianca and 1299 W for GB300 NVL Galaxy, the same '
      "device 0x31c2; Verda's 1.4 kW is the maximum), L2 and the name nvidia-smi prints (no capture "
      "here); DCGM's GB300 MaxQ (0x31a1, 1199 W) is not named an NVL72 part, so its id is not "
-     'taken'))),
+     'taken')),
+   (),
+   (),
+   ()),
   ('gh200',
    'GH200 (Hopper GPU of the Grace Hopper superchip)',
    (),
@@ -4631,13 +4723,94 @@ PROFILES = ((2908357114, 32261),
     ('gemm_fp64_floor_tflops',
      'no healthy band published: no healthy GEMM figure for the GH200 here: judged against the '
      "node's peers and the fleet baseline"),
-    ('tf32_tflops', "the Hopper GPU's figures in NVIDIA's GH200 datasheet (as the H100 SXM5's)"))),
+    ('tf32_tflops', "the Hopper GPU's figures in NVIDIA's GH200 datasheet (as the H100 SXM5's)")),
+   (),
+   (),
+   ()),
+  ('grace',
+   'Grace CPU, 120 or 240 GB LPDDR5X (GH200 120GB; Grace CPU Superchip 240GB, 480GB)',
+   (),
+   (('memory_bandwidth_gbs', 512), ('stream_triad_floor_gbs', 409.6)),
+   (),
+   (),
+   (),
+   (('band.stream_triad',
+     'floor 0.8 x memory_bandwidth_gbs 512 = 409.6; healthy 0.8 (NVIDIA Grace CPU Benchmarking '
+     'Guide, STREAM, Reference Results '
+     '(nvidia.github.io/grace-cpu-benchmarking-guide/foundations/STREAM; '
+     'github.com/NVIDIA/grace-cpu-benchmarking-guide src/foundations/STREAM/index.md at 3474928): '
+     'STREAM TRIAD between 410,000 and 486,000 MB/s on a Grace Hopper with 120 GB and 72 threads, '
+     '820,000-972,000 MB/s on a Grace CPU Superchip (two Graces) with 240 or 480 GB and 144 '
+     'threads; gcc -Ofast -fopenmp, 120,000,000 doubles per array per 72 cores, NTIMES=200, '
+     'OMP_PROC_BIND=spread; the same 410-486 GB/s example in the Grace Performance Tuning Guide '
+     "(docs.nvidia.com/grace-perf-tuning-guide/health-checks.html)); floor: the guide's own lower "
+     "end (410 GB/s, 80% of the peak: 'STREAM TRIAD should score between 80% and 95% of the "
+     "system's theoretical peak'): a figure whose whole 95% interval is under it is below every "
+     'healthy Grace the guide describes'),
+    ('memory_bandwidth_gbs',
+     "NVIDIA Grace CPU Benchmarking Guide, STREAM: TRIAD 'between 80% and 95% of the system's "
+     "theoretical peak', 410,000-486,000 MB/s for one Grace with 120 GB (410/0.80 = 512.5, "
+     '486/0.95 = 511.6), 820,000-972,000 MB/s for two with 240 or 480 GB; the Grace Performance '
+     "Tuning Guide's Grace CPU Superchip table: up to 1 TB/s for two Graces"),
+    ('stream_triad_floor_gbs',
+     'floor 0.8 x memory_bandwidth_gbs 512 = 409.6; healthy 0.8 (NVIDIA Grace CPU Benchmarking '
+     'Guide, STREAM, Reference Results '
+     '(nvidia.github.io/grace-cpu-benchmarking-guide/foundations/STREAM; '
+     'github.com/NVIDIA/grace-cpu-benchmarking-guide src/foundations/STREAM/index.md at 3474928): '
+     'STREAM TRIAD between 410,000 and 486,000 MB/s on a Grace Hopper with 120 GB and 72 threads, '
+     '820,000-972,000 MB/s on a Grace CPU Superchip (two Graces) with 240 or 480 GB and 144 '
+     'threads; gcc -Ofast -fopenmp, 120,000,000 doubles per array per 72 cores, NTIMES=200, '
+     'OMP_PROC_BIND=spread; the same 410-486 GB/s example in the Grace Performance Tuning Guide '
+     "(docs.nvidia.com/grace-perf-tuning-guide/health-checks.html)); floor: the guide's own lower "
+     "end (410 GB/s, 80% of the peak: 'STREAM TRIAD should score between 80% and 95% of the "
+     "system's theoretical peak'): a figure whose whole 95% interval is under it is below every "
+     'healthy Grace the guide describes')),
+   ('0xd4f',),
+   (120, 240),
+   (0, 1)),
+  ('grace-480gb',
+   'Grace CPU with 480 GB LPDDR5X of a GH200 480GB',
+   (),
+   (('memory_bandwidth_gbs', 360), ('stream_triad_floor_gbs', 288.0)),
+   (),
+   (),
+   (),
+   (('band.stream_triad',
+     'floor 0.8 x memory_bandwidth_gbs 360 = 288; healthy 0.8 (NVIDIA Grace CPU Benchmarking '
+     'Guide, STREAM, Reference Results '
+     '(nvidia.github.io/grace-cpu-benchmarking-guide/foundations/STREAM; '
+     'github.com/NVIDIA/grace-cpu-benchmarking-guide src/foundations/STREAM/index.md at 3474928): '
+     'STREAM TRIAD between 288,000 and 342,000 MB/s on a Grace Hopper with 480 GB and 72 threads; '
+     'gcc -Ofast -fopenmp, 120,000,000 doubles per array, NTIMES=200, OMP_PROC_BIND=spread); '
+     "floor: the guide's own lower end (288 GB/s, 80% of the peak, as the 120 GB Grace's): a "
+     'figure whose whole 95% interval is under it is below every healthy Grace Hopper 480GB the '
+     'guide describes'),
+    ('memory_bandwidth_gbs',
+     "NVIDIA Grace CPU Benchmarking Guide, STREAM: TRIAD 'between 80% and 95% of the system's "
+     "theoretical peak', 288,000-342,000 MB/s for a Grace Hopper with 480 GB (288/0.80 = 342/0.95 "
+     '= 360)'),
+    ('stream_triad_floor_gbs',
+     'floor 0.8 x memory_bandwidth_gbs 360 = 288; healthy 0.8 (NVIDIA Grace CPU Benchmarking '
+     'Guide, STREAM, Reference Results '
+     '(nvidia.github.io/grace-cpu-benchmarking-guide/foundations/STREAM; '
+     'github.com/NVIDIA/grace-cpu-benchmarking-guide src/foundations/STREAM/index.md at 3474928): '
+     'STREAM TRIAD between 288,000 and 342,000 MB/s on a Grace Hopper with 480 GB and 72 threads; '
+     'gcc -Ofast -fopenmp, 120,000,000 doubles per array, NTIMES=200, OMP_PROC_BIND=spread); '
+     "floor: the guide's own lower end (288 GB/s, 80% of the peak, as the 120 GB Grace's): a "
+     'figure whose whole 95% interval is under it is below every healthy Grace Hopper 480GB the '
+     'guide describes')),
+   ('0xd4f',),
+   (480,),
+   (1,)),
   ('geforce',
    'GeForce (consumer) card',
    (),
    (('ecc', False), ('persistence_mode', False)),
    ('GeForce', 'Titan'),
    ('GeForce', 'TITAN'),
+   (),
+   (),
+   (),
    (),
    ()),
   ('workstation',
@@ -4646,5 +4819,8 @@ PROFILES = ((2908357114, 32261),
    (('ecc', True), ('persistence_mode', False)),
    ('Quadro', 'NVIDIA RTX', 'Quadro RTX'),
    ('Quadro',),
+   (),
+   (),
+   (),
    (),
    ())))

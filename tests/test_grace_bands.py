@@ -1,0 +1,139 @@
+"""Grace nodes' kernel figures against published bands (issue 40): a Grace CPU's STREAM
+triad against NVIDIA's Grace benchmarking guide (KRN026, profiles grace and grace-480gb)
+and host copies over NVLink-C2C against the node's other C2C GPUs and the link's
+datasheet peak (KRN027), on the made-up GB200 tray and GH200 of tests/rackscale_nodes.py.
+The samples are made up as test input around the published figures; none was measured."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import pytest
+
+from gpudiag.kernels.stats import summarize
+from gpudiag.model import Finding, KernelResult, ProbeStatus, Severity, Snapshot
+from gpudiag.nvml import Nvml, ReplayBackend
+from gpudiag.probes import default_probes
+from gpudiag.rulefile import load_rules
+from gpudiag.session import LiveNode, with_kernel_results
+
+import rackscale_nodes as nodes
+from conftest import demo_on_host_basic
+
+RULES = load_rules()
+
+
+def _judged(host: dict[str, Any], replay: dict[str, Any]) -> Snapshot:
+    return LiveNode(
+        nodes.hostfs(host), Nvml(ReplayBackend(replay)), default_probes(), RULES
+    ).snapshot()
+
+
+def _gh200_replay() -> dict[str, Any]:
+    device = nodes.demo.healthy_gpu(0)
+    device["nvmlDeviceGetGpuFabricInfoV"]["state"] = 0  # no NVLink fabric
+    device["nvmlDeviceGetC2cModeInfoV"] = {"isC2cEnabled": 1}
+    return nodes.demo.replay("GH200 (made up)", [device])
+
+
+@functools.cache
+def gh200() -> Snapshot:
+    """A GH200 480GB: one Grace (480 GiB on NUMA node 0), one GPU over NVLink-C2C."""
+    return _judged(nodes.gh200_host(), _gh200_replay())
+
+
+@functools.cache
+def gb200() -> Snapshot:
+    """A GB200 tray: two Graces of 480 GiB, two GPUs on each."""
+    return _judged(nodes.gb200_host(), nodes.gb200_replay())
+
+
+def triad(node: int, samples: list[float], engine: str = "numba") -> KernelResult:
+    params = (("n", 120_000_000), ("dtype", "fp64"), ("trials", len(samples)), ("engine", engine))
+    return KernelResult(
+        "stream", f"cpu-numa{node}", "triad", "GB/s", ProbeStatus.OK, tuple(samples),
+        summarize(samples), params,
+    )  # fmt: skip
+
+
+def findings(snapshot: Snapshot, rule_id: str) -> list[Finding]:
+    return [f for f in snapshot.findings if f.rule_id == rule_id]
+
+
+# Grace Hopper 480 GB: 288-342 GB/s (80-95% of 360), the guide's table
+HEALTHY_480 = [318.0, 321.5, 320.2, 319.4, 322.0]
+
+
+def test_a_grace_under_the_published_band_warns_naming_the_band_and_its_source() -> None:
+    slow = [251.0, 254.2, 249.8, 252.6, 253.1]  # a memory channel down, say
+    judged = with_kernel_results(gh200(), [triad(0, slow)], RULES)
+    (finding,) = findings(judged, "KRN026")
+    assert finding.severity is Severity.WARNING and finding.subject == "NUMA node 0"
+    assert "249.8-254.2 GB/s against the band floor 288 GB/s of profile grace-480gb" in (
+        finding.message
+    )
+    assert "0.8 x its 360 GB/s peak: NVIDIA's Grace CPU Benchmarking Guide" in finding.message
+
+
+def test_a_healthy_grace_is_quiet_and_one_above_its_peak_is_unknown_not_a_pass() -> None:
+    judged = with_kernel_results(gh200(), [triad(0, HEALTHY_480)], RULES)
+    assert findings(judged, "KRN026") == []  # a rule that holds gives no finding
+    assert judged.readings_by_key["numa.0.kernel.stream.triad.fp64.verdict"].value == "above"
+    # 400 GB/s cannot be a 480 GB Grace's memory (peak 360): cache-resident arrays
+    judged = with_kernel_results(gh200(), [triad(0, [398.0, 401.0, 400.5])], RULES)
+    (finding,) = findings(judged, "KRN026")
+    assert finding.severity is Severity.UNKNOWN
+    assert "above the theoretical peak 360 GB/s of profile grace-480gb" in finding.message
+
+
+def test_the_band_is_not_applied_where_no_row_is_published_or_the_figure_is_numpys() -> None:
+    """A GB200's Grace (two GPUs on its node: no Grace Blackwell row in the guide) and a
+    NumPy triad (two passes) are not judged against the band; KRN015 still compares the
+    tray's two Graces."""
+    judged = with_kernel_results(
+        gb200(), [triad(0, [300.0, 302.0, 301.0]), triad(1, [190.0, 191.0, 189.0])], RULES
+    )
+    (band,) = {f.severity for f in findings(judged, "KRN026")}
+    assert band is Severity.NOT_APPLICABLE
+    assert "no STREAM band published for a Grace with 515 GB and 2 GPU(s)" in (
+        findings(judged, "KRN026")[0].message
+    )
+    assert [f.subject for f in findings(judged, "KRN015") if f.severity is Severity.WARNING] == [
+        "NUMA node 1"
+    ]
+    numpy = with_kernel_results(gh200(), [triad(0, [150.0, 151.0, 149.0], "numpy")], RULES)
+    (finding,) = findings(numpy, "KRN026")
+    assert finding.severity is Severity.NOT_APPLICABLE and "two passes" in finding.message
+
+
+def test_a_cpu_that_is_not_grace_gets_no_band() -> None:
+    """The demo HGX H100's Xeons (and the realdata H100 VM's): no verdict reading, so
+    KRN026 does not apply and the node's findings do not change."""
+    node = demo_on_host_basic()
+    judged = with_kernel_results(node, [triad(0, [5.0, 5.1, 4.9])], RULES)
+    assert not any(f.rule_id == "KRN026" and f.severity is not Severity.NOT_APPLICABLE
+                   for f in judged.findings)  # fmt: skip
+    assert "numa.0.kernel.stream.triad.fp64.verdict" not in judged.readings_by_key
+
+
+@pytest.mark.parametrize(
+    ("memory_gb", "gpus", "profile"),
+    [(125, 1, "grace"), (251, 0, "grace"), (515, 1, "grace-480gb"), (515, 2, None), (64, 1, None)],
+)
+def test_the_cpu_profile_is_chosen_by_memory_and_gpus_per_grace(
+    memory_gb: float, gpus: int, profile: str | None
+) -> None:
+    from gpudiag.profiles import cpu_profile, load_profiles
+
+    found = cpu_profile(load_profiles(), "0xd4f", memory_gb, gpus)
+    assert (found.name if found else None) == profile
+    assert cpu_profile(load_profiles(), "0xd0c", memory_gb, gpus) is None  # not Grace
+
+
+def test_a_cpu_profile_cannot_be_named_for_the_gpus() -> None:
+    from gpudiag.derive import profile_readings
+    from gpudiag.rule_operators import RuleError
+
+    with pytest.raises(RuleError, match="a CPU's profile, not a GPU model's"):
+        profile_readings({}, "grace")
