@@ -148,8 +148,9 @@ def loaded_link_gens(
     where it was not, with its status): the link's
     generation where the GPU was in P0 when read; else, where the kernels copied from the
     host to it, the lowest generation whose bandwidth at the link's width carries that
-    copy (55 GB/s over x16 needs Gen5: Gen4 x16 is 31.5); else unsupported, saying that
-    an idle GPU's link cannot be judged."""
+    copy (55 GB/s over x16 needs Gen5: Gen4 x16 is 31.5), unless the GPU's host link is
+    NVLink-C2C (gpu.N.c2c.enabled: its copies never crossed the PCIe link); else
+    unsupported, saying that an idle GPU's link cannot be judged."""
     out = []
     for gpu in catalog.gpu_indices(readings):
         read = readings.get(f"gpu.{gpu}.pcie.link_gen")
@@ -163,7 +164,9 @@ def loaded_link_gens(
             continue
         gen = read.value
         pstate = _ok_value(readings, f"gpu.{gpu}.pstate")
-        copy = _ok_value(derived, f"gpu.{gpu}.kernel.copy.h2d.local")
+        c2c = _ok_value(readings, f"gpu.{gpu}.c2c.enabled") is True
+        # a C2C GPU's host copies go over NVLink-C2C: they say nothing of its PCIe link
+        copy = None if c2c else _ok_value(derived, f"gpu.{gpu}.kernel.copy.h2d.local")
         width = _ok_value(readings, f"gpu.{gpu}.pcie.link_width")
         if pstate == "P0":
             out.append(LINK_GEN_LOADED.reading(gen, "derived:gpu.N.pcie.link_gen in P0", gpu=gpu))
@@ -174,11 +177,15 @@ def loaded_link_gens(
             out.append(LINK_GEN_LOADED.reading(proven, source, gpu=gpu))
         else:
             idle = f"GPU {gpu} is {pstate}" if pstate else f"GPU {gpu}'s pstate was not read"
+            copied = (
+                "its host copies go over NVLink-C2C, not this link"
+                if c2c
+                else "no host-to-device copy ran"
+            )
             out.append(
                 LINK_GEN_LOADED.failed(
                     ReadingStatus.UNSUPPORTED,
-                    f"cannot judge: {idle} and no host-to-device copy ran; an idle link "
-                    "trains down to save power",
+                    f"cannot judge: {idle} and {copied}; an idle link trains down to save power",
                     "derived:gpu.N.pstate",
                     gpu=gpu,
                 )

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -114,6 +114,11 @@ GEMM_PEAKS = {
 }
 # PCIe GB/s per lane and direction, by generation (line rate after encoding)
 PCIE_LANE_GBS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.877}
+# NVLink-C2C between a Grace and its GPU (gpu.N.c2c.enabled): 900 GB/s both ways, 450 a
+# direction (NVIDIA's GH200 and GB200 NVL72 datasheets: "NVLink-C2C 900 GB/s"); a host copy
+# of a C2C GPU goes over it, not over the GPU's PCIe link
+C2C_GBS = 450.0
+C2C_TEXT = "its NVLink-C2C (450 GB/s a direction, 900 both ways: NVIDIA's GH200/GB200 datasheets)"
 
 
 def _number(peaks: Mapping[str, Any], field: str) -> float | None:
@@ -142,11 +147,16 @@ def _nvlink_per_link(peaks: Mapping[str, Any]) -> tuple[float, str] | None:
 
 
 def physical_bound(
-    kernel: str, metric: str, peaks: Mapping[str, Any], link: str | None = None
+    kernel: str,
+    metric: str,
+    peaks: Mapping[str, Any],
+    link: str | None = None,
+    c2c: bool = False,
 ) -> tuple[float, str] | None:
     """The highest figure a GPU result can reach on the model (`peaks`: its profile), and
     what it is; None where the profile does not say. GEMM: the precision's highest peak;
-    STREAM: the memory bandwidth; a host copy: its PCIe link; a peer copy: the link the
+    STREAM: the memory bandwidth; a host copy: its PCIe link, or the NVLink-C2C of a GPU
+    whose host link it is (`c2c`, whatever the profile); a peer copy: the link the
     node says the pair has (`link`, topo.gpu.I.J: NV12 is 12 NVLinks, an NVLink bridge's
     too; PIX or SYS its PCIe link), else the model's NVLinks (or PCIe without them); both
     ways at once: twice the one-way bound."""
@@ -169,6 +179,8 @@ def physical_bound(
         else ""
     )
     if kernel == "copy" and metric.split(".")[0] in ("h2d", "d2h", "bidir"):
+        if c2c:
+            return both * C2C_GBS, C2C_TEXT
         return (both * pcie, pcie_text) if pcie else None
     if kernel == "peer" and metric.startswith(("to.", "bidir.")):
         nv = re.fullmatch(r"NV(\d+)", link or "")
@@ -188,13 +200,16 @@ def physical_bound(
     return None
 
 
-def impossible(result: KernelResult, peaks: Mapping[str, Any], link: str | None = None) -> str:
+def impossible(
+    result: KernelResult, peaks: Mapping[str, Any], link: str | None = None, c2c: bool = False
+) -> str:
     """Why an OK GPU result's figure (its median) cannot be true: more than 5% above the
-    physical bound of the model (physical_bound; `link`: a peer pair's topo.gpu.I.J), as
-    "timing inconsistent: ..."; "" where it can be, or nothing says."""
+    physical bound of the model (physical_bound; `link`: a peer pair's topo.gpu.I.J; `c2c`:
+    the GPU's host link is NVLink-C2C), as "timing inconsistent: ..."; "" where it can be,
+    or nothing says."""
     if result.status is not ProbeStatus.OK or not result.device.startswith("gpu"):
         return ""
-    bound = physical_bound(result.kernel, result.metric, peaks, link)
+    bound = physical_bound(result.kernel, result.metric, peaks, link, c2c)
     if bound is None or not result.samples:
         return ""
     figure = result.stats.median if result.stats is not None else max(result.samples)
@@ -208,9 +223,11 @@ def impossible(result: KernelResult, peaks: Mapping[str, Any], link: str | None 
     )
 
 
-def judged(result: KernelResult, peaks: Mapping[str, Any], link: str | None = None) -> KernelResult:
+def judged(
+    result: KernelResult, peaks: Mapping[str, Any], link: str | None = None, c2c: bool = False
+) -> KernelResult:
     """The result, or an error result where its figure cannot be true (impossible)."""
-    reason = impossible(result, peaks, link)
+    reason = impossible(result, peaks, link, c2c)
     if not reason:
         return result
     return replace(result, status=ProbeStatus.ERROR, stats=None, error=reason)
@@ -279,8 +296,10 @@ def kernel_readings(
             continue
         pair = catalog.peer_pair(result)
         link = _value(readings.get(pair), None) if pair is not None else None
-        # an old snapshot's impossible figure too; a peer copy by the pair's own link
-        result = judged(result, peaks or {}, link if isinstance(link, str) else None)
+        c2c = _value(readings.get(f"{prefix}c2c.enabled"), False) is True
+        # an old snapshot's impossible figure too; a peer copy by the pair's own link, a
+        # host copy of a C2C GPU by its NVLink-C2C
+        result = judged(result, peaks or {}, link if isinstance(link, str) else None, c2c)
         failed = result.status is ProbeStatus.ERROR and "verification failed" in result.error
         verified[prefix] = verified.get(prefix, True) and not failed
         if prefix.startswith("gpu."):
@@ -329,7 +348,11 @@ def kernel_readings(
             derived[key] = replace(derived[key], reason=why[:300])
     derived.update(_peak_shares(derived.values(), peaks or {}))
     derived.update(_nvlink_share(derived.get("node.kernel.allreduce.busbw"), peaks or {}))
-    derived.update(_shares(derived.values()))
+    c2c_gpus = {
+        prefix for prefix in verified if _value(readings.get(f"{prefix}c2c.enabled"), False) is True
+    }
+    derived.update(_shares(derived.values(), c2c_gpus))
+    derived.update(_c2c_shares(derived, c2c_gpus))
     derived.update(clocks)
     for group in peers.values():
         derived.update(_pair_shares(group))
@@ -481,17 +504,46 @@ def _median_shares(members: list[tuple[str, Reading]], of_what: str = "") -> dic
     }
 
 
-def _shares(readings: Iterable[Reading]) -> dict[str, Reading]:
-    """Each device's figure over the median of its peers' for the same metric."""
-    groups: dict[tuple[str, str], list[tuple[str, Reading]]] = defaultdict(list)
+def _shares(
+    readings: Iterable[Reading], c2c_gpus: Collection[str] = frozenset()
+) -> dict[str, Reading]:
+    """Each device's figure over the median of its peers' for the same metric; a host
+    copy of a GPU over NVLink-C2C (`c2c_gpus`: 'gpu.N.' prefixes) among the C2C GPUs only,
+    others' among the others (a PCIe link and NVLink-C2C are no peers)."""
+    groups: dict[tuple[str, str, bool], list[tuple[str, Reading]]] = defaultdict(list)
     for reading in readings:
-        m = re.match(r"^(gpu|numa)\.\d+\.kernel\.(.+)$", reading.key)
+        m = re.match(r"^((gpu|numa)\.\d+\.)kernel\.(.+)$", reading.key)
         if m and reading.ok and reading.unit in ("GB/s", "TFLOP/s"):
-            groups[(m.group(1), m.group(2))].append((f"{reading.key}.share_of_median", reading))
+            host_link = m.group(3).startswith("copy.") and m.group(1) in c2c_gpus
+            groups[(m.group(2), m.group(3), host_link)].append(
+                (f"{reading.key}.share_of_median", reading)
+            )
     shares: dict[str, Reading] = {}
     for members in groups.values():
         shares.update(_median_shares(members))
     return shares
+
+
+def _c2c_shares(derived: Mapping[str, Reading], c2c_gpus: set[str]) -> dict[str, Reading]:
+    """gpu.N.kernel.copy.c2c.share_of_median for each GPU over NVLink-C2C whose host
+    copies were compared with the node's other C2C GPUs': the lower of its host-to-device
+    and device-to-host shares (its own NUMA node's memory), saying which (KRN027)."""
+    out = {}
+    for prefix in sorted(c2c_gpus):
+        shares = [
+            (r.value, direction, r)
+            for direction in ("h2d", "d2h")
+            if (r := derived.get(f"{prefix}kernel.copy.{direction}.local.share_of_median"))
+            is not None
+            and r.ok
+        ]
+        if not shares:
+            continue
+        value, direction, lowest = min(shares, key=lambda s: float(s[0]))  # type: ignore[arg-type]
+        key = f"{prefix}kernel.copy.c2c.share_of_median"
+        reason = f"{direction} over NVLink-C2C: {lowest.source}"
+        out[key] = Reading(key, value, "", lowest.source, reason=reason)
+    return out
 
 
 def _pair_shares(group: list[tuple[str, Reading]]) -> dict[str, Reading]:

@@ -137,3 +137,66 @@ def test_a_cpu_profile_cannot_be_named_for_the_gpus() -> None:
 
     with pytest.raises(RuleError, match="a CPU's profile, not a GPU model's"):
         profile_readings({}, "grace")
+
+
+def copies(gpu: int, h2d: float, d2h: float) -> list[KernelResult]:
+    """A GPU's host copies from its own NUMA node (local), three samples around each."""
+    out = []
+    for direction, figure in (("h2d", h2d), ("d2h", d2h)):
+        samples = [figure - 1.0, figure, figure + 1.0]
+        params = (("bytes", 2**30), ("numa_node", 0))
+        stats = summarize(samples)
+        metric = f"{direction}.local"
+        ok = ProbeStatus.OK
+        out.append(
+            KernelResult("copy", f"gpu{gpu}", metric, "GB/s", ok, tuple(samples), stats, params)
+        )
+    return out
+
+
+def test_copies_over_nvlink_c2c_are_not_bounded_by_a_pcie_link() -> None:
+    """A GH200's GPU copies over NVLink-C2C (450 GB/s a direction), not PCIe: 380 and 370
+    GB/s are possible there, though far above any PCIe Gen5 x16 (63 GB/s). Before, the
+    profile's PCIe link bounded them: 'timing inconsistent' (KRN022), and the copy rules
+    unknown."""
+    judged = with_kernel_results(gh200(), copies(0, 380.0, 370.0), RULES)
+    by_key = judged.readings_by_key
+    assert by_key["gpu.0.c2c.enabled"].value is True
+    assert by_key["gpu.0.kernel.timing_consistent"].value is True
+    assert by_key["gpu.0.kernel.copy.h2d.local"].value == 380.0
+    assert not [f for f in judged.findings if f.rule_id == "KRN022"]
+    # nor does a C2C copy say what PCIe generation an idle GPU's link trains to under load
+    replay = _gh200_replay()
+    replay["devices"][0]["nvmlDeviceGetPerformanceState"] = 8
+    idle = with_kernel_results(_judged(nodes.gh200_host(), replay), copies(0, 380, 370), RULES)
+    loaded = idle.readings_by_key["gpu.0.pcie.link_gen_loaded"]
+    assert not loaded.ok and "its host copies go over NVLink-C2C" in loaded.reason
+
+
+def test_a_copy_above_the_c2c_peak_cannot_be_true() -> None:
+    """NVLink-C2C carries 900 GB/s both ways (NVIDIA's GH200 and GB200 datasheets): 450 a
+    direction; 600 GB/s one way is a timing fault (KRN022), its copy rules unknown."""
+    judged = with_kernel_results(gh200(), copies(0, 600.0, 370.0), RULES)
+    (finding,) = [f for f in judged.findings if f.rule_id == "KRN022"]
+    assert "its NVLink-C2C (450 GB/s a direction" in finding.message
+    assert "copy h2d.local 600" in finding.message
+
+
+def test_a_c2c_gpu_slower_than_its_trays_others_warns_and_pcie_s_rule_stays_off() -> None:
+    """A GB200 tray's four GPUs over C2C: GPU 3's device-to-host copies at 0.6 of the
+    others' median fire KRN027 for GPU 3 only; KRN011 (PCIe's) does not apply to C2C GPUs."""
+    results = [r for gpu in range(3) for r in copies(gpu, 390.0 + gpu, 380.0 + gpu)]
+    results += copies(3, 389.0, 229.0)
+    judged = with_kernel_results(gb200(), results, RULES)
+    fired = [f for f in judged.findings if f.rule_id == "KRN027" and f.severity is not
+             Severity.NOT_APPLICABLE]  # fmt: skip
+    assert [(f.subject, f.severity) for f in fired] == [("GPU 3", Severity.WARNING)]
+    assert "d2h" in fired[0].message and "0.6" in fired[0].message
+    krn011 = {f.severity for f in judged.findings if f.rule_id == "KRN011"}
+    assert krn011 == {Severity.NOT_APPLICABLE}
+    healthy = with_kernel_results(
+        gb200(), [r for gpu in range(4) for r in copies(gpu, 390.0 + gpu, 380.0)], RULES
+    )
+    assert not [f for f in healthy.findings if f.rule_id == "KRN027" and f.severity is not
+                Severity.NOT_APPLICABLE]  # fmt: skip
+    assert healthy.readings_by_key["gpu.3.kernel.copy.c2c.share_of_median"].value > 0.99
