@@ -6,7 +6,7 @@ Where the declaring files no longer match FINGERPRINT, the catalog is built from
 producers instead.
 """
 
-FINGERPRINT = (4097496755, 34)
+FINGERPRINT = (550691841, 34)
 # (template, unit, change, identifying, group, help, producers, positional), in
 # declaration order
 DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'], False),
@@ -551,6 +551,14 @@ DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'
   'GPU',
   'NVLink-C2C (Grace) instead of PCIe to the CPU',
   ['gpu'],
+  False),
+ ('gpu.{gpu}.recovery_action',
+  '',
+  'volatile',
+  '',
+  'GPU',
+  'what the driver says the GPU needs: none, gpu-reset, node-reboot, drain-p2p, ...',
+  ['gpu', 'import'],
   False),
  ('gpu.{gpu}.health', '', 'volatile', '', 'GPU', '', ['gpu', 'import'], False),
  ('gpu.{gpu}.inforom.image', '', 'configuration', '', 'GPU', '', ['gpu', 'import'], False),

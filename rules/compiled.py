@@ -53,7 +53,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                        (),
                        ()),),
                      ()),
- 'rules/fabric.toml': ((4079859613, 9181),
+ 'rules/fabric.toml': ((648027853, 13512),
                        (('FAB001',
                          'warning',
                          'Fabric routes in recovery',
@@ -355,6 +355,104 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                          False,
                          False,
                          None,
+                         (),
+                         ()),
+                        ('FAB013',
+                         'critical',
+                         'The driver says the GPU needs a reset',
+                         'gpu',
+                         'gpu.{gpu}.recovery_action',
+                         'not_in',
+                         ['gpu-reset', 'drain-and-reset', 'bus-reset'],
+                         "NVML's recovery action (nvml.h: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) is "
+                         "the driver's own verdict: gpu-reset (NVML_GPU_RECOVERY_ACTION_GPU_RESET) "
+                         'means a fault left the GPU unusable until it is reset; drain-and-reset '
+                         '(NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET) that it runs at reduced '
+                         'capacity until its peer traffic is drained and it is reset; bus-reset '
+                         'that its PCIe bus must be reset. New work on it fails or runs short. '
+                         'NVLink 5 GPUs must also be reset after the fabric manager starts '
+                         '(NVIDIA/gpu-driver-container PR 909); nvml.h does not say whether the '
+                         'driver raises this action then, and the fabric status ResetRequired '
+                         '(NVL009) is the other sign. gpudiag compares no timestamps: NVML records '
+                         "no time of a GPU's last reset, so the driver's own verdict is the "
+                         'evidence.',
+                         "Stop the GPU's clients (nvidia-smi --query-compute-apps=pid --format=csv "
+                         '-i {gpu}; stop DCGM/nv-hostengine, nvidia-persistenced and the jobs '
+                         'using it), then reset it: nvidia-smi -r -i {gpu}; on NVLink systems '
+                         'reset every GPU of the node together once the fabric manager runs; check '
+                         'nvidia-smi -q -i {gpu} shows GPU Recovery Action None, and reboot if the '
+                         'reset fails.',
+                         'GPU {gpu} recovery action: {value}',
+                         'stable',
+                         ('https://github.com/NVIDIA/go-nvml/blob/main/gen/nvml/nvml.h',),
+                         'rules/fabric.toml:173: rule FAB013',
+                         1.0,
+                         'gpu.0.recovery_action = gpu-reset',
+                         False,
+                         False,
+                         'reset',
+                         (),
+                         ()),
+                        ('FAB014',
+                         'critical',
+                         'The driver says the node needs a reboot',
+                         'gpu',
+                         'gpu.{gpu}.recovery_action',
+                         'not_in',
+                         ['node-reboot', 'system-reboot'],
+                         "NVML's recovery action node-reboot (nvml.h: "
+                         "NVML_GPU_RECOVERY_ACTION_NODE_REBOOT) is the driver's verdict that a GPU "
+                         'reset is not enough: the fault may have left the driver or the operating '
+                         'system in a state only a reboot clears. The node cannot be trusted with '
+                         'work until then.',
+                         'Drain the node (scontrol update nodename=$(hostname -s) state=drain '
+                         "reason='gpudiag FAB014'), then reboot it; after the reboot check "
+                         'nvidia-smi -q -i {gpu} shows GPU Recovery Action None and dmesg for the '
+                         'Xid that caused it; service the GPU if it repeats.',
+                         'GPU {gpu} recovery action: {value}',
+                         'stable',
+                         ('https://github.com/NVIDIA/go-nvml/blob/main/gen/nvml/nvml.h',),
+                         'rules/fabric.toml:188: rule FAB014',
+                         1.0,
+                         'gpu.0.recovery_action = node-reboot',
+                         False,
+                         False,
+                         'reboot',
+                         (),
+                         ()),
+                        ('FAB015',
+                         'warning',
+                         'The driver asks for peer traffic to be drained or the IMEX domain '
+                         'recovered',
+                         'gpu',
+                         'gpu.{gpu}.recovery_action',
+                         'in',
+                         ['none',
+                          'gpu-reset',
+                          'drain-and-reset',
+                          'bus-reset',
+                          'node-reboot',
+                          'system-reboot'],
+                         "NVML's recovery action drain-p2p (nvml.h: "
+                         'NVML_GPU_RECOVERY_ACTION_DRAIN_P2P) asks that peer-to-peer and NVLink '
+                         'traffic to the GPU be stopped before the driver can say more; '
+                         'recover-imex-domain (NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN) that '
+                         'the multi-node NVLink (IMEX) domain must be recovered. A value gpudiag '
+                         'does not know yet is reported here too, by number.',
+                         "Stop the jobs using GPU {gpu}'s peers and NVLink (and UVM persistence), "
+                         'then read nvidia-smi -q -i {gpu} again: the driver then names the next '
+                         'action (FAB013, FAB014); for recover-imex-domain restart the IMEX '
+                         'service on every node of the domain (systemctl restart nvidia-imex) '
+                         'after its jobs end.',
+                         'GPU {gpu} recovery action: {value}',
+                         'stable',
+                         ('https://github.com/NVIDIA/go-nvml/blob/main/gen/nvml/nvml.h',),
+                         'rules/fabric.toml:203: rule FAB015',
+                         1.0,
+                         'gpu.0.recovery_action = drain-p2p',
+                         False,
+                         False,
+                         'monitor',
                          (),
                          ())),
                        ()),
