@@ -200,3 +200,30 @@ def test_a_c2c_gpu_slower_than_its_trays_others_warns_and_pcie_s_rule_stays_off(
     assert not [f for f in healthy.findings if f.rule_id == "KRN027" and f.severity is not
                 Severity.NOT_APPLICABLE]  # fmt: skip
     assert healthy.readings_by_key["gpu.3.kernel.copy.c2c.share_of_median"].value > 0.99
+
+
+class _BusIds:
+    """The one CUDA call the run's own judgement makes: the GPU's PCI bus id."""
+
+    def deviceGetPCIBusId(self, gpu: int) -> str:
+        return nodes.demo.BUS_IDS[gpu].upper()
+
+
+def test_the_runs_own_judgement_leaves_a_grace_nodes_host_copies_to_the_c2c_bound() -> None:
+    """`gpudiag run` judges each figure against the GPU's profile as it ends; on a Grace
+    node (cpu0's MIDR part 0xd4f) a host copy is no PCIe figure, so it is kept for the
+    derived readings (c2c.enabled); elsewhere the PCIe bound still applies."""
+    from gpudiag.kernels import device
+    from gpudiag.kernels.plans import KernelPlan
+    from gpudiag.kernels.runner import PlanRun
+
+    previous = device.use(_BusIds())
+    try:
+        results = copies(0, 380.0, 370.0)
+        on_grace = PlanRun(KernelPlan(("copy",)), nodes.hostfs(nodes.gh200_host()))
+        assert on_grace._judged(results, [0]) == results
+        on_xeon = PlanRun(KernelPlan(("copy",)), nodes.hostfs(nodes.demo_host()))
+        refused = on_xeon._judged(results, [0])
+        assert all(r.error.startswith("timing inconsistent") for r in refused)
+    finally:
+        device.use(previous)
