@@ -621,10 +621,13 @@ def cpu_band_readings(
             out.append(Reading.failed(key, ReadingStatus.ERROR, why, source))
             continue
         verdict = "below" if high < floor else "above" if low >= floor else "inconclusive"
+        size = params.get("n")
+        arrays = f"; this run: {int(size):,}" if isinstance(size, int | float) else ""
         reason = (
             f"the 95% interval {low:.6g}-{high:.6g} GB/s against the band floor {floor:g} "
             f"GB/s of profile {profile.name} ({floor / peak:.2g} x its {peak:g} GB/s peak: "
-            "NVIDIA's Grace CPU Benchmarking Guide, STREAM Reference Results)"
+            "NVIDIA's Grace CPU Benchmarking Guide, STREAM Reference Results, 120,000,000 "
+            f"doubles an array per 72 cores{arrays})"
         )
         out.append(Reading(key, verdict, source=source, reason=reason))
     return out
