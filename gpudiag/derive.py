@@ -5,7 +5,8 @@ In order: the GPU-NIC topology (gpudiag/probes/topology.py, from the PCIe and GP
 readings); the GPU profile match (`node.profile`, the profile's name, or why none
 matched; `node.profile.device_ids`, the GPUs' PCI device ids); the kernel readings
 (gpudiag/kernels/readings.py: each figure, its interval, its share of the profile's peak
-and of the median of its peers, verdicts). A snapshot is re-derived from the readings of
+and of the median of its peers, verdicts; a Grace CPU's STREAM triad against its CPU
+profile's band). A snapshot is re-derived from the readings of
 its other results and its kernel results, so a stale derived result (or the `topology`
 result older versions stored) is replaced, never kept beside the new one.
 
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 from gpudiag import catalog
 from gpudiag.catalog import DERIVED
-from gpudiag.kernels.readings import PCIE_LANE_GBS, kernel_readings
+from gpudiag.kernels.readings import PCIE_LANE_GBS, cpu_band_readings, kernel_readings
 from gpudiag.model import KernelResult, ProbeResult, ProbeStatus, Reading, ReadingStatus, Snapshot
 from gpudiag.probes.topology import derive as topology_readings
 from gpudiag.profiles import Profile, detect_profile, load_profiles
@@ -80,6 +81,8 @@ def profile_readings(
             raise RuleError(
                 f"--profile {profile_name}: no such profile (known: {', '.join(profiles)})"
             )
+        if profiles[profile_name].cpu_parts:
+            raise RuleError(f"--profile {profile_name}: a CPU's profile, not a GPU model's")
         profile, source = profiles[profile_name], "--profile"
     out: list[Reading] = []
     if profile is not None:
@@ -145,8 +148,9 @@ def loaded_link_gens(
     where it was not, with its status): the link's
     generation where the GPU was in P0 when read; else, where the kernels copied from the
     host to it, the lowest generation whose bandwidth at the link's width carries that
-    copy (55 GB/s over x16 needs Gen5: Gen4 x16 is 31.5); else unsupported, saying that
-    an idle GPU's link cannot be judged."""
+    copy (55 GB/s over x16 needs Gen5: Gen4 x16 is 31.5), unless the GPU's host link is
+    NVLink-C2C (gpu.N.c2c.enabled: its copies never crossed the PCIe link); else
+    unsupported, saying that an idle GPU's link cannot be judged."""
     out = []
     for gpu in catalog.gpu_indices(readings):
         read = readings.get(f"gpu.{gpu}.pcie.link_gen")
@@ -160,7 +164,9 @@ def loaded_link_gens(
             continue
         gen = read.value
         pstate = _ok_value(readings, f"gpu.{gpu}.pstate")
-        copy = _ok_value(derived, f"gpu.{gpu}.kernel.copy.h2d.local")
+        c2c = _ok_value(readings, f"gpu.{gpu}.c2c.enabled") is True
+        # a C2C GPU's host copies go over NVLink-C2C: they say nothing of its PCIe link
+        copy = None if c2c else _ok_value(derived, f"gpu.{gpu}.kernel.copy.h2d.local")
         width = _ok_value(readings, f"gpu.{gpu}.pcie.link_width")
         if pstate == "P0":
             out.append(LINK_GEN_LOADED.reading(gen, "derived:gpu.N.pcie.link_gen in P0", gpu=gpu))
@@ -171,11 +177,15 @@ def loaded_link_gens(
             out.append(LINK_GEN_LOADED.reading(proven, source, gpu=gpu))
         else:
             idle = f"GPU {gpu} is {pstate}" if pstate else f"GPU {gpu}'s pstate was not read"
+            copied = (
+                "its host copies go over NVLink-C2C, not this link"
+                if c2c
+                else "no host-to-device copy ran"
+            )
             out.append(
                 LINK_GEN_LOADED.failed(
                     ReadingStatus.UNSUPPORTED,
-                    f"cannot judge: {idle} and no host-to-device copy ran; an idle link "
-                    "trains down to save power",
+                    f"cannot judge: {idle} and {copied}; an idle link trains down to save power",
                     "derived:gpu.N.pstate",
                     gpu=gpu,
                 )
@@ -195,7 +205,9 @@ def derive(
     derived += profiled
     peaks = profile.values if profile is not None else None
     known = {**readings, **{r.key: r for r in derived}}
+    kernels = tuple(kernels)
     derived += kernel_readings(kernels, known, peaks)
+    derived += cpu_band_readings(kernels, known, load_profiles())  # a Grace's STREAM band
     derived += node_medians(derived)
     derived += loaded_link_gens(readings, {r.key: r for r in derived})
     result = ProbeResult(

@@ -33,6 +33,12 @@ class Profile:
     # (field, where its figure comes from): every figure's source, a band's floor
     # (BAND_FIELDS) with how it was measured, or why a band is not set
     sources: tuple[tuple[str, str], ...] = ()
+    # A CPU profile (its memory, per CPU: one NUMA node with CPUs) is matched by the CPU's
+    # MIDR part, the memory on its node (GB as marketed) and the GPUs on that node, never
+    # by a GPU (cpu_profile); a GPU profile leaves these empty
+    cpu_parts: tuple[str, ...] = ()
+    cpu_memory_gb: tuple[int, ...] = ()
+    cpu_gpus: tuple[int, ...] = ()
 
     def source(self, field: str) -> str:
         """Where the profile's figure `field` comes from ("" where nothing says)."""
@@ -117,7 +123,7 @@ def parse_profiles(text: str, origin: str) -> dict[str, Profile]:
             - PROFILE_FIELDS
             - PROFILE_FLAGS
             - {"title", "device_ids", "inherits", "brands", "name_words", "product_names"}
-            - {"source", "band"}
+            - {"source", "band", *CPU_KEYS}
         )
         if unknown:
             raise RuleError(
@@ -170,12 +176,60 @@ def parse_profiles(text: str, origin: str) -> dict[str, Profile]:
             tuple(words["name_words"]),
             tuple(words["product_names"]),
             tuple(sorted(sources.items())),
+            *_cpu_keys(table, where),
         )
         return profiles[name]
 
     for name in raw:
         build(name)
     return profiles
+
+
+# a CPU profile's keys: MIDR parts ('0xd4f'), GB of memory per CPU, GPUs per CPU
+CPU_KEYS = ("cpu_parts", "cpu_memory_gb", "cpu_gpus")
+
+
+def _cpu_keys(
+    table: dict[str, Any], where: str
+) -> tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]]:
+    """A CPU profile's cpu_parts, cpu_memory_gb and cpu_gpus (all three, or none)."""
+    given = [key for key in CPU_KEYS if key in table]
+    if not given:
+        return (), (), ()
+    parts, memory, gpus = (table.get(key) for key in CPU_KEYS)
+    if (
+        len(given) != len(CPU_KEYS)
+        or not isinstance(parts, list)
+        or not all(isinstance(p, str) and re.fullmatch(r"0x[0-9a-f]{3}", p) for p in parts)
+        or not all(
+            isinstance(items, list)
+            and items
+            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in items)
+            for items in (memory, gpus)
+        )
+    ):
+        raise RuleError(
+            f"{where}: a CPU profile has cpu_parts (MIDR parts like '0xd4f'), cpu_memory_gb "
+            "and cpu_gpus (lists of whole numbers)"
+        )
+    assert isinstance(memory, list) and isinstance(gpus, list)
+    return tuple(parts), tuple(memory), tuple(gpus)
+
+
+def cpu_profile(
+    profiles: dict[str, Profile], part: str, memory_gb: float, gpus: int
+) -> Profile | None:
+    """The CPU profile of a CPU of this MIDR part with this much memory on its NUMA node
+    (GB; within a quarter of a listed size: the kernel's MemTotal is the marketed size
+    less what the firmware keeps) and this many GPUs on the node; None where none is."""
+    for profile in profiles.values():
+        if (
+            part in profile.cpu_parts
+            and gpus in profile.cpu_gpus
+            and any(0.8 <= memory_gb / size <= 1.25 for size in profile.cpu_memory_gb if size)
+        ):
+            return profile
+    return None
 
 
 def _sources(table: dict[str, Any], where: str) -> dict[str, str]:

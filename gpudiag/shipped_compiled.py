@@ -6,7 +6,7 @@ Where the declaring files no longer match FINGERPRINT, the catalog is built from
 producers instead.
 """
 
-FINGERPRINT = (1973961878, 34)
+FINGERPRINT = (2775499191, 34)
 # (template, unit, change, identifying, group, help, producers, positional), in
 # declaration order
 DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'], False),
@@ -552,6 +552,14 @@ DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'
   'NVLink-C2C (Grace) instead of PCIe to the CPU',
   ['gpu'],
   False),
+ ('gpu.{gpu}.recovery_action',
+  '',
+  'volatile',
+  '',
+  'GPU',
+  'what the driver says the GPU needs: none, gpu-reset, node-reboot, drain-p2p, ...',
+  ['gpu', 'import'],
+  False),
  ('gpu.{gpu}.health', '', 'volatile', '', 'GPU', '', ['gpu', 'import'], False),
  ('gpu.{gpu}.inforom.image', '', 'configuration', '', 'GPU', '', ['gpu', 'import'], False),
  ('gpu.{gpu}.memory.total', 'MiB', 'configuration', '', 'GPU', '', ['gpu', 'import'], False),
@@ -864,6 +872,14 @@ DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'
   '',
   'Kernel results',
   'false when a result failed its check',
+  ['kernels'],
+  False),
+ ('numa.{node}.kernel.{metric}.verdict',
+  '',
+  'volatile',
+  '',
+  'Kernel results',
+  "below/inconclusive/above the CPU's band",
   ['kernels'],
   False),
  ('host.kernel.{metric}',

@@ -10,7 +10,9 @@ one of these keys said "missing (no probe produced it)" of a probe that ran.
   unsupported too); `gpu.N.fabric.status` from `gpu.N.fabric.state` (unsupported on no
   fabric, missing until registration completes: probes/gpu.py's fabric readings); with no
   fabric, its cluster, clique, cliques and health summary as probes/fabric.py's
-  gpu_fabric makes them (unsupported, or failed as the state).
+  gpu_fabric makes them (unsupported, or failed as the state); beside any fabric state,
+  `gpu.N.recovery_action` unsupported (saved before gpudiag read it, as
+  gpu_recovery_action says of a recording without it), or failed as the state of a lost GPU.
 - pcie: `pcie.D.numa_node` unsupported for the kernel's -1 on a machine with one NUMA
   node: node 0, as probes/pcie.py's numa_reading gives it; a paravirtual device's link
   files, missing: unsupported (its link_reading).
@@ -61,6 +63,12 @@ def _gpu(readings: Mapping[str, Reading], node: Mapping[str, Reading]) -> list[R
             if active not in readings and reading.status is ReadingStatus.UNSUPPORTED:
                 added.append(Reading.failed(active, reading.status, reading.reason, source))
             continue
+        recovery, field = f"gpu.{gpu}.recovery_action", f"nvml:nvmlDeviceGetFieldValues ({OLDER})"
+        if recovery not in readings and "GpuIsLost" in reading.reason:
+            added.append(Reading.failed(recovery, reading.status, reading.reason, field))
+        elif recovery not in readings:
+            why = "the snapshot was saved before gpudiag read the GPU recovery action"
+            added.append(Reading.failed(recovery, ReadingStatus.UNSUPPORTED, why, field))
         if not reading.ok or reading.value == "not-supported":  # no fabric: as the probe says
             none = "the GPU has no NVLink fabric (fabric state not-supported)"
             for suffix in ("cluster_uuid", "clique_id", "cliques", "health_summary"):

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -76,7 +76,13 @@ READINGS = (
         ),
         catalog.volatile("gpu.{gpu}.kernel.held_back", "", "slow figures held back by clocks"),
     ),
-    *catalog.declare("Kernel results", *_figures("numa.{node}")),
+    *catalog.declare(
+        "Kernel results",
+        *_figures("numa.{node}"),
+        catalog.volatile(
+            "numa.{node}.kernel.{metric}.verdict", "", "below/inconclusive/above the CPU's band"
+        ),
+    ),
     *catalog.declare("Kernel results", *_figures("host")),
     *catalog.declare(
         "Kernel results",
@@ -108,6 +114,11 @@ GEMM_PEAKS = {
 }
 # PCIe GB/s per lane and direction, by generation (line rate after encoding)
 PCIE_LANE_GBS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.877}
+# NVLink-C2C between a Grace and its GPU (gpu.N.c2c.enabled): 900 GB/s both ways, 450 a
+# direction (NVIDIA's GH200 and GB200 NVL72 datasheets: "NVLink-C2C 900 GB/s"); a host copy
+# of a C2C GPU goes over it, not over the GPU's PCIe link
+C2C_GBS = 450.0
+C2C_TEXT = "its NVLink-C2C (450 GB/s a direction, 900 both ways: NVIDIA's GH200/GB200 datasheets)"
 
 
 def _number(peaks: Mapping[str, Any], field: str) -> float | None:
@@ -136,11 +147,16 @@ def _nvlink_per_link(peaks: Mapping[str, Any]) -> tuple[float, str] | None:
 
 
 def physical_bound(
-    kernel: str, metric: str, peaks: Mapping[str, Any], link: str | None = None
+    kernel: str,
+    metric: str,
+    peaks: Mapping[str, Any],
+    link: str | None = None,
+    c2c: bool = False,
 ) -> tuple[float, str] | None:
     """The highest figure a GPU result can reach on the model (`peaks`: its profile), and
     what it is; None where the profile does not say. GEMM: the precision's highest peak;
-    STREAM: the memory bandwidth; a host copy: its PCIe link; a peer copy: the link the
+    STREAM: the memory bandwidth; a host copy: its PCIe link, or the NVLink-C2C of a GPU
+    whose host link it is (`c2c`, whatever the profile); a peer copy: the link the
     node says the pair has (`link`, topo.gpu.I.J: NV12 is 12 NVLinks, an NVLink bridge's
     too; PIX or SYS its PCIe link), else the model's NVLinks (or PCIe without them); both
     ways at once: twice the one-way bound."""
@@ -163,6 +179,8 @@ def physical_bound(
         else ""
     )
     if kernel == "copy" and metric.split(".")[0] in ("h2d", "d2h", "bidir"):
+        if c2c:
+            return both * C2C_GBS, C2C_TEXT
         return (both * pcie, pcie_text) if pcie else None
     if kernel == "peer" and metric.startswith(("to.", "bidir.")):
         nv = re.fullmatch(r"NV(\d+)", link or "")
@@ -182,13 +200,16 @@ def physical_bound(
     return None
 
 
-def impossible(result: KernelResult, peaks: Mapping[str, Any], link: str | None = None) -> str:
+def impossible(
+    result: KernelResult, peaks: Mapping[str, Any], link: str | None = None, c2c: bool = False
+) -> str:
     """Why an OK GPU result's figure (its median) cannot be true: more than 5% above the
-    physical bound of the model (physical_bound; `link`: a peer pair's topo.gpu.I.J), as
-    "timing inconsistent: ..."; "" where it can be, or nothing says."""
+    physical bound of the model (physical_bound; `link`: a peer pair's topo.gpu.I.J; `c2c`:
+    the GPU's host link is NVLink-C2C), as "timing inconsistent: ..."; "" where it can be,
+    or nothing says."""
     if result.status is not ProbeStatus.OK or not result.device.startswith("gpu"):
         return ""
-    bound = physical_bound(result.kernel, result.metric, peaks, link)
+    bound = physical_bound(result.kernel, result.metric, peaks, link, c2c)
     if bound is None or not result.samples:
         return ""
     figure = result.stats.median if result.stats is not None else max(result.samples)
@@ -202,9 +223,11 @@ def impossible(result: KernelResult, peaks: Mapping[str, Any], link: str | None 
     )
 
 
-def judged(result: KernelResult, peaks: Mapping[str, Any], link: str | None = None) -> KernelResult:
+def judged(
+    result: KernelResult, peaks: Mapping[str, Any], link: str | None = None, c2c: bool = False
+) -> KernelResult:
     """The result, or an error result where its figure cannot be true (impossible)."""
-    reason = impossible(result, peaks, link)
+    reason = impossible(result, peaks, link, c2c)
     if not reason:
         return result
     return replace(result, status=ProbeStatus.ERROR, stats=None, error=reason)
@@ -273,8 +296,10 @@ def kernel_readings(
             continue
         pair = catalog.peer_pair(result)
         link = _value(readings.get(pair), None) if pair is not None else None
-        # an old snapshot's impossible figure too; a peer copy by the pair's own link
-        result = judged(result, peaks or {}, link if isinstance(link, str) else None)
+        c2c = _value(readings.get(f"{prefix}c2c.enabled"), False) is True
+        # an old snapshot's impossible figure too; a peer copy by the pair's own link, a
+        # host copy of a C2C GPU by its NVLink-C2C
+        result = judged(result, peaks or {}, link if isinstance(link, str) else None, c2c)
         failed = result.status is ProbeStatus.ERROR and "verification failed" in result.error
         verified[prefix] = verified.get(prefix, True) and not failed
         if prefix.startswith("gpu."):
@@ -323,7 +348,11 @@ def kernel_readings(
             derived[key] = replace(derived[key], reason=why[:300])
     derived.update(_peak_shares(derived.values(), peaks or {}))
     derived.update(_nvlink_share(derived.get("node.kernel.allreduce.busbw"), peaks or {}))
-    derived.update(_shares(derived.values()))
+    c2c_gpus = {
+        prefix for prefix in verified if _value(readings.get(f"{prefix}c2c.enabled"), False) is True
+    }
+    derived.update(_shares(derived.values(), c2c_gpus))
+    derived.update(_c2c_shares(derived, c2c_gpus))
     derived.update(clocks)
     for group in peers.values():
         derived.update(_pair_shares(group))
@@ -475,20 +504,140 @@ def _median_shares(members: list[tuple[str, Reading]], of_what: str = "") -> dic
     }
 
 
-def _shares(readings: Iterable[Reading]) -> dict[str, Reading]:
-    """Each device's figure over the median of its peers' for the same metric."""
-    groups: dict[tuple[str, str], list[tuple[str, Reading]]] = defaultdict(list)
+def _shares(
+    readings: Iterable[Reading], c2c_gpus: Collection[str] = frozenset()
+) -> dict[str, Reading]:
+    """Each device's figure over the median of its peers' for the same metric; a host
+    copy of a GPU over NVLink-C2C (`c2c_gpus`: 'gpu.N.' prefixes) among the C2C GPUs only,
+    others' among the others (a PCIe link and NVLink-C2C are no peers)."""
+    groups: dict[tuple[str, str, bool], list[tuple[str, Reading]]] = defaultdict(list)
     for reading in readings:
-        m = re.match(r"^(gpu|numa)\.\d+\.kernel\.(.+)$", reading.key)
+        m = re.match(r"^((gpu|numa)\.\d+\.)kernel\.(.+)$", reading.key)
         if m and reading.ok and reading.unit in ("GB/s", "TFLOP/s"):
-            groups[(m.group(1), m.group(2))].append((f"{reading.key}.share_of_median", reading))
+            host_link = m.group(3).startswith("copy.") and m.group(1) in c2c_gpus
+            groups[(m.group(2), m.group(3), host_link)].append(
+                (f"{reading.key}.share_of_median", reading)
+            )
     shares: dict[str, Reading] = {}
     for members in groups.values():
         shares.update(_median_shares(members))
     return shares
 
 
+def _c2c_shares(derived: Mapping[str, Reading], c2c_gpus: set[str]) -> dict[str, Reading]:
+    """gpu.N.kernel.copy.c2c.share_of_median for each GPU over NVLink-C2C whose host
+    copies were compared with the node's other C2C GPUs': the lower of its host-to-device
+    and device-to-host shares (its own NUMA node's memory), saying which (KRN027)."""
+    out = {}
+    for prefix in sorted(c2c_gpus):
+        shares = [
+            (r.value, direction, r)
+            for direction in ("h2d", "d2h")
+            if (r := derived.get(f"{prefix}kernel.copy.{direction}.local.share_of_median"))
+            is not None
+            and r.ok
+        ]
+        if not shares:
+            continue
+        value, direction, lowest = min(shares, key=lambda s: float(s[0]))  # type: ignore[arg-type]
+        key = f"{prefix}kernel.copy.c2c.share_of_median"
+        reason = f"{direction} over NVLink-C2C: {lowest.source}"
+        out[key] = Reading(key, value, "", lowest.source, reason=reason)
+    return out
+
+
 def _pair_shares(group: list[tuple[str, Reading]]) -> dict[str, Reading]:
     """Each GPU pair's one-way copy over the median of the pairs of its link type."""
     members = [(f"{pair}.copy_share_of_median", r) for pair, r in group]
     return _median_shares(members, " pairs of its link type")
+
+
+# the CPU STREAM figure judged against a CPU profile's band (KRN026): FP64, as STREAM's
+GRACE_PART = "0xd4f"  # MIDR_EL1 part of Grace's Arm Neoverse V2 cores (probes/rackscale.py)
+_CPU_TRIAD = re.compile(r"^cpu-numa(\d+)$")
+
+
+def cpu_band_readings(
+    kernels: Iterable[KernelResult], readings: Mapping[str, Reading], profiles: Mapping[str, Any]
+) -> list[Reading]:
+    """numa.N.kernel.stream.triad.fp64.verdict for each NUMA node of a Grace node whose
+    CPUs ran STREAM: below / inconclusive / above the CPU profile's band floor
+    (gpudiag/profiles.py cpu_profile: the Grace's memory size and GPUs on its node), by the
+    95% interval as the GPUs' verdicts; an error where the median is above the Grace's
+    theoretical peak (cannot be a memory figure), unsupported where no band is published
+    for the Grace or the figure is not comparable with STREAM's (NumPy's two-pass triad).
+    No reading on a node that is not Grace: KRN026 does not apply there."""
+    from gpudiag.profiles import cpu_profile
+
+    grace = readings.get("grace.cpu")
+    if grace is None or not grace.ok or grace.value is not True:
+        return []
+    out = []
+    for result in kernels:
+        m = _CPU_TRIAD.match(result.device)
+        params = dict(result.params)
+        if (
+            m is None
+            or result.kernel != "stream"
+            or result.metric != "triad"
+            or params.get("dtype", "fp64") != "fp64"
+            or result.status is not ProbeStatus.OK
+            or result.stats is None
+        ):
+            continue
+        node = int(m.group(1))
+        key = f"numa.{node}.kernel.stream.triad.fp64.verdict"
+        source = f"kernel:stream {result.device} triad / CPU profile band (rules/profiles.toml)"
+        kib = _value(readings.get(f"numa.{node}.mem_total"), None)
+        gpus = _gpus_on_node(readings, node)
+        memory_gb = float(kib) * 1024 / 1e9 if isinstance(kib, int | float) else 0.0
+        profile = cpu_profile(dict(profiles), GRACE_PART, memory_gb, gpus)
+        if profile is None or "stream_triad_floor_gbs" not in profile.values:
+            why = (
+                f"no STREAM band published for a Grace with {memory_gb:.0f} GB and {gpus} "
+                "GPU(s) on its node (NVIDIA's Grace benchmarking guide lists Grace Hopper "
+                "120 and 480 GB and the Grace CPU Superchip): judged against the node's other "
+                "NUMA nodes (KRN015)"
+            )
+            out.append(Reading.failed(key, ReadingStatus.UNSUPPORTED, why, source))
+            continue
+        if params.get("engine") != "numba":
+            why = (
+                f"the {params.get('engine', 'unknown')} engine ran the triad: NumPy moves its "
+                "bytes in two passes, not comparable with STREAM's published figure "
+                "(pip install 'gpudiag[cpu-kernels]' for the compiled loops)"
+            )
+            out.append(Reading.failed(key, ReadingStatus.UNSUPPORTED, why, source))
+            continue
+        peak = float(profile.values["memory_bandwidth_gbs"])
+        floor = float(profile.values["stream_triad_floor_gbs"])
+        median, low, high = result.stats.median, result.stats.ci95_low, result.stats.ci95_high
+        if median > peak:
+            why = (
+                f"the triad's {median:.4g} GB/s is above the theoretical peak {peak:g} GB/s "
+                f"of profile {profile.name} (NVIDIA's Grace CPU Benchmarking Guide): "
+                "cache-resident arrays or a timing fault, not a memory figure"
+            )
+            out.append(Reading.failed(key, ReadingStatus.ERROR, why, source))
+            continue
+        verdict = "below" if high < floor else "above" if low >= floor else "inconclusive"
+        size = params.get("n")
+        arrays = f"; this run: {int(size):,}" if isinstance(size, int | float) else ""
+        reason = (
+            f"the 95% interval {low:.6g}-{high:.6g} GB/s against the band floor {floor:g} "
+            f"GB/s of profile {profile.name} ({floor / peak:.2g} x its {peak:g} GB/s peak: "
+            "NVIDIA's Grace CPU Benchmarking Guide, STREAM Reference Results, 120,000,000 "
+            f"doubles an array per 72 cores{arrays})"
+        )
+        out.append(Reading(key, verdict, source=source, reason=reason))
+    return out
+
+
+def _gpus_on_node(readings: Mapping[str, Reading], node: int) -> int:
+    """How many GPUs' PCI functions sysfs places on this NUMA node."""
+    count = 0
+    for key, reading in readings.items():
+        if key.endswith(".pci.bus_id") and key.startswith("gpu.") and reading.ok:
+            numa = readings.get(f"pcie.{reading.value}.numa_node")
+            count += numa is not None and numa.ok and numa.value == node
+    return count

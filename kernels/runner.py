@@ -347,16 +347,23 @@ class PlanRun:
 
     def _judged(self, results: list[KernelResult], gpus: list[int]) -> list[KernelResult]:
         """Each GPU result whose figure cannot be true on its model (above the physical
-        peak: kernels/readings.impossible) made an error, "timing inconsistent: ..."."""
+        peak: kernels/readings.impossible) made an error, "timing inconsistent: ...". On a
+        Grace node a GPU's host copies may go over NVLink-C2C, not its PCIe link: they are
+        left to the derived readings, which judge them by gpu.N.c2c.enabled."""
         from gpudiag.kernels.readings import judged
+        from gpudiag.probes.rackscale import grace_cpu
 
+        over_c2c = grace_cpu(self.host)
         peaks = {}
         for gpu in gpus:
             try:
                 peaks[f"gpu{gpu}"] = gpu_peaks(self.host, device.api().deviceGetPCIBusId(gpu))
             except Exception:  # a GPU CUDA cannot query: its figures are not judged here
                 peaks[f"gpu{gpu}"] = {}
-        return [judged(r, peaks.get(r.device, {})) for r in results]
+        return [
+            r if over_c2c and r.kernel == "copy" else judged(r, peaks.get(r.device, {}))
+            for r in results
+        ]
 
     def _nvml_indices(self, gpus: list[int]) -> dict[int, int]:
         """cuda_to_nvml with the run's NVML, or one opened for it (`gpudiag run`)."""

@@ -20,6 +20,7 @@ stand-in's v2/v3/v4 structures only.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any, Protocol
 
 from gpudiag import catalog
@@ -68,6 +69,22 @@ CLIQUE_TYPES = {
     1: "multicast-pointer",
     2: "unicast-logical-endpoint",
     3: "multicast-logical-endpoint",
+}
+# nvml.h (NVML API 13; NVIDIA/go-nvml gen/nvml/nvml.h at 2f9e261): the field
+# NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, "GPU Recovery action - None/Reset/Reboot/Drain P2P/
+# Drain and Reset" (R570 on; it replaces the deprecated NVML_FI_DEV_RESET_STATUS, 226, and
+# NVML_FI_DEV_DRAIN_AND_RESET_STATUS, 227), an unsigned int of nvmlDeviceGpuRecoveryAction_t
+FIELD_GPU_RECOVERY_ACTION = 230
+RECOVERY_ACTIONS = {
+    0: "none",  # NVML_GPU_RECOVERY_ACTION_NONE: no action needed
+    1: "gpu-reset",  # NVML_GPU_RECOVERY_ACTION_GPU_RESET: reset the GPU
+    2: "node-reboot",  # NVML_GPU_RECOVERY_ACTION_NODE_REBOOT: reboot the node
+    3: "drain-p2p",  # NVML_GPU_RECOVERY_ACTION_DRAIN_P2P
+    4: "drain-and-reset",  # NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET: drain P2P, reset
+    5: "recover-imex-domain",  # NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN
+    # newer than that nvml.h: nvidia-ml-py 13.615.71's pynvml names them
+    6: "bus-reset",  # NVML_GPU_RECOVERY_ACTION_BUS_RESET
+    7: "system-reboot",  # NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT
 }
 V4 = "nvmlDeviceGetGpuFabricInfo_v4"
 V = "nvmlDeviceGetGpuFabricInfoV"
@@ -201,6 +218,33 @@ def gpu_fabric(gpu: GpuCalls, declared_as: Callable[[str], catalog.Declared]) ->
             ),
         )
     yield gpu_c2c(gpu)
+    yield gpu_recovery_action(gpu)
+
+
+def recovery_action(value: Any) -> str:
+    """nvmlDeviceGpuRecoveryAction_t by name: 'none', 'gpu-reset', ...; 'action-N' for a
+    value newer than gpudiag knows."""
+    return RECOVERY_ACTIONS.get(int(value), f"action-{int(value)}")
+
+
+def gpu_recovery_action(gpu: GpuCalls) -> Reading:
+    """What the driver says the GPU needs to recover (FAB013-FAB015): the field
+    NVML_FI_DEV_GET_GPU_RECOVERY_ACTION. NotSupported on a driver without it (older than
+    R570); a recording made before gpudiag read it holds none, which is said, not guessed."""
+    reading = gpu.reading(
+        "recovery_action",
+        "nvmlDeviceGetFieldValues",
+        FIELD_GPU_RECOVERY_ACTION,
+        0,
+        convert=recovery_action,
+    )
+    if not reading.ok and "NotRecorded" in reading.reason:
+        why = (
+            "the recording holds no GPU recovery action (made before gpudiag read "
+            "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)"
+        )
+        return replace(reading, status=ReadingStatus.UNSUPPORTED, reason=why)
+    return reading
 
 
 def gpu_c2c(gpu: GpuCalls) -> Reading:
@@ -223,4 +267,8 @@ FABRIC_READINGS = (
     catalog.config("gpu.{gpu}.fabric.cliques", help="v4's typed cliques, type:id"),
     catalog.config("gpu.{gpu}.fabric.health_summary"),
     catalog.config("gpu.{gpu}.c2c.enabled", help="NVLink-C2C (Grace) instead of PCIe to the CPU"),
+    catalog.volatile(
+        "gpu.{gpu}.recovery_action",
+        help="what the driver says the GPU needs: none, gpu-reset, node-reboot, drain-p2p, ...",
+    ),
 )

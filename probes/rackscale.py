@@ -113,14 +113,18 @@ def pci_layout(host: HostFS) -> Layout:
         nvswitch = f"{len(switches)} NVSwitch{'es' if len(switches) > 1 else ''} on the PCIe bus"
     elif any(n.startswith("nvidia-nvswitch") for n in host.listdir("/dev")):
         nvswitch = "NVSwitch device files (/dev/nvidia-nvswitch*)"
+    return Layout(gpus, nvswitch, grace_cpu(host))
+
+
+def grace_cpu(host: HostFS) -> bool:
+    """Whether the node's CPU is Grace: cpu0's MIDR_EL1 part is Neoverse V2's."""
     midr = host.read(MIDR)
-    grace = False
-    if midr.ok:
-        try:
-            grace = (int((midr.text or "").strip(), 16) >> 4) & 0xFFF == GRACE_PART
-        except ValueError:
-            grace = False
-    return Layout(gpus, nvswitch, grace)
+    if not midr.ok:
+        return False
+    try:
+        return (int((midr.text or "").strip(), 16) >> 4) & 0xFFF == GRACE_PART
+    except ValueError:
+        return False
 
 
 def fm_need(layout: Layout) -> tuple[bool, str]:

@@ -53,7 +53,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                        (),
                        ()),),
                      ()),
- 'rules/fabric.toml': ((4079859613, 9181),
+ 'rules/fabric.toml': ((648027853, 13512),
                        (('FAB001',
                          'warning',
                          'Fabric routes in recovery',
@@ -355,6 +355,104 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                          False,
                          False,
                          None,
+                         (),
+                         ()),
+                        ('FAB013',
+                         'critical',
+                         'The driver says the GPU needs a reset',
+                         'gpu',
+                         'gpu.{gpu}.recovery_action',
+                         'not_in',
+                         ['gpu-reset', 'drain-and-reset', 'bus-reset'],
+                         "NVML's recovery action (nvml.h: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) is "
+                         "the driver's own verdict: gpu-reset (NVML_GPU_RECOVERY_ACTION_GPU_RESET) "
+                         'means a fault left the GPU unusable until it is reset; drain-and-reset '
+                         '(NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET) that it runs at reduced '
+                         'capacity until its peer traffic is drained and it is reset; bus-reset '
+                         'that its PCIe bus must be reset. New work on it fails or runs short. '
+                         'NVLink 5 GPUs must also be reset after the fabric manager starts '
+                         '(NVIDIA/gpu-driver-container PR 909); nvml.h does not say whether the '
+                         'driver raises this action then, and the fabric status ResetRequired '
+                         '(NVL009) is the other sign. gpudiag compares no timestamps: NVML records '
+                         "no time of a GPU's last reset, so the driver's own verdict is the "
+                         'evidence.',
+                         "Stop the GPU's clients (nvidia-smi --query-compute-apps=pid --format=csv "
+                         '-i {gpu}; stop DCGM/nv-hostengine, nvidia-persistenced and the jobs '
+                         'using it), then reset it: nvidia-smi -r -i {gpu}; on NVLink systems '
+                         'reset every GPU of the node together once the fabric manager runs; check '
+                         'nvidia-smi -q -i {gpu} shows GPU Recovery Action None, and reboot if the '
+                         'reset fails.',
+                         'GPU {gpu} recovery action: {value}',
+                         'stable',
+                         ('https://github.com/NVIDIA/go-nvml/blob/main/gen/nvml/nvml.h',),
+                         'rules/fabric.toml:173: rule FAB013',
+                         1.0,
+                         'gpu.0.recovery_action = gpu-reset',
+                         False,
+                         False,
+                         'reset',
+                         (),
+                         ()),
+                        ('FAB014',
+                         'critical',
+                         'The driver says the node needs a reboot',
+                         'gpu',
+                         'gpu.{gpu}.recovery_action',
+                         'not_in',
+                         ['node-reboot', 'system-reboot'],
+                         "NVML's recovery action node-reboot (nvml.h: "
+                         "NVML_GPU_RECOVERY_ACTION_NODE_REBOOT) is the driver's verdict that a GPU "
+                         'reset is not enough: the fault may have left the driver or the operating '
+                         'system in a state only a reboot clears. The node cannot be trusted with '
+                         'work until then.',
+                         'Drain the node (scontrol update nodename=$(hostname -s) state=drain '
+                         "reason='gpudiag FAB014'), then reboot it; after the reboot check "
+                         'nvidia-smi -q -i {gpu} shows GPU Recovery Action None and dmesg for the '
+                         'Xid that caused it; service the GPU if it repeats.',
+                         'GPU {gpu} recovery action: {value}',
+                         'stable',
+                         ('https://github.com/NVIDIA/go-nvml/blob/main/gen/nvml/nvml.h',),
+                         'rules/fabric.toml:188: rule FAB014',
+                         1.0,
+                         'gpu.0.recovery_action = node-reboot',
+                         False,
+                         False,
+                         'reboot',
+                         (),
+                         ()),
+                        ('FAB015',
+                         'warning',
+                         'The driver asks for peer traffic to be drained or the IMEX domain '
+                         'recovered',
+                         'gpu',
+                         'gpu.{gpu}.recovery_action',
+                         'in',
+                         ['none',
+                          'gpu-reset',
+                          'drain-and-reset',
+                          'bus-reset',
+                          'node-reboot',
+                          'system-reboot'],
+                         "NVML's recovery action drain-p2p (nvml.h: "
+                         'NVML_GPU_RECOVERY_ACTION_DRAIN_P2P) asks that peer-to-peer and NVLink '
+                         'traffic to the GPU be stopped before the driver can say more; '
+                         'recover-imex-domain (NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN) that '
+                         'the multi-node NVLink (IMEX) domain must be recovered. A value gpudiag '
+                         'does not know yet is reported here too, by number.',
+                         "Stop the jobs using GPU {gpu}'s peers and NVLink (and UVM persistence), "
+                         'then read nvidia-smi -q -i {gpu} again: the driver then names the next '
+                         'action (FAB013, FAB014); for recover-imex-domain restart the IMEX '
+                         'service on every node of the domain (systemctl restart nvidia-imex) '
+                         'after its jobs end.',
+                         'GPU {gpu} recovery action: {value}',
+                         'stable',
+                         ('https://github.com/NVIDIA/go-nvml/blob/main/gen/nvml/nvml.h',),
+                         'rules/fabric.toml:203: rule FAB015',
+                         1.0,
+                         'gpu.0.recovery_action = drain-p2p',
+                         False,
+                         False,
+                         'monitor',
                          (),
                          ())),
                        ()),
@@ -1669,7 +1767,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                              (),
                              ())),
                            ()),
- 'rules/kernels.toml': ((2244803950, 21482),
+ 'rules/kernels.toml': ((728431541, 24941),
                         (('KRN001',
                           'critical',
                           'GPU computed a wrong result',
@@ -1931,7 +2029,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                           False,
                           True,
                           None,
-                          (),
+                          (('reading', 'gpu.{gpu}.c2c.enabled', False),),
                           ()),
                          ('KRN012',
                           'warning',
@@ -1950,7 +2048,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                           '{expected} from a remote one',
                           'stable',
                           (),
-                          'rules/kernels.toml:167: rule KRN012',
+                          'rules/kernels.toml:168: rule KRN012',
                           0.95,
                           'gpu.0.kernel.copy.h2d.local = 30 with h2d.remote = 45',
                           False,
@@ -1975,7 +2073,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                           'same link type',
                           'stable',
                           (),
-                          'rules/kernels.toml:182: rule KRN013',
+                          'rules/kernels.toml:183: rule KRN013',
                           1.0,
                           'topo.gpu.2.5.copy_share_of_median = 0.55',
                           False,
@@ -1999,7 +2097,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                           'memory',
                           'stable',
                           (),
-                          'rules/kernels.toml:196: rule KRN014',
+                          'rules/kernels.toml:197: rule KRN014',
                           1.0,
                           'topo.gpu.0.1.peer_access = unsupported',
                           False,
@@ -2022,7 +2120,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                           'NUMA node {node} triad at {value} of the median node',
                           'stable',
                           (),
-                          'rules/kernels.toml:210: rule KRN015',
+                          'rules/kernels.toml:211: rule KRN015',
                           1.0,
                           'numa.1.kernel.stream.triad.fp64.share_of_median = 0.6',
                           False,
@@ -2046,7 +2144,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                           '{expected} ({source})',
                           'stable',
                           (),
-                          'rules/kernels.toml:224: rule KRN016',
+                          'rules/kernels.toml:225: rule KRN016',
                           1.0,
                           'gpu.0.kernel.gemm.bf16 = 300 on an H100 SXM5 (989.5 TFLOP/s)',
                           False,
@@ -2073,7 +2171,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                           'model (largest size)',
                           'stable',
                           ('https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md',),
-                          'rules/kernels.toml:239: rule KRN017',
+                          'rules/kernels.toml:240: rule KRN017',
                           1.0,
                           'node.kernel.allreduce.busbw.share_of_nvlink = 0.3 (143 GB/s against 18 '
                           'x 26.562 GB/s)',
@@ -2099,7 +2197,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                           'longer or --until-confident',
                           'stable',
                           (),
-                          'rules/kernels.toml:254: rule KRN018',
+                          'rules/kernels.toml:255: rule KRN018',
                           1.0,
                           'gpu.0.kernel.stream.triad.fp64.verdict = inconclusive (the 95% interval '
                           '2800-2900 GB/s against the threshold 2847.5 GB/s (0.85 x '
@@ -2126,7 +2224,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                           'longer or --until-confident',
                           'stable',
                           (),
-                          'rules/kernels.toml:268: rule KRN019',
+                          'rules/kernels.toml:269: rule KRN019',
                           1.0,
                           'gpu.0.kernel.stream.triad.fp32.verdict = inconclusive (the 95% interval '
                           '2800-2900 GB/s against the threshold 2847.5 GB/s (0.85 x '
@@ -2153,7 +2251,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                           '--until-confident',
                           'stable',
                           (),
-                          'rules/kernels.toml:282: rule KRN020',
+                          'rules/kernels.toml:283: rule KRN020',
                           1.0,
                           'gpu.0.kernel.gemm.fp64.verdict = inconclusive (the 95% interval 31-36 '
                           'TFLOP/s against the threshold 33.5 TFLOP/s (0.5 x profile '
@@ -2180,7 +2278,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                           '--until-confident',
                           'stable',
                           (),
-                          'rules/kernels.toml:296: rule KRN021',
+                          'rules/kernels.toml:297: rule KRN021',
                           1.0,
                           'gpu.0.kernel.gemm.fp16.verdict = inconclusive (the 95% interval 450-520 '
                           'TFLOP/s against the threshold 494.75 TFLOP/s (0.5 x fp16_tflops 989.5))',
@@ -2206,7 +2304,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                           'are UNKNOWN (measurement problem, not a GPU fault): {reason}',
                           'stable',
                           (),
-                          'rules/kernels.toml:310: rule KRN022',
+                          'rules/kernels.toml:311: rule KRN022',
                           1.0,
                           'gpu.0.kernel.timing_consistent = false (gemm fp64 745 TFLOP/s on an '
                           'H100, whose highest FP64 peak is 67)',
@@ -2234,7 +2332,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                           'first)',
                           'stable',
                           (),
-                          'rules/kernels.toml:325: rule KRN023',
+                          'rules/kernels.toml:326: rule KRN023',
                           1.0,
                           'gpu.0.kernel.burn.unreproduced = 279',
                           False,
@@ -2262,7 +2360,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                           'not by the GPU: {reason}',
                           'stable',
                           (),
-                          'rules/kernels.toml:340: rule KRN024',
+                          'rules/kernels.toml:341: rule KRN024',
                           1.0,
                           'gpu.0.kernel.held_back = 1 (gemm.fp16 power-capped: SwPowerCap: power '
                           'limit 450 W of 700: raise it (nvidia-smi -i 0 -pl 700))',
@@ -2289,13 +2387,86 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                           '{reason}',
                           'stable',
                           ('https://docs.nvidia.com/deploy/xid-errors/index.html',),
-                          'rules/kernels.toml:354: rule KRN025',
+                          'rules/kernels.toml:355: rule KRN025',
                           1.0,
                           'gpu.4.kernel.burn.gpu_error = [error] CUDARuntimeError: '
                           'cudaErrorECCUncorrectable: uncorrectable ECC error encountered',
                           False,
                           True,
                           'service',
+                          (),
+                          ()),
+                         ('KRN026',
+                          'warning',
+                          "Grace CPU memory bandwidth under NVIDIA's published STREAM band",
+                          'numa_node',
+                          'numa.{node}.kernel.stream.triad.fp64.verdict',
+                          'not_equal',
+                          'below',
+                          "NVIDIA's Grace CPU Benchmarking Guide publishes what a healthy Grace "
+                          'measures with STREAM TRIAD (72 threads per Grace, '
+                          'OMP_PROC_BIND=spread): 410-486 GB/s with 120 or 240 GB of LPDDR5X, '
+                          "288-342 GB/s for a GH200's 480 GB, 80-95% of the theoretical peak "
+                          '(rules/profiles.toml, profiles grace and grace-480gb). A Grace whose '
+                          'whole 95% interval is under the lower end is slower than every healthy '
+                          'one: a memory channel down, memory clocked low, another job on its '
+                          "cores, or the kernel's page size or NUMA balancing in the way. KRN015 "
+                          "compares the node's Graces with each other; this compares each with the "
+                          'published figure, which also catches a node whose Graces are all slow. '
+                          'A figure above the peak is no memory figure: the rule is then unknown, '
+                          'with why.',
+                          'Rerun on an idle node (gpudiag run --kernels stream --device cpu); '
+                          'check the LPDDR5X size and speed the firmware reports (dmidecode -t '
+                          "memory; numactl -H for the memory on each node), the kernel's page size "
+                          '(getconf PAGESIZE: NVIDIA recommends 64 KiB pages), NUMA balancing '
+                          '(/proc/sys/kernel/numa_balancing) and the CPU frequency governor '
+                          "(NVIDIA's Grace Performance Tuning Guide); have the module replaced if "
+                          'a Grace stays under its band.',
+                          'NUMA node {node} (a Grace) STREAM triad under its band: {reason}',
+                          'stable',
+                          ('https://nvidia.github.io/grace-cpu-benchmarking-guide/foundations/STREAM/index.html',
+                           'https://docs.nvidia.com/grace-perf-tuning-guide/health-checks.html'),
+                          'rules/kernels.toml:371: rule KRN026',
+                          1.0,
+                          'numa.0.kernel.stream.triad.fp64.verdict = below (interval 301-317 GB/s '
+                          'against the grace band floor 409.6 GB/s)',
+                          False,
+                          True,
+                          None,
+                          (),
+                          ()),
+                         ('KRN027',
+                          'warning',
+                          "Host copies over NVLink-C2C slower than on the node's other C2C GPUs",
+                          'gpu',
+                          'gpu.{gpu}.kernel.copy.c2c.share_of_median',
+                          'min',
+                          0.85,
+                          "A Grace superchip's GPU reaches host memory over NVLink-C2C "
+                          "(gpu.N.c2c.enabled), not PCIe: 900 GB/s both ways (NVIDIA's GH200 and "
+                          "GB200 datasheets), so PCIe's bands say nothing of it and KRN011 does "
+                          "not apply. No healthy C2C copy figure is published; the node's other "
+                          "C2C GPUs are the band, as for KRN011: copies from each GPU's own Grace "
+                          "should be alike. A copy above the link's 450 GB/s a direction cannot be "
+                          'true (KRN022).',
+                          "Compare the GPU's C2C link state and error counters with its "
+                          "neighbours' (nvidia-smi c2c -s and -e; NVML fields "
+                          "NVML_FI_DEV_C2C_LINK_ERROR_*), check that the copy's host memory was on "
+                          "the GPU's own Grace (numactl -H; KRN012), and rerun on an idle node; "
+                          'reset the GPU (nvidia-smi -r -i {gpu}) and have the tray serviced if it '
+                          'stays slow.',
+                          "GPU {gpu} host copies at {value} of the node's median C2C GPU "
+                          '({reason})',
+                          'stable',
+                          ('https://resources.nvidia.com/en-us-grace-cpu/grace-hopper-superchip',
+                           'https://www.nvidia.com/en-us/data-center/gb200-nvl72/'),
+                          'rules/kernels.toml:386: rule KRN027',
+                          1.0,
+                          'gpu.3.kernel.copy.c2c.share_of_median = 0.6 (d2h over NVLink-C2C: '
+                          'gpu.3.kernel.copy.d2h.local.share_of_median 0.6)',
+                          False,
+                          True,
+                          None,
                           (),
                           ())),
                         ()),
@@ -3097,8 +3268,18 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                        ())),
                      ())}
 # rules/profiles.toml (gpudiag/profiles.py): (fingerprint, Profile's fields, profiles)
-PROFILES = ((2908357114, 32261),
- ('name', 'title', 'device_ids', 'values', 'brands', 'name_words', 'product_names', 'sources'),
+PROFILES = ((1684028589, 36647),
+ ('name',
+  'title',
+  'device_ids',
+  'values',
+  'brands',
+  'name_words',
+  'product_names',
+  'sources',
+  'cpu_parts',
+  'cpu_memory_gb',
+  'cpu_gpus'),
  (('h100-sxm5',
    'H100 SXM5 80GB',
    ('0x2330',),
@@ -3238,7 +3419,10 @@ PROFILES = ((2908357114, 32261),
     ('tf32_tflops',
      'NVIDIA H100 datasheet (SXM column): 80 GB, NVLink 4 18 links 900 GB/s, PCIe Gen5 x16, 3.35 '
      'TB/s; FP64 34, FP64 Tensor 67, FP32 67, TF32/BF16/FP16/FP8 dense = half the sparsity '
-     'figures'))),
+     'figures')),
+   (),
+   (),
+   ()),
   ('h100-pcie',
    'H100 PCIe 80GB',
    ('0x2331',),
@@ -3325,7 +3509,10 @@ PROFILES = ((2908357114, 32261),
      "here: judged against the node's peers (KRN009) and the fleet baseline"),
     ('tf32_tflops',
      'NVIDIA H100 datasheet (PCIe column): 80 GB, NVLink bridge 600 GB/s, PCIe Gen5 x16, 2 TB/s; '
-     'FP64 26, FP64 Tensor 51, FP32 51, dense tensor figures = half the sparsity ones'))),
+     'FP64 26, FP64 Tensor 51, FP32 51, dense tensor figures = half the sparsity ones')),
+   (),
+   (),
+   ()),
   ('h100-nvl',
    'H100 NVL 94GB',
    ('0x2321',),
@@ -3406,8 +3593,10 @@ PROFILES = ((2908357114, 32261),
      "here: judged against the node's peers (KRN009) and the fleet baseline"),
     ('tf32_tflops',
      'NVIDIA H100 datasheet (NVL column): 94 GB, NVLink bridge 600 GB/s, PCIe Gen5 x16, 3.9 TB/s; '
-     'FP64 30, FP64 Tensor 60, FP32 60, dense tensor figures = half the sparsity ones (FP8 '
-     '3341)'))),
+     'FP64 30, FP64 Tensor 60, FP32 60, dense tensor figures = half the sparsity ones (FP8 3341)')),
+   (),
+   (),
+   ()),
   ('h200-sxm',
    'H200 SXM 141GB',
    ('0x2335',),
@@ -3545,7 +3734,10 @@ PROFILES = ((2908357114, 32261),
     ('tf32_tflops',
      'NVIDIA H100 datasheet (SXM column): 80 GB, NVLink 4 18 links 900 GB/s, PCIe Gen5 x16, 3.35 '
      'TB/s; FP64 34, FP64 Tensor 67, FP32 67, TF32/BF16/FP16/FP8 dense = half the sparsity '
-     'figures'))),
+     'figures')),
+   (),
+   (),
+   ()),
   ('h200-nvl',
    'H200 NVL 141GB',
    ('0x233b',),
@@ -3623,8 +3815,10 @@ PROFILES = ((2908357114, 32261),
      "here: judged against the node's peers (KRN009) and the fleet baseline"),
     ('tf32_tflops',
      'NVIDIA H100 datasheet (NVL column): 94 GB, NVLink bridge 600 GB/s, PCIe Gen5 x16, 3.9 TB/s; '
-     'FP64 30, FP64 Tensor 60, FP32 60, dense tensor figures = half the sparsity ones (FP8 '
-     '3341)'))),
+     'FP64 30, FP64 Tensor 60, FP32 60, dense tensor figures = half the sparsity ones (FP8 3341)')),
+   (),
+   (),
+   ()),
   ('a100-sxm4-40gb',
    'A100 SXM4 40GB',
    ('0x20b0',),
@@ -3737,7 +3931,10 @@ PROFILES = ((2908357114, 32261),
     ('tf32_tflops',
      'NVIDIA A100 datasheet and Ampere whitepaper (SXM4 40GB): NVLink 3 12 links 600 GB/s, PCIe '
      'Gen4, 400 W, 1555 GB/s, 40 MB L2; FP64 9.7, FP64 Tensor 19.5, FP32 19.5, dense TF32 156, '
-     'BF16/FP16 312'))),
+     'BF16/FP16 312')),
+   (),
+   (),
+   ()),
   ('a100-sxm4-80gb',
    'A100 SXM4 80GB',
    ('0x20b2',),
@@ -3844,7 +4041,10 @@ PROFILES = ((2908357114, 32261),
     ('tf32_tflops',
      'NVIDIA A100 datasheet and Ampere whitepaper (SXM4 40GB): NVLink 3 12 links 600 GB/s, PCIe '
      'Gen4, 400 W, 1555 GB/s, 40 MB L2; FP64 9.7, FP64 Tensor 19.5, FP32 19.5, dense TF32 156, '
-     'BF16/FP16 312'))),
+     'BF16/FP16 312')),
+   (),
+   (),
+   ()),
   ('a100-pcie-40gb',
    'A100 PCIe 40GB',
    ('0x20b1',),
@@ -3932,7 +4132,10 @@ PROFILES = ((2908357114, 32261),
      "against the node's peers (KRN009) and the fleet baseline"),
     ('tf32_tflops',
      'NVIDIA A100 datasheet and Ampere whitepaper (PCIe 40GB): NVLink bridge 600 GB/s for 2 GPUs, '
-     "PCIe Gen4, 250 W, 1555 GB/s, 40 MB L2; the SXM4's FP64/FP32/tensor figures"))),
+     "PCIe Gen4, 250 W, 1555 GB/s, 40 MB L2; the SXM4's FP64/FP32/tensor figures")),
+   (),
+   (),
+   ()),
   ('a100-pcie-80gb',
    'A100 PCIe 80GB',
    ('0x20b5',),
@@ -4013,7 +4216,10 @@ PROFILES = ((2908357114, 32261),
      "against the node's peers (KRN009) and the fleet baseline"),
     ('tf32_tflops',
      'NVIDIA A100 datasheet and Ampere whitepaper (PCIe 40GB): NVLink bridge 600 GB/s for 2 GPUs, '
-     "PCIe Gen4, 250 W, 1555 GB/s, 40 MB L2; the SXM4's FP64/FP32/tensor figures"))),
+     "PCIe Gen4, 250 W, 1555 GB/s, 40 MB L2; the SXM4's FP64/FP32/tensor figures")),
+   (),
+   (),
+   ()),
   ('l40s',
    'L40S 48GB',
    ('0x26b9',),
@@ -4082,7 +4288,10 @@ PROFILES = ((2908357114, 32261),
      "against the node's peers (KRN009) and the fleet baseline"),
     ('tf32_tflops',
      'NVIDIA L40S datasheet: 48 GB GDDR6 at 864 GB/s, PCIe Gen4 x16, FP32 91.6, dense tensor '
-     'figures = half the sparsity ones (TF32 366, BF16/FP16 733, FP8 1466)'))),
+     'figures = half the sparsity ones (TF32 366, BF16/FP16 733, FP8 1466)')),
+   (),
+   (),
+   ()),
   ('l4',
    'L4 24GB',
    ('0x27b8',),
@@ -4152,7 +4361,10 @@ PROFILES = ((2908357114, 32261),
      "the node's peers (KRN009) and the fleet baseline"),
     ('tf32_tflops',
      'NVIDIA L4 datasheet: 24 GB at 300 GB/s, PCIe Gen4 x16, 72 W, FP32 30.3, dense tensor figures '
-     '= half the sparsity ones (TF32 120, BF16/FP16 242, FP8 485)'))),
+     '= half the sparsity ones (TF32 120, BF16/FP16 242, FP8 485)')),
+   (),
+   (),
+   ()),
   ('b200',
    'B200 (HGX)',
    ('0x2901',),
@@ -4281,7 +4493,10 @@ PROFILES = ((2908357114, 32261),
      "NVIDIA's current per-GPU Blackwell table as Verda (verda.com/blog/gb300-nvl72-architecture) "
      'gives it, dense: 7.7 TB/s, FP64 37, FP32 75, TF32 1100, BF16/FP16 2250, FP8 4500, FP4 9000; '
      "a 7680-bit bus at 3996 MHz gives 7.672 TB/s (pytorch/ao PR 4002); the earlier datasheet's 8 "
-     'TB/s, 80 and 40 are superseded'))),
+     'TB/s, 80 and 40 are superseded')),
+   (),
+   (),
+   ()),
   ('gb200',
    'GB200 (Blackwell GPU of the Grace Blackwell superchip)',
    (),
@@ -4386,7 +4601,10 @@ PROFILES = ((2908357114, 32261),
      "NVIDIA's Blackwell datasheet for the GB200 variant of B200 at 1,200 W, dense, as "
      'glennklockwood.com/garden/processors/B200 quotes it: FP64 45, FP32 90, TF32 1250, FP16/BF16 '
      "2500, FP8 5000, FP4 10000 (Verda's table gives lower GB200 figures, alike the B200's: the "
-     'higher are kept, as these are bounds)'))),
+     'higher are kept, as these are bounds)')),
+   (),
+   (),
+   ()),
   ('b300',
    'B300 (HGX, Blackwell Ultra)',
    (),
@@ -4473,7 +4691,10 @@ PROFILES = ((2908357114, 32261),
      'the HGX B300 table NVIDIA published, dense, as glennklockwood.com/garden/processors/B300 '
      'quotes it: FP64 1.25, FP32 75, TF32 1125, FP16/BF16 2250, FP8 4500; its dense FP4 is left '
      "out (13125 there, 14000 in Verda's table), as are memory (288 or 270 GB) and power (1,100 or "
-     '1,400 W)'))),
+     '1,400 W)')),
+   (),
+   (),
+   ()),
   ('gb300',
    'GB300 (Blackwell Ultra GPU of the Grace Blackwell Ultra superchip, NVL72)',
    ('0x31c2',),
@@ -4593,7 +4814,10 @@ PROFILES = ((2908357114, 32261),
      'diag-skus targets 1399 W for GB300 NVL Bianca and 1299 W for GB300 NVL Galaxy, the same '
      "device 0x31c2; Verda's 1.4 kW is the maximum), L2 and the name nvidia-smi prints (no capture "
      "here); DCGM's GB300 MaxQ (0x31a1, 1199 W) is not named an NVL72 part, so its id is not "
-     'taken'))),
+     'taken')),
+   (),
+   (),
+   ()),
   ('gh200',
    'GH200 (Hopper GPU of the Grace Hopper superchip)',
    (),
@@ -4631,13 +4855,94 @@ PROFILES = ((2908357114, 32261),
     ('gemm_fp64_floor_tflops',
      'no healthy band published: no healthy GEMM figure for the GH200 here: judged against the '
      "node's peers and the fleet baseline"),
-    ('tf32_tflops', "the Hopper GPU's figures in NVIDIA's GH200 datasheet (as the H100 SXM5's)"))),
+    ('tf32_tflops', "the Hopper GPU's figures in NVIDIA's GH200 datasheet (as the H100 SXM5's)")),
+   (),
+   (),
+   ()),
+  ('grace',
+   'Grace CPU, 120 or 240 GB LPDDR5X (GH200 120GB; Grace CPU Superchip 240GB, 480GB)',
+   (),
+   (('memory_bandwidth_gbs', 512), ('stream_triad_floor_gbs', 409.6)),
+   (),
+   (),
+   (),
+   (('band.stream_triad',
+     'floor 0.8 x memory_bandwidth_gbs 512 = 409.6; healthy 0.8 (NVIDIA Grace CPU Benchmarking '
+     'Guide, STREAM, Reference Results '
+     '(nvidia.github.io/grace-cpu-benchmarking-guide/foundations/STREAM; '
+     'github.com/NVIDIA/grace-cpu-benchmarking-guide src/foundations/STREAM/index.md at 3474928): '
+     'STREAM TRIAD between 410,000 and 486,000 MB/s on a Grace Hopper with 120 GB and 72 threads, '
+     '820,000-972,000 MB/s on a Grace CPU Superchip (two Graces) with 240 or 480 GB and 144 '
+     'threads; gcc -Ofast -fopenmp, 120,000,000 doubles per array per 72 cores, NTIMES=200, '
+     'OMP_PROC_BIND=spread; the same 410-486 GB/s example in the Grace Performance Tuning Guide '
+     "(docs.nvidia.com/grace-perf-tuning-guide/health-checks.html)); floor: the guide's own lower "
+     "end (410 GB/s, 80% of the peak: 'STREAM TRIAD should score between 80% and 95% of the "
+     "system's theoretical peak'): a figure whose whole 95% interval is under it is below every "
+     'healthy Grace the guide describes'),
+    ('memory_bandwidth_gbs',
+     "NVIDIA Grace CPU Benchmarking Guide, STREAM: TRIAD 'between 80% and 95% of the system's "
+     "theoretical peak', 410,000-486,000 MB/s for one Grace with 120 GB (410/0.80 = 512.5, "
+     '486/0.95 = 511.6), 820,000-972,000 MB/s for two with 240 or 480 GB; the Grace Performance '
+     "Tuning Guide's Grace CPU Superchip table: up to 1 TB/s for two Graces"),
+    ('stream_triad_floor_gbs',
+     'floor 0.8 x memory_bandwidth_gbs 512 = 409.6; healthy 0.8 (NVIDIA Grace CPU Benchmarking '
+     'Guide, STREAM, Reference Results '
+     '(nvidia.github.io/grace-cpu-benchmarking-guide/foundations/STREAM; '
+     'github.com/NVIDIA/grace-cpu-benchmarking-guide src/foundations/STREAM/index.md at 3474928): '
+     'STREAM TRIAD between 410,000 and 486,000 MB/s on a Grace Hopper with 120 GB and 72 threads, '
+     '820,000-972,000 MB/s on a Grace CPU Superchip (two Graces) with 240 or 480 GB and 144 '
+     'threads; gcc -Ofast -fopenmp, 120,000,000 doubles per array per 72 cores, NTIMES=200, '
+     'OMP_PROC_BIND=spread; the same 410-486 GB/s example in the Grace Performance Tuning Guide '
+     "(docs.nvidia.com/grace-perf-tuning-guide/health-checks.html)); floor: the guide's own lower "
+     "end (410 GB/s, 80% of the peak: 'STREAM TRIAD should score between 80% and 95% of the "
+     "system's theoretical peak'): a figure whose whole 95% interval is under it is below every "
+     'healthy Grace the guide describes')),
+   ('0xd4f',),
+   (120, 240),
+   (0, 1)),
+  ('grace-480gb',
+   'Grace CPU with 480 GB LPDDR5X of a GH200 480GB',
+   (),
+   (('memory_bandwidth_gbs', 360), ('stream_triad_floor_gbs', 288.0)),
+   (),
+   (),
+   (),
+   (('band.stream_triad',
+     'floor 0.8 x memory_bandwidth_gbs 360 = 288; healthy 0.8 (NVIDIA Grace CPU Benchmarking '
+     'Guide, STREAM, Reference Results '
+     '(nvidia.github.io/grace-cpu-benchmarking-guide/foundations/STREAM; '
+     'github.com/NVIDIA/grace-cpu-benchmarking-guide src/foundations/STREAM/index.md at 3474928): '
+     'STREAM TRIAD between 288,000 and 342,000 MB/s on a Grace Hopper with 480 GB and 72 threads; '
+     'gcc -Ofast -fopenmp, 120,000,000 doubles per array, NTIMES=200, OMP_PROC_BIND=spread); '
+     "floor: the guide's own lower end (288 GB/s, 80% of the peak, as the 120 GB Grace's): a "
+     'figure whose whole 95% interval is under it is below every healthy Grace Hopper 480GB the '
+     'guide describes'),
+    ('memory_bandwidth_gbs',
+     "NVIDIA Grace CPU Benchmarking Guide, STREAM: TRIAD 'between 80% and 95% of the system's "
+     "theoretical peak', 288,000-342,000 MB/s for a Grace Hopper with 480 GB (288/0.80 = 342/0.95 "
+     '= 360)'),
+    ('stream_triad_floor_gbs',
+     'floor 0.8 x memory_bandwidth_gbs 360 = 288; healthy 0.8 (NVIDIA Grace CPU Benchmarking '
+     'Guide, STREAM, Reference Results '
+     '(nvidia.github.io/grace-cpu-benchmarking-guide/foundations/STREAM; '
+     'github.com/NVIDIA/grace-cpu-benchmarking-guide src/foundations/STREAM/index.md at 3474928): '
+     'STREAM TRIAD between 288,000 and 342,000 MB/s on a Grace Hopper with 480 GB and 72 threads; '
+     'gcc -Ofast -fopenmp, 120,000,000 doubles per array, NTIMES=200, OMP_PROC_BIND=spread); '
+     "floor: the guide's own lower end (288 GB/s, 80% of the peak, as the 120 GB Grace's): a "
+     'figure whose whole 95% interval is under it is below every healthy Grace Hopper 480GB the '
+     'guide describes')),
+   ('0xd4f',),
+   (480,),
+   (1,)),
   ('geforce',
    'GeForce (consumer) card',
    (),
    (('ecc', False), ('persistence_mode', False)),
    ('GeForce', 'Titan'),
    ('GeForce', 'TITAN'),
+   (),
+   (),
+   (),
    (),
    ()),
   ('workstation',
@@ -4646,5 +4951,8 @@ PROFILES = ((2908357114, 32261),
    (('ecc', True), ('persistence_mode', False)),
    ('Quadro', 'NVIDIA RTX', 'Quadro RTX'),
    ('Quadro',),
+   (),
+   (),
+   (),
    (),
    ())))

@@ -11,7 +11,8 @@ Where the values come from:
   (345 MHz SM idle, 1980 MHz SM maximum, 2619 MHz memory), 200-700 W power limit range,
   41 C at idle and 46 C below T.Limit (shutdown 8 C, slowdown 2 C past it, max operating
   at it), 'Idle' as the only clock event reason, fabric
-  state Completed with status Success and no health flags, retired pages N/A
+  state Completed with status Success and no health flags, GPU Recovery Action None
+  (NVML field 230: 0), retired pages N/A
   (NotSupported: H100 remaps rows instead), application clocks answered 'deprecated',
   and each NVLink at 26.562 GB/s (`nvidia-smi nvlink -s`). That driver reports
   temperature limits only relative to the limit (T.Limit), so the absolute thresholds are
@@ -182,6 +183,9 @@ def healthy_gpu(index: int) -> dict[str, Any]:
             **{f"164,{link}": NVLINK_MBPS for link in range(18)},
             # the temperature limits relative to T.Limit (shutdown, slowdown, max operating)
             **{"193,0": -8, "194,0": -2, "196,0": 0},
+            # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: none (the capture's "GPU Recovery
+            # Action : None")
+            "230,0": 0,
         },
         "nvmlDeviceGetNvLinkErrorCounter": {
             f"{link},{counter}": 0 for link in range(18) for counter in range(4)

@@ -1,4 +1,4 @@
-"""kernels/*.cu run on the host, for the CUDA fake (tests/fakecuda.py).
+"""kernels/*.cu run on the host, for the CUDA fake (tests/fakecuda.py, fakecuda_kernels.py).
 
 The fake's RawModule compiles the source it is given (the real burn.cu, stream.cu,
 copies.cu, or a test's changed copy) with the system g++ against tests/cuhost/cuda_host.h,

@@ -242,6 +242,8 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
         [Reading.failed("gpu.0.kernel.burn.gpu_error", ReadingStatus.ERROR, "cudaErrorUnknown")],
         [gpu("kernel.burn.mismatches", 0)],
     ),
+    "KRN026": node("numa.0.kernel.stream.triad.fp64.verdict", "below", "above"),
+    "KRN027": one("kernel.copy.c2c.share_of_median", 0.6, 0.98),
     "IB001": ib_port("phys_state", "Polling", "LinkUp"),
     "IB002": ib_port("state", "INIT", "ACTIVE", R("ib.mlx5_0.1.phys_state", "LinkUp")),
     "IB003": ib_port(

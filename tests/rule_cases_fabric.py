@@ -35,6 +35,10 @@ FABRIC_CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
     "FAB009": _node("imex.running", False, True),
     "FAB010": _node("imex.channels", 0, 1),
     "FAB011": _node("cuda.init", "CUDA_ERROR_SYSTEM_NOT_READY (802)", "ok"),
+    # each recovery action fires one rule; the quiet side is another rule's action
+    "FAB013": _gpu("recovery_action", "gpu-reset", "none"),
+    "FAB014": _gpu("recovery_action", "node-reboot", "drain-p2p"),
+    "FAB015": _gpu("recovery_action", "drain-p2p", "gpu-reset"),
     "FAB012": _node(
         "grace.numa_binding", ["GPU 0009:01:00.0 on NUMA node 4, which has no CPUs"], []
     ),

@@ -20,7 +20,8 @@ SOURCE = Path(__file__).parent / "nvml_standin" / "libnvidia_ml.c"
 GENERATIONS = {"current": [], "old": ["-DOLD_DRIVER"]}
 ERROR_CODES = {name: number for number, name in NVML_ERROR_NAMES.items()}
 # nvmlValueType_t of the field values gpudiag reads (NVML_VALUE_TYPE_UNSIGNED_INT = 1)
-FIELD_VALUE_TYPES = {164: 1, 193: 5, 194: 5, 195: 5, 196: 5}  # 5: NVML_VALUE_TYPE_SIGNED_INT
+# 5: NVML_VALUE_TYPE_SIGNED_INT; 230: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, an unsigned int
+FIELD_VALUE_TYPES = {164: 1, 193: 5, 194: 5, 195: 5, 196: 5, 230: 1}
 
 
 def build(generation: str, directory: Path) -> Path:

@@ -27,7 +27,8 @@ import pytest
 
 from gpudiag.kernels import device
 
-from fakecuda import FakeCommunicator, FakeCuda, FakeKernel, FakeModule, FakeStream
+from fakecuda import FakeCommunicator, FakeCuda, FakeStream
+from fakecuda_kernels import FakeKernel, FakeModule
 
 cupy = pytest.importorskip("cupy", reason="the test extra installs cupy-cuda12x")
 

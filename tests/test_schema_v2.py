@@ -36,9 +36,12 @@ def test_version_1_export_loads_as_version_2() -> None:
     assert len(snapshot.findings) == 38
     assert snapshot.worst_severity() is Severity.CRITICAL
     assert snapshot.reading("gpu.3.pcie.link_width").value == 8
-    # a live export already had the ECC totals: nothing added
+    # a live export already had the ECC totals: nothing added but what gpudiag has since
+    # learned to read (gpudiag/upgrade.py): the GPUs' recovery actions, saying so
     raw = tomlcompat.loads(V1_EXPORT.read_text())
-    assert len(snapshot.readings_by_key) == raw["end"]["readings"]
+    added = {k for k, r in snapshot.readings_by_key.items() if "derived on load" in r.source}
+    assert added == {f"gpu.{gpu}.recovery_action" for gpu in range(7)}  # GPU 7 was lost
+    assert len(snapshot.readings_by_key) == raw["end"]["readings"] + len(added)
 
 
 def test_version_1_import_gains_the_ecc_totals_the_rules_read() -> None:

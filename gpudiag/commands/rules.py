@@ -81,7 +81,14 @@ def _profiles(name: str | None) -> int:
     for profile in profiles.values() if name is None else (profiles[name],):
         words = [*profile.brands, *profile.name_words]
         classes = f"(brand or name: {', '.join(dict.fromkeys(words))})" if words else ""
-        ids = ", ".join(profile.device_ids) or classes or "(select with --profile)"
+        cpu = (
+            f"(a CPU: MIDR part {', '.join(profile.cpu_parts)}, "
+            f"{' or '.join(map(str, profile.cpu_memory_gb))} GB and "
+            f"{' or '.join(map(str, profile.cpu_gpus))} GPU(s) on its NUMA node)"
+            if profile.cpu_parts
+            else ""
+        )
+        ids = ", ".join(profile.device_ids) or classes or cpu or "(select with --profile)"
         print(f"{profile.name:<16} {profile.title:<44} {ids}")
         if name is not None:
             for field, value in sorted(profile.values.items()):

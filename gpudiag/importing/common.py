@@ -88,6 +88,7 @@ MAKES = catalog.also(
     "gpu.{gpu}.processes.compute",
     "gpu.{gpu}.processes.graphics",
     "gpu.{gpu}.pstate",
+    "gpu.{gpu}.recovery_action",
     "gpu.{gpu}.remapped_rows.correctable",
     "gpu.{gpu}.remapped_rows.failure",
     "gpu.{gpu}.remapped_rows.pending",

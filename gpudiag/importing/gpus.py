@@ -258,6 +258,7 @@ FIELDS = (
     _f("utilization.gpu", "utilization/gpu_util", "Utilization/GPU|Utilization/Gpu", integer, "%"),
     _f("utilization.memory", "utilization/memory_util", "Utilization/Memory", integer, "%"),
     _f("fabric.state", "fabric/state", "Fabric/State", compute_mode),
+    _f("recovery_action", "gpu_recovery_action", "GPU Recovery Action", compute_mode),
 )
 
 

@@ -873,6 +873,36 @@ nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2, 
 }
 
 /* ---- field values --------------------------------------------------------------------- */
+/* nvml.h (NVML API 13, NVIDIA/go-nvml gen/nvml/nvml.h at 2f9e261): the GPU recovery action
+ * field, "None/Reset/Reboot/Drain P2P/Drain and Reset", an unsigned int of
+ * nvmlDeviceGpuRecoveryAction_t; 6 and 7 as nvidia-ml-py 13.615.71 names them. A recorded
+ * value of another type or out of the enum is a broken recording: logged BADRECORD and
+ * answered NVML_ERROR_UNKNOWN, never passed on. */
+#define NVML_FI_DEV_GET_GPU_RECOVERY_ACTION 230
+typedef enum {
+    NVML_GPU_RECOVERY_ACTION_NONE = 0,
+    NVML_GPU_RECOVERY_ACTION_GPU_RESET = 1,
+    NVML_GPU_RECOVERY_ACTION_NODE_REBOOT = 2,
+    NVML_GPU_RECOVERY_ACTION_DRAIN_P2P = 3,
+    NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET = 4,
+    NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN = 5,
+    NVML_GPU_RECOVERY_ACTION_BUS_RESET = 6,
+    NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT = 7,
+} gpudiagGpuRecoveryAction_t;
+
+static void check_recovery_action(int gpu, nvmlFieldValue_t *v) {
+    if (v->fieldId != NVML_FI_DEV_GET_GPU_RECOVERY_ACTION || v->nvmlReturn) return;
+    if (v->valueType != NVML_VALUE_TYPE_UNSIGNED_INT
+        || v->value.uiVal > NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT) {
+        log_line("BADRECORD gpu=%d NVML_FI_DEV_GET_GPU_RECOVERY_ACTION type=%d", gpu,
+                 (int)v->valueType);
+        v->nvmlReturn = NVML_ERROR_UNKNOWN;
+        return;
+    }
+    log_line("CALL nvmlDeviceGetFieldValues gpu=%d NVML_FI_DEV_GET_GPU_RECOVERY_ACTION -> %u",
+             gpu, v->value.uiVal);
+}
+
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
                                       nvmlFieldValue_t *values) {
     if (valuesCount <= 0) return NVML_ERROR_INVALID_ARGUMENT;
@@ -898,6 +928,7 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
         case NVML_VALUE_TYPE_SIGNED_LONG_LONG: v->value.sllVal = next_i(&field); break;
         default: v->value.ullVal = next_u(&field); break;
         }
+        check_recovery_action(gpu, v);
     }
     return NVML_SUCCESS;
 }
