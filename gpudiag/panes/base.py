@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual.binding import Binding
@@ -14,8 +14,9 @@ from textual.widget import Widget
 from textual.widgets import DataTable, TabbedContent, TabPane
 
 from gpudiag.model import Reading, Severity, Snapshot
-from gpudiag.rulefile import Rule
-from gpudiag.session import judged_readings
+
+if TYPE_CHECKING:
+    from gpudiag.rulefile import Rule
 
 # Severity reads by words and weight first, colour second: CRITICAL is the strongest mark
 # on screen (bold, reversed: a block under NO_COLOR too), WARNING bold, INFO dim.
@@ -54,7 +55,10 @@ class SnapshotView:
     ) -> SnapshotView:
         """What the panes show of a judged snapshot, read once per snapshot: its readings,
         derived ones included, and its profile's values, as `session.with_findings` stored
-        them (nothing is derived or judged here)."""
+        them (nothing is derived or judged here). The first snapshot imports the rules'
+        modules, not the first screen."""
+        from gpudiag.session import judged_readings
+
         readings, found, _ = judged_readings(snapshot)
         values = found.values if found is not None else {}
         return cls(snapshot, readings, values, rules, live)

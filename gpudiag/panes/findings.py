@@ -12,7 +12,6 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Input, Label, Static
 
-from gpudiag import views
 from gpudiag.model import Finding, Severity
 from gpudiag.panes.base import SEVERITY_STYLE, Pane, RowTable, SnapshotView
 
@@ -79,6 +78,8 @@ class FindingsPane(Pane):
 
     def update_from(self, view: SnapshotView) -> None:
         """The findings table, filtered and sorted, and the detail of the first."""
+        from gpudiag import views
+
         self.view = view
         text = self.query_one("#findings-filter", Input).value
         self.shown = views.filter_findings(
@@ -106,6 +107,8 @@ class FindingsPane(Pane):
 
     def show_detail(self, row: int) -> None:
         """The detail of one finding of the table."""
+        from gpudiag import views
+
         detail = self.query_one("#finding-text", Static)
         if not 0 <= row < len(self.shown):
             detail.update(Text("no finding matches" if self.view else ""))
@@ -136,6 +139,8 @@ class FindingsPane(Pane):
 
     def action_sort_findings(self) -> None:
         """Sort the findings by the next key: severity, id, subject."""
+        from gpudiag import views
+
         keys = views.SORT_KEYS
         self.sort_key = keys[(keys.index(self.sort_key) + 1) % len(keys)]
         self.show()

@@ -8,7 +8,6 @@ from textual import on
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
-from gpudiag import views
 from gpudiag.panes.base import HEALTH_STYLE, Pane, SnapshotView, reading_row, size_reading_columns
 
 
@@ -38,6 +37,8 @@ class GpusPane(Pane):
         size_reading_columns(self.query_one("#gpu-readings", DataTable), width)
 
     def update_from(self, view: SnapshotView) -> None:
+        from gpudiag import views
+
         self.view = view
         matrix = views.gpu_table(view.snapshot)
         table = self.query_one("#gpus", DataTable)
@@ -56,6 +57,8 @@ class GpusPane(Pane):
 
     def show_readings(self, row: int) -> None:
         """Every reading of the GPU in a row of the table."""
+        from gpudiag import views
+
         table = self.query_one("#gpu-readings", DataTable)
         table.clear()
         gpus = self.query_one("#gpus", DataTable)

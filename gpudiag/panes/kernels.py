@@ -4,7 +4,7 @@ their charts. The app runs the kernels (a worker); this pane only shows and choo
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on
@@ -14,9 +14,11 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Button, DataTable, Label, OptionList, ProgressBar, Static
 
-from gpudiag import views
 from gpudiag.kernels.plans import KERNELS
 from gpudiag.panes.base import Pane, SnapshotView
+
+if TYPE_CHECKING:
+    from gpudiag.views import Matrix
 
 # Shown instead of the run keys where kernels cannot run (a saved snapshot, a recording).
 NOT_MEASURABLE = (
@@ -60,6 +62,8 @@ class KernelChoice(OptionList):
 class KernelsPane(Pane):
     """The kernel choice, run buttons, status and progress; results and charts."""
 
+    results: Matrix  # the table's rows, as shown (from `on_built`)
+
     KEY, NAME, TITLE, FOCUS = "6", "kernels", "Kernels", "#kernel-choice"
     LAZY = True
     BINDINGS: ClassVar[list[Binding]] = [
@@ -92,7 +96,6 @@ class KernelsPane(Pane):
         self.measurable = measurable
         self.budget_s = budget_s
         self.until_confident: float | None = None  # the budget, when `u` is on
-        self.results = views.kernel_table([])  # the table's rows, as shown
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="kernels"):
@@ -123,9 +126,14 @@ class KernelsPane(Pane):
             yield Static("", id="kernel-charts")
 
     def on_built(self) -> None:
-        self.query_one("#kernel-results", DataTable).add_columns(*views.kernel_table([]).headers)
+        from gpudiag import views
+
+        self.results = views.kernel_table([])  # the table's rows, as shown
+        self.query_one("#kernel-results", DataTable).add_columns(*self.results.headers)
 
     def update_from(self, view: SnapshotView) -> None:
+        from gpudiag import views
+
         kernels = view.snapshot.kernels
         table = self.query_one("#kernel-results", DataTable)
         table.clear()
@@ -217,6 +225,7 @@ class KernelsPane(Pane):
 
 def kernel_question(plan_name: str, chosen: tuple[str, ...], view: SnapshotView | None) -> str:
     """What the confirmation says: what runs, and which GPUs have processes."""
+    from gpudiag import views
     from gpudiag.processes import gpu_processes
 
     lines = [

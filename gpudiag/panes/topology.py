@@ -6,7 +6,6 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
-from gpudiag import views
 from gpudiag.panes.base import Pane, SnapshotView
 
 
@@ -21,6 +20,8 @@ class TopologyPane(Pane):
         yield Static("", id="topology-legend")
 
     def update_from(self, view: SnapshotView) -> None:
+        from gpudiag import views
+
         matrix = views.topology_matrix(view.snapshot, view.profile_values)
         table = self.query_one("#topology", DataTable)
         table.clear(columns=True)

@@ -1,0 +1,110 @@
+"""The TUI's first screen comes first (issue 44): the node is opened (its NVML replay read,
+its probes and rules loaded) by the probing worker once that screen is painted, and what
+only a snapshot needs is imported when one arrives. benchmarks/tui_startup.py times it."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from textual.app import App
+
+from gpudiag import cli
+from gpudiag.commands import common, default
+from gpudiag.commands.common import PendingNode
+from gpudiag.demo import demo_node
+from gpudiag.session import LiveNode
+from gpudiag.tui import GpudiagApp
+
+# What the first screen draws none of: the rule engine and rule files, the probes, NVML,
+# the views of a snapshot, the watch sampler, the snapshot files' reader and writer.
+NOT_BEFORE_THE_FIRST_SCREEN = (
+    "gpudiag.session",
+    "gpudiag.ruleengine",
+    "gpudiag.rulefile",
+    "gpudiag.derive",
+    "gpudiag.probes",
+    "gpudiag.nvml",
+    "gpudiag.views",
+    "gpudiag.watch",
+    "gpudiag.snapshot",
+)
+
+
+def test_the_first_screen_imports_no_rules_probes_or_nvml() -> None:
+    """What `gpudiag` loads before the TUI's first frame: none of the modules that only
+    an opened node or a snapshot needs (the old TUI imported them all at import)."""
+    code = (
+        "import sys, gpudiag.cli, gpudiag.commands.default, gpudiag.tui\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('gpudiag'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split()
+    assert "gpudiag.tui" in out
+    assert [m for m in out if m in NOT_BEFORE_THE_FIRST_SCREEN] == []
+
+
+def test_the_node_is_opened_after_the_first_screen() -> None:
+    """A PendingNode is opened by the probing worker once the first screen is painted and
+    the panes the probing reports to are built; then it is probed and judged as before."""
+    seen: list[bool] = []
+
+    def make() -> LiveNode:
+        seen.append(app.filled.is_set() and app.query_one("#overview-text").is_mounted)
+        return demo_node("faulty")
+
+    pending = PendingNode(make, measurable=False)
+    app = GpudiagApp(pending)
+    assert app.live and app.node is None and not app._measurable()
+
+    async def scenario() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert seen == [True]  # opened once, after the first screen
+            assert app.node is pending.node and app.rules is pending.node.rules
+            assert app.node.cancel is pending.cancel  # q stops what the opener started
+            assert "health: CRITICAL" in str(app.query_one("#banner").render())
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        pending.close()
+
+
+def test_a_bad_replay_still_ends_in_one_line_and_exit_3(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """`gpudiag --nvml-replay BAD` (the TUI): the replay is read after the first screen
+    now, and its error is still one line on stderr and exit code 3, printed once the app
+    has left (the terminal restored), as before the TUI started."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text('format = "something else"\nversion = 1\n')
+    for module in (common, default):  # the test has no terminal: the app runs headless
+        monkeypatch.setattr(module, "need_terminal", lambda: None)
+    monkeypatch.setattr(GpudiagApp, "run", lambda self: App.run(self, headless=True))
+    assert cli.main(["--nvml-replay", str(bad)]) == 3
+    err = capsys.readouterr().err
+    assert err == (
+        f"gpudiag: {bad}: not an NVML replay file (format must be 'gpudiag-nvml-replay')\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "measurable"),
+    [
+        ([], True),
+        (["--nvml-replay", "x.toml"], False),
+        (["--replay", "x"], False),
+        (["--root", "/tmp"], False),
+    ],
+)
+def test_kernels_are_offered_as_the_opened_node_will_allow(argv, measurable) -> None:
+    """Before the node is opened, the footer's kernel keys follow the options: this
+    machine with its real NVML only (as `_measurable` judges the opened node)."""
+    args = cli.build_parser().parse_args(argv)
+    assert common.is_this_machine(args) is measurable
