@@ -115,8 +115,9 @@ def write_and_report(
     """Write the snapshot (or print it for '-') in --format, and the --prometheus file;
     then the summary; exit code by findings."""
     from gpudiag.output import FORMAT_NAMES, render, write_text
-    from gpudiag.session import exit_code, format_summary
+    from gpudiag.session import exit_code, summary_lines
     from gpudiag.snapshot import is_json_path, save, target_problem
+    from gpudiag.termtext import output_width, wrap
 
     fmt = args.format or ("json" if is_json_path(target) else "toml")
     if args.prometheus:
@@ -146,9 +147,11 @@ def write_and_report(
         except OSError as exc:
             raise UsageError(f"{option} {target}: cannot write: {exc.strerror or exc}") from None
         report = sys.stdout
-    print(format_summary(snapshot, rules), file=report)
+    width = output_width(report)  # the summary wraps at a terminal's width, whole in a pipe
+    for line, indent in summary_lines(snapshot, rules):
+        print("\n".join(wrap(line, width, indent)), file=report)
     if target != "-":
-        print(f"wrote {target} ({FORMAT_NAMES[fmt]})", file=report)
+        print("\n".join(wrap(f"wrote {target} ({FORMAT_NAMES[fmt]})", width)), file=report)
     return exit_code(snapshot.findings)
 
 
