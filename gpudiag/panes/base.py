@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual.binding import Binding
+from textual.compose import compose
 from textual.widget import Widget
 from textual.widgets import DataTable, TabbedContent, TabPane
 
@@ -69,10 +70,10 @@ class Pane(TabPane):
     draws it from a snapshot and nothing else.
 
     A pane whose app sets `build_later` (gpudiag's app does for every tab but the first)
-    mounts its widgets when the app asks (`build`), not with the app: the first screen
-    is painted without the hidden ones' hundreds of widgets and their styles
-    (benchmarks/tui_startup.py). What a pane does once its widgets are there is
-    `on_built`, where a widget would use on_mount."""
+    composes and mounts its widgets when the app asks (`build`), not with the app: the
+    first screen is painted without making the hidden ones' hundreds of widgets or
+    applying their styles (benchmarks/tui_startup.py). What a pane does once its widgets
+    are there is `on_built`, where a widget would use on_mount."""
 
     KEY: ClassVar[str]  # the number key that shows it
     NAME: ClassVar[str]  # its id is NAME-tab
@@ -82,8 +83,8 @@ class Pane(TabPane):
 
     def __init__(self) -> None:
         super().__init__(self.TITLE, id=f"{self.NAME}-tab")
-        self.build_later = False  # mount the widgets on `build`, not with the app
-        self._unmounted: list[Widget] | None = None  # composed, waiting for `build`
+        self.build_later = False  # compose and mount the widgets on `build`, not with the app
+        self._building = False  # `build` has begun
         self._built = asyncio.Event()
 
     @property
@@ -91,20 +92,23 @@ class Pane(TabPane):
         """Whether this pane's widgets are mounted (it can be drawn and queried)."""
         return self._built.is_set()
 
+    async def _compose(self) -> None:
+        """Textual's compose step, as Screen extends it: a pane built later is composed
+        by `build` instead."""
+        if not self.build_later:
+            await super()._compose()
+
     async def mount_composed_widgets(self, widgets: list[Widget]) -> None:
-        """Textual's hook after compose: the widgets are mounted now, or kept for
-        `build`."""
-        if self.build_later:
-            self._unmounted = widgets
-        else:
-            await super().mount_composed_widgets(widgets)
-            self._done()
+        """Textual's hook after compose: the widgets are mounted, the pane built."""
+        await super().mount_composed_widgets(widgets)
+        self._done()
 
     async def build(self) -> bool:
-        """Mount this pane's widgets, once; returns when they are there (True), or
-        False when they never will be (the app is leaving)."""
-        if self._unmounted is not None:
-            widgets, self._unmounted = self._unmounted, None
+        """Compose and mount this pane's widgets, once; returns when they are there
+        (True), or False when they never will be (the app is leaving)."""
+        if self.build_later and not self._building:
+            self._building = True
+            widgets = list(compose(self))
             await self.mount_all(widgets)
             if not all(w.is_attached for w in widgets):
                 return False
