@@ -442,6 +442,8 @@ class GpudiagApp(GpudiagAppBase):
             except Exception as exc:  # bad input (a replay, a rule file): as before the TUI
                 self.call_from_thread(self._open_failed, exc)
                 return None
+            if worker.is_cancelled or cancel.is_set():  # q (or r) while it opened
+                return None
             self.call_from_thread(self._opened, node)
         from gpudiag.session import with_kernel_results
 

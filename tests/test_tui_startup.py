@@ -108,3 +108,39 @@ def test_kernels_are_offered_as_the_opened_node_will_allow(argv, measurable) -> 
     machine with its real NVML only (as `_measurable` judges the opened node)."""
     args = cli.build_parser().parse_args(argv)
     assert common.is_this_machine(args) is measurable
+
+
+def test_quit_while_the_node_opens_probes_nothing() -> None:
+    """q while the worker is still opening the node: the app leaves, and the worker ends
+    once the node is open instead of probing it (which would hold the process's exit)."""
+    import threading
+    from dataclasses import replace
+
+    from gpudiag.probe import Cost, Probe
+
+    started, release, probed = threading.Event(), threading.Event(), []
+    probe = Probe("p", "P", Cost.INSTANT, frozenset(), lambda ctx: probed.append(1) or [])
+
+    def make() -> LiveNode:
+        started.set()
+        release.wait(30)
+        return replace(demo_node("healthy"), probes=[probe])
+
+    pending = PendingNode(make, measurable=False)
+    app = GpudiagApp(pending)
+
+    async def scenario() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            assert await asyncio.to_thread(started.wait, 30)
+            await pilot.press("q")
+            release.set()
+        await asyncio.to_thread(lambda: pending.open())  # the worker has opened it
+
+    try:
+        asyncio.run(scenario())
+        for worker in app.workers:
+            assert worker.is_finished or worker.is_cancelled
+        assert probed == []  # the node was opened, never probed
+    finally:
+        release.set()
+        pending.close()
