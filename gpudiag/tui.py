@@ -123,14 +123,11 @@ class GpudiagApp(GpudiagAppBase):
         self.source = source
         # a live node (opened, or opened by the probing worker), or a saved snapshot
         self.live = not isinstance(source, Snapshot)
-        self.node: LiveNode | None = None
-        if self.live and not hasattr(source, "open"):
-            self.node = source  # type: ignore[assignment]
+        pending = self.live and hasattr(source, "open")
+        # the node to open (`None` once opened), and the node once open
+        self.opener: NodeOpener | None = source if pending else None  # type: ignore[assignment]
+        self.node: LiveNode | None = source if self.live and not pending else None  # type: ignore[assignment]
         self.rules = self.node.rules if self.node is not None else rules
-        # what the app is given to open; `None` once opened (or for an open node)
-        self.opener: NodeOpener | None = None
-        if self.live and self.node is None:
-            self.opener = source  # type: ignore[assignment]
         self.open_error: Exception | None = None  # opening the node failed: tui() raises it
         self.snapshot: Snapshot | None = source if isinstance(source, Snapshot) else None
         self.view: SnapshotView | None = None  # the snapshot judged, for the panes
