@@ -34,11 +34,13 @@ def output_width(stream: TextIO | None = None) -> int | None:
 
 def wrap(line: str, width: int | None, indent: int = 2) -> list[str]:
     """`line` as lines of at most `width` columns, each after the first indented by
-    `indent` spaces (a word wider than that is cut across lines, never past the width);
-    the line whole where `width` is None or it fits."""
+    `indent` spaces; the line whole where `width` is None or it fits. A word (a URL, a
+    path) that the indent would leave no room for goes unindented; one wider than the
+    width is cut across lines, never past it."""
     if width is None or len(line) <= width:
         return [line]
-    pad = " " * indent if width - indent >= MIN_WIDTH else ""
+    longest = max(map(len, line.split()), default=0)
+    pad = " " * indent if width - indent >= max(MIN_WIDTH, longest) else ""
     return textwrap.wrap(
         line, width, subsequent_indent=pad, break_on_hyphens=False, drop_whitespace=True
     ) or [line]

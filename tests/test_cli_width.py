@@ -49,6 +49,8 @@ def test_check_rules_import_and_diff_fit_80_columns(
     printed["diff's header"] = diff[: diff.index("")]  # its body: not this test's
     assert any(line.startswith("CRITICAL GPU001") for line in printed["check demo"])
     assert len(printed["diff's header"]) >= 3
+    url = "https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html"
+    assert url in printed["rules explain DCGM001"]  # whole on its line (79 columns), not cut
     wide = {(what, line) for what, lines in printed.items() for line in lines if len(line) > 80}
     assert not wide, sorted(wide)[:5]
     # in a pipe without COLUMNS a finding stays on its line (grep finds it whole)
