@@ -5,8 +5,6 @@ only a snapshot needs is imported when one arrives. benchmarks/tui_startup.py ti
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,8 @@ from gpudiag.commands.common import PendingNode
 from gpudiag.demo import demo_node
 from gpudiag.session import LiveNode
 from gpudiag.tui import GpudiagApp
+
+from conftest import modules_loaded_by
 
 # What the first screen draws none of: the rule engine and rule files, the probes, NVML,
 # the views of a snapshot, the watch sampler, the snapshot files' reader and writer.
@@ -37,13 +37,7 @@ NOT_BEFORE_THE_FIRST_SCREEN = (
 def test_the_first_screen_imports_no_rules_probes_or_nvml() -> None:
     """What `gpudiag` loads before the TUI's first frame: none of the modules that only
     an opened node or a snapshot needs (the old TUI imported them all at import)."""
-    code = (
-        "import sys, gpudiag.cli, gpudiag.commands.default, gpudiag.tui\n"
-        "print(' '.join(sorted(m for m in sys.modules if m.startswith('gpudiag'))))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    ).stdout.split()
+    out = modules_loaded_by("import gpudiag.cli, gpudiag.commands.default, gpudiag.tui")
     assert "gpudiag.tui" in out
     assert [m for m in out if m in NOT_BEFORE_THE_FIRST_SCREEN] == []
 
