@@ -20,8 +20,11 @@ from gpudiag.tui import GpudiagApp
 from conftest import modules_loaded_by
 
 # What the first screen draws none of: the rule engine and rule files, the probes, NVML,
-# the views of a snapshot, the watch sampler, the snapshot files' reader and writer.
+# the views of a snapshot, the watch sampler, the snapshot files' reader and writer, and
+# the hidden panes' Textual widgets (DataTable, ProgressBar).
 NOT_BEFORE_THE_FIRST_SCREEN = (
+    "textual.widgets._data_table",
+    "textual.widgets._progress_bar",
     "gpudiag.session",
     "gpudiag.ruleengine",
     "gpudiag.rulefile",

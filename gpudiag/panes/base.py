@@ -9,14 +9,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
-from textual.binding import Binding
 from textual.compose import compose
 from textual.widget import Widget
-from textual.widgets import DataTable, TabbedContent, TabPane
+from textual.widgets import TabbedContent, TabPane
 
 from gpudiag.model import Reading, Severity, Snapshot
 
 if TYPE_CHECKING:
+    from textual.widgets import DataTable
+
     from gpudiag.rulefile import Rule
 
 # Severity reads by words and weight first, colour second: CRITICAL is the strongest mark
@@ -130,21 +131,18 @@ class Pane(TabPane):
     def fit_width(self, width: int) -> None:
         """Size what depends on the terminal's width (once built, and on each resize)."""
 
+    def table(self, selector: str) -> DataTable:
+        """The table `selector` names in this pane (Textual's DataTable is imported when a
+        pane is built, not before the first screen)."""
+        from textual.widgets import DataTable
+
+        return self.query_one(selector, DataTable)
+
     def show(self) -> None:
         """Bring this pane to the front and focus its main widget, as its key does."""
         self.screen.query_one(TabbedContent).active = self.id or ""
         if self.built:
             self.query_one(self.FOCUS).focus()
-
-
-class RowTable(DataTable):
-    """A table of rows (cursor_type "row"): Home and End go to the first and last row, as
-    in a list, not sideways to the first and last column as DataTable's do."""
-
-    BINDINGS: ClassVar[list[Binding]] = [
-        Binding("home", "scroll_top", "First row", show=False),
-        Binding("end", "scroll_bottom", "Last row", show=False),
-    ]
 
 
 def size_reading_columns(table: DataTable, width: int) -> None:

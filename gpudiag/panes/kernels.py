@@ -12,12 +12,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.widgets import Button, DataTable, Label, OptionList, ProgressBar, Static
+from textual.widgets import Button, Label, OptionList, Static
 
 from gpudiag.kernels.plans import KERNELS
 from gpudiag.panes.base import Pane, SnapshotView
 
 if TYPE_CHECKING:
+    from textual.widgets import DataTable
+
     from gpudiag.views import Matrix
 
 # Shown instead of the run keys where kernels cannot run (a saved snapshot, a recording).
@@ -98,6 +100,8 @@ class KernelsPane(Pane):
         self.until_confident: float | None = None  # the budget, when `u` is on
 
     def compose(self) -> ComposeResult:
+        from textual.widgets import DataTable, ProgressBar
+
         with VerticalScroll(id="kernels"):
             with Horizontal(id="kernel-top"):
                 yield KernelChoice(self.ticked, id="kernel-choice")
@@ -129,13 +133,13 @@ class KernelsPane(Pane):
         from gpudiag import views
 
         self.results = views.kernel_table([])  # the table's rows, as shown
-        self.query_one("#kernel-results", DataTable).add_columns(*self.results.headers)
+        self.table("#kernel-results").add_columns(*self.results.headers)
 
     def update_from(self, view: SnapshotView) -> None:
         from gpudiag import views
 
         kernels = view.snapshot.kernels
-        table = self.query_one("#kernel-results", DataTable)
+        table = self.table("#kernel-results")
         table.clear()
         self.results = views.kernel_table(kernels, view.readings)
         for row in self.results.rows:
@@ -159,8 +163,9 @@ class KernelsPane(Pane):
             text.append("no kernel results yet")
         self.query_one("#kernel-charts", Static).update(text)
 
-    @on(DataTable.RowHighlighted, "#kernel-results")
-    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id != "kernel-results":
+            return
         self._show_detail(event.cursor_row)
 
     def _show_detail(self, row: int) -> None:
@@ -187,6 +192,8 @@ class KernelsPane(Pane):
     def progress(self, label: str, fraction: float) -> None:
         """How far the running kernel is."""
         self.say(f"{label}: {fraction:.0%}")
+        from textual.widgets import ProgressBar
+
         self.query_one("#kernel-progress", ProgressBar).update(progress=fraction)
 
     def running(self, running: bool) -> None:
