@@ -455,9 +455,13 @@ def report_text(
     include_noisy: bool = False,
     markdown: bool = False,
     names: tuple[str, str] | None = None,
+    width: int | None = None,
 ) -> str:
     """A plain-text (or markdown) report of the differences: the verdict first, then
-    which file is A and which B (`names`; two exports of one demo share a host name)."""
+    which file is A and which B (`names`; two exports of one demo share a host name).
+    The text's header wraps at `width` (a terminal's), under a hanging indent."""
+    from gpudiag.termtext import wrap
+
     lines: list[str] = []
     name_a, name_b = names or (a.host, b.host)
     sides = [f"A: {name_a} ({a.host}, {a.created})", f"B: {name_b} ({b.host}, {b.created})"]
@@ -465,11 +469,12 @@ def report_text(
     if markdown:
         lines.append(f"# gpudiag diff\n\n{verdict}\n\n" + "  \n".join(sides) + "\n")
     else:
-        lines += [verdict, *sides]
+        lines += wrap(verdict, width)
+        lines += [part for side in sides for part in wrap(side, width, 3)]
     header = len(lines)
     if diff.gpu_map and any(k != v for k, v in diff.gpu_map.items()):
         pairs = ", ".join(f"B GPU {k} = A GPU {v}" for k, v in sorted(diff.gpu_map.items()))
-        lines.append(f"GPUs matched by bus address: {pairs}")
+        lines += wrap(f"GPUs matched by bus address: {pairs}", None if markdown else width)
     if diff.metrics:
         heading = f"\nPerformance (B/A, 95% CI; under {MIN_EFFECT:.0%} not called):"
         lines.append("\n## Performance\n" if markdown else heading)

@@ -155,6 +155,9 @@ def severity_counts(findings: Sequence[Finding]) -> dict[Severity, int]:
     }
 
 
+FINDING_INDENT = 18  # format_finding's severity and rule id columns: a wrapped line's indent
+
+
 def format_finding(finding: Finding) -> str:
     """One line: severity as text, rule id, subject and message."""
     severity = finding.severity.value.upper()
@@ -239,23 +242,30 @@ def format_summary(snapshot: Snapshot, rules: Sequence[Rule] | None = None) -> s
     """A short report: host, probe outcomes, finding counts, how many rules checked, did
     not apply and could not check, the findings, and the rules that did not apply
     (apart, by id)."""
+    return "\n".join(line for line, _ in summary_lines(snapshot, rules))
+
+
+def summary_lines(snapshot: Snapshot, rules: Sequence[Rule] | None = None) -> list[tuple[str, int]]:
+    """`format_summary`'s lines, each with the indent its continuation takes where a
+    terminal's width wraps it (a finding's under its subject, FINDING_INDENT)."""
     probes = [p for p in snapshot.probes if p.name not in (DERIVED, COUNTERS)]  # not probes
     probes_ok = sum(1 for p in probes if p.status.value == "ok")
     readings = len(snapshot.readings_by_key)
     count_text = severity_words(snapshot.findings)
     kernels = f", {len(snapshot.kernels)} kernel results" if snapshot.kernels else ""
-    lines = [
+    tally = rule_tally(snapshot.findings, rules, snapshot.readings_by_key if rules else None)
+    first = (
         f"{snapshot.host}: {len(probes)} probes ({probes_ok} ok), "
-        f"{readings} readings{kernels}; findings: {count_text}; "
-        + rule_tally(snapshot.findings, rules, snapshot.readings_by_key if rules else None).text(),
-    ]
+        f"{readings} readings{kernels}; findings: {count_text}; {tally.text()}"
+    )
+    lines = [(first, 2)]
     for probe in snapshot.probes:
         if probe.status.value != "ok":
-            lines.append(f"probe {probe.name}: {probe.status.value}: {probe.error}")
+            lines.append((f"probe {probe.name}: {probe.status.value}: {probe.error}", 2))
     applicable = [f for f in snapshot.findings if f.severity is not Severity.NOT_APPLICABLE]
-    lines.extend(format_finding(f) for f in applicable)
-    lines.extend(format_not_applicable(snapshot.findings))
-    return "\n".join(lines)
+    lines.extend((format_finding(f), FINDING_INDENT) for f in applicable)
+    lines.extend((line, 2) for line in format_not_applicable(snapshot.findings))
+    return lines
 
 
 def format_not_applicable(findings: Sequence[Finding]) -> list[str]:

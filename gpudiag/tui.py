@@ -9,6 +9,12 @@ workers (probing, kernels, watch sampling) and hands each new snapshot to the pa
 judged once. Every key (the help screen, ?, lists them) is a binding, and the command
 palette (ctrl+p) is built from the same bindings. Severity is always written as text;
 colour only repeats it.
+
+The first screen comes first: the app may be given a live node not yet opened (a
+`NodeOpener`: its NVML replay read, its probes and rules loaded), which the probing worker
+opens after that screen is painted; and what only a snapshot needs (the rule engine, the
+views, the watch sampler) is imported when a snapshot arrives, not with this module
+(benchmarks/tui_startup.py).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from textual import events, on, work
 from textual.app import App, ComposeResult
@@ -28,20 +34,18 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from gpudiag.atomic import default_file_name
 from gpudiag.kernels.plans import PLANS, KernelPlan
 from gpudiag.model import ProbeResult, Snapshot
-from gpudiag.nvml import ReplayBackend
 from gpudiag.panes import PANES, KernelsPane, Pane, ProbesPane, SnapshotView, WatchPane
 from gpudiag.panes.banner import Banner
 from gpudiag.panes.dialogs import ConfirmKernels, ExportScreen, HelpScreen
 from gpudiag.panes.kernels import KernelChoice, kernel_question
 from gpudiag.panes.keys import BindingCommands, help_columns
-from gpudiag.rulefile import Rule
-from gpudiag.session import LiveNode, with_kernel_results
-from gpudiag.snapshot import save
 from gpudiag.tui_base import GpudiagAppBase
-from gpudiag.watch import History
 
 if TYPE_CHECKING:
+    from gpudiag.rulefile import Rule
+    from gpudiag.session import LiveNode
     from gpudiag.telemetry.explain import Explainer
+    from gpudiag.watch import History
 
 __all__ = [
     "TABS",
@@ -50,6 +54,7 @@ __all__ = [
     "GpudiagApp",
     "HelpScreen",
     "KernelChoice",
+    "NodeOpener",
 ]
 
 
@@ -69,6 +74,20 @@ UNTIL_CONFIDENT_S = 60.0  # the budget `u` gives STREAM to tighten its intervals
 # Actions a saved snapshot or a replay refuses (not shown for them).
 LIVE_ACTIONS = ("refresh", "run_kernels", "cancel_kernels")
 MEASURING_ACTIONS = ("run_kernels", "cancel_kernels")
+WATCH_LENGTH = 300  # samples the watch screen keeps: 5 minutes at 1 s
+
+
+class NodeOpener(Protocol):
+    """A live node not opened yet (gpudiag.commands.common.PendingNode): the app opens it
+    in the probing worker, after its first screen is painted. `measurable` says before
+    then whether kernels can run (the real host and NVML); `cancel` is the node's."""
+
+    measurable: bool
+    cancel: threading.Event
+
+    def open(self) -> LiveNode:
+        """The node (opened once; again, the same one)."""
+        ...
 
 
 class GpudiagApp(GpudiagAppBase):
@@ -96,18 +115,25 @@ class GpudiagApp(GpudiagAppBase):
 
     def __init__(
         self,
-        source: LiveNode | Snapshot,
+        source: LiveNode | NodeOpener | Snapshot,
         plans: dict[str, KernelPlan] | None = None,
         rules: Sequence[Rule] | None = None,
     ) -> None:
         super().__init__()
         self.source = source
-        self.rules = source.rules if isinstance(source, LiveNode) else rules
+        # a live node (opened, or opened by the probing worker), or a saved snapshot
+        self.live = not isinstance(source, Snapshot)
+        pending = self.live and hasattr(source, "open")
+        # the node to open (`None` once opened), and the node once open
+        self.opener: NodeOpener | None = source if pending else None  # type: ignore[assignment]
+        self.node: LiveNode | None = source if self.live and not pending else None  # type: ignore[assignment]
+        self.rules = self.node.rules if self.node is not None else rules
+        self.open_error: Exception | None = None  # opening the node failed: tui() raises it
         self.snapshot: Snapshot | None = source if isinstance(source, Snapshot) else None
         self.view: SnapshotView | None = None  # the snapshot judged, for the panes
         self.plans = PLANS if plans is None else plans
         self.kernel_cancel = threading.Event()
-        self.watch_history = History(length=300)  # 5 minutes at 1 s
+        self._watch_history: History | None = None  # made when the watch screen first samples
         self.watch_gpus: int | None = None
         self.watch_explainer: Explainer | None = None  # the watch screen's verdicts
         self.stale: set[str] = set()  # lazy panes not drawn since the snapshot changed
@@ -133,6 +159,15 @@ class GpudiagApp(GpudiagAppBase):
                 pane.build_later = pane.NAME != FIRST  # after the first paint (`_fill`)
                 yield pane
         yield Footer()
+
+    @property
+    def watch_history(self) -> History:
+        """The watch screen's samples (the module imported when first sampled)."""
+        if self._watch_history is None:
+            from gpudiag.watch import History
+
+            self._watch_history = History(length=WATCH_LENGTH)
+        return self._watch_history
 
     @property
     def panes(self) -> list[Pane]:
@@ -196,7 +231,7 @@ class GpudiagApp(GpudiagAppBase):
         self.snapshot = snapshot
         if self.watch_explainer is not None:  # its ceilings: the node's own kernel results
             self.watch_explainer.set_kernels(snapshot.kernels)
-        node = self.source if isinstance(self.source, LiveNode) else None
+        node = self.node
         self.view = SnapshotView.read(
             snapshot,
             self.rules,
@@ -248,7 +283,7 @@ class GpudiagApp(GpudiagAppBase):
 
     def action_refresh(self) -> None:
         """Probe the live node again (a saved snapshot cannot be refreshed)."""
-        if not isinstance(self.source, LiveNode):
+        if not self.live:
             self.notify("a saved snapshot is read-only", severity="warning")
             return
         if self.query_one(ProbesPane).built:
@@ -279,6 +314,8 @@ class GpudiagApp(GpudiagAppBase):
     def _export_to(self, path: Path | None) -> None:
         if path is None or self.snapshot is None:
             return
+        from gpudiag.snapshot import save
+
         try:
             save(self.snapshot, path)
         except OSError as exc:
@@ -289,7 +326,7 @@ class GpudiagApp(GpudiagAppBase):
     def action_run_kernels(self, plan_name: str) -> None:
         """Run a kernel plan on this machine in a worker, with progress."""
         self.action_show_tab("kernels")
-        if not isinstance(self.source, LiveNode) or self.snapshot is None:
+        if self.node is None or self.snapshot is None:
             why = "a saved snapshot is read-only" if self.snapshot is not None else "probing"
             self.notify(f"kernels cannot run: {why}", severity="warning")
             return
@@ -337,7 +374,7 @@ class GpudiagApp(GpudiagAppBase):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Hide (and refuse) what this source cannot do, so that the footer shows only the
         keys that work here."""
-        if action in LIVE_ACTIONS and not isinstance(self.source, LiveNode):
+        if action in LIVE_ACTIONS and not self.live:
             return False
         if action in MEASURING_ACTIONS and not self._measurable():
             return False
@@ -346,16 +383,18 @@ class GpudiagApp(GpudiagAppBase):
     def offers(self, action: str, parameters: tuple[object, ...]) -> bool:
         """What the help lists: what this source can do at all (cancel too, where
         kernels can run, though only while they do)."""
-        if action in LIVE_ACTIONS and not isinstance(self.source, LiveNode):
+        if action in LIVE_ACTIONS and not self.live:
             return False
         return action not in MEASURING_ACTIONS or self._measurable()
 
     def _measurable(self) -> bool:
-        return (
-            isinstance(self.source, LiveNode)
-            and self.source.host.is_live
-            and not isinstance(self.source.nvml.backend, ReplayBackend)
-        )
+        """Kernels can run: the node is this machine, with its real NVML (as its opener
+        says, until it is opened)."""
+        if self.node is None:
+            return self.opener is not None and self.opener.measurable
+        from gpudiag.nvml import ReplayBackend
+
+        return self.node.host.is_live and not isinstance(self.node.nvml.backend, ReplayBackend)
 
     def action_cancel_kernels(self) -> None:
         """Stop the kernels at the next chunk."""
@@ -374,8 +413,8 @@ class GpudiagApp(GpudiagAppBase):
 
     def _stop_work(self) -> None:
         self.kernel_cancel.set()
-        if isinstance(self.source, LiveNode):
-            self.source.cancel.set()
+        if self.live:  # a node and its opener share the event
+            self.source.cancel.set()  # type: ignore[union-attr]
 
     # ------------------------------------------------------------------ workers
 
@@ -384,22 +423,46 @@ class GpudiagApp(GpudiagAppBase):
 
     @work(thread=True, exclusive=True, group="probe", exit_on_error=False)
     def probe_node(self) -> Snapshot | None:
-        """Run the probes off the UI thread, once the first screen is painted (`filled`);
-        each result is shown as it arrives."""
-        assert isinstance(self.source, LiveNode)
+        """Open the node if it is not yet, then run the probes off the UI thread, once the
+        first screen is painted (`filled`); each result is shown as it arrives."""
+        assert self.live
+        cancel: threading.Event = self.source.cancel  # type: ignore[union-attr]
         worker = get_current_worker()
         while not self.filled.wait(0.05):
-            if worker.is_cancelled or self.source.cancel.is_set():
+            if worker.is_cancelled or cancel.is_set():
                 return None
-        snapshot = self.source.snapshot(
+        node = self.node
+        if node is None:
+            assert self.opener is not None
+            try:
+                node = self.opener.open()
+            except Exception as exc:  # bad input (a replay, a rule file): as before the TUI
+                self.call_from_thread(self._open_failed, exc)
+                return None
+            if worker.is_cancelled or cancel.is_set():  # q (or r) while it opened
+                return None
+            self.call_from_thread(self._opened, node)
+        from gpudiag.session import with_kernel_results
+
+        snapshot = node.snapshot(
             on_result=lambda result: self.call_from_thread(self._add_probe_result, result)
         )
         if self.snapshot is not None and self.snapshot.kernels:  # keep measured results
             snapshot = with_kernel_results(
-                snapshot, self.snapshot.kernels, self.source.rules, self.source.profile_name
+                snapshot, self.snapshot.kernels, node.rules, node.profile_name
             )
         self.call_from_thread(self.set_snapshot, snapshot)
         return snapshot
+
+    def _opened(self, node: LiveNode) -> None:
+        """The node is open: its rules judge what it probes; kernels and watch use it."""
+        self.node, self.opener, self.rules = node, None, node.rules
+
+    def _open_failed(self, error: Exception) -> None:
+        """The node cannot be opened (its replay file, its rules): leave, and `tui()`
+        reports the error as the command would have before the TUI (one line, exit 3)."""
+        self.open_error = error
+        self.exit(3)
 
     @work(thread=True, exclusive=True, group="kernels", exit_on_error=False)
     def run_kernel_plan(self, plan_name: str, kernels: tuple[str, ...]) -> None:
@@ -407,15 +470,15 @@ class GpudiagApp(GpudiagAppBase):
         results go into the snapshot."""
         from gpudiag.kernels.runner import PlanRun
 
-        assert isinstance(self.source, LiveNode)
+        assert self.node is not None
         run = PlanRun(
             replace(
                 self.plans[plan_name], kernels=kernels, until_confident=self.kernels.until_confident
             ),
-            self.source.host,
+            self.node.host,
             progress=lambda label, f: self.call_from_thread(self.kernels.progress, label, f),
             cancel=self.kernel_cancel,
-            nvml=self.source.nvml,
+            nvml=self.node.nvml,
         )
         try:
             results = run.run()
@@ -445,9 +508,11 @@ class GpudiagApp(GpudiagAppBase):
         self.kernels.running(False)
 
     def _kernels_done(self, plan_name: str, results: tuple, cancelled: bool) -> None:
-        assert isinstance(self.source, LiveNode) and self.snapshot is not None
+        from gpudiag.session import with_kernel_results
+
+        assert self.node is not None and self.snapshot is not None
         self.set_snapshot(
-            with_kernel_results(self.snapshot, results, self.source.rules, self.source.profile_name)
+            with_kernel_results(self.snapshot, results, self.node.rules, self.node.profile_name)
         )
         counts = {s: sum(1 for r in results if r.status.value == s) for s in ("ok", "skipped")}
         failed = len(results) - counts["ok"] - counts["skipped"]
@@ -465,31 +530,33 @@ class GpudiagApp(GpudiagAppBase):
         tabs, watch = self.query(TabbedContent), self.query(WatchPane)
         if not tabs or tabs.first().active != "watch-tab" or not watch or not watch.first().built:
             return  # not shown, not built yet, or the app is leaving (its widgets going)
-        if not isinstance(self.source, LiveNode):
+        if not self.live:
             if not watch.first().show_recorded():  # the counters it recorded, if any
                 watch.first().say("a saved snapshot has no live readings (gpudiag watch; demo)")
             return
-        self.sample_gpus()
+        if self.node is not None:  # not before the probing worker has opened it
+            self.sample_gpus()
 
     @work(thread=True, exclusive=True, group="watch", exit_on_error=False)
     def sample_gpus(self) -> None:
         from gpudiag.nvml import NvmlError
         from gpudiag.watch import gpu_count, sample_node
 
-        assert isinstance(self.source, LiveNode)
+        node = self.node
+        assert node is not None
         watch = self.query_one(WatchPane)
         try:
             if self.watch_gpus is None:
-                self.watch_gpus = gpu_count(self.source.nvml)
+                self.watch_gpus = gpu_count(node.nvml)
             last = dict(self.watch_history.latest)  # for NVLink throughput since then
-            samples = sample_node(self.source.nvml, self.watch_gpus, last)
+            samples = sample_node(node.nvml, self.watch_gpus, last)
             judged = None
             if samples:  # what bounds each GPU: its own GPM window, taken beside them
                 if self.watch_explainer is None:
                     from gpudiag.telemetry.explain import Explainer
 
                     kernels = self.snapshot.kernels if self.snapshot is not None else ()
-                    self.watch_explainer = Explainer(self.source.nvml, kernels=kernels)
+                    self.watch_explainer = Explainer(node.nvml, kernels=kernels)
                 judged = self.watch_explainer.judge(self.watch_gpus, samples[0].time)
         except NvmlError as exc:
             self.call_from_thread(watch.say, f"no GPU can be sampled: {exc.reason}")

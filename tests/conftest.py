@@ -36,6 +36,9 @@ NO_BUS_RULES = (
     '[[override]]\nid = "GPU002"\ndisabled = true\n[[override]]\nid = "GPU031"\ndisabled = true\n'
 )
 REALDATA = Path(os.environ.get("GPUDIAG_REALDATA", REPO.parent / "shared" / "realdata"))
+# The commands wrap their text at $COLUMNS (gpudiag/termtext.py): what the tests compare
+# must not depend on the width of whoever runs the suite; a test that wants one sets it.
+os.environ.pop("COLUMNS", None)
 
 
 @pytest.fixture(scope="session", autouse=True)

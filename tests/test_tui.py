@@ -1143,16 +1143,17 @@ def test_each_pane_draws_from_a_snapshot_alone(frozen: Snapshot, pane_class) -> 
 def test_judgment_is_derived_once_per_snapshot(monkeypatch) -> None:
     """Keys, filters, tabs and resizes redraw panes from the judged snapshot; only a new
     snapshot (r probes again) judges again."""
-    import gpudiag.panes.base
+    import gpudiag.session
 
     judged: list[Snapshot] = []
-    real = gpudiag.panes.base.judged_readings
+    real = gpudiag.session.judged_readings
 
     def counting(snapshot: Snapshot):
         judged.append(snapshot)
         return real(snapshot)
 
-    monkeypatch.setattr(gpudiag.panes.base, "judged_readings", counting)
+    # SnapshotView.read imports it when called (the first screen does not load session)
+    monkeypatch.setattr(gpudiag.session, "judged_readings", counting)
     app = GpudiagApp(_node())
 
     async def steps(pilot) -> None:

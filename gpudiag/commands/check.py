@@ -42,12 +42,14 @@ def run(args: argparse.Namespace) -> int:
     from gpudiag.output import render
     from gpudiag.rulefile import load_rules
     from gpudiag.session import (
+        FINDING_INDENT,
         exit_code,
         format_finding,
         format_not_applicable,
-        format_summary,
+        summary_lines,
         with_findings,
     )
+    from gpudiag.termtext import output_width, wrap
 
     rules = load_rules(args.rules, site=True)
     snapshot = with_findings(load_snapshot(args.snapshot), rules, args.profile)
@@ -56,10 +58,16 @@ def run(args: argparse.Namespace) -> int:
     if args.format is not None:
         sys.stdout.write(render(snapshot, args.format, rules))
         return exit_code(snapshot.findings)
-    print(format_summary(snapshot, rules).splitlines()[0])
-    for finding in snapshot.findings:
-        if finding.severity is not Severity.NOT_APPLICABLE:
-            print(format_finding(finding))
-    for line in format_not_applicable(snapshot.findings):
-        print(line)
+    # the summary's first line, the findings and the rules that did not apply, each
+    # wrapped at the terminal's width under its indent (whole in a pipe)
+    lines = [summary_lines(snapshot, rules)[0]]
+    lines += [
+        (format_finding(finding), FINDING_INDENT)
+        for finding in snapshot.findings
+        if finding.severity is not Severity.NOT_APPLICABLE
+    ]
+    lines += [(line, 2) for line in format_not_applicable(snapshot.findings)]
+    width = output_width()
+    for line, indent in lines:
+        print("\n".join(wrap(line, width, indent)))
     return exit_code(snapshot.findings)

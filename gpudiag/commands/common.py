@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,6 +43,21 @@ def check_node_options(args: argparse.Namespace) -> None:
         )
 
 
+def check_node_paths(args: argparse.Namespace) -> None:
+    """What `live_node` refuses before reading anything: a --root that is no folder,
+    --replay with --root or --nvml-replay."""
+    if not Path(args.root).is_dir():
+        raise UsageError(f"--root {args.root}: no such directory")
+    if args.replay and (args.root != "/" or args.nvml_replay):
+        raise UsageError("--replay holds the whole node: not with --root or --nvml-replay")
+
+
+def is_this_machine(args: argparse.Namespace) -> bool:
+    """The options describe this machine with its real NVML (no --root, --nvml-replay or
+    --replay): kernels can measure it (as the TUI judges an opened node)."""
+    return not args.replay and not args.nvml_replay and Path(args.root).resolve() == Path("/")
+
+
 def live_node(args: argparse.Namespace) -> LiveNode:
     """The node the global options describe (--root, --nvml-replay, --replay, --rules,
     --timeout-scale, --profile); args.argv is its command line."""
@@ -51,13 +68,9 @@ def live_node(args: argparse.Namespace) -> LiveNode:
     from gpudiag.rulefile import load_rules
     from gpudiag.session import LiveNode
 
-    root = Path(args.root)
-    if not root.is_dir():
-        raise UsageError(f"--root {args.root}: no such directory")
-    host, nvml = HostFS(root), None
+    check_node_paths(args)
+    host, nvml = HostFS(Path(args.root)), None
     if args.replay:
-        if args.root != "/" or args.nvml_replay:
-            raise UsageError("--replay holds the whole node: not with --root or --nvml-replay")
         host, nvml, _ = capture.load(args.replay)
     return LiveNode(
         host=host,
@@ -102,8 +115,9 @@ def write_and_report(
     """Write the snapshot (or print it for '-') in --format, and the --prometheus file;
     then the summary; exit code by findings."""
     from gpudiag.output import FORMAT_NAMES, render, write_text
-    from gpudiag.session import exit_code, format_summary
+    from gpudiag.session import exit_code, summary_lines
     from gpudiag.snapshot import is_json_path, save, target_problem
+    from gpudiag.termtext import output_width, wrap
 
     fmt = args.format or ("json" if is_json_path(target) else "toml")
     if args.prometheus:
@@ -133,9 +147,11 @@ def write_and_report(
         except OSError as exc:
             raise UsageError(f"{option} {target}: cannot write: {exc.strerror or exc}") from None
         report = sys.stdout
-    print(format_summary(snapshot, rules), file=report)
+    width = output_width(report)  # the summary wraps at a terminal's width, whole in a pipe
+    for line, indent in summary_lines(snapshot, rules):
+        print("\n".join(wrap(line, width, indent)), file=report)
     if target != "-":
-        print(f"wrote {target} ({FORMAT_NAMES[fmt]})", file=report)
+        print("\n".join(wrap(f"wrote {target} ({FORMAT_NAMES[fmt]})", width)), file=report)
     return exit_code(snapshot.findings)
 
 
@@ -173,14 +189,44 @@ def need_terminal() -> None:
             )
 
 
+class PendingNode:
+    """A live node that the TUI opens after its first screen is painted (a
+    gpudiag.tui.NodeOpener): reading an NVML replay, importing the probes and loading the
+    rules wait until then. An error opening it (a bad replay or rule file) ends the TUI,
+    and `tui` raises it as the command did before the TUI: one line, exit 3."""
+
+    def __init__(self, make: Callable[[], LiveNode], measurable: bool) -> None:
+        self.make = make
+        self.measurable = measurable  # kernels can run on it (`is_this_machine`)
+        self.cancel = threading.Event()  # the node's, from before it is opened
+        self.node: LiveNode | None = None
+        self._lock = threading.Lock()
+
+    def open(self) -> LiveNode:
+        """The node, made on the first call (in the TUI's probing worker)."""
+        with self._lock:
+            if self.node is None:
+                self.node = replace(self.make(), cancel=self.cancel)
+            return self.node
+
+    def close(self) -> None:
+        """Shut the node's NVML down, if it was opened."""
+        with self._lock:
+            if self.node is not None:
+                self.node.nvml.close()
+
+
 def tui(app_source: object, rules: Sequence[Rule] | None = None) -> int:
-    """Run the TUI on a live node or a snapshot (with the `rules` that count what a saved
-    one's findings checked); its exit code."""
+    """Run the TUI on a live node (opened, or a PendingNode) or a snapshot (with the
+    `rules` that count what a saved one's findings checked); its exit code. A node that
+    could not be opened: its error, raised once the terminal is restored."""
     need_terminal()
     from gpudiag.tui import GpudiagApp
 
-    app = GpudiagApp(app_source, rules=rules)
+    app = GpudiagApp(app_source, rules=rules)  # type: ignore[arg-type]
     app.run()
+    if app.open_error is not None:
+        raise app.open_error
     return int(app.return_code or 0)
 
 

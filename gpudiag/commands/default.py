@@ -8,7 +8,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from gpudiag.commands.common import (
+    PendingNode,
     check_node_options,
+    check_node_paths,
+    is_this_machine,
     live_node,
     need_terminal,
     redacted,
@@ -21,15 +24,20 @@ if TYPE_CHECKING:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Probe this node: the TUI, or the --export snapshot (with --kernels' results)."""
+    """Probe this node: the TUI, or the --export snapshot (with --kernels' results). The
+    TUI opens the node after its first screen (PendingNode), the options checked first."""
     check_node_options(args)
     if not args.export:
         need_terminal()  # before probing the node
+        check_node_paths(args)
+        pending = PendingNode(lambda: live_node(args), is_this_machine(args))
+        try:
+            return tui(pending)
+        finally:
+            pending.close()
     node = live_node(args)
     try:
-        if args.export:
-            return _export(node, args)
-        return tui(node)
+        return _export(node, args)
     finally:
         node.nvml.close()
 

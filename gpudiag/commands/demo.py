@@ -7,7 +7,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from gpudiag.commands.common import UsageError, check_node_options, tui, write_and_report
+from gpudiag.commands.common import (
+    PendingNode,
+    UsageError,
+    check_node_options,
+    tui,
+    write_and_report,
+)
 from gpudiag.demo import DEMOS
 
 
@@ -31,10 +37,15 @@ def run(args: argparse.Namespace) -> int:
     if args.kernels:
         raise UsageError("--kernels measures this machine: it cannot go with demo")
     check_node_options(args)  # --format and --prometheus go with --export
-    node = demo_node(args.demo_name, ("gpudiag", *args.argv))
+    command_line = ("gpudiag", *args.argv)
+    if not args.export:  # the TUI opens the recording after its first screen
+        pending = PendingNode(lambda: demo_node(args.demo_name, command_line), False)
+        try:
+            return tui(pending)
+        finally:
+            pending.close()
+    node = demo_node(args.demo_name, command_line)
     try:
-        if args.export:
-            return write_and_report(node.snapshot(), args.export, "--export", args, node.rules)
-        return tui(node)
+        return write_and_report(node.snapshot(), args.export, "--export", args, node.rules)
     finally:
         node.nvml.close()

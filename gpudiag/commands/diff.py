@@ -54,6 +54,10 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(report_json(result, args.all), indent=1))
     else:
+        from gpudiag.termtext import output_width
+
         names = (args.snapshot_a, args.snapshot_b)
-        sys.stdout.write(report_text(result, a, b, args.all, args.format == "markdown", names))
+        markdown = args.format == "markdown"
+        width = output_width()  # the header wraps at a terminal's width, whole in a pipe
+        sys.stdout.write(report_text(result, a, b, args.all, markdown, names, width))
     return result.exit_code()

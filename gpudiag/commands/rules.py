@@ -66,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
     rule = next((r for r in rules if r.id == args.rule_id.upper()), None)
     if rule is None:
         raise UsageError(f"no rule {args.rule_id} (gpudiag rules list shows them)")
-    print(explain_rule(rule))
+    from gpudiag.termtext import output_width, wrap_all
+
+    print("\n".join(wrap_all(explain_rule(rule).splitlines(), output_width())))
     return 0
 
 
@@ -74,7 +76,9 @@ def _profiles(name: str | None) -> int:
     """The profiles, a line each with their healthy bands under it; or one profile's
     every figure with its source."""
     from gpudiag.profiles import load_profiles
+    from gpudiag.termtext import output_width, wrap
 
+    width = output_width()  # each line wraps at a terminal's width, whole in a pipe
     profiles = load_profiles()
     if name is not None and name not in profiles:
         raise UsageError(f"no profile {name} (gpudiag rules profiles lists them)")
@@ -89,15 +93,16 @@ def _profiles(name: str | None) -> int:
             else ""
         )
         ids = ", ".join(profile.device_ids) or classes or cpu or "(select with --profile)"
-        print(f"{profile.name:<16} {profile.title:<44} {ids}")
+        print("\n".join(wrap(f"{profile.name:<16} {profile.title:<44} {ids}", width, 17)))
         if name is not None:
             for field, value in sorted(profile.values.items()):
                 source = profile.source(field)
-                print(f"  {field} = {value}" + (f": {source}" if source else ""))
+                line = f"  {field} = {value}" + (f": {source}" if source else "")
+                print("\n".join(wrap(line, width, 4)))
             continue
         for key, text in profile.sources:
             if key.startswith("band."):
-                print(f"  {key}: {text}")
+                print("\n".join(wrap(f"  {key}: {text}", width, 4)))
     return 0
 
 

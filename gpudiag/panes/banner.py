@@ -7,7 +7,6 @@ from textual.widgets import Static
 
 from gpudiag.model import Severity
 from gpudiag.panes.base import SEVERITY_STYLE, SnapshotView
-from gpudiag.session import severity_counts
 
 
 class Banner(Static):
@@ -16,6 +15,8 @@ class Banner(Static):
     DEFAULT_CSS = "Banner { height: auto; padding: 0 1; }"
 
     def update_from(self, view: SnapshotView) -> None:
+        from gpudiag.session import severity_counts
+
         snapshot = view.snapshot
         counts = severity_counts(snapshot.findings)
         worst = snapshot.worst_severity()

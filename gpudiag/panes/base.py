@@ -6,16 +6,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
-from textual.binding import Binding
+from textual.compose import compose
 from textual.widget import Widget
-from textual.widgets import DataTable, TabbedContent, TabPane
+from textual.widgets import TabbedContent, TabPane
 
 from gpudiag.model import Reading, Severity, Snapshot
-from gpudiag.rulefile import Rule
-from gpudiag.session import judged_readings
+
+if TYPE_CHECKING:
+    from textual.widgets import DataTable
+
+    from gpudiag.rulefile import Rule
 
 # Severity reads by words and weight first, colour second: CRITICAL is the strongest mark
 # on screen (bold, reversed: a block under NO_COLOR too), WARNING bold, INFO dim.
@@ -54,7 +57,10 @@ class SnapshotView:
     ) -> SnapshotView:
         """What the panes show of a judged snapshot, read once per snapshot: its readings,
         derived ones included, and its profile's values, as `session.with_findings` stored
-        them (nothing is derived or judged here)."""
+        them (nothing is derived or judged here). The first snapshot imports the rules'
+        modules, not the first screen."""
+        from gpudiag.session import judged_readings
+
         readings, found, _ = judged_readings(snapshot)
         values = found.values if found is not None else {}
         return cls(snapshot, readings, values, rules, live)
@@ -65,10 +71,10 @@ class Pane(TabPane):
     draws it from a snapshot and nothing else.
 
     A pane whose app sets `build_later` (gpudiag's app does for every tab but the first)
-    mounts its widgets when the app asks (`build`), not with the app: the first screen
-    is painted without the hidden ones' hundreds of widgets and their styles
-    (benchmarks/tui_startup.py). What a pane does once its widgets are there is
-    `on_built`, where a widget would use on_mount."""
+    composes and mounts its widgets when the app asks (`build`), not with the app: the
+    first screen is painted without making the hidden ones' hundreds of widgets or
+    applying their styles (benchmarks/tui_startup.py). What a pane does once its widgets
+    are there is `on_built`, where a widget would use on_mount."""
 
     KEY: ClassVar[str]  # the number key that shows it
     NAME: ClassVar[str]  # its id is NAME-tab
@@ -78,8 +84,8 @@ class Pane(TabPane):
 
     def __init__(self) -> None:
         super().__init__(self.TITLE, id=f"{self.NAME}-tab")
-        self.build_later = False  # mount the widgets on `build`, not with the app
-        self._unmounted: list[Widget] | None = None  # composed, waiting for `build`
+        self.build_later = False  # compose and mount the widgets on `build`, not with the app
+        self._building = False  # `build` has begun
         self._built = asyncio.Event()
 
     @property
@@ -87,20 +93,23 @@ class Pane(TabPane):
         """Whether this pane's widgets are mounted (it can be drawn and queried)."""
         return self._built.is_set()
 
+    async def _compose(self) -> None:
+        """Textual's compose step, as Screen extends it: a pane built later is composed
+        by `build` instead."""
+        if not self.build_later:
+            await super()._compose()
+
     async def mount_composed_widgets(self, widgets: list[Widget]) -> None:
-        """Textual's hook after compose: the widgets are mounted now, or kept for
-        `build`."""
-        if self.build_later:
-            self._unmounted = widgets
-        else:
-            await super().mount_composed_widgets(widgets)
-            self._done()
+        """Textual's hook after compose: the widgets are mounted, the pane built."""
+        await super().mount_composed_widgets(widgets)
+        self._done()
 
     async def build(self) -> bool:
-        """Mount this pane's widgets, once; returns when they are there (True), or
-        False when they never will be (the app is leaving)."""
-        if self._unmounted is not None:
-            widgets, self._unmounted = self._unmounted, None
+        """Compose and mount this pane's widgets, once; returns when they are there
+        (True), or False when they never will be (the app is leaving)."""
+        if self.build_later and not self._building:
+            self._building = True
+            widgets = list(compose(self))
             await self.mount_all(widgets)
             if not all(w.is_attached for w in widgets):
                 return False
@@ -122,21 +131,18 @@ class Pane(TabPane):
     def fit_width(self, width: int) -> None:
         """Size what depends on the terminal's width (once built, and on each resize)."""
 
+    def table(self, selector: str) -> DataTable:
+        """The table `selector` names in this pane (Textual's DataTable is imported when a
+        pane is built, not before the first screen)."""
+        from textual.widgets import DataTable
+
+        return self.query_one(selector, DataTable)
+
     def show(self) -> None:
         """Bring this pane to the front and focus its main widget, as its key does."""
         self.screen.query_one(TabbedContent).active = self.id or ""
         if self.built:
             self.query_one(self.FOCUS).focus()
-
-
-class RowTable(DataTable):
-    """A table of rows (cursor_type "row"): Home and End go to the first and last row, as
-    in a list, not sideways to the first and last column as DataTable's do."""
-
-    BINDINGS: ClassVar[list[Binding]] = [
-        Binding("home", "scroll_top", "First row", show=False),
-        Binding("end", "scroll_bottom", "Last row", show=False),
-    ]
 
 
 def size_reading_columns(table: DataTable, width: int) -> None:

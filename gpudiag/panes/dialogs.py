@@ -13,8 +13,6 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
-from gpudiag.snapshot import target_problem
-
 
 class HelpScreen(ModalScreen[None]):
     """Every key, in one place: two columns (screens, actions), so that it fits 80x24
@@ -110,6 +108,8 @@ class ExportScreen(ModalScreen[Path | None]):
 
     @on(Input.Submitted)
     def submitted(self, event: Input.Submitted) -> None:
+        from gpudiag.snapshot import target_problem
+
         path = Path(event.value.strip()).expanduser()
         note = self.query_one("#export-note", Label)
         if not event.value.strip():

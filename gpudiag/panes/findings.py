@@ -3,18 +3,20 @@ highlighted one; its keys sort (s) and filter by severity (f)."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import DataTable, Input, Label, Static
+from textual.widgets import Input, Label, Static
 
-from gpudiag import views
 from gpudiag.model import Finding, Severity
-from gpudiag.panes.base import SEVERITY_STYLE, Pane, RowTable, SnapshotView
+from gpudiag.panes.base import SEVERITY_STYLE, Pane, SnapshotView
+
+if TYPE_CHECKING:
+    from textual.widgets import DataTable
 
 SUBJECT_WIDTH = 17  # "PCIe 0000:5d:00.0", "GPU 2 NVLink 5"
 
@@ -44,6 +46,8 @@ class FindingsPane(Pane):
         self.width = 80  # the terminal's, from fit_width
 
     def compose(self) -> ComposeResult:
+        from gpudiag.panes.tables import RowTable
+
         with Horizontal(id="findings-bar"):
             yield Input(
                 placeholder="/ filter: text in id, subject, title",
@@ -63,7 +67,7 @@ class FindingsPane(Pane):
         """Severity, id and subject as wide as they need; the title the rest of the width,
         a long one wrapped onto a second line of its row, never cut (at 80 columns
         "Xid events that mean a hardware fault" was "Xid events that mean a hardware f")."""
-        table = self.query_one("#findings", DataTable)
+        table = self.table("#findings")
         table.clear(columns=True)
         table.add_column("severity", width=8)
         table.add_column("id", width=8)
@@ -79,12 +83,14 @@ class FindingsPane(Pane):
 
     def update_from(self, view: SnapshotView) -> None:
         """The findings table, filtered and sorted, and the detail of the first."""
+        from gpudiag import views
+
         self.view = view
         text = self.query_one("#findings-filter", Input).value
         self.shown = views.filter_findings(
             view.snapshot.findings, self.severity_filter, text, self.sort_key
         )
-        table = self.query_one("#findings", DataTable)
+        table = self.table("#findings")
         table.clear()
         for finding in self.shown:
             table.add_row(
@@ -106,6 +112,8 @@ class FindingsPane(Pane):
 
     def show_detail(self, row: int) -> None:
         """The detail of one finding of the table."""
+        from gpudiag import views
+
         detail = self.query_one("#finding-text", Static)
         if not 0 <= row < len(self.shown):
             detail.update(Text("no finding matches" if self.view else ""))
@@ -117,8 +125,9 @@ class FindingsPane(Pane):
             text.append(f"{line}\n")
         detail.update(text)
 
-    @on(DataTable.RowHighlighted, "#findings")
-    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id != "findings":
+            return
         self.show_detail(event.cursor_row)
 
     @on(Input.Changed, "#findings-filter")
@@ -136,6 +145,8 @@ class FindingsPane(Pane):
 
     def action_sort_findings(self) -> None:
         """Sort the findings by the next key: severity, id, subject."""
+        from gpudiag import views
+
         keys = views.SORT_KEYS
         self.sort_key = keys[(keys.index(self.sort_key) + 1) % len(keys)]
         self.show()

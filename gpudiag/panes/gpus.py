@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
-from rich.text import Text
-from textual import on
-from textual.app import ComposeResult
-from textual.widgets import DataTable, Static
+from typing import TYPE_CHECKING
 
-from gpudiag import views
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.widgets import Static
+
 from gpudiag.panes.base import HEALTH_STYLE, Pane, SnapshotView, reading_row, size_reading_columns
+
+if TYPE_CHECKING:
+    from textual.widgets import DataTable
 
 
 class GpusPane(Pane):
@@ -27,6 +30,8 @@ class GpusPane(Pane):
         self.view: SnapshotView | None = None
 
     def compose(self) -> ComposeResult:
+        from textual.widgets import DataTable
+
         yield Static("", id="gpu-note")
         yield DataTable(id="gpus", cursor_type="row", zebra_stripes=True, fixed_columns=2)
         yield DataTable(id="gpu-readings", cursor_type="row")
@@ -35,12 +40,14 @@ class GpusPane(Pane):
         self.fit_width(self.app.size.width)
 
     def fit_width(self, width: int) -> None:
-        size_reading_columns(self.query_one("#gpu-readings", DataTable), width)
+        size_reading_columns(self.table("#gpu-readings"), width)
 
     def update_from(self, view: SnapshotView) -> None:
+        from gpudiag import views
+
         self.view = view
         matrix = views.gpu_table(view.snapshot)
-        table = self.query_one("#gpus", DataTable)
+        table = self.table("#gpus")
         table.clear(columns=True)
         note = self.query_one("#gpu-note", Static)
         note.display = not matrix.rows
@@ -56,9 +63,11 @@ class GpusPane(Pane):
 
     def show_readings(self, row: int) -> None:
         """Every reading of the GPU in a row of the table."""
-        table = self.query_one("#gpu-readings", DataTable)
+        from gpudiag import views
+
+        table = self.table("#gpu-readings")
         table.clear()
-        gpus = self.query_one("#gpus", DataTable)
+        gpus = self.table("#gpus")
         if self.view is None or not 0 <= row < gpus.row_count:
             return
         gpu = int(str(gpus.get_row_at(row)[0]).removeprefix("GPU"))
@@ -72,6 +81,7 @@ class GpusPane(Pane):
         for reading in views.gpu_readings(self.view.readings, gpu):
             table.add_row(*reading_row(reading))
 
-    @on(DataTable.RowHighlighted, "#gpus")
-    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id != "gpus":
+            return
         self.show_readings(event.cursor_row)

@@ -6,7 +6,6 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import Tree
 
-from gpudiag import views
 from gpudiag.panes.base import Pane, SnapshotView
 
 
@@ -20,6 +19,8 @@ class HostPane(Pane):
         yield Tree(Text("host"), id="host")
 
     def update_from(self, view: SnapshotView) -> None:
+        from gpudiag import views
+
         tree: Tree[None] = self.query_one("#host", Tree)
         tree.clear()
         tree.root.set_label(Text(view.snapshot.host))

@@ -4,7 +4,7 @@ their charts. The app runs the kernels (a worker); this pane only shows and choo
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on
@@ -12,11 +12,15 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.widgets import Button, DataTable, Label, OptionList, ProgressBar, Static
+from textual.widgets import Button, Label, OptionList, Static
 
-from gpudiag import views
 from gpudiag.kernels.plans import KERNELS
 from gpudiag.panes.base import Pane, SnapshotView
+
+if TYPE_CHECKING:
+    from textual.widgets import DataTable
+
+    from gpudiag.views import Matrix
 
 # Shown instead of the run keys where kernels cannot run (a saved snapshot, a recording).
 NOT_MEASURABLE = (
@@ -60,6 +64,8 @@ class KernelChoice(OptionList):
 class KernelsPane(Pane):
     """The kernel choice, run buttons, status and progress; results and charts."""
 
+    results: Matrix  # the table's rows, as shown (from `on_built`)
+
     KEY, NAME, TITLE, FOCUS = "6", "kernels", "Kernels", "#kernel-choice"
     LAZY = True
     BINDINGS: ClassVar[list[Binding]] = [
@@ -92,9 +98,10 @@ class KernelsPane(Pane):
         self.measurable = measurable
         self.budget_s = budget_s
         self.until_confident: float | None = None  # the budget, when `u` is on
-        self.results = views.kernel_table([])  # the table's rows, as shown
 
     def compose(self) -> ComposeResult:
+        from textual.widgets import DataTable, ProgressBar
+
         with VerticalScroll(id="kernels"):
             with Horizontal(id="kernel-top"):
                 yield KernelChoice(self.ticked, id="kernel-choice")
@@ -123,11 +130,16 @@ class KernelsPane(Pane):
             yield Static("", id="kernel-charts")
 
     def on_built(self) -> None:
-        self.query_one("#kernel-results", DataTable).add_columns(*views.kernel_table([]).headers)
+        from gpudiag import views
+
+        self.results = views.kernel_table([])  # the table's rows, as shown
+        self.table("#kernel-results").add_columns(*self.results.headers)
 
     def update_from(self, view: SnapshotView) -> None:
+        from gpudiag import views
+
         kernels = view.snapshot.kernels
-        table = self.query_one("#kernel-results", DataTable)
+        table = self.table("#kernel-results")
         table.clear()
         self.results = views.kernel_table(kernels, view.readings)
         for row in self.results.rows:
@@ -151,8 +163,9 @@ class KernelsPane(Pane):
             text.append("no kernel results yet")
         self.query_one("#kernel-charts", Static).update(text)
 
-    @on(DataTable.RowHighlighted, "#kernel-results")
-    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id != "kernel-results":
+            return
         self._show_detail(event.cursor_row)
 
     def _show_detail(self, row: int) -> None:
@@ -179,6 +192,8 @@ class KernelsPane(Pane):
     def progress(self, label: str, fraction: float) -> None:
         """How far the running kernel is."""
         self.say(f"{label}: {fraction:.0%}")
+        from textual.widgets import ProgressBar
+
         self.query_one("#kernel-progress", ProgressBar).update(progress=fraction)
 
     def running(self, running: bool) -> None:
@@ -217,6 +232,7 @@ class KernelsPane(Pane):
 
 def kernel_question(plan_name: str, chosen: tuple[str, ...], view: SnapshotView | None) -> str:
     """What the confirmation says: what runs, and which GPUs have processes."""
+    from gpudiag import views
     from gpudiag.processes import gpu_processes
 
     lines = [

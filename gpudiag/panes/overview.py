@@ -7,7 +7,6 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from gpudiag import views
 from gpudiag.model import Severity
 from gpudiag.panes.base import SEVERITY_STYLE, Pane, SnapshotView
 
@@ -26,6 +25,8 @@ class OverviewPane(Pane):
         yield VerticalScroll(Static("", id="overview-text"), id="overview")
 
     def update_from(self, view: SnapshotView) -> None:
+        from gpudiag import views
+
         snapshot = view.snapshot
         text = Text()
         for label, value in views.overview(snapshot, view.rules, view.readings):

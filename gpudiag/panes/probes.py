@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
-from textual import on
 from textual.app import ComposeResult
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from gpudiag.model import ProbeResult
-from gpudiag.panes.base import Pane, RowTable, SnapshotView
+from gpudiag.panes.base import Pane, SnapshotView
+
+if TYPE_CHECKING:
+    from textual.widgets import DataTable
 
 
 class ProbesPane(Pane):
@@ -22,13 +26,13 @@ class ProbesPane(Pane):
     """
 
     def compose(self) -> ComposeResult:
+        from gpudiag.panes.tables import RowTable
+
         yield RowTable(id="probes", cursor_type="row")
         yield Static("", id="probe-detail")
 
     def on_built(self) -> None:
-        self.query_one("#probes", DataTable).add_columns(
-            "probe", "status", "time", "readings", "error"
-        )
+        self.table("#probes").add_columns("probe", "status", "time", "readings", "error")
 
     def __init__(self) -> None:
         super().__init__()
@@ -37,13 +41,13 @@ class ProbesPane(Pane):
     def clear_results(self) -> None:
         """No probe yet (probing starts again)."""
         self.results = []
-        self.query_one("#probes", DataTable).clear()
+        self.table("#probes").clear()
         self.query_one("#probe-detail", Static).update("")
 
     def add_result(self, result: ProbeResult) -> None:
         """One probe's outcome, as it arrives."""
         self.results.append(result)
-        self.query_one("#probes", DataTable).add_row(
+        self.table("#probes").add_row(
             Text(result.name),
             Text(result.status.value),
             Text(f"{result.duration_s * 1000:.0f} ms"),
@@ -51,8 +55,9 @@ class ProbesPane(Pane):
             Text(result.error),
         )
 
-    @on(DataTable.RowHighlighted, "#probes")
-    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id != "probes":
+            return
         row = event.cursor_row
         result = self.results[row] if 0 <= row < len(self.results) else None
         text = Text()

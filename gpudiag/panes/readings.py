@@ -3,12 +3,17 @@ text; the highlighted one in full below."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import Input, Static
 
 from gpudiag.panes.base import Pane, SnapshotView, reading_row, size_reading_columns
+
+if TYPE_CHECKING:
+    from textual.widgets import DataTable
 
 
 class ReadingsPane(Pane):
@@ -26,6 +31,8 @@ class ReadingsPane(Pane):
         self.view: SnapshotView | None = None
 
     def compose(self) -> ComposeResult:
+        from textual.widgets import DataTable
+
         yield Input(
             placeholder="/ filter: text in key, value, source",
             id="readings-filter",
@@ -39,12 +46,12 @@ class ReadingsPane(Pane):
         self.fit_width(self.app.size.width)
 
     def fit_width(self, width: int) -> None:
-        size_reading_columns(self.query_one("#readings", DataTable), width)
+        size_reading_columns(self.table("#readings"), width)
 
     def update_from(self, view: SnapshotView) -> None:
         self.view = view
         needle = self.query_one("#readings-filter", Input).value.strip().lower()
-        table = self.query_one("#readings", DataTable)
+        table = self.table("#readings")
         table.clear()
         for result in view.snapshot.probes:
             for reading in result.readings:
@@ -53,9 +60,10 @@ class ReadingsPane(Pane):
                     continue
                 table.add_row(*reading_row(reading))
 
-    @on(DataTable.RowHighlighted, "#readings")
-    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
-        table = self.query_one("#readings", DataTable)
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id != "readings":
+            return
+        table = self.table("#readings")
         key, value, source = (str(c) for c in table.get_row_at(event.cursor_row))
         self.query_one("#reading-detail", Static).update(Text(f"{key} = {value}\n{source}"))
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
-from gpudiag import views
 from gpudiag.panes.base import Pane, SnapshotView
 
 
@@ -17,12 +16,16 @@ class TopologyPane(Pane):
     LAZY = True
 
     def compose(self) -> ComposeResult:
+        from textual.widgets import DataTable
+
         yield DataTable(id="topology", cursor_type="row")
         yield Static("", id="topology-legend")
 
     def update_from(self, view: SnapshotView) -> None:
+        from gpudiag import views
+
         matrix = views.topology_matrix(view.snapshot, view.profile_values)
-        table = self.query_one("#topology", DataTable)
+        table = self.table("#topology")
         table.clear(columns=True)
         legend = self.query_one("#topology-legend", Static)
         if not matrix.rows:

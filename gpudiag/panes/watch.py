@@ -15,12 +15,11 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Label, Static
 
-from gpudiag import catalog
 from gpudiag.panes.base import Pane, SnapshotView
-from gpudiag.watch import History, screen_lines
 
 if TYPE_CHECKING:
     from gpudiag.telemetry.explain import Judged
+    from gpudiag.watch import History
 
 
 class WatchPane(Pane):
@@ -46,6 +45,7 @@ class WatchPane(Pane):
         """Which GPUs the snapshot found lost and their power limits (the watch draws live
         samples only), and the counter window it recorded (`gpudiag --export`), judged
         again against its own ceilings."""
+        from gpudiag import catalog
         from gpudiag.telemetry.explain import recorded
 
         profile = view.readings.get("node.profile")
@@ -75,6 +75,7 @@ class WatchPane(Pane):
         """The samples kept, one block per GPU, as wide as the terminal; under each GPU
         what bounds it in the last window (`judged`), and the stragglers last."""
         from gpudiag.telemetry.explain import verdict_lines
+        from gpudiag.watch import screen_lines
 
         count = len(history.series.get((0, "power"), ()))
         self.say(
