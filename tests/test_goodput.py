@@ -137,15 +137,22 @@ def test_hardware_xids_are_gpu027s() -> None:
     assert set(gpu027["expect"]["excludes"]) == HARDWARE_XIDS
 
 
-@pytest.mark.parametrize("seed", [0, 2, 3])
-def test_planted_rates_and_lemon(seed: int) -> None:
-    """A few of the 100 seeds (all 100 are run outside the suite and reported: 94 pass;
-    seed 1 is one of the misses, its 42 Xids where 57.6 are planted the lower 2% tail)."""
-    planted = planted_failures(seed)
-    rates = fleet_rates(failure_states(planted))
-    for cause in planted.rates:
-        assert rates.causes[cause].low <= planted.fleet_rate(cause) <= rates.causes[cause].high
-    assert [lemon.node for lemon in rates.lemons] == [planted.lemon]
+def test_planted_rates_and_lemon_in_95_of_100_seeds() -> None:
+    """The issue's figure: in 95 of 100 seeds both planted rates lie within their
+    intervals and the lemon, and no healthy node, is named. Two independent 95% intervals
+    hold together only ~90% of the time (93 of 100 here): the causes' intervals are
+    simultaneous (Bonferroni over the causes, exact Poisson), and the report says so."""
+    passed = 0
+    for seed in range(100):
+        planted = planted_failures(seed)
+        rates = fleet_rates(failure_states(planted))
+        within = all(
+            rates.causes[c].low <= planted.fleet_rate(c) <= rates.causes[c].high
+            for c in planted.rates
+        )
+        passed += within and [lemon.node for lemon in rates.lemons] == [planted.lemon]
+    assert passed >= 95
+    assert rates.cause_confidence == pytest.approx(1 - 0.05 / len(rates.causes))
 
 
 def test_history_files_load_as_planned(tmp_path: Path) -> None:
@@ -219,6 +226,11 @@ def test_text_report_of_a_fleet(capsys: pytest.CaptureFixture[str]) -> None:
     report = build(rates.total.per_1000, rates, Settings(job, None, runs=20, seed=1, work_h=48.0))
     text = render(report)
     assert f"lemon node {planted.lemon}" in text
+    # the causes' intervals are simultaneous (issue 42's 95 of 100 seeds), and said so
+    joint = report["causes_intervals"]
+    assert joint["simultaneous"] is True and joint["joint_confidence"] == 0.95
+    assert {c["confidence"] for c in report["causes"]} == {joint["each_confidence"]}
+    assert "intervals are simultaneous: all 5 hold together at 95%" in text
     assert "lemon nodes drained (1)" in text and "without gpu_lost" in text
     assert "checkpoint interval (log scale)" in text
     assert report["simulated"]["lemons"]["share"] == pytest.approx(1 / 20)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from gpudiag.fleet.goodput import (
     CAUSE_TITLES,
     CAUSES,
+    CONFIDENCE,
     FleetRates,
     Rate,
     RatesError,
@@ -86,6 +87,7 @@ def _rate_json(rate: Rate) -> dict[str, Any]:
         "node_days": round(rate.node_days, 3),
         "per_1000_node_days": round(rate.per_1000, 4),
         "interval": [round(rate.low, 4), round(rate.high, 4)],
+        "confidence": round(rate.confidence, 4),
     }
 
 
@@ -141,6 +143,7 @@ def build(
         "first_order_off_by": _round(value - renewal),
         "simulated": None,
         "causes": [],
+        "causes_intervals": None,
         "lemon_nodes": [],
         "fleet": None,
         "what_if": [],
@@ -248,6 +251,13 @@ def _fleet_part(out: dict[str, Any], fleet: FleetRates) -> None:
         }
         for cause in CAUSES
     ]
+    out["causes_intervals"] = {
+        # a reader compares the causes: their intervals hold together, not one by one
+        "simultaneous": True,
+        "joint_confidence": CONFIDENCE,
+        "each_confidence": round(fleet.cause_confidence, 4),
+        "method": f"Bonferroni over the {len(CAUSES)} causes, exact (Garwood) Poisson",
+    }
     out["lemon_nodes"] = [
         {
             "node": lemon.node,
@@ -442,8 +452,9 @@ def render(report: dict[str, Any], markdown: bool = False) -> str:
             f"{fleet['gaps_left_out']})"
         )
         lines.append("")
+        joint = report["causes_intervals"]
         lines += _table(
-            ["cause", "incidents", "per 1000 node-days", "95% interval", "share"],
+            ["cause", "incidents", "per 1000 node-days", "joint 95% interval", "share"],
             [
                 [c["cause"], str(c["count"]), f"{c['per_1000_node_days']:.2f}",
                  f"{c['interval'][0]:.2f}-{c['interval'][1]:.2f}", f"{c['share']:.0%}"]
@@ -453,6 +464,11 @@ def render(report: dict[str, Any], markdown: bool = False) -> str:
                 f"{total['interval'][0]:.2f}-{total['interval'][1]:.2f}", ""]],
             markdown,
         )  # fmt: skip
+        lines.append(
+            f"the causes' intervals are simultaneous: all {len(report['causes'])} hold together "
+            f"at {joint['joint_confidence']:.0%} ({joint['method']}, each at "
+            f"{joint['each_confidence']:.0%}); the total's alone at {total['confidence']:.0%}"
+        )
         lines.append("")
         if report["lemon_nodes"]:
             for lemon in report["lemon_nodes"]:
