@@ -346,6 +346,28 @@ def test_with_spares_the_closed_form_is_not_set_beside_the_simulation(
     assert "the closed form has no spares to compare" in capsys.readouterr().out
 
 
+def test_with_spares_each_figure_says_what_it_models(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--spares K: the headline E[ETTR] is the closed form, which has no spares, and says
+    so; the "as asked" row is the same figure (it was the spares' upper bound, restart 0);
+    only the spares row is that upper bound, labelled; without --simulate the text says
+    that only the simulation models spares and how to get it."""
+    assert main(["goodput", "--rate", "6.5", "--spares", "4", "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    asked = report["what_if"][0]
+    assert asked["what"] == "as asked" and asked["ettr"] == report["ettr"]
+    assert "no spares" in report["ettr_model"] and "no spares" in asked["model"]
+    spares = next(r for r in report["what_if"] if "hot spares" in r["what"])
+    assert "upper bound" in spares["model"] and spares["ettr"] > report["ettr"]
+    assert report["ettr_spares_upper_bound"] == spares["ettr"]
+    assert main(["goodput", "--rate", "6.5", "--spares", "4"]) == 0
+    text = capsys.readouterr().out
+    assert "closed form, no spares" in text
+    assert "only the simulation models the 4 spares: --simulate RUNS" in text
+    assert "4 hot spares (upper bound)" in text
+
+
 def test_the_first_order_note_asks_for_a_simulation_only_where_none_ran(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

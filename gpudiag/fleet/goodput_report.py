@@ -131,6 +131,13 @@ def build(
             job.failures_per_hour * (chosen + job.write_h + job.overhead_h)
         ),
         "ettr": _round(value),
+        # what the headline models: the closed form has no spares, whatever --spares says
+        "ettr_model": "Meta's closed form, no spares"
+        + (f" (only the simulation models the {job.spares} spares)" if job.spares else ""),
+        # spares that never run out: a failure costs detection, no restart (at most this)
+        "ettr_spares_upper_bound": _round(ettr(replace(job, restart_s=0.0), chosen))
+        if job.spares
+        else None,
         "ettr_interval": [_round(ettr(at_high, chosen)), _round(ettr(at_low, chosen))],
         "intervals_hours": {name: _round(h, 5) for name, h in found.items()},
         "intervals_hours_interval": {
@@ -170,6 +177,7 @@ def build(
             # like with like only: the closed form has no spares (nor their repairs), the
             # simulation runs them out; with spares there is no figure to set beside it
             "closed_form_off_by": None if job.spares else round(value - sim.mean, 4),
+            "spares": job.spares,
             "failures_per_run": round(sim.failures_per_run, 2),
             "spare_swaps_per_run": round(sim.spare_swaps_per_run, 2),
             "work_hours": settings.work_h,
@@ -356,19 +364,21 @@ def _what_if(
                 left = fleet.without(cause=cause)
                 row = _with_rate(job, left.per_1000 * scale)
                 rows.append((f"without {cause}", row, left, lemon_mix(fleet, cause)))
+    spares = job.spares or DEFAULT_SPARES
     for name, row in (
         (f"detection in {DETECT_FAST_S:g} s", replace(job, detect_s=DETECT_FAST_S)),
         (f"detection in {DETECT_SLOW_S / 60:g} min", replace(job, detect_s=DETECT_SLOW_S)),
-        (
-            f"{job.spares or DEFAULT_SPARES} hot spares",
-            replace(job, spares=job.spares or DEFAULT_SPARES),
-        ),
+        (f"{spares} hot spares (upper bound)", replace(job, spares=spares)),
     ):
         rows.append((name, row, total, mix))
     out = []
+    no_spares = "closed form, no spares" if job.spares else "closed form"
     for name, row, measured_rate, lemons in rows:
-        # spares never run out in the closed form: a failure costs detection, no restart
-        closed = replace(row, restart_s=0.0) if row.spares else row
+        # the closed form has no spares: in every row but the spares' it models none (the
+        # simulation runs the row's spares out); in the spares' row they never run out, a
+        # failure costs detection and no restart: an upper bound
+        bound = name.endswith("(upper bound)")
+        closed = replace(row, restart_s=0.0) if bound else row
         interval = [_round(ettr(closed, chosen))] * 2
         if measured_rate is not None and measured_rate.per_1000 > 0:
             factor = row.rate_per_node_day * 1000 / measured_rate.per_1000
@@ -387,6 +397,9 @@ def _what_if(
             "ettr": _round(ettr(closed, chosen)),
             "ettr_interval": interval,
             "ettr_at_optimal": _round(ettr(closed, best)) if math.isfinite(best) else None,
+            "model": "closed form, spares never run out (no restart): an upper bound"
+            if bound
+            else no_spares,
             "simulated": None,
         }
         if settings.runs and math.isfinite(best):
@@ -496,8 +509,21 @@ def render(report: dict[str, Any], markdown: bool = False) -> str:
         f"{report['restart_s'] / 60:g} min, detection {report['detect_s']:g} s): E[ETTR] "
         f"{_f(report['ettr'])} "
         f"({_f(report['ettr_interval'][0])}-{_f(report['ettr_interval'][1])}), "
-        f"closed form"
-    )
+        + ("closed form, no spares" if report["ettr_spares_upper_bound"] is not None
+           else "closed form")
+    )  # fmt: skip
+    bound = report["ettr_spares_upper_bound"]
+    if bound is not None:
+        spares = report["what_if"][-1]["what"].split()[0]
+        lines.append(
+            f"with {spares} hot spares that never run out (no restart): at most {_f(bound)}, "
+            "closed form; "
+            + (
+                f"only the simulation models the {spares} spares and their repair (below)"
+                if report["simulated"] is not None
+                else f"only the simulation models the {spares} spares: --simulate RUNS"
+            )
+        )
     iv = report["intervals_hours"]
     lines.append(
         "intervals: "
@@ -519,9 +545,14 @@ def render(report: dict[str, Any], markdown: bool = False) -> str:
             else f", lemon nodes {lemons['share']:.1%} of the fleet at {lemons['factor']:.1f}x "
             "the rest's rate, replaced when they fail"
         )
+        spared = (
+            f", {sim['spares']} hot spares back {sim['repair_hours']:g} h after a failure"
+            if sim["spares"]
+            else ""
+        )
         lines.append(
             f"simulated ({sim['runs']} runs of {sim['work_hours'] / 24:g} days' work, seed "
-            f"{sim['seed']}{clustered}): {sim['mean_ettr']:.3f} "
+            f"{sim['seed']}{clustered}{spared}): {sim['mean_ettr']:.3f} "
             f"({sim['interval'][0]:.3f}-{sim['interval'][1]:.3f}); "
             + (
                 f"the closed form is off by {sim['closed_form_off_by']:+.3f}"
