@@ -368,6 +368,30 @@ def test_with_spares_each_figure_says_what_it_models(
     assert "4 hot spares (upper bound)" in text
 
 
+def test_a_free_checkpoint_write_has_an_optimum(capsys: pytest.CaptureFixture[str]) -> None:
+    """--checkpoint-write 0: the closed form 1 - lambda (u0 + dt/2) is best as dt -> 0
+    (checkpoint continuously), E[ETTR] 1 - lambda u0 at the limit; it was an empty
+    optimum ('optimal - min', ETTR at the optimum '-') and, with 'optimal', exit 3."""
+    job = Job(16384, META / 1000, restart_s=600.0, write_s=0.0)
+    assert optimal_h(job) == 0.0
+    assert ettr(job, 0.0) == pytest.approx(1 - job.failures_per_hour * job.overhead_h)
+    assert ettr_renewal(job, 0.0) == pytest.approx(1 / (1 + job.failures_per_hour * job.overhead_h))
+    assert main(["goodput", "--rate", "6.5", "--checkpoint-write", "0", "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["intervals_hours"]["optimal"] == 0.0 == report["checkpoint_interval_hours"]
+    assert report["ettr"] == report["ettr_at_optimal"] == pytest.approx(ettr(job, 0.0), abs=1e-4)
+    assert len(report["curve"]) > 1 and all(p["interval_hours"] > 0 for p in report["curve"])
+    assert main(["goodput", "--rate", "6.5", "--checkpoint-write", "0", "--checkpoint-interval",
+                 "30"]) == 0  # fmt: skip
+    assert "optimal 0.0 min; E[ETTR] at the optimum 0.908" in capsys.readouterr().out
+    assert main(["goodput", "--rate", "6.5", "--checkpoint-write", "0"]) == 0
+    assert "checkpoint continuously (write 0 s" in capsys.readouterr().out
+    # a simulation needs an interval above 0: one line, exit 3
+    assert main(["goodput", "--rate", "6.5", "--checkpoint-write", "0", "--simulate", "5"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--checkpoint-interval" in err
+
+
 def test_the_first_order_note_asks_for_a_simulation_only_where_none_ran(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

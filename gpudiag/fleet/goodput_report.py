@@ -65,10 +65,7 @@ def _round(value: float, digits: int = 4) -> float | None:
 def _interval(job: Job, settings: Settings) -> float:
     chosen = optimal_h(job) if settings.interval_h is None else settings.interval_h
     if not math.isfinite(chosen):
-        raise ModelError(
-            "no failures or no checkpoint write: every interval is as good; give "
-            "--checkpoint-interval MIN"
-        )
+        raise ModelError("no failures: every interval is as good; give --checkpoint-interval MIN")
     return chosen
 
 
@@ -104,6 +101,11 @@ def build(
     chosen = _interval(job, settings)
     if chosen < job.write_h:
         raise ModelError("the checkpoint interval is shorter than the checkpoint write")
+    if settings.runs and chosen == 0:
+        raise ModelError(
+            "a checkpoint write of 0 s is best taken continuously (an interval of 0), which "
+            "a simulation cannot run: give --checkpoint-interval MIN with --simulate"
+        )
     given = fleet is None or given
     low_rate = high_rate = rate_per_1000
     if fleet is not None and not given:
@@ -195,7 +197,7 @@ def build(
             "ettr": _round(ettr(job, h)),
             "renewal": _round(ettr_renewal(job, h)),
         }
-        for h in interval_grid(job, found["optimal"] if math.isfinite(found["optimal"]) else chosen)
+        for h in interval_grid(job, _grid_centre(job, found["optimal"], chosen))
     ]
     sizes = out["by_job_size"]
     missed = [r for r in sizes if r["explained"] is False]
@@ -223,6 +225,15 @@ def build(
             + ("trust the simulation" if settings.runs else "--simulate N gives the figure")
         )
     return out
+
+
+def _grid_centre(job: Job, optimal: float, chosen: float) -> float:
+    """Where the ETTR curve centres: the optimum, else the interval asked; where both are 0
+    (a free write: the optimum is to checkpoint continuously) a tenth of the MTTF."""
+    for centre in (optimal, chosen):
+        if math.isfinite(centre) and centre > 0:
+            return centre
+    return mttf_hours(job) / 10
 
 
 def _by_job_size(
@@ -504,7 +515,8 @@ def render(report: dict[str, Any], markdown: bool = False) -> str:
     )
     chosen = report["checkpoint_interval_hours"]
     lines.append(
-        f"checkpoint every {chosen * 60:.1f} min (write {report['checkpoint_write_s']:g} s, "
+        ("checkpoint continuously" if chosen == 0 else f"checkpoint every {chosen * 60:.1f} min")
+        + f" (write {report['checkpoint_write_s']:g} s, "
         "restart "
         f"{report['restart_s'] / 60:g} min, detection {report['detect_s']:g} s): E[ETTR] "
         f"{_f(report['ettr'])} "
