@@ -127,9 +127,20 @@ def load_paths(paths: list[str], workers: int | None) -> Any:
         from gpudiag.fleet.dataset import read_into
 
         read_into(loaded, datasets)
-    for problem in loaded.bad:
-        print(f"gpudiag: skipped {problem}", file=sys.stderr)
+    if loaded.runs:  # with nothing read, none_read's one line says why instead
+        for problem in loaded.bad:
+            print(f"gpudiag: skipped {problem}", file=sys.stderr)
     return loaded
+
+
+NONE_READ_NAMED = 10  # the problems one line names before it counts the rest
+
+
+def none_read(bad: list[str]) -> str:
+    """Why no snapshot could be read, in one line: each problem (the first ten)."""
+    named = "; ".join(bad[:NONE_READ_NAMED])
+    more = f"; and {len(bad) - NONE_READ_NAMED} more" if len(bad) > NONE_READ_NAMED else ""
+    return "no snapshot could be read" + (f": {named}{more}" if bad else "")
 
 
 def target_problem_of(target: str, suffix: str) -> str | None:
@@ -165,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         compare = (key, sides[0], sides[1])
     loaded = load_paths(args.paths, args.workers)
     if not loaded.runs:
-        return fail("no snapshot could be read")
+        return fail(none_read(loaded.bad))
     if getattr(args, "rules", None):
         from gpudiag.fleet.judge import judge_again
         from gpudiag.rulefile import RuleError, load_rules

@@ -186,17 +186,17 @@ def run(args: argparse.Namespace) -> int:
         return fail("give snapshots over time (PATH...) or --rate R")
     fleet = None
     if args.paths:
-        from gpudiag.commands.fleet import extra_problem
+        from gpudiag.commands.fleet import extra_problem, none_read
 
         if problem := extra_problem("goodput", args.paths):  # reading snapshots: fleet's
             return fail(problem)
         from gpudiag.fleet.load import load_fleet
 
         loaded = load_fleet(args.paths, args.workers)
+        if not loaded.runs:  # one line: why (each file's problem), as `fleet` says it
+            return fail(none_read(loaded.bad))
         for problem in loaded.bad:
             print(f"gpudiag: skipped {problem}", file=sys.stderr)
-        if not loaded.runs:
-            return fail("no snapshot could be read")
         try:
             fleet = fleet_rates(histories(loaded), args.max_gap)
         except NoTimeSpan as exc:
