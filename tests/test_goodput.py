@@ -40,6 +40,13 @@ from fleetgen_failures import failure_states, planted_failures, write_failure_hi
 META = 6.5  # failures per 1000 node-days (Kokolis et al., Meta)
 
 
+@pytest.fixture(autouse=True)
+def _wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The text wraps at the terminal's width: these tests read it unwrapped (one sets
+    COLUMNS=80 to check the wrapping)."""
+    monkeypatch.setenv("COLUMNS", "1000")
+
+
 def test_databricks_one_percent_a_year() -> None:
     assert round(p_any_failure(0.01, 1024, 30), 3) == 0.569
     assert round(p_any_failure(0.01, 256, 30), 3) == 0.190
@@ -390,6 +397,29 @@ def test_a_free_checkpoint_write_has_an_optimum(capsys: pytest.CaptureFixture[st
     assert main(["goodput", "--rate", "6.5", "--checkpoint-write", "0", "--simulate", "5"]) == 3
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--checkpoint-interval" in err
+
+
+def test_text_fits_80_columns(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """At COLUMNS=80 no line is wider than 80 (prose wraps, the what-if table wraps its
+    first column); a fleet's report too (long times, lemon lines), wrapped at 80."""
+    from gpudiag.fleet.goodput_report import Settings, build
+    from gpudiag.fleet.goodput_text import render
+
+    monkeypatch.setenv("COLUMNS", "80")
+    args = ["goodput", "--rate", "6.5", "--spares", "2", "--simulate", "5", "--seed", "1",
+            "--observed", "1024:7.9", "--observed", "16384:1.8"]  # fmt: skip
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert max(map(len, text.splitlines())) <= 80 and "2 hot spares (upper" in text
+    planted = planted_failures(0)
+    rates = fleet_rates(failure_states(planted))
+    job = Job(1024, rates.total.per_1000 / 1000)
+    report = build(rates.total.per_1000, rates, Settings(job, None, runs=5, seed=1, work_h=48.0))
+    wide, narrow = render(report), render(report, width=80)
+    assert max(map(len, wide.splitlines())) > 80 >= max(map(len, narrow.splitlines()))
+    assert sorted(wide.split()) == sorted(narrow.split())  # wrapped, every word kept
 
 
 def test_the_first_order_note_asks_for_a_simulation_only_where_none_ran(

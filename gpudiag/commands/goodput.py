@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from typing import Any
 
@@ -180,7 +181,8 @@ def run(args: argparse.Namespace) -> int:
     """The report; 0, or 3 on bad input."""
     from gpudiag.fleet.goodput import NoTimeSpan, RatesError, fleet_rates, histories
     from gpudiag.fleet.goodput_model import Job, ModelError
-    from gpudiag.fleet.goodput_report import Settings, build, render
+    from gpudiag.fleet.goodput_report import Settings, build
+    from gpudiag.fleet.goodput_text import render
 
     if not args.paths and args.rate is None:
         return fail("give snapshots over time (PATH...) or --rate R")
@@ -239,5 +241,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(report, indent=1))
     else:
-        sys.stdout.write(render(report, args.format == "markdown"))
+        # wrapped at the terminal's width (COLUMNS honoured; 80 where it has none)
+        width = shutil.get_terminal_size().columns
+        sys.stdout.write(render(report, args.format == "markdown", width))
     return 0
