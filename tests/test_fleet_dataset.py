@@ -72,19 +72,51 @@ def test_a_nodes_history_reads_only_its_rows(dataset: Path) -> None:
     assert later == pytest.approx(first * 0.9, rel=0.02)
 
 
-def test_the_cli_appends_and_reads_a_dataset(fleet_dir: Path, tmp_path: Path) -> None:
+def test_the_cli_appends_and_reads_a_dataset(
+    fleet_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--dataset URL` and `gpudiag fleet URL` through the filesystem layer: a file://
+    URL end to end (it made a folder named 'file:' in the working directory)."""
+    from gpudiag.cli import main
+
     target = tmp_path / "ds"
-    wrote = run_cli("fleet", str(fleet_dir), "--format", "json", "--dataset", str(target))
+    url = target.as_uri()
+    wrote = run_cli("fleet", str(fleet_dir), "--format", "json", "--dataset", url, cwd=tmp_path)
     assert wrote.returncode == 1, wrote.stderr
-    assert (target / MARKER).is_file()
+    assert (target / MARKER).is_file() and not (tmp_path / "file:").exists()
     back = load_paths([str(target)], 1)  # what `gpudiag fleet DIR` reads, in this process
     assert not back.bad
     assert json.dumps(report_json(analyse(back)), indent=1) + "\n" == wrote.stdout
+    assert main(["fleet", url, "--format", "json"]) == 1  # the URL read back
+    assert capsys.readouterr().out == wrote.stdout
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "x.txt").write_text("x")
     assert "not a gpudiag dataset" in (dataset_problem(str(tmp_path / "other")) or "")
     assert dataset_problem(str(tmp_path / "other" / "x.txt")) == "not a folder"
     assert dataset_problem(str(target)) is None and dataset_problem(str(tmp_path / "new")) is None
+
+
+def test_an_object_store_dataset(fleet_dir: Path, analysed: FleetReport) -> None:
+    """A dataset on a filesystem that is not a local folder (fsspec's memory://: no
+    folders, no rename, objects written whole, as on S3) appends, reads back as the
+    snapshots' report, and answers a node's history."""
+    import uuid
+
+    bucket = f"memory://gpudiag-{uuid.uuid4().hex[:8]}"  # fsspec's memory is per process
+    url = f"{bucket}/fleet"
+    loaded = load_fleet([fleet_dir], workers=1)
+    assert dataset_problem(url) is None
+    assert append_dataset(loaded, url) == 21 and append_dataset(loaded, url) == 0
+    back = load_paths([url], 1)
+    assert not back.bad and len(back.runs) == 21
+    assert _report(back) == (report_text(analysed), report_json(analysed))
+    history = node_history(url, "node005", "stream", "triad", "gpu1")
+    assert history["node"].to_list() == ["node005"] * 2
+    assert "not a gpudiag dataset" in load_paths([bucket], 1).bad[0]
+    assert "not a gpudiag dataset" in (dataset_problem(bucket) or "")
+    assert dataset_problem("nosuch://b/fleet") == "Protocol not known: nosuch"
+    [line] = load_paths(["nosuch://b/fleet"], 1).bad
+    assert line == "nosuch://b/fleet: Protocol not known: nosuch"
 
 
 def _sql(title: str, root: Path) -> str:

@@ -43,6 +43,7 @@ from gpudiag.fleet.records import (
     kernel_values,
     no_gc,
 )
+from gpudiag.fleet.store import Store
 from gpudiag.snapshot import SnapshotError
 
 MARKER = "_gpudiag_dataset"
@@ -54,8 +55,12 @@ _CONTROL = r"[\x00-\x1f\x7f-\x9f]"
 
 
 def is_dataset(path: str | Path) -> bool:
-    """A folder that `--dataset` wrote (its marker file is there)."""
-    return (Path(path) / MARKER).is_file()
+    """A folder that `--dataset` wrote (its marker file is there), local or a URL."""
+    try:
+        store = Store(str(path))
+        return store.is_file(store.join(MARKER))
+    except OSError:
+        return False
 
 
 def _schemas() -> dict[str, dict[str, Any]]:
@@ -273,37 +278,29 @@ def _parsed(result: Any) -> ParsedKernel:
     return _as_parsed_kernel(result)
 
 
-def _existing_ids(root: Path) -> set[str]:
-    import polars as pl
-
-    files = list((root / "runs").rglob("*.parquet"))
-    if not files:
+def _existing_ids(store: Store) -> set[str]:
+    if not store.files("runs"):
         return set()
-    return set(pl.scan_parquet(files).select("run_id").collect()["run_id"].to_list())
+    return set(store.scan("runs").select("run_id").collect()["run_id"].to_list())
 
 
 def append_dataset(loaded: LoadedFleet, target: str) -> int:
-    """Append every run of `loaded` not already in the dataset at `target` (a folder,
-    made if missing); how many were appended. OSError when it cannot be written."""
-
-    from gpudiag.atomic import atomic_target
+    """Append every run of `loaded` not already in the dataset at `target` (a folder or
+    a URL, fleet/store.py; made if missing); how many were appended. OSError when it
+    cannot be written."""
     from gpudiag.fleet.table import Fleet
 
-    root = Path(target)
-    marker = root / MARKER
-    if root.exists() and not root.is_dir():
-        raise OSError(f"{target}: not a folder")
-    if root.is_dir() and any(root.iterdir()) and not marker.is_file():
-        raise OSError(f"{target}: a folder that is not a gpudiag dataset (no {MARKER})")
-    root.mkdir(parents=True, exist_ok=True)
-    if not marker.is_file():
-        with atomic_target(str(marker), suffix=".tmp") as temporary:
-            Path(temporary).write_text(
-                json.dumps({"format": FORMAT, "schema_version": SCHEMA_VERSION}) + "\n"
-            )
+    store = Store(target)
+    marker = store.join(MARKER)
+    if problem := _target_problem(store):
+        raise OSError(f"{target}: {problem}")
+    store.makedirs(store.root)
+    if not store.is_file(marker):
+        text = json.dumps({"format": FORMAT, "schema_version": SCHEMA_VERSION}) + "\n"
+        store.write(marker, text=text)
     else:
-        _check_marker(root)
-    known = _existing_ids(root)
+        _check_marker(store)
+    known = _existing_ids(store)
     fleet = Fleet(loaded)
     parts: dict[tuple[str, str], list[tuple[NodeRun, str, datetime]]] = {}
     for run in loaded.runs:
@@ -319,51 +316,53 @@ def append_dataset(loaded: LoadedFleet, target: str) -> int:
     for (day, model), runs in sorted(parts.items()):
         frames = _rows(loaded, runs)
         for table in TABLES:
-            folder = root / table / f"date={day}" / f"model={quote(model, safe='')}"
-            folder.mkdir(parents=True, exist_ok=True)
-            frame = frames[table]
-            path = folder / f"part-{batch}.parquet"
-            with atomic_target(str(path), suffix=".tmp") as temporary:
-                frame.write_parquet(temporary, statistics=True)
+            folder = store.join(table, f"date={day}", f"model={quote(model, safe='')}")
+            store.makedirs(folder)
+            store.write(f"{folder}/part-{batch}.parquet", frames[table])
         appended += len(runs)
     return appended
 
 
-def _check_marker(root: Path) -> None:
+def _check_marker(store: Store) -> None:
     try:
-        marker = json.loads((root / MARKER).read_text())
+        marker = json.loads(store.read_text(store.join(MARKER)))
         version = marker["schema_version"]
     except (OSError, ValueError, KeyError, TypeError):
-        raise SnapshotError(str(root), f"a damaged dataset marker ({MARKER})") from None
+        raise SnapshotError(store.target, f"a damaged dataset marker ({MARKER})") from None
     if marker.get("format") != FORMAT or version != SCHEMA_VERSION:
-        raise SnapshotError(str(root), f"dataset schema {version!r}: this gpudiag reads 1")
+        raise SnapshotError(store.target, f"dataset schema {version!r}: this gpudiag reads 1")
 
 
 def scan(root: str | Path, table: str) -> Any:
-    """The Polars lazy frame of one table (date and model from the folder names)."""
-    import polars as pl
-
-    pattern = str(Path(root) / table / "**" / "*.parquet")
-    return pl.scan_parquet(pattern, hive_partitioning=True, schema=None)
+    """The Polars lazy frame of one table (date and model from the folder names), at a
+    local folder or a URL (fleet/store.py)."""
+    return Store(str(root)).scan(table)
 
 
 def read_dataset(root: str | Path) -> LoadedFleet:
     """The fleet a dataset holds, as the snapshots gave it; SnapshotError if damaged."""
     with no_gc():
-        return _read_dataset(Path(root))
+        try:
+            store = Store(str(root))
+        except OSError as exc:  # a URL this install cannot open (fleet/store.py)
+            raise SnapshotError(str(root), str(exc).removeprefix(f"{root}: ")) from None
+        return _read_dataset(store)
 
 
-def _read_dataset(root: Path) -> LoadedFleet:
+def _read_dataset(store: Store) -> LoadedFleet:
     import polars as pl
 
-    name = str(root)
-    _check_marker(root)
-    if not list((root / "runs").rglob("*.parquet")):
+    name = store.target
+    if not store.is_file(store.join(MARKER)):
+        raise SnapshotError(name, f"not a gpudiag dataset (no {MARKER})")
+    _check_marker(store)
+    if not store.files("runs"):
         return LoadedFleet()
+    table = store.scan
     try:
-        runs = scan(root, "runs").select("run_id", "node", "created", "path").collect()
+        runs = table("runs").select("run_id", "node", "created", "path").collect()
         readings = (
-            scan(root, "readings")
+            table("readings")
             .select(
                 "run_id",
                 "position",
@@ -380,12 +379,10 @@ def _read_dataset(root: Path) -> LoadedFleet:
             .collect()
         )
         kernels = (
-            scan(root, "kernels")
-            .drop("time", "node", "date", "model", "reading", "template")
-            .collect()
+            table("kernels").drop("time", "node", "date", "model", "reading", "template").collect()
         )
         findings = (
-            scan(root, "findings")
+            table("findings")
             .select("run_id", "position", "rule", "severity", "subject")
             .sort("run_id", "position")
             .collect()
@@ -513,15 +510,28 @@ def merge_into(fleet: LoadedFleet, part: LoadedFleet) -> None:
     FleetMerger(fleet).add(part.layouts, configs, part.runs, part.bad)
 
 
-def dataset_problem(target: str) -> str | None:
-    """Why `target` cannot take an append, or None."""
-    path = Path(target)
-    if path.exists() and not path.is_dir():
+def _target_problem(store: Store) -> str | None:
+    root = store.root
+    if store.exists(root) and not store.is_dir(root):
         return "not a folder"
-    if path.is_dir() and any(path.iterdir()) and not is_dataset(path):
+    if store.is_dir(root) and store.has_entries(root) and not store.is_file(store.join(MARKER)):
         return f"a folder with files that is not a gpudiag dataset (no {MARKER})"
-    if not os.access(path if path.exists() else path.parent, os.W_OK):
-        return "not writable"
+    return None
+
+
+def dataset_problem(target: str) -> str | None:
+    """Why `target` (a folder or a URL) cannot take an append, or None. Whether object
+    storage can be written is known only by writing."""
+    try:
+        store = Store(target)
+        if problem := _target_problem(store):
+            return problem
+    except OSError as exc:
+        return str(exc).removeprefix(f"{target}: ")
+    if store.local:
+        path = Path(store.root)
+        if not os.access(path if path.exists() else path.parent, os.W_OK):
+            return "not writable"
     return None
 
 
