@@ -190,3 +190,12 @@ def test_a_damaged_dataset_is_named_and_skipped(dataset: Path, tmp_path: Path) -
     loaded = load_paths([str(copy)], 1)
     assert not loaded.runs and "not a readable dataset" in loaded.bad[0]
     assert "\n" not in loaded.bad[0]
+
+
+def test_sample_lists_of_every_length_keep_their_order() -> None:
+    """The kernels' samples column is made by length in NumPy and put back in order."""
+    from gpudiag.fleet.dataset import _sample_lists
+
+    samples = [[1.0, 2.0], [], [3.0], [4.0, 5.0], [6.0, 7.0, 8.0], []]
+    assert _sample_lists(samples).to_list() == samples
+    assert _sample_lists([]).to_list() == []

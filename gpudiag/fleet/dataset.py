@@ -149,52 +149,154 @@ def _untyped(value: float | None, text: str | None, kind: str) -> Any:
 
 
 def _rows(loaded: LoadedFleet, runs: list[tuple[NodeRun, str, datetime]]) -> dict[str, Any]:
-    """The four tables for these runs (run, its id, its time), as Polars frames."""
+    """The four tables for these runs (run, its id, its time), as Polars frames. Each
+    table's time, run id and node are one entry per run, repeated in Polars (gather);
+    what alike nodes share (findings, a kernel's key and parameters) is built once."""
+    import polars as pl
+
+    schemas = _schemas()
+    times = pl.Series("time", [r[2] for r in runs], schemas["runs"]["time"])
+    ids = pl.Series("run_id", [r[1] for r in runs], pl.String)
+    nodes = pl.Series("node", [r[0].host for r in runs], pl.String)
+
+    def head(counts: list[int]) -> list[Any]:
+        each = np.repeat(np.arange(len(runs), dtype=np.uint32), counts)
+        return [times.gather(each), ids.gather(each), nodes.gather(each)]
+
+    frames = {
+        "runs": pl.DataFrame(
+            {
+                "time": times,
+                "run_id": ids,
+                "node": nodes,
+                "created": [r[0].created for r in runs],
+                "path": [r[0].path for r in runs],
+            },
+            schema=schemas["runs"],
+        ),
+        "kernels": _kernels_frame(runs, schemas["kernels"], head),
+        "findings": _findings_frame(runs, schemas["findings"], head),
+        "readings": _readings_frame(loaded, runs, schemas["readings"]),
+    }
+    return frames
+
+
+def _findings_frame(runs: list[tuple[NodeRun, str, datetime]], schema: Any, head: Any) -> Any:
+    """The findings table: alike nodes share one tuple of findings (the loaders intern
+    them), whose rows are made once and gathered for each run that has it."""
+    import polars as pl
+
+    first_row: dict[int, int] = {}  # id of a findings tuple -> its first row in `catalogue`
+    catalogue: list[tuple[str, str, str]] = []
+    starts, counts = [], []
+    for run, _, _ in runs:
+        found = run.findings
+        at = first_row.get(id(found))
+        if at is None:
+            at = first_row[id(found)] = len(catalogue)
+            catalogue.extend(found)
+        starts.append(at)
+        counts.append(len(found))
+    total = sum(counts)
+    # row j of run i is catalogue[starts[i] + j]: each run's start repeated, plus j
+    offsets = np.repeat(np.cumsum([0, *counts[:-1]], dtype=np.int64), counts)
+    rows = np.repeat(np.asarray(starts, dtype=np.int64), counts)
+    within = np.arange(total, dtype=np.int64) - offsets
+    columns = list(zip(*catalogue, strict=True)) if catalogue else [(), (), ()]
+    table = pl.DataFrame(
+        {"rule": columns[0], "severity": columns[1], "subject": columns[2]},
+        schema={c: pl.String for c in ("rule", "severity", "subject")},
+    )
+    return pl.DataFrame(
+        [
+            *head(counts),
+            pl.Series("position", within, pl.UInt32),
+            *(table[rows + within] if total else table).get_columns(),
+        ]
+    ).select(list(schema))
+
+
+def _kernels_frame(runs: list[tuple[NodeRun, str, datetime]], schema: Any, head: Any) -> Any:
+    """The kernels table: one row per kernel result, its samples one list."""
     import polars as pl
 
     from gpudiag.fleet.records import _kernel_key
     from gpudiag.fleet.table import template
 
-    out: dict[str, dict[str, list[Any]]] = {}
-    schemas = _schemas()
-    for table in ("runs", "kernels", "findings"):
-        out[table] = {name: [] for name in schemas[table]}
-
-    def head(table: str, rid: str, when: datetime, node: str) -> None:
-        columns = out[table]
-        columns["time"].append(when)
-        columns["run_id"].append(rid)
-        columns["node"].append(node)
-
-    for run, rid, when in runs:
-        head("runs", rid, when, run.host)
-        out["runs"]["created"].append(run.created)
-        out["runs"]["path"].append(run.path)
-        k = out["kernels"]
+    names = ("kernel", "device", "metric", "status", "unit", "error")
+    columns: dict[str, list[Any]] = {n: [] for n in (*names, "reading", "template", "params")}
+    stats_rows: list[Any] = []
+    samples: list[list[float]] = []
+    positions: list[int] = []
+    counts = []
+    templates: dict[str | None, str | None] = {None: None}
+    params_text: dict[Any, str] = {}
+    for run, _, _ in runs:
+        counts.append(len(run.kernels))
         for position, result in enumerate(run.kernels):
-            head("kernels", rid, when, run.host)
             parsed = _parsed(result)
-            k["position"].append(position)
-            for name in ("kernel", "device", "metric", "status", "unit", "error"):
-                k[name].append(getattr(parsed, name))
+            positions.append(position)
+            for name in names:
+                columns[name].append(getattr(parsed, name))
             key = _kernel_key(parsed)[0]
-            k["reading"].append(key)
-            k["template"].append(None if key is None else template(key)[0])
-            k["samples"].append(list(parsed.samples))
-            stats = parsed.stats
-            for name in STATS:
-                k[name].append(None if stats is msgspec.UNSET else float(getattr(stats, name)))
-            k["params"].append(json.dumps(parsed.params, sort_keys=True))
-        f = out["findings"]
-        for position, (rule, severity, subject) in enumerate(run.findings):
-            head("findings", rid, when, run.host)
-            f["position"].append(position)
-            f["rule"].append(rule)
-            f["severity"].append(severity)
-            f["subject"].append(subject)
-    frames = {t: pl.DataFrame(out[t], schema=schemas[t]) for t in out}
-    frames["readings"] = _readings_frame(loaded, runs, schemas["readings"])
-    return frames
+            columns["reading"].append(key)
+            if key not in templates:
+                templates[key] = template(key)[0]  # type: ignore[arg-type]
+            columns["template"].append(templates[key])
+            samples.append(parsed.samples)
+            stats_rows.append(parsed.stats)
+            params = parsed.params
+            try:
+                memo: Any = tuple(sorted(params.items()))
+                text = params_text.get(memo)
+            except TypeError:  # a list among the values: not hashable, not remembered
+                memo, text = None, None
+            if text is None:
+                text = json.dumps(params, sort_keys=True)
+                if memo is not None and len(params_text) < 65536:
+                    params_text[memo] = text
+            columns["params"].append(text)
+    stats = np.full((len(stats_rows), len(STATS)), np.nan)
+    for i, value in enumerate(stats_rows):
+        if value is not msgspec.UNSET:
+            stats[i] = [getattr(value, n) for n in STATS]
+    frame = pl.DataFrame(
+        [
+            *head(counts),
+            pl.Series("position", positions, pl.UInt32),
+            *(pl.Series(n, columns[n], pl.String) for n in columns),
+            _sample_lists(samples),
+            *(
+                pl.Series(n, stats[:, i]).fill_nan(None).cast(schema[n])
+                for i, n in enumerate(STATS)
+            ),
+        ]
+    )
+    return frame.select(list(schema))
+
+
+def _sample_lists(samples: list[list[float]]) -> Any:
+    """The samples column (List(Float64)): the lists of each length made in one NumPy
+    matrix (a list of lists costs Polars a Python call per list), put back in order."""
+    import polars as pl
+
+    by_length: dict[int, list[int]] = {}
+    for i, values in enumerate(samples):
+        by_length.setdefault(len(values), []).append(i)
+    parts, order = [], []
+    for length, rows in by_length.items():
+        if length:
+            matrix = np.asarray([samples[i] for i in rows], dtype=np.float64)
+            part = pl.Series("samples", matrix).cast(pl.List(pl.Float64))
+        else:
+            part = pl.Series("samples", [[]] * len(rows), pl.List(pl.Float64))
+        parts.append(part)
+        order.extend(rows)
+    if not parts:
+        return pl.Series("samples", [], pl.List(pl.Float64))
+    inverse = np.empty(len(order), dtype=np.int64)
+    inverse[np.asarray(order, dtype=np.int64)] = np.arange(len(order))
+    return pl.concat(parts).gather(inverse)
 
 
 def _readings_frame(
@@ -235,36 +337,57 @@ def _readings_frame(
         only_numeric = [p for p in layout.numeric if p not in config_at]
         positions = np.asarray(only_numeric, dtype=np.int64)
         from_slots = np.asarray([slots[p] for p in only_numeric], dtype=np.int64)
-        bases: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        # a configuration's row (its values, texts and kinds) made once; each run's
+        # texts and kinds are its configuration's, gathered in Polars, and its numbers
+        # its own (a numeric reading's kind is float, or none where it was not read)
+        bases: dict[int, int] = {}
+        base_values: list[np.ndarray] = []
+        base_texts: list[Any] = []
+        base_kinds: list[Any] = []
         values = np.empty((len(members), n))
-        texts = np.empty((len(members), n), dtype=object)
-        kinds = np.empty((len(members), n), dtype=object)
+        which = np.empty(len(members), dtype=np.int64)
         for i, (run, _, _) in enumerate(members):
-            base = bases.get(run.config)
-            if base is None:
+            at = bases.get(run.config)
+            if at is None:
                 row_value = np.full(n, math.nan)
-                row_text = np.full(n, None, dtype=object)
-                row_kind = np.full(n, "none", dtype=object)
+                row_text: list[str | None] = [None] * n
+                row_kind = ["none"] * n
                 config = loaded.configs[run.config]
                 for p, c in config_at.items():
                     value, text, kind = _typed(config[c])
                     row_value[p] = math.nan if value is None else value
                     row_text[p], row_kind[p] = text, kind
-                base = bases[run.config] = (row_value, row_text, row_kind)
-            values[i], texts[i], kinds[i] = base
+                at = bases[run.config] = len(base_values)
+                base_values.append(row_value)
+                base_texts.extend(row_text)
+                base_kinds.extend(row_kind)
+            values[i] = base_values[at]
             values[i, positions] = run.numbers[from_slots]
-        if len(positions):
-            kinds[:, positions] = np.where(np.isnan(values[:, positions]), "none", "float")
+            which[i] = at
         k = len(members)
         each = np.repeat(np.arange(k, dtype=np.uint32), n)  # each run's row, n times
+        gather = (np.repeat(which * n, n) + np.tile(np.arange(n, dtype=np.int64), k)).astype(
+            np.uint32 if len(base_texts) < 2**32 else np.uint64
+        )
+        flat = values.ravel()
+        # the kinds as small codes in NumPy, turned into strings by one gather
+        names = sorted({"none", "float", *base_kinds})
+        code_of = {name: i for i, name in enumerate(names)}
+        codes = np.asarray([code_of[x] for x in base_kinds], dtype=np.uint32)[gather]
+        if len(positions):
+            numeric = np.zeros(n, dtype=bool)
+            numeric[positions] = True
+            measured = np.tile(numeric, k)
+            codes[measured] = np.where(np.isnan(flat[measured]), code_of["none"], code_of["float"])
+        kinds = pl.Series("value_type", names, pl.String).gather(codes)
         part = pl.concat([static] * k) if k > 1 else static
         part = part.with_columns(
             pl.Series("time", [m[2] for m in members], schema["time"]).gather(each),
             pl.Series("run_id", [m[1] for m in members], pl.String).gather(each),
             pl.Series("node", [m[0].host for m in members], pl.String).gather(each),
-            pl.Series("value", values.ravel()).fill_nan(None),
-            pl.Series("text", texts.ravel().tolist(), dtype=pl.String),
-            pl.Series("value_type", kinds.ravel().tolist(), dtype=pl.String),
+            pl.Series("value", flat).fill_nan(None),
+            pl.Series("text", base_texts, pl.String).gather(gather),
+            kinds.alias("value_type"),
         )
         parts.append(part.select(list(schema)))
     if not parts:
