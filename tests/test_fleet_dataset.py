@@ -199,3 +199,18 @@ def test_sample_lists_of_every_length_keep_their_order() -> None:
     samples = [[1.0, 2.0], [], [3.0], [4.0, 5.0], [6.0, 7.0, 8.0], []]
     assert _sample_lists(samples).to_list() == samples
     assert _sample_lists([]).to_list() == []
+
+
+def test_a_large_append_is_written_in_batches(
+    fleet_dir: Path, analysed: FleetReport, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition of more than BATCH_RUNS runs is several files of at most that many
+    runs (its memory bounded), read back as one."""
+    from gpudiag.fleet import dataset
+
+    monkeypatch.setattr(dataset, "BATCH_RUNS", 7)
+    target = tmp_path / "ds"
+    assert append_dataset(load_fleet([fleet_dir], workers=1), str(target)) == 21
+    files = list((target / "runs").rglob("*.parquet"))
+    assert len(files) > 3 and all(pl.read_parquet(f).height <= 7 for f in files)
+    assert _report(load_paths([str(target)], 1)) == (report_text(analysed), report_json(analysed))

@@ -50,6 +50,7 @@ MARKER = "_gpudiag_dataset"
 FORMAT = "gpudiag fleet dataset"
 SCHEMA_VERSION = 1
 TABLES = ("runs", "readings", "kernels", "findings")
+BATCH_RUNS = 1000  # runs per file of an append (bounds its memory)
 STATS = ("count", "median", "minimum", "maximum", "mean", "cv", "ci95_low", "ci95_high")
 _CONTROL = r"[\x00-\x1f\x7f-\x9f]"
 
@@ -337,15 +338,16 @@ def _readings_frame(
         only_numeric = [p for p in layout.numeric if p not in config_at]
         positions = np.asarray(only_numeric, dtype=np.int64)
         from_slots = np.asarray([slots[p] for p in only_numeric], dtype=np.int64)
-        # a configuration's row (its values, texts and kinds) made once; each run's
-        # texts and kinds are its configuration's, gathered in Polars, and its numbers
-        # its own (a numeric reading's kind is float, or none where it was not read)
+        # a configuration's row (its values, texts and kinds) made once; each run's texts
+        # and kinds are its configuration's row, repeated as Polars chunks (no copy), and
+        # its numbers its own; a measured reading's kind is float, or none where not read
+        measured = np.zeros(n, dtype=bool)
+        measured[positions] = True
         bases: dict[int, int] = {}
         base_values: list[np.ndarray] = []
-        base_texts: list[Any] = []
-        base_kinds: list[Any] = []
+        base_rows: list[Any] = []
         values = np.empty((len(members), n))
-        which = np.empty(len(members), dtype=np.int64)
+        chosen = []
         for i, (run, _, _) in enumerate(members):
             at = bases.get(run.config)
             if at is None:
@@ -359,35 +361,32 @@ def _readings_frame(
                     row_text[p], row_kind[p] = text, kind
                 at = bases[run.config] = len(base_values)
                 base_values.append(row_value)
-                base_texts.extend(row_text)
-                base_kinds.extend(row_kind)
+                base_rows.append(
+                    pl.DataFrame(
+                        {"text": row_text, "_kind": row_kind, "_measured": measured},
+                        schema={"text": pl.String, "_kind": pl.String, "_measured": pl.Boolean},
+                    )
+                )
             values[i] = base_values[at]
             values[i, positions] = run.numbers[from_slots]
-            which[i] = at
+            chosen.append(base_rows[at])
         k = len(members)
         each = np.repeat(np.arange(k, dtype=np.uint32), n)  # each run's row, n times
-        gather = (np.repeat(which * n, n) + np.tile(np.arange(n, dtype=np.int64), k)).astype(
-            np.uint32 if len(base_texts) < 2**32 else np.uint64
-        )
-        flat = values.ravel()
-        # the kinds as small codes in NumPy, turned into strings by one gather
-        names = sorted({"none", "float", *base_kinds})
-        code_of = {name: i for i, name in enumerate(names)}
-        codes = np.asarray([code_of[x] for x in base_kinds], dtype=np.uint32)[gather]
-        if len(positions):
-            numeric = np.zeros(n, dtype=bool)
-            numeric[positions] = True
-            measured = np.tile(numeric, k)
-            codes[measured] = np.where(np.isnan(flat[measured]), code_of["none"], code_of["float"])
-        kinds = pl.Series("value_type", names, pl.String).gather(codes)
-        part = pl.concat([static] * k) if k > 1 else static
-        part = part.with_columns(
+        part = pl.concat(
+            [pl.concat([static] * k), pl.concat(chosen)], how="horizontal"
+        ).with_columns(
             pl.Series("time", [m[2] for m in members], schema["time"]).gather(each),
             pl.Series("run_id", [m[1] for m in members], pl.String).gather(each),
             pl.Series("node", [m[0].host for m in members], pl.String).gather(each),
-            pl.Series("value", flat).fill_nan(None),
-            pl.Series("text", base_texts, pl.String).gather(gather),
-            kinds.alias("value_type"),
+            pl.Series("value", values.ravel()).fill_nan(None),
+        )
+        part = part.with_columns(
+            pl.when(~pl.col("_measured"))
+            .then(pl.col("_kind"))
+            .when(pl.col("value").is_null())
+            .then(pl.lit("none"))
+            .otherwise(pl.lit("float"))
+            .alias("value_type")
         )
         parts.append(part.select(list(schema)))
     if not parts:
@@ -437,11 +436,23 @@ def append_dataset(loaded: LoadedFleet, target: str) -> int:
     batch = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     appended = 0
     for (day, model), runs in sorted(parts.items()):
-        frames = _rows(loaded, runs)
-        for table in TABLES:
-            folder = store.join(table, f"date={day}", f"model={quote(model, safe='')}")
+        folders = {
+            table: store.join(table, f"date={day}", f"model={quote(model, safe='')}")
+            for table in TABLES
+        }
+        for folder in folders.values():
             store.makedirs(folder)
-            store.write(f"{folder}/part-{batch}.parquet", frames[table])
+        # a file per table and BATCH_RUNS runs: the rows of a few thousand runs in memory
+        # at once, whatever the fleet's size (10,000 nodes' readings are 23 million rows)
+        for first in range(0, len(runs), BATCH_RUNS):
+            frames = _rows(loaded, runs[first : first + BATCH_RUNS])
+            name = (
+                f"part-{batch}.parquet"
+                if len(runs) <= BATCH_RUNS
+                else (f"part-{batch}-{first // BATCH_RUNS:05d}.parquet")
+            )
+            for table in TABLES:
+                store.write(f"{folders[table]}/{name}", frames[table])
         appended += len(runs)
     return appended
 
