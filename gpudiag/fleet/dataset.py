@@ -544,19 +544,42 @@ def _assemble(runs: Any, readings: Any, kernels: Any, findings: Any) -> LoadedFl
     fleet = LoadedFleet()
     layouts: dict[tuple[Any, ...], int] = {}
     configs: dict[tuple[int, tuple[Any, ...]], int] = {}
-    # the readings are sorted by run and position: each run is a slice of whole columns,
-    # each column turned into a list (or an array) once
-    spans = readings.group_by("run_id", maintain_order=True).len()
+    # the readings are sorted by run and position: each run is a slice of whole columns.
+    # A run's layout (its keys, statuses, units, slots) and its configuration are known
+    # by two 64-bit hashes each, summed over its rows in Polars; only the first run of
+    # each is turned into Python lists (the whole columns as lists were most of the
+    # memory: 23 million strings a column at 10,000 nodes)
+    import polars as pl
+
+    layout_row = pl.struct("position", "reading", "status", "unit", "slot", "configuration")
+    config_row = pl.struct("position", "text", "value_type", "value")
+    spans = readings.group_by("run_id", maintain_order=True).agg(
+        pl.len().alias("len"),
+        *(layout_row.hash(seed).sum().alias(f"layout{seed}") for seed in (11, 23)),
+        *(
+            pl.when(pl.col("configuration"))
+            .then(config_row.hash(seed))
+            .otherwise(pl.lit(0, pl.UInt64))
+            .sum()
+            .alias(f"config{seed}")
+            for seed in (11, 23)
+        ),
+    )
     bounds = [0, *np.cumsum(spans["len"].to_numpy(), dtype=np.int64).tolist()]
-    by_run = {rid: (bounds[i], bounds[i + 1]) for i, rid in enumerate(spans["run_id"])}
-    col_key = readings["reading"].to_list()
-    col_status = readings["status"].to_list()
-    col_unit = readings["unit"].to_list()
-    col_slot = readings["slot"].to_list()
-    col_config = readings["configuration"].to_list()
+    by_run = {
+        rid: (bounds[i], bounds[i + 1], layout, config)
+        for i, (rid, layout, config) in enumerate(
+            zip(
+                spans["run_id"],
+                zip(spans["len"], spans["layout11"], spans["layout23"], strict=True),
+                zip(spans["config11"], spans["config23"], strict=True),
+                strict=True,
+            )
+        )
+    }
     col_value = readings["value"].fill_null(math.nan).to_numpy()
-    col_text = readings["text"].to_list()
-    col_kind = readings["value_type"].to_list()
+    by_hash: dict[Any, int] = {}  # a layout's hashes -> its id
+    config_by_hash: dict[Any, int] = {}  # (layout id, configuration hashes) -> its id
     kernels_of: dict[str, list[ParsedKernel]] = {}
     for row in kernels.sort("run_id", "position").iter_rows(named=True):
         stats: Any = msgspec.UNSET
@@ -583,41 +606,45 @@ def _assemble(runs: Any, readings: Any, kernels: Any, findings: Any) -> LoadedFl
     interned: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     numeric_at: dict[int, np.ndarray] = {}
     config_at: dict[int, np.ndarray] = {}
-    decoded: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     for rid, node, created, path in runs.sort("path", "created").iter_rows():
         span = by_run.get(rid)
         if span is None:
             raise SnapshotError(path, "a run without readings in the dataset")
-        a, b = span
-        keys = tuple(col_key[a:b])
-        statuses = tuple(col_status[a:b])
-        units = tuple(col_unit[a:b])
-        signature = (keys, statuses, units)
-        layout_id = layouts.get(signature)
+        a, b, layout_hash, config_hash = span
+        layout_id = by_hash.get(layout_hash)
         if layout_id is None:
-            slot = col_slot[a:b]
-            numeric = tuple(
-                p for _, p in sorted((s, p) for p, s in enumerate(slot) if s is not None)
-            )
-            config_positions = tuple(p for p, c in enumerate(col_config[a:b]) if c)
-            layout_id = layouts[signature] = len(fleet.layouts)
-            fleet.layouts.append(Layout(keys, statuses, units, numeric, config_positions))
-            numeric_at[layout_id] = np.asarray(numeric, dtype=np.int64)
-            config_at[layout_id] = np.asarray(config_positions, dtype=np.int64)
+            rows = readings.slice(a, b - a)
+            keys = tuple(rows["reading"].to_list())
+            statuses = tuple(rows["status"].to_list())
+            units = tuple(rows["unit"].to_list())
+            signature = (keys, statuses, units)
+            layout_id = layouts.get(signature)
+            if layout_id is None:
+                slot = rows["slot"].to_list()
+                numeric = tuple(
+                    p for _, p in sorted((s, p) for p, s in enumerate(slot) if s is not None)
+                )
+                config_positions = tuple(
+                    p for p, c in enumerate(rows["configuration"].to_list()) if c
+                )
+                layout_id = layouts[signature] = len(fleet.layouts)
+                fleet.layouts.append(Layout(keys, statuses, units, numeric, config_positions))
+                numeric_at[layout_id] = np.asarray(numeric, dtype=np.int64)
+                config_at[layout_id] = np.asarray(config_positions, dtype=np.int64)
+            by_hash[layout_hash] = layout_id
         layout = fleet.layouts[layout_id]
         value = col_value[a:b]
-        config_idx = config_at[layout_id]
-        raw = (layout_id, tuple(col_text[a:b]), tuple(col_kind[a:b]), value[config_idx].tobytes())
-        config = decoded.get(raw)
-        if config is None:  # alike nodes share their configuration: decoded once
-            config = decoded[raw] = tuple(
-                _untyped(_number(value[p]), col_text[a + p], col_kind[a + p]) for p in layout.config
-            )
-        config_id = configs.get((layout_id, config))
-        if config_id is None:
-            config_id = configs[(layout_id, config)] = len(fleet.configs)
-            fleet.configs.append(config)
-            fleet.config_layout.append(layout_id)
+        config_id = config_by_hash.get((layout_id, config_hash))
+        if config_id is None:  # alike nodes share their configuration: decoded once
+            rows = readings.slice(a, b - a)
+            texts, kinds = rows["text"].to_list(), rows["value_type"].to_list()
+            config = tuple(_untyped(_number(value[p]), texts[p], kinds[p]) for p in layout.config)
+            config_id = configs.get((layout_id, config))
+            if config_id is None:
+                config_id = configs[(layout_id, config)] = len(fleet.configs)
+                fleet.configs.append(config)
+                fleet.config_layout.append(layout_id)
+            config_by_hash[(layout_id, config_hash)] = config_id
         numbers = value[numeric_at[layout_id]]
         run_kernels = tuple(kernels_of.get(rid, ()))
         found = tuple(findings_of.get(rid, ()))
