@@ -59,9 +59,9 @@ from gpudiag.fleet.dataset import (
     _time,
     append_dataset,
     node_history,
-    read_dataset,
     run_id,
 )
+from gpudiag.fleet.dataset_read import read_dataset
 from gpudiag.fleet.load import load_fleet
 from gpudiag.fleet.report import report_json
 

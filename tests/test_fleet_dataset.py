@@ -214,3 +214,31 @@ def test_a_large_append_is_written_in_batches(
     files = list((target / "runs").rglob("*.parquet"))
     assert len(files) > 3 and all(pl.read_parquet(f).height <= 7 for f in files)
     assert _report(load_paths([str(target)], 1)) == (report_text(analysed), report_json(analysed))
+
+
+def test_a_run_split_across_files_is_read_whole(
+    dataset: Path, analysed: FleetReport, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The readings are read a file at a time (an append writes whole runs to a file);
+    a dataset rewritten by another tool, a run's rows in two files, is read as one."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(dataset, copy)
+    victim = max((copy / "readings").rglob("*.parquet"), key=lambda p: p.stat().st_size)
+    rows = pl.read_parquet(victim, hive_partitioning=False)
+    half = rows.height // 2 + 7  # within a run
+    rows[:half].write_parquet(victim)
+    rows[half:].write_parquet(victim.with_name("part-second-half.parquet"))
+    from gpudiag.fleet import dataset_read as module
+
+    ways = []
+    real = module._readings
+
+    def recorded(store: object, by_file: bool) -> object:
+        ways.append(by_file)
+        return real(store, by_file)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(module, "_readings", recorded)
+    assert _report(load_paths([str(copy)], 1)) == (report_text(analysed), report_json(analysed))
+    assert ways == [True, False]  # file by file, then (a run across files) all at once

@@ -134,7 +134,7 @@ def load_paths(paths: list[str], workers: int | None) -> Any:
     datasets = [p for p in paths if is_url(p) or Path(p, "_gpudiag_dataset").is_file()]
     loaded = load_fleet([p for p in paths if p not in datasets], workers)
     if datasets:
-        from gpudiag.fleet.dataset import read_into
+        from gpudiag.fleet.dataset_read import read_into
 
         read_into(loaded, datasets)
     if loaded.runs:  # with nothing read, none_read's one line says why instead

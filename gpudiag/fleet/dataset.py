@@ -11,10 +11,10 @@ are the partitions, in the folder names only. Each append writes new files (one 
 table and partition, written to a temporary name and renamed) and never rewrites an
 earlier one; a snapshot already in the dataset (its run id) is not appended again.
 
-Reading back makes the LoadedFleet the snapshots made (fleet/records.py), so the report
-is the same; Polars' lazy scan reads only the columns it needs, and `node_history` only
-the partitions and rows of one node. Strings with a control character are refused, as
-every other input's are made printable.
+Reading back (fleet/dataset_read.py) makes the LoadedFleet the snapshots made
+(fleet/records.py), so the report is the same; Polars' lazy scan reads only the columns
+it needs, and `node_history` only the partitions and rows of one node. The folder may be
+a URL (fleet/store.py). An append writes a file per table, partition and 1,000 runs.
 """
 
 from __future__ import annotations
@@ -32,16 +32,10 @@ from urllib.parse import quote
 import msgspec
 import numpy as np
 
-from gpudiag import inputs
 from gpudiag.fleet.records import (
-    FleetMerger,
-    Layout,
     LoadedFleet,
     NodeRun,
     ParsedKernel,
-    ParsedStats,
-    kernel_values,
-    no_gc,
 )
 from gpudiag.fleet.store import Store
 from gpudiag.snapshot import SnapshotError
@@ -133,20 +127,6 @@ def _typed(value: Any) -> tuple[float | None, str | None, str]:
     if type(value) in (tuple, list):
         return None, json.dumps(list(value)), "list"
     return None, str(value), "str"
-
-
-def _untyped(value: float | None, text: str | None, kind: str) -> Any:
-    if kind == "none":
-        return msgspec.UNSET
-    if kind == "bool":
-        return bool(value)
-    if kind == "int":
-        return int(text) if text is not None else int(value or 0)
-    if kind == "float":
-        return value
-    if kind == "list":
-        return tuple(json.loads(text or "[]"))
-    return text
 
 
 def _rows(loaded: LoadedFleet, runs: list[tuple[NodeRun, str, datetime]]) -> dict[str, Any]:
@@ -473,204 +453,6 @@ def scan(root: str | Path, table: str) -> Any:
     return Store(str(root)).scan(table)
 
 
-def read_dataset(root: str | Path) -> LoadedFleet:
-    """The fleet a dataset holds, as the snapshots gave it; SnapshotError if damaged."""
-    with no_gc():
-        try:
-            store = Store(str(root))
-        except OSError as exc:  # a URL this install cannot open (fleet/store.py)
-            raise SnapshotError(str(root), str(exc).removeprefix(f"{root}: ")) from None
-        return _read_dataset(store)
-
-
-def _read_dataset(store: Store) -> LoadedFleet:
-    import polars as pl
-
-    name = store.target
-    if not store.is_file(store.join(MARKER)):
-        raise SnapshotError(name, f"not a gpudiag dataset (no {MARKER})")
-    _check_marker(store)
-    if not store.files("runs"):
-        return LoadedFleet()
-    table = store.scan
-    try:
-        runs = table("runs").select("run_id", "node", "created", "path").collect()
-        readings = (
-            table("readings")
-            .select(
-                "run_id",
-                "position",
-                "reading",
-                "unit",
-                "status",
-                "value",
-                "text",
-                "value_type",
-                "slot",
-                "configuration",
-            )
-            .sort("run_id", "position")
-            .collect()
-        )
-        kernels = (
-            table("kernels").drop("time", "node", "date", "model", "reading", "template").collect()
-        )
-        findings = (
-            table("findings")
-            .select("run_id", "position", "rule", "severity", "subject")
-            .sort("run_id", "position")
-            .collect()
-        )
-    except Exception as exc:  # a damaged file may fail anywhere in the reader
-        raise SnapshotError(name, f"not a readable dataset: {str(exc).splitlines()[0]}") from None
-    for frame in (runs, readings, kernels, findings):
-        strings = [c for c, t in frame.schema.items() if t == pl.String]
-        if (
-            strings
-            and frame.select(pl.any_horizontal(pl.col(strings).str.contains(_CONTROL)).any()).item()
-        ):
-            raise SnapshotError(name, "a string with a control character")
-    values = readings["value"].drop_nulls()
-    if len(values) and float(values.abs().max()) > inputs.MAX_NUMBER:  # type: ignore[arg-type]
-        raise SnapshotError(name, f"a value past {inputs.MAX_NUMBER:.2g}, which no reading holds")
-    return _assemble(runs, readings, kernels, findings)
-
-
-def _number(x: float) -> float | None:
-    return None if math.isnan(x) else float(x)
-
-
-def _assemble(runs: Any, readings: Any, kernels: Any, findings: Any) -> LoadedFleet:
-    fleet = LoadedFleet()
-    layouts: dict[tuple[Any, ...], int] = {}
-    configs: dict[tuple[int, tuple[Any, ...]], int] = {}
-    # the readings are sorted by run and position: each run is a slice of whole columns.
-    # A run's layout (its keys, statuses, units, slots) and its configuration are known
-    # by two 64-bit hashes each, summed over its rows in Polars; only the first run of
-    # each is turned into Python lists (the whole columns as lists were most of the
-    # memory: 23 million strings a column at 10,000 nodes)
-    import polars as pl
-
-    layout_row = pl.struct("position", "reading", "status", "unit", "slot", "configuration")
-    config_row = pl.struct("position", "text", "value_type", "value")
-    spans = readings.group_by("run_id", maintain_order=True).agg(
-        pl.len().alias("len"),
-        *(layout_row.hash(seed).sum().alias(f"layout{seed}") for seed in (11, 23)),
-        *(
-            pl.when(pl.col("configuration"))
-            .then(config_row.hash(seed))
-            .otherwise(pl.lit(0, pl.UInt64))
-            .sum()
-            .alias(f"config{seed}")
-            for seed in (11, 23)
-        ),
-    )
-    bounds = [0, *np.cumsum(spans["len"].to_numpy(), dtype=np.int64).tolist()]
-    by_run = {
-        rid: (bounds[i], bounds[i + 1], layout, config)
-        for i, (rid, layout, config) in enumerate(
-            zip(
-                spans["run_id"],
-                zip(spans["len"], spans["layout11"], spans["layout23"], strict=True),
-                zip(spans["config11"], spans["config23"], strict=True),
-                strict=True,
-            )
-        )
-    }
-    col_value = readings["value"].fill_null(math.nan).to_numpy()
-    by_hash: dict[Any, int] = {}  # a layout's hashes -> its id
-    config_by_hash: dict[Any, int] = {}  # (layout id, configuration hashes) -> its id
-    kernels_of: dict[str, list[ParsedKernel]] = {}
-    for row in kernels.sort("run_id", "position").iter_rows(named=True):
-        stats: Any = msgspec.UNSET
-        if row["median"] is not None:
-            stats = ParsedStats(*(int(row[n]) if n == "count" else row[n] for n in STATS))
-        kernels_of.setdefault(row["run_id"], []).append(
-            ParsedKernel(
-                kernel=row["kernel"],
-                device=row["device"],
-                metric=row["metric"],
-                status=row["status"],
-                unit=row["unit"],
-                error=row["error"],
-                samples=list(row["samples"] or ()),
-                params=json.loads(row["params"]),
-                stats=stats,
-            )
-        )
-    findings_of: dict[str, list[tuple[str, str, str]]] = {}
-    for rid, rule, severity, subject in findings.select(
-        "run_id", "rule", "severity", "subject"
-    ).iter_rows():
-        findings_of.setdefault(rid, []).append((rule, severity, subject))
-    interned: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-    numeric_at: dict[int, np.ndarray] = {}
-    config_at: dict[int, np.ndarray] = {}
-    for rid, node, created, path in runs.sort("path", "created").iter_rows():
-        span = by_run.get(rid)
-        if span is None:
-            raise SnapshotError(path, "a run without readings in the dataset")
-        a, b, layout_hash, config_hash = span
-        layout_id = by_hash.get(layout_hash)
-        if layout_id is None:
-            rows = readings.slice(a, b - a)
-            keys = tuple(rows["reading"].to_list())
-            statuses = tuple(rows["status"].to_list())
-            units = tuple(rows["unit"].to_list())
-            signature = (keys, statuses, units)
-            layout_id = layouts.get(signature)
-            if layout_id is None:
-                slot = rows["slot"].to_list()
-                numeric = tuple(
-                    p for _, p in sorted((s, p) for p, s in enumerate(slot) if s is not None)
-                )
-                config_positions = tuple(
-                    p for p, c in enumerate(rows["configuration"].to_list()) if c
-                )
-                layout_id = layouts[signature] = len(fleet.layouts)
-                fleet.layouts.append(Layout(keys, statuses, units, numeric, config_positions))
-                numeric_at[layout_id] = np.asarray(numeric, dtype=np.int64)
-                config_at[layout_id] = np.asarray(config_positions, dtype=np.int64)
-            by_hash[layout_hash] = layout_id
-        layout = fleet.layouts[layout_id]
-        value = col_value[a:b]
-        config_id = config_by_hash.get((layout_id, config_hash))
-        if config_id is None:  # alike nodes share their configuration: decoded once
-            rows = readings.slice(a, b - a)
-            texts, kinds = rows["text"].to_list(), rows["value_type"].to_list()
-            config = tuple(_untyped(_number(value[p]), texts[p], kinds[p]) for p in layout.config)
-            config_id = configs.get((layout_id, config))
-            if config_id is None:
-                config_id = configs[(layout_id, config)] = len(fleet.configs)
-                fleet.configs.append(config)
-                fleet.config_layout.append(layout_id)
-            config_by_hash[(layout_id, config_hash)] = config_id
-        numbers = value[numeric_at[layout_id]]
-        run_kernels = tuple(kernels_of.get(rid, ()))
-        found = tuple(findings_of.get(rid, ()))
-        fleet.runs.append(
-            NodeRun(
-                path=path,
-                host=node,
-                created=created,
-                layout=layout_id,
-                config=config_id,
-                numbers=numbers,
-                kernel_values=kernel_values(run_kernels),
-                kernels=run_kernels,
-                findings=interned.setdefault(found, found),
-            )
-        )
-    return fleet
-
-
-def merge_into(fleet: LoadedFleet, part: LoadedFleet) -> None:
-    """Add `part`'s runs to `fleet`, its layouts and configurations renumbered (as
-    load.load_fleet merges what its workers read)."""
-    configs = zip(part.config_layout, part.configs, strict=True)
-    FleetMerger(fleet).add(part.layouts, configs, part.runs, part.bad)
-
-
 def _target_problem(store: Store) -> str | None:
     root = store.root
     if store.exists(root) and not store.is_dir(root):
@@ -694,15 +476,6 @@ def dataset_problem(target: str) -> str | None:
         if not os.access(path if path.exists() else path.parent, os.W_OK):
             return "not writable"
     return None
-
-
-def read_into(fleet: LoadedFleet, roots: list[str]) -> None:
-    """Each dataset's runs added to `fleet`; a damaged one is named in `fleet.bad`."""
-    for root in roots:
-        try:
-            merge_into(fleet, read_dataset(root))
-        except SnapshotError as exc:
-            fleet.bad.append(inputs.printable(str(exc)))
 
 
 def node_history(

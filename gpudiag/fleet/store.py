@@ -116,6 +116,12 @@ class Store:
             return []
         return sorted(p for p in self.fs.find(folder) if p.endswith(".parquet"))
 
+    def scan_file(self, path: str) -> Any:
+        """One Parquet file of a table (its columns only: no partitions)."""
+        import polars as pl
+
+        return pl.scan_parquet(path if self.local else self.fs.open(path, "rb"))
+
     def scan(self, table: str) -> Any:
         """The Polars lazy frame of one table, with its partitions (date, model) as
         columns: locally Polars' hive scan; elsewhere each file through fsspec."""
