@@ -96,17 +96,29 @@ def test_the_cli_appends_and_reads_a_dataset(
     assert dataset_problem(str(target)) is None and dataset_problem(str(tmp_path / "new")) is None
 
 
-def test_an_object_store_dataset(fleet_dir: Path, analysed: FleetReport) -> None:
+def test_an_object_store_dataset(
+    fleet_dir: Path, analysed: FleetReport, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A dataset on a filesystem that is not a local folder (fsspec's memory://: no
     folders, no rename, objects written whole, as on S3) appends, reads back as the
-    snapshots' report, and answers a node's history."""
+    snapshots' report, and answers a node's history. Appended in batches of 7 runs (a
+    partition of more than BATCH_RUNS runs is several files: an append's memory is
+    bounded), read back as one."""
     import uuid
 
+    import fsspec
+
+    from gpudiag.fleet import dataset
+
+    monkeypatch.setattr(dataset, "BATCH_RUNS", 7)
     bucket = f"memory://gpudiag-{uuid.uuid4().hex[:8]}"  # fsspec's memory is per process
     url = f"{bucket}/fleet"
     loaded = load_fleet([fleet_dir], workers=1)
     assert dataset_problem(url) is None
     assert append_dataset(loaded, url) == 21 and append_dataset(loaded, url) == 0
+    memory = fsspec.filesystem("memory")
+    files = [f for f in memory.find(f"{url}/runs") if f.endswith(".parquet")]
+    assert len(files) > 3 and all(pl.read_parquet(memory.cat_file(f)).height <= 7 for f in files)
     back = load_paths([url], 1)
     assert not back.bad and len(back.runs) == 21
     assert _report(back) == (report_text(analysed), report_json(analysed))
@@ -199,21 +211,6 @@ def test_sample_lists_of_every_length_keep_their_order() -> None:
     samples = [[1.0, 2.0], [], [3.0], [4.0, 5.0], [6.0, 7.0, 8.0], []]
     assert _sample_lists(samples).to_list() == samples
     assert _sample_lists([]).to_list() == []
-
-
-def test_a_large_append_is_written_in_batches(
-    fleet_dir: Path, analysed: FleetReport, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A partition of more than BATCH_RUNS runs is several files of at most that many
-    runs (its memory bounded), read back as one."""
-    from gpudiag.fleet import dataset
-
-    monkeypatch.setattr(dataset, "BATCH_RUNS", 7)
-    target = tmp_path / "ds"
-    assert append_dataset(load_fleet([fleet_dir], workers=1), str(target)) == 21
-    files = list((target / "runs").rglob("*.parquet"))
-    assert len(files) > 3 and all(pl.read_parquet(f).height <= 7 for f in files)
-    assert _report(load_paths([str(target)], 1)) == (report_text(analysed), report_json(analysed))
 
 
 def test_a_run_split_across_files_is_read_whole(
