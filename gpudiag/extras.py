@@ -13,6 +13,7 @@ EXTRAS = {
     "polars": "fleet",
     "msgspec": "fleet",
     "ClusterShell": "fleet",
+    "fsspec": "fleet",  # a dataset at a URL (fleet/store.py)
     "numba": "cpu-kernels",
     "prometheus_client": "monitor",
 }

@@ -28,6 +28,6 @@ def dataset(fleet_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def analysed(dataset: Path) -> Any:
     """The fleet report (a FleetReport) of the dataset, read back."""
     from gpudiag.fleet.analysis import analyse
-    from gpudiag.fleet.dataset import read_dataset
+    from gpudiag.fleet.dataset_read import read_dataset
 
     return analyse(read_dataset(dataset))

@@ -108,7 +108,7 @@ def failure_states(planted: PlantedFailures) -> dict[str, list[Any]]:
             NodeState(
                 datetime.fromisoformat(created),
                 frozenset() if gpu is None else frozenset({f"gpu.{gpu}"}),
-                tuple(sorted(_base_xids(xid).items())),
+                _xid_state(xid),
                 _base_memory(),
                 (),
                 float(GPUS * 18),  # the files change gpu.N.health only
@@ -130,6 +130,12 @@ def _base_json() -> dict[str, Any]:
 
 def _base_findings() -> list[tuple[str, str, str]]:
     return [(f["rule_id"], f["severity"], f["subject"]) for f in _base_json()["findings"]]
+
+
+@functools.cache
+def _xid_state(xid79: int) -> tuple[tuple[str, float], ...]:
+    """NodeState's xid field at this Xid 79 count (built once per count)."""
+    return tuple(sorted(_base_xids(xid79).items()))
 
 
 def _base_xids(xid79: int) -> dict[str, float]:

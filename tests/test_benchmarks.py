@@ -36,9 +36,12 @@ SMALLEST = {
     ),
     "fleet_scale.py": "test_fleet_bench.py",  # run there, its figures checked in detail
     "change_errors.py": "test_changes.py",  # run there in-process, at --smallest
-    "dataset_scale.py": (
-        ["--nodes", "10", "--gpus", "2", "--repeat", "1"],
-        ["append CPU", "reference", "same report: True"],
+    "dataset_scale.py": (  # and its scale part: 10 nodes copied to 20, 2 runs deep
+        [
+            *("--nodes", "10", "--gpus", "2", "--repeat", "1"),
+            *("--report-nodes", "20", "--history-runs", "2", "--base-nodes", "10"),
+        ],
+        ["append CPU", "reference", "same report: True", "report over 20 nodes", "over 2 runs"],
     ),
     "fuzz_loaders.py": (  # a fuzzing run, not a timing: iterations and crashes
         ["--seconds", "0.5"],

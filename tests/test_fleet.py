@@ -178,6 +178,8 @@ def test_parquet(fleet_dir: Path, tmp_path: Path) -> None:
         "unit",
         "value",
         "slot",
+        "run",
+        "latest",  # false: an older snapshot's numbers (docs/fleets.md)
     }
     hot = table.filter(
         (pl.col("node") == "node011")

@@ -72,19 +72,63 @@ def test_a_nodes_history_reads_only_its_rows(dataset: Path) -> None:
     assert later == pytest.approx(first * 0.9, rel=0.02)
 
 
-def test_the_cli_appends_and_reads_a_dataset(fleet_dir: Path, tmp_path: Path) -> None:
+def test_the_cli_appends_and_reads_a_dataset(
+    fleet_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--dataset URL` and `gpudiag fleet URL` through the filesystem layer: a file://
+    URL end to end (it made a folder named 'file:' in the working directory)."""
+    from gpudiag.cli import main
+
     target = tmp_path / "ds"
-    wrote = run_cli("fleet", str(fleet_dir), "--format", "json", "--dataset", str(target))
+    url = target.as_uri()
+    wrote = run_cli("fleet", str(fleet_dir), "--format", "json", "--dataset", url, cwd=tmp_path)
     assert wrote.returncode == 1, wrote.stderr
-    assert (target / MARKER).is_file()
+    assert (target / MARKER).is_file() and not (tmp_path / "file:").exists()
     back = load_paths([str(target)], 1)  # what `gpudiag fleet DIR` reads, in this process
     assert not back.bad
     assert json.dumps(report_json(analyse(back)), indent=1) + "\n" == wrote.stdout
+    assert main(["fleet", url, "--format", "json"]) == 1  # the URL read back
+    assert capsys.readouterr().out == wrote.stdout
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "x.txt").write_text("x")
     assert "not a gpudiag dataset" in (dataset_problem(str(tmp_path / "other")) or "")
     assert dataset_problem(str(tmp_path / "other" / "x.txt")) == "not a folder"
     assert dataset_problem(str(target)) is None and dataset_problem(str(tmp_path / "new")) is None
+
+
+def test_an_object_store_dataset(
+    fleet_dir: Path, analysed: FleetReport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dataset on a filesystem that is not a local folder (fsspec's memory://: no
+    folders, no rename, objects written whole, as on S3) appends, reads back as the
+    snapshots' report, and answers a node's history. Appended in batches of 7 runs (a
+    partition of more than BATCH_RUNS runs is several files: an append's memory is
+    bounded), read back as one."""
+    import uuid
+
+    import fsspec
+
+    from gpudiag.fleet import dataset
+
+    monkeypatch.setattr(dataset, "BATCH_RUNS", 7)
+    bucket = f"memory://gpudiag-{uuid.uuid4().hex[:8]}"  # fsspec's memory is per process
+    url = f"{bucket}/fleet"
+    loaded = load_fleet([fleet_dir], workers=1)
+    assert dataset_problem(url) is None
+    assert append_dataset(loaded, url) == 21 and append_dataset(loaded, url) == 0
+    memory = fsspec.filesystem("memory")
+    files = [f for f in memory.find(f"{url}/runs") if f.endswith(".parquet")]
+    assert len(files) > 3 and all(pl.read_parquet(memory.cat_file(f)).height <= 7 for f in files)
+    back = load_paths([url], 1)
+    assert not back.bad and len(back.runs) == 21
+    assert _report(back) == (report_text(analysed), report_json(analysed))
+    history = node_history(url, "node005", "stream", "triad", "gpu1")
+    assert history["node"].to_list() == ["node005"] * 2
+    assert "not a gpudiag dataset" in load_paths([bucket], 1).bad[0]
+    assert "not a gpudiag dataset" in (dataset_problem(bucket) or "")
+    assert dataset_problem("nosuch://b/fleet") == "Protocol not known: nosuch"
+    [line] = load_paths(["nosuch://b/fleet"], 1).bad
+    assert line == "nosuch://b/fleet: Protocol not known: nosuch"
 
 
 def _sql(title: str, root: Path) -> str:
@@ -158,3 +202,40 @@ def test_a_damaged_dataset_is_named_and_skipped(dataset: Path, tmp_path: Path) -
     loaded = load_paths([str(copy)], 1)
     assert not loaded.runs and "not a readable dataset" in loaded.bad[0]
     assert "\n" not in loaded.bad[0]
+
+
+def test_sample_lists_of_every_length_keep_their_order() -> None:
+    """The kernels' samples column is made by length in NumPy and put back in order."""
+    from gpudiag.fleet.dataset import _sample_lists
+
+    samples = [[1.0, 2.0], [], [3.0], [4.0, 5.0], [6.0, 7.0, 8.0], []]
+    assert _sample_lists(samples).to_list() == samples
+    assert _sample_lists([]).to_list() == []
+
+
+def test_a_run_split_across_files_is_read_whole(
+    dataset: Path, analysed: FleetReport, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The readings are read a file at a time (an append writes whole runs to a file);
+    a dataset rewritten by another tool, a run's rows in two files, is read as one."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(dataset, copy)
+    victim = max((copy / "readings").rglob("*.parquet"), key=lambda p: p.stat().st_size)
+    rows = pl.read_parquet(victim, hive_partitioning=False)
+    half = rows.height // 2 + 7  # within a run
+    rows[:half].write_parquet(victim)
+    rows[half:].write_parquet(victim.with_name("part-second-half.parquet"))
+    from gpudiag.fleet import dataset_read as module
+
+    ways = []
+    real = module._readings
+
+    def recorded(store: object, by_file: bool) -> object:
+        ways.append(by_file)
+        return real(store, by_file)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(module, "_readings", recorded)
+    assert _report(load_paths([str(copy)], 1)) == (report_text(analysed), report_json(analysed))
+    assert ways == [True, False]  # file by file, then (a run across files) all at once

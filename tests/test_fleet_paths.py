@@ -63,3 +63,23 @@ def test_the_fast_path_and_the_loader_give_one_report(
         assert report_text(report) == report_text(fast)
         assert report_text(report, markdown=True) == report_text(fast, markdown=True)
     assert fast.table is not None and fast.table.equals(slow.table)
+
+
+@pytest.mark.parametrize("command", ["fleet", "goodput", "baseline"])
+def test_nothing_read_is_one_line_and_3(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad path alone was two lines (skipped, then none read): now one line naming it,
+    exit 3; several bad paths, one line naming each (the first ten)."""
+    from gpudiag.cli import main
+
+    extra = ["-o", str(tmp_path / "rules.toml")] if command == "baseline" else []
+    absent = tmp_path / "absent.json"
+    assert main([command, str(absent), *extra]) == 3
+    [line] = capsys.readouterr().err.splitlines()
+    assert "no snapshot could be read: " in line and f"{absent}: no such file" in line
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    assert main([command, str(absent), str(empty), *extra]) == 3
+    [line] = capsys.readouterr().err.splitlines()
+    assert f"{absent}: no such file" in line and f"{empty}: file is empty" in line

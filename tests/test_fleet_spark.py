@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from gpudiag.fleet.analysis import analyse
-from gpudiag.fleet.dataset import read_dataset
+from gpudiag.fleet.dataset_read import read_dataset
 from gpudiag.snapshot import load, save
 
 from fleetgen import fleet_dir, with_values, write_operator_fleet

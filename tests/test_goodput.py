@@ -40,6 +40,13 @@ from fleetgen_failures import failure_states, planted_failures, write_failure_hi
 META = 6.5  # failures per 1000 node-days (Kokolis et al., Meta)
 
 
+@pytest.fixture(autouse=True)
+def _wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The text wraps at the terminal's width: these tests read it unwrapped (one sets
+    COLUMNS=80 to check the wrapping)."""
+    monkeypatch.setenv("COLUMNS", "1000")
+
+
 def test_databricks_one_percent_a_year() -> None:
     assert round(p_any_failure(0.01, 1024, 30), 3) == 0.569
     assert round(p_any_failure(0.01, 256, 30), 3) == 0.190
@@ -137,15 +144,22 @@ def test_hardware_xids_are_gpu027s() -> None:
     assert set(gpu027["expect"]["excludes"]) == HARDWARE_XIDS
 
 
-@pytest.mark.parametrize("seed", [0, 2, 3])
-def test_planted_rates_and_lemon(seed: int) -> None:
-    """A few of the 100 seeds (all 100 are run outside the suite and reported: 94 pass;
-    seed 1 is one of the misses, its 42 Xids where 57.6 are planted the lower 2% tail)."""
-    planted = planted_failures(seed)
-    rates = fleet_rates(failure_states(planted))
-    for cause in planted.rates:
-        assert rates.causes[cause].low <= planted.fleet_rate(cause) <= rates.causes[cause].high
-    assert [lemon.node for lemon in rates.lemons] == [planted.lemon]
+def test_planted_rates_and_lemon_in_95_of_100_seeds() -> None:
+    """The issue's figure: in 95 of 100 seeds both planted rates lie within their
+    intervals and the lemon, and no healthy node, is named. Two independent 95% intervals
+    hold together only ~90% of the time (93 of 100 here): the causes' intervals are
+    simultaneous (Bonferroni over the causes, exact Poisson), and the report says so."""
+    passed = 0
+    for seed in range(100):
+        planted = planted_failures(seed)
+        rates = fleet_rates(failure_states(planted))
+        within = all(
+            rates.causes[c].low <= planted.fleet_rate(c) <= rates.causes[c].high
+            for c in planted.rates
+        )
+        passed += within and [lemon.node for lemon in rates.lemons] == [planted.lemon]
+    assert passed >= 95
+    assert rates.cause_confidence == pytest.approx(1 - 0.05 / len(rates.causes))
 
 
 def test_history_files_load_as_planned(tmp_path: Path) -> None:
@@ -219,6 +233,11 @@ def test_text_report_of_a_fleet(capsys: pytest.CaptureFixture[str]) -> None:
     report = build(rates.total.per_1000, rates, Settings(job, None, runs=20, seed=1, work_h=48.0))
     text = render(report)
     assert f"lemon node {planted.lemon}" in text
+    # the causes' intervals are simultaneous (issue 42's 95 of 100 seeds), and said so
+    joint = report["causes_intervals"]
+    assert joint["simultaneous"] is True and joint["joint_confidence"] == 0.95
+    assert {c["confidence"] for c in report["causes"]} == {joint["each_confidence"]}
+    assert "intervals are simultaneous: all 5 hold together at 95%" in text
     assert "lemon nodes drained (1)" in text and "without gpu_lost" in text
     assert "checkpoint interval (log scale)" in text
     assert report["simulated"]["lemons"]["share"] == pytest.approx(1 / 20)
@@ -332,6 +351,75 @@ def test_with_spares_the_closed_form_is_not_set_beside_the_simulation(
     assert json.loads(capsys.readouterr().out)["simulated"]["closed_form_off_by"] is None
     assert main(args) == 0
     assert "the closed form has no spares to compare" in capsys.readouterr().out
+
+
+def test_with_spares_each_figure_says_what_it_models(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--spares K: the headline E[ETTR] is the closed form, which has no spares, and says
+    so; the "as asked" row is the same figure (it was the spares' upper bound, restart 0);
+    only the spares row is that upper bound, labelled; without --simulate the text says
+    that only the simulation models spares and how to get it."""
+    assert main(["goodput", "--rate", "6.5", "--spares", "4", "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    asked = report["what_if"][0]
+    assert asked["what"] == "as asked" and asked["ettr"] == report["ettr"]
+    assert "no spares" in report["ettr_model"] and "no spares" in asked["model"]
+    spares = next(r for r in report["what_if"] if "hot spares" in r["what"])
+    assert "upper bound" in spares["model"] and spares["ettr"] > report["ettr"]
+    assert report["ettr_spares_upper_bound"] == spares["ettr"]
+    assert main(["goodput", "--rate", "6.5", "--spares", "4"]) == 0
+    text = capsys.readouterr().out
+    assert "closed form, no spares" in text
+    assert "only the simulation models the 4 spares: --simulate RUNS" in text
+    assert "4 hot spares (upper bound)" in text
+
+
+def test_a_free_checkpoint_write_has_an_optimum(capsys: pytest.CaptureFixture[str]) -> None:
+    """--checkpoint-write 0: the closed form 1 - lambda (u0 + dt/2) is best as dt -> 0
+    (checkpoint continuously), E[ETTR] 1 - lambda u0 at the limit; it was an empty
+    optimum ('optimal - min', ETTR at the optimum '-') and, with 'optimal', exit 3."""
+    job = Job(16384, META / 1000, restart_s=600.0, write_s=0.0)
+    assert optimal_h(job) == 0.0
+    assert ettr(job, 0.0) == pytest.approx(1 - job.failures_per_hour * job.overhead_h)
+    assert ettr_renewal(job, 0.0) == pytest.approx(1 / (1 + job.failures_per_hour * job.overhead_h))
+    assert main(["goodput", "--rate", "6.5", "--checkpoint-write", "0", "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["intervals_hours"]["optimal"] == 0.0 == report["checkpoint_interval_hours"]
+    assert report["ettr"] == report["ettr_at_optimal"] == pytest.approx(ettr(job, 0.0), abs=1e-4)
+    assert len(report["curve"]) > 1 and all(p["interval_hours"] > 0 for p in report["curve"])
+    assert main(["goodput", "--rate", "6.5", "--checkpoint-write", "0", "--checkpoint-interval",
+                 "30"]) == 0  # fmt: skip
+    assert "optimal 0.0 min; E[ETTR] at the optimum 0.908" in capsys.readouterr().out
+    assert main(["goodput", "--rate", "6.5", "--checkpoint-write", "0"]) == 0
+    assert "checkpoint continuously (write 0 s" in capsys.readouterr().out
+    # a simulation needs an interval above 0: one line, exit 3
+    assert main(["goodput", "--rate", "6.5", "--checkpoint-write", "0", "--simulate", "5"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--checkpoint-interval" in err
+
+
+def test_text_fits_80_columns(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """At COLUMNS=80 no line is wider than 80 (prose wraps, the what-if table wraps its
+    first column); a fleet's report too (long times, lemon lines), wrapped at 80."""
+    from gpudiag.fleet.goodput_report import Settings, build
+    from gpudiag.fleet.goodput_text import render
+
+    monkeypatch.setenv("COLUMNS", "80")
+    args = ["goodput", "--rate", "6.5", "--spares", "2", "--simulate", "5", "--seed", "1",
+            "--observed", "1024:7.9", "--observed", "16384:1.8"]  # fmt: skip
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert max(map(len, text.splitlines())) <= 80 and "2 hot spares (upper" in text
+    planted = planted_failures(0)
+    rates = fleet_rates(failure_states(planted))
+    job = Job(1024, rates.total.per_1000 / 1000)
+    report = build(rates.total.per_1000, rates, Settings(job, None, runs=5, seed=1, work_h=48.0))
+    wide, narrow = render(report), render(report, width=80)
+    assert max(map(len, wide.splitlines())) > 80 >= max(map(len, narrow.splitlines()))
+    assert sorted(wide.split()) == sorted(narrow.split())  # wrapped, every word kept
 
 
 def test_the_first_order_note_asks_for_a_simulation_only_where_none_ran(

@@ -77,6 +77,7 @@ def test_goodput_tab(
             await pilot.press("q")
 
     asyncio.run(scenario())
+    monkeypatch.setenv("COLUMNS", "1000")  # the screen wraps at its own width
     assert main(["goodput", str(tmp_path), "--workers", "1"]) == 0
     assert shown[0] == capsys.readouterr().out.rstrip("\n")  # the command's own text
     for line in ("gpu_lost", "xid_hardware", "95% interval", f"lemon node {planted.lemon}"):

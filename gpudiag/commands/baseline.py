@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag import inputs
-from gpudiag.commands.fleet import extra_problem, fail, load_paths, target_problem_of
+from gpudiag.commands.fleet import (
+    extra_problem,
+    fail,
+    load_paths,
+    none_read,
+    target_problem_of,
+)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -58,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         return fail(problem)
     loaded = load_paths(args.paths, None)
     if not loaded.runs:
-        return fail("no snapshot could be read")
+        return fail(none_read(loaded.bad))
     from gpudiag.fleet.baseline import baseline, write_rules
     from gpudiag.fleet.table import fold
 

@@ -81,7 +81,8 @@ def add_parser(subparsers: Any) -> None:
     fleet.add_argument(
         "--dataset",
         metavar="DIR",
-        help="also append the snapshots as rows to a partitioned Parquet dataset (docs/dataset.md)",
+        help="also append the snapshots as rows to a partitioned Parquet dataset, a folder or "
+        "a URL such as s3://bucket/fleet (docs/dataset.md)",
     )
     fleet.add_argument(
         "--workers",
@@ -106,7 +107,9 @@ def fail(message: str) -> int:
     return EXIT_BAD
 
 
-def extra_problem(command: str, paths: list[str], parquet: str | None = None) -> str | None:
+def extra_problem(
+    command: str, paths: list[str], parquet: str | None = None, dataset: str | None = None
+) -> str | None:
     """Why COMMAND cannot run here: the fleet's engines, and Polars where Parquet files
     are named (inputs written by --parquet, or --parquet's target), are the `fleet` extra
     (gpudiag.extras). Checked before any gpudiag.fleet module is imported."""
@@ -114,22 +117,40 @@ def extra_problem(command: str, paths: list[str], parquet: str | None = None) ->
         return problem
     if parquet and (problem := extras.missing("--parquet", "polars")):
         return problem
+    from gpudiag.fleet.store import is_url  # no import of its own: the extra is not needed
+
+    urls = [p for p in [*paths, dataset or ""] if is_url(p)]
+    if urls and (problem := extras.missing(urls[0], "polars", "fsspec")):
+        return problem
     named = [p for p in paths if p.lower().endswith(".parquet")]  # fleet/load.py's suffix
     return extras.missing(f"reading {named[0]}", "polars") if named else None
 
 
 def load_paths(paths: list[str], workers: int | None) -> Any:
     from gpudiag.fleet.load import load_fleet
+    from gpudiag.fleet.store import is_url
 
-    datasets = [p for p in paths if Path(p, "_gpudiag_dataset").is_file()]  # dataset.MARKER
+    # a URL is a dataset's (fleet/store.py); a folder is one if it has dataset.MARKER
+    datasets = [p for p in paths if is_url(p) or Path(p, "_gpudiag_dataset").is_file()]
     loaded = load_fleet([p for p in paths if p not in datasets], workers)
     if datasets:
-        from gpudiag.fleet.dataset import read_into
+        from gpudiag.fleet.dataset_read import read_into
 
         read_into(loaded, datasets)
-    for problem in loaded.bad:
-        print(f"gpudiag: skipped {problem}", file=sys.stderr)
+    if loaded.runs:  # with nothing read, none_read's one line says why instead
+        for problem in loaded.bad:
+            print(f"gpudiag: skipped {problem}", file=sys.stderr)
     return loaded
+
+
+NONE_READ_NAMED = 10  # the problems one line names before it counts the rest
+
+
+def none_read(bad: list[str]) -> str:
+    """Why no snapshot could be read, in one line: each problem (the first ten)."""
+    named = "; ".join(bad[:NONE_READ_NAMED])
+    more = f"; and {len(bad) - NONE_READ_NAMED} more" if len(bad) > NONE_READ_NAMED else ""
+    return "no snapshot could be read" + (f": {named}{more}" if bad else "")
 
 
 def target_problem_of(target: str, suffix: str) -> str | None:
@@ -147,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     """`gpudiag fleet`: the report, or the fleet screen in a terminal; its exit code."""
     if args.parquet and (problem := target_problem_of(args.parquet, ".parquet")):
         return fail(f"--parquet {args.parquet}: {problem}")
-    if problem := extra_problem("fleet", args.paths, args.parquet):
+    if problem := extra_problem("fleet", args.paths, args.parquet, getattr(args, "dataset", None)):
         return fail(problem)
     if getattr(args, "dataset", None):
         from gpudiag.fleet.dataset import dataset_problem
@@ -165,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         compare = (key, sides[0], sides[1])
     loaded = load_paths(args.paths, args.workers)
     if not loaded.runs:
-        return fail("no snapshot could be read")
+        return fail(none_read(loaded.bad))
     if getattr(args, "rules", None):
         from gpudiag.fleet.judge import judge_again
         from gpudiag.rulefile import RuleError, load_rules

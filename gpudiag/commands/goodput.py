@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from typing import Any
 
@@ -180,23 +181,24 @@ def run(args: argparse.Namespace) -> int:
     """The report; 0, or 3 on bad input."""
     from gpudiag.fleet.goodput import NoTimeSpan, RatesError, fleet_rates, histories
     from gpudiag.fleet.goodput_model import Job, ModelError
-    from gpudiag.fleet.goodput_report import Settings, build, render
+    from gpudiag.fleet.goodput_report import Settings, build
+    from gpudiag.fleet.goodput_text import render
 
     if not args.paths and args.rate is None:
         return fail("give snapshots over time (PATH...) or --rate R")
     fleet = None
     if args.paths:
-        from gpudiag.commands.fleet import extra_problem
+        from gpudiag.commands.fleet import extra_problem, none_read
 
         if problem := extra_problem("goodput", args.paths):  # reading snapshots: fleet's
             return fail(problem)
         from gpudiag.fleet.load import load_fleet
 
         loaded = load_fleet(args.paths, args.workers)
+        if not loaded.runs:  # one line: why (each file's problem), as `fleet` says it
+            return fail(none_read(loaded.bad))
         for problem in loaded.bad:
             print(f"gpudiag: skipped {problem}", file=sys.stderr)
-        if not loaded.runs:
-            return fail("no snapshot could be read")
         try:
             fleet = fleet_rates(histories(loaded), args.max_gap)
         except NoTimeSpan as exc:
@@ -239,5 +241,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(report, indent=1))
     else:
-        sys.stdout.write(render(report, args.format == "markdown"))
+        # wrapped at the terminal's width (COLUMNS honoured; 80 where it has none)
+        width = shutil.get_terminal_size().columns
+        sys.stdout.write(render(report, args.format == "markdown", width))
     return 0

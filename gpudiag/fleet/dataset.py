@@ -11,10 +11,10 @@ are the partitions, in the folder names only. Each append writes new files (one 
 table and partition, written to a temporary name and renamed) and never rewrites an
 earlier one; a snapshot already in the dataset (its run id) is not appended again.
 
-Reading back makes the LoadedFleet the snapshots made (fleet/records.py), so the report
-is the same; Polars' lazy scan reads only the columns it needs, and `node_history` only
-the partitions and rows of one node. Strings with a control character are refused, as
-every other input's are made printable.
+Reading back (fleet/dataset_read.py) makes the LoadedFleet the snapshots made
+(fleet/records.py), so the report is the same; Polars' lazy scan reads only the columns
+it needs, and `node_history` only the partitions and rows of one node. The folder may be
+a URL (fleet/store.py). An append writes a file per table, partition and 1,000 runs.
 """
 
 from __future__ import annotations
@@ -32,30 +32,30 @@ from urllib.parse import quote
 import msgspec
 import numpy as np
 
-from gpudiag import inputs
 from gpudiag.fleet.records import (
-    FleetMerger,
-    Layout,
     LoadedFleet,
     NodeRun,
     ParsedKernel,
-    ParsedStats,
-    kernel_values,
-    no_gc,
 )
+from gpudiag.fleet.store import Store
 from gpudiag.snapshot import SnapshotError
 
 MARKER = "_gpudiag_dataset"
 FORMAT = "gpudiag fleet dataset"
 SCHEMA_VERSION = 1
 TABLES = ("runs", "readings", "kernels", "findings")
+BATCH_RUNS = 1000  # runs per file of an append (bounds its memory)
 STATS = ("count", "median", "minimum", "maximum", "mean", "cv", "ci95_low", "ci95_high")
 _CONTROL = r"[\x00-\x1f\x7f-\x9f]"
 
 
 def is_dataset(path: str | Path) -> bool:
-    """A folder that `--dataset` wrote (its marker file is there)."""
-    return (Path(path) / MARKER).is_file()
+    """A folder that `--dataset` wrote (its marker file is there), local or a URL."""
+    try:
+        store = Store(str(path))
+        return store.is_file(store.join(MARKER))
+    except OSError:
+        return False
 
 
 def _schemas() -> dict[str, dict[str, Any]]:
@@ -129,67 +129,155 @@ def _typed(value: Any) -> tuple[float | None, str | None, str]:
     return None, str(value), "str"
 
 
-def _untyped(value: float | None, text: str | None, kind: str) -> Any:
-    if kind == "none":
-        return msgspec.UNSET
-    if kind == "bool":
-        return bool(value)
-    if kind == "int":
-        return int(text) if text is not None else int(value or 0)
-    if kind == "float":
-        return value
-    if kind == "list":
-        return tuple(json.loads(text or "[]"))
-    return text
-
-
 def _rows(loaded: LoadedFleet, runs: list[tuple[NodeRun, str, datetime]]) -> dict[str, Any]:
-    """The four tables for these runs (run, its id, its time), as Polars frames."""
+    """The four tables for these runs (run, its id, its time), as Polars frames. Each
+    table's time, run id and node are one entry per run, repeated in Polars (gather);
+    what alike nodes share (findings, a kernel's key and parameters) is built once."""
+    import polars as pl
+
+    schemas = _schemas()
+    times = pl.Series("time", [r[2] for r in runs], schemas["runs"]["time"])
+    ids = pl.Series("run_id", [r[1] for r in runs], pl.String)
+    nodes = pl.Series("node", [r[0].host for r in runs], pl.String)
+
+    def head(counts: list[int]) -> list[Any]:
+        each = np.repeat(np.arange(len(runs), dtype=np.uint32), counts)
+        return [times.gather(each), ids.gather(each), nodes.gather(each)]
+
+    frames = {
+        "runs": pl.DataFrame(
+            {
+                "time": times,
+                "run_id": ids,
+                "node": nodes,
+                "created": [r[0].created for r in runs],
+                "path": [r[0].path for r in runs],
+            },
+            schema=schemas["runs"],
+        ),
+        "kernels": _kernels_frame(runs, schemas["kernels"], head),
+        "findings": _findings_frame(runs, schemas["findings"], head),
+        "readings": _readings_frame(loaded, runs, schemas["readings"]),
+    }
+    return frames
+
+
+def _findings_frame(runs: list[tuple[NodeRun, str, datetime]], schema: Any, head: Any) -> Any:
+    """The findings table: alike nodes share one tuple of findings (the loaders intern
+    them), whose rows are made once and gathered for each run that has it."""
+    import polars as pl
+
+    first_row: dict[int, int] = {}  # id of a findings tuple -> its first row in `catalogue`
+    catalogue: list[tuple[str, str, str]] = []
+    starts, counts = [], []
+    for run, _, _ in runs:
+        found = run.findings
+        at = first_row.get(id(found))
+        if at is None:
+            at = first_row[id(found)] = len(catalogue)
+            catalogue.extend(found)
+        starts.append(at)
+        counts.append(len(found))
+    total = sum(counts)
+    # row j of run i is catalogue[starts[i] + j]: each run's start repeated, plus j
+    offsets = np.repeat(np.cumsum([0, *counts[:-1]], dtype=np.int64), counts)
+    rows = np.repeat(np.asarray(starts, dtype=np.int64), counts)
+    within = np.arange(total, dtype=np.int64) - offsets
+    columns = list(zip(*catalogue, strict=True)) if catalogue else [(), (), ()]
+    table = pl.DataFrame(
+        {"rule": columns[0], "severity": columns[1], "subject": columns[2]},
+        schema={c: pl.String for c in ("rule", "severity", "subject")},
+    )
+    return pl.DataFrame(
+        [
+            *head(counts),
+            pl.Series("position", within, pl.UInt32),
+            *(table[rows + within] if total else table).get_columns(),
+        ]
+    ).select(list(schema))
+
+
+def _kernels_frame(runs: list[tuple[NodeRun, str, datetime]], schema: Any, head: Any) -> Any:
+    """The kernels table: one row per kernel result, its samples one list."""
     import polars as pl
 
     from gpudiag.fleet.records import _kernel_key
     from gpudiag.fleet.table import template
 
-    out: dict[str, dict[str, list[Any]]] = {}
-    schemas = _schemas()
-    for table in ("runs", "kernels", "findings"):
-        out[table] = {name: [] for name in schemas[table]}
-
-    def head(table: str, rid: str, when: datetime, node: str) -> None:
-        columns = out[table]
-        columns["time"].append(when)
-        columns["run_id"].append(rid)
-        columns["node"].append(node)
-
-    for run, rid, when in runs:
-        head("runs", rid, when, run.host)
-        out["runs"]["created"].append(run.created)
-        out["runs"]["path"].append(run.path)
-        k = out["kernels"]
+    names = ("kernel", "device", "metric", "status", "unit", "error")
+    columns: dict[str, list[Any]] = {n: [] for n in (*names, "reading", "template", "params")}
+    stats_rows: list[Any] = []
+    samples: list[list[float]] = []
+    positions: list[int] = []
+    counts = []
+    templates: dict[str | None, str | None] = {None: None}
+    params_text: dict[Any, str] = {}
+    for run, _, _ in runs:
+        counts.append(len(run.kernels))
         for position, result in enumerate(run.kernels):
-            head("kernels", rid, when, run.host)
             parsed = _parsed(result)
-            k["position"].append(position)
-            for name in ("kernel", "device", "metric", "status", "unit", "error"):
-                k[name].append(getattr(parsed, name))
+            positions.append(position)
+            for name in names:
+                columns[name].append(getattr(parsed, name))
             key = _kernel_key(parsed)[0]
-            k["reading"].append(key)
-            k["template"].append(None if key is None else template(key)[0])
-            k["samples"].append(list(parsed.samples))
-            stats = parsed.stats
-            for name in STATS:
-                k[name].append(None if stats is msgspec.UNSET else float(getattr(stats, name)))
-            k["params"].append(json.dumps(parsed.params, sort_keys=True))
-        f = out["findings"]
-        for position, (rule, severity, subject) in enumerate(run.findings):
-            head("findings", rid, when, run.host)
-            f["position"].append(position)
-            f["rule"].append(rule)
-            f["severity"].append(severity)
-            f["subject"].append(subject)
-    frames = {t: pl.DataFrame(out[t], schema=schemas[t]) for t in out}
-    frames["readings"] = _readings_frame(loaded, runs, schemas["readings"])
-    return frames
+            columns["reading"].append(key)
+            if key not in templates:
+                templates[key] = template(key)[0]  # type: ignore[arg-type]
+            columns["template"].append(templates[key])
+            samples.append(parsed.samples)
+            stats_rows.append(parsed.stats)
+            params = parsed.params
+            try:
+                memo: Any = tuple(sorted(params.items()))
+                text = params_text.get(memo)
+            except TypeError:  # a list among the values: not hashable, not remembered
+                memo, text = None, None
+            if text is None:
+                text = json.dumps(params, sort_keys=True)
+                if memo is not None and len(params_text) < 65536:
+                    params_text[memo] = text
+            columns["params"].append(text)
+    stats = np.full((len(stats_rows), len(STATS)), np.nan)
+    for i, value in enumerate(stats_rows):
+        if value is not msgspec.UNSET:
+            stats[i] = [getattr(value, n) for n in STATS]
+    frame = pl.DataFrame(
+        [
+            *head(counts),
+            pl.Series("position", positions, pl.UInt32),
+            *(pl.Series(n, columns[n], pl.String) for n in columns),
+            _sample_lists(samples),
+            *(
+                pl.Series(n, stats[:, i]).fill_nan(None).cast(schema[n])
+                for i, n in enumerate(STATS)
+            ),
+        ]
+    )
+    return frame.select(list(schema))
+
+
+def _sample_lists(samples: list[list[float]]) -> Any:
+    """The samples column (List(Float64)): the lists of each length made in one NumPy
+    matrix (a list of lists costs Polars a Python call per list), put back in order."""
+    import polars as pl
+
+    by_length: dict[int, list[int]] = {}
+    for i, values in enumerate(samples):
+        by_length.setdefault(len(values), []).append(i)
+    parts, order = [], []
+    for length, rows in by_length.items():
+        if length:
+            matrix = np.asarray([samples[i] for i in rows], dtype=np.float64)
+            part = pl.Series("samples", matrix).cast(pl.List(pl.Float64))
+        else:
+            part = pl.Series("samples", [[]] * len(rows), pl.List(pl.Float64))
+        parts.append(part)
+        order.extend(rows)
+    if not parts:
+        return pl.Series("samples", [], pl.List(pl.Float64))
+    inverse = np.empty(len(order), dtype=np.int64)
+    inverse[np.asarray(order, dtype=np.int64)] = np.arange(len(order))
+    return pl.concat(parts).gather(inverse)
 
 
 def _readings_frame(
@@ -230,36 +318,55 @@ def _readings_frame(
         only_numeric = [p for p in layout.numeric if p not in config_at]
         positions = np.asarray(only_numeric, dtype=np.int64)
         from_slots = np.asarray([slots[p] for p in only_numeric], dtype=np.int64)
-        bases: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        # a configuration's row (its values, texts and kinds) made once; each run's texts
+        # and kinds are its configuration's row, repeated as Polars chunks (no copy), and
+        # its numbers its own; a measured reading's kind is float, or none where not read
+        measured = np.zeros(n, dtype=bool)
+        measured[positions] = True
+        bases: dict[int, int] = {}
+        base_values: list[np.ndarray] = []
+        base_rows: list[Any] = []
         values = np.empty((len(members), n))
-        texts = np.empty((len(members), n), dtype=object)
-        kinds = np.empty((len(members), n), dtype=object)
+        chosen = []
         for i, (run, _, _) in enumerate(members):
-            base = bases.get(run.config)
-            if base is None:
+            at = bases.get(run.config)
+            if at is None:
                 row_value = np.full(n, math.nan)
-                row_text = np.full(n, None, dtype=object)
-                row_kind = np.full(n, "none", dtype=object)
+                row_text: list[str | None] = [None] * n
+                row_kind = ["none"] * n
                 config = loaded.configs[run.config]
                 for p, c in config_at.items():
                     value, text, kind = _typed(config[c])
                     row_value[p] = math.nan if value is None else value
                     row_text[p], row_kind[p] = text, kind
-                base = bases[run.config] = (row_value, row_text, row_kind)
-            values[i], texts[i], kinds[i] = base
+                at = bases[run.config] = len(base_values)
+                base_values.append(row_value)
+                base_rows.append(
+                    pl.DataFrame(
+                        {"text": row_text, "_kind": row_kind, "_measured": measured},
+                        schema={"text": pl.String, "_kind": pl.String, "_measured": pl.Boolean},
+                    )
+                )
+            values[i] = base_values[at]
             values[i, positions] = run.numbers[from_slots]
-        if len(positions):
-            kinds[:, positions] = np.where(np.isnan(values[:, positions]), "none", "float")
+            chosen.append(base_rows[at])
         k = len(members)
         each = np.repeat(np.arange(k, dtype=np.uint32), n)  # each run's row, n times
-        part = pl.concat([static] * k) if k > 1 else static
-        part = part.with_columns(
+        part = pl.concat(
+            [pl.concat([static] * k), pl.concat(chosen)], how="horizontal"
+        ).with_columns(
             pl.Series("time", [m[2] for m in members], schema["time"]).gather(each),
             pl.Series("run_id", [m[1] for m in members], pl.String).gather(each),
             pl.Series("node", [m[0].host for m in members], pl.String).gather(each),
             pl.Series("value", values.ravel()).fill_nan(None),
-            pl.Series("text", texts.ravel().tolist(), dtype=pl.String),
-            pl.Series("value_type", kinds.ravel().tolist(), dtype=pl.String),
+        )
+        part = part.with_columns(
+            pl.when(~pl.col("_measured"))
+            .then(pl.col("_kind"))
+            .when(pl.col("value").is_null())
+            .then(pl.lit("none"))
+            .otherwise(pl.lit("float"))
+            .alias("value_type")
         )
         parts.append(part.select(list(schema)))
     if not parts:
@@ -273,37 +380,29 @@ def _parsed(result: Any) -> ParsedKernel:
     return _as_parsed_kernel(result)
 
 
-def _existing_ids(root: Path) -> set[str]:
-    import polars as pl
-
-    files = list((root / "runs").rglob("*.parquet"))
-    if not files:
+def _existing_ids(store: Store) -> set[str]:
+    if not store.files("runs"):
         return set()
-    return set(pl.scan_parquet(files).select("run_id").collect()["run_id"].to_list())
+    return set(store.scan("runs").select("run_id").collect()["run_id"].to_list())
 
 
 def append_dataset(loaded: LoadedFleet, target: str) -> int:
-    """Append every run of `loaded` not already in the dataset at `target` (a folder,
-    made if missing); how many were appended. OSError when it cannot be written."""
-
-    from gpudiag.atomic import atomic_target
+    """Append every run of `loaded` not already in the dataset at `target` (a folder or
+    a URL, fleet/store.py; made if missing); how many were appended. OSError when it
+    cannot be written."""
     from gpudiag.fleet.table import Fleet
 
-    root = Path(target)
-    marker = root / MARKER
-    if root.exists() and not root.is_dir():
-        raise OSError(f"{target}: not a folder")
-    if root.is_dir() and any(root.iterdir()) and not marker.is_file():
-        raise OSError(f"{target}: a folder that is not a gpudiag dataset (no {MARKER})")
-    root.mkdir(parents=True, exist_ok=True)
-    if not marker.is_file():
-        with atomic_target(str(marker), suffix=".tmp") as temporary:
-            Path(temporary).write_text(
-                json.dumps({"format": FORMAT, "schema_version": SCHEMA_VERSION}) + "\n"
-            )
+    store = Store(target)
+    marker = store.join(MARKER)
+    if problem := _target_problem(store):
+        raise OSError(f"{target}: {problem}")
+    store.makedirs(store.root)
+    if not store.is_file(marker):
+        text = json.dumps({"format": FORMAT, "schema_version": SCHEMA_VERSION}) + "\n"
+        store.write(marker, text=text)
     else:
-        _check_marker(root)
-    known = _existing_ids(root)
+        _check_marker(store)
+    known = _existing_ids(store)
     fleet = Fleet(loaded)
     parts: dict[tuple[str, str], list[tuple[NodeRun, str, datetime]]] = {}
     for run in loaded.runs:
@@ -317,221 +416,66 @@ def append_dataset(loaded: LoadedFleet, target: str) -> int:
     batch = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     appended = 0
     for (day, model), runs in sorted(parts.items()):
-        frames = _rows(loaded, runs)
-        for table in TABLES:
-            folder = root / table / f"date={day}" / f"model={quote(model, safe='')}"
-            folder.mkdir(parents=True, exist_ok=True)
-            frame = frames[table]
-            path = folder / f"part-{batch}.parquet"
-            with atomic_target(str(path), suffix=".tmp") as temporary:
-                frame.write_parquet(temporary, statistics=True)
+        folders = {
+            table: store.join(table, f"date={day}", f"model={quote(model, safe='')}")
+            for table in TABLES
+        }
+        for folder in folders.values():
+            store.makedirs(folder)
+        # a file per table and BATCH_RUNS runs: the rows of a few thousand runs in memory
+        # at once, whatever the fleet's size (10,000 nodes' readings are 23 million rows)
+        for first in range(0, len(runs), BATCH_RUNS):
+            frames = _rows(loaded, runs[first : first + BATCH_RUNS])
+            name = (
+                f"part-{batch}.parquet"
+                if len(runs) <= BATCH_RUNS
+                else (f"part-{batch}-{first // BATCH_RUNS:05d}.parquet")
+            )
+            for table in TABLES:
+                store.write(f"{folders[table]}/{name}", frames[table])
         appended += len(runs)
     return appended
 
 
-def _check_marker(root: Path) -> None:
+def _check_marker(store: Store) -> None:
     try:
-        marker = json.loads((root / MARKER).read_text())
+        marker = json.loads(store.read_text(store.join(MARKER)))
         version = marker["schema_version"]
     except (OSError, ValueError, KeyError, TypeError):
-        raise SnapshotError(str(root), f"a damaged dataset marker ({MARKER})") from None
+        raise SnapshotError(store.target, f"a damaged dataset marker ({MARKER})") from None
     if marker.get("format") != FORMAT or version != SCHEMA_VERSION:
-        raise SnapshotError(str(root), f"dataset schema {version!r}: this gpudiag reads 1")
+        raise SnapshotError(store.target, f"dataset schema {version!r}: this gpudiag reads 1")
 
 
 def scan(root: str | Path, table: str) -> Any:
-    """The Polars lazy frame of one table (date and model from the folder names)."""
-    import polars as pl
-
-    pattern = str(Path(root) / table / "**" / "*.parquet")
-    return pl.scan_parquet(pattern, hive_partitioning=True, schema=None)
+    """The Polars lazy frame of one table (date and model from the folder names), at a
+    local folder or a URL (fleet/store.py)."""
+    return Store(str(root)).scan(table)
 
 
-def read_dataset(root: str | Path) -> LoadedFleet:
-    """The fleet a dataset holds, as the snapshots gave it; SnapshotError if damaged."""
-    with no_gc():
-        return _read_dataset(Path(root))
-
-
-def _read_dataset(root: Path) -> LoadedFleet:
-    import polars as pl
-
-    name = str(root)
-    _check_marker(root)
-    if not list((root / "runs").rglob("*.parquet")):
-        return LoadedFleet()
-    try:
-        runs = scan(root, "runs").select("run_id", "node", "created", "path").collect()
-        readings = (
-            scan(root, "readings")
-            .select(
-                "run_id",
-                "position",
-                "reading",
-                "unit",
-                "status",
-                "value",
-                "text",
-                "value_type",
-                "slot",
-                "configuration",
-            )
-            .sort("run_id", "position")
-            .collect()
-        )
-        kernels = (
-            scan(root, "kernels")
-            .drop("time", "node", "date", "model", "reading", "template")
-            .collect()
-        )
-        findings = (
-            scan(root, "findings")
-            .select("run_id", "position", "rule", "severity", "subject")
-            .sort("run_id", "position")
-            .collect()
-        )
-    except Exception as exc:  # a damaged file may fail anywhere in the reader
-        raise SnapshotError(name, f"not a readable dataset: {str(exc).splitlines()[0]}") from None
-    for frame in (runs, readings, kernels, findings):
-        strings = [c for c, t in frame.schema.items() if t == pl.String]
-        if (
-            strings
-            and frame.select(pl.any_horizontal(pl.col(strings).str.contains(_CONTROL)).any()).item()
-        ):
-            raise SnapshotError(name, "a string with a control character")
-    values = readings["value"].drop_nulls()
-    if len(values) and float(values.abs().max()) > inputs.MAX_NUMBER:  # type: ignore[arg-type]
-        raise SnapshotError(name, f"a value past {inputs.MAX_NUMBER:.2g}, which no reading holds")
-    return _assemble(runs, readings, kernels, findings)
-
-
-def _number(x: float) -> float | None:
-    return None if math.isnan(x) else float(x)
-
-
-def _assemble(runs: Any, readings: Any, kernels: Any, findings: Any) -> LoadedFleet:
-    fleet = LoadedFleet()
-    layouts: dict[tuple[Any, ...], int] = {}
-    configs: dict[tuple[int, tuple[Any, ...]], int] = {}
-    # the readings are sorted by run and position: each run is a slice of whole columns,
-    # each column turned into a list (or an array) once
-    spans = readings.group_by("run_id", maintain_order=True).len()
-    bounds = [0, *np.cumsum(spans["len"].to_numpy(), dtype=np.int64).tolist()]
-    by_run = {rid: (bounds[i], bounds[i + 1]) for i, rid in enumerate(spans["run_id"])}
-    col_key = readings["reading"].to_list()
-    col_status = readings["status"].to_list()
-    col_unit = readings["unit"].to_list()
-    col_slot = readings["slot"].to_list()
-    col_config = readings["configuration"].to_list()
-    col_value = readings["value"].fill_null(math.nan).to_numpy()
-    col_text = readings["text"].to_list()
-    col_kind = readings["value_type"].to_list()
-    kernels_of: dict[str, list[ParsedKernel]] = {}
-    for row in kernels.sort("run_id", "position").iter_rows(named=True):
-        stats: Any = msgspec.UNSET
-        if row["median"] is not None:
-            stats = ParsedStats(*(int(row[n]) if n == "count" else row[n] for n in STATS))
-        kernels_of.setdefault(row["run_id"], []).append(
-            ParsedKernel(
-                kernel=row["kernel"],
-                device=row["device"],
-                metric=row["metric"],
-                status=row["status"],
-                unit=row["unit"],
-                error=row["error"],
-                samples=list(row["samples"] or ()),
-                params=json.loads(row["params"]),
-                stats=stats,
-            )
-        )
-    findings_of: dict[str, list[tuple[str, str, str]]] = {}
-    for rid, rule, severity, subject in findings.select(
-        "run_id", "rule", "severity", "subject"
-    ).iter_rows():
-        findings_of.setdefault(rid, []).append((rule, severity, subject))
-    interned: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-    numeric_at: dict[int, np.ndarray] = {}
-    config_at: dict[int, np.ndarray] = {}
-    decoded: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-    for rid, node, created, path in runs.sort("path", "created").iter_rows():
-        span = by_run.get(rid)
-        if span is None:
-            raise SnapshotError(path, "a run without readings in the dataset")
-        a, b = span
-        keys = tuple(col_key[a:b])
-        statuses = tuple(col_status[a:b])
-        units = tuple(col_unit[a:b])
-        signature = (keys, statuses, units)
-        layout_id = layouts.get(signature)
-        if layout_id is None:
-            slot = col_slot[a:b]
-            numeric = tuple(
-                p for _, p in sorted((s, p) for p, s in enumerate(slot) if s is not None)
-            )
-            config_positions = tuple(p for p, c in enumerate(col_config[a:b]) if c)
-            layout_id = layouts[signature] = len(fleet.layouts)
-            fleet.layouts.append(Layout(keys, statuses, units, numeric, config_positions))
-            numeric_at[layout_id] = np.asarray(numeric, dtype=np.int64)
-            config_at[layout_id] = np.asarray(config_positions, dtype=np.int64)
-        layout = fleet.layouts[layout_id]
-        value = col_value[a:b]
-        config_idx = config_at[layout_id]
-        raw = (layout_id, tuple(col_text[a:b]), tuple(col_kind[a:b]), value[config_idx].tobytes())
-        config = decoded.get(raw)
-        if config is None:  # alike nodes share their configuration: decoded once
-            config = decoded[raw] = tuple(
-                _untyped(_number(value[p]), col_text[a + p], col_kind[a + p]) for p in layout.config
-            )
-        config_id = configs.get((layout_id, config))
-        if config_id is None:
-            config_id = configs[(layout_id, config)] = len(fleet.configs)
-            fleet.configs.append(config)
-            fleet.config_layout.append(layout_id)
-        numbers = value[numeric_at[layout_id]]
-        run_kernels = tuple(kernels_of.get(rid, ()))
-        found = tuple(findings_of.get(rid, ()))
-        fleet.runs.append(
-            NodeRun(
-                path=path,
-                host=node,
-                created=created,
-                layout=layout_id,
-                config=config_id,
-                numbers=numbers,
-                kernel_values=kernel_values(run_kernels),
-                kernels=run_kernels,
-                findings=interned.setdefault(found, found),
-            )
-        )
-    return fleet
-
-
-def merge_into(fleet: LoadedFleet, part: LoadedFleet) -> None:
-    """Add `part`'s runs to `fleet`, its layouts and configurations renumbered (as
-    load.load_fleet merges what its workers read)."""
-    configs = zip(part.config_layout, part.configs, strict=True)
-    FleetMerger(fleet).add(part.layouts, configs, part.runs, part.bad)
-
-
-def dataset_problem(target: str) -> str | None:
-    """Why `target` cannot take an append, or None."""
-    path = Path(target)
-    if path.exists() and not path.is_dir():
+def _target_problem(store: Store) -> str | None:
+    root = store.root
+    if store.exists(root) and not store.is_dir(root):
         return "not a folder"
-    if path.is_dir() and any(path.iterdir()) and not is_dataset(path):
+    if store.is_dir(root) and store.has_entries(root) and not store.is_file(store.join(MARKER)):
         return f"a folder with files that is not a gpudiag dataset (no {MARKER})"
-    if not os.access(path if path.exists() else path.parent, os.W_OK):
-        return "not writable"
     return None
 
 
-def read_into(fleet: LoadedFleet, roots: list[str]) -> None:
-    """Each dataset's runs added to `fleet`; a damaged one is named in `fleet.bad`."""
-    for root in roots:
-        try:
-            merge_into(fleet, read_dataset(root))
-        except SnapshotError as exc:
-            fleet.bad.append(inputs.printable(str(exc)))
+def dataset_problem(target: str) -> str | None:
+    """Why `target` (a folder or a URL) cannot take an append, or None. Whether object
+    storage can be written is known only by writing."""
+    try:
+        store = Store(target)
+        if problem := _target_problem(store):
+            return problem
+    except OSError as exc:
+        return str(exc).removeprefix(f"{target}: ")
+    if store.local:
+        path = Path(store.root)
+        if not os.access(path if path.exists() else path.parent, os.W_OK):
+            return "not writable"
+    return None
 
 
 def node_history(

@@ -13,7 +13,10 @@ the first of CAUSES that rose, so causes sum to the total. An interval longer th
 `max_gap_days` is not observed: neither its time nor what rose in it is counted, and the
 report says how many were left out.
 
-Rates are per 1000 node-days with exact (Garwood) Poisson 95% intervals. A lemon node is
+Rates are per 1000 node-days with exact (Garwood) Poisson intervals: the total's at 95%;
+the causes' simultaneous, all of them together at 95% (Bonferroni: each at 1 - 0.05/k for
+the k causes; two independent 95% intervals hold together only ~90% of the time, and a
+reader compares the causes). A lemon node is
 one whose count is improbable if every node had the fleet's one rate: given the fleet's
 incidents, its share is binomial in its share of the node-days (the exact conditional
 test), P(X >= count) below 0.01 after Bonferroni's correction for the number of nodes.
@@ -21,6 +24,7 @@ test), P(X >= count) below 0.01 after Bonferroni's correction for the number of 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import defaultdict
@@ -46,6 +50,8 @@ CAUSE_TITLES = {
 # 119/120 GSP.
 HARDWARE_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
 LEMON_P = 0.01
+CONFIDENCE = 0.95  # the total's interval, and the causes' jointly
+CAUSE_CONFIDENCE = 1.0 - (1.0 - CONFIDENCE) / len(CAUSES)  # each cause's (Bonferroni)
 DEFAULT_MAX_GAP_DAYS = 7.0
 
 _XID = re.compile(r"^faults\.xid\.(\d+)\.count$")
@@ -83,13 +89,14 @@ class NodeState:
 
 @dataclass(frozen=True)
 class Rate:
-    """Incidents over node-days, per 1000 node-days with a 95% interval."""
+    """Incidents over node-days, per 1000 node-days with an interval at `confidence`."""
 
     count: int
     node_days: float
     per_1000: float
     low: float
     high: float
+    confidence: float = CONFIDENCE
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,7 @@ class FleetRates:
     gaps_left_out: int = 0
     days_left_out: float = 0.0
     dispersion: tuple[float, int, float] | None = None  # chi-square, df, p (no lemons)
+    cause_confidence: float = CAUSE_CONFIDENCE  # each cause's; jointly CONFIDENCE
     notes: list[str] = field(default_factory=list)
 
     def without(self, nodes: Iterable[str] = (), cause: str | None = None) -> Rate:
@@ -206,10 +214,11 @@ def chi2_sf(x: float, df: int) -> float:
 
 
 def _solve(func: Callable[[float], float], target: float, high: float) -> float:
-    """The mu in [0, high] where the monotone func(mu) crosses target (bisection)."""
+    """The mu in [0, high] where the monotone func(mu) crosses target (bisection, to a
+    relative 1e-12)."""
     low, top = 0.0, high
     rising = func(top) > func(low)
-    for _ in range(100):
+    while top - low > 1e-12 * top:
         mid = (low + top) / 2
         if (func(mid) < target) == rising:
             low = mid
@@ -218,21 +227,26 @@ def _solve(func: Callable[[float], float], target: float, high: float) -> float:
     return (low + top) / 2
 
 
-def poisson_interval(count: int) -> tuple[float, float]:
-    """The exact (Garwood) 95% interval of a Poisson mean from one count."""
-    high_bound = count + 20 + 10 * math.sqrt(count + 1)
-    low = 0.0 if count == 0 else _solve(lambda mu: poisson_sf(count, mu), 0.025, high_bound)
-    high = _solve(lambda mu: 1.0 - poisson_sf(count + 1, mu), 0.025, high_bound)
+@functools.lru_cache(maxsize=4096)
+def poisson_interval(count: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The exact (Garwood) interval of a Poisson mean from one count, two-sided at
+    `confidence` (memoised: a fleet's counts repeat)."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError("confidence must lie between 0 and 1")
+    tail = (1.0 - confidence) / 2
+    high_bound = count + 20 + 10 * math.sqrt(count + 1) - 10 * math.log10(tail)
+    low = 0.0 if count == 0 else _solve(lambda mu: poisson_sf(count, mu), tail, high_bound)
+    high = _solve(lambda mu: 1.0 - poisson_sf(count + 1, mu), tail, high_bound)
     return low, high
 
 
-def rate_of(count: int, node_days: float) -> Rate:
+def rate_of(count: int, node_days: float, confidence: float = CONFIDENCE) -> Rate:
     """`count` incidents over `node_days`, per 1000 node-days with its interval."""
     if node_days <= 0:
         raise NoTimeSpan("no node-days observed: the fleet has no time span")
-    low, high = poisson_interval(count)
+    low, high = poisson_interval(count, confidence)
     scale = 1000.0 / node_days
-    return Rate(count, node_days, count * scale, low * scale, high * scale)
+    return Rate(count, node_days, count * scale, low * scale, high * scale, confidence)
 
 
 # ------------------------------------------------------------------ from snapshots
@@ -301,6 +315,8 @@ def _rose(
 ) -> bool:
     """A counter in `after` above its value in `before` (`absent` where before has none;
     NaN, not read, never rises)."""
+    if after == before:  # nothing changed (the common case; NaN differs from itself)
+        return False
     earlier = dict(before)
     return any(value > earlier.get(key, absent) for key, value in after)
 
@@ -358,8 +374,10 @@ def fleet_rates(
             f"at most {max_gap_days:g} days apart (--max-gap)"
         )
     total_count = sum(c for c, _ in per_node.values())
-    causes_rates = {
-        cause: rate_of(sum(per.get(cause, 0) for per in per_cause.values()), total_days)
+    causes_rates = {  # simultaneous: jointly at CONFIDENCE
+        cause: rate_of(
+            sum(per.get(cause, 0) for per in per_cause.values()), total_days, CAUSE_CONFIDENCE
+        )
         for cause in CAUSES
     }
     lemons = find_lemons(per_node, nodes_tested)

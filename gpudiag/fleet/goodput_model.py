@@ -93,9 +93,12 @@ def p_any_failure(rate_per_gpu_year: float, gpus: int, days: float) -> float:
 def ettr(job: Job, interval_h: float) -> float:
     """Meta's first-order E[ETTR] for a checkpoint every `interval_h` hours of work:
     (1 - lambda (u0 + dt/2)) / (1 + w/dt), floored at 0 (where the first order says the
-    job never progresses)."""
-    if not interval_h > 0:
+    job never progresses). With a free write (w = 0) an interval of 0 is its limit,
+    checkpointing continuously: 1 - lambda u0."""
+    if not interval_h > 0 and not (interval_h == 0 and job.write_h == 0):
         raise ModelError("the checkpoint interval must be above 0")
+    if interval_h == 0:
+        return max(0.0, 1.0 - job.failures_per_hour * job.overhead_h)
     lost = job.failures_per_hour * (job.overhead_h + interval_h / 2)
     return max(0.0, (1.0 - lost) / (1.0 + job.write_h / interval_h))
 
@@ -108,6 +111,8 @@ def ettr_renewal(job: Job, interval_h: float) -> float:
     order is off where the simulation is not run."""
     rate = job.failures_per_hour
     segment = interval_h + job.write_h
+    if segment == 0:  # a free write, checkpointing continuously: the limit s -> 0
+        return 1.0 / (1.0 + rate * job.overhead_h)
     if rate == 0:
         return interval_h / segment
     try:
@@ -136,10 +141,11 @@ def saxena_h(job: Job) -> float:
 def optimal_h(job: Job) -> float:
     """The interval that maximises the closed form: d/d(dt) of dt (a - lambda dt/2) /
     (dt + w) is 0 at dt = sqrt(w^2 + 2 a w / lambda) - w, a = 1 - lambda u0. Where
-    nothing fails or nothing is written, any interval is as good: inf."""
+    nothing fails, any interval is as good: inf; where a write costs nothing (w = 0), the
+    shorter the better: 0, checkpointing continuously (the formula's limit)."""
     rate, w = job.failures_per_hour, job.write_h
     a = 1.0 - rate * job.overhead_h
-    if rate == 0 or w == 0:
+    if rate == 0:
         return math.inf
     if a <= 0:
         raise ModelError(

@@ -1,6 +1,6 @@
 """`gpudiag goodput`'s report: the rates (goodput.py), the model (goodput_model.py), the
-simulation (goodput_sim.py) and the what-if rows, as one dictionary (the JSON) and as
-text or markdown with a table and an ASCII chart (drawn here: no plotting library)."""
+simulation (goodput_sim.py) and the what-if rows, as one dictionary (the JSON); as text
+or markdown, with tables and an ASCII chart, by goodput_text.render."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from gpudiag.fleet.goodput import (
     CAUSE_TITLES,
     CAUSES,
+    CONFIDENCE,
     FleetRates,
     Rate,
     RatesError,
@@ -31,6 +32,7 @@ from gpudiag.fleet.goodput_model import (
     optimal_h,
 )
 from gpudiag.fleet.goodput_sim import simulate
+from gpudiag.fleet.goodput_text import render
 
 if TYPE_CHECKING:
     from gpudiag.fleet.records import LoadedFleet
@@ -64,10 +66,7 @@ def _round(value: float, digits: int = 4) -> float | None:
 def _interval(job: Job, settings: Settings) -> float:
     chosen = optimal_h(job) if settings.interval_h is None else settings.interval_h
     if not math.isfinite(chosen):
-        raise ModelError(
-            "no failures or no checkpoint write: every interval is as good; give "
-            "--checkpoint-interval MIN"
-        )
+        raise ModelError("no failures: every interval is as good; give --checkpoint-interval MIN")
     return chosen
 
 
@@ -86,6 +85,7 @@ def _rate_json(rate: Rate) -> dict[str, Any]:
         "node_days": round(rate.node_days, 3),
         "per_1000_node_days": round(rate.per_1000, 4),
         "interval": [round(rate.low, 4), round(rate.high, 4)],
+        "confidence": round(rate.confidence, 4),
     }
 
 
@@ -102,6 +102,11 @@ def build(
     chosen = _interval(job, settings)
     if chosen < job.write_h:
         raise ModelError("the checkpoint interval is shorter than the checkpoint write")
+    if settings.runs and chosen == 0:
+        raise ModelError(
+            "a checkpoint write of 0 s is best taken continuously (an interval of 0), which "
+            "a simulation cannot run: give --checkpoint-interval MIN with --simulate"
+        )
     given = fleet is None or given
     low_rate = high_rate = rate_per_1000
     if fleet is not None and not given:
@@ -129,6 +134,13 @@ def build(
             job.failures_per_hour * (chosen + job.write_h + job.overhead_h)
         ),
         "ettr": _round(value),
+        # what the headline models: the closed form has no spares, whatever --spares says
+        "ettr_model": "Meta's closed form, no spares"
+        + (f" (only the simulation models the {job.spares} spares)" if job.spares else ""),
+        # spares that never run out: a failure costs detection, no restart (at most this)
+        "ettr_spares_upper_bound": _round(ettr(replace(job, restart_s=0.0), chosen))
+        if job.spares
+        else None,
         "ettr_interval": [_round(ettr(at_high, chosen)), _round(ettr(at_low, chosen))],
         "intervals_hours": {name: _round(h, 5) for name, h in found.items()},
         "intervals_hours_interval": {
@@ -141,6 +153,7 @@ def build(
         "first_order_off_by": _round(value - renewal),
         "simulated": None,
         "causes": [],
+        "causes_intervals": None,
         "lemon_nodes": [],
         "fleet": None,
         "what_if": [],
@@ -167,6 +180,7 @@ def build(
             # like with like only: the closed form has no spares (nor their repairs), the
             # simulation runs them out; with spares there is no figure to set beside it
             "closed_form_off_by": None if job.spares else round(value - sim.mean, 4),
+            "spares": job.spares,
             "failures_per_run": round(sim.failures_per_run, 2),
             "spare_swaps_per_run": round(sim.spare_swaps_per_run, 2),
             "work_hours": settings.work_h,
@@ -184,7 +198,7 @@ def build(
             "ettr": _round(ettr(job, h)),
             "renewal": _round(ettr_renewal(job, h)),
         }
-        for h in interval_grid(job, found["optimal"] if math.isfinite(found["optimal"]) else chosen)
+        for h in interval_grid(job, _grid_centre(job, found["optimal"], chosen))
     ]
     sizes = out["by_job_size"]
     missed = [r for r in sizes if r["explained"] is False]
@@ -212,6 +226,15 @@ def build(
             + ("trust the simulation" if settings.runs else "--simulate N gives the figure")
         )
     return out
+
+
+def _grid_centre(job: Job, optimal: float, chosen: float) -> float:
+    """Where the ETTR curve centres: the optimum, else the interval asked; where both are 0
+    (a free write: the optimum is to checkpoint continuously) a tenth of the MTTF."""
+    for centre in (optimal, chosen):
+        if math.isfinite(centre) and centre > 0:
+            return centre
+    return mttf_hours(job) / 10
 
 
 def _by_job_size(
@@ -248,6 +271,13 @@ def _fleet_part(out: dict[str, Any], fleet: FleetRates) -> None:
         }
         for cause in CAUSES
     ]
+    out["causes_intervals"] = {
+        # a reader compares the causes: their intervals hold together, not one by one
+        "simultaneous": True,
+        "joint_confidence": CONFIDENCE,
+        "each_confidence": round(fleet.cause_confidence, 4),
+        "method": f"Bonferroni over the {len(CAUSES)} causes, exact (Garwood) Poisson",
+    }
     out["lemon_nodes"] = [
         {
             "node": lemon.node,
@@ -346,19 +376,21 @@ def _what_if(
                 left = fleet.without(cause=cause)
                 row = _with_rate(job, left.per_1000 * scale)
                 rows.append((f"without {cause}", row, left, lemon_mix(fleet, cause)))
+    spares = job.spares or DEFAULT_SPARES
     for name, row in (
         (f"detection in {DETECT_FAST_S:g} s", replace(job, detect_s=DETECT_FAST_S)),
         (f"detection in {DETECT_SLOW_S / 60:g} min", replace(job, detect_s=DETECT_SLOW_S)),
-        (
-            f"{job.spares or DEFAULT_SPARES} hot spares",
-            replace(job, spares=job.spares or DEFAULT_SPARES),
-        ),
+        (f"{spares} hot spares (upper bound)", replace(job, spares=spares)),
     ):
         rows.append((name, row, total, mix))
     out = []
+    no_spares = "closed form, no spares" if job.spares else "closed form"
     for name, row, measured_rate, lemons in rows:
-        # spares never run out in the closed form: a failure costs detection, no restart
-        closed = replace(row, restart_s=0.0) if row.spares else row
+        # the closed form has no spares: in every row but the spares' it models none (the
+        # simulation runs the row's spares out); in the spares' row they never run out, a
+        # failure costs detection and no restart: an upper bound
+        bound = name.endswith("(upper bound)")
+        closed = replace(row, restart_s=0.0) if bound else row
         interval = [_round(ettr(closed, chosen))] * 2
         if measured_rate is not None and measured_rate.per_1000 > 0:
             factor = row.rate_per_node_day * 1000 / measured_rate.per_1000
@@ -377,6 +409,9 @@ def _what_if(
             "ettr": _round(ettr(closed, chosen)),
             "ettr_interval": interval,
             "ettr_at_optimal": _round(ettr(closed, best)) if math.isfinite(best) else None,
+            "model": "closed form, spares never run out (no restart): an upper bound"
+            if bound
+            else no_spares,
             "simulated": None,
         }
         if settings.runs and math.isfinite(best):
@@ -394,170 +429,6 @@ def _what_if(
     return out
 
 
-# ------------------------------------------------------------------ text
-
-
-def _f(value: Any, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def chart(curve: list[dict[str, Any]], width: int = 52, height: int = 10) -> list[str]:
-    """ETTR against the checkpoint interval (log scale), in characters."""
-    points = [(p["interval_hours"], p["ettr"]) for p in curve if p["ettr"] is not None]
-    if len(points) < 2:
-        return []
-    xs = [math.log(x) for x, _ in points]
-    ys = [y for _, y in points]
-    low, high = min(ys), max(ys)
-    if high - low < 1e-9:
-        high = low + 1e-3
-    grid = [[" "] * width for _ in range(height)]
-    for x, y in zip(xs, ys, strict=True):
-        col = round((x - xs[0]) / (xs[-1] - xs[0]) * (width - 1))
-        row = round((high - y) / (high - low) * (height - 1))
-        grid[row][col] = "*"
-    lines = []
-    for i, cells in enumerate(grid):
-        label = high - (high - low) * i / (height - 1)
-        lines.append(f"{label:6.3f} |{''.join(cells)}".rstrip())
-    lines.append(" " * 7 + "+" + "-" * width)
-    left, right = f"{points[0][0] * 60:.1f} min", f"{points[-1][0] * 60:.1f} min"
-    lines.append(" " * 8 + left + " " * max(1, width - len(left) - len(right)) + right)
-    lines.append(" " * 8 + "checkpoint interval (log scale); ETTR, closed form")
-    return lines
-
-
-def render(report: dict[str, Any], markdown: bool = False) -> str:
-    """The report as text, or markdown."""
-    head = "## " if markdown else ""
-    lines: list[str] = []
-    fleet = report["fleet"]
-    lines.append(f"{head}Failure rates")
-    if fleet is not None:
-        total = fleet["total"]
-        lines.append(
-            f"{fleet['nodes']} nodes, {fleet['snapshots']} snapshots from {fleet['first']} to "
-            f"{fleet['last']}: {total['count']} incidents in {total['node_days']:.1f} node-days "
-            f"observed (gaps over {fleet['max_gap_days']:g} days left out: "
-            f"{fleet['gaps_left_out']})"
-        )
-        lines.append("")
-        lines += _table(
-            ["cause", "incidents", "per 1000 node-days", "95% interval", "share"],
-            [
-                [c["cause"], str(c["count"]), f"{c['per_1000_node_days']:.2f}",
-                 f"{c['interval'][0]:.2f}-{c['interval'][1]:.2f}", f"{c['share']:.0%}"]
-                for c in report["causes"]
-            ]
-            + [["total", str(total["count"]), f"{total['per_1000_node_days']:.2f}",
-                f"{total['interval'][0]:.2f}-{total['interval'][1]:.2f}", ""]],
-            markdown,
-        )  # fmt: skip
-        lines.append("")
-        if report["lemon_nodes"]:
-            for lemon in report["lemon_nodes"]:
-                lines.append(
-                    f"lemon node {lemon['node']}: {lemon['count']} incidents where the rest of the "
-                    f"fleet's rate expects {lemon['expected']:.2f} (p = {lemon['p_adjusted']:.2g}, "
-                    "corrected for the number of nodes)"
-                )
-        else:
-            lines.append("no lemon node (none improbable at p < 0.01 after correction)")
-    else:
-        lines.append(f"given: {report['rate_per_1000_node_days']:g} failures per 1000 node-days")
-    lines.append("")
-    lines.append(f"{head}The job")
-    lines.append(
-        f"{report['gpus']} GPUs ({report['gpus'] / report['gpus_per_node']:g} nodes) at "
-        f"{report['rate_per_1000_node_days']:.2f} per 1000 node-days: MTTF "
-        f"{_f(report['mttf_hours'])} h "
-        f"({_f(report['mttf_interval'][0])}-{_f(report['mttf_interval'][1])})"
-    )
-    chosen = report["checkpoint_interval_hours"]
-    lines.append(
-        f"checkpoint every {chosen * 60:.1f} min (write {report['checkpoint_write_s']:g} s, "
-        "restart "
-        f"{report['restart_s'] / 60:g} min, detection {report['detect_s']:g} s): E[ETTR] "
-        f"{_f(report['ettr'])} "
-        f"({_f(report['ettr_interval'][0])}-{_f(report['ettr_interval'][1])}), "
-        f"closed form"
-    )
-    iv = report["intervals_hours"]
-    lines.append(
-        "intervals: "
-        + ", ".join(
-            f"{name} {_f(None if iv[name] is None else iv[name] * 60, 1)} min" for name in iv
-        )
-        + f"; E[ETTR] at the optimum {_f(report['ettr_at_optimal'])}"
-    )
-    lines.append(
-        f"without the first-order cut (same assumptions): {_f(report['ettr_renewal'])}; "
-        f"the closed form is off by {report['first_order_off_by']:+.3f}"
-    )
-    sim = report["simulated"]
-    if sim is not None:
-        lemons = sim["lemons"]
-        clustered = (
-            ""
-            if lemons is None
-            else f", lemon nodes {lemons['share']:.1%} of the fleet at {lemons['factor']:.1f}x "
-            "the rest's rate, replaced when they fail"
-        )
-        lines.append(
-            f"simulated ({sim['runs']} runs of {sim['work_hours'] / 24:g} days' work, seed "
-            f"{sim['seed']}{clustered}): {sim['mean_ettr']:.3f} "
-            f"({sim['interval'][0]:.3f}-{sim['interval'][1]:.3f}); "
-            + (
-                f"the closed form is off by {sim['closed_form_off_by']:+.3f}"
-                if sim["closed_form_off_by"] is not None
-                else "the closed form has no spares to compare (its spares row never runs "
-                "out of them: an upper bound)"
-            )
-        )
-    lines.append("")
-    lines.append(f"{head}What if")
-    simulated = sim is not None
-    header = ["what", "per 1000 node-days", "MTTF h", "ETTR", "95% interval", "ETTR at optimum"]
-    rows = [
-        [r["what"], f"{r['rate_per_1000_node_days']:.2f}", _f(r["mttf_hours"], 2), _f(r["ettr"]),
-         f"{_f(r['ettr_interval'][0])}-{_f(r['ettr_interval'][1])}",
-         _f(r["ettr_at_optimal"])] + ([_f(r["simulated"])] if simulated else [])
-        for r in report["what_if"]
-    ]  # fmt: skip
-    lines += _table(header + (["simulated"] if simulated else []), rows, markdown)
-    lines.append("")
-    lines.append(f"{head}ETTR against the checkpoint interval")
-    lines += _table(
-        ["interval min", "ETTR (closed form)", "without first-order cut"],
-        [
-            [f"{p['interval_hours'] * 60:.1f}", _f(p["ettr"]), _f(p["renewal"])]
-            for p in report["curve"]
-        ],
-        markdown,
-    )
-    drawn = chart(report["curve"])
-    if drawn:
-        lines.append("")
-        lines += ["```", *drawn, "```"] if markdown else drawn
-    if report["by_job_size"]:
-        lines.append("")
-        lines.append(f"{head}The model against jobs observed")
-        lines += _table(
-            ["GPUs", "observed MTTF h", "model MTTF h", "model interval", "model / observed"],
-            [
-                [str(r["gpus"]), f"{r['observed_mttf_hours']:g}", _f(r["model_mttf_hours"], 2),
-                 f"{_f(r['model_interval'][0], 2)}-{_f(r['model_interval'][1], 2)}",
-                 _f(r["model_over_observed"], 2)]
-                for r in report["by_job_size"]
-            ],
-            markdown,
-        )  # fmt: skip
-    if report["notes"]:
-        lines.append("")
-        lines += [f"- {note}" if markdown else f"note: {note}" for note in report["notes"]]
-    return "\n".join(lines) + "\n"
-
-
 def fleet_text(loaded: LoadedFleet) -> str:
     """`gpudiag goodput PATH...`'s text at its defaults on a loaded fleet's own history
     (the fleet screen's goodput tab), or one line saying why there is none."""
@@ -565,17 +436,6 @@ def fleet_text(loaded: LoadedFleet) -> str:
         fleet = fleet_rates(histories(loaded))
         rate = fleet.total.per_1000
         job = Job(DEFAULT_GPUS, rate / 1000.0)  # the rest at Job's defaults, the command's
-        return render(build(rate, fleet, Settings(job, None)))
+        return render(build(rate, fleet, Settings(job, None)))  # the screen wraps it
     except (RatesError, ModelError) as exc:
         return f"no goodput report: {exc}"
-
-
-def _table(header: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
-    if markdown:
-        out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        return out + ["| " + " | ".join(row) + " |" for row in rows]
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    return [
-        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    ]

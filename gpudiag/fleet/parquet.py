@@ -4,12 +4,16 @@
 The file's rows are the fleet's long numeric table of each node's latest snapshot (node,
 model, config, reading, device, unit, value), which pandas, DuckDB or a dashboard read
 directly, plus `slot`: where a reading's value sits in its node's numbers (null for a
-kernel figure, which is derived from the kernel results). What the table cannot hold (the
-readings' layouts, each configuration's values, every snapshot's host, time, path,
-kernel results and findings, and the numbers of snapshots older than a node's latest) is
-msgspec JSON, zlib-compressed and base64-encoded, in the file's key-value metadata under
+kernel figure, which is derived from the kernel results), `latest` (true) and `run` (the
+snapshot's index in the entry). An older snapshot's numbers are rows too (`latest`
+false: node, reading, unit, value, slot and run; no model, configuration or device).
+What the table cannot hold (the readings' layouts, each configuration's values, every
+snapshot's host, time, path, kernel results and findings) is msgspec JSON,
+zlib-compressed and base64-encoded, in the file's key-value metadata under
 `gpudiag.fleet`. Reading both back gives the LoadedFleet the snapshots gave, so the
-report is the same.
+report is the same. A file of the first format (FORMAT 1: the older snapshots' numbers
+inside the entry, which Arrow's Thrift limit of 100 MB refuses from about 55,000 nodes)
+still reads.
 
 Every string of the entry is printable (`inputs.json_may_hold_controls` on the inflated
 entry, then `inputs.printable_data` where it may hold a control character or escape).
@@ -49,7 +53,7 @@ if TYPE_CHECKING:
     from gpudiag.fleet.analysis import FleetReport
 
 METADATA_KEY = "gpudiag.fleet"
-FORMAT = 1
+FORMAT = 2  # 1: older snapshots' numbers in the entry; 2: as rows of the table
 MAX_PARQUET_BYTES = 4 * 2**30
 # The fleet entry, inflated, is at most what a real fleet needs: a node's latest snapshot
 # takes about 4-6 KB of it (its numbers are in the table), an older snapshot of 8 GPUs
@@ -86,7 +90,7 @@ class _PqRun(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class _PqFleet(msgspec.Struct, forbid_unknown_fields=True):
-    format: Literal[1]
+    format: Literal[1, 2]
     layouts: list[_PqLayout]
     configs: list[list[_ConfigValue]]
     config_layout: list[int]
@@ -141,8 +145,8 @@ def latest_runs(loaded: LoadedFleet) -> dict[str, NodeRun]:
 
 
 def encode_fleet(loaded: LoadedFleet) -> str:
-    """The metadata entry: everything of `loaded` but the latest runs' numbers and the
-    files that could not be read."""
+    """The metadata entry: everything of `loaded` but the runs' numbers (rows of the
+    table) and the files that could not be read."""
     latest = {id(run) for run in latest_runs(loaded).values()}
     document = _PqFleet(
         format=FORMAT,
@@ -164,9 +168,7 @@ def encode_fleet(loaded: LoadedFleet) -> str:
                 latest=id(run) in latest,
                 kernels=[_as_parsed_kernel(k) for k in run.kernels],
                 findings=list(run.findings),
-                numbers=None
-                if id(run) in latest
-                else [None if math.isnan(v) else float(v) for v in run.numbers],
+                numbers=None,  # FORMAT 2: the table's rows
             )
             for run in loaded.runs
         ],
@@ -233,8 +235,12 @@ def _check(document: _PqFleet) -> None:
             if run.host in hosts or run.numbers is not None:
                 raise ValueError("a node's latest snapshot twice, or with its numbers")
             hosts.add(run.host)
-        elif run.numbers is None or len(run.numbers) != len(layouts[run.layout].numeric):
+        elif document.format == 1 and (
+            run.numbers is None or len(run.numbers) != len(layouts[run.layout].numeric)
+        ):
             raise ValueError("an older snapshot without its numbers")
+        elif document.format > 1 and run.numbers is not None:
+            raise ValueError("an older snapshot's numbers in the entry, not the table")
 
 
 def _reason(exc: BaseException) -> str:
@@ -266,12 +272,13 @@ def _read_parquet_fleet(path: Path) -> LoadedFleet:
             raise SnapshotError(name, "a Parquet file not written by gpudiag fleet --parquet")
         # the rows of the latest runs' numbers only (a kernel figure's slot is null): the
         # others are never read into memory
-        rows = (
-            pl.scan_parquet(path)
-            .select("node", "slot", "value")
-            .filter(pl.col("slot").is_not_null())
-            .collect()
-        )
+        scan = pl.scan_parquet(path)
+        history = "latest" in scan.collect_schema().names()  # FORMAT 2
+        rows = scan.filter(pl.col("slot").is_not_null())
+        if history:
+            older = rows.filter(~pl.col("latest")).select("run", "slot", "value").collect()
+            rows = rows.filter(pl.col("latest"))
+        rows = rows.select("node", "slot", "value").collect()
     except SnapshotError:
         raise
     except Exception as exc:  # a damaged file may fail anywhere in the reader
@@ -281,6 +288,9 @@ def _read_parquet_fleet(path: Path) -> LoadedFleet:
         _check(document)
     except (ValueError, RecursionError, binascii.Error, zlib.error, msgspec.DecodeError) as exc:
         raise SnapshotError(name, f"damaged gpudiag fleet entry: {exc}") from None
+    if (document.format > 1) != history:
+        raise SnapshotError(name, "its table does not fit its fleet entry: not its format")
+    older_numbers = _older_numbers(name, document, older) if history else {}
     layouts = [
         Layout(
             tuple(la.keys), tuple(la.statuses), tuple(la.units), tuple(la.numeric), tuple(la.config)
@@ -321,6 +331,8 @@ def _read_parquet_fleet(path: Path) -> LoadedFleet:
         if run.latest:
             numbers = flat[offsets[k] : offsets[k + 1]]  # a view: the numbers are only read
             k += 1
+        elif document.format > 1:
+            numbers = older_numbers[len(runs)]
         else:
             numbers = np.asarray(
                 [math.nan if v is None else v for v in run.numbers or ()], dtype=np.float64
@@ -346,6 +358,50 @@ def _read_parquet_fleet(path: Path) -> LoadedFleet:
         config_layout=list(document.config_layout),
         runs=runs,
     )
+
+
+def _older_numbers(name: str, document: _PqFleet, older: Any) -> dict[int, np.ndarray]:
+    """FORMAT 2: each older run's numbers from its rows (run, slot, value); a run or slot
+    out of range, or a run without all its numbers, is a table that does not fit."""
+    widths = {
+        i: len(document.layouts[run.layout].numeric)
+        for i, run in enumerate(document.runs)
+        if not run.latest
+    }
+    import polars as pl
+
+    out = {i: np.full(width, math.nan) for i, width in widths.items()}
+    seen = {i: 0 for i in widths}
+    try:
+        runs = older["run"].cast(pl.Int64).to_numpy()
+        slots = older["slot"].cast(pl.Int64).to_numpy()
+        values = older["value"].cast(pl.Float64).fill_null(math.nan).to_numpy()
+    except Exception as exc:  # a column of another type
+        why = f"its table does not fit its fleet entry: {_reason(exc)}"
+        raise SnapshotError(name, why) from None
+    if len(values) and np.nanmax(np.abs(values), initial=0.0) > inputs.MAX_NUMBER:
+        raise SnapshotError(name, f"a value past {inputs.MAX_NUMBER:.2g}, which no reading holds")
+    order = np.argsort(runs, kind="stable")
+    runs, slots, values = runs[order], slots[order], values[order]
+    bounds = np.flatnonzero(np.diff(runs)) + 1
+    for chunk in np.split(np.arange(len(runs)), bounds):
+        if not len(chunk):
+            continue
+        run = int(runs[chunk[0]])
+        target = out.get(run)
+        if target is None:
+            why = "its table does not fit its fleet entry: an older snapshot out of range"
+            raise SnapshotError(name, why)
+        if slots[chunk].min() < 0 or slots[chunk].max() >= len(target):
+            why = "its table does not fit its fleet entry: a slot out of range"
+            raise SnapshotError(name, why)
+        target[slots[chunk]] = values[chunk]
+        seen[run] += len(chunk)
+    if any(seen[i] != widths[i] for i in widths):
+        raise SnapshotError(
+            name, "its table does not fit its fleet entry: an older snapshot without its numbers"
+        )
+    return out
 
 
 def write_parquet(report: FleetReport, path: str, loaded: LoadedFleet) -> None:
@@ -385,12 +441,57 @@ def write_parquet(report: FleetReport, path: str, loaded: LoadedFleet) -> None:
             pl.when(pl.col("slot") != NO_SLOT).then(pl.col("slot")).alias("slot")
         )
         columns = ["node", "model", "config", "reading", "device", "unit", "value", "slot"]
+        index = {id(run): i for i, run in enumerate(loaded.runs)}
+        latest = {host: index[id(run)] for host, run in latest_runs(loaded).items()}
+        table = table.select(columns).with_columns(
+            pl.col("node").replace_strict(latest, return_dtype=pl.UInt32).alias("run"),
+            pl.lit(True).alias("latest"),
+        )
+        older = _older_rows(loaded, index, set(latest.values()), table.schema)
         try:
-            table.select(columns).write_parquet(
+            pl.concat([table, older]).write_parquet(
                 temporary, metadata={METADATA_KEY: encode_fleet(loaded)}
             )
         except pl.exceptions.PolarsError as exc:
             raise _as_os_error(exc, path) from None
+
+
+def _older_rows(loaded: LoadedFleet, index: dict[int, int], latest: set[int], schema: Any) -> Any:
+    """The rows of the runs older than their node's latest: each number with its node,
+    reading, unit, slot and run (no model, configuration or device: the report does not
+    group them), `latest` false."""
+    import polars as pl
+
+    parts = []
+    for run in loaded.runs:
+        at = index[id(run)]
+        if at in latest:
+            continue
+        layout = loaded.layouts[run.layout]
+        width = len(layout.numeric)
+        parts.append(
+            pl.DataFrame(
+                {
+                    "node": [run.host] * width,
+                    "reading": [layout.keys[p] for p in layout.numeric],
+                    "unit": [layout.units[p] for p in layout.numeric],
+                    "value": pl.Series(run.numbers, dtype=pl.Float64).fill_nan(None),
+                    "slot": range(width),
+                    "run": [at] * width,
+                },
+                schema_overrides={"slot": schema["slot"], "run": pl.UInt32},
+            )
+        )
+    if not parts:
+        return pl.DataFrame(schema=schema)
+    return (
+        pl.concat(parts)
+        .with_columns(
+            *(pl.lit(None, schema[c]).alias(c) for c in ("model", "config", "device")),
+            pl.lit(False).alias("latest"),
+        )
+        .select([pl.col(c).cast(t) for c, t in schema.items()])
+    )
 
 
 def _as_os_error(exc: Exception, path: str) -> OSError:

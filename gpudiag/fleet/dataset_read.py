@@ -1,0 +1,303 @@
+"""Reading a fleet dataset back (fleet/dataset.py writes it; docs/dataset.md): the
+LoadedFleet its snapshots gave, so that the report is the same.
+
+The runs, kernel results and findings are read whole; the readings a file at a time (an
+append writes whole runs to a file, a few thousand at most), each run's layout and
+configuration known by hashes summed in Polars and only the first run of each turned into
+Python lists: a report over 10,000 generated nodes peaks at 2.4 GiB (it passed 10 GiB when
+the whole readings table was read, sorted and listed at once). A dataset whose runs span
+files (rewritten by another tool) is read whole. Strings with a control character are
+refused, as every other input's are made printable, and so is a value past any reading's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from gpudiag import inputs
+from gpudiag.fleet.dataset import _CONTROL, MARKER, STATS, _check_marker
+from gpudiag.fleet.records import (
+    FleetMerger,
+    Layout,
+    LoadedFleet,
+    NodeRun,
+    ParsedKernel,
+    ParsedStats,
+    kernel_values,
+    no_gc,
+)
+from gpudiag.fleet.store import Store
+from gpudiag.snapshot import SnapshotError
+
+
+def _untyped(value: float | None, text: str | None, kind: str) -> Any:
+    if kind == "none":
+        return msgspec.UNSET
+    if kind == "bool":
+        return bool(value)
+    if kind == "int":
+        return int(text) if text is not None else int(value or 0)
+    if kind == "float":
+        return value
+    if kind == "list":
+        return tuple(json.loads(text or "[]"))
+    return text
+
+
+def read_store(store: Store) -> LoadedFleet:
+    """The fleet the dataset at `store` holds; SnapshotError if it is damaged."""
+
+    name = store.target
+    if not store.is_file(store.join(MARKER)):
+        raise SnapshotError(name, f"not a gpudiag dataset (no {MARKER})")
+    _check_marker(store)
+    if not store.files("runs"):
+        return LoadedFleet()
+    table = store.scan
+    try:
+        runs = table("runs").select("run_id", "node", "created", "path").collect()
+        kernels = (
+            table("kernels").drop("time", "node", "date", "model", "reading", "template").collect()
+        )
+        findings = (
+            table("findings")
+            .select("run_id", "position", "rule", "severity", "subject")
+            .sort("run_id", "position")
+            .collect()
+        )
+    except Exception as exc:  # a damaged file may fail anywhere in the reader
+        raise SnapshotError(name, f"not a readable dataset: {str(exc).splitlines()[0]}") from None
+    for frame in (runs, kernels, findings):
+        _check_strings(name, frame)
+    try:  # the readings file by file (an append writes whole runs to a file)
+        return _assemble(runs, _readings(store, True), kernels, findings)
+    except _RunAcrossFiles:  # a dataset rewritten by another tool: all its files at once
+        return _assemble(runs, _readings(store, False), kernels, findings)
+
+
+READING_COLUMNS = (
+    "run_id", "position", "reading", "unit", "status", "value", "text", "value_type", "slot",
+    "configuration",
+)  # fmt: skip
+
+
+class _RunAcrossFiles(Exception):
+    """A run whose readings are in more than one file."""
+
+
+def _readings(store: Store, by_file: bool) -> Any:
+    """The readings table sorted by run and position, checked: a file at a time (a few
+    thousand runs in memory at once), or all of it as one."""
+
+    sources = [store.scan_file(f) for f in store.files("readings")] if by_file else [None]
+    for source in sources:
+        try:
+            frame = source if source is not None else store.scan("readings")
+            frame = frame.select(READING_COLUMNS).sort("run_id", "position").collect()
+        except Exception as exc:  # a damaged file may fail anywhere in the reader
+            first = str(exc).splitlines()[0]
+            raise SnapshotError(store.target, f"not a readable dataset: {first}") from None
+        _check_strings(store.target, frame)
+        values = frame["value"].drop_nulls()
+        if len(values) and float(values.abs().max()) > inputs.MAX_NUMBER:  # type: ignore[arg-type]
+            raise SnapshotError(
+                store.target, f"a value past {inputs.MAX_NUMBER:.2g}, which no reading holds"
+            )
+        yield frame
+        del frame, values
+
+
+def _check_strings(name: str, frame: Any) -> None:
+    import polars as pl
+
+    strings = [c for c, t in frame.schema.items() if t == pl.String]
+    if (
+        strings
+        and frame.select(pl.any_horizontal(pl.col(strings).str.contains(_CONTROL)).any()).item()
+    ):
+        raise SnapshotError(name, "a string with a control character")
+
+
+def _number(x: float) -> float | None:
+    return None if math.isnan(x) else float(x)
+
+
+def _assemble(runs: Any, chunks: Any, kernels: Any, findings: Any) -> LoadedFleet:
+    """The LoadedFleet of a dataset's tables; `chunks` are the readings, sorted by run and
+    position, each holding whole runs. Layouts and configurations are numbered in the
+    order the runs (by path, then time) first use them, as the snapshots' loader does."""
+    kernels_of: dict[str, list[ParsedKernel]] = {}
+    for row in kernels.sort("run_id", "position").iter_rows(named=True):
+        stats: Any = msgspec.UNSET
+        if row["median"] is not None:
+            stats = ParsedStats(*(int(row[n]) if n == "count" else row[n] for n in STATS))
+        kernels_of.setdefault(row["run_id"], []).append(
+            ParsedKernel(
+                kernel=row["kernel"],
+                device=row["device"],
+                metric=row["metric"],
+                status=row["status"],
+                unit=row["unit"],
+                error=row["error"],
+                samples=list(row["samples"] or ()),
+                params=json.loads(row["params"]),
+                stats=stats,
+            )
+        )
+    findings_of: dict[str, list[tuple[str, str, str]]] = {}
+    for rid, rule, severity, subject in findings.select(
+        "run_id", "rule", "severity", "subject"
+    ).iter_rows():
+        findings_of.setdefault(rid, []).append((rule, severity, subject))
+    seen = _RunsRead()
+    for readings in chunks:
+        seen.add(readings)
+    fleet = LoadedFleet()
+    layout_ids: dict[int, int] = {}
+    config_ids: dict[int, int] = {}
+    interned: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for rid, node, created, path in runs.sort("path", "created").iter_rows():
+        found_run = seen.runs.get(rid)
+        if found_run is None:
+            raise SnapshotError(path, "a run without readings in the dataset")
+        layout_at, config_at, numbers = found_run
+        layout_id = layout_ids.get(layout_at)
+        if layout_id is None:
+            layout_id = layout_ids[layout_at] = len(fleet.layouts)
+            fleet.layouts.append(seen.layouts[layout_at])
+        config_id = config_ids.get(config_at)
+        if config_id is None:
+            config_id = config_ids[config_at] = len(fleet.configs)
+            fleet.configs.append(seen.configs[config_at][1])
+            fleet.config_layout.append(layout_id)
+        run_kernels = tuple(kernels_of.get(rid, ()))
+        found = tuple(findings_of.get(rid, ()))
+        fleet.runs.append(
+            NodeRun(
+                path=path,
+                host=node,
+                created=created,
+                layout=layout_id,
+                config=config_id,
+                numbers=numbers,
+                kernel_values=kernel_values(run_kernels),
+                kernels=run_kernels,
+                findings=interned.setdefault(found, found),
+            )
+        )
+    return fleet
+
+
+class _RunsRead:
+    """What the readings say of each run: its layout, its configuration (each numbered
+    in the order first read) and its numbers."""
+
+    def __init__(self) -> None:
+        self.layouts: list[Layout] = []
+        self.configs: list[tuple[int, tuple[Any, ...]]] = []  # (layout, values)
+        self.runs: dict[str, tuple[int, int, np.ndarray]] = {}
+        self._layout_of: dict[tuple[Any, ...], int] = {}
+        self._config_of: dict[tuple[int, tuple[Any, ...]], int] = {}
+        self._by_hash: dict[Any, int] = {}
+        self._config_by_hash: dict[Any, int] = {}
+        self._numeric: dict[int, np.ndarray] = {}
+
+    def add(self, readings: Any) -> None:
+        """One chunk of readings, sorted by run and position, holding whole runs. A run's
+        layout (keys, statuses, units, slots) and configuration are known by two 64-bit
+        hashes each, summed over its rows in Polars: only the first run of each is turned
+        into Python lists (whole columns as lists were most of a read's memory)."""
+        import polars as pl
+
+        layout_row = pl.struct("position", "reading", "status", "unit", "slot", "configuration")
+        config_row = pl.struct("position", "text", "value_type", "value")
+        spans = readings.group_by("run_id", maintain_order=True).agg(
+            pl.len().alias("len"),
+            *(layout_row.hash(seed).sum().alias(f"layout{seed}") for seed in (11, 23)),
+            *(
+                pl.when(pl.col("configuration"))
+                .then(config_row.hash(seed))
+                .otherwise(pl.lit(0, pl.UInt64))
+                .sum()
+                .alias(f"config{seed}")
+                for seed in (11, 23)
+            ),
+        )
+        bounds = np.cumsum([0, *spans["len"].to_list()], dtype=np.int64).tolist()
+        col_value = readings["value"].fill_null(math.nan).to_numpy()
+        hashes = zip(
+            spans["run_id"],
+            zip(spans["len"], spans["layout11"], spans["layout23"], strict=True),
+            zip(spans["config11"], spans["config23"], strict=True),
+            strict=True,
+        )
+        for i, (rid, layout_hash, config_hash) in enumerate(hashes):
+            if rid in self.runs:
+                raise _RunAcrossFiles(rid)
+            a, b = bounds[i], bounds[i + 1]
+            layout_at = self._by_hash.get(layout_hash)
+            if layout_at is None:
+                layout_at = self._by_hash[layout_hash] = self._layout(readings.slice(a, b - a))
+            layout = self.layouts[layout_at]
+            value = col_value[a:b]
+            config_at = self._config_by_hash.get((layout_at, config_hash))
+            if config_at is None:  # alike nodes share their configuration: decoded once
+                rows = readings.slice(a, b - a)
+                texts, kinds = rows["text"].to_list(), rows["value_type"].to_list()
+                config = tuple(
+                    _untyped(_number(value[p]), texts[p], kinds[p]) for p in layout.config
+                )
+                config_at = self._config_of.get((layout_at, config))
+                if config_at is None:
+                    config_at = self._config_of[(layout_at, config)] = len(self.configs)
+                    self.configs.append((layout_at, config))
+                self._config_by_hash[(layout_at, config_hash)] = config_at
+            self.runs[rid] = (layout_at, config_at, value[self._numeric[layout_at]])
+
+    def _layout(self, rows: Any) -> int:
+        keys = tuple(rows["reading"].to_list())
+        statuses = tuple(rows["status"].to_list())
+        units = tuple(rows["unit"].to_list())
+        signature = (keys, statuses, units)
+        found = self._layout_of.get(signature)
+        if found is not None:
+            return found
+        slot = rows["slot"].to_list()
+        numeric = tuple(p for _, p in sorted((s, p) for p, s in enumerate(slot) if s is not None))
+        config = tuple(p for p, c in enumerate(rows["configuration"].to_list()) if c)
+        found = self._layout_of[signature] = len(self.layouts)
+        self.layouts.append(Layout(keys, statuses, units, numeric, config))
+        self._numeric[found] = np.asarray(numeric, dtype=np.int64)
+        return found
+
+
+def read_dataset(root: str | Path) -> LoadedFleet:
+    """The fleet a dataset holds, as the snapshots gave it; SnapshotError if damaged."""
+    with no_gc():
+        try:
+            store = Store(str(root))
+        except OSError as exc:  # a URL this install cannot open (fleet/store.py)
+            raise SnapshotError(str(root), str(exc).removeprefix(f"{root}: ")) from None
+        return read_store(store)
+
+
+def merge_into(fleet: LoadedFleet, part: LoadedFleet) -> None:
+    """Add `part`'s runs to `fleet`, its layouts and configurations renumbered (as
+    load.load_fleet merges what its workers read)."""
+    configs = zip(part.config_layout, part.configs, strict=True)
+    FleetMerger(fleet).add(part.layouts, configs, part.runs, part.bad)
+
+
+def read_into(fleet: LoadedFleet, roots: list[str]) -> None:
+    """Each dataset's runs added to `fleet`; a damaged one is named in `fleet.bad`."""
+    for root in roots:
+        try:
+            merge_into(fleet, read_dataset(root))
+        except SnapshotError as exc:
+            fleet.bad.append(inputs.printable(str(exc)))
