@@ -312,11 +312,13 @@ _MAY_CONTROL_TOML = re.compile(
 def _may_hold_controls(text: str, as_json: bool) -> bool:
     """Whether a string parsed from `text` may hold something `printable` removes or
     `one_line` replaces (a line break, a tab). ASCII
-    JSON: only through an escape or a raw DEL (a raw control character in a JSON string
-    is refused by the parser), two searches in C (microseconds for a snapshot); else
+    JSON: only through an escape of such a character or a raw DEL (a raw control
+    character in a JSON string is refused by the parser): `json_may_hold_controls`,
+    one-byte searches in C (microseconds for a snapshot), so that an innocent escape (the
+    quotes of a rule's fix, which every export holds) does not walk every string; else
     (non-ASCII JSON, TOML) one regular-expression scan of the text."""
     if as_json and text.isascii():
-        return "\\" in text or "\x7f" in text
+        return json_may_hold_controls(text.encode("ascii"))
     return (_MAY_CONTROL if as_json else _MAY_CONTROL_TOML).search(text) is not None
 
 
