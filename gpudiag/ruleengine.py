@@ -86,6 +86,8 @@ UNCHECKED_TITLE = "could not check: "  # and its title
 
 @dataclass(frozen=True)
 class _Context:
+    """What the rules are judged against: the readings, the profile, the sources."""
+
     readings: dict[str, Reading]
     profile: Profile | None
     sources: tuple[str, ...] = ()  # the snapshot's probe names; () judges without coverage

@@ -234,6 +234,31 @@ def test_help_and_version_load_no_command_implementation() -> None:
     assert cli._EXIT_UNKNOWN == session.EXIT_UNKNOWN
 
 
+# What `check` does not use, and so must not import (issue 44: each is milliseconds of
+# a command whose whole budget is about 40): the standard modules that dataclasses
+# imports for what gpudiag does not call (copy, inspect: stand-ins until used,
+# gpudiag/model.py; Python 3.12's dataclasses use inspect for every class)
+NOT_FOR_CHECK = {"ast", "tokenize", "weakref", *(("dis",) if sys.version_info < (3, 12) else ())}
+
+
+def test_check_imports_only_what_it_uses() -> None:
+    """A fresh process that runs `check` on a saved snapshot holds none of NOT_FOR_CHECK
+    (nor the real `inspect` and `copy`, before Python 3.12)."""
+    run = (
+        "from gpudiag.cli import main\n"
+        "import os\n"
+        "out, sys.stdout = sys.stdout, open(os.devnull, 'w')\n"
+        f"main(['check', {str(REPO / 'tests' / 'golden' / 'rendered.json')!r}])\n"
+        "sys.stdout = out\n"
+        "print(type(sys.modules['copy']).__name__, type(sys.modules['inspect']).__name__)"
+    )
+    loaded = modules_loaded_by(run)
+    assert not NOT_FOR_CHECK & loaded, NOT_FOR_CHECK & loaded
+    assert "gpudiag.session" in loaded  # it did run
+    if sys.version_info < (3, 12):
+        assert "_OnFirstUse" in loaded  # copy's and inspect's stand-ins, never used
+
+
 def test_live_node_without_gpu_driver_here(tmp_path: Path) -> None:
     """On this machine (no NVIDIA driver) the real backend must say why, not crash."""
     import ctypes.util
