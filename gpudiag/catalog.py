@@ -33,11 +33,13 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import TYPE_CHECKING, Any
 
 from gpudiag.model import Reading, ReadingStatus
 
+TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpudiag.model import KernelResult, Value
 
 PCI_ADDRESS = r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"

@@ -19,11 +19,14 @@ from collections.abc import Sequence
 from importlib import import_module
 from pathlib import Path
 from types import ModuleType
-from typing import Any, NoReturn
 
 from gpudiag import __version__, inputs
 from gpudiag.commands.common import UsageError
 from gpudiag.output import add_format_options
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 # What a command needs is imported when it runs (`gpudiag --help` and `--version` load
 # only the parser's modules): each command module imports its work inside run, and its

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpudiag import catalog, shipped
 from gpudiag.hostfs import natural_key
@@ -27,6 +26,10 @@ from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
 from gpudiag.rule_operators import RuleError
 from gpudiag.shipped import is_kernel_reading
 from gpudiag.stats import samples_verdict
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
 
 EXIT_EQUIVALENT, EXIT_CONFIG, EXIT_PERFORMANCE = 0, 1, 2
 BOOTSTRAP_ROUNDS = 2000

@@ -16,10 +16,13 @@ import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from gpudiag.inputs import printable
 from gpudiag.model import Reading, ReadingStatus, Value
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_HOST_FILE = 1024 * 1024  # a sysfs or procfs file larger than this is corrupt
 # ... except the files that grow with the CPU count (/proc/cpuinfo, /proc/interrupts: a

@@ -33,7 +33,10 @@ import sys
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
 
 MiB = 1024 * 1024
 DEFAULT_MAX_INPUT = 256 * MiB

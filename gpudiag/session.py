@@ -9,7 +9,6 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Protocol
 
 from gpudiag import __version__
 from gpudiag.catalog import COUNTERS, kernel_identity
@@ -17,7 +16,10 @@ from gpudiag.derive import DERIVED, stored_profile, with_derived
 from gpudiag.model import Finding, KernelResult, ProbeResult, Reading, Severity, Snapshot
 from gpudiag.ruleengine import evaluate, rules_with_instances
 
+TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:  # what probing a live node needs is imported where it probes
+    from typing import Protocol
+
     from gpudiag.hostfs import HostFS
     from gpudiag.nvml import Nvml
     from gpudiag.probe import Probe, ProbeContext
@@ -120,10 +122,12 @@ def with_kernel_results(
     return with_findings(replace(snapshot, kernels=(*kept, *results)), rules, profile_name)
 
 
-class KernelRun(Protocol):
-    """A kernel plan ready to run (kernels/runner.PlanRun)."""
+if TYPE_CHECKING:
 
-    def run(self) -> list[KernelResult]: ...
+    class KernelRun(Protocol):
+        """A kernel plan ready to run (kernels/runner.PlanRun)."""
+
+        def run(self) -> list[KernelResult]: ...
 
 
 def run_kernels(

@@ -30,7 +30,6 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any, TypeVar
 
 from gpudiag.catalog import check_keys
 from gpudiag.inputs import (
@@ -57,6 +56,10 @@ from gpudiag.model import (
     check_value,
 )
 from gpudiag.upgrade import upgraded
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import IO, Any, TypeVar
 
 
 class SnapshotError(Exception):
@@ -208,7 +211,8 @@ def save(snapshot: Snapshot, path: Path) -> None:
 
 # ---------------------------------------------------------------------------- reading
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    T = TypeVar("T")
 _REQUIRED = object()
 
 

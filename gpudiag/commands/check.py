@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from gpudiag.commands.common import load_snapshot, write_prometheus
 from gpudiag.output import add_format_options
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def add_parser(subparsers: Any) -> None:

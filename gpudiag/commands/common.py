@@ -11,10 +11,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gpudiag import inputs
 
+TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from gpudiag.model import Snapshot
     from gpudiag.redact import Redactor

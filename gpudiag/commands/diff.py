@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from gpudiag.commands.common import redactor
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def add_parser(subparsers: Any) -> None:
