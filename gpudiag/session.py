@@ -5,7 +5,6 @@ The CLI and the TUI both call these; neither talks to probes or rules any other 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -18,6 +17,7 @@ from gpudiag.ruleengine import evaluate, rules_with_instances
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:  # what probing a live node needs is imported where it probes
+    import threading
     from typing import Protocol
 
     from gpudiag.hostfs import HostFS
@@ -27,6 +27,13 @@ if TYPE_CHECKING:  # what probing a live node needs is imported where it probes
     from gpudiag.rulefile import Rule
 
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 1, 2, 3
+
+
+def _event() -> threading.Event:
+    """A new threading.Event (threading is imported by what probes, not by `check`)."""
+    import threading
+
+    return threading.Event()
 
 
 @dataclass
@@ -41,7 +48,7 @@ class LiveNode:
     command_line: Sequence[str] = ()
     timeout_scale: float = 1.0
     profile_name: str | None = None
-    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel: threading.Event = field(default_factory=_event)
     # results from outside the node's files and NVML (the GPUs Slurm configures for it),
     # judged with the probes' readings
     extra: Sequence[ProbeResult] = ()
