@@ -117,8 +117,45 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _terminal_columns() -> int:
+    """shutil.get_terminal_size().columns (COLUMNS, else the terminal's, else 80) without
+    importing shutil, and bz2 and lzma behind it: 3 ms of --help's and check's CPU time,
+    which argparse's formatter spends on every parser it builds (issue 44)."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help formatter, its width found by `_terminal_columns`."""
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+        **options: Any,
+    ) -> None:
+        if width is None:
+            width = _terminal_columns() - 2  # as HelpFormatter does with shutil's
+        super().__init__(prog, indent_increment, max_help_position, width, **options)
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error in one line and exits 3."""
+    """argparse that reports a usage error in one line and exits 3; its commands'
+    parsers (made by this class too) format with `_Formatter` unless told otherwise."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see gpudiag --help)")

@@ -229,7 +229,7 @@ def test_help_and_version_load_no_command_implementation() -> None:
         "gpudiag.derive", "gpudiag.catalog", "gpudiag.snapshot", "gpudiag.diff", "numpy",
     }  # fmt: skip
     assert not heavy & loaded, heavy & loaded
-    assert "typing" not in loaded  # issue 44: 3.6 ms of --help's 35, for annotations only
+    assert not {"typing", "shutil"} & loaded  # issue 44: 3.6 and 3 ms of --help's 35
     from gpudiag import cli, session
 
     assert cli._EXIT_UNKNOWN == session.EXIT_UNKNOWN
@@ -240,9 +240,10 @@ def test_help_and_version_load_no_command_implementation() -> None:
 # imports for what gpudiag does not call (copy, inspect: stand-ins until used,
 # gpudiag/model.py; Python 3.12's dataclasses use inspect for every class); typing, whose
 # names only annotations use (TYPE_CHECKING = False in each module); statistics (a median
-# of GPU kernel figures) and threading (a live node's cancel event), imported where used
+# of GPU kernel figures) and threading (a live node's cancel event), imported where used;
+# shutil, which argparse's formatter imports for the terminal's width (cli._Formatter)
 NOT_FOR_CHECK = {
-    "ast", "tokenize", "weakref", "typing", "statistics", "threading",
+    "ast", "tokenize", "weakref", "typing", "statistics", "threading", "shutil",
     *(("dis",) if sys.version_info < (3, 12) else ()),
 }  # fmt: skip
 
@@ -263,6 +264,22 @@ def test_check_imports_only_what_it_uses() -> None:
     assert "gpudiag.session" in loaded  # it did run
     if sys.version_info < (3, 12):
         assert "_OnFirstUse" in loaded  # copy's and inspect's stand-ins, never used
+
+
+@pytest.mark.parametrize("columns", [None, "123", "40", "0", "-5", "wide"])
+def test_help_width_is_shutils(monkeypatch: pytest.MonkeyPatch, columns: str | None) -> None:
+    """The parser's help width (cli._terminal_columns, which spares --help importing
+    shutil) is shutil.get_terminal_size()'s, whatever COLUMNS says."""
+    import shutil
+
+    from gpudiag import cli
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert cli._terminal_columns() == shutil.get_terminal_size().columns
+    assert cli._Formatter("gpudiag")._width == shutil.get_terminal_size().columns - 2
 
 
 def test_live_node_without_gpu_driver_here(tmp_path: Path) -> None:
