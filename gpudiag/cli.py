@@ -17,7 +17,6 @@ import os
 import sys
 from collections.abc import Sequence
 from importlib import import_module
-from pathlib import Path
 from types import ModuleType
 
 from gpudiag import __version__, inputs
@@ -26,6 +25,7 @@ from gpudiag.output import add_format_options
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any, NoReturn
 
 # What a command needs is imported when it runs (`gpudiag --help` and `--version` load
@@ -109,6 +109,13 @@ class _LazyCommands(argparse._SubParsersAction):  # type: ignore[type-arg]
         super().__call__(parser, namespace, values, option_string)
 
 
+def _path(text: str) -> Path:
+    """An argparse type: a path (pathlib is imported when one is given, not by --help)."""
+    from pathlib import Path
+
+    return Path(text)
+
+
 def _size(text: str) -> int:
     """An argparse type: a size in bytes ('512M', '2G')."""
     try:
@@ -190,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         action="append",
         default=[],
-        type=Path,
+        type=_path,
         help="also load the *.toml rule files in DIR (repeatable)",
     )
     parser.add_argument(

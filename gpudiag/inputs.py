@@ -24,18 +24,16 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import math
 import os
 import re
 import stat
 import sys
-import zlib
 from collections.abc import Callable
-from pathlib import Path
 
 TYPE_CHECKING = False  # typing's, without importing typing
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # json, zlib and pathlib are imported where used: not by --help
+    from pathlib import Path
     from typing import Any
 
 MiB = 1024 * 1024
@@ -136,6 +134,8 @@ def _read_fd(fd: int, max_bytes: int, name: str) -> bytes:
 
 
 def _gunzip(data: bytes, max_bytes: int, name: str) -> bytes:
+    import zlib
+
     out: list[bytes] = []
     size = 0
     while data:
@@ -217,6 +217,8 @@ def text_fingerprint(text: str) -> tuple[int, int]:
     shipped file (rules/compiled.py) records which text it was made from. It tells an edit
     from the text compiled; it is no security boundary (whoever can write the file can
     write the module beside it)."""
+    import zlib
+
     data = text.encode("utf-8")
     return zlib.crc32(data), len(data)
 
@@ -252,6 +254,8 @@ def parse_data(
     strings are walked (`printable_data`) only where the text may hold a control
     character or an escape (`_may_hold_controls`, a scan in C); a file gpudiag wrote
     holds none."""
+    import json
+
     if as_json is None:
         as_json = text.lstrip().startswith("{")
     # TOML's parser (and its error class) only for TOML: a JSON load never imports it
@@ -296,6 +300,8 @@ def _finite_float(text: str) -> float:
 
 def _parse(text: str, as_json: bool, parse_float: Callable[[str], float]) -> Any:
     if as_json:
+        import json
+
         return json.loads(text, parse_constant=_refuse_constant, parse_float=parse_float)
     from gpudiag import tomlcompat
 

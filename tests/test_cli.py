@@ -266,6 +266,24 @@ def test_check_imports_only_what_it_uses() -> None:
         assert "_OnFirstUse" in loaded  # copy's and inspect's stand-ins, never used
 
 
+def test_help_imports_only_the_parser() -> None:
+    """`gpudiag --help` in a fresh process without site (no editable install's finder,
+    which imports pathlib at every start): none of what reading or writing files needs
+    (pathlib, json, zlib), what only annotations name (typing), nor shutil (issue 44)."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
+        "from gpudiag import cli\n"
+        "cli.build_parser().format_help()\n"
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True
+    )
+    loaded = set(result.stdout.split())
+    assert "gpudiag.cli" in loaded
+    assert not {"pathlib", "json", "zlib", "typing", "shutil"} & loaded
+
+
 @pytest.mark.parametrize("columns", [None, "123", "40", "0", "-5", "wide"])
 def test_help_width_is_shutils(monkeypatch: pytest.MonkeyPatch, columns: str | None) -> None:
     """The parser's help width (cli._terminal_columns, which spares --help importing

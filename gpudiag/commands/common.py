@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from gpudiag import inputs
 
@@ -44,6 +43,8 @@ def check_node_options(args: argparse.Namespace) -> None:
 def live_node(args: argparse.Namespace) -> LiveNode:
     """The node the global options describe (--root, --nvml-replay, --replay, --rules,
     --timeout-scale, --profile); args.argv is its command line."""
+    from pathlib import Path
+
     from gpudiag import capture
     from gpudiag.hostfs import HostFS
     from gpudiag.nvml import open_nvml
@@ -101,6 +102,8 @@ def write_and_report(
 ) -> int:
     """Write the snapshot (or print it for '-') in --format, and the --prometheus file;
     then the summary; exit code by findings."""
+    from pathlib import Path
+
     from gpudiag.output import FORMAT_NAMES, render, write_text
     from gpudiag.session import exit_code, format_summary
     from gpudiag.snapshot import is_json_path, save, target_problem
@@ -150,6 +153,8 @@ def _rules_for(rules: Sequence[Rule] | None, args: argparse.Namespace) -> Sequen
 
 def write_prometheus(snapshot: Snapshot, target: str) -> None:
     """--prometheus FILE: node_exporter's textfile collector format, written atomically."""
+    from pathlib import Path
+
     from gpudiag.output import render, write_text
     from gpudiag.snapshot import target_problem
 
