@@ -8,9 +8,8 @@ of those), so that a snapshot written to TOML or JSON loads back to equal object
 from __future__ import annotations
 
 import math
-import sys
-import types
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from enum import Enum
 
 from gpudiag.inputs import (
@@ -20,42 +19,6 @@ from gpudiag.inputs import (
     one_line,
     too_large_text,
 )
-
-
-class _OnFirstUse(types.ModuleType):
-    """A standard module's stand-in in sys.modules until one of its names is used: then
-    the module is imported and the stand-in takes its names. `dataclasses` imports `copy`
-    (for asdict's deepcopy) and `inspect` (for the signature of a class without a
-    docstring; for every class's annotations from Python 3.12), about 7 ms of a `gpudiag
-    check` process that, before 3.12, uses neither (issue 44). Unlike importlib's
-    LazyLoader, an `import copy` elsewhere does not load it: the stand-in has a __spec__
-    of its own."""
-
-    def __getattr__(self, name: str) -> object:
-        import importlib
-
-        if sys.modules.get(self.__name__) is self:
-            del sys.modules[self.__name__]
-        module = importlib.import_module(self.__name__)
-        self.__dict__.update(module.__dict__)
-        return getattr(module, name)
-
-
-def _on_first_use(*names: str) -> None:
-    """Stand-ins (_OnFirstUse) for the modules named that are not imported yet."""
-    from importlib.machinery import ModuleSpec
-
-    for name in names:
-        if name not in sys.modules:
-            stand_in = _OnFirstUse(name)
-            stand_in.__spec__ = ModuleSpec(name, None)
-            sys.modules[name] = stand_in
-
-
-if "dataclasses" not in sys.modules:
-    _on_first_use("copy", "inspect")
-
-from dataclasses import dataclass, field  # noqa: E402 - after the stand-ins
 
 SCHEMA_VERSION = 2
 

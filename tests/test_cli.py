@@ -235,33 +235,40 @@ def test_help_and_version_load_no_command_implementation() -> None:
     assert cli._EXIT_UNKNOWN == session.EXIT_UNKNOWN
 
 
-# What `check` does not use, and so must not import (issue 44: each is milliseconds of
-# a command whose whole budget is about 40): the standard modules that dataclasses
-# imports for what gpudiag does not call (copy, inspect: stand-ins until used,
-# gpudiag/model.py; Python 3.12's dataclasses use inspect for every class); typing, whose
-# names only annotations use (TYPE_CHECKING = False in each module); statistics (a median
-# of GPU kernel figures) and threading (a live node's cancel event), imported where used;
-# shutil, which argparse's formatter imports for the terminal's width (cli._Formatter)
+# What `check` and `diff` do not use, and so must not import (issue 44: each is
+# milliseconds of a command whose whole budget is about 40): the standard modules that
+# dataclasses imports for what gpudiag does not call (copy, inspect: stand-ins until
+# used, gpudiag/__init__.py; Python 3.12's dataclasses use inspect for every class);
+# typing, whose names only annotations use (TYPE_CHECKING = False in each module);
+# statistics (a median of GPU kernel figures) and threading (a live node's cancel event),
+# imported where used; shutil, which argparse's formatter imports for the terminal's
+# width (cli._Formatter)
 NOT_FOR_CHECK = {
     "ast", "tokenize", "weakref", "typing", "statistics", "threading", "shutil",
     *(("dis",) if sys.version_info < (3, 12) else ()),
 }  # fmt: skip
 
 
-def test_check_imports_only_what_it_uses() -> None:
-    """A fresh process that runs `check` on a saved snapshot holds none of NOT_FOR_CHECK
-    (nor the real `inspect` and `copy`, before Python 3.12)."""
+def test_check_and_diff_import_only_what_they_use(tmp_path: Path) -> None:
+    """A fresh process that runs `diff` and `check` on saved snapshots without kernel
+    results (with them, diff's bootstrap imports NumPy, which imports inspect) holds none
+    of NOT_FOR_CHECK (nor the real `inspect` and `copy`, before Python 3.12)."""
+    data = json.loads((REPO / "tests" / "golden" / "rendered.json").read_text())
+    data["kernels"], data["end"]["kernels"] = [], 0
+    snapshot = tmp_path / "node.json"
+    snapshot.write_text(json.dumps(data))
     run = (
         "from gpudiag.cli import main\n"
         "import os\n"
         "out, sys.stdout = sys.stdout, open(os.devnull, 'w')\n"
-        f"main(['check', {str(REPO / 'tests' / 'golden' / 'rendered.json')!r}])\n"
+        f"assert main(['diff', {str(snapshot)!r}, {str(snapshot)!r}]) == 0\n"
+        f"assert main(['check', {str(snapshot)!r}]) in (0, 1, 2)\n"  # read and judged
         "sys.stdout = out\n"
         "print(type(sys.modules['copy']).__name__, type(sys.modules['inspect']).__name__)"
     )
     loaded = modules_loaded_by(run)
     assert not NOT_FOR_CHECK & loaded, NOT_FOR_CHECK & loaded
-    assert "gpudiag.session" in loaded  # it did run
+    assert {"gpudiag.session", "gpudiag.diff"} <= loaded  # both ran
     if sys.version_info < (3, 12):
         assert "_OnFirstUse" in loaded  # copy's and inspect's stand-ins, never used
 
