@@ -196,6 +196,13 @@ def template_of(key: str) -> tuple[str, str]:
 # ------------------------------------------------------------------ key helpers
 
 
+def natural_key(text: str) -> list[object]:
+    """Sort key that orders embedded numbers numerically: node2 < node10. (Here, not in
+    gpudiag.hostfs, which keeps its name: judging and diffing a saved snapshot read no
+    host file, and do not import it.)"""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
 @functools.lru_cache(maxsize=2048)
 def key_former(template: str, names: tuple[str, ...]) -> Callable[..., str]:
     """A function of the `names`' values (positional, in order) that fills `template`:

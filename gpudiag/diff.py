@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 
 from gpudiag import catalog, shipped
-from gpudiag.hostfs import natural_key
+from gpudiag.catalog import natural_key
 from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
 from gpudiag.rule_operators import RuleError
 from gpudiag.shipped import is_kernel_reading

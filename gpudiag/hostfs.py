@@ -11,12 +11,12 @@ from __future__ import annotations
 import errno
 import fnmatch
 import os
-import re
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from gpudiag.catalog import natural_key  # its home before: still imported from here too
 from gpudiag.inputs import printable
 from gpudiag.model import Reading, ReadingStatus, Value
 
@@ -69,11 +69,6 @@ class FileText:
                 key, ReadingStatus.ERROR, f"cannot parse {self.host_path}: {exc}", self.source, unit
             )
         return Reading(key=key, value=value, unit=unit, source=self.source)
-
-
-def natural_key(text: str) -> list[object]:
-    """Sort key that orders embedded numbers numerically: node2 < node10."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 def source_name(host_path: str) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from gpudiag import catalog, shipped
-from gpudiag.hostfs import natural_key
+from gpudiag.catalog import natural_key
 from gpudiag.model import (
     Finding,
     ProbeResult,
