@@ -17,6 +17,7 @@ move a metric (rules/explanations.toml) are listed beside it. Readings that alwa
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -67,12 +68,19 @@ class ReadingChange:
     def group(self) -> str:
         """What the key is about, as findings name it ('GPU 3' for its NVLinks too, 'PCIe
         0000:18:00.0', 'IB mlx5_0 port 1'), 'topology' for the GPU pairs, else 'node'."""
-        if self.key.startswith("topo."):
-            return "topology"
-        scope, values = catalog.subject_of_key(self.key)
-        if scope == "nvlink":
-            scope, values = "gpu", {"gpu": values["gpu"]}
-        return catalog.subject_title(scope, values)
+        return _group_of(self.key)
+
+
+@functools.lru_cache(maxsize=65536)
+def _group_of(key: str) -> str:
+    """ReadingChange.group of a key, worked out once per key: the report asks it three
+    times of every change (its sort, its headings), each a match of the key's subject."""
+    if key.startswith("topo."):
+        return "topology"
+    scope, values = catalog.subject_of_key(key)
+    if scope == "nvlink":
+        scope, values = "gpu", {"gpu": values["gpu"]}
+    return catalog.subject_title(scope, values)
 
 
 @dataclass(frozen=True)
@@ -522,7 +530,10 @@ def report_text(
             lines.append("| --- | --- | --- | --- | --- |")
         group = None
         whole, told = diff.one_sided_gpus(), set()
-        for c in sorted(changes, key=lambda c: (c.group != "node", natural_key(c.group), c.key)):
+        # by group (the node's first, then in natural order), then key; each group's
+        # natural order worked out once (64 GPUs: 23,000 changes in 200 groups)
+        orders = {g: (g != "node", natural_key(g)) for g in {c.group for c in changes}}
+        for c in sorted(changes, key=lambda c: (*orders[c.group], c.key)):
             index = catalog.gpu_of(c.key)
             if folded(c, whole):  # a lost GPU: one line, not one per reading
                 if index is not None and index not in told:
