@@ -594,6 +594,11 @@ class Catalog:
             )
             for t, (d, _) in first.items()
         }
+        return cls.from_declared(declared)
+
+    @classmethod
+    def from_declared(cls, declared: dict[str, Declared]) -> Catalog:
+        """From declarations already joined, one a template (their producers joined)."""
         catalog = cls(declared)
         catalog._index()
         return catalog

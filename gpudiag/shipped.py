@@ -154,9 +154,28 @@ def _compiled_catalog() -> Catalog | None:
             return None
     except OSError:  # a declaring file not on disk (a zip install): build it
         return None
-    if not isinstance(getattr(shipped_compiled, "DECLARED", None), tuple):
+    entries = getattr(shipped_compiled, "DECLARED", None)
+    if not isinstance(entries, tuple):
         return None  # cut short after its fingerprint
-    return Catalog.build(
+    # made by compiled_module_text from a built catalog: one entry a template, with all
+    # its producers, in the catalog's order; taken as it is (what Catalog.build gives from
+    # it, without building each declaration twice: 1.3 ms of every check and diff)
+    declared = {
+        template: Declared(
+            template,
+            unit,
+            Change(change),
+            identifying,
+            group,
+            help_,
+            frozenset(producers),
+            positional,
+        )
+        for template, unit, change, identifying, group, help_, producers, positional in entries
+    }
+    if len(declared) == len(entries):
+        return Catalog.from_declared(declared)
+    return Catalog.build(  # a template twice: build says whether its entries agree
         (producer, (declared,))
         for template, unit, change, identifying, group, help_, producers, positional in (
             shipped_compiled.DECLARED
