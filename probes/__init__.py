@@ -8,7 +8,8 @@ imports `gpudiag.probes.topology` (a derivation) and never runs a probe.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing's, without importing typing
+from typing import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from gpudiag.probe import Probe
 

@@ -239,12 +239,12 @@ def test_help_and_version_load_no_command_implementation() -> None:
 # milliseconds of a command whose whole budget is about 40): the standard modules that
 # dataclasses imports for what gpudiag does not call (copy, inspect: stand-ins until
 # used, gpudiag/__init__.py; Python 3.12's dataclasses use inspect for every class);
-# typing, whose names only annotations use (TYPE_CHECKING = False in each module);
 # statistics (a median of GPU kernel figures) and threading (a live node's cancel event),
 # imported where used; shutil, which argparse's formatter imports for the terminal's
-# width (cli._Formatter)
+# width (cli._Formatter). (typing: gpudiag's modules on these paths name it for
+# annotations only, but probes/__init__.py, which check's derivations load, imports it.)
 NOT_FOR_CHECK = {
-    "ast", "tokenize", "weakref", "typing", "statistics", "threading", "shutil",
+    "ast", "tokenize", "weakref", "statistics", "threading", "shutil",
     "gpudiag.hostfs",  # a saved snapshot reads no host file (natural_key is catalog's)
     *(("dis",) if sys.version_info < (3, 12) else ()),
 }  # fmt: skip
