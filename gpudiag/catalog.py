@@ -693,7 +693,8 @@ def _ordered(values: Iterable[tuple[str, ...]]) -> list[tuple[str, ...]]:
     distinct = set(values)
     # each part's order once (64 GPUs' 4,032 pairs have 64 distinct parts)
     order = {part: _index_order(part) for part in {p for v in distinct for p in v}}
-    return sorted(distinct, key=lambda v: [order[p] for p in v])
+    index = order.__getitem__
+    return sorted(distinct, key=lambda v: tuple(map(index, v)))
 
 
 @dataclass(frozen=True)
@@ -716,9 +717,9 @@ class SubjectIndex:
         by_scope: dict[str, list[tuple[str, ...]]] = {"node": [()]}
         for head, pattern, subjects in passes:
             matches = pattern.findall("\n".join(groups[head]))
-            if len(subjects) == 1:
+            if len(subjects) == 1:  # each instance once before it is made a tuple
                 by_scope[subjects[0].name] = _ordered(
-                    m if isinstance(m, tuple) else (m,) for m in matches
+                    m if isinstance(m, tuple) else (m,) for m in set(matches)
                 )
                 continue
             outer, inner = subjects
