@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 
 from gpudiag import __version__
 from gpudiag.catalog import COUNTERS, kernel_identity
@@ -55,6 +54,8 @@ class LiveNode:
 
     def snapshot(self, on_result: Callable[[ProbeResult], None] | None = None) -> Snapshot:
         """Run the probes, evaluate the rules, and return the snapshot."""
+        from datetime import datetime, timezone
+
         from gpudiag.probe import ProbeContext
 
         self.cancel.clear()
