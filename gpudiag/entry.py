@@ -34,7 +34,9 @@ def main() -> int:
             print(f"gpudiag {__version__}")
             return 0
         from gpudiag.cli import main as cli_main
+        from gpudiag.commands.common import PausedGC
 
+        PausedGC.process_ends = True  # this process ends when the command returns
         return cli_main()
     except KeyboardInterrupt:
         return _interrupted()

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpudiag.commands.common import load_snapshot, write_prometheus
+from gpudiag.commands.common import PausedGC, load_snapshot, write_prometheus
 from gpudiag.output import add_format_options
 
 TYPE_CHECKING = False  # typing's, without importing typing
@@ -52,8 +52,9 @@ def run(args: argparse.Namespace) -> int:
         with_findings,
     )
 
-    rules = load_rules(args.rules, site=True)
-    snapshot = with_findings(load_snapshot(args.snapshot), rules, args.profile)
+    with PausedGC():
+        rules = load_rules(args.rules, site=True)
+        snapshot = with_findings(load_snapshot(args.snapshot), rules, args.profile)
     if args.prometheus:
         write_prometheus(snapshot, args.prometheus)
     if args.format is not None:

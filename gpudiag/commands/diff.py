@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gpudiag.commands.common import redactor
+from gpudiag.commands.common import PausedGC, redactor
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -43,20 +43,22 @@ def run(args: argparse.Namespace) -> int:
     from gpudiag.diff import diff_snapshots, report_json, report_text
     from gpudiag.snapshot import load
 
-    a, b = load(args.snapshot_a), load(args.snapshot_b)
-    if getattr(args, "redact", False):
-        redact = redactor(args)
-        a, b = redact.snapshot(a), redact.snapshot(b)
-    result = diff_snapshots(a, b)
+    with PausedGC():
+        a, b = load(args.snapshot_a), load(args.snapshot_b)
+        if getattr(args, "redact", False):
+            redact = redactor(args)
+            a, b = redact.snapshot(a), redact.snapshot(b)
+        result = diff_snapshots(a, b)
     if args.format is None and sys.stdout.isatty() and sys.stdin.isatty():
         from gpudiag.tui_diff import DiffApp
 
         app = DiffApp(result, a, b, args.all, (args.snapshot_a, args.snapshot_b))
         app.run()
         return int(app.return_code or 0) if app.signalled else result.exit_code()
-    if args.format == "json":
-        print(json.dumps(report_json(result, args.all), indent=1))
-    else:
-        names = (args.snapshot_a, args.snapshot_b)
-        sys.stdout.write(report_text(result, a, b, args.all, args.format == "markdown", names))
+    with PausedGC():
+        if args.format == "json":
+            print(json.dumps(report_json(result, args.all), indent=1))
+        else:
+            names = (args.snapshot_a, args.snapshot_b)
+            sys.stdout.write(report_text(result, a, b, args.all, args.format == "markdown", names))
     return result.exit_code()
