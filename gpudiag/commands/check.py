@@ -40,7 +40,14 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Judge the snapshot again with the rules; print its findings (or --format)."""
+    """Judge the snapshot again with the rules; print its findings (or --format). All
+    of it with the garbage collector paused (PausedGC): the modules it imports and the
+    snapshot it reads live to the end, and hold no cycles to collect."""
+    with PausedGC():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from gpudiag.model import Severity
     from gpudiag.output import render
     from gpudiag.rulefile import load_rules
@@ -52,9 +59,8 @@ def run(args: argparse.Namespace) -> int:
         with_findings,
     )
 
-    with PausedGC():
-        rules = load_rules(args.rules, site=True)
-        snapshot = with_findings(load_snapshot(args.snapshot), rules, args.profile)
+    rules = load_rules(args.rules, site=True)
+    snapshot = with_findings(load_snapshot(args.snapshot), rules, args.profile)
     if args.prometheus:
         write_prometheus(snapshot, args.prometheus)
     if args.format is not None:

@@ -40,10 +40,10 @@ def run(args: argparse.Namespace) -> int:
     """The diff screen in a terminal, else the report; exit code by the differences."""
     import json
 
-    from gpudiag.diff import diff_snapshots, report_json, report_text
-    from gpudiag.snapshot import load
+    with PausedGC():  # the modules too: they live to the end, with no cycles to collect
+        from gpudiag.diff import diff_snapshots, report_json, report_text
+        from gpudiag.snapshot import load
 
-    with PausedGC():
         a, b = load(args.snapshot_a), load(args.snapshot_b)
         if getattr(args, "redact", False):
             redact = redactor(args)
