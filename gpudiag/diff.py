@@ -24,9 +24,7 @@ from dataclasses import dataclass, field
 from gpudiag import catalog, shipped
 from gpudiag.catalog import natural_key
 from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
-from gpudiag.rule_operators import RuleError
 from gpudiag.shipped import is_kernel_reading
-from gpudiag.stats import samples_verdict
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -322,6 +320,7 @@ def parse_explanations(text: str, origin: str) -> list[Explanation]:
     """An explanations file, compiled; RuleError (one line naming the file) where it is
     not one (`rules lint` checks the shipped file with this)."""
     from gpudiag import tomlcompat
+    from gpudiag.rule_operators import RuleError  # where explanations are read, not always
 
     try:
         return [
@@ -410,8 +409,10 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
     kernels_b = {kernel_match_key(k, result.gpu_map): k for k in b.kernels}
     explanations = load_explanations() if a.kernels else []
     config = result.differences()
-    if a.kernels:
+    if a.kernels:  # what judging kernel metrics needs, only where there are some
         import statistics
+
+        from gpudiag.stats import samples_verdict
     for ka in a.kernels:
         kb = kernels_b.get(kernel_match_key(ka))
         if kb is None or len(ka.samples) < 2 or len(kb.samples) < 2:

@@ -28,7 +28,6 @@ import os
 import stat
 from collections.abc import Callable
 from dataclasses import asdict, replace
-from pathlib import Path
 
 from gpudiag.catalog import check_keys
 from gpudiag.inputs import (
@@ -57,7 +56,8 @@ from gpudiag.model import (
 from gpudiag.upgrade import upgraded
 
 TYPE_CHECKING = False  # typing's, without importing typing
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pathlib too: paths are given, never made here
+    from pathlib import Path
     from typing import IO, Any, TypeVar
 
 

@@ -247,6 +247,7 @@ NOT_FOR_CHECK = {
     "ast", "tokenize", "weakref", "statistics", "threading", "shutil",
     "datetime",  # a snapshot's time in gpudiag's form is checked without it
     "gpudiag.hostfs",  # a saved snapshot reads no host file (natural_key is catalog's)
+    "gpudiag.stats",  # diff's kernel metrics' statistics, where there are kernel results
     *(("dis",) if sys.version_info < (3, 12) else ()),
 }  # fmt: skip
 
