@@ -305,6 +305,16 @@ def test_check_and_diff_pause_the_collector(monkeypatch: pytest.MonkeyPatch) -> 
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stderr == "True True", result.stderr
+    # --help: the command line imported with the collector paused, then frozen
+    code = (
+        "import gc, os, sys\n"
+        "sys.argv, sys.stdout = ['gpudiag', '--help'], open(os.devnull, 'w')\n"
+        "from gpudiag.entry import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "sys.stderr.write(f'{gc.isenabled()} {gc.get_freeze_count() > 0}')"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stderr == "True True", result.stderr
 
 
 def test_help_imports_only_the_parser() -> None:
