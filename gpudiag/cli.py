@@ -17,13 +17,16 @@ import os
 import sys
 from collections.abc import Sequence
 from importlib import import_module
-from pathlib import Path
 from types import ModuleType
-from typing import Any, NoReturn
 
 from gpudiag import __version__, inputs
 from gpudiag.commands.common import UsageError
 from gpudiag.output import add_format_options
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any, NoReturn
 
 # What a command needs is imported when it runs (`gpudiag --help` and `--version` load
 # only the parser's modules): each command module imports its work inside run, and its
@@ -106,6 +109,13 @@ class _LazyCommands(argparse._SubParsersAction):  # type: ignore[type-arg]
         super().__call__(parser, namespace, values, option_string)
 
 
+def _path(text: str) -> Path:
+    """An argparse type: a path (pathlib is imported when one is given, not by --help)."""
+    from pathlib import Path
+
+    return Path(text)
+
+
 def _size(text: str) -> int:
     """An argparse type: a size in bytes ('512M', '2G')."""
     try:
@@ -114,8 +124,45 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _terminal_columns() -> int:
+    """shutil.get_terminal_size().columns (COLUMNS, else the terminal's, else 80) without
+    importing shutil, and bz2 and lzma behind it: 3 ms of --help's and check's CPU time,
+    which argparse's formatter spends on every parser it builds (issue 44)."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help formatter, its width found by `_terminal_columns`."""
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+        **options: Any,
+    ) -> None:
+        if width is None:
+            width = _terminal_columns() - 2  # as HelpFormatter does with shutil's
+        super().__init__(prog, indent_increment, max_help_position, width, **options)
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error in one line and exits 3."""
+    """argparse that reports a usage error in one line and exits 3; its commands'
+    parsers (made by this class too) format with `_Formatter` unless told otherwise."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see gpudiag --help)")
@@ -150,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         action="append",
         default=[],
-        type=Path,
+        type=_path,
         help="also load the *.toml rule files in DIR (repeatable)",
     )
     parser.add_argument(

@@ -11,15 +11,18 @@ from __future__ import annotations
 import errno
 import fnmatch
 import os
-import re
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
+from gpudiag.catalog import natural_key  # its home before: still imported from here too
 from gpudiag.inputs import printable
 from gpudiag.model import Reading, ReadingStatus, Value
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_HOST_FILE = 1024 * 1024  # a sysfs or procfs file larger than this is corrupt
 # ... except the files that grow with the CPU count (/proc/cpuinfo, /proc/interrupts: a
@@ -66,11 +69,6 @@ class FileText:
                 key, ReadingStatus.ERROR, f"cannot parse {self.host_path}: {exc}", self.source, unit
             )
         return Reading(key=key, value=value, unit=unit, source=self.source)
-
-
-def natural_key(text: str) -> list[object]:
-    """Sort key that orders embedded numbers numerically: node2 < node10."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 def source_name(host_path: str) -> str:

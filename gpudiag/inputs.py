@@ -24,16 +24,17 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import math
 import os
 import re
 import stat
 import sys
-import zlib
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:  # json, zlib and pathlib are imported where used: not by --help
+    from pathlib import Path
+    from typing import Any
 
 MiB = 1024 * 1024
 DEFAULT_MAX_INPUT = 256 * MiB
@@ -133,6 +134,8 @@ def _read_fd(fd: int, max_bytes: int, name: str) -> bytes:
 
 
 def _gunzip(data: bytes, max_bytes: int, name: str) -> bytes:
+    import zlib
+
     out: list[bytes] = []
     size = 0
     while data:
@@ -214,6 +217,8 @@ def text_fingerprint(text: str) -> tuple[int, int]:
     shipped file (rules/compiled.py) records which text it was made from. It tells an edit
     from the text compiled; it is no security boundary (whoever can write the file can
     write the module beside it)."""
+    import zlib
+
     data = text.encode("utf-8")
     return zlib.crc32(data), len(data)
 
@@ -249,6 +254,8 @@ def parse_data(
     strings are walked (`printable_data`) only where the text may hold a control
     character or an escape (`_may_hold_controls`, a scan in C); a file gpudiag wrote
     holds none."""
+    import json
+
     if as_json is None:
         as_json = text.lstrip().startswith("{")
     # TOML's parser (and its error class) only for TOML: a JSON load never imports it
@@ -293,18 +300,36 @@ def _finite_float(text: str) -> float:
 
 def _parse(text: str, as_json: bool, parse_float: Callable[[str], float]) -> Any:
     if as_json:
+        import json
+
         return json.loads(text, parse_constant=_refuse_constant, parse_float=parse_float)
     from gpudiag import tomlcompat
 
     return tomlcompat.loads(text, parse_float=parse_float)
 
 
+class _Compiled:
+    """A regular expression compiled when one of its methods is first used (then held
+    as this object's own attribute): this module's patterns took 1.4 ms of every
+    command's start to compile, and a command that reads clean files uses few of them
+    (issue 44)."""
+
+    def __init__(self, pattern: str | bytes) -> None:
+        self.pattern = pattern
+
+    def __getattr__(self, name: str) -> Any:
+        compiled = re.compile(self.pattern)
+        for method in ("search", "sub", "match", "fullmatch"):
+            setattr(self, method, getattr(compiled, method))
+        return getattr(compiled, name)
+
+
 # What `printable` removes can only reach a parsed string through these characters in
 # the text: a backslash (an escape), a control character, DEL, C1 or a surrogate
-_MAY_CONTROL = re.compile(r"[\\\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029]")
+_MAY_CONTROL = _Compiled(r"[\\\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029]")
 # and, in TOML, a line break or tab without an escape too: a raw tab in a string, a
 # multi-line string (one scan of the text for both)
-_MAY_CONTROL_TOML = re.compile(
+_MAY_CONTROL_TOML = _Compiled(
     r"[\\\x00-\x09\x0b-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029]|\"\"\"|'''"
 )
 
@@ -312,11 +337,13 @@ _MAY_CONTROL_TOML = re.compile(
 def _may_hold_controls(text: str, as_json: bool) -> bool:
     """Whether a string parsed from `text` may hold something `printable` removes or
     `one_line` replaces (a line break, a tab). ASCII
-    JSON: only through an escape or a raw DEL (a raw control character in a JSON string
-    is refused by the parser), two searches in C (microseconds for a snapshot); else
+    JSON: only through an escape of such a character or a raw DEL (a raw control
+    character in a JSON string is refused by the parser): `json_may_hold_controls`,
+    one-byte searches in C (microseconds for a snapshot), so that an innocent escape (the
+    quotes of a rule's fix, which every export holds) does not walk every string; else
     (non-ASCII JSON, TOML) one regular-expression scan of the text."""
     if as_json and text.isascii():
-        return "\\" in text or "\x7f" in text
+        return json_may_hold_controls(text.encode("ascii"))
     return (_MAY_CONTROL if as_json else _MAY_CONTROL_TOML).search(text) is not None
 
 
@@ -378,7 +405,7 @@ def check_numbers(data: Any, where: str = "") -> None:
             stack.extend((v, f"{at}[{i}]") for i, v in enumerate(value))
 
 
-_CONTROL = re.compile(
+_CONTROL = _Compiled(
     "\x1b\\[[0-?]*[ -/]*[@-~]"  # CSI sequences: colours, cursor moves, modes
     "|\x1b\\][^\x07\x1b]*(?:\x07|\x1b\\\\)?"  # OSC sequences: titles, hyperlinks
     "|\x1b[@-_]?"  # other escapes
@@ -399,7 +426,7 @@ def printable(text: str) -> str:
 # C0, DEL, C1, a surrogate (a lone one is not text) or a line or paragraph separator, the
 # short escapes \b \f \n \r \t, a raw DEL, a raw C1 in UTF-8 (0xC2 0x80-0x9F), or a raw
 # U+2028 or U+2029 (0xE2 0x80 0xA8-0xA9). gpudiag writes none of them in a snapshot.
-_JSON_CONTROL = re.compile(
+_JSON_CONTROL = _Compiled(
     rb"\\u(?:00(?:0[0-9a-fA-F]|1[0-9a-fA-F]|7[fF]|[89][0-9a-fA-F])|[dD][89a-fA-F]|202[89])"
     rb"|\\[bfnrt]|\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xa8\xa9]"
 )
@@ -488,7 +515,7 @@ ONE_LINE_FIELDS = frozenset(
 # what breaks a line where one-line text is shown (a terminal, a text or Markdown report,
 # a Slurm reason, str.splitlines): tab, line feed, the other C0 separators, NEL, and
 # Unicode's line and paragraph separators
-_BREAKS = re.compile("[\t\n\x0b\x0c\r\x1c-\x1e\x85\u2028\u2029]+")
+_BREAKS = _Compiled("[\t\n\x0b\x0c\r\x1c-\x1e\x85\u2028\u2029]+")
 
 
 # Linux's HOST_NAME_MAX: no node's host name (/proc/sys/kernel/hostname, what nvidia-smi
@@ -496,7 +523,7 @@ _BREAKS = re.compile("[\t\n\x0b\x0c\r\x1c-\x1e\x85\u2028\u2029]+")
 # to it: the fleet folds such names into node sets (ClusterShell), which cannot read a
 # range of 102 digits or more ('node-1' and 300 digits ended a fleet report).
 HOST_NAME_MAX = 64
-_HOST_CHARACTERS = re.compile(r"[A-Za-z0-9._-]+")
+_HOST_CHARACTERS = _Compiled(r"[A-Za-z0-9._-]+")
 
 
 def host_name(text: str) -> str:

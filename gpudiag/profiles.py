@@ -9,12 +9,15 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from gpudiag import catalog
 from gpudiag.inputs import compiled_module, text_fingerprint
 from gpudiag.model import Reading
 from gpudiag.rule_operators import RuleError
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @dataclass(frozen=True)

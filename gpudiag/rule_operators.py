@@ -13,7 +13,10 @@ from __future__ import annotations
 import operator as op
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class RuleError(Exception):

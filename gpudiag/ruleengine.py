@@ -14,10 +14,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
 
 from gpudiag import catalog, shipped
-from gpudiag.hostfs import natural_key
+from gpudiag.catalog import natural_key
 from gpudiag.model import (
     Finding,
     ProbeResult,
@@ -36,6 +35,10 @@ from gpudiag.rule_operators import (
     quick_check,
 )
 from gpudiag.rulefile import MESSAGE_FIELD, SCOPES, Rule, action_for
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
 
 # ------------------------------------------------------------------ evaluation
 
@@ -86,6 +89,8 @@ UNCHECKED_TITLE = "could not check: "  # and its title
 
 @dataclass(frozen=True)
 class _Context:
+    """What the rules are judged against: the readings, the profile, the sources."""
+
     readings: dict[str, Reading]
     profile: Profile | None
     sources: tuple[str, ...] = ()  # the snapshot's probe names; () judges without coverage
@@ -479,13 +484,12 @@ def fast_check(rule: Rule) -> Callable[[Any], bool] | None:
 
 
 _NUMBER = (int, float)
-_Lookup = Callable[[str], Reading | None]
-# a quick test of a read value that may look at other readings and the profile's fields
-_Guarded = Callable[[Any, _Lookup, dict[str, Any] | None], bool]
-
-
-_Check = Callable[[Any], bool]
-_Every = Callable[[list[Any]], bool]
+if TYPE_CHECKING:  # types of the annotations below
+    _Lookup = Callable[[str], Reading | None]
+    # a quick test of a read value that may look at other readings and the profile's fields
+    _Guarded = Callable[[Any, _Lookup, dict[str, Any] | None], bool]
+    _Check = Callable[[Any], bool]
+    _Every = Callable[[list[Any]], bool]
 
 
 def _values_of(readings: dict[str, Reading]) -> Callable[[tuple[str, ...]], list[Any]]:

@@ -83,7 +83,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from gpudiag import catalog
 from gpudiag.inputs import (
@@ -96,6 +95,10 @@ from gpudiag.inputs import (
 from gpudiag.model import Action, Severity
 from gpudiag.profiles import PROFILE_FLAGS, READABLE_FIELDS
 from gpudiag.rule_operators import OPERATORS, PROFILE_OPERATORS, READING_OPERATORS, RuleError
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
 
 SCOPES: dict[str, tuple[str, ...]] = catalog.scopes()  # the catalog's subjects
 _PLACEHOLDERS = {name for names in SCOPES.values() for name in names}

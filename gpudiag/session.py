@@ -5,11 +5,8 @@ The CLI and the TUI both call these; neither talks to probes or rules any other 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Protocol
 
 from gpudiag import __version__
 from gpudiag.catalog import COUNTERS, kernel_identity
@@ -17,7 +14,11 @@ from gpudiag.derive import DERIVED, stored_profile, with_derived
 from gpudiag.model import Finding, KernelResult, ProbeResult, Reading, Severity, Snapshot
 from gpudiag.ruleengine import evaluate, rules_with_instances
 
+TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:  # what probing a live node needs is imported where it probes
+    import threading
+    from typing import Protocol
+
     from gpudiag.hostfs import HostFS
     from gpudiag.nvml import Nvml
     from gpudiag.probe import Probe, ProbeContext
@@ -25,6 +26,13 @@ if TYPE_CHECKING:  # what probing a live node needs is imported where it probes
     from gpudiag.rulefile import Rule
 
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN = 0, 1, 2, 3
+
+
+def _event() -> threading.Event:
+    """A new threading.Event (threading is imported by what probes, not by `check`)."""
+    import threading
+
+    return threading.Event()
 
 
 @dataclass
@@ -39,13 +47,15 @@ class LiveNode:
     command_line: Sequence[str] = ()
     timeout_scale: float = 1.0
     profile_name: str | None = None
-    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel: threading.Event = field(default_factory=_event)
     # results from outside the node's files and NVML (the GPUs Slurm configures for it),
     # judged with the probes' readings
     extra: Sequence[ProbeResult] = ()
 
     def snapshot(self, on_result: Callable[[ProbeResult], None] | None = None) -> Snapshot:
         """Run the probes, evaluate the rules, and return the snapshot."""
+        from datetime import datetime, timezone
+
         from gpudiag.probe import ProbeContext
 
         self.cancel.clear()
@@ -120,10 +130,12 @@ def with_kernel_results(
     return with_findings(replace(snapshot, kernels=(*kept, *results)), rules, profile_name)
 
 
-class KernelRun(Protocol):
-    """A kernel plan ready to run (kernels/runner.PlanRun)."""
+if TYPE_CHECKING:
 
-    def run(self) -> list[KernelResult]: ...
+    class KernelRun(Protocol):
+        """A kernel plan ready to run (kernels/runner.PlanRun)."""
+
+        def run(self) -> list[KernelResult]: ...
 
 
 def run_kernels(

@@ -28,9 +28,6 @@ import os
 import stat
 from collections.abc import Callable
 from dataclasses import asdict, replace
-from datetime import datetime
-from pathlib import Path
-from typing import IO, Any, TypeVar
 
 from gpudiag.catalog import check_keys
 from gpudiag.inputs import (
@@ -57,6 +54,11 @@ from gpudiag.model import (
     check_value,
 )
 from gpudiag.upgrade import upgraded
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:  # pathlib too: paths are given, never made here
+    from pathlib import Path
+    from typing import IO, Any, TypeVar
 
 
 class SnapshotError(Exception):
@@ -208,7 +210,8 @@ def save(snapshot: Snapshot, path: Path) -> None:
 
 # ---------------------------------------------------------------------------- reading
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    T = TypeVar("T")
 _REQUIRED = object()
 
 
@@ -431,11 +434,34 @@ def _finding_from(data: object, where: str) -> Finding:
 
 
 def _check_created(value: str) -> str:
+    if _utc_second(value):  # what gpudiag writes: no datetime to import (issue 44)
+        return value
+    from datetime import datetime
+
     try:
         datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(f"created: '{value}' is not an ISO 8601 time") from None
     return value
+
+
+_DAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+def _utc_second(value: str) -> bool:
+    """Whether `value` is a valid time in the form gpudiag writes, YYYY-MM-DDTHH:MM:SSZ
+    (ASCII digits, a real day, hours below 24, minutes and seconds below 60): each such
+    text datetime.fromisoformat reads (with the Z as +00:00); any other is asked of it."""
+    if len(value) != 20 or not value.isascii() or value[4::3] != "--T::Z":
+        return False
+    parts = value[0:4], value[5:7], value[8:10], value[11:13], value[14:16], value[17:19]
+    if not all(part.isdigit() for part in parts):
+        return False
+    year, month, day, hour, minute, second = map(int, parts)
+    if not (year >= 1 and 1 <= month <= 12 and hour < 24 and minute < 60 and second < 60):
+        return False
+    leap = month == 2 and year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+    return 1 <= day <= _DAYS[month - 1] + leap
 
 
 def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:

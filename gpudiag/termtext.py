@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import sys
-import textwrap
 from collections.abc import Iterable
-from typing import TextIO
+
+TYPE_CHECKING = False  # typing's, without importing typing (`check` imports this module)
+if TYPE_CHECKING:
+    from typing import TextIO
 
 MIN_WIDTH = 20  # narrower than this, a hanging indent leaves no room: it is dropped
 
@@ -37,6 +39,8 @@ def wrap(line: str, width: int | None, indent: int = 2) -> list[str]:
     `indent` spaces; the line whole where `width` is None or it fits. A word (a URL, a
     path) that the indent would leave no room for goes unindented; one wider than the
     width is cut across lines, never past it."""
+    import textwrap  # where a line is wider than the terminal only
+
     if width is None or len(line) <= width:
         return [line]
     longest = max(map(len, line.split()), default=0)

@@ -43,11 +43,14 @@ import re
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
-from typing import Any
 
 from gpudiag import catalog
 from gpudiag.catalog import device_prefix, metric_key
 from gpudiag.model import KernelResult, ProbeStatus, Reading, ReadingStatus
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _figures(stem: str) -> tuple[catalog.Declared, ...]:

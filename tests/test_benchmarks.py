@@ -140,6 +140,7 @@ def test_cli_speed_prints_sane_figures(wheel_venv, tmp_path) -> None:
         "gpudiag check, 8 GPUs (N readings)",
         "gpudiag check, 9 GPUs (N readings)",
         "gpudiag diff of two 8-GPU snapshots (text report)",
+        "gpudiag diff of two 9-GPU snapshots (text report)",
     ], run.stdout
     for label, cpu, wall, ref_cpu, ref_wall, ratio, _target in figures:
         assert int(cpu) > 0 and int(wall) > 0 and int(ref_cpu) > 0 and int(ref_wall) > 0, label

@@ -229,9 +229,126 @@ def test_help_and_version_load_no_command_implementation() -> None:
         "gpudiag.derive", "gpudiag.catalog", "gpudiag.snapshot", "gpudiag.diff", "numpy",
     }  # fmt: skip
     assert not heavy & loaded, heavy & loaded
+    assert not {"typing", "shutil"} & loaded  # issue 44: 3.6 and 3 ms of --help's 35
     from gpudiag import cli, session
 
     assert cli._EXIT_UNKNOWN == session.EXIT_UNKNOWN
+
+
+# What `check` and `diff` do not use, and so must not import (issue 44: each is
+# milliseconds of a command whose whole budget is about 40): the standard modules that
+# dataclasses imports for what gpudiag does not call (copy, inspect: stand-ins until
+# used, gpudiag/__init__.py; Python 3.12's dataclasses use inspect for every class);
+# statistics (a median of GPU kernel figures) and threading (a live node's cancel event),
+# imported where used; shutil, which argparse's formatter imports for the terminal's
+# width (cli._Formatter). (typing: gpudiag's modules on these paths name it for
+# annotations only, but probes/__init__.py, which check's derivations load, imports it.)
+NOT_FOR_CHECK = {
+    "ast", "tokenize", "weakref", "statistics", "threading", "shutil",
+    "datetime",  # a snapshot's time in gpudiag's form is checked without it
+    "gpudiag.hostfs",  # a saved snapshot reads no host file (natural_key is catalog's)
+    "gpudiag.stats",  # diff's kernel metrics' statistics, where there are kernel results
+    *(("dis",) if sys.version_info < (3, 12) else ()),
+}  # fmt: skip
+
+
+def test_check_and_diff_import_only_what_they_use(tmp_path: Path) -> None:
+    """A fresh process that runs `diff` and `check` on saved snapshots without kernel
+    results (with them, diff's bootstrap imports NumPy, which imports inspect) holds none
+    of NOT_FOR_CHECK (nor the real `inspect` and `copy`, before Python 3.12)."""
+    data = json.loads((REPO / "tests" / "golden" / "rendered.json").read_text())
+    data["kernels"], data["end"]["kernels"] = [], 0
+    snapshot = tmp_path / "node.json"
+    snapshot.write_text(json.dumps(data))
+    run = (
+        "from gpudiag.cli import main\n"
+        "import os\n"
+        "out, sys.stdout = sys.stdout, open(os.devnull, 'w')\n"
+        f"assert main(['diff', {str(snapshot)!r}, {str(snapshot)!r}]) == 0\n"
+        f"assert main(['check', {str(snapshot)!r}]) in (0, 1, 2)\n"  # read and judged
+        "sys.stdout = out\n"
+        "print(type(sys.modules['copy']).__name__, type(sys.modules['inspect']).__name__)"
+    )
+    loaded = modules_loaded_by(run)
+    assert not NOT_FOR_CHECK & loaded, NOT_FOR_CHECK & loaded
+    assert {"gpudiag.session", "gpudiag.diff"} <= loaded  # both ran
+    if sys.version_info < (3, 12):
+        assert "_OnFirstUse" in loaded  # copy's and inspect's stand-ins, never used
+
+
+def test_check_and_diff_pause_the_collector(monkeypatch: pytest.MonkeyPatch) -> None:
+    """check and diff load, judge and compare with the cyclic garbage collector paused
+    (issue 44: its passes over a 64-GPU snapshot's readings were a tenth of the CPU
+    time); called in a process that goes on, they leave it running and nothing frozen;
+    as the process's command (gpudiag.entry), they freeze what they made before it
+    resumes."""
+    import gc
+
+    from gpudiag import cli, snapshot
+
+    seen: list[bool] = []
+    load = snapshot.load
+    monkeypatch.setattr(snapshot, "load", lambda path: seen.append(gc.isenabled()) or load(path))
+    rendered = str(REPO / "tests" / "golden" / "rendered.json")
+    frozen = gc.get_freeze_count()
+    assert cli.main(["check", rendered]) in (0, 1, 2)
+    assert cli.main(["diff", rendered, rendered, "--format", "json"]) == 0
+    assert seen == [False, False, False] and gc.isenabled()
+    assert gc.get_freeze_count() == frozen
+    code = (
+        "import gc, os, sys\n"
+        f"sys.argv = ['gpudiag', 'check', {rendered!r}]\n"
+        "sys.stdout = open(os.devnull, 'w')\n"
+        "from gpudiag.entry import main\n"
+        "assert main() in (0, 1, 2)\n"
+        "sys.stderr.write(f'{gc.isenabled()} {gc.get_freeze_count() > 0}')"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stderr == "True True", result.stderr
+    # --help: the command line imported with the collector paused, then frozen
+    code = (
+        "import gc, os, sys\n"
+        "sys.argv, sys.stdout = ['gpudiag', '--help'], open(os.devnull, 'w')\n"
+        "from gpudiag.entry import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "sys.stderr.write(f'{gc.isenabled()} {gc.get_freeze_count() > 0}')"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stderr == "True True", result.stderr
+
+
+def test_help_imports_only_the_parser() -> None:
+    """`gpudiag --help` in a fresh process without site (no editable install's finder,
+    which imports pathlib at every start): none of what reading or writing files needs
+    (pathlib, json, zlib), what only annotations name (typing), nor shutil (issue 44)."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
+        "from gpudiag import cli\n"
+        "cli.build_parser().format_help()\n"
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True
+    )
+    loaded = set(result.stdout.split())
+    assert "gpudiag.cli" in loaded
+    assert not {"pathlib", "json", "zlib", "typing", "shutil"} & loaded
+
+
+@pytest.mark.parametrize("columns", [None, "123", "40", "0", "-5", "wide"])
+def test_help_width_is_shutils(monkeypatch: pytest.MonkeyPatch, columns: str | None) -> None:
+    """The parser's help width (cli._terminal_columns, which spares --help importing
+    shutil) is shutil.get_terminal_size()'s, whatever COLUMNS says."""
+    import shutil
+
+    from gpudiag import cli
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert cli._terminal_columns() == shutil.get_terminal_size().columns
+    assert cli._Formatter("gpudiag")._width == shutil.get_terminal_size().columns - 2
 
 
 def test_live_node_without_gpu_driver_here(tmp_path: Path) -> None:

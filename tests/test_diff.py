@@ -342,3 +342,18 @@ def test_many_noisy_samples_still_give_a_verdict() -> None:
     a = [rng.gauss(100, 20) for _ in range(400)]
     b = [rng.gauss(85, 17) for _ in range(400)]
     assert _metric_diff(a, b)[::2] == ("slower", 2)
+
+
+def test_a_change_made_fast_is_the_dataclass_made_one() -> None:
+    """diff._change (issue 44: a diff makes one per key) gives what ReadingChange(...)
+    gives: equal, the same hash, repr and group, and as frozen."""
+    import dataclasses
+
+    from gpudiag.diff import ReadingChange, _change
+
+    a, b = Reading("gpu.3.power.limit", 700.0, "W"), Reading("gpu.3.power.limit", 600.0, "W")
+    fast, made = _change(a.key, "changed", a, b, True), ReadingChange(a.key, "changed", a, b, True)
+    assert fast == made and hash(fast) == hash(made) and repr(fast) == repr(made)
+    assert fast.group == made.group == "GPU 3" and fast.relative_change == made.relative_change
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.kind = "equal"  # type: ignore[misc]

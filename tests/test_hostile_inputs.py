@@ -182,6 +182,23 @@ def test_parse_data_makes_every_string_printable() -> None:
     assert all(_clean(s) for s in _strings(data))
 
 
+def test_parse_data_walks_the_strings_only_where_an_escape_can_make_a_control(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 44 (check's speed): an innocent escape (the quotes of a rule's fix, in every
+    export) leaves the parsed data as it is, without a walk of every string; an escaped
+    control, a line break or a raw DEL is still removed."""
+    walked: list[object] = []
+    walk = inputs.printable_data
+    monkeypatch.setattr(inputs, "printable_data", lambda d: walked.append(d) or walk(d))
+    text = json.dumps({"fix": 'load it: mknod "$(awk \'$2==\\"x\\"\')" C:\\dir', "n": [1.5]})
+    assert inputs.parse_data(text, "x") == json.loads(text) and not walked
+    for hostile in (HOSTILE, "new\nline", "tab\t", "\x7f", "C:\\dir then \x1b"):
+        data = inputs.parse_data(json.dumps({"host": hostile}), "x")
+        assert _clean(data["host"]) and data["host"].isprintable(), repr(hostile)
+    assert len(walked) == 5
+
+
 # ---------------------------------------------------------------- point 4: instance indices
 
 

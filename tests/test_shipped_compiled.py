@@ -53,11 +53,12 @@ def test_a_changed_declaring_file_makes_the_catalog_be_built(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     edited = tmp_path / "gpu.py"
-    files = shipped.declaring_files()
-    original = next(p for p in files if p.name == "gpu.py")
-    edited.write_bytes(original.read_bytes() + b"\n# edited\n")
+    files = shipped._declaring_paths()  # declaring_files, as text (what is fingerprinted)
+    assert [Path(p) for p in files] == shipped.declaring_files()
+    original = next(p for p in files if Path(p).name == "gpu.py")
+    edited.write_bytes(Path(original).read_bytes() + b"\n# edited\n")
     monkeypatch.setattr(
-        shipped, "declaring_files", lambda: [edited if p == original else p for p in files]
+        shipped, "_declaring_paths", lambda: [str(edited) if p == original else p for p in files]
     )
     assert shipped._compiled_catalog() is None
 

@@ -242,3 +242,46 @@ def test_loader_rejects_value_with_status_not_ok(tmp_path: Path) -> None:
 def test_reading_refuses_nan() -> None:
     with pytest.raises(ValueError, match="non-finite"):
         Reading("gpu.0.power", float("nan"))
+
+
+def test_created_in_gpudiags_form_is_read_as_datetime_reads_it() -> None:
+    """A snapshot's `created` in the form gpudiag writes (YYYY-MM-DDTHH:MM:SSZ) is checked
+    without importing datetime (issue 44: a millisecond of every check and diff): the
+    check says yes exactly where datetime.fromisoformat does, at every edge of the
+    calendar and the clock; any other form is left to datetime."""
+    from datetime import datetime
+
+    def datetime_reads(text: str) -> bool:
+        try:
+            datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            return False
+        return True
+
+    texts = [
+        f"{y:04d}-{m:02d}-{d:02d}T12:00:00Z"
+        for y in (0, 1, 1900, 2000, 2023, 2024, 2100, 9999)
+        for m in range(14)
+        for d in range(33)
+    ]
+    texts += [
+        f"2026-11-28T{h:02d}:{mi:02d}:{s:02d}Z"
+        for h in (0, 23, 24, 99)
+        for mi in (0, 59, 60)
+        for s in (0, 59, 60)
+    ]
+    for text in texts:
+        assert snapfile._utc_second(text) == datetime_reads(text), text
+    assert sum(map(snapfile._utc_second, texts)) > 2000  # the valid days were there
+    # other digits, separators, lengths: never taken for gpudiag's form; datetime says
+    others = ["٢٠٢٦-11-28T12:00:00Z", "2026-11-28 12:00:00Z", "2026/11/28T12:00:00Z"]
+    others += ["2026-11-28T12:00:00", "2026-11-28T12:00:00.5Z", "2026-11-28T12:00:00+01:00"]
+    for text in others:
+        assert not snapfile._utc_second(text), text
+        if datetime_reads(text):
+            assert snapfile._check_created(text) == text
+        else:
+            with pytest.raises(ValueError, match="not an ISO 8601 time"):
+                snapfile._check_created(text)
+    with pytest.raises(ValueError, match="not an ISO 8601 time"):
+        snapfile._check_created("2026-02-29T00:00:00Z")

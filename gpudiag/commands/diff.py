@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
-from gpudiag.commands.common import redactor
+from gpudiag.commands.common import PausedGC, redactor
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def add_parser(subparsers: Any) -> None:
@@ -37,27 +40,29 @@ def run(args: argparse.Namespace) -> int:
     """The diff screen in a terminal, else the report; exit code by the differences."""
     import json
 
-    from gpudiag.diff import diff_snapshots, report_json, report_text
-    from gpudiag.snapshot import load
+    with PausedGC():  # the modules too: they live to the end, with no cycles to collect
+        from gpudiag.diff import diff_snapshots, report_json, report_text
+        from gpudiag.snapshot import load
 
-    a, b = load(args.snapshot_a), load(args.snapshot_b)
-    if getattr(args, "redact", False):
-        redact = redactor(args)
-        a, b = redact.snapshot(a), redact.snapshot(b)
-    result = diff_snapshots(a, b)
+        a, b = load(args.snapshot_a), load(args.snapshot_b)
+        if getattr(args, "redact", False):
+            redact = redactor(args)
+            a, b = redact.snapshot(a), redact.snapshot(b)
+        result = diff_snapshots(a, b)
     if args.format is None and sys.stdout.isatty() and sys.stdin.isatty():
         from gpudiag.tui_diff import DiffApp
 
         app = DiffApp(result, a, b, args.all, (args.snapshot_a, args.snapshot_b))
         app.run()
         return int(app.return_code or 0) if app.signalled else result.exit_code()
-    if args.format == "json":
-        print(json.dumps(report_json(result, args.all), indent=1))
-    else:
-        from gpudiag.termtext import output_width
+    with PausedGC():
+        if args.format == "json":
+            print(json.dumps(report_json(result, args.all), indent=1))
+        else:
+            from gpudiag.termtext import output_width
 
-        names = (args.snapshot_a, args.snapshot_b)
-        markdown = args.format == "markdown"
-        width = output_width()  # the header wraps at a terminal's width, whole in a pipe
-        sys.stdout.write(report_text(result, a, b, args.all, markdown, names, width))
+            names = (args.snapshot_a, args.snapshot_b)
+            markdown = args.format == "markdown"
+            width = output_width()  # the header wraps at a terminal's width, whole in a pipe
+            sys.stdout.write(report_text(result, a, b, args.all, markdown, names, width))
     return result.exit_code()

@@ -12,12 +12,14 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable, Sequence
 from importlib import import_module
-from pathlib import Path
-from typing import IO, TYPE_CHECKING
 
 # the command line loads this module for its options (add_format_options): what writing a
 # format needs (the model, the rules engine, the catalog, XML) is imported where it is used
+TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import IO
+
     from gpudiag.model import Action, Finding, Snapshot
     from gpudiag.rulefile import Rule
 
