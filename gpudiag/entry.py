@@ -11,6 +11,7 @@ interpreter's start.
 from __future__ import annotations
 
 import sys
+import types
 from collections.abc import Sequence
 
 
@@ -33,6 +34,8 @@ def main() -> int:
 
             print(f"gpudiag {__version__}")
             return 0
+        if "dataclasses" not in sys.modules:
+            _on_first_use("copy", "inspect")
         _import_with_the_collector_paused()
         from gpudiag.cli import main as cli_main
         from gpudiag.commands.common import PausedGC
@@ -92,3 +95,34 @@ def slurm_healthcheck_main(argv: Sequence[str] | None = None) -> int:
         print(f"gpudiag: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
     return cli_main(arguments)
+
+
+class _OnFirstUse(types.ModuleType):
+    """A standard module's stand-in in sys.modules until one of its names is used: then
+    the module is imported and the stand-in takes its names. `dataclasses` imports `copy`
+    (for asdict's deepcopy) and `inspect` (for the signature of a class without a
+    docstring; for every class's annotations from Python 3.12), about 7 ms of a `gpudiag
+    check` process that, before 3.12, uses neither (issue 44). Unlike importlib's
+    LazyLoader, an `import copy` elsewhere does not load it: the stand-in has a __spec__
+    of its own. Put in place by `main` only, in the `gpudiag` command's own process and
+    before any gpudiag module imports dataclasses: a program that imports gpudiag as a
+    library keeps its standard modules as they are."""
+
+    def __getattr__(self, name: str) -> object:
+        import importlib
+
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        module = importlib.import_module(self.__name__)
+        self.__dict__.update(module.__dict__)
+        return getattr(module, name)
+
+
+def _on_first_use(*names: str) -> None:
+    """Stand-ins (_OnFirstUse) for the modules named that are not imported yet."""
+    spec_type = type(sys.__spec__)  # importlib's ModuleSpec, without importing importlib
+    for name in names:
+        if name not in sys.modules:
+            stand_in = _OnFirstUse(name)
+            stand_in.__spec__ = spec_type(name, None)
+            sys.modules[name] = stand_in

@@ -260,12 +260,14 @@ def test_check_and_diff_import_only_what_they_use(tmp_path: Path) -> None:
     data["kernels"], data["end"]["kernels"] = [], 0
     snapshot = tmp_path / "node.json"
     snapshot.write_text(json.dumps(data))
-    run = (
-        "from gpudiag.cli import main\n"
+    run = (  # as the `gpudiag` command runs them (gpudiag.entry.main, sys.argv)
+        "from gpudiag.entry import main\n"
         "import os\n"
         "out, sys.stdout = sys.stdout, open(os.devnull, 'w')\n"
-        f"assert main(['diff', {str(snapshot)!r}, {str(snapshot)!r}]) == 0\n"
-        f"assert main(['check', {str(snapshot)!r}]) in (0, 1, 2)\n"  # read and judged
+        f"sys.argv = ['gpudiag', 'diff', {str(snapshot)!r}, {str(snapshot)!r}]\n"
+        "assert main() == 0\n"
+        f"sys.argv = ['gpudiag', 'check', {str(snapshot)!r}]\n"
+        "assert main() in (0, 1, 2)\n"  # read and judged
         "sys.stdout = out\n"
         "print(type(sys.modules['copy']).__name__, type(sys.modules['inspect']).__name__)"
     )
@@ -274,6 +276,17 @@ def test_check_and_diff_import_only_what_they_use(tmp_path: Path) -> None:
     assert {"gpudiag.session", "gpudiag.diff"} <= loaded  # both ran
     if sys.version_info < (3, 12):
         assert "_OnFirstUse" in loaded  # copy's and inspect's stand-ins, never used
+
+
+def test_a_program_importing_gpudiag_keeps_its_standard_modules() -> None:
+    """The stand-ins for copy and inspect are the `gpudiag` command's (gpudiag.entry),
+    never a library importer's: a program that imports gpudiag's model and judges with
+    it holds the real modules."""
+    loaded = modules_loaded_by(
+        "import gpudiag.model, gpudiag.ruleengine",
+        "print(type(sys.modules['inspect']).__name__, type(sys.modules['copy']).__name__)",
+    )
+    assert "_OnFirstUse" not in loaded and {"inspect", "copy"} <= loaded
 
 
 def test_check_and_diff_pause_the_collector(monkeypatch: pytest.MonkeyPatch) -> None:
