@@ -8,7 +8,7 @@ imports `gpudiag.probes.topology` (a derivation) and never runs a probe.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # typing's, without importing typing (check loads this package)
 
 if TYPE_CHECKING:
     from gpudiag.probe import Probe

@@ -241,10 +241,10 @@ def test_help_and_version_load_no_command_implementation() -> None:
 # used, gpudiag/__init__.py; Python 3.12's dataclasses use inspect for every class);
 # statistics (a median of GPU kernel figures) and threading (a live node's cancel event),
 # imported where used; shutil, which argparse's formatter imports for the terminal's
-# width (cli._Formatter). (typing: gpudiag's modules on these paths name it for
-# annotations only, but probes/__init__.py, which check's derivations load, imports it.)
+# width (cli._Formatter); typing (gpudiag's modules on these paths name it for
+# annotations only).
 NOT_FOR_CHECK = {
-    "ast", "tokenize", "weakref", "statistics", "threading", "shutil",
+    "ast", "tokenize", "weakref", "statistics", "threading", "shutil", "typing",
     "datetime",  # a snapshot's time in gpudiag's form is checked without it
     "gpudiag.hostfs",  # a saved snapshot reads no host file (natural_key is catalog's)
     "gpudiag.stats",  # diff's kernel metrics' statistics, where there are kernel results
