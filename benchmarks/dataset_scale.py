@@ -154,7 +154,9 @@ def report_child(dataset: Path, limit_gib: float) -> tuple[float, float, float, 
     whether it was stopped at the memory limit (its resident set polled every 50 ms)."""
     command = [sys.executable, "-m", "gpudiag", "fleet", str(dataset), "--format", "json"]
     start = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = subprocess.Popen(  # not from the checkout: `-m gpudiag` would find its sources
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=dataset.parent
+    )
     stopped = False
     status = Path(f"/proc/{child.pid}/status")
     while child.poll() is None:

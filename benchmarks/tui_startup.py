@@ -10,9 +10,8 @@ minimal app's, so that a machine loaded by others weighs on both alike; the rati
 of each run to the minimal app's run beside it. Targets: first screen within 1.3x the
 minimal app's first paint (issue 29), within 1 s, fully probed within 2 s, under 150 MB
 (issue 7). The host tree is the HGX-like one the tests build; the replay is
-snapshots/demo-hgx-h100-faulty.toml. gpudiag's modules are byte-compiled first, as an
-installed package's are (the minimal app's Textual is), so that a PYTHONDONTWRITEBYTECODE
-environment does not make every run compile them.
+snapshots/demo-hgx-h100-faulty.toml. Both run in a temporary folder: from the checkout,
+`python -m gpudiag` would import the checkout's sources instead of the wheel's.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ if __name__ == "__main__":  # gpudiag as users install it (benchmarks/_wheel.py)
     use_the_wheel()
 
 import argparse
-import compileall
 import os
 import shlex
 import statistics
@@ -59,11 +57,13 @@ def _rss_mb(session: str) -> float:
     raise RuntimeError("no VmRSS")
 
 
-def measure(command: list[str], painted: str, done: str) -> tuple[float, float, float]:
-    """(seconds to `painted` on the pane, seconds to `done`, MB resident at `done`)."""
+def measure(command: list[str], painted: str, done: str, cwd: Path) -> tuple[float, float, float]:
+    """(seconds to `painted` on the pane, seconds to `done`, MB resident at `done`), the
+    command run in `cwd`: outside the checkout, whose gpudiag/ would otherwise shadow the
+    installed one for `python -m gpudiag` (the current directory comes first on its path)."""
     session = "gpudiag-bench"
     started = time.monotonic()
-    start_session(session, "exec " + shlex.join(command))
+    start_session(session, f"cd {shlex.quote(str(cwd))} && exec " + shlex.join(command))
     first = None
     try:
         while time.monotonic() - started < 30:
@@ -96,12 +96,10 @@ def main() -> None:
             str(replay),
         ]
         minimal = [sys.executable, "-c", MINIMAL_APP]
-        compileall.compile_dir(REPO / "gpudiag", quiet=1)
-        compileall.compile_dir(REPO / "probes", quiet=1)
         ours, floor = [], []
         for _ in range(args.runs):  # alternating, so that both see the same load
-            floor.append(measure(minimal, "hello from", "hello from"))
-            ours.append(measure(gpudiag, "Overview  Findings", "health:"))
+            floor.append(measure(minimal, "hello from", "hello from", Path(tmp)))
+            ours.append(measure(gpudiag, "Overview  Findings", "health:", Path(tmp)))
     med = statistics.median
     painted = [o[0] / f[0] for o, f in zip(ours, floor, strict=True)]
     probed = [o[1] / f[0] for o, f in zip(ours, floor, strict=True)]

@@ -91,8 +91,9 @@ def test_every_benchmark_has_its_smallest_settings() -> None:
 def _runs_and_prints_its_figures(
     script: str, venv: Path, cwd: Path
 ) -> subprocess.CompletedProcess[str]:
-    """SCRIPT run with its smallest settings, from CWD (outside the checkout), in the
-    wheel's environment VENV: it exits 0 and prints its figures."""
+    """SCRIPT run with its smallest settings, from CWD (the checkout's root, or a folder
+    outside it: a benchmark runs from any), in the wheel's environment VENV: it exits 0
+    and prints its figures."""
     arguments, expected = SMALLEST[script]
     run = subprocess.run(
         [sys.executable, str(BENCHMARKS / script), *arguments],
@@ -114,11 +115,14 @@ def _runs_and_prints_its_figures(
     "script",
     sorted(k for k, v in SMALLEST.items() if isinstance(v, tuple) and k != "cli_speed.py"),
 )
-def test_benchmark_runs_and_prints_its_figures(script: str, wheel_venv, tmp_path) -> None:
+def test_benchmark_runs_and_prints_its_figures(script: str, wheel_venv) -> None:
+    """From the checkout's root, where a developer runs them (and where a `python -m
+    gpudiag` child would import the checkout's sources unless it runs elsewhere);
+    cli_speed.py runs from a folder outside it."""
     missing = [tool for tool in NEEDS.get(script, []) if shutil.which(tool) is None]
     if missing:
         pytest.skip(f"{script} needs {', '.join(missing)}, not installed here")
-    _runs_and_prints_its_figures(script, wheel_venv, tmp_path)
+    _runs_and_prints_its_figures(script, wheel_venv, REPO)
 
 
 def test_cli_speed_prints_sane_figures(wheel_venv, tmp_path) -> None:
