@@ -533,7 +533,7 @@ def report_text(
 ) -> str:
     """A plain-text (or markdown) report of the differences: the verdict first, then
     which file is A and which B (`names`; two exports of one demo share a host name).
-    The text's header wraps at `width` (a terminal's), under a hanging indent."""
+    The text wraps at `width` (a terminal's), each line under a hanging indent."""
     from gpudiag.termtext import wrap
 
     lines: list[str] = []
@@ -661,6 +661,11 @@ def report_text(
         lines.append(f"\n({hidden} differences in readings that always vary are hidden: --all)")
     if len(lines) == header:
         lines.append("no differences")
+    if width is not None and not markdown:  # the body too, each line under its own indent
+        body = "\n".join(lines[header:]).split("\n")
+        lines[header:] = [
+            part for line in body for part in wrap(line, width, len(line) - len(line.lstrip()) + 2)
+        ]
     return "\n".join(lines) + "\n"
 
 

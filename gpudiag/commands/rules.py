@@ -56,12 +56,16 @@ def run(args: argparse.Namespace) -> int:
 
     rules = load_rules(args.rules, site=True)
     if args.rules_command == "list":
+        from gpudiag.termtext import output_width, wrap
+
+        width = output_width()  # a long title wraps under the titles' column
         for rule in rules:
             state = "disabled" if rule.disabled else rule.status
-            print(
+            line = (
                 f"{rule.id:<8} {rule.severity.value:<8} {state:<10} {rule.applies_to:<11} "
                 f"{rule.title}"
             )
+            print("\n".join(wrap(line, width, 41)))
         return 0
     rule = next((r for r in rules if r.id == args.rule_id.upper()), None)
     if rule is None:
