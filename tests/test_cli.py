@@ -557,3 +557,23 @@ def test_view_counts_the_rules_as_check_does(tmp_path: Path, monkeypatch, capsys
     snapshot, rules = opened[0]
     shown = SnapshotView.read(snapshot, rules)
     assert dict(views.overview(snapshot, shown.rules, shown.readings))["Rules"] == tally
+
+
+def test_a_broken_pipe_ends_quietly_with_sigpipes_code() -> None:
+    """Review #15: `gpudiag check faulty.toml | true` exited 3 (bad input) with nothing
+    said. A reader that stops early ends gpudiag quietly with 141 (128 + SIGPIPE), as a
+    shell reports any command that a closed pipe ended."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gpudiag", "rules", "list"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")
