@@ -168,11 +168,17 @@ def dumps(snapshot: Snapshot, as_json: bool = False) -> str:
     return tomli_w.dumps(data)
 
 
-def target_problem(path: Path) -> str | None:
+EMPTY_TARGET = "the path is empty: name a file ('-' writes to stdout)"
+
+
+def target_problem(path: Path | str) -> str | None:
     """Why a snapshot cannot be written to `path`, or None. The target must be absent or
     a regular file: a directory, a symlink, a device (/dev/null, /dev/full), a FIFO or a
-    socket is refused, never replaced ('-' is how to write to standard output). The
-    command line and the TUI's export both ask this first."""
+    socket is refused, never replaced ('-' is how to write to standard output). An empty
+    path (`-o ''`, which Path reads as '.') is said to be one: given as the string typed.
+    The command line and the TUI's export both ask this first."""
+    if isinstance(path, str) and not path:
+        return EMPTY_TARGET
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -191,8 +197,9 @@ def target_problem(path: Path) -> str | None:
         else:
             kind = "is a socket or another special file"
         return f"{kind}, not a regular file; refusing to replace it ('-' writes to stdout)"
-    if not path.parent.is_dir():
-        return f"directory {path.parent} does not exist"
+    parent = os.path.dirname(os.fspath(path)) or "."
+    if not os.path.isdir(parent):
+        return f"directory {parent} does not exist"
     return None
 
 

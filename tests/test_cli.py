@@ -577,3 +577,36 @@ def test_a_broken_pipe_ends_quietly_with_sigpipes_code() -> None:
     finally:
         os.close(write)
     assert (done.returncode, done.stderr) == (141, "")
+
+
+def test_messages_say_what_is_wrong(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review #18: `import X -o ''` said '-o : is a directory'; `diff - -` said
+    '<stdin>: file is empty' (its second read); `rules lint empty.toml` said 'ok (0
+    rules)' and exited 0. Each now says what is wrong, in one line, exit 3."""
+    import io
+
+    from gpudiag import cli
+
+    empty = tmp_path / "empty.toml"
+    empty.write_text("# a site's rules, none yet\n")
+    monkeypatch.setattr(sys, "stdin", io.StringIO("schema_version = 2\n"))
+    said = {}
+    for argv in (
+        ["import", str(FIXTURES / "pastes" / "q__v100-sxm2__418.67__princeton.txt"), "-o", ""],
+        ["diff", "-", "-"],
+        ["rules", "lint", str(empty)],
+    ):
+        code = cli.main(argv)
+        out = capsys.readouterr()
+        said[argv[0]] = (code, out.err)
+    assert said["import"] == (
+        3,
+        "gpudiag: -o '': the path is empty: name a file ('-' writes to stdout)\n",
+    )
+    assert said["diff"] == (
+        3,
+        "gpudiag: diff - -: standard input can be read once only; name a file for A or B\n",
+    )
+    assert said["rules"] == (3, f"gpudiag: {empty}: holds no rules and no overrides\n")

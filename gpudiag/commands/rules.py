@@ -171,5 +171,9 @@ def _lint(paths: Sequence[Path]) -> int:
                 print(f"gpudiag: {inputs.printable(error)}", file=sys.stderr)
             failed = True
             continue
+        if rules == overrides == 0:  # an empty file (or only comments) is no rule file
+            print(f"gpudiag: {path}: holds no rules and no overrides", file=sys.stderr)
+            failed = True
+            continue
         print(f"{path}: ok ({rules} rules, {overrides} overrides)")
     return EXIT_UNKNOWN if failed else 0
