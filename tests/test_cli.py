@@ -610,3 +610,22 @@ def test_messages_say_what_is_wrong(
         "gpudiag: diff - -: standard input can be read once only; name a file for A or B\n",
     )
     assert said["rules"] == (3, f"gpudiag: {empty}: holds no rules and no overrides\n")
+
+
+def test_check_of_a_capture_or_an_nvml_replay_names_the_command_that_reads_it(capsys) -> None:
+    """Review #9: `check` of the demo capture called it nvidia-smi output (kernel-log) and
+    advised `import` (4 readings, exit 2); of the demo NVML replay it said 'no
+    schema_version'. Each is gpudiag's own file: the option that reads it, with --export."""
+    from gpudiag import cli
+
+    for name, said in (
+        ("demo-hgx-h100-faulty.capture.json", "a whole-node capture, not a snapshot: gpudiag"
+         " --replay {path} --export node.toml"),
+        ("demo-hgx-h100-healthy.toml", "an NVML replay, not a snapshot: gpudiag --nvml-replay"
+         " {path} --export node.toml"),
+    ):  # fmt: skip
+        path = REPO / "snapshots" / name
+        assert cli.main(["check", str(path)]) == 3
+        err = capsys.readouterr().err
+        assert err.startswith(f"gpudiag: {path}: " + said.format(path=path)), err
+        assert len(err.splitlines()) == 1

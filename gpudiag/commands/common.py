@@ -275,12 +275,12 @@ def load_snapshot(path: str) -> Snapshot:
     """The snapshot `check` and `view` read; a file that is nvidia-smi output, not a
     snapshot, is refused saying so, with the `import` command that reads it (not 'not
     valid TOML')."""
-    from gpudiag.snapshot import SnapshotError, load
+    from gpudiag.snapshot import OtherGpudiagFile, SnapshotError, load
 
     try:
         return load(path)
     except SnapshotError as exc:
-        if path == "-":
+        if path == "-" or isinstance(exc, OtherGpudiagFile):  # it said what reads it
             raise
         from gpudiag.importing import detect
 
