@@ -277,15 +277,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: one-line errors and exit 3 for bad input, never a traceback."""
     argv = sys.argv[1:] if argv is None else argv
     try:
-        return run(argv)
+        code = run(argv)
+        sys.stdout.flush()  # a reader gone by now is found here, not at the interpreter's exit
+        return code
     except KeyboardInterrupt:
         print("gpudiag: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        # stdout closed early (gpudiag --export - | head): not an error of ours.
+        # stdout closed early (gpudiag --export - | head, check x.toml | true): not an
+        # error of ours, and no bad input (3): quietly, with what a shell reports of a
+        # command a closed pipe ended (128 + SIGPIPE), as for any other CLI
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return _EXIT_UNKNOWN
+        return EXIT_BROKEN_PIPE
     except _user_errors() as exc:
         print(f"gpudiag: {inputs.printable(str(exc))}", file=sys.stderr)
         return _EXIT_UNKNOWN
@@ -311,6 +315,7 @@ _USER_ERRORS = (
     ("gpudiag.capture", "CaptureError"),
 )
 _EXIT_UNKNOWN = 3  # gpudiag.session.EXIT_UNKNOWN (test_cli checks they agree)
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of standard output went away
 
 
 def _user_errors() -> tuple[type[Exception], ...]:

@@ -12,7 +12,9 @@ when the whole interval lies within MIN_EFFECT of 1; otherwise "inconclusive", w
 reason (too few samples, too noisy, interval too wide). Inconclusive never raises the
 exit code. Configuration differences known to
 move a metric (rules/explanations.toml) are listed beside it. Readings that always differ
-(serials, UUIDs, clocks at idle, free memory) are hidden unless asked for.
+(serials, UUIDs, clocks at idle, free memory) are hidden unless asked for; a change of a
+verdict on a part (a GPU's health: lost) never is, leads the report and is exit code 2,
+and a GPU lost on one side is one line, not its hundreds of failed readings.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 
 from gpudiag import catalog, shipped
 from gpudiag.catalog import natural_key
-from gpudiag.model import Finding, KernelResult, Reading, Severity, Snapshot
+from gpudiag.model import Finding, KernelResult, Reading, ReadingStatus, Severity, Snapshot
 from gpudiag.shipped import is_kernel_reading
 
 TYPE_CHECKING = False  # typing's, without importing typing
@@ -41,6 +43,10 @@ MIN_SAMPLES = 5
 MAX_CV = 0.10
 RELIABLE_SAMPLES = 30  # from this many a side, the interval itself carries the spread
 SIGNIFICANT = ("faster", "slower")
+# The declared readings whose value is a verdict on a part, not a figure: the catalog
+# declares them volatile (a GPU's health may change between any two runs), yet a change
+# of one is the news of a diff (a GPU lost), never hidden among the readings that vary.
+VERDICT_TEMPLATES = frozenset({"gpu.{gpu}.health", "gpu.{gpu}.recovery_action"})
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,23 @@ class Diff:
             and numbers[1] > numbers[0]
         ]
 
+    def health_changes(self) -> list[ReadingChange]:
+        """The changes of verdict-like readings (VERDICT_TEMPLATES: a GPU's health), which
+        lead the report and make it exit code 2."""
+        return [c for c in self.readings if c.kind != "equal" and is_verdict(c.key)]
+
+    def lost_gpus(self) -> dict[str, str]:
+        """GPUs lost on one side only (their health reading taken and failed there, as
+        catalog.is_lost reads it): index -> the side, 'A' or 'B'."""
+        lost: dict[str, str] = {}
+        for c in self.health_changes():
+            index = catalog.gpu_of(c.key)
+            if index is not None and c.key == f"gpu.{index}.health":
+                in_a, in_b = _is_lost(c.a), _is_lost(c.b)
+                if in_a != in_b:
+                    lost[str(index)] = "A" if in_a else "B"
+        return lost
+
     def differences(self, include_noisy: bool = False) -> list[ReadingChange]:
         """The reading changes that are not equal (noisy ones only on request)."""
         return [c for c in self.readings if c.kind != "equal" and (include_noisy or not c.noisy)]
@@ -147,6 +170,8 @@ class Diff:
         """0 equivalent, 1 configuration differs only, 2 a performance metric differs
         significantly or one side has a critical finding the other lacks."""
         if any(m.verdict in SIGNIFICANT for m in self.metrics):
+            return EXIT_PERFORMANCE
+        if self.health_changes():
             return EXIT_PERFORMANCE
         critical = Severity.CRITICAL
         if any(f.severity is critical for f in self.findings_only_a + self.findings_only_b):
@@ -166,21 +191,26 @@ class Diff:
         )
 
     def one_sided_gpus(self) -> dict[str, tuple[str, int]]:
-        """GPUs whose every reading is on one side only (lost or removed): index ->
-        (kind, how many readings), said in one line rather than reading by reading. Its
-        health reading (`folds` keeps it) says the GPU is lost on the other side."""
+        """GPUs whose every reading is on one side only (removed), or that are lost on one
+        side (`lost_gpus`: the other side may still hold their failed readings): index ->
+        (the side they answer on, 'only_a' or 'only_b'; how many of their readings differ),
+        said in one line rather than reading by reading. The health reading (`folded`
+        keeps it) says the GPU is lost on the other side."""
         kinds: dict[str, set[str]] = {}
         counts: dict[str, int] = {}
         for c in self.readings:
             index = catalog.gpu_of(c.key)
             if index is not None and c.key != f"gpu.{index}.health":
                 kinds.setdefault(str(index), set()).add(c.kind)
-                counts[str(index)] = counts.get(str(index), 0) + 1
-        return {
+                counts[str(index)] = counts.get(str(index), 0) + (c.kind != "equal")
+        whole = {
             gpu: (next(iter(k)), counts[gpu])
             for gpu, k in kinds.items()
             if k in ({"only_a"}, {"only_b"})
         }
+        for gpu, side in self.lost_gpus().items():
+            whole.setdefault(gpu, ("only_a" if side == "B" else "only_b", counts.get(gpu, 0)))
+        return whole
 
 
 def folded(change: ReadingChange, whole: dict[str, tuple[str, int]]) -> bool:
@@ -193,6 +223,20 @@ def folded(change: ReadingChange, whole: dict[str, tuple[str, int]]) -> bool:
 
 
 _PAIR = re.compile(r"topo\.gpu\.(\d+)\.(\d+)(?:\.|$)")
+
+
+@functools.lru_cache(maxsize=4096)
+def is_verdict(key: str) -> bool:
+    """Whether a reading is a verdict on a part (VERDICT_TEMPLATES)."""
+    found = shipped.find(key)
+    return found is not None and found.template in VERDICT_TEMPLATES
+
+
+def _is_lost(reading: Reading | None) -> bool:
+    """A health reading taken and failed (catalog.is_lost): the GPU stopped answering."""
+    return (
+        reading is not None and not reading.ok and reading.status is not ReadingStatus.NOT_REACHED
+    )
 
 
 VERDICT_WORDS = {0: "equivalent", 1: "configuration differs", 2: "performance or health differs"}
@@ -392,7 +436,11 @@ def _always_varies(key: str) -> bool:
     """A reading declared volatile (temperatures, clocks at idle, serials): hidden by
     default. Counters are shown (and rising ones called out); an undeclared key is shown."""
     found = shipped.find(key)
-    return found is not None and found.change is catalog.Change.VOLATILE
+    return (
+        found is not None
+        and found.change is catalog.Change.VOLATILE
+        and found.template not in VERDICT_TEMPLATES
+    )
 
 
 def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
@@ -485,7 +533,7 @@ def report_text(
 ) -> str:
     """A plain-text (or markdown) report of the differences: the verdict first, then
     which file is A and which B (`names`; two exports of one demo share a host name).
-    The text's header wraps at `width` (a terminal's), under a hanging indent."""
+    The text wraps at `width` (a terminal's), each line under a hanging indent."""
     from gpudiag.termtext import wrap
 
     lines: list[str] = []
@@ -501,6 +549,25 @@ def report_text(
     if diff.gpu_map and any(k != v for k, v in diff.gpu_map.items()):
         pairs = ", ".join(f"B GPU {k} = A GPU {v}" for k, v in sorted(diff.gpu_map.items()))
         lines += wrap(f"GPUs matched by bus address: {pairs}", None if markdown else width)
+    whole, lost = diff.one_sided_gpus(), diff.lost_gpus()
+    held = {  # lost GPUs whose failed readings the other side still holds
+        str(gpu)
+        for c in diff.readings
+        if c.kind == "changed"
+        and (gpu := catalog.gpu_of(c.key)) is not None
+        and str(gpu) in lost
+        and c.key != f"gpu.{gpu}.health"
+    }
+    # a lost GPU's other verdicts (its recovery action, failed too) go into its one line
+    health = [c for c in diff.health_changes() if not folded(c, whole)]
+    if health:  # a GPU lost or recovered: the news, first
+        lines.append("\n## Health\n" if markdown else "\nHealth (A -> B):")
+        for c in health:
+            said = f"{c.key}: {_value(c.a)} -> {_value(c.b)}"
+            gpu = catalog.gpu_of(c.key)
+            if gpu is not None and str(gpu) in lost and c.key == f"gpu.{gpu}.health":
+                said += f" (lost in {lost[str(gpu)]})" if markdown else ""
+            lines.append(f"- {c.group}: {said}" if markdown else f"  {c.group}: {said}")
     if diff.metrics:
         heading = f"\nPerformance (B/A, 95% CI; under {MIN_EFFECT:.0%} not called):"
         lines.append("\n## Performance\n" if markdown else heading)
@@ -549,21 +616,29 @@ def report_text(
             lines.append("| group | reading | A | B | change |")
             lines.append("| --- | --- | --- | --- | --- |")
         group = None
-        whole, told = diff.one_sided_gpus(), set()
+        told = set()
         # by group (the node's first, then in natural order), then key; each group's
         # natural order worked out once (64 GPUs: 23,000 changes in 200 groups)
         orders = {g: (g != "node", natural_key(g)) for g in {c.group for c in changes}}
         for c in sorted(changes, key=lambda c: (*orders[c.group], c.key)):
+            if is_verdict(c.key) and not folded(c, whole):
+                continue  # said under Health, first
             index = catalog.gpu_of(c.key)
             if folded(c, whole):  # a lost GPU: one line, not one per reading
                 if index is not None and index not in told:
                     told.add(index)
                     kind, count = whole[str(index)]
                     side = "A" if kind == "only_a" else "B"
-                    said = (
-                        f"every reading only in {side} ({count}; its GPU pairs in the "
-                        "topology too): lost or removed"
-                    )
+                    if str(index) in lost and str(index) in held:
+                        said = (
+                            f"lost in {lost[str(index)]}: its {count} readings that differ "
+                            "and its GPU pairs in the topology are not listed"
+                        )
+                    else:
+                        said = (
+                            f"every reading only in {side} ({count}; its GPU pairs in the "
+                            "topology too): lost or removed"
+                        )
                     lines.append(
                         f"| {c.group} | every reading | | | {said} |"
                         if markdown
@@ -586,6 +661,11 @@ def report_text(
         lines.append(f"\n({hidden} differences in readings that always vary are hidden: --all)")
     if len(lines) == header:
         lines.append("no differences")
+    if width is not None and not markdown:  # the body too, each line under its own indent
+        body = "\n".join(lines[header:]).split("\n")
+        lines[header:] = [
+            part for line in body for part in wrap(line, width, len(line) - len(line.lstrip()) + 2)
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -599,6 +679,8 @@ def report_json(diff: Diff, include_noisy: bool = False) -> dict[str, Any]:
         "exit_code": diff.exit_code(),
         "gpu_map": diff.gpu_map,
         "rising_counters": [c.key for c in diff.rising_counters()],
+        "health": [c.key for c in diff.health_changes()],
+        "lost_gpus": diff.lost_gpus(),
         "readings": [
             {
                 "key": c.key,

@@ -267,6 +267,7 @@ def _evaluate_instance(
         return None
     evidence = [reading or context.missing(key)]
     expected: Any = rule.operand
+    threshold: Any = expected  # what `expected` is before the rule's factor
     if status is ReadingStatus.OK:
         if operator in READING_OPERATORS:
             other_key = catalog.fill(rule.operand, values)
@@ -285,6 +286,7 @@ def _evaluate_instance(
             if context.profile is None or rule.operand not in context.profile.values:
                 return None  # no profile, or the model has no fixed value: see PROF001
             expected = context.profile.values[rule.operand]
+        threshold = expected
         try:
             if rule.factor != 1.0 and isinstance(expected, (int, float)):
                 expected = expected * rule.factor
@@ -313,6 +315,7 @@ def _evaluate_instance(
         "reason": reading.reason,
         "value": plain_value(reading) if reading.ok else reading.status.value,
         "expected": f"{expected:g}" if isinstance(expected, float) else str(expected),
+        "threshold": f"{threshold:g}" if isinstance(threshold, float) else str(threshold),
         "source": context.profile.source(rule.operand)
         if operator in PROFILE_OPERATORS and context.profile is not None
         else "",

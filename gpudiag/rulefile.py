@@ -56,7 +56,8 @@ severity when the reading was attempted and failed; when no probe produced it at
 (an import of a partial file), that is unknown like any missing evidence. A profile
 comparison is skipped where no profile applies or the profile leaves that field out
 (a PCIe card's NVLink count depends on its bridges); PROF001 says when no profile
-matched. Messages may use {value} {unit} {reason} {key} {expected} {source} (where a
+matched. Messages may use {value} {unit} {reason} {key} {expected} {threshold} (what
+{expected} is before the rule's `factor`) {source} (where a
 *_profile rule's figure comes from: the profile's source of the field) and the scope's
 placeholders, substituted as plain text; {s} is 's' unless the value is 1 ('{value}
 row{s}'). A rule's `fix` may use the scope's placeholders (`nvidia-smi -pm 1 -i {gpu}`).
@@ -133,7 +134,19 @@ REQUIRED_KEYS = ("id", "severity", "title", "applies_to", "reading", "expect", "
 _ID_PATTERN = re.compile(r"^[A-Z]{2,8}[0-9]{3}$")
 _KEY_TEMPLATE = re.compile(r"^[A-Za-z0-9_.:{}\-]+$")
 MESSAGE_FIELD = re.compile(r"\{([a-z_]+)\}")
-MESSAGE_FIELDS = {"value", "unit", "reason", "key", "expected", "source", "s", *_PLACEHOLDERS}
+# {threshold}: what {expected} is before the rule's factor (a slowdown temperature where
+# {expected} is 95% of it)
+MESSAGE_FIELDS = {
+    "value",
+    "unit",
+    "reason",
+    "key",
+    "expected",
+    "threshold",
+    "source",
+    "s",
+    *_PLACEHOLDERS,
+}
 # rules/ files that hold no rules (telemetry.toml: the bound-by thresholds)
 DATA_FILES = {"profiles.toml", "explanations.toml", "telemetry.toml"}
 DEFAULT_SITE_DIRS = (Path("/etc/gpudiag/rules.d"), Path("~/.config/gpudiag/rules.d"))

@@ -71,6 +71,35 @@ class SnapshotError(Exception):
         self.problem = problem
 
 
+class OtherGpudiagFile(SnapshotError):
+    """A file of gpudiag's own that is not a snapshot (a capture, an NVML replay): its
+    message names the command that makes a snapshot of it, and nothing else is guessed."""
+
+
+# the files of gpudiag's that are not snapshots, by their `format`: what they are, and
+# the option of the default command that reads one (then --export writes the snapshot)
+OTHER_FORMATS = {
+    "gpudiag-capture": ("a whole-node capture", "--replay"),
+    "gpudiag-nvml-replay": ("an NVML replay", "--nvml-replay"),
+}
+
+
+def _other_format(data: object, name: str) -> OtherGpudiagFile | None:
+    """The error for a capture or NVML replay read as a snapshot, or None."""
+    if not isinstance(data, dict) or "schema_version" in data:
+        return None
+    known = OTHER_FORMATS.get(data.get("format"))  # type: ignore[arg-type]
+    if known is None:
+        return None
+    what, option = known
+    shown = name if name != "<stdin>" else "FILE"
+    return OtherGpudiagFile(
+        name,
+        f"{what}, not a snapshot: gpudiag {option} {shown} --export node.toml makes a "
+        "snapshot of it (what check, diff and view read)",
+    )
+
+
 # ---------------------------------------------------------------------------- writing
 
 
@@ -168,11 +197,17 @@ def dumps(snapshot: Snapshot, as_json: bool = False) -> str:
     return tomli_w.dumps(data)
 
 
-def target_problem(path: Path) -> str | None:
+EMPTY_TARGET = "the path is empty: name a file ('-' writes to stdout)"
+
+
+def target_problem(path: Path | str) -> str | None:
     """Why a snapshot cannot be written to `path`, or None. The target must be absent or
     a regular file: a directory, a symlink, a device (/dev/null, /dev/full), a FIFO or a
-    socket is refused, never replaced ('-' is how to write to standard output). The
-    command line and the TUI's export both ask this first."""
+    socket is refused, never replaced ('-' is how to write to standard output). An empty
+    path (`-o ''`, which Path reads as '.') is said to be one: given as the string typed.
+    The command line and the TUI's export both ask this first."""
+    if isinstance(path, str) and not path:
+        return EMPTY_TARGET
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -191,8 +226,9 @@ def target_problem(path: Path) -> str | None:
         else:
             kind = "is a socket or another special file"
         return f"{kind}, not a regular file; refusing to replace it ('-' writes to stdout)"
-    if not path.parent.is_dir():
-        return f"directory {path.parent} does not exist"
+    parent = os.path.dirname(os.fspath(path)) or "."
+    if not os.path.isdir(parent):
+        return f"directory {parent} does not exist"
     return None
 
 
@@ -551,6 +587,8 @@ def loads(text: str, name: str = "<snapshot>") -> Snapshot:
                 raise ValueError("not a gpudiag snapshot (JSON top level is not an object)")
         else:
             data = parse_data(text, name, as_json=False)
+        if (other := _other_format(data, name)) is not None:
+            raise other
         return snapshot_from_dict(data)  # parse_data made every string printable
     except InputError as exc:
         raise SnapshotError(name, exc.problem) from None

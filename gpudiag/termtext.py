@@ -36,9 +36,10 @@ def output_width(stream: TextIO | None = None) -> int | None:
 
 def wrap(line: str, width: int | None, indent: int = 2) -> list[str]:
     """`line` as lines of at most `width` columns, each after the first indented by
-    `indent` spaces; the line whole where `width` is None or it fits. A word (a URL, a
-    path) that the indent would leave no room for goes unindented; one wider than the
-    width is cut across lines, never past it."""
+    `indent` spaces; the line whole where `width` is None or it fits. A word is never
+    cut (a URL cut in two cannot be followed, nor a path pasted): one that the indent
+    would leave no room for goes unindented, and one wider than the width goes whole on
+    a line of its own, the one line that may pass the width."""
     import textwrap  # where a line is wider than the terminal only
 
     if width is None or len(line) <= width:
@@ -46,7 +47,12 @@ def wrap(line: str, width: int | None, indent: int = 2) -> list[str]:
     longest = max(map(len, line.split()), default=0)
     pad = " " * indent if width - indent >= max(MIN_WIDTH, longest) else ""
     return textwrap.wrap(
-        line, width, subsequent_indent=pad, break_on_hyphens=False, drop_whitespace=True
+        line,
+        width,
+        subsequent_indent=pad,
+        break_on_hyphens=False,
+        break_long_words=False,
+        drop_whitespace=True,
     ) or [line]
 
 

@@ -557,3 +557,75 @@ def test_view_counts_the_rules_as_check_does(tmp_path: Path, monkeypatch, capsys
     snapshot, rules = opened[0]
     shown = SnapshotView.read(snapshot, rules)
     assert dict(views.overview(snapshot, shown.rules, shown.readings))["Rules"] == tally
+
+
+def test_a_broken_pipe_ends_quietly_with_sigpipes_code() -> None:
+    """Review #15: `gpudiag check faulty.toml | true` exited 3 (bad input) with nothing
+    said. A reader that stops early ends gpudiag quietly with 141 (128 + SIGPIPE), as a
+    shell reports any command that a closed pipe ended."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gpudiag", "rules", "list"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")
+
+
+def test_messages_say_what_is_wrong(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review #18: `import X -o ''` said '-o : is a directory'; `diff - -` said
+    '<stdin>: file is empty' (its second read); `rules lint empty.toml` said 'ok (0
+    rules)' and exited 0. Each now says what is wrong, in one line, exit 3."""
+    import io
+
+    from gpudiag import cli
+
+    empty = tmp_path / "empty.toml"
+    empty.write_text("# a site's rules, none yet\n")
+    monkeypatch.setattr(sys, "stdin", io.StringIO("schema_version = 2\n"))
+    said = {}
+    for argv in (
+        ["import", str(FIXTURES / "pastes" / "q__v100-sxm2__418.67__princeton.txt"), "-o", ""],
+        ["diff", "-", "-"],
+        ["rules", "lint", str(empty)],
+    ):
+        code = cli.main(argv)
+        out = capsys.readouterr()
+        said[argv[0]] = (code, out.err)
+    assert said["import"] == (
+        3,
+        "gpudiag: -o '': the path is empty: name a file ('-' writes to stdout)\n",
+    )
+    assert said["diff"] == (
+        3,
+        "gpudiag: diff - -: standard input can be read once only; name a file for A or B\n",
+    )
+    assert said["rules"] == (3, f"gpudiag: {empty}: holds no rules and no overrides\n")
+
+
+def test_check_of_a_capture_or_an_nvml_replay_names_the_command_that_reads_it(capsys) -> None:
+    """Review #9: `check` of the demo capture called it nvidia-smi output (kernel-log) and
+    advised `import` (4 readings, exit 2); of the demo NVML replay it said 'no
+    schema_version'. Each is gpudiag's own file: the option that reads it, with --export."""
+    from gpudiag import cli
+
+    for name, said in (
+        ("demo-hgx-h100-faulty.capture.json", "a whole-node capture, not a snapshot: gpudiag"
+         " --replay {path} --export node.toml"),
+        ("demo-hgx-h100-healthy.toml", "an NVML replay, not a snapshot: gpudiag --nvml-replay"
+         " {path} --export node.toml"),
+    ):  # fmt: skip
+        path = REPO / "snapshots" / name
+        assert cli.main(["check", str(path)]) == 3
+        err = capsys.readouterr().err
+        assert err.startswith(f"gpudiag: {path}: " + said.format(path=path)), err
+        assert len(err.splitlines()) == 1

@@ -69,7 +69,12 @@ def test_known_differences_are_reported(demo: dict[str, Path]) -> None:
         f"B: {demo['faulty']} ("
     )
     assert "  GPU 7: every reading only in A (" in cli.stdout
-    assert "gpu.7." not in cli.stdout and "topo.gpu.0.7" not in cli.stdout
+    # its health alone is said reading by reading: first, under Health
+    assert [line for line in cli.stdout.splitlines() if "gpu.7." in line] == [
+        "  GPU 7: gpu.7.health: ok -> [error] nvmlDeviceGetName: GpuIsLost (the GPU is lost: "
+        "it fell off the bus or stopped answering; reset or reboot)"
+    ]
+    assert "topo.gpu.0.7" not in cli.stdout
     assert len(cli.stdout.splitlines()) < 80
 
 
@@ -357,3 +362,60 @@ def test_a_change_made_fast_is_the_dataclass_made_one() -> None:
     assert fast.group == made.group == "GPU 3" and fast.relative_change == made.relative_change
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.kind = "equal"  # type: ignore[misc]
+
+
+def _with_gpu_lost(snapshot: Snapshot, gpu: int, everything: bool) -> Snapshot:
+    """`snapshot` with GPU `gpu`'s health GpuIsLost (review #2); with `everything`, each of
+    its other readings and its topology pairs failed too, as a lost GPU reads (#10)."""
+    from gpudiag.model import ReadingStatus
+
+    error = ReadingStatus.ERROR
+
+    def lost(r: Reading) -> Reading:
+        if r.key == f"gpu.{gpu}.health":
+            return replace(r, value=None, status=error, reason="GpuIsLost")
+        mine = r.key.startswith(f"gpu.{gpu}.") or r.key.startswith(f"topo.gpu.{gpu}.")
+        if everything and mine and r.ok:
+            return replace(r, value=None, status=error, reason=f"GPU {gpu} did not answer")
+        return r
+
+    probes = tuple(replace(p, readings=tuple(map(lost, p.readings))) for p in snapshot.probes)
+    return replace(snapshot, probes=probes)
+
+
+def test_a_lost_gpu_leads_the_diff_and_is_never_hidden() -> None:
+    """Review #2: gpu.N.health ok -> [error] GpuIsLost was hidden as a reading that
+    "always varies" (--all only) and the diff exited 1. A change of a verdict-like reading
+    (a GPU's health) is shown by default, first, and is exit code 2."""
+    from conftest import demo_on_host_basic
+
+    a = demo_on_host_basic()
+    b = _with_gpu_lost(a, 2, everything=False)
+    diff = diff_snapshots(a, b)
+    assert [c.key for c in diff.differences()] == ["gpu.2.health"]
+    assert diff.exit_code() == 2
+    text = report_text(diff, a, b)
+    body = text.split("\n\n", 1)[1]
+    assert body.startswith("Health (A -> B):\n  GPU 2: gpu.2.health: ok -> [error] GpuIsLost")
+    assert "hidden" not in text
+    assert report_json(diff)["health"] == ["gpu.2.health"]
+    assert "## Health" in report_text(diff, a, b, markdown=True)
+
+
+def test_a_lost_gpu_whose_readings_remain_is_one_line() -> None:
+    """Review #10: B still holds the lost GPU's readings (failed) and its topology pairs,
+    so it was listed reading by reading (253 lines of the demo capture): folded into one
+    line once its health says it is lost."""
+    from conftest import demo_on_host_basic
+
+    a = demo_on_host_basic()
+    b = _with_gpu_lost(a, 7, everything=True)
+    diff = diff_snapshots(a, b)
+    assert len(diff.differences()) > 100  # its readings and pairs all differ
+    lines = report_text(diff, a, b).splitlines()
+    assert [line for line in lines if "gpu.7." in line] == [
+        "  GPU 7: gpu.7.health: ok -> [error] GpuIsLost"
+    ]
+    folded_line = [line for line in lines if line.startswith("  GPU 7: lost in B")]
+    assert len(folded_line) == 1 and "readings" in folded_line[0]
+    assert len(lines) < 20, lines

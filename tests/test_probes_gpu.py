@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.model import ReadingStatus
+from gpudiag.model import Reading, ReadingStatus
 from gpudiag.nvml import Nvml, NvmlError, PynvmlBackend
 from gpudiag.probes import gpu
 from gpudiag.probes.topology import pcie_relation
@@ -313,3 +313,20 @@ def test_gpu018_judges_the_slowdown_threshold_from_t_limit(
     rules = [r for r in load_rules() if r.id == "GPU018"]
     findings = evaluate(rules, readings)
     assert any(f.severity.value == "warning" for f in findings) is fires, findings
+
+
+def test_near_slowdown_names_the_threshold_and_where_it_warns_from() -> None:
+    """Review #6: at 86 C with slowdown at 89 C, GPU018 said 'within 5% of its slowdown
+    threshold (84.55 C)', 95% of the threshold given as the threshold itself."""
+    from gpudiag.ruleengine import evaluate
+    from gpudiag.rulefile import load_rules
+
+    readings = {
+        "gpu.0.temperature.gpu": Reading("gpu.0.temperature.gpu", 86, "C"),
+        "gpu.0.temperature.slowdown": Reading("gpu.0.temperature.slowdown", 89, "C"),
+    }
+    rules = [r for r in load_rules() if r.id == "GPU018"]
+    (finding,) = [f for f in evaluate(rules, readings) if f.rule_id == "GPU018"]
+    assert finding.message == (
+        "GPU 0 at 86 C, within 5% of its slowdown threshold 89 C (warns from 84.55 C)"
+    )

@@ -73,13 +73,16 @@ def run(args: argparse.Namespace) -> int:
         write_rules(found.text, Path(args.output))
     except OSError as exc:
         return fail(f"-o {args.output}: cannot write: {exc.strerror or exc}")
-    print(
-        f"wrote {args.output}: {found.count} rules from {len({r.host for r in loaded.runs})} nodes"
-    )
+    from gpudiag.termtext import output_width, wrap
+
+    width = output_width()
+    nodes = len({r.host for r in loaded.runs})
+    print("\n".join(wrap(f"wrote {args.output}: {found.count} rules from {nodes} nodes", width)))
     for kind, hosts in found.groups:
         left = sum(1 for label, _, _ in found.left_out if label == kind.label)
-        print(
+        line = (
             f"  {kind.label}: {len(hosts)} nodes ({fold(hosts)}); "
             f"{left} readings left out (listed in the file, with why)"
         )
+        print("\n".join(wrap(line, width, 4)))
     return 0

@@ -119,7 +119,7 @@ def _capture(node: Any, args: argparse.Namespace, redact: Any = None) -> int:
     from gpudiag.snapshot import target_problem
 
     target = Path(args.out)
-    if problem := target_problem(target):
+    if problem := target_problem(args.out):
         raise CaptureError(f"capture {args.out}: {problem}")
     if target.exists() and not target.is_file():
         raise CaptureError(f"capture {args.out}: not a regular file")

@@ -172,8 +172,8 @@ def write_and_report(
         report = sys.stderr
     else:
         path = Path(target)
-        if problem := target_problem(path):
-            raise UsageError(f"{option} {target}: {problem}")
+        if problem := target_problem(target):
+            raise UsageError(f"{option} {target or repr(target)}: {problem}")
         try:
             if fmt in ("toml", "json") and args.format is None:
                 save(snapshot, path)
@@ -207,7 +207,7 @@ def write_prometheus(snapshot: Snapshot, target: str) -> None:
     from gpudiag.snapshot import target_problem
 
     path = Path(target)
-    if problem := target_problem(path):
+    if problem := target_problem(target):
         raise UsageError(f"--prometheus {target}: {problem}")
     try:
         write_text(path, render(snapshot, "prometheus"))
@@ -275,12 +275,12 @@ def load_snapshot(path: str) -> Snapshot:
     """The snapshot `check` and `view` read; a file that is nvidia-smi output, not a
     snapshot, is refused saying so, with the `import` command that reads it (not 'not
     valid TOML')."""
-    from gpudiag.snapshot import SnapshotError, load
+    from gpudiag.snapshot import OtherGpudiagFile, SnapshotError, load
 
     try:
         return load(path)
     except SnapshotError as exc:
-        if path == "-":
+        if path == "-" or isinstance(exc, OtherGpudiagFile):  # it said what reads it
             raise
         from gpudiag.importing import detect
 

@@ -40,6 +40,10 @@ def run(args: argparse.Namespace) -> int:
     """The diff screen in a terminal, else the report; exit code by the differences."""
     import json
 
+    if args.snapshot_a == args.snapshot_b == "-":
+        from gpudiag.commands.common import UsageError
+
+        raise UsageError("diff - -: standard input can be read once only; name a file for A or B")
     with PausedGC():  # the modules too: they live to the end, with no cycles to collect
         from gpudiag.diff import diff_snapshots, report_json, report_text
         from gpudiag.snapshot import load

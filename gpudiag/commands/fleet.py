@@ -154,8 +154,10 @@ def none_read(bad: list[str]) -> str:
 
 
 def target_problem_of(target: str, suffix: str) -> str | None:
-    from gpudiag.snapshot import target_problem
+    from gpudiag.snapshot import EMPTY_TARGET, target_problem
 
+    if not target:
+        return EMPTY_TARGET
     path = Path(target)
     if path.exists() and not path.is_file():
         return "not a regular file"

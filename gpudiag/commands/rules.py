@@ -56,12 +56,16 @@ def run(args: argparse.Namespace) -> int:
 
     rules = load_rules(args.rules, site=True)
     if args.rules_command == "list":
+        from gpudiag.termtext import output_width, wrap
+
+        width = output_width()  # a long title wraps under the titles' column
         for rule in rules:
             state = "disabled" if rule.disabled else rule.status
-            print(
+            line = (
                 f"{rule.id:<8} {rule.severity.value:<8} {state:<10} {rule.applies_to:<11} "
                 f"{rule.title}"
             )
+            print("\n".join(wrap(line, width, 41)))
         return 0
     rule = next((r for r in rules if r.id == args.rule_id.upper()), None)
     if rule is None:
@@ -165,6 +169,10 @@ def _lint(paths: Sequence[Path]) -> int:
         if errors:  # every error of every file, on standard error
             for error in errors:
                 print(f"gpudiag: {inputs.printable(error)}", file=sys.stderr)
+            failed = True
+            continue
+        if rules == overrides == 0:  # an empty file (or only comments) is no rule file
+            print(f"gpudiag: {path}: holds no rules and no overrides", file=sys.stderr)
             failed = True
             continue
         print(f"{path}: ok ({rules} rules, {overrides} overrides)")
