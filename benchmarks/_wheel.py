@@ -115,6 +115,18 @@ def use_the_wheel() -> None:
             target = install(build_wheel(Path(out)), cache)
     python = target / "bin" / "python"
     env = {**os.environ, INSIDE: str(target)}
-    env.pop("PYTHONPATH", None)
+    # Neither the script nor its children (`python -m gpudiag`, `python -c ...`) may put
+    # the current folder first on their path: from the checkout's root it would give
+    # them the checkout's gpudiag/ instead of the wheel's. PYTHONSAFEPATH (Python 3.11+)
+    # keeps it off; the benchmarks' own folder is named instead, for `_wheel`.
+    if sys.version_info < (3, 11) and (Path.cwd() / "gpudiag" / "__init__.py").is_file():
+        print(
+            f"{Path(sys.argv[0]).name}: run it from outside the checkout's root on Python"
+            " 3.10 (its children would import the checkout's gpudiag/, not the wheel's)",
+            file=sys.stderr,
+        )
+        sys.exit(3)
+    env["PYTHONSAFEPATH"] = "1"
+    env["PYTHONPATH"] = str(REPO / "benchmarks")
     script = str(Path(sys.argv[0]).resolve())
     os.execve(str(python), [str(python), script, *sys.argv[1:]], env)  # noqa: S606
