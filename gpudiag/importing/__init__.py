@@ -19,6 +19,7 @@ from pathlib import Path
 from gpudiag import __version__
 from gpudiag.importing import common, pastes
 from gpudiag.importing.bug_report import extract_from_bug_report, with_bundled
+from gpudiag.importing.burn import is_gpu_burn, parse_gpu_burn
 from gpudiag.importing.common import ImportError_
 from gpudiag.importing.gpus import lost_gpus, with_lost_gpus, with_unreached
 from gpudiag.importing.nvlink import is_error_counters, parse_nvlink
@@ -51,7 +52,7 @@ PASTES = (
 
 def detect(text: str) -> str:
     """Which format a file is: xml, q, topo, nvlink, nvlink-e (a bug report yields xml or
-    q), or a paste: fabric, kernel-log, dcgmi-diag."""
+    q), gpu-burn (a gpu-burn log), or a paste: fabric, kernel-log, dcgmi-diag."""
     stripped = text.lstrip()
     if stripped.startswith(("ERROR:", "Failed to", "NVIDIA-SMI has failed")):
         first = stripped.splitlines()[0].strip()
@@ -66,6 +67,8 @@ def detect(text: str) -> str:
         "Legend" in text or "CPU Affinity" in text
     ):
         return "topo"
+    if is_gpu_burn(text):  # before nvlink: it starts with nvidia-smi -L's lines
+        return "gpu-burn"
     if re.search(r"^GPU \d+: .+\n\s*Link \d+:", text, re.MULTILINE) or re.search(
         r"^GPU \d+: .+\(UUID", text, re.MULTILINE
     ):
@@ -133,6 +136,8 @@ def import_text(text: str) -> tuple[str, list[Reading]]:
         return kind, with_bundled(text, with_unreached(readings))
     if kind == "topo":
         return kind, parse_topo_matrix(text)
+    if kind == "gpu-burn":
+        return kind, parse_gpu_burn(text)
     for name, _, parse in PASTES:
         if kind == name:
             return kind, parse(text)

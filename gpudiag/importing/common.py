@@ -55,6 +55,7 @@ MAKES = catalog.also(
     "gpu.{gpu}.fabric.status",
     "gpu.{gpu}.health",
     "gpu.{gpu}.inforom.image",
+    "gpu.{gpu}.kernel.verified",
     "gpu.{gpu}.memory.total",
     "gpu.{gpu}.memory.used",
     "gpu.{gpu}.memory.reserved",

@@ -1,0 +1,62 @@
+"""Imports that a new user's review found wrong: a gpu-burn log's verdict, an import
+nothing could check, impossible values, partial files, conflicting files, the file's
+own host and time, derived thresholds and a gzip bomb."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpudiag.importing import ImportError_, import_files
+from gpudiag.model import Severity, Snapshot
+from gpudiag.rulefile import load_rules
+from gpudiag.session import with_findings
+
+from conftest import realdata_dir
+
+BURN = "benchmarks/superbench__gpu_burn__8x-A100-SXM4-80GB.log"
+
+
+def _judged(*paths: Path | str) -> Snapshot:
+    return with_findings(import_files([str(p) for p in paths]), load_rules())
+
+
+def _burn(tmp_path: Path, old: str, new: str) -> Path:
+    text = (realdata_dir() / BURN).read_text()
+    assert old in text
+    path = tmp_path / "burn.log"
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def test_a_faulty_gpu_in_a_gpu_burn_log_is_a_critical_finding(tmp_path: Path) -> None:
+    snapshot = _judged(_burn(tmp_path, "GPU 3: OK", "GPU 3: FAULTY"))
+    critical = [f for f in snapshot.findings if f.severity is Severity.CRITICAL]
+    assert [(f.rule_id, f.subject) for f in critical] == [("KRN001", "GPU 3")]
+    readings = snapshot.readings_by_key
+    assert readings["gpu.3.kernel.verified"].value is False
+    assert readings["gpu.2.kernel.verified"].value is True
+
+
+def test_a_healthy_gpu_burn_log_is_checked(tmp_path: Path) -> None:
+    snapshot = _judged(realdata_dir() / BURN)
+    assert not [f for f in snapshot.findings if f.severity.rank >= Severity.UNKNOWN.rank]
+    assert sum(k.endswith(".kernel.verified") for k in snapshot.readings_by_key) == 8
+
+
+def test_a_gpu_burn_log_without_its_verdict_is_refused(tmp_path: Path) -> None:
+    text = (realdata_dir() / BURN).read_text()
+    path = tmp_path / "cut.log"
+    path.write_text(text[: text.index("Tested 8 GPUs")])
+    with pytest.raises(ImportError_, match="without its verdict"):
+        import_files([str(path)])
+
+
+def test_an_import_nothing_could_check_is_unknown_not_a_pass(tmp_path: Path) -> None:
+    path = tmp_path / "list.txt"  # nvidia-smi -L: names and UUIDs, nothing a rule judges
+    path.write_text("".join((realdata_dir() / BURN).read_text().splitlines(True)[:2]))
+    findings = _judged(path).findings
+    unknown = [f for f in findings if f.severity is Severity.UNKNOWN]
+    assert [f.rule_id for f in unknown] == ["IMPORT001"]
+    assert "no verdict on the node" in unknown[0].message
