@@ -60,3 +60,49 @@ def test_an_import_nothing_could_check_is_unknown_not_a_pass(tmp_path: Path) -> 
     unknown = [f for f in findings if f.severity is Severity.UNKNOWN]
     assert [f.rule_id for f in unknown] == ["IMPORT001"]
     assert "no verdict on the node" in unknown[0].message
+
+
+H100_XML = "h100-vm/nvidia-smi-q-x.xml"
+
+
+def _edited(tmp_path: Path, source: str, *edits: tuple[str, str], name: str = "f.xml") -> Path:
+    text = (realdata_dir() / source).read_text()
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new, 1)
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("temperature", "power"),
+    [("99999 C", "1e400 W"), ("-99999999999999999999 C", "131.03 W"), ("151 C", "5601 W")],
+)
+def test_impossible_values_are_errors_not_ok(tmp_path: Path, temperature: str, power: str) -> None:
+    path = _edited(
+        tmp_path,
+        H100_XML,
+        ("<gpu_temp>45 C</gpu_temp>", f"<gpu_temp>{temperature}</gpu_temp>"),
+        ("<instant_power_draw>131.03 W", f"<instant_power_draw>{power}"),
+    )
+    readings = import_files([str(path)]).readings_by_key
+    keys = ["temperature.gpu", "temperature.slowdown", "temperature.shutdown"]
+    for key in keys if power == "131.03 W" else [*keys, "power.draw"]:
+        reading = readings[f"gpu.0.{key}"]
+        assert reading.status.value == "error", (key, reading)
+        assert reading.value is None
+        assert "physically" in reading.reason or "nvidia-smi prints" in reading.reason
+    assert readings["gpu.0.temperature.slowdown_tlimit"].value == -2  # relative: may be < 0
+
+
+def test_values_at_the_physical_bounds_are_kept(tmp_path: Path) -> None:
+    path = _edited(
+        tmp_path,
+        H100_XML,
+        ("<gpu_temp>45 C</gpu_temp>", "<gpu_temp>0 C</gpu_temp>"),
+        ("<instant_power_draw>131.03 W", "<instant_power_draw>5600 W"),
+    )
+    readings = import_files([str(path)]).readings_by_key
+    assert readings["gpu.0.temperature.gpu"].value == 0
+    assert readings["gpu.0.power.draw"].value == 5600.0

@@ -170,12 +170,52 @@ MAX_DIGITS = 40  # nvidia-smi prints 64-bit counters: 20 digits at most
 _NUMBER = re.compile(rf"^\s*(-?[0-9]{{1,{MAX_DIGITS}}}(\.[0-9]{{1,{MAX_DIGITS}}})?)")
 
 
+_EXPONENT = re.compile(r"[eE][+-]?[0-9]")
+
+
 def number(text: str) -> float:
-    """'700.00 W', '1980 MHz', '16x', '41 C' -> the number (a finite float)."""
+    """'700.00 W', '1980 MHz', '16x', '41 C' -> the number (a finite float). nvidia-smi
+    never prints an exponent: '1e400 W' is refused, not read as 1."""
     match = _NUMBER.match(text)
     if not match or (len(text) > match.end() and text[match.end()].isdigit()):
         raise ValueError(f"no number in {text.strip()[:60]!r}")
+    if _EXPONENT.match(text, match.end()):
+        raise ValueError(f"not a number nvidia-smi prints: {text.strip()[:60]!r}")
     return float(match.group(1))
+
+
+# What a value of each unit can physically be, the one place an import bounds values: a
+# value outside is refused (an error reading that says why), never stored as ok.
+# Temperatures: nvidia-smi prints NVML's unsigned degrees (never below 0), and 150 C is
+# the junction limit of silicon (JEDEC's Tj max for commercial parts; the highest GPU
+# shutdown threshold in realdata/ is 101 C). A temperature relative to T.Limit (the
+# margin, a threshold's T.Limit value) is bounded by the same 150 either way. Power: 4x
+# the largest board power NVIDIA lists (1,400 W, B300) = 5,600 W. Percentages: 0-100.
+PHYSICAL: dict[str, tuple[float, float]] = {"C": (0.0, 150.0), "W": (0.0, 5600.0), "%": (0, 100)}
+RELATIVE_TEMPERATURE = (".temperature.tlimit_margin", "_tlimit")
+
+
+def out_of_range(key: str, value: Value, unit: str) -> str | None:
+    """Why `value` (of `key`, in `unit`) cannot be physical, or None when it can."""
+    bounds = PHYSICAL.get(unit)
+    if bounds is None or type(value) not in (int, float):
+        return None
+    low, high = bounds
+    if unit == "C" and key.endswith(RELATIVE_TEMPERATURE):
+        low = -high
+    if low <= value <= high:  # type: ignore[operator]
+        return None
+    return f"{value:g} {unit} is outside what it can physically be ({low:g} to {high:g} {unit})"
+
+
+def checked(reading: Reading) -> Reading:
+    """`reading`, or an error reading in its place where its value is not physical."""
+    if reading.status is not ReadingStatus.OK:
+        return reading
+    why = out_of_range(reading.key, reading.value, reading.unit)
+    if why is None:
+        return reading
+    return Reading.failed(reading.key, ReadingStatus.ERROR, why, reading.source, reading.unit)
 
 
 def integer(text: str) -> int:
@@ -224,7 +264,7 @@ def reading_of(
     if placeholder is not None:
         return Reading.failed(key, placeholder[0], placeholder[1], source, unit)
     try:
-        return Reading(key, parse(raw), unit, source)
+        return checked(Reading(key, parse(raw), unit, source))
     except (ValueError, KeyError) as exc:
         return Reading.failed(
             key, ReadingStatus.ERROR, f"cannot parse {raw.strip()!r}: {exc}", source, unit

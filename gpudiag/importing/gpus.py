@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from gpudiag.catalog import normalize_bus_id
 from gpudiag.importing.common import (
     Lookup,
+    checked,
     compute_mode,
     device_id,
     enabled,
@@ -408,7 +409,7 @@ def _from_tlimit(
     except (ValueError, KeyError):
         reason = f"nvidia-smi prints it only relative to T.Limit ({shown.strip()})"
         return Reading.failed(key, ReadingStatus.UNSUPPORTED, reason, f"{prefix}/{relative}", "C")
-    return Reading(key, value, "C", source)
+    return checked(Reading(key, value, "C", source))
 
 
 def field_readings(
