@@ -106,3 +106,17 @@ def test_values_at_the_physical_bounds_are_kept(tmp_path: Path) -> None:
     readings = import_files([str(path)]).readings_by_key
     assert readings["gpu.0.temperature.gpu"].value == 0
     assert readings["gpu.0.power.draw"].value == 5600.0
+
+
+def test_a_partial_healthy_xml_is_not_unknown_what_it_does_not_hold_did_not_apply() -> None:
+    """telegraf's trimmed -q -x (power_readings without a limit, pci without max_link_*,
+    temperature without thresholds): those rules did not apply (docs/rules.md), not
+    unknown; what it holds is judged."""
+    snapshot = _judged(realdata_dir() / "nvidia-smi-xml/telegraf__gtx-1070-ti.xml")
+    bad = [f for f in snapshot.findings if f.severity.rank >= Severity.UNKNOWN.rank]
+    assert not bad, [f.said() for f in bad]
+    by_rule = {f.rule_id: f for f in snapshot.findings}
+    for rule in ("GPU016", "GPU018", "PCIE001"):
+        assert by_rule[rule].severity is Severity.NOT_APPLICABLE
+    assert snapshot.readings_by_key["gpu.0.temperature.gpu"].value == 39
+    assert "gpu.0.power.limit" not in snapshot.readings_by_key

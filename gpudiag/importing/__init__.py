@@ -130,10 +130,10 @@ def import_text(text: str) -> tuple[str, list[Reading]]:
     kind = detect(text)
     if kind == "xml":
         readings = with_lost_gpus(xml_readings(extract_from_bug_report(text)), lost_gpus(text))
-        return kind, with_bundled(text, with_unreached(readings))
+        return kind, common.held(with_bundled(text, with_unreached(readings)))
     if kind == "q":
         readings = with_lost_gpus(q_readings(extract_from_bug_report(text)), lost_gpus(text))
-        return kind, with_bundled(text, with_unreached(readings))
+        return kind, common.held(with_bundled(text, with_unreached(readings)))
     if kind == "topo":
         return kind, parse_topo_matrix(text)
     if kind == "gpu-burn":

@@ -255,11 +255,36 @@ def text_value(text: str) -> str:
     return text.strip()
 
 
+ABSENT = "not in the imported file"  # the reason of a field the file does not print
+
+
+def held(readings: list[Reading]) -> list[Reading]:
+    """`readings` without the fields the file does not print (ABSENT): what a file does
+    not hold did not apply (docs/rules.md), as a section a `-q -d` file leaves out, or a
+    field a trimmed file (telegraf's) or an older driver leaves out of a section. What a
+    paste cut short cannot show is said otherwise (query_text's CUT) and kept: unknown;
+    so is what the last GPU shown lacks where the file shows fewer GPUs than it counts
+    (gpus.with_unreached: the paste may stop inside that GPU's section)."""
+    unreached = [r.key.split(".")[1] for r in readings if r.status is ReadingStatus.NOT_REACHED]
+    last = f"gpu.{int(min(unreached, key=int)) - 1}." if unreached else None
+    kept = []
+    for reading in readings:
+        if reading.status is ReadingStatus.MISSING and reading.reason == ABSENT:
+            if last is None or not reading.key.startswith(last):
+                continue
+            reason = f"{ABSENT}, which stops in this GPU's section or after it"
+            reading = Reading.failed(
+                reading.key, ReadingStatus.MISSING, reason, reading.source, reading.unit
+            )
+        kept.append(reading)
+    return kept
+
+
 def reading_of(
     key: str, raw: str | None, parse: Callable[[str], Value], unit: str, source: str
 ) -> Reading:
     if raw is None:
-        return Reading.failed(key, ReadingStatus.MISSING, "not in the imported file", source, unit)
+        return Reading.failed(key, ReadingStatus.MISSING, ABSENT, source, unit)
     placeholder = status_of(raw)
     if placeholder is not None:
         return Reading.failed(key, placeholder[0], placeholder[1], source, unit)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from gpudiag.catalog import normalize_bus_id
 from gpudiag.importing.common import (
+    ABSENT,
     Lookup,
     checked,
     compute_mode,
@@ -288,7 +289,7 @@ def throttle_reading(index: int, active: list[str] | None, source: str) -> Readi
     """The throttle reasons marked Active, or missing when the file has no such section."""
     key = key_of("gpu.{gpu}.throttle_reasons", gpu=index)
     if active is None:
-        return Reading.failed(key, ReadingStatus.MISSING, "not in the imported file", source)
+        return Reading.failed(key, ReadingStatus.MISSING, ABSENT, source)
     return Reading(key, active, source=source)
 
 
