@@ -120,3 +120,14 @@ def test_a_partial_healthy_xml_is_not_unknown_what_it_does_not_hold_did_not_appl
         assert by_rule[rule].severity is Severity.NOT_APPLICABLE
     assert snapshot.readings_by_key["gpu.0.temperature.gpu"].value == 39
     assert "gpu.0.power.limit" not in snapshot.readings_by_key
+
+
+def test_files_of_two_machines_are_refused_and_the_same_file_is_read_once() -> None:
+    xml = realdata_dir() / "nvidia-smi-xml"
+    t4, v100 = xml / "telegraf__tesla-t4.xml", xml / "datakit__gtx-1card__V100-PCIE-32GB.xml"
+    with pytest.raises(ImportError_, match=r"conflict: gpu\.0\.\w+ is 'Tesla V100-PCIE-32GB'"):
+        import_files([str(t4), str(v100)])
+    assert len(import_files([str(t4), str(t4)]).probes) == 1
+    h100 = realdata_dir() / "h100-vm"  # one machine's -q -x, -q and topo -m: one snapshot
+    both = import_files([str(h100 / "nvidia-smi-q-x.xml"), str(h100 / "nvidia-smi-q.txt")])
+    assert len(both.probes) == 2

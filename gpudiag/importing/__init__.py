@@ -12,6 +12,7 @@ needs-root; an error text is an error (gpudiag/importing/common.py).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import datetime, timezone
 from pathlib import Path
@@ -89,11 +90,17 @@ def import_files(paths: list[str]) -> Snapshot:
     result per file. Raises ImportError_ naming the file and the problem."""
     results = []
     host = "imported"
+    seen: dict[bytes, str] = {}  # each file's content, once: the same file twice is read once
+    held: dict[str, tuple[str, Reading]] = {}  # what identifies a GPU, and the file it is from
     for path in paths:
         try:  # '-' is standard input; an nvidia-bug-report.log.gz is unpacked
             raw = read_input(path, stdin_ok=True, gzip_ok=True)
         except InputError as exc:
             raise ImportError_(str(exc)) from None
+        digest = hashlib.sha256(raw).digest()
+        if digest in seen:
+            continue
+        seen[digest] = path
         if not raw.strip():
             raise ImportError_(f"{path}: file is empty")
         if b"\x00" in raw:
@@ -105,6 +112,7 @@ def import_files(paths: list[str]) -> Snapshot:
             raise ImportError_(f"{path}: {exc}") from None
         except RecursionError:
             raise ImportError_(f"{path}: nested too deeply") from None
+        _refuse_conflicts(path, readings, held)
         if match := re.search(r"<hostname>([^<]+)</hostname>", text):
             host = match.group(1).strip()
         results.append(
@@ -123,6 +131,31 @@ def import_files(paths: list[str]) -> Snapshot:
         command_line=("gpudiag", "import", *paths),
         probes=tuple(results),
     )
+
+
+# what names one GPU: two files that give one GPU index two of these are two machines (or
+# two different nvidia-smi -i choices), never one snapshot
+IDENTIFYING = (".uuid", ".serial", ".pci.bus_id", ".name")
+
+
+def _refuse_conflicts(
+    path: str, readings: list[Reading], held: dict[str, tuple[str, Reading]]
+) -> None:
+    """Raise ImportError_ where `path` gives a GPU another file gave otherwise (its UUID,
+    serial, bus id or name); else note what it gives in `held`."""
+    for reading in readings:
+        if (
+            not reading.ok
+            or not reading.key.startswith("gpu.")
+            or not reading.key.endswith(IDENTIFYING)
+        ):
+            continue
+        other = held.setdefault(reading.key, (path, reading))
+        if other[1].value != reading.value:
+            raise ImportError_(
+                f"{path} and {other[0]} conflict: {reading.key} is {reading.value!r} in one and "
+                f"{other[1].value!r} in the other (two machines? import each on its own)"
+            )
 
 
 def import_text(text: str) -> tuple[str, list[Reading]]:
