@@ -131,3 +131,19 @@ def test_files_of_two_machines_are_refused_and_the_same_file_is_read_once() -> N
     h100 = realdata_dir() / "h100-vm"  # one machine's -q -x, -q and topo -m: one snapshot
     both = import_files([str(h100 / "nvidia-smi-q-x.xml"), str(h100 / "nvidia-smi-q.txt")])
     assert len(both.probes) == 2
+
+
+def test_an_import_takes_the_files_time_and_a_host_from_the_file_or_its_name(
+    tmp_path: Path,
+) -> None:
+    xml = import_files([str(realdata_dir() / "nvidia-smi-xml/telegraf__tesla-t4.xml")])
+    assert (xml.host, xml.created) == ("telegraf__tesla-t4", "2023-04-24T16:22:39Z")
+    q = import_files([str(realdata_dir() / "h100-vm/nvidia-smi-q.txt")])
+    assert q.created == "2026-11-24T23:37:56Z"  # 'Timestamp : Tue Nov 24 23:37:56 2026'
+    named = _edited(
+        tmp_path,
+        "nvidia-smi-xml/telegraf__tesla-t4.xml",
+        ("<driver_version>", "<hostname>node017</hostname><driver_version>"),
+        name="anything.xml.gz.txt",
+    )
+    assert import_files([str(named)]).host == "node017"

@@ -91,7 +91,8 @@ def import_files(paths: list[str]) -> Snapshot:
     results = []
     host = "imported"
     seen: dict[bytes, str] = {}  # each file's content, once: the same file twice is read once
-    held: dict[str, tuple[str, Reading]] = {}  # what identifies a GPU, and the file it is from
+    held: dict[str, tuple[str, Reading]] = {}
+    created = ""  # what identifies a GPU, and the file it is from
     for path in paths:
         try:  # '-' is standard input; an nvidia-bug-report.log.gz is unpacked
             raw = read_input(path, stdin_ok=True, gzip_ok=True)
@@ -115,6 +116,9 @@ def import_files(paths: list[str]) -> Snapshot:
         _refuse_conflicts(path, readings, held)
         if match := re.search(r"<hostname>([^<]+)</hostname>", text):
             host = match.group(1).strip()
+        elif host == "imported" and path != "-":
+            host = host_from_name(path)
+        created = created or file_time(text)
         results.append(
             ProbeResult(
                 name=f"import-{kind}",
@@ -126,11 +130,42 @@ def import_files(paths: list[str]) -> Snapshot:
         )
     return Snapshot(
         host=host,
-        created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        created=created or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         gpudiag_version=__version__,
         command_line=("gpudiag", "import", *paths),
         probes=tuple(results),
     )
+
+
+_TIMESTAMP = re.compile(r"<timestamp>([^<]{1,64})</timestamp>|^Timestamp\s*:\s*(.{1,64})$", re.M)
+
+
+def file_time(text: str) -> str:
+    """When the output was taken, from its own Timestamp (-q 'Timestamp : Tue Nov 24
+    23:37:56 2026', -q -x <timestamp>), as the snapshot's created time; '' where the file
+    has none. nvidia-smi prints the machine's clock without its zone: it is taken as UTC."""
+    match = _TIMESTAMP.search(text)
+    if match is None:
+        return ""
+    shown = " ".join((match.group(1) or match.group(2)).split())
+    try:
+        when = datetime.strptime(shown, "%a %b %d %H:%M:%S %Y")
+    except ValueError:
+        return ""
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def host_from_name(path: str) -> str:
+    """The host of an import whose files name none: the first file's name without its
+    extensions ('node017.xml' -> 'node017'), so that imports of many machines are many
+    nodes; 'imported' where nothing is left of it."""
+    name = Path(path).name
+    while (stem := Path(name).stem) != name and Path(name).suffix.lower() in _EXTENSIONS:
+        name = stem
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:63] or "imported"
+
+
+_EXTENSIONS = {".xml", ".txt", ".log", ".gz", ".out"}
 
 
 # what names one GPU: two files that give one GPU index two of these are two machines (or
