@@ -147,3 +147,29 @@ def test_an_import_takes_the_files_time_and_a_host_from_the_file_or_its_name(
         name="anything.xml.gz.txt",
     )
     assert import_files([str(named)]).host == "node017"
+
+
+def test_a_gzip_bomb_is_refused_at_the_limit_without_holding_it(tmp_path: Path) -> None:
+    """16 MiB of zeros, gzipped, against an 8 MiB limit: refused, and no more than a step
+    of the unpacking held on the way (the whole 8 MiB, twice, before)."""
+    import tracemalloc
+    import zlib
+
+    from gpudiag.inputs import InputError, read_input
+
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    zeros = bytes(1 << 20)
+    bomb = b"".join(packer.compress(zeros) for _ in range(16)) + packer.flush()
+    path = tmp_path / "bomb.log.gz"
+    path.write_bytes(bomb)
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match="unpacked, larger than"):
+            read_input(path, gzip_ok=True, max_bytes=8 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 << 20, peak
+    small = tmp_path / "small.log.gz"  # one within the limit is unpacked whole
+    small.write_bytes(zlib.compress(b"GPU 0: x\\n" * 1000, wbits=16 + zlib.MAX_WBITS))
+    assert read_input(small, gzip_ok=True, max_bytes=8 << 20) == b"GPU 0: x\\n" * 1000
