@@ -16,13 +16,16 @@ from gpudiag.model import Reading
 SOURCE = "gpu-burn"
 _TESTED = re.compile(r"^Tested (\d+) GPUs:\s*$", re.MULTILINE)
 _VERDICT = re.compile(r"^\s*GPU (\d+): (OK|FAULTY)\s*$", re.MULTILINE)
-# the progress lines gpu-burn prints while it runs
-_PROGRESS = re.compile(r"proc'd: \d+ \(\d+ Gflop/s\).*errors:", re.DOTALL)
+# the progress lines gpu-burn prints while it runs ('proc'd: 2261 (7150 Gflop/s) - ...
+# errors: 0 - 0 ...'); looked for by their words, not one pattern spanning them (linear)
+_PROGRESS = re.compile(r"proc'd: \d+ \(\d+ Gflop/s\)")
 
 
 def is_gpu_burn(text: str) -> bool:
     """Whether the text is a gpu-burn log: its verdict header or its progress lines."""
-    return bool(_TESTED.search(text) or _PROGRESS.search(text[:200_000]))
+    if _TESTED.search(text):
+        return True
+    return "errors:" in text and _PROGRESS.search(text) is not None
 
 
 def parse_gpu_burn(text: str) -> list[Reading]:
