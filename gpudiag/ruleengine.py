@@ -413,11 +413,45 @@ def evaluate(
         finding = _evaluate_instance(rule, assignment, context, key)
         if finding is not None:
             findings.append(finding)
+    findings.extend(_nothing_checked(plan, skipped, findings, context.sources))
     findings.sort(key=lambda f: (-_RANKS[f.severity], f.rule_id, _subject_order(f.subject)))
     return findings
 
 
 _RANKS = {severity: severity.rank for severity in Severity}
+
+
+def _nothing_checked(
+    plan: _Plan, skipped: set[str], findings: list[Finding], sources: tuple[str, ...]
+) -> list[Finding]:
+    """IMPORT001: an import in which no rule found anything to check (every instance of
+    every rule did not apply, or no rule had one) is no verdict on the node, and says so
+    (unknown) rather than passing silently. Only imports: a live probe's sources are
+    known to hold what they declare."""
+    fed = [s for s in sources if s != shipped.DERIVED]  # derived holds what they give
+    if not fed or not all(s.startswith("import-") for s in fed):
+        return []
+    ruled = [f for f in findings if f.rule_id not in ("PROBE001", "PROF001")]
+    if any(f.severity is not Severity.NOT_APPLICABLE for f in ruled):
+        return []
+    instances = sum(1 for *_, gpu in plan.checks if gpu is None or gpu not in skipped)
+    if plan.gpus:
+        instances += len(plan.all_equal)
+    if instances > len(ruled):
+        return []  # some instance was checked (and was fine)
+    return [
+        Finding(
+            rule_id="IMPORT001",
+            severity=Severity.UNKNOWN,
+            subject="node",
+            title="Nothing in the import could be checked",
+            message=f"no rule found evidence to check in {shipped.describe(sources)}: "
+            "no verdict on the node",
+            why="Every rule's evidence is of a kind these files do not hold; a pass would "
+            "say nothing.",
+            fix="Import the node's nvidia-smi -q -x (or -q) output with it.",
+        )
+    ]
 
 
 @functools.lru_cache(maxsize=4096)

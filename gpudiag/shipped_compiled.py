@@ -6,7 +6,7 @@ Where the declaring files no longer match FINGERPRINT, the catalog is built from
 producers instead.
 """
 
-FINGERPRINT = (440719918, 34)
+FINGERPRINT = (265016507, 35)
 # (template, unit, change, identifying, group, help, producers, positional), in
 # declaration order
 DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'], False),
@@ -792,7 +792,7 @@ DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'
   '',
   'GPU',
   'false when a result failed its check',
-  ['kernels'],
+  ['import', 'kernels'],
   False),
  ('gpu.{gpu}.kernel.{metric}.share_of_peak',
   '',

@@ -275,7 +275,8 @@ def test_cli_import_of_pasted_faults_is_critical(tmp_path: Path) -> None:
     )
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("imported: 3 probes (3 ok)")
+    # the host: the first file's name, where the files name none (docs/rules.md)
+    assert lines[0].startswith("azurehpc__bad_nvlink_status__A100-SXM4-80GB: 3 probes (3 ok)")
     assert any(line.startswith("CRITICAL NVL011   GPU 6: ") for line in lines)
     assert any(line.startswith("CRITICAL NVL009   GPU 0: ") for line in lines)
     assert any(

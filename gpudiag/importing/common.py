@@ -55,6 +55,7 @@ MAKES = catalog.also(
     "gpu.{gpu}.fabric.status",
     "gpu.{gpu}.health",
     "gpu.{gpu}.inforom.image",
+    "gpu.{gpu}.kernel.verified",
     "gpu.{gpu}.memory.total",
     "gpu.{gpu}.memory.used",
     "gpu.{gpu}.memory.reserved",
@@ -169,12 +170,52 @@ MAX_DIGITS = 40  # nvidia-smi prints 64-bit counters: 20 digits at most
 _NUMBER = re.compile(rf"^\s*(-?[0-9]{{1,{MAX_DIGITS}}}(\.[0-9]{{1,{MAX_DIGITS}}})?)")
 
 
+_EXPONENT = re.compile(r"[eE][+-]?[0-9]")
+
+
 def number(text: str) -> float:
-    """'700.00 W', '1980 MHz', '16x', '41 C' -> the number (a finite float)."""
+    """'700.00 W', '1980 MHz', '16x', '41 C' -> the number (a finite float). nvidia-smi
+    never prints an exponent: '1e400 W' is refused, not read as 1."""
     match = _NUMBER.match(text)
     if not match or (len(text) > match.end() and text[match.end()].isdigit()):
         raise ValueError(f"no number in {text.strip()[:60]!r}")
+    if _EXPONENT.match(text, match.end()):
+        raise ValueError(f"not a number nvidia-smi prints: {text.strip()[:60]!r}")
     return float(match.group(1))
+
+
+# What a value of each unit can physically be, the one place an import bounds values: a
+# value outside is refused (an error reading that says why), never stored as ok.
+# Temperatures: nvidia-smi prints NVML's unsigned degrees (never below 0), and 150 C is
+# the junction limit of silicon (JEDEC's Tj max for commercial parts; the highest GPU
+# shutdown threshold in realdata/ is 101 C). A temperature relative to T.Limit (the
+# margin, a threshold's T.Limit value) is bounded by the same 150 either way. Power: 4x
+# the largest board power NVIDIA lists (1,400 W, B300) = 5,600 W. Percentages: 0-100.
+PHYSICAL: dict[str, tuple[float, float]] = {"C": (0.0, 150.0), "W": (0.0, 5600.0), "%": (0, 100)}
+RELATIVE_TEMPERATURE = (".temperature.tlimit_margin", "_tlimit")
+
+
+def out_of_range(key: str, value: Value, unit: str) -> str | None:
+    """Why `value` (of `key`, in `unit`) cannot be physical, or None when it can."""
+    bounds = PHYSICAL.get(unit)
+    if bounds is None or type(value) not in (int, float):
+        return None
+    low, high = bounds
+    if unit == "C" and key.endswith(RELATIVE_TEMPERATURE):
+        low = -high
+    if low <= value <= high:  # type: ignore[operator]
+        return None
+    return f"{value:g} {unit} is outside what it can physically be ({low:g} to {high:g} {unit})"
+
+
+def checked(reading: Reading) -> Reading:
+    """`reading`, or an error reading in its place where its value is not physical."""
+    if reading.status is not ReadingStatus.OK:
+        return reading
+    why = out_of_range(reading.key, reading.value, reading.unit)
+    if why is None:
+        return reading
+    return Reading.failed(reading.key, ReadingStatus.ERROR, why, reading.source, reading.unit)
 
 
 def integer(text: str) -> int:
@@ -214,16 +255,41 @@ def text_value(text: str) -> str:
     return text.strip()
 
 
+ABSENT = "not in the imported file"  # the reason of a field the file does not print
+
+
+def held(readings: list[Reading]) -> list[Reading]:
+    """`readings` without the fields the file does not print (ABSENT): what a file does
+    not hold did not apply (docs/rules.md), as a section a `-q -d` file leaves out, or a
+    field a trimmed file (telegraf's) or an older driver leaves out of a section. What a
+    paste cut short cannot show is said otherwise (query_text's CUT) and kept: unknown;
+    so is what the last GPU shown lacks where the file shows fewer GPUs than it counts
+    (gpus.with_unreached: the paste may stop inside that GPU's section)."""
+    unreached = [r.key.split(".")[1] for r in readings if r.status is ReadingStatus.NOT_REACHED]
+    last = f"gpu.{int(min(unreached, key=int)) - 1}." if unreached else None
+    kept = []
+    for reading in readings:
+        if reading.status is ReadingStatus.MISSING and reading.reason == ABSENT:
+            if last is None or not reading.key.startswith(last):
+                continue
+            reason = f"{ABSENT}, which stops in this GPU's section or after it"
+            reading = Reading.failed(
+                reading.key, ReadingStatus.MISSING, reason, reading.source, reading.unit
+            )
+        kept.append(reading)
+    return kept
+
+
 def reading_of(
     key: str, raw: str | None, parse: Callable[[str], Value], unit: str, source: str
 ) -> Reading:
     if raw is None:
-        return Reading.failed(key, ReadingStatus.MISSING, "not in the imported file", source, unit)
+        return Reading.failed(key, ReadingStatus.MISSING, ABSENT, source, unit)
     placeholder = status_of(raw)
     if placeholder is not None:
         return Reading.failed(key, placeholder[0], placeholder[1], source, unit)
     try:
-        return Reading(key, parse(raw), unit, source)
+        return checked(Reading(key, parse(raw), unit, source))
     except (ValueError, KeyError) as exc:
         return Reading.failed(
             key, ReadingStatus.ERROR, f"cannot parse {raw.strip()!r}: {exc}", source, unit

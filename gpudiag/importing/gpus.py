@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 from gpudiag.catalog import normalize_bus_id
 from gpudiag.importing.common import (
+    ABSENT,
     Lookup,
+    checked,
     compute_mode,
     device_id,
     enabled,
@@ -287,7 +289,7 @@ def throttle_reading(index: int, active: list[str] | None, source: str) -> Readi
     """The throttle reasons marked Active, or missing when the file has no such section."""
     key = key_of("gpu.{gpu}.throttle_reasons", gpu=index)
     if active is None:
-        return Reading.failed(key, ReadingStatus.MISSING, "not in the imported file", source)
+        return Reading.failed(key, ReadingStatus.MISSING, ABSENT, source)
     return Reading(key, active, source=source)
 
 
@@ -408,7 +410,7 @@ def _from_tlimit(
     except (ValueError, KeyError):
         reason = f"nvidia-smi prints it only relative to T.Limit ({shown.strip()})"
         return Reading.failed(key, ReadingStatus.UNSUPPORTED, reason, f"{prefix}/{relative}", "C")
-    return Reading(key, value, "C", source)
+    return checked(Reading(key, value, "C", source))
 
 
 def field_readings(

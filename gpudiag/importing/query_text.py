@@ -10,6 +10,7 @@ from functools import partial
 
 from gpudiag.catalog import normalize_bus_id
 from gpudiag.importing.common import (
+    ABSENT,
     key_of,
     reading_of,
     status_of,
@@ -175,7 +176,7 @@ def _said_cut(readings: list[Reading]) -> list[Reading]:
     """A cut section's readings that are absent say so: unknown, never 'not there'."""
     return [
         Reading.failed(r.key, ReadingStatus.MISSING, CUT, r.source, r.unit)
-        if r.status is ReadingStatus.MISSING and r.reason == "not in the imported file"
+        if r.status is ReadingStatus.MISSING and r.reason == ABSENT
         else r
         for r in readings
     ]
