@@ -23,8 +23,9 @@ process and its descendants, sampled every 20 ms. The reference, the decode floo
 process that reads each file's bytes and decodes them with `msgspec.json.decode`
 (untyped); issue 29's target is `gpudiag fleet` within 1.5 times its CPU time, and 10,000
 8-GPU nodes under 30 s and 2 GB on an idle 2-core machine. Then the fleet is written by
-`--parquet` (not timed) and `gpudiag fleet FILE.parquet` is timed reading it back (target:
-10,000 nodes under 5 s), with whether its report is the report from the JSON files. The
+`--parquet` (not timed; its peak memory is the last column, target at 10,000 8-GPU nodes:
+under 1.5 GB) and `gpudiag fleet FILE.parquet` is timed reading it back (target: 10,000
+nodes under 5 s), with whether its report is the report from the JSON files. The
 configuration groups found are checked against the groups planted (1 in the demo fleet;
 in the generated one, the power cap and the driver make 2 more where N reaches them).
 """
@@ -230,7 +231,7 @@ def run(kind: str, nodes: int, gpus: int, repeat: int) -> dict[str, Any]:
         report = ours[0][3]
         # the same fleet written by --parquet (not timed), then read back by itself
         parquet = Path(tmp) / "fleet.parquet"
-        measure([*fleet, "--parquet", str(parquet)])
+        written = measure([*fleet, "--parquet", str(parquet)])
         pq_size = parquet.stat().st_size
         pq = [
             measure([sys.executable, "-m", "gpudiag", "fleet", str(parquet), "--format", "json"])
@@ -253,6 +254,7 @@ def run(kind: str, nodes: int, gpus: int, repeat: int) -> dict[str, Any]:
         "pq_cpu": min(r[0] for r in pq),
         "pq_wall": min(r[1] for r in pq),
         "pq_peak": max(r[2] for r in pq) / 2**20,
+        "write_peak": written[2] / 2**20,
         "pq_same": all(msgspec.json.decode(r[3]) == msgspec.json.decode(report) for r in pq),
     }
 
@@ -286,7 +288,8 @@ def main() -> None:
     print(
         f"{'fleet':>9} {'nodes':>6} {'GPUs':>4} {'JSON GB':>7} {'floor CPU s':>11} "
         f"{'gpudiag CPU s':>13} {'ratio':>5} {'(target':>7} {'wall s':>6} {'peak MB':>7} "
-        f"groups (planted) {'Parquet MB':>10} {'CPU s':>5} {'wall s':>6} {'peak MB':>7} report"
+        f"groups (planted) {'Parquet MB':>10} {'CPU s':>5} {'wall s':>6} {'peak MB':>7} report "
+        "--parquet-peak-MB"
     )
     for kind, nodes, gpus in cases:
         r = run(kind, nodes, gpus, repeat)
@@ -295,7 +298,8 @@ def main() -> None:
             f"{r['cpu']:>13.2f} {r['ratio']:>5.2f} {'1.5)':>7} {r['wall']:>6.1f} "
             f"{r['peak']:>7.0f} {r['groups']} (planted {r['planted']}) {r['pq_mb']:>10.2f} "
             f"{r['pq_cpu']:>5.2f} {r['pq_wall']:>6.1f} {r['pq_peak']:>7.0f} "
-            + ("same" if r["pq_same"] else "DIFFERENT"),
+            + ("same" if r["pq_same"] else "DIFFERENT")
+            + f" {r['write_peak']:.0f}",
             flush=True,
         )
     load = os.getloadavg()

@@ -45,3 +45,4 @@ def test_the_benchmark_runs_at_its_smallest_settings(wheel_venv, tmp_path) -> No
         pq_mb, pq_cpu, pq_wall, pq_peak = (float(v) for v in row[13:17])
         assert pq_mb > 0 and 0 < pq_cpu < 120 and 0 < pq_wall < 120 and 10 < pq_peak < 4096
         assert row[17] == "same"
+        assert 10 < float(row[18]) < 4096  # the --parquet run's peak

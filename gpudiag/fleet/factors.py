@@ -61,9 +61,13 @@ class Factor:
         )
 
 
-def _level(config: dict[str, str], reading: str) -> str | None:
-    values = sorted({v for k, v in config.items() if template(k)[0] == reading})
-    return ", ".join(values) if values else None
+def _levels(config: dict[str, str]) -> dict[str, str]:
+    """A configuration's level of each reading template: its values, sorted and joined
+    (one pass over the configuration, asked of once per configuration dict)."""
+    values: dict[str, set[str]] = defaultdict(set)
+    for k, v in config.items():
+        values[template(k)[0]].add(v)
+    return {reading: ", ".join(sorted(found)) for reading, found in values.items()}
 
 
 def factors(history: History) -> list[Factor]:
@@ -76,6 +80,7 @@ def factors(history: History) -> list[Factor]:
     for node in history.nodes:
         by_model[history.models.get(node, "")].append(node)
     out = []
+    index: dict[int, dict[str, str]] = {}
     for model, nodes in sorted(by_model.items()):
         names = sorted({template(k)[0] for n in nodes for k in history.nodes[n][-1].values})
         for name in names:
@@ -99,13 +104,20 @@ def factors(history: History) -> list[Factor]:
                 {template(k)[0] for k in keys if any(p.search(k) for p in patterns)},
                 key=natural_key,
             )
-            out.extend(_factors(history, name, model, figures, readings))
+            out.extend(_factors(history, name, model, figures, readings, index))
     return out
 
 
 def _factors(
-    history: History, name: str, model: str, figures: dict[str, float], readings: list[str]
+    history: History,
+    name: str,
+    model: str,
+    figures: dict[str, float],
+    readings: list[str],
+    index: dict[int, dict[str, str]],
 ) -> list[Factor]:
+    """`index`: each configuration dict's levels (`_levels`) by its id, filled as asked
+    (the dicts live in `history` as long as the index)."""
     mean = sum(figures.values()) / len(figures)
     total = sum((v - mean) ** 2 for v in figures.values())
     found = []
@@ -113,12 +125,12 @@ def _factors(
     groups_of: dict[str, dict[str, list[str]]] = {}
     for reading in readings:
         groups: dict[str, list[str]] = defaultdict(list)
-        levels: dict[int, str] = {}  # by configuration dict: nodes alike share one
         for node in figures:
             config = history.nodes[node][-1].config
-            if id(config) not in levels:
-                levels[id(config)] = _level(config, reading) or "-"
-            groups[levels[id(config)]].append(node)
+            level_of = index.get(id(config))  # by configuration dict: alike nodes share one
+            if level_of is None:
+                level_of = index[id(config)] = _levels(config)
+            groups[level_of.get(reading) or "-"].append(node)
         if len(groups) < 2:
             continue
         groups_of[reading] = groups

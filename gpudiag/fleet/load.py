@@ -123,15 +123,17 @@ _Severity = Literal[tuple(s.value for s in Severity)]  # type: ignore[valid-type
 _Action = Literal[tuple(a.value for a in Action)]  # type: ignore[valid-type]
 
 
-class _Reading(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+class _Reading(msgspec.Struct, forbid_unknown_fields=True, gc=False, kw_only=True):
     """A reading as the schema has it (snapshot.py); lists read as tuples, and a value
-    left out is UNSET (a JSON null is refused, as the loader refuses it)."""
+    left out is UNSET (a JSON null is refused, as the loader refuses it). Fields in the
+    order an export writes them (msgspec looks for the next field where the last one
+    was found first)."""
 
     key: str
-    status: _ReadingStatus
     value: Union[Scalar, tuple[Scalar, ...], UnsetType] = UNSET  # noqa: UP007
     unit: str = ""
     source: str = ""
+    status: _ReadingStatus
     reason: str = ""
 
 
@@ -152,8 +154,8 @@ class _Finding(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     message: str = ""
     why: str = ""
     fix: str = ""
-    evidence: list[_Reading] = msgspec.field(default_factory=list)
     action: _Action = "none"  # schema 2 writes it on every finding
+    evidence: list[_Reading] = msgspec.field(default_factory=list)
 
 
 class _End(msgspec.Struct, forbid_unknown_fields=True, gc=False):

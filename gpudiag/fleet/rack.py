@@ -84,23 +84,29 @@ class Rack:
 
 def _trays(fleet: Any) -> list[Tray]:
     """Every current node of a gpudiag.fleet.analysis.Fleet with fabric readings, as a
-    tray."""
+    tray. A tray's GPUs depend on its configuration only (its layout's and values), so
+    they are read once a configuration (alike nodes share one: 3 for 1,000 nodes), and
+    each tray gets its own copy."""
     wanted: dict[int, list[tuple[int, str, str]]] = {}
+    by_config: dict[int, dict[int, dict[str, Any]]] = {}
     trays = []
     for run in fleet.current:
-        if run.layout not in wanted:
-            keys = fleet.loaded.layouts[run.layout].keys
-            wanted[run.layout] = [
-                (int(m.group(1)), FIELDS[m.group(2)], key)
-                for key in keys
-                if (m := _KEY.fullmatch(key))
-            ]
-        gpus: dict[int, dict[str, Any]] = defaultdict(dict)
-        for gpu, name, key in wanted[run.layout]:
-            found = fleet.config_value(run.config, key)
-            if found is not None and found[2] == "ok":
-                gpus[gpu][name] = found[0]
-        tray = Tray(run.host, dict(gpus))
+        known = by_config.get(run.config)
+        if known is None:
+            if run.layout not in wanted:
+                keys = fleet.loaded.layouts[run.layout].keys
+                wanted[run.layout] = [
+                    (int(m.group(1)), FIELDS[m.group(2)], key)
+                    for key in keys
+                    if (m := _KEY.fullmatch(key))
+                ]
+            gpus: dict[int, dict[str, Any]] = defaultdict(dict)
+            for gpu, name, key in wanted[run.layout]:
+                found = fleet.config_value(run.config, key)
+                if found is not None and found[2] == "ok":
+                    gpus[gpu][name] = found[0]
+            known = by_config[run.config] = dict(gpus)
+        tray = Tray(run.host, {gpu: dict(fields) for gpu, fields in known.items()})
         if tray.cluster() not in ("", NO_CLUSTER):
             trays.append(tray)
     return trays

@@ -277,7 +277,7 @@ def numeric_columns(fleet: Fleet, names: TableNames) -> Columns:
     by_layout: dict[int, list[int]] = defaultdict(list)
     for i, run in enumerate(fleet.current):
         by_layout[run.layout].append(i)
-    parts: list[tuple[np.ndarray, ...]] = []
+    plans: list[tuple[list[int], np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     for layout_id, members in by_layout.items():
         layout = loaded.layouts[layout_id]
         if not layout.numeric:
@@ -298,16 +298,13 @@ def numeric_columns(fleet: Fleet, names: TableNames) -> Columns:
             ],
             dtype=np.uint32,
         )
-        matrix = np.vstack([fleet.current[i].numbers for i in members])
-        count, width = matrix.shape
-        parts.append(
+        plans.append(
             (
-                np.repeat(rows, width),
-                np.tile(np.asarray(reading_ids, dtype=np.uint32), count),
-                np.tile(np.asarray(device_ids, dtype=np.uint32), count),
-                matrix.ravel(),
-                np.tile(np.arange(width, dtype=np.uint32), count),
-                group_table[model_index.ravel()].ravel(),
+                members,
+                np.asarray(reading_ids, dtype=np.uint32),
+                np.asarray(device_ids, dtype=np.uint32),
+                group_table,
+                model_index.ravel(),
             )
         )
     kernel_rows: tuple[list[int], ...] = ([], [], [], [], [])
@@ -330,19 +327,33 @@ def numeric_columns(fleet: Fleet, names: TableNames) -> Columns:
             kernel_rows[2].append(found[1])
             kernel_rows[3].append(kv.value)  # type: ignore[arg-type]
             kernel_rows[4].append(group)
-    parts.append(
-        (
-            np.asarray(kernel_rows[0], dtype=np.uint32),
-            np.asarray(kernel_rows[1], dtype=np.uint32),
-            np.asarray(kernel_rows[2], dtype=np.uint32),
-            np.asarray(kernel_rows[3], dtype=np.float64),
-            np.full(len(kernel_rows[0]), NO_SLOT, dtype=np.uint32),
-            np.asarray(kernel_rows[4], dtype=np.uint32),
+    # Each column made once at its full length and each layout's rows written into it as
+    # a (nodes, readings) view: no per-layout copies to concatenate (at 10,000 8-GPU
+    # nodes, 13 million rows, the copies and their concatenation were 1.6 s).
+    total = sum(len(m) * len(r) for m, r, _, _, _ in plans) + len(kernel_rows[0])
+    node_id, reading_id, device_id, slot, group = (
+        np.empty(total, dtype=np.uint32) for _ in range(5)
+    )
+    value = np.empty(total, dtype=np.float64)
+    at = 0
+    for members, reading_array, device_array, group_table, model_index in plans:
+        count, width = len(members), len(reading_array)
+        end = at + count * width
+        node_id[at:end].reshape(count, width)[:] = np.asarray(members, dtype=np.uint32)[:, None]
+        reading_id[at:end].reshape(count, width)[:] = reading_array
+        device_id[at:end].reshape(count, width)[:] = device_array
+        np.stack(
+            [fleet.current[i].numbers for i in members], out=value[at:end].reshape(count, width)
         )
-    )
-    node_id, reading_id, device_id, value, slot, group = (
-        np.concatenate(c) for c in zip(*parts, strict=True)
-    )
+        slot[at:end].reshape(count, width)[:] = np.arange(width, dtype=np.uint32)
+        np.take(group_table, model_index, axis=0, out=group[at:end].reshape(count, width))
+        at = end
+    node_id[at:] = kernel_rows[0]
+    reading_id[at:] = kernel_rows[1]
+    device_id[at:] = kernel_rows[2]
+    value[at:] = kernel_rows[3]
+    slot[at:] = NO_SLOT
+    group[at:] = kernel_rows[4]
     keep = ~np.isnan(value)
     if not keep.all():
         node_id, reading_id, device_id, value, slot, group = (
