@@ -1,0 +1,148 @@
+"""`gpudiag demo faulty` at 80x24, screen by screen: text is wrapped or one key away,
+never cut, and a lost GPU's row holds no unit fragments of missing readings."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+from textual.widgets import DataTable, Input, Tree
+
+from gpudiag.model import Snapshot
+from gpudiag.tui import GpudiagApp
+
+
+@pytest.fixture(scope="module")
+def faulty() -> Snapshot:
+    """The faulty demo as `gpudiag demo faulty` opens it, probed once for the module."""
+    from gpudiag.demo import demo_node
+
+    return demo_node("faulty").snapshot()
+
+
+def _lines(app: GpudiagApp) -> list[str]:
+    """The screen as the user sees it, line by line (what the compositor draws)."""
+    return [strip.text for strip in app.screen._compositor.render_strips()]
+
+
+def _shown(app: GpudiagApp) -> str:
+    """The screen's words with wrapping undone: a text wrapped over lines is found whole."""
+    return " ".join(" ".join(_lines(app)).split())
+
+
+def _run(app: GpudiagApp, steps) -> None:
+    async def scenario() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            await steps(pilot)
+
+    asyncio.run(scenario())
+
+
+def test_topology_shows_every_gpu_column_whole(faulty: Snapshot) -> None:
+    """At 80 columns the 8-GPU matrix showed GPU7's column as `G`: every GPU's column
+    is there whole, and no column is cut at the edge (the NICs scroll into view)."""
+    from gpudiag import views
+
+    app = GpudiagApp(faulty)
+    headers = set(views.topology_matrix(faulty).headers)
+
+    async def steps(pilot) -> None:
+        await pilot.press("4")
+        await pilot.pause()
+        table = app.query_one("#topology", DataTable)
+        top = _lines(app)[table.region.y]  # the table's header line
+        assert [f"GPU{g}" for g in range(8)] == [w for w in top.split() if w.startswith("GPU")]
+        assert set(top.split()) <= headers, top  # whole headers only
+        cells = _lines(app)[table.region.y + 8].split()  # GPU7's row: name, NUMA, CPUs
+        assert cells[0] == "GPU7" and cells[3 + 7] == "X", cells  # its own column in sight
+
+    _run(app, steps)
+
+
+FRAGMENTS = re.compile(r"[-/ xCW]*-[-/ xCW]*")  # "-/- x-/-", "-C", "-/-W": no value at all
+
+
+def test_gpus_lost_row_says_lost_without_unit_fragments(faulty: Snapshot) -> None:
+    app = GpudiagApp(faulty)
+
+    async def steps(pilot) -> None:
+        await pilot.press("3")
+        await pilot.pause()
+        table = app.query_one("#gpus", DataTable)
+        rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+        assert rows[7][:3] == ["GPU7", "CRIT", "LOST"]
+        assert rows[7][3:] == [""] * (len(rows[7]) - 3)  # nothing measured: blank
+        for row in rows:
+            assert not [c for c in row if c != "-" and FRAGMENTS.fullmatch(c)], row
+        assert "-/-" not in _lines(app)[table.region.y + 8]
+
+    _run(app, steps)
+
+
+async def _to_row(pilot, table: DataTable, key: str) -> None:
+    """Move the table's cursor down to the row whose first cell is `key`."""
+    keys = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+    table.focus()
+    table.move_cursor(row=keys.index(key))
+    await pilot.pause()
+
+
+LONG_VALUE = "Deprecated (this driver no longer offers it)"
+LONG_SOURCE = "nvml:nvmlDeviceGetDefaultApplicationsClock"
+
+
+def test_gpus_screen_shows_the_highlighted_reading_in_full(faulty: Snapshot) -> None:
+    """The GPU's readings table cuts long values and sources to its columns; the
+    highlighted one is shown whole below it, as on the readings screen."""
+    app = GpudiagApp(faulty)
+
+    async def steps(pilot) -> None:
+        await pilot.press("3")
+        await pilot.pause()
+        readings = app.query_one("#gpu-readings", DataTable)
+        await _to_row(pilot, readings, "gpu.0.clocks.default_app_mem")
+        assert LONG_VALUE in _shown(app) and LONG_SOURCE in _shown(app)
+
+    _run(app, steps)
+
+
+def test_readings_detail_holds_a_long_reading_and_its_source(faulty: Snapshot) -> None:
+    """The readings screen's detail had two lines: a reading longer than one line pushed
+    its source out of sight (136 readings of the demo; pcie.devices needs four)."""
+    app = GpudiagApp(faulty)
+    devices = next(r for p in faulty.probes for r in p.readings if r.key == "pcie.devices")
+
+    async def steps(pilot) -> None:
+        await pilot.press("7")
+        await pilot.pause()
+        app.query_one("#readings-filter", Input).value = "pcie.devices"
+        await pilot.pause()
+        await _to_row(pilot, app.query_one("#readings", DataTable), "pcie.devices")
+        assert f"pcie.devices = {devices.display()} {devices.source}" in _shown(app)
+
+    _run(app, steps)
+
+
+def test_host_tree_shows_the_highlighted_reading_in_full(faulty: Snapshot) -> None:
+    """The host tree's lines are cut at the screen's edge: the highlighted one is shown
+    whole below it."""
+    app = GpudiagApp(faulty)
+    text = "host.virt.container = [missing] container markers are only seen on the live node"
+
+    async def steps(pilot) -> None:
+        await pilot.press("5")
+        await pilot.pause()
+        tree = app.query_one("#host", Tree)
+        tree.root.expand_all()
+        await pilot.pause()
+        line = next(
+            i for i in range(tree.last_line + 1) if str(tree.get_node_at_line(i).label) == text
+        )
+        tree.move_cursor_to_line(line)
+        await pilot.pause()
+        assert text in _shown(app)
+
+    _run(app, steps)
