@@ -32,6 +32,8 @@ def _shown(app: GpudiagApp) -> str:
 
 
 def _run(app: GpudiagApp, steps) -> None:
+    app.animation_level = "none"  # the tabs' underline slides for 0.2-0.3 s a key otherwise
+
     async def scenario() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             await app.workers.wait_for_complete()
@@ -41,45 +43,7 @@ def _run(app: GpudiagApp, steps) -> None:
     asyncio.run(scenario())
 
 
-def test_topology_shows_every_gpu_column_whole(faulty: Snapshot) -> None:
-    """At 80 columns the 8-GPU matrix showed GPU7's column as `G`: every GPU's column
-    is there whole, and no column is cut at the edge (the NICs scroll into view)."""
-    from gpudiag import views
-
-    app = GpudiagApp(faulty)
-    headers = set(views.topology_matrix(faulty).headers)
-
-    async def steps(pilot) -> None:
-        await pilot.press("4")
-        await pilot.pause()
-        table = app.query_one("#topology", DataTable)
-        top = _lines(app)[table.region.y]  # the table's header line
-        assert [f"GPU{g}" for g in range(8)] == [w for w in top.split() if w.startswith("GPU")]
-        assert set(top.split()) <= headers, top  # whole headers only
-        cells = _lines(app)[table.region.y + 8].split()  # GPU7's row: name, NUMA, CPUs
-        assert cells[0] == "GPU7" and cells[3 + 7] == "X", cells  # its own column in sight
-
-    _run(app, steps)
-
-
 FRAGMENTS = re.compile(r"[-/ xCW]*-[-/ xCW]*")  # "-/- x-/-", "-C", "-/-W": no value at all
-
-
-def test_gpus_lost_row_says_lost_without_unit_fragments(faulty: Snapshot) -> None:
-    app = GpudiagApp(faulty)
-
-    async def steps(pilot) -> None:
-        await pilot.press("3")
-        await pilot.pause()
-        table = app.query_one("#gpus", DataTable)
-        rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
-        assert rows[7][:3] == ["GPU7", "CRIT", "LOST"]
-        assert rows[7][3:] == [""] * (len(rows[7]) - 3)  # nothing measured: blank
-        for row in rows:
-            assert not [c for c in row if c != "-" and FRAGMENTS.fullmatch(c)], row
-        assert "-/-" not in _lines(app)[table.region.y + 8]
-
-    _run(app, steps)
 
 
 async def _to_row(pilot, table: DataTable, key: str) -> None:
@@ -94,14 +58,23 @@ LONG_VALUE = "Deprecated (this driver no longer offers it)"
 LONG_SOURCE = "nvml:nvmlDeviceGetDefaultApplicationsClock"
 
 
-def test_gpus_screen_shows_the_highlighted_reading_in_full(faulty: Snapshot) -> None:
-    """The GPU's readings table cuts long values and sources to its columns; the
-    highlighted one is shown whole below it, as on the readings screen."""
+def test_gpus_screen_lost_row_and_the_highlighted_reading(faulty: Snapshot) -> None:
+    """A lost GPU's row said `-/- x-/-`, `-C`, `-/-W` (unit fragments of readings never
+    taken): it is blank past LOST. The GPU's readings table cuts long values and sources
+    to its columns: the highlighted one is shown whole below it, as on the readings
+    screen."""
     app = GpudiagApp(faulty)
 
     async def steps(pilot) -> None:
         await pilot.press("3")
         await pilot.pause()
+        table = app.query_one("#gpus", DataTable)
+        rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+        assert rows[7][:3] == ["GPU7", "CRIT", "LOST"]
+        assert rows[7][3:] == [""] * (len(rows[7]) - 3)  # nothing measured: blank
+        for row in rows:
+            assert not [c for c in row if c != "-" and FRAGMENTS.fullmatch(c)], row
+        assert "-/-" not in _lines(app)[table.region.y + 8]
         readings = app.query_one("#gpu-readings", DataTable)
         await _to_row(pilot, readings, "gpu.0.clocks.default_app_mem")
         assert LONG_VALUE in _shown(app) and LONG_SOURCE in _shown(app)
@@ -109,13 +82,29 @@ def test_gpus_screen_shows_the_highlighted_reading_in_full(faulty: Snapshot) -> 
     _run(app, steps)
 
 
-def test_readings_detail_holds_a_long_reading_and_its_source(faulty: Snapshot) -> None:
-    """The readings screen's detail had two lines: a reading longer than one line pushed
-    its source out of sight (136 readings of the demo; pcie.devices needs four)."""
+def test_topology_readings_and_host_show_their_text_whole(faulty: Snapshot) -> None:
+    """Topology: at 80 columns the 8-GPU matrix showed GPU7's column as `G`; every GPU's
+    column is there whole, and no column is cut at the edge (the NICs scroll into view).
+    Readings: the detail had two lines, and a reading longer than one line pushed its
+    source out of sight (136 readings of the demo; pcie.devices needs four). Host: the
+    tree's lines are cut at the screen's edge; the highlighted one is shown whole below."""
+    from gpudiag import views
+
     app = GpudiagApp(faulty)
+    headers = set(views.topology_matrix(faulty).headers)
     devices = next(r for p in faulty.probes for r in p.readings if r.key == "pcie.devices")
+    container = "host.virt.container = [missing] container markers are only seen on the live node"
 
     async def steps(pilot) -> None:
+        await pilot.press("4")
+        await pilot.pause()
+        table = app.query_one("#topology", DataTable)
+        top = _lines(app)[table.region.y]  # the table's header line
+        assert [f"GPU{g}" for g in range(8)] == [w for w in top.split() if w.startswith("GPU")]
+        assert set(top.split()) <= headers, top  # whole headers only
+        cells = _lines(app)[table.region.y + 8].split()  # GPU7's row: name, NUMA, CPUs
+        assert cells[0] == "GPU7" and cells[3 + 7] == "X", cells  # its own column in sight
+
         await pilot.press("7")
         await pilot.pause()
         app.query_one("#readings-filter", Input).value = "pcie.devices"
@@ -123,26 +112,14 @@ def test_readings_detail_holds_a_long_reading_and_its_source(faulty: Snapshot) -
         await _to_row(pilot, app.query_one("#readings", DataTable), "pcie.devices")
         assert f"pcie.devices = {devices.display()} {devices.source}" in _shown(app)
 
-    _run(app, steps)
-
-
-def test_host_tree_shows_the_highlighted_reading_in_full(faulty: Snapshot) -> None:
-    """The host tree's lines are cut at the screen's edge: the highlighted one is shown
-    whole below it."""
-    app = GpudiagApp(faulty)
-    text = "host.virt.container = [missing] container markers are only seen on the live node"
-
-    async def steps(pilot) -> None:
         await pilot.press("5")
         await pilot.pause()
         tree = app.query_one("#host", Tree)
-        tree.root.expand_all()
+        tree.root.children[0].expand_all()  # Host and OS
         await pilot.pause()
-        line = next(
-            i for i in range(tree.last_line + 1) if str(tree.get_node_at_line(i).label) == text
-        )
-        tree.move_cursor_to_line(line)
+        labels = [str(tree.get_node_at_line(i).label) for i in range(tree.last_line + 1)]
+        tree.move_cursor_to_line(labels.index(container))
         await pilot.pause()
-        assert text in _shown(app)
+        assert container in _shown(app)
 
     _run(app, steps)
