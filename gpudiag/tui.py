@@ -190,7 +190,9 @@ class GpudiagApp(GpudiagAppBase):
         it delays that screen (the probing thread holds the GIL much of the time:
         benchmarks/tui_startup.py)."""
         if isinstance(self.source, Snapshot):
-            self.sub_title = f"{self.source.host} (saved {self.source.created}, read-only)"
+            # the host is on the banner line: with it here, 80 columns cut "read-only";
+            # the mode first, so that a narrower screen cuts the time, not the mode
+            self.sub_title = f"read-only, saved {self.source.created}"
         else:
             self.action_refresh()
         self.action_show_tab(FIRST)

@@ -75,6 +75,8 @@ def test_gpus_screen_lost_row_and_the_highlighted_reading(faulty: Snapshot) -> N
         for row in rows:
             assert not [c for c in row if c != "-" and FRAGMENTS.fullmatch(c)], row
         assert "-/-" not in _lines(app)[table.region.y + 8]
+        title = _lines(app)[0].split("—")[1].split()  # it was cut: "... read-onl…"
+        assert title == ["read-only,", "saved", faulty.created]
         readings = app.query_one("#gpu-readings", DataTable)
         await _to_row(pilot, readings, "gpu.0.clocks.default_app_mem")
         assert LONG_VALUE in _shown(app) and LONG_SOURCE in _shown(app)
