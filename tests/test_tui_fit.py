@@ -9,6 +9,7 @@ import re
 import pytest
 from textual.widgets import DataTable, Input, Tree
 
+from gpudiag.hostfs import HostFS
 from gpudiag.model import Snapshot
 from gpudiag.tui import GpudiagApp
 
@@ -123,5 +124,34 @@ def test_topology_readings_and_host_show_their_text_whole(faulty: Snapshot) -> N
         tree.move_cursor_to_line(labels.index(container))
         await pilot.pause()
         assert container in _shown(app)
+
+    _run(app, steps)
+
+
+def test_the_footer_shows_whole_keys_and_help_on_a_live_node() -> None:
+    """On this machine (kernels can run) the keys of the findings and kernels screens
+    do not fit 80 columns: the footer cut `k Kernels` to `k` under the palette's key and
+    hid it past the edge. A key is shown whole or not at all (`?` lists them all)."""
+    from textual.widgets._footer import FooterKey
+
+    from gpudiag.nvml import open_nvml
+    from gpudiag.probe import Cost, Probe
+    from gpudiag.rulefile import load_rules
+    from gpudiag.session import LiveNode
+
+    quick = Probe("quick", "Quick", Cost.INSTANT, frozenset(), lambda ctx: [])
+    node = LiveNode(host=HostFS("/"), nvml=open_nvml(None), probes=[quick], rules=load_rules())
+    app = GpudiagApp(node)
+
+    async def steps(pilot) -> None:
+        for key in ("2", "6"):
+            await pilot.press(key)
+            await pilot.pause()
+            keys = [k for k in app.screen.query(FooterKey) if k.display]
+            palette = next(k for k in keys if k.has_class("-command-palette"))
+            shown = [k for k in keys if k is not palette]
+            assert [k for k in shown if k.region.right > palette.region.x] == []
+            assert "Help" in [k.description for k in shown]
+            assert key == "2" or "Kernels" in [k.description for k in shown]  # its own key
 
     _run(app, steps)
