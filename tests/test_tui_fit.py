@@ -81,6 +81,11 @@ def test_gpus_screen_lost_row_and_the_highlighted_reading(faulty: Snapshot) -> N
         readings = app.query_one("#gpu-readings", DataTable)
         await _to_row(pilot, readings, "gpu.0.clocks.default_app_mem")
         assert LONG_VALUE in _shown(app) and LONG_SOURCE in _shown(app)
+        await pilot.resize_terminal(84, 24)  # "pers" would show as "pe" at the edge
+        await pilot.pause()
+        top = _lines(app)[table.region.y]
+        words = {word for column in table.columns.values() for word in column.label.plain.split()}
+        assert set(top.split()) <= words, top  # whole headers only
 
     _run(app, steps)
 

@@ -159,6 +159,18 @@ def size_reading_columns(table: DataTable, width: int) -> None:
         table.add_row(*row)
 
 
+def fit_whole_columns(table: DataTable, widths: Sequence[int], room: int) -> None:
+    """Make `table` as wide as its whole columns that fit `room` (`widths`: each column's,
+    padding included; a last column's right padding may go), so that a column is never
+    cut at the edge (the others scroll into view); its own width when all fit."""
+    shown = 0
+    for width in widths:
+        if shown + width - 1 > room:
+            break
+        shown += width
+    table.styles.width = min(shown, room) if shown < sum(widths) else None
+
+
 def reading_detail(key: object, value: object, source: object) -> Text:
     """A reading in full, as the detail under a table or tree of readings shows it: the
     key and value, then the source (a detail's height follows it: DETAIL_CSS)."""

@@ -15,6 +15,7 @@ from gpudiag.panes.base import (
     HEALTH_STYLE,
     Pane,
     SnapshotView,
+    fit_whole_columns,
     reading_detail,
     reading_row,
     size_reading_columns,
@@ -22,6 +23,8 @@ from gpudiag.panes.base import (
 
 if TYPE_CHECKING:
     from textual.widgets import DataTable
+
+GPU_ROWS = 8  # the GPU table's rows in sight (with its header and horizontal scrollbar)
 
 # A cell of readings none of which was taken: views' '-' placeholders with the units and
 # separators around them ("-/- x-/-", "-C", "-/-W"), not a value.
@@ -41,7 +44,7 @@ class GpusPane(Pane):
 
     KEY, NAME, TITLE, FOCUS = "3", "gpus", "GPUs", "#gpus"
     DEFAULT_CSS = f"""
-    #gpus {{ height: auto; max-height: 10; }}
+    #gpus {{ height: auto; max-height: {GPU_ROWS + 2}; }}
     #gpu-note {{ height: auto; padding: 0 1; display: none; }}
     #gpu-readings {{ height: 1fr; border-top: solid $accent; }}
     #gpu-reading-detail {{ {DETAIL_CSS} background: $boost; }}
@@ -50,6 +53,7 @@ class GpusPane(Pane):
     def __init__(self) -> None:
         super().__init__()
         self.view: SnapshotView | None = None
+        self.widths: list[int] = []  # the GPU table's columns, padding included
 
     def compose(self) -> ComposeResult:
         from textual.widgets import DataTable
@@ -64,6 +68,10 @@ class GpusPane(Pane):
 
     def fit_width(self, width: int) -> None:
         size_reading_columns(self.table("#gpu-readings"), width)
+        # whole columns only (the others scroll into view, the id and health stay); room
+        # for a vertical scrollbar past the rows its height holds
+        scrollbar = 2 if len(self.widths) and self.table("#gpus").row_count > GPU_ROWS else 0
+        fit_whole_columns(self.table("#gpus"), self.widths, width - scrollbar)
 
     def update_from(self, view: SnapshotView) -> None:
         from gpudiag import catalog, views
@@ -78,14 +86,17 @@ class GpusPane(Pane):
         if not matrix.rows:
             note.update(Text(views.no_gpu_reason(view.snapshot)))
         table.add_columns(*matrix.headers)
+        rows = []
         for row in matrix.rows:
             lost = catalog.is_lost(view.readings, row[0].removeprefix("GPU"))
+            rows.append((*row[:3], *(_cell(cell, lost) for cell in row[3:])))  # bus or LOST
             table.add_row(
-                Text(row[0]),
-                Text(row[1], HEALTH_STYLE[row[1]]),
-                Text(row[2]),  # the bus, or LOST
-                *(Text(_cell(cell, lost)) for cell in row[3:]),
+                Text(row[0]), Text(row[1], HEALTH_STYLE[row[1]]), *map(Text, rows[-1][2:])
             )
+        # each column as wide as its widest cell and a blank each side
+        columns = zip(matrix.headers, *rows, strict=True)
+        self.widths = [max(len(cell) for cell in column) + 2 for column in columns]
+        self.fit_width(self.app.size.width)
         self.show_readings(0)
 
     def show_readings(self, row: int) -> None:

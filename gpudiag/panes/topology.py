@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import Static
 
-from gpudiag.panes.base import Pane, SnapshotView
+from gpudiag.panes.base import Pane, SnapshotView, fit_whole_columns
 
 GAP = 1  # blank columns after each cell: "NV17!" and "GPU7" in 6 each, not 7
 SCROLLBAR = 2  # kept free for a vertical scrollbar (16 GPUs at 24 lines)
@@ -33,13 +33,7 @@ class TopologyPane(Pane):
 
     def fit_width(self, width: int) -> None:
         """Show the whole columns that fit `width` (the table scrolls for the others)."""
-        room, shown = width - SCROLLBAR, 0
-        for column in self.widths:
-            if shown + column > room:
-                break
-            shown += column
-        cut = shown < sum(self.widths)
-        self.table("#topology").styles.width = shown if cut else None
+        fit_whole_columns(self.table("#topology"), self.widths, width - SCROLLBAR)
 
     def update_from(self, view: SnapshotView) -> None:
         from gpudiag import views
