@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.widgets import Footer, Header, Input, TabbedContent
+from textual.widgets import Header, Input, TabbedContent
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from gpudiag.atomic import default_file_name
@@ -39,7 +39,7 @@ from gpudiag.panes.banner import Banner
 from gpudiag.panes.dialogs import ConfirmKernels, ExportScreen, HelpScreen
 from gpudiag.panes.kernels import KernelChoice, kernel_question
 from gpudiag.panes.keys import BindingCommands, help_columns
-from gpudiag.tui_base import GpudiagAppBase
+from gpudiag.tui_base import FitFooter, GpudiagAppBase
 
 if TYPE_CHECKING:
     from gpudiag.rulefile import Rule
@@ -103,14 +103,16 @@ class GpudiagApp(GpudiagAppBase):
     COMMANDS = App.COMMANDS | {BindingCommands}
     BINDINGS: ClassVar[list[Binding]] = [
         *(Binding(tab.key, f"show_tab('{tab.id}')", tab.title, show=False) for tab in TABS),
+        # in the footer's order: what does not fit 80 columns is left out from the end
+        # (FitFooter), so the kernels' keys come before refresh, export and search
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Help"),
-        Binding("r", "refresh", "Refresh"),
-        Binding("e", "export", "Export"),
-        Binding("slash", "search", "Search"),
         Binding("k", "run_kernels('quick')", "Kernels", tooltip="Kernels, quick sizes"),
         Binding("K", "run_kernels('full')", "Kernels, full sizes", show=False),
         Binding("x", "cancel_kernels", "Cancel kernels"),
+        Binding("r", "refresh", "Refresh"),
+        Binding("e", "export", "Export"),
+        Binding("slash", "search", "Search"),
     ]
 
     def __init__(
@@ -158,7 +160,7 @@ class GpudiagApp(GpudiagAppBase):
                     pane = kind()
                 pane.build_later = pane.NAME != FIRST  # after the first paint (`_fill`)
                 yield pane
-        yield Footer()
+        yield FitFooter()
 
     @property
     def watch_history(self) -> History:
@@ -190,7 +192,9 @@ class GpudiagApp(GpudiagAppBase):
         it delays that screen (the probing thread holds the GIL much of the time:
         benchmarks/tui_startup.py)."""
         if isinstance(self.source, Snapshot):
-            self.sub_title = f"{self.source.host} (saved {self.source.created}, read-only)"
+            # the host is on the banner line: with it here, 80 columns cut "read-only";
+            # the mode first, so that a narrower screen cuts the time, not the mode
+            self.sub_title = f"read-only, saved {self.source.created}"
         else:
             self.action_refresh()
         self.action_show_tab(FIRST)

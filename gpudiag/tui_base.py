@@ -8,6 +8,8 @@
   SIGHUP does; and once the app leaves on a hang-up or a signal, the process ends within
   SHUTDOWN_GRACE_S even if Textual's shutdown blocks writing to a terminal that is gone.
 - Under NO_COLOR it draws with the terminal's default colours (NO_COLOR_THEME).
+- Its footer (`FitFooter`) shows a key whole or not at all: the keys past the width are
+  left out, not cut at the edge or under the command palette's key (`?` lists them all).
 - A toast (`notify`, the app's or any widget's) is plain text, never Textual markup: a
   message naming a file, a host or anything else from data shows literally and runs no
   action.
@@ -29,9 +31,11 @@ from dataclasses import replace
 from typing import Any
 
 from rich.text import Text
-from textual.app import App
+from textual.app import App, ComposeResult
 from textual.notifications import SeverityLevel
 from textual.theme import BUILTIN_THEMES
+from textual.widgets import Footer
+from textual.widgets._footer import FooterKey
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 TERMINAL_POLL_S = 0.5  # how often the app looks whether its terminal is still there
@@ -168,3 +172,33 @@ class GpudiagAppBase(App[int]):
         """A toast, always as plain text: `markup` is ignored, since a widget's notify
         passes markup=True for every message, data in it or not."""
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
+
+
+def _key_width(key: FooterKey) -> int:
+    """The columns a footer key takes, as Textual's footer draws it (not compact): the key
+    with a blank each side, the description and a blank."""
+    return len(key.key_display) + len(key.description) + 3
+
+
+class FitFooter(Footer):
+    """Textual's footer, showing each key whole or not at all: the keys past the width
+    (less the command palette's key, docked at the right) are left out, where Textual's
+    cut the last one under that key or hid it past the edge. The screens' own keys come
+    first, then the app's (quit and help among the first); `?` lists every key."""
+
+    def compose(self) -> ComposeResult:
+        room = self.size.width or self.app.size.width
+        palette = self.screen.active_bindings.get(self.app.COMMAND_PALETTE_BINDING)
+        if self.show_command_palette and self.app.ENABLE_COMMAND_PALETTE and palette:
+            binding = palette[1]  # as wide as another key (its border takes a blank's place)
+            room -= len(self.app.get_key_display(binding)) + len(binding.description) + 3
+        for item in super().compose():
+            if isinstance(item, FooterKey) and not item.has_class("-command-palette"):
+                if _key_width(item) > room:
+                    continue  # left out whole; a shorter key after it may still fit
+                room -= _key_width(item)
+            yield item
+
+    def on_resize(self) -> None:
+        """Fit the keys to the new width."""
+        self.call_after_refresh(self.recompose)

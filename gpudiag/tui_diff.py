@@ -17,12 +17,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Header, Input, Static
 
 from gpudiag import catalog
 from gpudiag.diff import Diff, ReadingChange, _value, folded
 from gpudiag.model import Snapshot
-from gpudiag.tui_base import GpudiagAppBase
+from gpudiag.tui_base import FitFooter, GpudiagAppBase
 
 HELP = """gpudiag diff keys (Esc closes)
   c  changed only / every reading
@@ -40,7 +40,7 @@ class DiffHelp(ModalScreen[None]):
     BINDINGS: ClassVar[list[Binding]] = [Binding("escape,q,question_mark", "dismiss", "Close")]
     DEFAULT_CSS = """
     DiffHelp { align: center middle; }
-    #diff-help { width: 56; max-width: 100%; height: auto; max-height: 100%;
+    #diff-help { width: 60; max-width: 100%; height: auto; max-height: 100%;
                  border: round $accent; padding: 0 1; background: $panel; }
     """
 
@@ -55,6 +55,9 @@ KIND_STYLE = {
     "equal": "",
     "inconclusive": "italic",
 }
+
+
+HEADER_ICONS = 16  # the columns Textual's header keeps beside its title (icon, clock)
 
 
 class DiffApp(GpudiagAppBase):
@@ -99,16 +102,22 @@ class DiffApp(GpudiagAppBase):
         yield Input(placeholder="/ filter: text in any column", id="diff-filter")
         yield DataTable(id="diff", cursor_type="row", zebra_stripes=True, fixed_columns=1)
         yield Static("", id="row-detail")
-        yield Footer()
+        yield FitFooter()
 
     def on_mount(self) -> None:
-        (name_a, name_b), hosts = self.names, (self.a.host, self.b.host)
-        # in the header at 120 columns; the summary below says it again, wrapped, so that a
-        # long file name is never cut at 80
-        self.sub_title = f"A: {name_a} ({hosts[0]})  B: {name_b} ({hosts[1]})"
+        self._fit_title(self.size.width)
         self.query_one("#diff-filter", Input).cursor_blink = False
         self._size_columns()
         self.query_one("#diff", DataTable).focus()
+
+    def _fit_title(self, width: int) -> None:
+        """Both files and hosts in the header where they fit whole (120 columns, short
+        names); otherwise none there (it cut them at 80: `B: demo-…`): the summary below
+        says them again, wrapped."""
+        (name_a, name_b), hosts = self.names, (self.a.host, self.b.host)
+        names = f"A: {name_a} ({hosts[0]})  B: {name_b} ({hosts[1]})"
+        fits = len(f"{self.title} — {names}") <= width - HEADER_ICONS
+        self.sub_title = names if fits else ""
 
     def _size_columns(self) -> None:
         """what 40%, A and B 17% each, change the rest, of the terminal's width now."""
@@ -128,6 +137,7 @@ class DiffApp(GpudiagAppBase):
 
     def on_resize(self, event: events.Resize) -> None:
         self._width = event.size.width
+        self._fit_title(event.size.width)
         if self.is_mounted and self.query("#diff"):
             self._size_columns()
 

@@ -1222,6 +1222,40 @@ def test_export_name_typed_replaces_the_suggested_one(tmp_path: Path) -> None:
     _run(app, steps)
 
 
+def test_export_refuses_dash_and_never_offers_stdout(
+    tmp_path: Path, monkeypatch, frozen: Snapshot
+) -> None:
+    """In the TUI standard output is the screen: '-' is refused with a clear reason (it
+    wrote a file named '-'), and refusing a special file does not advise '-'."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    app = GpudiagApp(frozen)
+
+    async def steps(pilot) -> None:
+        await pilot.press("e")
+        await pilot.pause()
+        note = app.screen.query_one("#export-note", Label)
+        for name in ("-", " - "):
+            app.screen.query_one(Input).value = name
+            await pilot.press("enter")
+            await pilot.pause()
+            assert isinstance(app.screen, ExportScreen) and not (tmp_path / "-").exists()
+            assert str(note.render()) == (
+                "'-' is standard output, which is this screen here: give a file name"
+            )
+        app.screen.query_one(Input).value = str(fifo)
+        await pilot.press("enter")
+        await pilot.pause()
+        message = str(note.render())
+        assert isinstance(app.screen, ExportScreen)
+        assert message == f"{fifo}: is a FIFO, not a regular file; refusing to replace it"
+
+    _run(app, steps)
+
+
 def test_overview_fix_first_fills_the_screen_and_end_goes_to_the_last_finding(
     frozen: Snapshot,
 ) -> None:

@@ -115,8 +115,11 @@ def test_header_names_the_files_and_help_and_filter_work() -> None:
     async def scenario() -> None:
         app = DiffApp(diff_snapshots(a, b), a, b, names=("before.toml", long_b))
         async with app.run_test(size=(80, 24)) as pilot:
-            assert app.sub_title == f"A: before.toml (node-a)  B: {long_b} (node-b)"
-            # the header cuts it at 80 columns: the summary says both names in full
+            # the header cut it at 80 columns (`B: /var/tmp/ti…`): it leaves the names out
+            # where they do not fit whole, and the summary says both in full
+            assert app.sub_title == "" and "…" not in str(
+                app.screen._compositor.render_strips()[0].text
+            )
             summary = str(app.query_one("#summary").render())
             assert "A: before.toml (node-a)" in summary and f"B: {long_b} (node-b)" in summary
             assert summary.startswith("performance or health differs: ")  # the report's
@@ -135,6 +138,9 @@ def test_header_names_the_files_and_help_and_filter_work() -> None:
             assert app.focused is app.query_one("#diff", DataTable)  # Enter left the field
             await pilot.press("c")  # a key again, not typed into the filter
             assert not app.changed_only
+            await pilot.resize_terminal(140, 24)  # wide enough: the names in the header too
+            await pilot.pause()
+            assert app.sub_title == f"A: before.toml (node-a)  B: {long_b} (node-b)"
 
     asyncio.run(scenario())
 

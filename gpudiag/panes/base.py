@@ -159,6 +159,30 @@ def size_reading_columns(table: DataTable, width: int) -> None:
         table.add_row(*row)
 
 
+def fit_whole_columns(table: DataTable, widths: Sequence[int], room: int) -> None:
+    """Make `table` as wide as its whole columns that fit `room` (`widths`: each column's,
+    padding included; a last column's right padding may go), so that a column is never
+    cut at the edge (the others scroll into view); its own width when all fit."""
+    shown = 0
+    for width in widths:
+        if shown + width - 1 > room:
+            break
+        shown += width
+    table.styles.width = min(shown, room) if shown < sum(widths) else None
+
+
+def reading_detail(key: object, value: object, source: object) -> Text:
+    """A reading in full, as the detail under a table or tree of readings shows it: the
+    key and value, then the source (a detail's height follows it: DETAIL_CSS)."""
+    return Text(f"{key} = {value}\n{source}")
+
+
+# A reading's detail: as tall as the reading wrapped (the source went out of sight under a
+# value longer than a line), two lines at least, so that moving along short readings
+# keeps the layout still; at most half the pane.
+DETAIL_CSS = "height: auto; min-height: 2; max-height: 50%; padding: 0 1;"
+
+
 def reading_row(reading: Reading) -> tuple[Text, Text, Text]:
     """A reading's cells: Text, not str, since a str cell is Rich markup and
     "[missing] ..." would vanish."""

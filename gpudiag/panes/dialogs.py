@@ -72,9 +72,14 @@ class ConfirmKernels(ModalScreen[bool]):
         self.dismiss(run)
 
 
+DASH_REFUSED = "'-' is standard output, which is this screen here: give a file name"
+STDOUT_ADVICE = " ('-' writes to stdout)"  # snapshot.target_problem's, for the command line
+
+
 class ExportScreen(ModalScreen[Path | None]):
     """Asks for a file name (the suggested one selected, so that typing replaces it); an
-    existing file needs Enter a second time to overwrite. Its messages wrap, never cut."""
+    existing file needs Enter a second time to overwrite. '-' is refused: standard output
+    is the screen here. Its messages wrap, never cut."""
 
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("escape", "cancel", "Cancel"),
@@ -114,8 +119,11 @@ class ExportScreen(ModalScreen[Path | None]):
         note = self.query_one("#export-note", Label)
         if not event.value.strip():
             note.update(Text("a file name is needed"))
+        elif event.value.strip() == "-":  # `--export -` is stdout; here that is the screen
+            note.update(Text(DASH_REFUSED))
         elif problem := target_problem(path):
-            note.update(Text(f"{path}: {problem}"))
+            # the command line's advice ('-' writes to stdout) is not true in here
+            note.update(Text(f"{path}: {problem.removesuffix(STDOUT_ADVICE)}"))
         elif path.exists() and self.confirming != path:
             self.confirming = path
             note.update(

@@ -3,31 +3,57 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import Static
 
-from gpudiag.panes.base import HEALTH_STYLE, Pane, SnapshotView, reading_row, size_reading_columns
+from gpudiag.panes.base import (
+    DETAIL_CSS,
+    HEALTH_STYLE,
+    Pane,
+    SnapshotView,
+    fit_whole_columns,
+    reading_detail,
+    reading_row,
+    size_reading_columns,
+)
 
 if TYPE_CHECKING:
     from textual.widgets import DataTable
+
+GPU_ROWS = 8  # the GPU table's rows in sight (with its header and horizontal scrollbar)
+
+# A cell of readings none of which was taken: views' '-' placeholders with the units and
+# separators around them ("-/- x-/-", "-C", "-/-W"), not a value.
+NOTHING = re.compile(r"[-/ xCW]*-[-/ xCW]*")
+
+
+def _cell(text: str, lost: bool) -> str:
+    """A measurement cell as shown: '-' where nothing was read, blank in a lost GPU's row
+    (its bus cell says LOST: it answered nothing), not unit fragments."""
+    if NOTHING.fullmatch(text):
+        return "" if lost else "-"
+    return text
 
 
 class GpusPane(Pane):
     """The GPU table and the readings of the highlighted GPU."""
 
     KEY, NAME, TITLE, FOCUS = "3", "gpus", "GPUs", "#gpus"
-    DEFAULT_CSS = """
-    #gpus { height: auto; max-height: 10; }
-    #gpu-note { height: auto; padding: 0 1; display: none; }
-    #gpu-readings { height: 1fr; border-top: solid $accent; }
+    DEFAULT_CSS = f"""
+    #gpus {{ height: auto; max-height: {GPU_ROWS + 2}; }}
+    #gpu-note {{ height: auto; padding: 0 1; display: none; }}
+    #gpu-readings {{ height: 1fr; border-top: solid $accent; }}
+    #gpu-reading-detail {{ {DETAIL_CSS} background: $boost; }}
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.view: SnapshotView | None = None
+        self.widths: list[int] = []  # the GPU table's columns, padding included
 
     def compose(self) -> ComposeResult:
         from textual.widgets import DataTable
@@ -35,15 +61,20 @@ class GpusPane(Pane):
         yield Static("", id="gpu-note")
         yield DataTable(id="gpus", cursor_type="row", zebra_stripes=True, fixed_columns=2)
         yield DataTable(id="gpu-readings", cursor_type="row")
+        yield Static("", id="gpu-reading-detail")  # the highlighted reading, in full
 
     def on_built(self) -> None:
         self.fit_width(self.app.size.width)
 
     def fit_width(self, width: int) -> None:
         size_reading_columns(self.table("#gpu-readings"), width)
+        # whole columns only (the others scroll into view, the id and health stay); room
+        # for a vertical scrollbar past the rows its height holds
+        scrollbar = 2 if len(self.widths) and self.table("#gpus").row_count > GPU_ROWS else 0
+        fit_whole_columns(self.table("#gpus"), self.widths, width - scrollbar)
 
     def update_from(self, view: SnapshotView) -> None:
-        from gpudiag import views
+        from gpudiag import catalog, views
 
         self.view = view
         matrix = views.gpu_table(view.snapshot)
@@ -55,10 +86,17 @@ class GpusPane(Pane):
         if not matrix.rows:
             note.update(Text(views.no_gpu_reason(view.snapshot)))
         table.add_columns(*matrix.headers)
+        rows = []
         for row in matrix.rows:
+            lost = catalog.is_lost(view.readings, row[0].removeprefix("GPU"))
+            rows.append((*row[:3], *(_cell(cell, lost) for cell in row[3:])))  # bus or LOST
             table.add_row(
-                Text(row[0]), Text(row[1], HEALTH_STYLE[row[1]]), *(Text(cell) for cell in row[2:])
+                Text(row[0]), Text(row[1], HEALTH_STYLE[row[1]]), *map(Text, rows[-1][2:])
             )
+        # each column as wide as its widest cell and a blank each side
+        columns = zip(matrix.headers, *rows, strict=True)
+        self.widths = [max(len(cell) for cell in column) + 2 for column in columns]
+        self.fit_width(self.app.size.width)
         self.show_readings(0)
 
     def show_readings(self, row: int) -> None:
@@ -80,8 +118,12 @@ class GpusPane(Pane):
                     table.add_row(Text("process"), Text(process.text), Text("nvml, psutil"))
         for reading in views.gpu_readings(self.view.readings, gpu):
             table.add_row(*reading_row(reading))
+        first = reading_detail(*table.get_row_at(0)) if table.row_count else Text("")
+        self.query_one("#gpu-reading-detail", Static).update(first)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.data_table.id != "gpus":
-            return
-        self.show_readings(event.cursor_row)
+        if event.data_table.id == "gpus":
+            self.show_readings(event.cursor_row)
+        elif event.data_table.id == "gpu-readings":
+            row = event.data_table.get_row_at(event.cursor_row)
+            self.query_one("#gpu-reading-detail", Static).update(reading_detail(*row))

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.widgets import Input, Static
 
-from gpudiag.panes.base import Pane, SnapshotView, reading_row, size_reading_columns
+from gpudiag.panes.base import (
+    DETAIL_CSS,
+    Pane,
+    SnapshotView,
+    reading_detail,
+    reading_row,
+    size_reading_columns,
+)
 
 if TYPE_CHECKING:
     from textual.widgets import DataTable
@@ -21,9 +27,9 @@ class ReadingsPane(Pane):
 
     KEY, NAME, TITLE, FOCUS = "7", "readings", "Readings", "#readings"
     LAZY = True
-    DEFAULT_CSS = """
-    #readings { height: 1fr; }
-    #reading-detail { height: 3; padding: 0 1; border-top: solid $accent; }
+    DEFAULT_CSS = f"""
+    #readings {{ height: 1fr; }}
+    #reading-detail {{ {DETAIL_CSS} min-height: 3; border-top: solid $accent; }}
     """
 
     def __init__(self) -> None:
@@ -64,8 +70,8 @@ class ReadingsPane(Pane):
         if event.data_table.id != "readings":
             return
         table = self.table("#readings")
-        key, value, source = (str(c) for c in table.get_row_at(event.cursor_row))
-        self.query_one("#reading-detail", Static).update(Text(f"{key} = {value}\n{source}"))
+        detail = reading_detail(*table.get_row_at(event.cursor_row))
+        self.query_one("#reading-detail", Static).update(detail)
 
     @on(Input.Changed, "#readings-filter")
     def _filter_changed(self) -> None:
