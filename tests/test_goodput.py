@@ -431,3 +431,26 @@ def test_the_first_order_note_asks_for_a_simulation_only_where_none_ran(
     assert "--simulate N gives the figure" in out and "trust the simulation" not in out
     assert main(["goodput", "--rate", "6.5", "--simulate", "20", "--seed", "1"]) == 0
     assert "trust the simulation" in capsys.readouterr().out
+
+
+def test_a_dataset_and_its_url_give_the_snapshots_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """goodput reads what `fleet --dataset` wrote, as a folder and as a file:// URL, as
+    `fleet` reads it (one loader): the same report as from the snapshots (review #5)."""
+    from gpudiag.fleet.dataset import append_dataset
+
+    planted = planted_failures(5, nodes=3, days=4, rates={"gpu_lost": 0.3, "xid_hardware": 0.3})
+    files = tmp_path / "files"
+    files.mkdir()
+    write_failure_history(files, planted)
+    dataset = tmp_path / "ds"
+    append_dataset(load_fleet([files], workers=1), str(dataset))
+    reports = []
+    for path in (str(files), str(dataset), dataset.as_uri()):
+        assert main(["goodput", path, "--gpus", "64", "--format", "json", "--workers", "1"]) == 0
+        out = capsys.readouterr()
+        assert out.err == ""
+        reports.append(json.loads(out.out))
+    assert reports[0]["rate_per_1000_node_days"] > 0
+    assert reports[1] == reports[0] and reports[2] == reports[0]
