@@ -127,6 +127,8 @@ def extra_problem(
 
 
 def load_paths(paths: list[str], workers: int | None) -> Any:
+    """The fleet PATHs hold, as `fleet`, `goodput` and `baseline` read them: snapshot files
+    and folders, Parquet files, datasets (a folder or a URL); each snapshot once."""
     from gpudiag.fleet.load import load_fleet
     from gpudiag.fleet.store import is_url
 
@@ -137,6 +139,14 @@ def load_paths(paths: list[str], workers: int | None) -> Any:
         from gpudiag.fleet.dataset_read import read_into
 
         read_into(loaded, datasets)
+    from gpudiag.fleet.records import drop_repeats
+
+    if dropped := drop_repeats(loaded):  # a folder named twice, a dataset beside its files
+        print(
+            f"gpudiag: {dropped} snapshot{'s' if dropped != 1 else ''} read twice "
+            "(the same node, time and file) counted once",
+            file=sys.stderr,
+        )
     if loaded.runs:  # with nothing read, none_read's one line says why instead
         for problem in loaded.bad:
             print(f"gpudiag: skipped {problem}", file=sys.stderr)
