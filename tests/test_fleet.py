@@ -223,3 +223,19 @@ def test_screen_shows_the_sections(fleet_dir: Path) -> None:
             await pilot.press("q")
 
     asyncio.run(scenario())
+
+
+def test_a_lost_gpu_is_its_groups_difference(tmp_path: Path) -> None:
+    """A node whose GPU is lost (gpu.0.health in error, a reading not of the
+    configuration) stands in a group of its own: that reading is the group's difference,
+    never an empty list (review #2)."""
+    from fleetgen_failures import PlantedFailures, write_failure_history
+
+    events: dict[str, list[str | None]] = {f"fail000{n}": [None] for n in (1, 2, 4)}
+    events["fail0003"] = ["gpu_lost"]
+    write_failure_history(tmp_path, PlantedFailures(events, "fail0001", {}, 1.0))
+    report = analyse(load_fleet([tmp_path], workers=1))
+    reference, lost = report.groups
+    assert lost.nodes == ["fail0003"] and reference.differences == []
+    assert lost.differences[0] == ("gpu.0.health", "ok", "[error]")
+    assert "fail0003" in report.odd_nodes()
