@@ -150,6 +150,10 @@ def load_paths(paths: list[str], workers: int | None) -> Any:
     if loaded.runs:  # with nothing read, none_read's one line says why instead
         for problem in loaded.bad:
             print(f"gpudiag: skipped {problem}", file=sys.stderr)
+    else:  # and names each folder that held no snapshot, with what it held
+        from gpudiag.fleet.load import snapshotless
+
+        loaded.bad.extend(snapshotless(p for p in paths if p not in datasets))
     return loaded
 
 
