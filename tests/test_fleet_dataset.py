@@ -252,3 +252,23 @@ def test_a_snapshot_read_twice_counts_once(
         assert "21 snapshots read twice" in capsys.readouterr().err
     # no drift from a run compared with itself: the report is the dataset's alone
     assert report_json(analyse(loaded)) == report_json(analysed)
+
+
+def test_the_text_wraps_at_columns(
+    fleet_dir: Path,
+    analysed: FleetReport,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """At COLUMNS=80 in a pipe every line fits 80 columns (17 did not on this fleet), each
+    word kept whole and in order (review #12)."""
+    from gpudiag.cli import main
+
+    whole = report_text(analysed)
+    assert max(map(len, whole.splitlines())) > 80
+    monkeypatch.setenv("COLUMNS", "80")
+    main(["fleet", str(fleet_dir), "--format", "text", "--workers", "1"])
+    text = capsys.readouterr().out
+    assert max(map(len, text.splitlines())) <= 80
+    assert text.split() == whole.split()
+    assert "\n    fleet median 55 GB/s\n" in text  # continued under its own line

@@ -244,5 +244,8 @@ def run(args: argparse.Namespace) -> int:
     elif args.format == "json":
         print(json.dumps(report_json(report), indent=1))
     else:
-        sys.stdout.write(report_text(report, args.format == "markdown"))
+        from gpudiag.termtext import output_width
+
+        # wrapped at $COLUMNS, or the terminal's; in a pipe without it, lines whole
+        sys.stdout.write(report_text(report, args.format == "markdown", output_width()))
     return report.exit_code()
