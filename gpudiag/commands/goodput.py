@@ -22,6 +22,7 @@ import sys
 from typing import Any
 
 from gpudiag import inputs
+from gpudiag.commands import fleet as _fleet  # noqa: F401  OPENBLAS_NUM_THREADS, before NumPy
 
 EXIT_BAD = 3
 
