@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 import polars as pl
 import pytest
-from textual.widgets import Static, TabbedContent
+from textual.widgets import Static, Tab, TabbedContent
 
 from gpudiag.fleet import load as fleetload
 from gpudiag.fleet.analysis import analyse, fold
@@ -215,6 +215,15 @@ def test_screen_shows_the_sections(fleet_dir: Path) -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             tabs = app.query_one(TabbedContent)
             assert tabs.active == "section-1"  # why slow, the headline
+            # every tab shown at 80 columns ('g Goodput' was past the edge), and the keys
+            labels = [(str(t.label), t.region.right) for t in app.query(Tab)]
+            assert [label for label, _ in labels][-2:] == ["c Charts", "g Goodput"]
+            assert len(labels) == 7 and all(right <= 80 for _, right in labels)
+            shown = {key for key, b in app.active_bindings.items() if b.binding.show}
+            assert {"q", "c", "g", "question_mark"} <= shown
+            await pilot.press("question_mark")
+            assert type(app.screen).__name__ == "FleetHelp"
+            await pilot.press("escape")
             text = str(app.query_one("#text-1", Static).render())
             assert "node019 GPU 3" in text and "pcie.link_width (F1 1.00)" in text
             await pilot.press("2")
