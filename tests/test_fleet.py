@@ -226,6 +226,9 @@ def test_screen_shows_the_sections(fleet_dir: Path) -> None:
             await pilot.press("escape")
             text = str(app.query_one("#text-1", Static).render())
             assert "node019 GPU 3" in text and "pcie.link_width (F1 1.00)" in text
+            # wrapped at 78 (80 less the scroll bar), continued under its own indent
+            assert "slow on node019;\n  fleet median 55 GB/s\n" in text
+            assert max(map(len, text.splitlines())) <= 78
             await pilot.press("2")
             assert tabs.active == "section-2"
             assert "node[007-008]" in str(app.query_one("#text-2", Static).render())

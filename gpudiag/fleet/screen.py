@@ -20,6 +20,7 @@ from gpudiag.fleet.analysis import FleetReport
 from gpudiag.fleet.changes_text import chart_lines
 from gpudiag.fleet.report import report_text
 from gpudiag.inputs import one_line, printable
+from gpudiag.termtext import wrap
 from gpudiag.tui_base import GpudiagAppBase
 
 if TYPE_CHECKING:
@@ -144,10 +145,11 @@ class FleetApp(GpudiagAppBase):
         self.loaded = loaded  # the snapshots, for the goodput tab
         self.goodput_started = False
         self.goodput: str | None = None  # its text, once computed
+        self.texts = sections(report)  # unwrapped: wrapped at the screen's width (_rewrap)
 
     def compose(self) -> ComposeResult:
         yield Header()
-        texts = sections(self.report)
+        texts = self.texts
         with TabbedContent(classes="narrow" if self.report.racks else ""):
             for i, title in enumerate(titles(self.report), 1):
                 label = f"{i} {LABELS.get(title, title)}"
@@ -203,3 +205,21 @@ class FleetApp(GpudiagAppBase):
     def on_mount(self) -> None:
         r = self.report
         self.sub_title = f"{r.nodes} nodes, {r.snapshots} snapshots, {unreadable_title(r)}"
+        self._rewrap()
+
+    def on_resize(self) -> None:
+        self._rewrap()
+
+    def _rewrap(self) -> None:
+        """Each section's lines wrapped at the screen's width less the scroll bar, each
+        continued 2 columns in from its own indent (Textual's own wrap starts them at
+        column 0, under the line's indent)."""
+        width = max(self.size.width - 2, 1)
+        for i, title in enumerate(titles(self.report), 1):
+            lines = self.texts.get(title, "").split("\n")
+            wrapped = [part for line in lines for part in wrap(line, width, _indent(line) + 2)]
+            self.query_one(f"#text-{i}", Static).update("\n".join(wrapped))
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
