@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 import polars as pl
 import pytest
-from textual.widgets import Static, TabbedContent
+from textual.widgets import Static, Tab, TabbedContent
 
 from gpudiag.fleet import load as fleetload
 from gpudiag.fleet.analysis import analyse, fold
@@ -215,11 +215,39 @@ def test_screen_shows_the_sections(fleet_dir: Path) -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             tabs = app.query_one(TabbedContent)
             assert tabs.active == "section-1"  # why slow, the headline
+            # every tab shown at 80 columns ('g Goodput' was past the edge), and the keys
+            labels = [(str(t.label), t.region.right) for t in app.query(Tab)]
+            assert [label for label, _ in labels][-2:] == ["c Charts", "g Goodput"]
+            assert len(labels) == 7 and all(right <= 80 for _, right in labels)
+            shown = {key for key, b in app.active_bindings.items() if b.binding.show}
+            assert {"q", "c", "g", "question_mark"} <= shown
+            await pilot.press("question_mark")
+            assert type(app.screen).__name__ == "FleetHelp"
+            await pilot.press("escape")
             text = str(app.query_one("#text-1", Static).render())
             assert "node019 GPU 3" in text and "pcie.link_width (F1 1.00)" in text
+            # wrapped at 78 (80 less the scroll bar), continued under its own indent
+            assert "slow on node019;\n  fleet median 55 GB/s\n" in text
+            assert max(map(len, text.splitlines())) <= 78
             await pilot.press("2")
             assert tabs.active == "section-2"
             assert "node[007-008]" in str(app.query_one("#text-2", Static).render())
             await pilot.press("q")
 
     asyncio.run(scenario())
+
+
+def test_a_lost_gpu_is_its_groups_difference(tmp_path: Path) -> None:
+    """A node whose GPU is lost (gpu.0.health in error, a reading not of the
+    configuration) stands in a group of its own: that reading is the group's difference,
+    never an empty list (review #2)."""
+    from fleetgen_failures import PlantedFailures, write_failure_history
+
+    events: dict[str, list[str | None]] = {f"fail000{n}": [None] for n in (1, 2, 4)}
+    events["fail0003"] = ["gpu_lost"]
+    write_failure_history(tmp_path, PlantedFailures(events, "fail0001", {}, 1.0))
+    report = analyse(load_fleet([tmp_path], workers=1))
+    reference, lost = report.groups
+    assert lost.nodes == ["fail0003"] and reference.differences == []
+    assert lost.differences[0] == ("gpu.0.health", "ok", "[error]")
+    assert "fail0003" in report.odd_nodes()

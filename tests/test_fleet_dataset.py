@@ -239,3 +239,36 @@ def test_a_run_split_across_files_is_read_whole(
     monkeypatch.setattr(module, "_readings", recorded)
     assert _report(load_paths([str(copy)], 1)) == (report_text(analysed), report_json(analysed))
     assert ways == [True, False]  # file by file, then (a run across files) all at once
+
+
+def test_a_snapshot_read_twice_counts_once(
+    fleet_dir: Path, dataset: Path, analysed: FleetReport, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same folder twice, or a dataset beside the files it was written from: each
+    run once by its run id, and how many were dropped said (review #3)."""
+    for paths in ([fleet_dir, fleet_dir], [dataset, fleet_dir]):
+        loaded = load_paths([str(p) for p in paths], 1)
+        assert len(loaded.runs) == 21
+        assert "21 snapshots read twice" in capsys.readouterr().err
+    # no drift from a run compared with itself: the report is the dataset's alone
+    assert report_json(analyse(loaded)) == report_json(analysed)
+
+
+def test_the_text_wraps_at_columns(
+    fleet_dir: Path,
+    analysed: FleetReport,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """At COLUMNS=80 in a pipe every line fits 80 columns (17 did not on this fleet), each
+    word kept whole and in order (review #12)."""
+    from gpudiag.cli import main
+
+    whole = report_text(analysed)
+    assert max(map(len, whole.splitlines())) > 80
+    monkeypatch.setenv("COLUMNS", "80")
+    main(["fleet", str(fleet_dir), "--format", "text", "--workers", "1"])
+    text = capsys.readouterr().out
+    assert max(map(len, text.splitlines())) <= 80
+    assert text.split() == whole.split()
+    assert "\n    fleet median 55 GB/s\n" in text  # continued under its own line

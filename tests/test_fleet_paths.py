@@ -83,3 +83,45 @@ def test_nothing_read_is_one_line_and_3(
     assert main([command, str(absent), str(empty), *extra]) == 3
     [line] = capsys.readouterr().err.splitlines()
     assert f"{absent}: no such file" in line and f"{empty}: file is empty" in line
+
+
+@pytest.mark.parametrize("command", ["fleet", "goodput", "baseline"])
+def test_a_folder_with_no_snapshot_is_named_with_what_it_holds(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """'no snapshot could be read' named nothing for a folder of Parquet files or an
+    empty folder: now each folder, and what it held (review #18)."""
+    from gpudiag.cli import main
+
+    extra = ["-o", str(tmp_path / "rules.toml")] if command == "baseline" else []
+    parquet, empty = tmp_path / "e2", tmp_path / "emptydir"
+    parquet.mkdir()
+    empty.mkdir()
+    for name in ("x.parquet", "y.parquet"):
+        (parquet / name).write_bytes(b"PAR1")
+    assert main([command, str(parquet), str(empty), *extra]) == 3
+    [line] = capsys.readouterr().err.splitlines()
+    assert "no snapshot could be read: " in line
+    assert f"{parquet}: no snapshot (*.json, *.toml) in this folder; it holds 2 files: " in line
+    assert "2 .parquet (a .parquet file is read where it is named" in line
+    assert f"{empty}: an empty folder" in line
+
+
+def test_numpy_loads_with_one_blas_thread_unless_the_user_says() -> None:
+    """fleet, goodput and baseline do no linear algebra: OpenBLAS starts one thread, not
+    one per CPU, as NumPy loads after commands/fleet.py; a user's setting is kept."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import os, gpudiag.commands.fleet, numpy; "
+        "print(os.environ['OPENBLAS_NUM_THREADS'], len(os.listdir('/proc/self/task')))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    for given, expected in ((None, "1 1"), ("3", "3")):
+        run_env = env if given is None else {**env, "OPENBLAS_NUM_THREADS": given}
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=run_env, capture_output=True, text=True, check=True
+        ).stdout.split()
+        assert " ".join(out if given is None else out[:1]) == expected

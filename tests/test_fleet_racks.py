@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from textual.widgets import Static, TabbedContent
+from textual.widgets import Static, Tab, TabbedContent
 
 from gpudiag.fleet.analysis import analyse
 from gpudiag.fleet.load import load_fleet
@@ -128,6 +128,8 @@ def test_the_fleet_screen_has_a_racks_tab(rack: list[Path]) -> None:
     async def scenario() -> None:
         app = FleetApp(report)
         async with app.run_test(size=(80, 24)) as pilot:
+            tabs = list(app.query(Tab))
+            assert len(tabs) == 8 and all(t.region.right <= 80 for t in tabs)  # all shown
             await pilot.press("6")
             assert app.query_one(TabbedContent).active == "section-6"
             text = str(app.query_one("#text-6", Static).render())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -216,7 +217,8 @@ def test_json_end_to_end() -> None:
                 "lemon_nodes", "simulated"):  # fmt: skip
         assert key in report
     assert set(report["intervals_hours"]) == {"young", "daly", "saxena", "optimal"}
-    assert set(report["intervals_hours_interval"]) == set(report["intervals_hours"])
+    # a given rate is a figure, not a measurement: no interval anywhere (docs/goodput.md)
+    assert report["intervals_hours_interval"] is None and report["ettr_interval"] is None
     assert report["checkpoint_interval_hours"] == report["intervals_hours"]["optimal"]
     assert report["mttf_hours"] == pytest.approx(1.8029, abs=1e-4)
     assert report["simulated"]["runs"] == 50
@@ -431,3 +433,46 @@ def test_the_first_order_note_asks_for_a_simulation_only_where_none_ran(
     assert "--simulate N gives the figure" in out and "trust the simulation" not in out
     assert main(["goodput", "--rate", "6.5", "--simulate", "20", "--seed", "1"]) == 0
     assert "trust the simulation" in capsys.readouterr().out
+
+
+def test_a_dataset_and_its_url_give_the_snapshots_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """goodput reads what `fleet --dataset` wrote, as a folder and as a file:// URL, as
+    `fleet` reads it (one loader): the same report as from the snapshots (review #5)."""
+    from gpudiag.fleet.dataset import append_dataset
+
+    planted = planted_failures(5, nodes=3, days=4, rates={"gpu_lost": 0.3, "xid_hardware": 0.3})
+    files = tmp_path / "files"
+    files.mkdir()
+    write_failure_history(files, planted)
+    dataset = tmp_path / "ds"
+    append_dataset(load_fleet([files], workers=1), str(dataset))
+    reports = []
+    for path in (str(files), str(dataset), dataset.as_uri()):
+        assert main(["goodput", path, "--gpus", "64", "--format", "json", "--workers", "1"]) == 0
+        out = capsys.readouterr()
+        assert out.err == ""
+        reports.append(json.loads(out.out))
+    assert reports[0]["rate_per_1000_node_days"] > 0
+    assert reports[1] == reports[0] and reports[2] == reports[0]
+
+
+def test_a_job_takes_whole_nodes_and_a_given_rate_has_no_interval(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """7 GPUs on 8-GPU nodes take one node (its whole rate), said so; with --rate there is
+    no interval to print: no empty '(1.803-1.803)' ranges, null in JSON (review #13)."""
+    assert main(["goodput", "--rate", "6.5", "--gpus", "7"]) == 0
+    text = capsys.readouterr().out
+    assert "7 GPUs (1 node of 8 GPUs: a job takes whole nodes)" in text
+    assert "MTTF 3692.308 h\n" in text  # 24 h / (1 node x 6.5 / 1000)
+    assert "interval" not in text.split("What if")[1].split("ETTR against")[0]
+    for line in text.splitlines():
+        for low, high in re.findall(r"(\d[\d.]*)-(\d[\d.]*)", line):
+            assert low != high, line  # no empty range
+    assert main(["goodput", "--rate", "6.5", "--gpus", "7", "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["nodes"] == 1 and report["mttf_hours"] == pytest.approx(24 / 0.0065, abs=1e-3)
+    assert report["mttf_interval"] is None and report["rate_interval"] is None
+    assert all(row["ettr_interval"] is None for row in report["what_if"])

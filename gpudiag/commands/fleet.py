@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,13 @@ from typing import Any
 from gpudiag import extras, inputs
 
 EXIT_BAD = 3
+
+# fleet, goodput and baseline load NumPy (this module is imported by each) and do no
+# linear algebra: OpenBLAS would start a thread per CPU as NumPy loads, for nothing (50-70
+# ms of CPU of 1.8 s per fleet run at 1,000 nodes). One thread, where NumPy is not loaded
+# yet and the user has not set it; reading workers inherit it.
+if "numpy" not in sys.modules:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -127,6 +135,8 @@ def extra_problem(
 
 
 def load_paths(paths: list[str], workers: int | None) -> Any:
+    """The fleet PATHs hold, as `fleet`, `goodput` and `baseline` read them: snapshot files
+    and folders, Parquet files, datasets (a folder or a URL); each snapshot once."""
     from gpudiag.fleet.load import load_fleet
     from gpudiag.fleet.store import is_url
 
@@ -137,9 +147,21 @@ def load_paths(paths: list[str], workers: int | None) -> Any:
         from gpudiag.fleet.dataset_read import read_into
 
         read_into(loaded, datasets)
+    from gpudiag.fleet.records import drop_repeats
+
+    if dropped := drop_repeats(loaded):  # a folder named twice, a dataset beside its files
+        print(
+            f"gpudiag: {dropped} snapshot{'s' if dropped != 1 else ''} read twice "
+            "(the same node, time and file) counted once",
+            file=sys.stderr,
+        )
     if loaded.runs:  # with nothing read, none_read's one line says why instead
         for problem in loaded.bad:
             print(f"gpudiag: skipped {problem}", file=sys.stderr)
+    else:  # and names each folder that held no snapshot, with what it held
+        from gpudiag.fleet.load import snapshotless
+
+        loaded.bad.extend(snapshotless(p for p in paths if p not in datasets))
     return loaded
 
 
@@ -230,5 +252,8 @@ def run(args: argparse.Namespace) -> int:
     elif args.format == "json":
         print(json.dumps(report_json(report), indent=1))
     else:
-        sys.stdout.write(report_text(report, args.format == "markdown"))
+        from gpudiag.termtext import output_width
+
+        # wrapped at $COLUMNS, or the terminal's; in a pipe without it, lines whole
+        sys.stdout.write(report_text(report, args.format == "markdown", output_width()))
     return report.exit_code()

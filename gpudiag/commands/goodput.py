@@ -5,7 +5,8 @@
                     [--detect S] [--spares K] [--simulate RUNS] [--seed S]
                     [--format text|markdown|json]
 
-PATH: snapshot files or folders (or a fleet Parquet file) holding several snapshots of
+PATH: snapshot files or folders, a fleet Parquet file or a dataset (a folder or URL;
+`fleet` reads them the same way) holding several snapshots of
 each node over time: the failure rates come from what rose between them (fleet/goodput.py).
 `--rate` (failures per 1000 node-days) stands in for the fleet, or overrides its rate.
 Exit 0 with a report; 3 (one line) on bad input: no rate and no fleet, a fleet with no
@@ -21,6 +22,7 @@ import sys
 from typing import Any
 
 from gpudiag import inputs
+from gpudiag.commands import fleet as _fleet  # noqa: F401  OPENBLAS_NUM_THREADS, before NumPy
 
 EXIT_BAD = 3
 
@@ -188,17 +190,15 @@ def run(args: argparse.Namespace) -> int:
         return fail("give snapshots over time (PATH...) or --rate R")
     fleet = None
     if args.paths:
-        from gpudiag.commands.fleet import extra_problem, none_read
+        from gpudiag.commands.fleet import extra_problem, load_paths, none_read
 
         if problem := extra_problem("goodput", args.paths):  # reading snapshots: fleet's
             return fail(problem)
-        from gpudiag.fleet.load import load_fleet
-
-        loaded = load_fleet(args.paths, args.workers)
+        # fleet's reader: files, folders, Parquet files, datasets and their URLs; it names
+        # what it skipped
+        loaded = load_paths(args.paths, args.workers)
         if not loaded.runs:  # one line: why (each file's problem), as `fleet` says it
             return fail(none_read(loaded.bad))
-        for problem in loaded.bad:
-            print(f"gpudiag: skipped {problem}", file=sys.stderr)
         try:
             fleet = fleet_rates(histories(loaded), args.max_gap)
         except NoTimeSpan as exc:

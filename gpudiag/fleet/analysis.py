@@ -272,20 +272,61 @@ def config_groups(fleet: Fleet) -> list[ConfigGroup]:
         members[run.config].append(run.host)
     ordered = sorted(members.items(), key=lambda item: (-len(item[1]), natural_key(item[1][0])))
     groups = []
-    reference: dict[str, dict[str, str]] = {}
+    reference: dict[str, tuple[int, dict[str, str]]] = {}
+    layout_of = fleet.loaded.config_layout
     for config, nodes in ordered:
         model = fleet.model(config)
         values = fleet.config_dict(config)
         group = ConfigGroup(nodes, model)
         if model in reference:
-            ref = reference[model]
+            ref_config, ref = reference[model]
             for key in sorted(set(ref) | set(values), key=natural_key):
                 if ref.get(key) != values.get(key):
                     group.differences.append((key, ref.get(key, "-"), values.get(key, "-")))
+            # a group of the same values is another layout: a reading's status (a GPU
+            # lost: gpu.N.health in error), or readings one has and the other lacks
+            group.differences[:0] = layout_differences(
+                fleet.loaded, layout_of[ref_config], layout_of[config]
+            )
         else:
-            reference[model] = values
+            reference[model] = (config, values)
         groups.append(group)
     return groups
+
+
+def _status(status: str) -> str:
+    return status if status == "ok" else f"[{status}]"
+
+
+def layout_differences(
+    loaded: LoadedFleet, ref_id: int, this_id: int
+) -> list[tuple[str, str, str]]:
+    """What sets two layouts of one model apart, beside their configuration values: each
+    reading (not a configuration one: config_dict shows those) whose status differs, its
+    health readings first (a lost GPU is what a person must see); else, the readings one
+    has and the other lacks ('-'), else their units. Empty for the same layout."""
+    if ref_id == this_id:
+        return []
+    ref, this = loaded.layouts[ref_id], loaded.layouts[this_id]
+    config = {ref.keys[p] for p in ref.config} | {this.keys[p] for p in this.config}
+    ref_status = dict(zip(ref.keys, ref.statuses, strict=True))
+    this_status = dict(zip(this.keys, this.statuses, strict=True))
+    changed = [
+        (key, _status(ref_status[key]), _status(status))
+        for key, status in this_status.items()
+        if key not in config and key in ref_status and ref_status[key] != status
+    ]
+    if not changed:
+        changed = [(k, "-", _status(s)) for k, s in this_status.items() if k not in ref_status]
+        changed += [(k, _status(s), "-") for k, s in ref_status.items() if k not in this_status]
+    if not changed:
+        ref_unit = dict(zip(ref.keys, ref.units, strict=True))
+        changed = [
+            (k, ref_unit[k] or "-", u or "-")
+            for k, u in zip(this.keys, this.units, strict=True)
+            if k in ref_unit and ref_unit[k] != u
+        ]
+    return sorted(changed, key=lambda d: (not d[0].endswith(".health"), natural_key(d[0])))
 
 
 def fleet_findings(fleet: Fleet) -> list[FleetFinding]:

@@ -19,7 +19,6 @@ a URL (fleet/store.py). An append writes a file per table, partition and 1,000 r
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -36,6 +35,7 @@ from gpudiag.fleet.records import (
     LoadedFleet,
     NodeRun,
     ParsedKernel,
+    run_id,
 )
 from gpudiag.fleet.store import Store
 from gpudiag.snapshot import SnapshotError
@@ -102,12 +102,6 @@ def _schemas() -> dict[str, dict[str, Any]]:
             "subject": pl.String,
         },
     }
-
-
-def run_id(run: NodeRun) -> str:
-    """A snapshot's id: its node, time and file, hashed (16 hex digits)."""
-    text = f"{run.host}\0{run.created}\0{run.path}"
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _time(created: str) -> datetime:

@@ -59,9 +59,10 @@ class Job:
             raise ModelError("gpus and gpus per node must be at least 1, spares at least 0")
 
     @property
-    def nodes(self) -> float:
-        """Nodes the job runs on (GPUs / GPUs per node; a partial node counts as its share)."""
-        return self.gpus / self.gpus_per_node
+    def nodes(self) -> int:
+        """Nodes the job runs on: whole nodes, GPUs / GPUs per node rounded up (7 GPUs on
+        8-GPU nodes take one node, and all of its failures)."""
+        return -(-self.gpus // self.gpus_per_node)
 
     @property
     def failures_per_hour(self) -> float:

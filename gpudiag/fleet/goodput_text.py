@@ -14,6 +14,11 @@ def _f(value: Any, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _range(interval: list[Any] | None, digits: int = 3) -> str | None:
+    """An interval as 'low-high'; None where there is none (a given rate has none)."""
+    return None if interval is None else f"{_f(interval[0], digits)}-{_f(interval[1], digits)}"
+
+
 def chart(curve: list[dict[str, Any]], width: int = 52, height: int = 10) -> list[str]:
     """ETTR against the checkpoint interval (log scale), in characters."""
     points = [(p["interval_hours"], p["ettr"]) for p in curve if p["ettr"] is not None]
@@ -111,11 +116,14 @@ def render(report: dict[str, Any], markdown: bool = False, width: int | None = N
     lines.append("")
     lines.append(f"{head}What if")
     simulated = report["simulated"] is not None
-    header = ["what", "per 1000\nnode-days", "MTTF h", "ETTR", "95%\ninterval", "ETTR at\noptimum"]
+    # the 95% interval where a rate was measured; a given rate (--rate) has none
+    ranged = any(r["ettr_interval"] is not None for r in report["what_if"])
+    header = ["what", "per 1000\nnode-days", "MTTF h", "ETTR"]
+    header += ["95%\ninterval"] * ranged + ["ETTR at\noptimum"]
     rows = [
-        [r["what"], f"{r['rate_per_1000_node_days']:.2f}", _f(r["mttf_hours"], 2), _f(r["ettr"]),
-         f"{_f(r['ettr_interval'][0])}-{_f(r['ettr_interval'][1])}",
-         _f(r["ettr_at_optimal"])] + ([_f(r["simulated"])] if simulated else [])
+        [r["what"], f"{r['rate_per_1000_node_days']:.2f}", _f(r["mttf_hours"], 2), _f(r["ettr"])]
+        + [_range(r["ettr_interval"]) or "-"] * ranged
+        + [_f(r["ettr_at_optimal"])] + ([_f(r["simulated"])] if simulated else [])
         for r in report["what_if"]
     ]  # fmt: skip
     table(header + (["simulated"] if simulated else []), rows)
@@ -139,7 +147,7 @@ def render(report: dict[str, Any], markdown: bool = False, width: int | None = N
             ["GPUs", "observed MTTF h", "model MTTF h", "model interval", "model / observed"],
             [
                 [str(r["gpus"]), f"{r['observed_mttf_hours']:g}", _f(r["model_mttf_hours"], 2),
-                 f"{_f(r['model_interval'][0], 2)}-{_f(r['model_interval'][1], 2)}",
+                 _range(r["model_interval"], 2) or "-",
                  _f(r["model_over_observed"], 2)]
                 for r in report["by_job_size"]
             ],
@@ -153,20 +161,26 @@ def render(report: dict[str, Any], markdown: bool = False, width: int | None = N
 
 def _job(report: dict[str, Any], say: Any) -> None:
     """The job's part: MTTF, E[ETTR] and what it models, the intervals, the simulation."""
+    nodes, per_node = report["nodes"], report["gpus_per_node"]
+    size = f"{nodes} node{'s' if nodes != 1 else ''}"
+    if report["gpus"] != nodes * per_node:  # a job takes whole nodes
+        size += f" of {per_node} GPUs: a job takes whole nodes"
+    mttf_range = _range(report["mttf_interval"])
     say(
-        f"{report['gpus']} GPUs ({report['gpus'] / report['gpus_per_node']:g} nodes) at "
+        f"{report['gpus']} GPUs ({size}) at "
         f"{report['rate_per_1000_node_days']:.2f} per 1000 node-days: MTTF "
-        f"{_f(report['mttf_hours'])} h "
-        f"({_f(report['mttf_interval'][0])}-{_f(report['mttf_interval'][1])})"
+        f"{_f(report['mttf_hours'])} h" + (f" ({mttf_range})" if mttf_range else "")
     )
     chosen = report["checkpoint_interval_hours"]
     bound = report["ettr_spares_upper_bound"]
+    ettr_range = _range(report["ettr_interval"])
     say(
         ("checkpoint continuously" if chosen == 0 else f"checkpoint every {chosen * 60:.1f} min")
         + f" (write {report['checkpoint_write_s']:g} s, restart "
         f"{report['restart_s'] / 60:g} min, detection {report['detect_s']:g} s): E[ETTR] "
-        f"{_f(report['ettr'])} "
-        f"({_f(report['ettr_interval'][0])}-{_f(report['ettr_interval'][1])}), "
+        f"{_f(report['ettr'])}"
+        + (f" ({ettr_range})" if ettr_range else "")
+        + ", "
         + ("closed form, no spares" if bound is not None else "closed form")
     )
     if bound is not None:

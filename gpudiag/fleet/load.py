@@ -116,6 +116,44 @@ def snapshot_paths(paths: Iterable[str | Path]) -> tuple[list[Path], list[str]]:
     return found, bad
 
 
+def snapshotless(paths: Iterable[str | Path]) -> list[str]:
+    """The folders among `paths` that hold no snapshot file, as 'folder: what it holds':
+    where nothing could be read, the one line says why (an empty folder, a folder of
+    Parquet files); beside folders that were read, such a folder is no bad input."""
+    out = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir() and not any(
+            p.suffix.lower() in SNAPSHOT_SUFFIXES for p in path.rglob("*")
+        ):
+            out.append(printable(f"{path}: {_holds(path)}"))
+    return out
+
+
+def _holds(folder: Path) -> str:
+    """Why a folder gave no snapshot file: what it holds instead."""
+    counts: dict[str, int] = {}
+    for p in folder.rglob("*"):
+        if not p.is_dir():
+            suffix = p.suffix.lower() or "unsuffixed"
+            counts[suffix] = counts.get(suffix, 0) + 1
+    if not counts:
+        return "an empty folder, no snapshot (*.json, *.toml) in it"
+    ranked = sorted(counts.items(), key=lambda c: (-c[1], c[0]))
+    held = ", ".join(f"{n} {suffix}" for suffix, n in ranked[:3])
+    held += f" and {len(ranked) - 3} other kinds" if len(ranked) > 3 else ""
+    hint = (
+        " (a .parquet file is read where it is named, never found in a folder)"
+        if PARQUET_SUFFIX in counts
+        else ""
+    )
+    total = sum(counts.values())
+    return (
+        f"no snapshot (*.json, *.toml) in this folder; it holds {total} "
+        f"file{'s' if total != 1 else ''}: {held}{hint}"
+    )
+
+
 # ------------------------------------------------------------------ one file
 
 _ReadingStatus = Literal[tuple(s.value for s in ReadingStatus)]  # type: ignore[valid-type]

@@ -11,6 +11,7 @@ form (ParsedKernel).
 from __future__ import annotations
 
 import gc
+import hashlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -81,6 +82,30 @@ class LoadedFleet:
     config_layout: list[int] = field(default_factory=list)
     runs: list[NodeRun] = field(default_factory=list)
     bad: list[str] = field(default_factory=list)
+
+
+def run_id(run: NodeRun) -> str:
+    """A snapshot's id: its node, time and file, hashed (16 hex digits). A dataset keeps
+    it (dataset.py), and a fleet read twice over is told by it (`drop_repeats`)."""
+    text = f"{run.host}\0{run.created}\0{run.path}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def drop_repeats(fleet: LoadedFleet) -> int:
+    """Each run of `fleet` kept once by its run id, the first read (a folder named twice,
+    a dataset beside the snapshots it was written from, a Parquet file twice); how many
+    were dropped. A repeat has its first's layout and configuration (FleetMerger)."""
+    seen: set[str] = set()
+    kept = []
+    for run in fleet.runs:
+        rid = run_id(run)
+        if rid not in seen:
+            seen.add(rid)
+            kept.append(run)
+    dropped = len(fleet.runs) - len(kept)
+    if dropped:
+        fleet.runs[:] = kept
+    return dropped
 
 
 class FleetMerger:

@@ -88,8 +88,10 @@ def _counter_lines(report: FleetReport, markdown: bool) -> list[str]:
     return lines
 
 
-def report_text(report: FleetReport, markdown: bool = False) -> str:
-    """The report for a terminal, or as markdown."""
+def report_text(report: FleetReport, markdown: bool = False, width: int | None = None) -> str:
+    """The report for a terminal, or as markdown. Text lines wider than `width` wrap
+    (termtext.wrap: never a word cut), continued 2 columns in from their own indent;
+    None (a pipe without $COLUMNS, the fleet screen) or markdown: lines whole."""
     h = (lambda t: f"\n## {t}\n") if markdown else (lambda t: f"\n{t}")
     bullet = "- " if markdown else "  "
     lines = [
@@ -168,6 +170,14 @@ def report_text(report: FleetReport, markdown: bool = False) -> str:
         lines.append(
             f"{bullet}{f.severity.upper()} {f.rule_id}: {count} nodes: {fold(set(f.nodes))}"
         )
+    if width is not None and not markdown:
+        from gpudiag.termtext import wrap
+
+        lines = [
+            part
+            for text in "\n".join(lines).split("\n")  # the headings carry a newline
+            for part in wrap(text, width, len(text) - len(text.lstrip(" ")) + 2)
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING, ClassVar
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from gpudiag.fleet.analysis import FleetReport
 from gpudiag.fleet.changes_text import chart_lines
 from gpudiag.fleet.report import report_text
 from gpudiag.inputs import one_line, printable
+from gpudiag.termtext import wrap
 from gpudiag.tui_base import GpudiagAppBase
 
 if TYPE_CHECKING:
@@ -26,6 +28,9 @@ if TYPE_CHECKING:
 
 SECTIONS = ("Why slow", "Configuration groups", "Outliers", "History", "Findings")
 RACKS = "Racks"  # a sixth tab where the fleet has NVLink domains (gpudiag/fleet/rack.py)
+# the tabs' labels: the sections' titles, short enough that every tab (Racks too) fits
+# 80 columns: the report's own title, "Configuration groups", did not ('g Goodput' hidden)
+LABELS = {"Configuration groups": "Groups"}
 GOODPUT_PENDING = "computed when this tab is first shown"
 GOODPUT_COMPUTING = "reading the fleet's history for failures..."
 
@@ -91,18 +96,47 @@ def sections(report: FleetReport) -> dict[str, str]:
     return {title: "\n".join(lines) for title, lines in out.items()}
 
 
+HELP = """gpudiag fleet keys (Esc closes)
+  1-5  Why slow, Groups (configuration), Outliers,
+       History, Findings; 6 Racks where there are
+  c    each metric's history as a chart
+  g    gpudiag goodput's report on this history
+  arrow keys  the tabs; Page Up/Down scroll
+  ?    this help
+  q    quit (exit 0 nothing odd, 1 something is,
+       3 only some input was bad)"""
+
+
+class FleetHelp(ModalScreen[None]):
+    """The fleet screen's keys."""
+
+    BINDINGS: ClassVar[list[Binding]] = [Binding("escape,q,question_mark", "dismiss", "Close")]
+    DEFAULT_CSS = """
+    FleetHelp { align: center middle; }
+    #fleet-help { width: 56; max-width: 100%; height: auto; max-height: 100%;
+                  border: round $accent; padding: 0 1; background: $panel; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield VerticalScroll(Static(HELP, markup=False), id="fleet-help")
+
+
 class FleetApp(GpudiagAppBase):
     """One fleet report, read-only."""
 
     TITLE = "gpudiag fleet"
+    # with a Racks tab, 8 tabs fit 80 columns only a column apart
+    CSS = "TabbedContent.narrow Tab { padding: 0 0 0 1; }"
+    # the tabs name 1-6; the footer the rest (at 80 columns it showed only q Quit)
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("q", "quit", "Quit"),
         *(
             Binding(str(i), f"show({i})", title, show=False)
             for i, title in enumerate((*SECTIONS, RACKS), 1)
         ),
-        Binding("c", "show_charts", "Charts", show=False),
-        Binding("g", "show_goodput", "Goodput", show=False),
+        Binding("c", "show_charts", "Charts"),
+        Binding("g", "show_goodput", "Goodput"),
+        Binding("question_mark", "help", "Help"),
     ]
 
     def __init__(self, report: FleetReport, loaded: LoadedFleet | None = None) -> None:
@@ -111,13 +145,15 @@ class FleetApp(GpudiagAppBase):
         self.loaded = loaded  # the snapshots, for the goodput tab
         self.goodput_started = False
         self.goodput: str | None = None  # its text, once computed
+        self.texts = sections(report)  # unwrapped: wrapped at the screen's width (_rewrap)
 
     def compose(self) -> ComposeResult:
         yield Header()
-        texts = sections(self.report)
-        with TabbedContent():
+        texts = self.texts
+        with TabbedContent(classes="narrow" if self.report.racks else ""):
             for i, title in enumerate(titles(self.report), 1):
-                with TabPane(f"{i} {title}", id=f"section-{i}"), VerticalScroll():
+                label = f"{i} {LABELS.get(title, title)}"
+                with TabPane(label, id=f"section-{i}"), VerticalScroll():
                     yield Static(texts.get(title, ""), markup=False, id=f"text-{i}")
             with TabPane("c Charts", id="section-charts"), VerticalScroll():
                 yield Static(history_chart_text(self.report), markup=False, id="text-charts")
@@ -130,6 +166,10 @@ class FleetApp(GpudiagAppBase):
         if number > len(titles(self.report)):
             return
         self.query_one(TabbedContent).active = f"section-{number}"
+
+    def action_help(self) -> None:
+        """The keys, in a dialog."""
+        self.push_screen(FleetHelp())
 
     def action_show_charts(self) -> None:
         """Show the history charts (changes_text.py)."""
@@ -165,3 +205,21 @@ class FleetApp(GpudiagAppBase):
     def on_mount(self) -> None:
         r = self.report
         self.sub_title = f"{r.nodes} nodes, {r.snapshots} snapshots, {unreadable_title(r)}"
+        self._rewrap()
+
+    def on_resize(self) -> None:
+        self._rewrap()
+
+    def _rewrap(self) -> None:
+        """Each section's lines wrapped at the screen's width less the scroll bar, each
+        continued 2 columns in from its own indent (Textual's own wrap starts them at
+        column 0, under the line's indent)."""
+        width = max(self.size.width - 2, 1)
+        for i, title in enumerate(titles(self.report), 1):
+            lines = self.texts.get(title, "").split("\n")
+            wrapped = [part for line in lines for part in wrap(line, width, _indent(line) + 2)]
+            self.query_one(f"#text-{i}", Static).update("\n".join(wrapped))
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
