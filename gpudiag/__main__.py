@@ -2,6 +2,10 @@
 
 import sys
 
-from gpudiag.entry import main
+try:
+    from gpudiag.entry import main
+except KeyboardInterrupt:  # Ctrl-C while the entry point itself loads: one line, as in main
+    sys.stderr.write("gpudiag: interrupted\n")
+    sys.exit(130)
 
 sys.exit(main())

@@ -158,7 +158,8 @@ def test_ctrl_c_while_starting_prints_no_traceback() -> None:
     (site-packages' .pth files, a few ms) is Python's, not gpudiag's. The Ctrl-Cs land at
     tenths of the time one whole run takes on this machine now, not at fixed
     milliseconds: on a loaded machine start-up takes longer than 400 ms, and no fixed
-    delay would land inside gpudiag's code."""
+    delay would land inside gpudiag's code; on an idle one the whole command takes about
+    50 ms, and the grid's twentieths of the quickest run are a few ms apart."""
 
     def start() -> subprocess.Popen[bytes]:
         return subprocess.Popen(
@@ -168,13 +169,15 @@ def test_ctrl_c_while_starting_prints_no_traceback() -> None:
             cwd=REPO,
         )
 
-    began = time.monotonic()
-    whole = start()
-    assert whole.communicate(timeout=60)[1] == b"" and whole.returncode == 0
-    took = time.monotonic() - began
+    took = float("inf")
+    for _ in range(3):  # the quickest of three whole runs: a cold first one is slower
+        began = time.monotonic()
+        whole = start()
+        assert whole.communicate(timeout=60)[1] == b"" and whole.returncode == 0
+        took = min(took, time.monotonic() - began)
     outcomes = []
-    for tenth in range(1, 10):
-        delay_s = took * tenth / 10
+    for twentieth in range(1, 20):  # gpudiag starts in tens of ms: a fine grid lands in it
+        delay_s = took * twentieth / 20
         process = start()
         time.sleep(delay_s)
         process.send_signal(signal.SIGINT)
@@ -186,6 +189,10 @@ def test_ctrl_c_while_starting_prints_no_traceback() -> None:
             "init_import_site" in text
             or "init_sys_streams" in text  # the interpreter opening stdin/out/err
             or "Could not import runpy module" in text
+            # site's .pth files (an editable install's path finder among them): site says
+            # "Error processing line" and goes on without it, and gpudiag's subpackages
+            # that only the finder maps (gpudiag.rules) are then missing: exit 3
+            or "Error processing line" in text
             # importlib's own lock callback, interrupted: Python reports it as unraisable
             # ("Exception ignored in"), where no handler of gpudiag's can catch it
             or ("Exception ignored in" in text and "_get_module_lock" in text)
@@ -195,7 +202,7 @@ def test_ctrl_c_while_starting_prints_no_traceback() -> None:
             # or runpy looking for gpudiag (under load 40 ms can land there, no gpudiag
             # frame yet): not gpudiag's code
         assert "Traceback" not in text, (delay_s, text)
-        assert process.returncode in (0, 130, -signal.SIGINT), (delay_s, process.returncode)
+        assert process.returncode in (0, 130, -signal.SIGINT), (delay_s, process.returncode, text)
         if process.returncode == 130:
             assert text == "gpudiag: interrupted\n"
     # how many land inside gpudiag's code depends on the machine's speed: at least one must
