@@ -217,8 +217,11 @@ def test_json_end_to_end() -> None:
                 "lemon_nodes", "simulated"):  # fmt: skip
         assert key in report
     assert set(report["intervals_hours"]) == {"young", "daly", "saxena", "optimal"}
-    # a given rate is a figure, not a measurement: no interval anywhere (docs/goodput.md)
-    assert report["intervals_hours_interval"] is None and report["ettr_interval"] is None
+    # a given rate is a figure, not a measurement: each interval is the point [x, x], the
+    # issue's [low, high] keys kept (docs/goodput.md)
+    assert report["ettr_interval"] == [report["ettr"]] * 2
+    optimal = report["intervals_hours_interval"]["optimal"]
+    assert optimal == [report["intervals_hours"]["optimal"]] * 2
     assert report["checkpoint_interval_hours"] == report["intervals_hours"]["optimal"]
     assert report["mttf_hours"] == pytest.approx(1.8029, abs=1e-4)
     assert report["simulated"]["runs"] == 50
@@ -462,7 +465,8 @@ def test_a_job_takes_whole_nodes_and_a_given_rate_has_no_interval(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """7 GPUs on 8-GPU nodes take one node (its whole rate), said so; with --rate there is
-    no interval to print: no empty '(1.803-1.803)' ranges, null in JSON (review #13)."""
+    no interval to print: no empty '(1.803-1.803)' ranges; in JSON each interval is the
+    point [x, x] (review #13; the issue's `ettr_interval` is [low, high])."""
     assert main(["goodput", "--rate", "6.5", "--gpus", "7"]) == 0
     text = capsys.readouterr().out
     assert "7 GPUs (1 node of 8 GPUs: a job takes whole nodes)" in text
@@ -474,5 +478,6 @@ def test_a_job_takes_whole_nodes_and_a_given_rate_has_no_interval(
     assert main(["goodput", "--rate", "6.5", "--gpus", "7", "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["nodes"] == 1 and report["mttf_hours"] == pytest.approx(24 / 0.0065, abs=1e-3)
-    assert report["mttf_interval"] is None and report["rate_interval"] is None
-    assert all(row["ettr_interval"] is None for row in report["what_if"])
+    assert report["mttf_interval"] == [report["mttf_hours"]] * 2
+    assert report["rate_interval"] == [6.5, 6.5]
+    assert all(row["ettr_interval"] == [row["ettr"]] * 2 for row in report["what_if"])

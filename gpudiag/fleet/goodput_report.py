@@ -118,8 +118,9 @@ def build(
     out: dict[str, Any] = {
         "rate_per_1000_node_days": round(rate_per_1000, 4),
         "rate_source": "given (--rate)" if given else "the fleet's history",
-        # a given rate (--rate) is a figure, no measurement: every interval is None
-        "rate_interval": None if given else [round(low_rate, 4), round(high_rate, 4)],
+        # a given rate (--rate) is a figure, no measurement: every interval is the point
+        # [x, x] (the keys keep their one type; the text prints no interval for a point)
+        "rate_interval": [round(low_rate, 4), round(high_rate, 4)],
         "gpus": job.gpus,
         "gpus_per_node": job.gpus_per_node,
         "nodes": job.nodes,  # whole nodes: GPUs / GPUs per node, rounded up
@@ -127,9 +128,7 @@ def build(
         "checkpoint_write_s": job.write_s,
         "detect_s": job.detect_s,
         "mttf_hours": _round(mttf_hours(job)),
-        "mttf_interval": None
-        if given
-        else [_round(mttf_hours(at_high)), _round(mttf_hours(at_low))],
+        "mttf_interval": [_round(mttf_hours(at_high)), _round(mttf_hours(at_low))],
         "checkpoint_interval_hours": _round(chosen, 5),
         "failures_per_interval": _round(job.failures_per_hour * (chosen + job.write_h)),
         # the closed form's first order holds where this is small (restarts included: a
@@ -145,13 +144,11 @@ def build(
         "ettr_spares_upper_bound": _round(ettr(replace(job, restart_s=0.0), chosen))
         if job.spares
         else None,
-        "ettr_interval": None
-        if given
-        else [_round(ettr(at_high, chosen)), _round(ettr(at_low, chosen))],
+        "ettr_interval": [_round(ettr(at_high, chosen)), _round(ettr(at_low, chosen))],
         "intervals_hours": {name: _round(h, 5) for name, h in found.items()},
-        "intervals_hours_interval": None
-        if given
-        else {name: [_interval_at(at_high, name), _interval_at(at_low, name)] for name in found},
+        "intervals_hours_interval": {
+            name: [_interval_at(at_high, name), _interval_at(at_low, name)] for name in found
+        },
         "ettr_at_optimal": _round(ettr(job, found["optimal"]))
         if math.isfinite(found["optimal"])
         else None,
@@ -397,7 +394,7 @@ def _what_if(
         # failure costs detection and no restart: an upper bound
         bound = name.endswith("(upper bound)")
         closed = replace(row, restart_s=0.0) if bound else row
-        interval = None  # a given rate: no interval
+        interval = [_round(ettr(closed, chosen))] * 2  # a given rate: the point
         if measured_rate is not None and measured_rate.per_1000 > 0:
             factor = row.rate_per_node_day * 1000 / measured_rate.per_1000
             interval = [

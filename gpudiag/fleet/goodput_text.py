@@ -15,8 +15,11 @@ def _f(value: Any, digits: int = 3) -> str:
 
 
 def _range(interval: list[Any] | None, digits: int = 3) -> str | None:
-    """An interval as 'low-high'; None where there is none (a given rate has none)."""
-    return None if interval is None else f"{_f(interval[0], digits)}-{_f(interval[1], digits)}"
+    """An interval as 'low-high'; None where there is none or it is a point (a given rate's:
+    no '(1.803-1.803)')."""
+    if interval is None or interval[0] == interval[1]:
+        return None
+    return f"{_f(interval[0], digits)}-{_f(interval[1], digits)}"
 
 
 def chart(curve: list[dict[str, Any]], width: int = 52, height: int = 10) -> list[str]:
@@ -117,7 +120,7 @@ def render(report: dict[str, Any], markdown: bool = False, width: int | None = N
     lines.append(f"{head}What if")
     simulated = report["simulated"] is not None
     # the 95% interval where a rate was measured; a given rate (--rate) has none
-    ranged = any(r["ettr_interval"] is not None for r in report["what_if"])
+    ranged = any(_range(r["ettr_interval"]) is not None for r in report["what_if"])
     header = ["what", "per 1000\nnode-days", "MTTF h", "ETTR"]
     header += ["95%\ninterval"] * ranged + ["ETTR at\noptimum"]
     rows = [
