@@ -22,6 +22,7 @@ from types import ModuleType
 from gpudiag import __version__, inputs
 from gpudiag.commands.common import UsageError
 from gpudiag.output import add_format_options
+from gpudiag.termtext import terminal_columns
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -124,24 +125,8 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _terminal_columns() -> int:
-    """shutil.get_terminal_size().columns (COLUMNS, else the terminal's, else 80) without
-    importing shutil, and bz2 and lzma behind it: 3 ms of --help's and check's CPU time,
-    which argparse's formatter spends on every parser it builds (issue 44)."""
-    try:
-        columns = int(os.environ["COLUMNS"])
-    except (KeyError, ValueError):
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
-        except (AttributeError, ValueError, OSError):
-            columns = 0
-    return columns or 80
-
-
 class _Formatter(argparse.HelpFormatter):
-    """argparse's help formatter, its width found by `_terminal_columns`."""
+    """argparse's help formatter, its width found by `termtext.terminal_columns`."""
 
     def __init__(
         self,
@@ -152,7 +137,7 @@ class _Formatter(argparse.HelpFormatter):
         **options: Any,
     ) -> None:
         if width is None:
-            width = _terminal_columns() - 2  # as HelpFormatter does with shutil's
+            width = terminal_columns() - 2  # as HelpFormatter does with shutil's
         super().__init__(prog, indent_increment, max_help_position, width, **options)
 
 

@@ -350,17 +350,17 @@ def test_help_imports_only_the_parser() -> None:
 
 @pytest.mark.parametrize("columns", [None, "123", "40", "0", "-5", "wide"])
 def test_help_width_is_shutils(monkeypatch: pytest.MonkeyPatch, columns: str | None) -> None:
-    """The parser's help width (cli._terminal_columns, which spares --help importing
+    """The parser's help width (termtext.terminal_columns, which spares --help importing
     shutil) is shutil.get_terminal_size()'s, whatever COLUMNS says."""
     import shutil
 
-    from gpudiag import cli
+    from gpudiag import cli, termtext
 
     if columns is None:
         monkeypatch.delenv("COLUMNS", raising=False)
     else:
         monkeypatch.setenv("COLUMNS", columns)
-    assert cli._terminal_columns() == shutil.get_terminal_size().columns
+    assert termtext.terminal_columns() == shutil.get_terminal_size().columns
     assert cli._Formatter("gpudiag")._width == shutil.get_terminal_size().columns - 2
 
 

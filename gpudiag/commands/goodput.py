@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from typing import Any
 
@@ -241,7 +240,9 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(report, indent=1))
     else:
+        from gpudiag.termtext import terminal_columns
+
         # wrapped at the terminal's width (COLUMNS honoured; 80 where it has none)
-        width = shutil.get_terminal_size().columns
+        width = terminal_columns()
         sys.stdout.write(render(report, args.format == "markdown", width))
     return 0

@@ -9,6 +9,8 @@ import math
 import textwrap
 from typing import Any
 
+from gpudiag.termtext import wrap
+
 
 def _f(value: Any, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
@@ -48,27 +50,14 @@ def chart(curve: list[dict[str, Any]], width: int = 52, height: int = 10) -> lis
     return lines
 
 
-def _wrap(text: str, width: int | None, indent: str = "  ") -> list[str]:
-    """One line of prose, wrapped at `width` (None: as it is), continued indented."""
-    if width is None or len(text) <= width:
-        return [text]
-    return textwrap.wrap(
-        text,
-        width,
-        subsequent_indent=indent,
-        break_on_hyphens=False,
-        break_long_words=True,  # a word wider than the width (a long path) is cut
-    )
-
-
 def render(report: dict[str, Any], markdown: bool = False, width: int | None = None) -> str:
     """The report as text, or markdown; prose and tables wrapped at `width` (None: not
     wrapped)."""
     head = "## " if markdown else ""
     lines: list[str] = []
 
-    def say(text: str, indent: str = "  ") -> None:
-        lines.extend(_wrap(text, width, indent))
+    def say(text: str) -> None:
+        lines.extend(wrap(text, width))
 
     def table(header: list[str], rows: list[list[str]]) -> None:
         lines.extend(_table(header, rows, markdown, width))
