@@ -259,11 +259,21 @@ def gpu_health(findings: Sequence[Finding]) -> dict[int, Severity]:
     return worst
 
 
+SINGLE_CELLS = ("throttle_reasons", "ecc.current", "persistence_mode", "mig.current")
+
+
+def _cell(text: str, lost: bool, *parts: str) -> str:
+    """A GPU table cell, `text`, made of `parts`: '-' where none of them was read, blank
+    for a lost GPU (its bus cell says LOST)."""
+    return ("" if lost else "-") if all(p == "-" for p in parts) else text
+
+
 def gpu_table(snapshot: Snapshot) -> Matrix:
     """One row per GPU: its health (OK, WARN, CRIT, UNKN: its worst finding), bus, PCIe
     now (and max where below it), temperature, power and limit, SM clock and its maximum,
     throttle reasons (short names), ECC, persistence, MIG. '-' where a reading is absent
-    or failed."""
+    or failed, and for a cell none of whose readings was taken (not '-/- x-/-', '-C',
+    '-/-W'); blank in a lost GPU's row, whose bus cell says LOST (it answered nothing)."""
     r = snapshot.readings_by_key
     gpus = catalog.gpu_indices(r)
     health = gpu_health(snapshot.findings)
@@ -292,19 +302,20 @@ def gpu_table(snapshot: Snapshot) -> Matrix:
             if (gen, width) == (max_gen, max_width) and gen != "-"
             else f"{gen}/{max_gen} x{width}/{max_width}"
         )
+        temperature, draw, limit = (
+            v(g, s) for s in ("temperature.gpu", "power.draw", "power.limit")
+        )
+        sm, max_sm = v(g, "clocks.sm"), v(g, "clocks.max_sm")
         rows.append(
             (
                 f"GPU{g}",
                 HEALTH_WORDS[health.get(g, Severity.INFO)],
                 v(g, "pci.bus_id").removeprefix("0000:") if not lost else "LOST",
-                pcie,
-                f"{v(g, 'temperature.gpu')}C",
-                f"{v(g, 'power.draw')}/{v(g, 'power.limit')}W",
-                f"{v(g, 'clocks.sm')}/{v(g, 'clocks.max_sm')}",
-                v(g, "throttle_reasons"),
-                v(g, "ecc.current"),
-                v(g, "persistence_mode"),
-                v(g, "mig.current"),
+                _cell(pcie, lost, gen, width, max_gen, max_width),
+                _cell(f"{temperature}C", lost, temperature),
+                _cell(f"{draw}/{limit}W", lost, draw, limit),
+                _cell(f"{sm}/{max_sm}", lost, sm, max_sm),
+                *(_cell(x, lost, x) for x in (v(g, s) for s in SINGLE_CELLS)),
             )
         )
     # throttle before ECC, persistence and MIG: at 80 columns it is the last one shown

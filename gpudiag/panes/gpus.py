@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -25,18 +24,6 @@ if TYPE_CHECKING:
     from textual.widgets import DataTable
 
 GPU_ROWS = 8  # the GPU table's rows in sight (with its header and horizontal scrollbar)
-
-# A cell of readings none of which was taken: views' '-' placeholders with the units and
-# separators around them ("-/- x-/-", "-C", "-/-W"), not a value.
-NOTHING = re.compile(r"[-/ xCW]*-[-/ xCW]*")
-
-
-def _cell(text: str, lost: bool) -> str:
-    """A measurement cell as shown: '-' where nothing was read, blank in a lost GPU's row
-    (its bus cell says LOST: it answered nothing), not unit fragments."""
-    if NOTHING.fullmatch(text):
-        return "" if lost else "-"
-    return text
 
 
 class GpusPane(Pane):
@@ -74,7 +61,7 @@ class GpusPane(Pane):
         fit_whole_columns(self.table("#gpus"), self.widths, width - scrollbar)
 
     def update_from(self, view: SnapshotView) -> None:
-        from gpudiag import catalog, views
+        from gpudiag import views
 
         self.view = view
         matrix = views.gpu_table(view.snapshot)
@@ -86,15 +73,10 @@ class GpusPane(Pane):
         if not matrix.rows:
             note.update(Text(views.no_gpu_reason(view.snapshot)))
         table.add_columns(*matrix.headers)
-        rows = []
         for row in matrix.rows:
-            lost = catalog.is_lost(view.readings, row[0].removeprefix("GPU"))
-            rows.append((*row[:3], *(_cell(cell, lost) for cell in row[3:])))  # bus or LOST
-            table.add_row(
-                Text(row[0]), Text(row[1], HEALTH_STYLE[row[1]]), *map(Text, rows[-1][2:])
-            )
+            table.add_row(Text(row[0]), Text(row[1], HEALTH_STYLE[row[1]]), *map(Text, row[2:]))
         # each column as wide as its widest cell and a blank each side
-        columns = zip(matrix.headers, *rows, strict=True)
+        columns = zip(matrix.headers, *matrix.rows, strict=True)
         self.widths = [max(len(cell) for cell in column) + 2 for column in columns]
         self.fit_width(self.app.size.width)
         self.show_readings(0)
