@@ -197,15 +197,18 @@ def dumps(snapshot: Snapshot, as_json: bool = False) -> str:
     return tomli_w.dumps(data)
 
 
-EMPTY_TARGET = "the path is empty: name a file ('-' writes to stdout)"
+STDOUT_ADVICE = " ('-' writes to stdout)"  # on the command line; not in the TUI
+EMPTY_TARGET = "the path is empty: name a file" + STDOUT_ADVICE
 
 
-def target_problem(path: Path | str) -> str | None:
+def target_problem(path: Path | str, stdout: bool = True) -> str | None:
     """Why a snapshot cannot be written to `path`, or None. The target must be absent or
     a regular file: a directory, a symlink, a device (/dev/null, /dev/full), a FIFO or a
     socket is refused, never replaced ('-' is how to write to standard output). An empty
     path (`-o ''`, which Path reads as '.') is said to be one: given as the string typed.
-    The command line and the TUI's export both ask this first."""
+    The command line and the TUI's export both ask this first; `stdout`: whether '-' is
+    standard output where the path was given (the command line's; in the TUI it is the
+    screen, and the advice is left out)."""
     if isinstance(path, str) and not path:
         return EMPTY_TARGET
     try:
@@ -225,7 +228,8 @@ def target_problem(path: Path | str) -> str | None:
             kind = "is a FIFO"
         else:
             kind = "is a socket or another special file"
-        return f"{kind}, not a regular file; refusing to replace it ('-' writes to stdout)"
+        advice = STDOUT_ADVICE if stdout else ""
+        return f"{kind}, not a regular file; refusing to replace it{advice}"
     parent = os.path.dirname(os.fspath(path)) or "."
     if not os.path.isdir(parent):
         return f"directory {parent} does not exist"

@@ -73,7 +73,6 @@ class ConfirmKernels(ModalScreen[bool]):
 
 
 DASH_REFUSED = "'-' is standard output, which is this screen here: give a file name"
-STDOUT_ADVICE = " ('-' writes to stdout)"  # snapshot.target_problem's, for the command line
 
 
 class ExportScreen(ModalScreen[Path | None]):
@@ -121,9 +120,8 @@ class ExportScreen(ModalScreen[Path | None]):
             note.update(Text("a file name is needed"))
         elif event.value.strip() == "-":  # `--export -` is stdout; here that is the screen
             note.update(Text(DASH_REFUSED))
-        elif problem := target_problem(path):
-            # the command line's advice ('-' writes to stdout) is not true in here
-            note.update(Text(f"{path}: {problem.removesuffix(STDOUT_ADVICE)}"))
+        elif problem := target_problem(path, stdout=False):  # '-' is not stdout in here
+            note.update(Text(f"{path}: {problem}"))
         elif path.exists() and self.confirming != path:
             self.confirming = path
             note.update(
