@@ -133,6 +133,8 @@ def _temperatures(readings: Mapping[str, Reading], node: Mapping[str, Reading]) 
         margin = readings.get(f"gpu.{gpu}.temperature.tlimit_margin")
         if tlimit is None or margin is None or f"gpu.{gpu}.temperature.slowdown_margin" in readings:
             continue
+        if any(r.ok and type(r.value) is not int for r in (tlimit, margin)):
+            continue  # not what the producer writes (an edited file): nothing to derive
         from gpudiag.probes.gpu import slowdown_margin  # the producer's own rule
 
         derived = slowdown_margin(margin, tlimit, int(gpu))

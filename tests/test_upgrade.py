@@ -96,6 +96,12 @@ def test_an_older_import_gains_the_margin_and_loses_the_derived_threshold() -> N
     r = {reading.key: reading for reading in probe.readings}
     assert r["gpu.0.temperature.slowdown"].status is ReadingStatus.UNSUPPORTED
     assert r["gpu.0.temperature.slowdown_margin"].value == 46 + 2
+    # an edited file's margin that is no number: nothing derived, no traceback
+    edited = tuple(
+        replace(r, value="hot") if r.key == "gpu.0.temperature.tlimit_margin" else r for r in old
+    )
+    (probe,) = upgraded((ProbeResult(f"import-{kind}", ProbeStatus.OK, 0.0, edited),))
+    assert "gpu.0.temperature.slowdown_margin" not in {r.key for r in probe.readings}
 
 
 def test_a_current_snapshot_is_left_as_it_is() -> None:
