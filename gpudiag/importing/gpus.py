@@ -429,10 +429,16 @@ def field_readings(
     return readings
 
 
-# the T.Limit temperatures (R5xx on): the margin to T.Limit and each threshold relative to it
+# the T.Limit temperatures (R5xx on): the margin to T.Limit and each threshold relative to
+# it; the -q text's places, first found (R610's -q calls the margin 'GPU Current T.Limit
+# Temp': realdata nvidia-smi-q/*2080-super__610.57.04*)
 TLIMIT_FIELDS = (
-    ("temperature.tlimit_margin", "temperature/gpu_temp_tlimit", "Temperature/GPU T.Limit Temp"),
-    *((f"temperature.{name}_tlimit", xml, text) for name, (xml, text) in (
+    (
+        "temperature.tlimit_margin",
+        "temperature/gpu_temp_tlimit",
+        ("Temperature/GPU T.Limit Temp", "Temperature/GPU Current T.Limit Temp"),
+    ),
+    *((f"temperature.{name}_tlimit", xml, (text,)) for name, (xml, text) in (
         ("slowdown", RELATIVE_THRESHOLDS["temperature.slowdown"]),
         ("shutdown", RELATIVE_THRESHOLDS["temperature.shutdown"]),
         ("gpu_max", RELATIVE_THRESHOLDS["temperature.gpu_max"]),
@@ -447,11 +453,14 @@ def tlimit_readings(index: int, find: Lookup, xml: bool, prefix: str) -> list[Re
     less the slowdown's T.Limit value, as the live probe makes it (probes/gpu.py
     slowdown_margin)."""
     readings = []
-    for suffix, xml_path, text_path in TLIMIT_FIELDS:
-        path = xml_path if xml else text_path
+    for suffix, xml_path, text_paths in TLIMIT_FIELDS:
+        paths = (xml_path,) if xml else text_paths
+        path = next((p for p in paths if find(p) is not None), paths[0])
         key, raw = key_of(f"gpu.{{gpu}}.{suffix}", gpu=index), find(path)
         if raw is None:
-            reason = "nvidia-smi prints no T.Limit temperatures here (older driver)"
+            reason = (
+                "nvidia-smi prints no T.Limit value here (an older driver, or absolute thresholds)"
+            )
             readings.append(
                 Reading.failed(key, ReadingStatus.UNSUPPORTED, reason, f"{prefix}/{path}", "C")
             )

@@ -1,6 +1,6 @@
-"""Review #8: one node's nvidia-smi -q idle and loaded (realdata/nvidia-smi-q, driver
-590.48.01, which prints the temperature thresholds only relative to T.Limit) compared by
-`gpudiag diff`: what moves with the load is no configuration change."""
+"""The T.Limit temperatures of nvidia-smi -q (realdata/nvidia-smi-q). Review #8: one node's
+-q idle and loaded (driver 590.48.01, which prints the thresholds only relative to T.Limit)
+compared by `gpudiag diff`: what moves with the load is no configuration change."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from gpudiag.rulefile import load_rules
 from gpudiag.session import with_findings
 
 from conftest import realdata_dir
+
+H100 = "nvidia-smi-q/nvgpuexp__linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01__{}.txt"
 
 
 def _snapshot(name: str) -> Snapshot:
@@ -48,3 +50,20 @@ def test_diff_of_one_node_idle_and_loaded_shows_no_threshold_change(
     varying = {c.key: (c.a.value, c.b.value) for c in diff.differences(include_noisy=True)}
     assert varying["gpu.0.temperature.slowdown_margin"] == margins
     assert varying["gpu.0.throttle_reasons"] == (["GpuIdle"], [])
+
+
+def test_r610_names_the_margin_gpu_current_t_limit_temp() -> None:
+    """R610's -q prints the margin as 'GPU Current T.Limit Temp' (the RTX 2080 SUPER at
+    610.57.04: N/A there); an H100's 590.48.01 -q with that label reads its 46 C, and the
+    margin to slowdown with it (it was 'no T.Limit temperatures here (older driver)')."""
+    name = "nvidia-smi-q/nvgpuexp__linux-x86_64__nvidia-geforce-rtx-2080-super__610.57.04__idle.txt"
+    r = dict((x.key, x) for x in import_text((realdata_dir() / name).read_text())[1])
+    margin = r["gpu.0.temperature.tlimit_margin"]
+    assert margin.source.endswith("/Temperature/GPU Current T.Limit Temp"), margin
+    assert margin.reason == "nvidia-smi printed 'N/A'"
+    text = (realdata_dir() / H100.format("idle")).read_text()
+    assert text.count("GPU T.Limit Temp  ") == 1
+    renamed = text.replace("GPU T.Limit Temp  ", "GPU Current T.Limit Temp  ")
+    r = dict((x.key, x) for x in import_text(renamed)[1])
+    assert r["gpu.0.temperature.tlimit_margin"].value == 46
+    assert r["gpu.0.temperature.slowdown_margin"].value == 48
