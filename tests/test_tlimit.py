@@ -67,3 +67,18 @@ def test_r610_names_the_margin_gpu_current_t_limit_temp() -> None:
     r = dict((x.key, x) for x in import_text(renamed)[1])
     assert r["gpu.0.temperature.tlimit_margin"].value == 46
     assert r["gpu.0.temperature.slowdown_margin"].value == 48
+
+
+def test_what_moves_with_the_load_is_no_configuration() -> None:
+    """The fleet compares configuration for equality across alike nodes and a diff shows
+    it by default: the T.Limit margins and the throttle reasons move with the load (the
+    H100's margin 46 -> 26 C idle to loaded), so they are measurements; the thresholds,
+    absolute or relative, are configuration."""
+    from gpudiag import shipped
+    from gpudiag.catalog import Kind
+
+    for suffix in ("temperature.tlimit_margin", "temperature.slowdown_margin", "throttle_reasons"):
+        assert shipped.kind_of(f"gpu.3.{suffix}") is Kind.MEASUREMENT, suffix
+    for name in ("slowdown", "shutdown", "gpu_max"):
+        for key in (f"gpu.3.temperature.{name}", f"gpu.3.temperature.{name}_tlimit"):
+            assert shipped.kind_of(key) is Kind.CONFIGURATION, key
