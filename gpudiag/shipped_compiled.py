@@ -6,7 +6,7 @@ Where the declaring files no longer match FINGERPRINT, the catalog is built from
 producers instead.
 """
 
-FINGERPRINT = (265016507, 35)
+FINGERPRINT = (689388347, 35)
 # (template, unit, change, identifying, group, help, producers, positional), in
 # declaration order
 DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'], False),
@@ -642,7 +642,7 @@ DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'
  ('gpu.{gpu}.retired_pages.single_bit', '', 'counter', '', 'GPU', '', ['gpu', 'import'], False),
  ('gpu.{gpu}.serial', '', 'volatile', 'serial', 'GPU', '', ['gpu', 'import'], False),
  ('gpu.{gpu}.temperature.gpu', 'C', 'volatile', '', 'GPU', '', ['gpu', 'import'], False),
- ('gpu.{gpu}.temperature.gpu_max', 'C', 'volatile', '', 'GPU', '', ['gpu', 'import'], False),
+ ('gpu.{gpu}.temperature.gpu_max', 'C', 'configuration', '', 'GPU', '', ['gpu', 'import'], False),
  ('gpu.{gpu}.temperature.gpu_max_tlimit',
   'C',
   'configuration',
@@ -669,15 +669,17 @@ DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'
   '',
   ['gpu', 'import'],
   False),
- ('gpu.{gpu}.temperature.tlimit_margin',
+ ('gpu.{gpu}.temperature.slowdown_margin',
   'C',
-  'configuration',
+  'volatile',
   '',
   'GPU',
-  '',
+  "how far below its slowdown threshold the GPU runs (T.Limit margin less the slowdown's T.Limit "
+  'value; GPU032 judges it)',
   ['gpu', 'import'],
   False),
- ('gpu.{gpu}.throttle_reasons', '', 'configuration', '', 'GPU', '', ['gpu', 'import'], False),
+ ('gpu.{gpu}.temperature.tlimit_margin', 'C', 'volatile', '', 'GPU', '', ['gpu', 'import'], False),
+ ('gpu.{gpu}.throttle_reasons', '', 'volatile', '', 'GPU', '', ['gpu', 'import'], False),
  ('gpu.{gpu}.utilization.gpu', '%', 'volatile', '', 'GPU', '', ['gpu', 'import'], False),
  ('gpu.{gpu}.utilization.memory', '%', 'volatile', '', 'GPU', '', ['gpu', 'import'], False),
  ('gpu.{gpu}.uuid', '', 'volatile', 'uuid', 'GPU', '', ['gpu', 'import'], False),

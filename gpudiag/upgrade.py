@@ -20,6 +20,10 @@ one of these keys said "missing (no probe produced it)" of a probe that ran.
   failure; on a VM, frequency scaling and idle states missing: unsupported (probes/cpu.py's
   _idle and hidden_by_vm).
 - faults: no EDAC memory controllers on a VM: unsupported (probes/faults.py's _edac).
+- gpu and the nvidia-smi imports: `gpu.N.temperature.slowdown_margin` beside the T.Limit
+  margin and the slowdown's T.Limit value (probes/gpu.py's slowdown_margin); an absolute
+  threshold an older gpudiag derived from the temperature and the T.Limit margin (two
+  sensors: it drifted with the load) unsupported, as the driver gave it.
 
 The probes' own functions are used where they have one, imported only when an old
 reading needs them (a snapshot of this version loads without them).
@@ -90,6 +94,51 @@ def _gpu(readings: Mapping[str, Reading], node: Mapping[str, Reading]) -> list[R
         elif reading.value != "completed":
             reason = f"fabric registration has not completed (state {reading.value})"
             added.append(Reading.failed(status, ReadingStatus.MISSING, reason, source))
+    return added + _temperatures(readings, node)
+
+
+_GPU_INDEX = re.compile(r"^gpu\.(\d+)\.")
+
+
+def _gpu_indices(readings: Mapping[str, Reading]) -> list[str]:
+    """The GPUs of a producer's readings: 0 to its GPU count less one (the probe's
+    gpu.count, an import's nvml.gpu_count), else every index its keys name."""
+    for key in ("gpu.count", "nvml.gpu_count"):
+        count = readings.get(key)
+        if count is not None and count.ok and type(count.value) is int and count.value <= 1024:
+            return [str(index) for index in range(count.value)]
+    return sorted({m.group(1) for key in readings if (m := _GPU_INDEX.match(key))})
+
+
+def _temperatures(readings: Mapping[str, Reading], node: Mapping[str, Reading]) -> list[Reading]:
+    """The margin to slowdown where the snapshot holds its two parts, and the absolute
+    thresholds an older gpudiag made up (a '+' in the source: temperature + margin -
+    T.Limit value) unsupported, saying what was dropped. Looked up GPU by GPU, not by a
+    pass over every key (a snapshot is upgraded at each load)."""
+    added = []
+    for gpu in _gpu_indices(readings):
+        for name in ("slowdown", "shutdown", "gpu_max"):
+            key = f"gpu.{gpu}.temperature.{name}"
+            reading = readings.get(key)
+            if reading is None or not reading.ok or "+" not in reading.source:
+                continue
+            reason = (
+                f"the driver gives it only relative to T.Limit ({key}_tlimit); the "
+                f"{reading.value} C an older gpudiag derived from the temperature and the "
+                "T.Limit margin (two sensors) is dropped"
+            )
+            source = f"{reading.source} (dropped on load: an older gpudiag derived it)"
+            added.append(Reading.failed(key, ReadingStatus.UNSUPPORTED, reason, source, "C"))
+        tlimit = readings.get(f"gpu.{gpu}.temperature.slowdown_tlimit")
+        margin = readings.get(f"gpu.{gpu}.temperature.tlimit_margin")
+        if tlimit is None or margin is None or f"gpu.{gpu}.temperature.slowdown_margin" in readings:
+            continue
+        if any(r.ok and type(r.value) is not int for r in (tlimit, margin)):
+            continue  # not what the producer writes (an edited file): nothing to derive
+        from gpudiag.probes.gpu import slowdown_margin  # the producer's own rule
+
+        derived = slowdown_margin(margin, tlimit, int(gpu))
+        added.append(replace(derived, source=f"{derived.source} ({OLDER})"))
     return added
 
 
@@ -179,6 +228,8 @@ UPGRADES: dict[str, Callable[[Mapping[str, Reading], Mapping[str, Reading]], lis
     "pcie": _pcie,
     "cpu": _cpu,
     "faults": _faults,
+    "import-q": _temperatures,
+    "import-xml": _temperatures,
 }
 
 

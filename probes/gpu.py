@@ -287,19 +287,21 @@ def _clocks_power_thermal(gpu: GpuCalls) -> Iterator[Reading]:
     )
     yield gpu.reading("temperature.gpu", "nvmlDeviceGetTemperature", TEMPERATURE_GPU)
     # newer drivers give the limits relative to T.Limit: the margin to it is what they read
-    yield gpu.reading(
+    margin = gpu.reading(
         "temperature.tlimit_margin",
         "nvmlDeviceGetMarginTemperature",
         convert=lambda m: int(m["marginTemperature"]),
     )
+    yield margin
     for name, threshold in (
         ("slowdown", THRESHOLD_SLOWDOWN),
         ("shutdown", THRESHOLD_SHUTDOWN),
         ("gpu_max", THRESHOLD_GPU_MAX),
     ):
-        absolute = gpu.reading(
-            f"temperature.{name}", "nvmlDeviceGetTemperatureThreshold", threshold
-        )
+        # as the driver gives them, never made up from the temperature and the margin
+        # (two sensors: the sum drifts with the load); NVML 580.159.04 still gave a real
+        # H100's absolute ones (89, 95, 87 C) where nvidia-smi printed only T.Limit's
+        yield gpu.reading(f"temperature.{name}", "nvmlDeviceGetTemperatureThreshold", threshold)
         relative = gpu.reading(
             f"temperature.{name}_tlimit",
             "nvmlDeviceGetFieldValues",
@@ -307,30 +309,24 @@ def _clocks_power_thermal(gpu: GpuCalls) -> Iterator[Reading]:
             0,
             convert=int,
         )
-        yield from_tlimit(absolute, relative, gpu) or absolute
         yield relative
+        if name == "slowdown":
+            yield slowdown_margin(margin, relative, gpu.index)
 
 
-def from_tlimit(absolute: Reading, relative: Reading, gpu: GpuCalls) -> Reading | None:
-    """An absolute threshold the driver gives only relative to T.Limit (R570 on answer
-    NotSupported for it): the current temperature plus the margin to T.Limit, less the
-    threshold's T.Limit value (41 C + 46 C margin - (-2 C) = 89 C for an idle H100's
-    slowdown). None where the absolute one was read or the three are not all known.
-    The temperature and the margin are two calls, so it may be 1 C off. Never run on a
-    GPU: tested through the C stand-in with the figures of a real H100's nvidia-smi -q."""
-    if absolute.status is not ReadingStatus.UNSUPPORTED or not relative.ok:
-        return None
-    temperature = gpu.reading("temperature.gpu", "nvmlDeviceGetTemperature", TEMPERATURE_GPU)
-    margin = gpu.reading(
-        "temperature.tlimit_margin",
-        "nvmlDeviceGetMarginTemperature",
-        convert=lambda m: int(m["marginTemperature"]),
-    )
-    if not (temperature.ok and margin.ok):
-        return None
-    value = int(temperature.value) + int(margin.value) - int(relative.value)  # type: ignore[arg-type]
-    source = "nvml:nvmlDeviceGetTemperature+nvmlDeviceGetMarginTemperature+nvmlDeviceGetFieldValues"
-    return Reading(key=absolute.key, value=value, unit=absolute.unit, source=source)
+def slowdown_margin(margin: Reading, slowdown_tlimit: Reading, gpu: int) -> Reading:
+    """gpu.N.temperature.slowdown_margin: how far below its slowdown threshold the GPU
+    runs, on the sensor T.Limit is measured on (hotter than temperature.gpu's): the
+    margin to T.Limit less the slowdown's T.Limit value (46 C - (-2 C) = 48 C for an idle
+    H100). Both are relative to the one T.Limit: no second sensor enters it. Not read
+    where either is not (the first failure says why)."""
+    declared = declared_as("gpu.{gpu}.temperature.slowdown_margin")
+    if margin.ok and slowdown_tlimit.ok:
+        value = int(margin.value) - int(slowdown_tlimit.value)  # type: ignore[arg-type]
+        source = f"{margin.source} minus {slowdown_tlimit.source}"
+        return declared.reading(value, source, gpu=gpu)
+    failure = margin if not margin.ok else slowdown_tlimit
+    return declared.failed(failure.status, failure.reason, failure.source, gpu=gpu)
 
 
 def _pcie_and_use(gpu: GpuCalls) -> Iterator[Reading]:
@@ -703,14 +699,22 @@ READINGS = (
         catalog.counter("gpu.{gpu}.retired_pages.single_bit"),
         catalog.volatile("gpu.{gpu}.serial", identifying="serial"),
         catalog.volatile("gpu.{gpu}.temperature.gpu", "C"),
-        catalog.volatile("gpu.{gpu}.temperature.gpu_max", "C"),
+        # the thresholds as the driver gives them, absolute or relative to T.Limit: fixed
+        catalog.config("gpu.{gpu}.temperature.gpu_max", "C"),
         catalog.config("gpu.{gpu}.temperature.gpu_max_tlimit", "C"),
         catalog.config("gpu.{gpu}.temperature.shutdown", "C"),
         catalog.config("gpu.{gpu}.temperature.shutdown_tlimit", "C"),
         catalog.config("gpu.{gpu}.temperature.slowdown", "C"),
         catalog.config("gpu.{gpu}.temperature.slowdown_tlimit", "C"),
-        catalog.config("gpu.{gpu}.temperature.tlimit_margin", "C"),
-        catalog.config("gpu.{gpu}.throttle_reasons"),
+        # the margins move with the temperature, and the reasons with the load
+        catalog.volatile(
+            "gpu.{gpu}.temperature.slowdown_margin",
+            "C",
+            help="how far below its slowdown threshold the GPU runs (T.Limit margin less "
+            "the slowdown's T.Limit value; GPU032 judges it)",
+        ),
+        catalog.volatile("gpu.{gpu}.temperature.tlimit_margin", "C"),
+        catalog.volatile("gpu.{gpu}.throttle_reasons"),
         catalog.volatile("gpu.{gpu}.utilization.gpu", "%"),
         catalog.volatile("gpu.{gpu}.utilization.memory", "%"),
         catalog.volatile("gpu.{gpu}.uuid", identifying="uuid"),

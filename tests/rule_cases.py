@@ -100,6 +100,8 @@ CASES: dict[str, tuple[list[Reading], list[Reading]]] = {
     "GPU016": pair("power.limit", 500.0, 700.0, "power.default_limit", 700.0),
     "GPU017": one("power.limit", 500.0, 700.0),
     "GPU018": pair("temperature.gpu", 85, 60, "temperature.slowdown", 87),
+    # 4 C below slowdown fires (under 4.45 C), 5 C does not
+    "GPU032": one("temperature.slowdown_margin", 4, 5),
     "GPU019": (
         [R("gpu.0.vbios", "96.00.A5.00.01"), R("gpu.1.vbios", "96.00.99.00.01")],
         [R("gpu.0.vbios", "96.00.A5.00.01"), R("gpu.1.vbios", "96.00.A5.00.01")],

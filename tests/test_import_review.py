@@ -87,13 +87,15 @@ def test_impossible_values_are_errors_not_ok(tmp_path: Path, temperature: str, p
         ("<instant_power_draw>131.03 W", f"<instant_power_draw>{power}"),
     )
     readings = import_files([str(path)]).readings_by_key
-    keys = ["temperature.gpu", "temperature.slowdown", "temperature.shutdown"]
+    keys = ["temperature.gpu"]
     for key in keys if power == "131.03 W" else [*keys, "power.draw"]:
         reading = readings[f"gpu.0.{key}"]
         assert reading.status.value == "error", (key, reading)
         assert reading.value is None
         assert "physically" in reading.reason or "nvidia-smi prints" in reading.reason
     assert readings["gpu.0.temperature.slowdown_tlimit"].value == -2  # relative: may be < 0
+    # printed only relative to T.Limit: unsupported, whatever the temperature
+    assert readings["gpu.0.temperature.slowdown"].status.value == "unsupported"
 
 
 def test_values_at_the_physical_bounds_are_kept(tmp_path: Path) -> None:

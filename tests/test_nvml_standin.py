@@ -175,11 +175,13 @@ def test_probes_on_the_current_driver_read_what_the_replay_reads(
     assert live["gpu.0.fabric.health_flags"][1] == []
     assert live["gpu.0.nvlink.17.speed"][1] == 26.562
     assert live["gpu.0.temperature.tlimit_margin"][1] == 46
-    # the absolute limits NotSupported, as on the real H100's driver: from T.Limit (signed)
+    # the absolute limits NotSupported, as on the real H100's driver, and left so; the
+    # T.Limit ones (signed) as read, and the margin to slowdown from the two
     assert live["gpu.0.temperature.slowdown_tlimit"][1] == -2
     assert live["gpu.0.temperature.shutdown_tlimit"][1] == -8
-    assert live["gpu.0.temperature.slowdown"][:2] == ["ok", 89]
-    assert live["gpu.0.temperature.shutdown"][:2] == ["ok", 95]
+    assert live["gpu.0.temperature.slowdown"][0] == "unsupported"
+    assert live["gpu.0.temperature.shutdown"][0] == "unsupported"
+    assert live["gpu.0.temperature.slowdown_margin"][:2] == ["ok", 46 + 2]
     assert live["gpu.0.retired_pages.single_bit"][0] == "unsupported"
     if "faulty" in name:
         assert live["gpu.4.nvlink.3.speed"][1] == 13.281
@@ -206,9 +208,12 @@ def test_an_older_driver_degrades_one_reading_per_missing_symbol(
     assert "driver lacks nvmlDeviceGetGpuFabricInfoV" in health_flags[2]
     margin = live["gpu.0.temperature.tlimit_margin"]
     assert margin[0] == "unsupported" and "older driver" in margin[2]
-    # without the margin the absolute limit stays what the driver said: NotSupported
+    # the absolute limit stays what the driver said, NotSupported; without the margin
+    # the margin to slowdown is not known either, and says why
     assert live["gpu.0.temperature.slowdown_tlimit"][1] == -2
     assert live["gpu.0.temperature.slowdown"][0] == "unsupported"
+    slowdown_margin = live["gpu.0.temperature.slowdown_margin"]
+    assert slowdown_margin[0] == "unsupported" and "older driver" in slowdown_margin[2]
     # 12.535.161 calls _v3 itself and has no _v2 wrapper: gpudiag reaches the driver's _v2
     # through the binding's function lookup; nvidia-ml-py 13 raises
     # NVMLLibraryMismatchError and gpudiag falls back to its _v2. Either way: read

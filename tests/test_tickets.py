@@ -128,15 +128,20 @@ def test_remapped_rows_printed_as_one_placeholder_are_unsupported() -> None:
         assert r[f"gpu.0.remapped_rows.{name}"].status is ReadingStatus.UNSUPPORTED
 
 
-def test_thresholds_printed_only_relative_to_t_limit_are_derived_as_live() -> None:
-    """R570 on prints the thresholds only relative to T.Limit: the import derives them as
-    the live probe does, current temperature + T.Limit margin - relative threshold
-    (41 C + 46 C - (-2 C) = 89 C slowdown, 95 C shutdown, 87 C max operating)."""
+def test_thresholds_printed_only_relative_to_t_limit_are_unsupported_as_live() -> None:
+    """R570 on prints the thresholds only relative to T.Limit: the import leaves the
+    absolute ones unsupported, as the live probe does (NVML answers NotSupported), not
+    current temperature + T.Limit margin - relative threshold (review #8: 89 C idle,
+    87 C loaded on one H100); the margin to slowdown is 46 C - (-2 C) = 48 C."""
     r = _readings(_text(H100_Q))
-    assert r["gpu.0.temperature.slowdown"].value == 89
-    assert r["gpu.0.temperature.shutdown"].value == 95
-    assert r["gpu.0.temperature.gpu_max"].value == 87
-    assert "GPU T.Limit Temp" in r["gpu.0.temperature.slowdown"].source
+    for name, relative in (("slowdown", "-2 C"), ("shutdown", "-8 C"), ("gpu_max", "0 C")):
+        reading = r[f"gpu.0.temperature.{name}"]
+        assert reading.status is ReadingStatus.UNSUPPORTED, reading
+        assert f"only relative to T.Limit ({relative}" in reading.reason
+    margin = r["gpu.0.temperature.slowdown_margin"]
+    assert margin.value == 48
+    assert "GPU T.Limit Temp minus " in margin.source
+    assert margin.source.endswith("GPU Slowdown T.Limit Temp")
 
 
 def test_q_text_processes_by_type() -> None:

@@ -32,6 +32,10 @@ def test_an_old_snapshot_is_judged_as_its_producers_now_record() -> None:
     assert r["pcie.0000:00:06.0.numa_node"].value == 0  # -1 on a one-node machine: node 0
     assert r["cpu.idle.C6.disabled"].status is ReadingStatus.UNSUPPORTED  # a VM's
     assert "older gpudiag" not in r["gpu.0.nvlink.count"].source  # what it held: as held
+    # the margin to slowdown (GPU032), from the T.Limit margin 43 C and slowdown's -2 C
+    assert r["gpu.0.temperature.slowdown_margin"].value == 45
+    assert "derived on load" in r["gpu.0.temperature.slowdown_margin"].source
+    assert r["gpu.0.temperature.slowdown"].value == 89  # NVML's own: kept
     judged = with_findings(snapshot, load_rules())
     assert not [f for f in judged.findings if "no probe produced it" in f.message]
     by_rule = _by_rule(judged)
@@ -56,6 +60,48 @@ def test_an_absent_reading_of_a_probe_that_ran_says_so() -> None:
     assert nvl006.severity is Severity.UNKNOWN
     assert "not recorded by the gpu probe, which ran" in nvl006.message
     assert "no probe produced it" not in nvl006.message
+
+
+def test_a_threshold_an_older_gpudiag_derived_from_t_limit_is_dropped() -> None:
+    """Review #8: tests/golden/snapshot.toml's GPU 1 holds the slowdown threshold the probe
+    made up as temperature + T.Limit margin + 2 C (89 C); the driver gave it only
+    relative to T.Limit, and so it is now: unsupported, saying what was dropped."""
+    r = load(str(Path(__file__).parent / "golden" / "snapshot.toml")).readings_by_key
+    for name in ("slowdown", "shutdown", "gpu_max"):
+        reading = r[f"gpu.1.temperature.{name}"]
+        assert reading.status is ReadingStatus.UNSUPPORTED, reading
+        assert "older gpudiag derived" in reading.reason
+    assert "the 89 C an older gpudiag" in r["gpu.1.temperature.slowdown"].reason
+    assert r["gpu.1.temperature.slowdown_tlimit"].value == -2  # as read
+    assert r["gpu.1.temperature.slowdown_margin"].ok
+
+
+def test_an_older_import_gains_the_margin_and_loses_the_derived_threshold() -> None:
+    """An nvidia-smi -q import saved before review #8 (the H100 at 590.48.01, idle): its
+    slowdown threshold was made up as 41 + 46 + 2 C and it had no margin to slowdown."""
+    from gpudiag.importing import import_text
+    from gpudiag.model import ProbeResult, ProbeStatus, Reading
+
+    from conftest import realdata_dir
+
+    name = "nvidia-smi-q/nvgpuexp__linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01__idle.txt"
+    kind, readings = import_text((realdata_dir() / name).read_text())
+    made_up = "nvidia-smi-q:GPU 0/Temperature/GPU Current Temp+GPU T.Limit Temp+GPU Slowdown"
+    old = tuple(
+        Reading(r.key, 89, "C", made_up) if r.key == "gpu.0.temperature.slowdown" else r
+        for r in readings
+        if r.key != "gpu.0.temperature.slowdown_margin"
+    )
+    (probe,) = upgraded((ProbeResult(f"import-{kind}", ProbeStatus.OK, 0.0, old),))
+    r = {reading.key: reading for reading in probe.readings}
+    assert r["gpu.0.temperature.slowdown"].status is ReadingStatus.UNSUPPORTED
+    assert r["gpu.0.temperature.slowdown_margin"].value == 46 + 2
+    # an edited file's margin that is no number: nothing derived, no traceback
+    edited = tuple(
+        replace(r, value="hot") if r.key == "gpu.0.temperature.tlimit_margin" else r for r in old
+    )
+    (probe,) = upgraded((ProbeResult(f"import-{kind}", ProbeStatus.OK, 0.0, edited),))
+    assert "gpu.0.temperature.slowdown_margin" not in {r.key for r in probe.readings}
 
 
 def test_a_current_snapshot_is_left_as_it_is() -> None:

@@ -106,6 +106,7 @@ MAKES = catalog.also(
     "gpu.{gpu}.temperature.tlimit_margin",
     "gpu.{gpu}.temperature.shutdown",
     "gpu.{gpu}.temperature.slowdown",
+    "gpu.{gpu}.temperature.slowdown_margin",
     "gpu.{gpu}.throttle_reasons",
     "gpu.{gpu}.utilization.gpu",
     "gpu.{gpu}.utilization.memory",
@@ -189,10 +190,11 @@ def number(text: str) -> float:
 # Temperatures: nvidia-smi prints NVML's unsigned degrees (never below 0), and 150 C is
 # the junction limit of silicon (JEDEC's Tj max for commercial parts; the highest GPU
 # shutdown threshold in realdata/ is 101 C). A temperature relative to T.Limit (the
-# margin, a threshold's T.Limit value) is bounded by the same 150 either way. Power: 4x
-# the largest board power NVIDIA lists (1,400 W, B300) = 5,600 W. Percentages: 0-100.
+# margin, a threshold's T.Limit value, the margin to slowdown) is bounded by the same 150
+# either way. Power: 4x the largest board power NVIDIA lists (1,400 W, B300) = 5,600 W.
+# Percentages: 0-100.
 PHYSICAL: dict[str, tuple[float, float]] = {"C": (0.0, 150.0), "W": (0.0, 5600.0), "%": (0, 100)}
-RELATIVE_TEMPERATURE = (".temperature.tlimit_margin", "_tlimit")
+RELATIVE_TEMPERATURE = (".temperature.tlimit_margin", "_tlimit", ".temperature.slowdown_margin")
 
 
 def out_of_range(key: str, value: Value, unit: str) -> str | None:

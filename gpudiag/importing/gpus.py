@@ -373,8 +373,8 @@ def with_ecc_totals(readings: tuple[Reading, ...]) -> tuple[Reading, ...]:
 # ------------------------------------------------------------------ thresholds, fabric, MIG
 
 
-# thresholds that drivers from R570 on print only relative to T.Limit (as the live probe
-# reads them: NVML answers NotSupported for the absolute value)
+# thresholds that nvidia-smi from R570 on prints only relative to T.Limit (the live probe
+# reads both from NVML, which may or may not answer the absolute one)
 RELATIVE_THRESHOLDS = {
     "temperature.slowdown": (
         "temperature/gpu_temp_slow_tlimit_threshold",
@@ -391,26 +391,14 @@ RELATIVE_THRESHOLDS = {
 }
 
 
-TLIMIT_MARGIN = ("temperature/gpu_temp_tlimit", "Temperature/GPU T.Limit Temp")
-CURRENT_TEMPERATURE = ("temperature/gpu_temp", "Temperature/GPU Current Temp")
-
-
-def _from_tlimit(
-    key: str, shown: str, find: Lookup, xml: bool, prefix: str, relative: str
-) -> Reading:
-    """An absolute threshold nvidia-smi prints only relative to T.Limit, as the live
-    probe derives it (probes/gpu.py from_tlimit): the current temperature plus the margin
-    to T.Limit ('GPU T.Limit Temp'), less the threshold's T.Limit value; unsupported,
-    saying so, where the current temperature or the margin is not printed."""
-    margin_path, current_path = TLIMIT_MARGIN[0 if xml else 1], CURRENT_TEMPERATURE[0 if xml else 1]
-    margin, current = find(margin_path), find(current_path)
-    source = f"{prefix}/{current_path}+{margin_path}+{relative}"
-    try:
-        value = integer(current or "") + integer(margin or "") - integer(shown)
-    except (ValueError, KeyError):
-        reason = f"nvidia-smi prints it only relative to T.Limit ({shown.strip()})"
-        return Reading.failed(key, ReadingStatus.UNSUPPORTED, reason, f"{prefix}/{relative}", "C")
-    return checked(Reading(key, value, "C", source))
+def _relative_only(key: str, shown: str, prefix: str, relative: str) -> Reading:
+    """An absolute threshold nvidia-smi prints only relative to T.Limit: unsupported (the
+    file does not give it), saying where the relative one is. Never made up from the
+    current temperature and the T.Limit margin: those are of two sensors, and the sum
+    drifts with the load (89 C idle, 87 C loaded on one H100). NVML may still give it
+    (580.159.04 gave a real H100's slowdown as 89 C where nvidia-smi printed -2 C)."""
+    reason = f"nvidia-smi prints it only relative to T.Limit ({shown.strip()}: {key}_tlimit)"
+    return Reading.failed(key, ReadingStatus.UNSUPPORTED, reason, f"{prefix}/{relative}", "C")
 
 
 def field_readings(
@@ -431,7 +419,7 @@ def field_readings(
         raw = find(path)
         relative = RELATIVE_THRESHOLDS.get(spec.suffix, ("", ""))[0 if xml else 1]
         if raw is None and relative and (shown := find(relative)) is not None:
-            reading = _from_tlimit(key, shown, find, xml, prefix, relative)
+            reading = _relative_only(key, shown, prefix, relative)
         elif spec.suffix == "fabric.state" and raw is not None and status_of(raw):
             # nvidia-smi prints N/A where NVML answers the state 'not supported'
             reading = Reading(key, "not-supported", "", f"{prefix}/{path}")
@@ -441,10 +429,16 @@ def field_readings(
     return readings
 
 
-# the T.Limit temperatures (R5xx on): the margin to T.Limit and each threshold relative to it
+# the T.Limit temperatures (R5xx on): the margin to T.Limit and each threshold relative to
+# it; the -q text's places, first found (R610's -q calls the margin 'GPU Current T.Limit
+# Temp': realdata nvidia-smi-q/*2080-super__610.57.04*)
 TLIMIT_FIELDS = (
-    ("temperature.tlimit_margin", "temperature/gpu_temp_tlimit", "Temperature/GPU T.Limit Temp"),
-    *((f"temperature.{name}_tlimit", xml, text) for name, (xml, text) in (
+    (
+        "temperature.tlimit_margin",
+        "temperature/gpu_temp_tlimit",
+        ("Temperature/GPU T.Limit Temp", "Temperature/GPU Current T.Limit Temp"),
+    ),
+    *((f"temperature.{name}_tlimit", xml, (text,)) for name, (xml, text) in (
         ("slowdown", RELATIVE_THRESHOLDS["temperature.slowdown"]),
         ("shutdown", RELATIVE_THRESHOLDS["temperature.shutdown"]),
         ("gpu_max", RELATIVE_THRESHOLDS["temperature.gpu_max"]),
@@ -455,18 +449,33 @@ TLIMIT_FIELDS = (
 def tlimit_readings(index: int, find: Lookup, xml: bool, prefix: str) -> list[Reading]:
     """gpu.N.temperature.{tlimit_margin,*_tlimit}, where the file has its Temperature
     section; unsupported where it prints no T.Limit lines (drivers before them: NVML
-    answers NotSupported there too)."""
+    answers NotSupported there too). Then gpu.N.temperature.slowdown_margin, the margin
+    less the slowdown's T.Limit value, as the live probe makes it (probes/gpu.py
+    slowdown_margin)."""
     readings = []
-    for suffix, xml_path, text_path in TLIMIT_FIELDS:
-        path = xml_path if xml else text_path
+    for suffix, xml_path, text_paths in TLIMIT_FIELDS:
+        paths = (xml_path,) if xml else text_paths
+        path = next((p for p in paths if find(p) is not None), paths[0])
         key, raw = key_of(f"gpu.{{gpu}}.{suffix}", gpu=index), find(path)
         if raw is None:
-            reason = "nvidia-smi prints no T.Limit temperatures here (older driver)"
+            reason = (
+                "nvidia-smi prints no T.Limit value here (an older driver, or absolute thresholds)"
+            )
             readings.append(
                 Reading.failed(key, ReadingStatus.UNSUPPORTED, reason, f"{prefix}/{path}", "C")
             )
         else:
             readings.append(reading_of(key, raw, integer, "C", f"{prefix}/{path}"))
+    by_suffix = {r.key.split(".temperature.")[1]: r for r in readings}
+    margin, slowdown = by_suffix["tlimit_margin"], by_suffix["slowdown_tlimit"]
+    key = key_of("gpu.{gpu}.temperature.slowdown_margin", gpu=index)
+    if margin.ok and slowdown.ok:
+        value = int(margin.value) - int(slowdown.value)  # type: ignore[arg-type]
+        source = f"{margin.source} minus {slowdown.source}"
+        readings.append(checked(Reading(key, value, "C", source)))
+    else:
+        failure = margin if not margin.ok else slowdown
+        readings.append(Reading.failed(key, failure.status, failure.reason, failure.source, "C"))
     return readings
 
 
