@@ -31,10 +31,10 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from gpudiag.model import Reading, ReadingStatus
+from gpudiag.record import field, record, replace
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ PLACEHOLDER_PATTERN = re.compile(r"\{(\w+)\}")
 # ------------------------------------------------------------------ subjects
 
 
-@dataclass(frozen=True)
+@record
 class Subject:
     """What readings can be about; a rule's `applies_to` names one."""
 
@@ -405,7 +405,10 @@ class Kind(str, Enum):
     MEASUREMENT = "measurement"  # a figure that spreads (temperature, draw, kernels)
 
 
-@dataclass(frozen=True)
+_set = object.__setattr__  # how a frozen record's own __init__ sets its fields
+
+
+@record
 class Declared:
     """One declared reading (or family of readings, by its key template)."""
 
@@ -417,6 +420,21 @@ class Declared:
     help: str = ""
     producers: frozenset[str] = frozenset()
     positional: bool = False  # a configuration reading that says where a part sits
+
+    def __init__(
+        self,
+        template: str,
+        unit: str = "",
+        change: Change = Change.CONFIGURATION,
+        identifying: str = "",
+        group: str = "",
+        help: str = "",
+        producers: frozenset[str] = frozenset(),
+        positional: bool = False,
+    ) -> None:  # written out (record: the generic one binds in a loop): hundreds made
+        _set(self, "__dict__", {"template": template, "unit": unit, "change": change,
+                                "identifying": identifying, "group": group, "help": help,
+                                "producers": producers, "positional": positional})  # fmt: skip
 
     @property
     def volatile(self) -> bool:
@@ -502,7 +520,7 @@ def declare(group: str, *readings: Declared) -> tuple[Declared, ...]:
     return tuple(replace(d, group=d.group or group) for d in readings)
 
 
-@dataclass(frozen=True)
+@record
 class Also:
     """Readings a producer makes that another producer declares in full (the importer
     writes the GPU probe's keys): the same meaning, a second producer."""
@@ -552,7 +570,7 @@ class CatalogError(Exception):
     """Two producers declare one template differently, or an `also` names nothing."""
 
 
-@dataclass
+@record(frozen=False)
 class Catalog:
     """Every declared reading, looked up by key."""
 
@@ -697,7 +715,7 @@ def _ordered(values: Iterable[tuple[str, ...]]) -> list[tuple[str, ...]]:
     return sorted(distinct, key=lambda v: tuple(map(index, v)))
 
 
-@dataclass(frozen=True)
+@record
 class SubjectIndex:
     """The instances of every subject in one set of readings: the keys grouped by their
     first segment, then one pass per group (the GPUs and their NVLinks in one)."""

@@ -7,12 +7,12 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpudiag import catalog
 from gpudiag.inputs import compiled_module, text_fingerprint
 from gpudiag.model import Reading
+from gpudiag.record import field, field_names, record
 from gpudiag.rule_operators import RuleError
 
 TYPE_CHECKING = False  # typing's, without importing typing
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-@dataclass(frozen=True)
+@record
 class Profile:
     """Expected values for one GPU model, keyed by PCI device id; or for a class of GPU
     (GeForce, workstation cards), matched by brand or by words of the product name when
@@ -337,7 +337,7 @@ def _shipped_profiles() -> dict[str, Profile]:
 # with the fingerprint of the text it was made from; an edited profiles.toml no longer
 # matches it and is parsed from its text. tests/test_rules_compiled.py holds the two alike.
 PROFILES_ORIGIN = "rules/profiles.toml"
-_PROFILE_ATTRS = tuple(Profile.__dataclass_fields__)
+_PROFILE_ATTRS = field_names(Profile)
 
 
 def shipped_profiles_path() -> Path:

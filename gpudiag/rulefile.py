@@ -82,7 +82,6 @@ import functools
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpudiag import catalog
@@ -95,6 +94,7 @@ from gpudiag.inputs import (
 )
 from gpudiag.model import Action, Severity
 from gpudiag.profiles import PROFILE_FLAGS, READABLE_FIELDS
+from gpudiag.record import field_names, record, replace
 from gpudiag.rule_operators import OPERATORS, PROFILE_OPERATORS, READING_OPERATORS, RuleError
 
 TYPE_CHECKING = False  # typing's, without importing typing
@@ -152,7 +152,7 @@ DATA_FILES = {"profiles.toml", "explanations.toml", "telemetry.toml"}
 DEFAULT_SITE_DIRS = (Path("/etc/gpudiag/rules.d"), Path("~/.config/gpudiag/rules.d"))
 
 
-@dataclass(frozen=True)
+@record
 class Rule:
     """One loaded rule."""
 
@@ -508,7 +508,7 @@ def shipped_sources() -> list[tuple[str, str]]:
 # edited rule file is never misread. tests/test_rules_compiled.py fails when the module
 # is stale and says the one command that writes it again.
 COMPILED_MODULE = "compiled.py"
-_RULE_FIELDS = tuple(Rule.__dataclass_fields__)
+_RULE_FIELDS = field_names(Rule)
 
 
 def _plain_rule(rule: Rule) -> tuple[Any, ...]:

@@ -281,9 +281,10 @@ def test_check_and_diff_import_only_what_they_use(tmp_path: Path) -> None:
 def test_a_program_importing_gpudiag_keeps_its_standard_modules() -> None:
     """The stand-ins for copy and inspect are the `gpudiag` command's (gpudiag.entry),
     never a library importer's: a program that imports gpudiag's model and judges with
-    it holds the real modules."""
+    it (and dataclasses, which gpudiag's records no longer import) holds the real
+    modules."""
     loaded = modules_loaded_by(
-        "import gpudiag.model, gpudiag.ruleengine",
+        "import gpudiag.model, gpudiag.ruleengine, dataclasses",
         "print(type(sys.modules['inspect']).__name__, type(sys.modules['copy']).__name__)",
     )
     assert "_OnFirstUse" not in loaded and {"inspect", "copy"} <= loaded
