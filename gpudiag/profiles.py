@@ -5,9 +5,9 @@ them (`min_profile`, ...) and the kernel readings take shares of their peaks."""
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections import Counter
-from pathlib import Path
 
 from gpudiag import catalog
 from gpudiag.inputs import compiled_module, text_fingerprint
@@ -327,7 +327,8 @@ def load_profiles() -> dict[str, Profile]:
 def _shipped_profiles() -> dict[str, Profile]:
     """rules/profiles.toml's profiles: from the compiled rules module (rules/compiled.py,
     PROFILES) while the file's text is the one compiled, else parsed from its TOML."""
-    text = shipped_profiles_path().read_text(encoding="utf-8")
+    with open(shipped_profiles_path(), encoding="utf-8") as file:
+        text = file.read()
     compiled = _compiled_profiles(text)
     return compiled if compiled is not None else parse_profiles(text, PROFILES_ORIGIN)
 
@@ -340,11 +341,12 @@ PROFILES_ORIGIN = "rules/profiles.toml"
 _PROFILE_ATTRS = field_names(Profile)
 
 
-def shipped_profiles_path() -> Path:
-    """The shipped profiles file (in the `gpudiag.rules` package, on disk)."""
+def shipped_profiles_path() -> str:
+    """The shipped profiles file (in the `gpudiag.rules` package, on disk): its path as
+    text (os.path: `check` does not import pathlib for it)."""
     import gpudiag.rules
 
-    return Path(gpudiag.rules.__file__).parent / "profiles.toml"
+    return os.path.join(os.path.dirname(gpudiag.rules.__file__), "profiles.toml")
 
 
 def compiled_profiles(text: str) -> tuple[Any, ...]:

@@ -278,6 +278,23 @@ def test_check_and_diff_import_only_what_they_use(tmp_path: Path) -> None:
         assert "_OnFirstUse" in loaded  # copy's and inspect's stand-ins, never used
 
 
+def test_check_imports_no_pathlib() -> None:
+    """`gpudiag check` of a snapshot (no --rules, and no site rules folder) does not import
+    pathlib (issue 44: 3 ms of the command): the shipped rule and profile files are found
+    by os.path. It is dropped from sys.modules first (an editable install's path finder
+    imports it at every start), so that an import by gpudiag would load it again."""
+    rendered = str(REPO / "tests" / "golden" / "rendered.json")
+    loaded = modules_loaded_by(
+        "import os",
+        "sys.modules.pop('pathlib', None)",
+        "from gpudiag.entry import main",
+        f"sys.argv, sys.stdout = ['gpudiag', 'check', {rendered!r}], open(os.devnull, 'w')",
+        "assert main() in (0, 1, 2)",
+        "sys.stdout = sys.__stdout__",
+    )
+    assert "gpudiag.ruleengine" in loaded and "pathlib" not in loaded
+
+
 def test_a_program_importing_gpudiag_keeps_its_standard_modules() -> None:
     """The stand-ins for copy and inspect are the `gpudiag` command's (gpudiag.entry),
     never a library importer's: a program that imports gpudiag's model and judges with

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
+from gpudiag.cli import _path
 from gpudiag.commands.common import PausedGC, load_snapshot, write_prometheus
 from gpudiag.output import add_format_options
 
@@ -26,7 +26,7 @@ def add_parser(subparsers: Any) -> None:
         "--rules",
         metavar="DIR",
         action="append",
-        type=Path,
+        type=_path,  # pathlib is imported where a path is given
         default=argparse.SUPPRESS,
         help="also load the rule files in DIR",
     )
