@@ -712,7 +712,8 @@ def _passes(
 def _at_line_starts(pattern: re.Pattern[str]) -> re.Pattern[str]:
     """A `^...` MULTILINE pattern with its `^` as a literal "\\n", for a text of lines
     that each follow a "\\n": the same matches, found by a search for the pattern's
-    literal start in C (`^` is tried at every character: 40% of a 64-GPU index)."""
+    literal start in C (`^` is tried at every character; the search is about half of a
+    64-GPU index, and a third faster so, standalone)."""
     assert pattern.pattern.startswith("^")
     return re.compile("\n" + pattern.pattern[1:], pattern.flags)
 
