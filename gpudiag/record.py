@@ -75,7 +75,8 @@ def record(cls: type[T] | None = None, /, *, frozen: bool = True) -> Any:
 
 def _make(cls: Any, frozen: bool) -> Any:
     specs: dict[str, Field] = {}
-    for name in cls.__dict__.get("__annotations__", {}):  # noqa: RUF063 (no inspect)
+    own_annotations = cls.__dict__.get("__annotations__")  # noqa: RUF063 (no inspect)
+    for name in cls.__annotations__ if own_annotations is None else own_annotations:
         value = cls.__dict__.get(name, MISSING)
         spec = value if isinstance(value, Field) else Field(default=value)
         if isinstance(value, Field):  # as dataclass: the default stays, a factory's goes
@@ -90,6 +91,8 @@ def _make(cls: Any, frozen: bool) -> Any:
     own = cls.__dict__
     if "__init__" not in own:
         cls.__init__ = _init(cls, specs)
+    if "__replace__" not in own:  # copy.replace (Python 3.13), as a dataclass has it
+        cls.__replace__ = replace
     if "__repr__" not in own:
         cls.__repr__ = _repr(tuple(n for n, s in specs.items() if s.repr))
     compared = _key(tuple(n for n, s in specs.items() if s.compare))

@@ -122,6 +122,7 @@ def test_real_records_compare_hash_replace_and_asdict_as_dataclasses() -> None:
     assert dataclasses.replace(reading, unit="W") == model.Reading(
         reading.key, reading.value, "W", reading.source, reading.status, reading.reason
     )
+    assert reading.__replace__(unit="W") == dataclasses.replace(reading, unit="W")
     changed = dataclasses.replace(judged, host="other")  # readings_by_key made again
     assert changed.host == "other" and changed.readings_by_key == judged.readings_by_key
     with pytest.raises(ValueError, match="init=False"):
