@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from gpudiag import catalog
 from gpudiag.catalog import DERIVED
@@ -26,6 +25,7 @@ from gpudiag.kernels.readings import PCIE_LANE_GBS, cpu_band_readings, kernel_re
 from gpudiag.model import KernelResult, ProbeResult, ProbeStatus, Reading, ReadingStatus, Snapshot
 from gpudiag.probes.topology import derive as topology_readings
 from gpudiag.profiles import Profile, detect_profile, load_profiles
+from gpudiag.record import record
 from gpudiag.rule_operators import RuleError
 
 # results that held derived readings in older snapshots: replaced when derived again
@@ -47,7 +47,7 @@ LINK_GEN_LOADED = catalog.volatile(
 READINGS = catalog.declare("GPU", PROFILE, DEVICE_IDS, LINK_GEN_LOADED)
 
 
-@dataclass(frozen=True)
+@record
 class Derivation:
     """The derived result, with the profile the rules judge against and the device ids."""
 

@@ -22,7 +22,6 @@ take the guarded path where it says yes. A file name in an `InputError` is print
 
 from __future__ import annotations
 
-import argparse
 import errno
 import math
 import os
@@ -572,6 +571,8 @@ def number_option(
     where `above`) and `maximum`; anything else is a usage error (exit 3) saying so."""
 
     def parse(text: str) -> float | int:
+        import argparse  # a number given on a command line: argparse is reading it
+
         try:
             value: float | int = int(text) if integer else float(text)
         except (ValueError, OverflowError):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from enum import Enum
 
 from gpudiag.inputs import (
@@ -19,6 +18,7 @@ from gpudiag.inputs import (
     one_line,
     too_large_text,
 )
+from gpudiag.record import field, record
 
 SCHEMA_VERSION = 2
 
@@ -122,7 +122,7 @@ def check_value(value: object) -> Value:
 _new, _set = object.__new__, object.__setattr__
 
 
-@dataclass(frozen=True)
+@record
 class Reading:
     """One fact about the node, flat-keyed, e.g. `gpu.3.pcie.link_width`.
 
@@ -137,6 +137,19 @@ class Reading:
     source: str = ""
     status: ReadingStatus = ReadingStatus.OK
     reason: str = ""
+
+    def __init__(
+        self,
+        key: str,
+        value: Value | None,
+        unit: str = "",
+        source: str = "",
+        status: ReadingStatus = ReadingStatus.OK,
+        reason: str = "",
+    ) -> None:  # written out (record: the generic one binds in a loop), thousands made
+        _set(self, "__dict__", {"key": key, "value": value, "unit": unit, "source": source,
+                                "status": status, "reason": reason})  # fmt: skip
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         if not self.key:
@@ -213,7 +226,7 @@ def _one_line_fields(item: object, names: tuple[str, ...]) -> None:
             _set(item, name, one_line(text))
 
 
-@dataclass(frozen=True)
+@record
 class ProbeResult:
     """What one probe returned, and how its run ended."""
 
@@ -228,7 +241,7 @@ class ProbeResult:
         _one_line_fields(self, ("name", "title"))
 
 
-@dataclass(frozen=True)
+@record
 class Finding:
     """A rule's verdict on one subject (the node, a GPU, a link).
 
@@ -247,7 +260,21 @@ class Finding:
     fix: str = ""
     action: Action = Action.NONE
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        rule_id: str,
+        severity: Severity,
+        subject: str,
+        title: str,
+        message: str,
+        evidence: tuple[Reading, ...] = (),
+        why: str = "",
+        fix: str = "",
+        action: Action = Action.NONE,
+    ) -> None:  # written out: hundreds made per judgment
+        _set(self, "__dict__", {"rule_id": rule_id, "severity": severity, "subject": subject,
+                                "title": title, "message": message, "evidence": evidence,
+                                "why": why, "fix": fix, "action": action})  # fmt: skip
         _one_line_fields(self, ("rule_id", "subject", "title"))
 
     def said(self) -> str:
@@ -261,7 +288,7 @@ class Finding:
         return self.message
 
 
-@dataclass(frozen=True)
+@record
 class Statistics:
     """Summary of a kernel's repeated trials."""
 
@@ -275,7 +302,7 @@ class Statistics:
     ci95_high: float
 
 
-@dataclass(frozen=True)
+@record
 class KernelResult:
     """Repeated measurements of one metric of one kernel on one device."""
 
@@ -293,7 +320,7 @@ class KernelResult:
         _one_line_fields(self, ("kernel", "device", "metric", "unit"))
 
 
-@dataclass(frozen=True)
+@record
 class Snapshot:
     """Everything gpudiag knows about a node at one moment."""
 

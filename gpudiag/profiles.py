@@ -5,14 +5,14 @@ them (`min_profile`, ...) and the kernel readings take shares of their peaks."""
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections import Counter
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from gpudiag import catalog
 from gpudiag.inputs import compiled_module, text_fingerprint
 from gpudiag.model import Reading
+from gpudiag.record import field, field_names, record
 from gpudiag.rule_operators import RuleError
 
 TYPE_CHECKING = False  # typing's, without importing typing
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-@dataclass(frozen=True)
+@record
 class Profile:
     """Expected values for one GPU model, keyed by PCI device id; or for a class of GPU
     (GeForce, workstation cards), matched by brand or by words of the product name when
@@ -327,7 +327,8 @@ def load_profiles() -> dict[str, Profile]:
 def _shipped_profiles() -> dict[str, Profile]:
     """rules/profiles.toml's profiles: from the compiled rules module (rules/compiled.py,
     PROFILES) while the file's text is the one compiled, else parsed from its TOML."""
-    text = shipped_profiles_path().read_text(encoding="utf-8")
+    with open(shipped_profiles_path(), encoding="utf-8") as file:
+        text = file.read()
     compiled = _compiled_profiles(text)
     return compiled if compiled is not None else parse_profiles(text, PROFILES_ORIGIN)
 
@@ -337,14 +338,15 @@ def _shipped_profiles() -> dict[str, Profile]:
 # with the fingerprint of the text it was made from; an edited profiles.toml no longer
 # matches it and is parsed from its text. tests/test_rules_compiled.py holds the two alike.
 PROFILES_ORIGIN = "rules/profiles.toml"
-_PROFILE_ATTRS = tuple(Profile.__dataclass_fields__)
+_PROFILE_ATTRS = field_names(Profile)
 
 
-def shipped_profiles_path() -> Path:
-    """The shipped profiles file (in the `gpudiag.rules` package, on disk)."""
+def shipped_profiles_path() -> str:
+    """The shipped profiles file (in the `gpudiag.rules` package, on disk): its path as
+    text (os.path: `check` does not import pathlib for it)."""
     import gpudiag.rules
 
-    return Path(gpudiag.rules.__file__).parent / "profiles.toml"
+    return os.path.join(os.path.dirname(gpudiag.rules.__file__), "profiles.toml")
 
 
 def compiled_profiles(text: str) -> tuple[Any, ...]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import operator as op
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from gpudiag.record import record
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ class RuleError(Exception):
     """A rule or profile file that cannot be used; str() is 'FILE:LINE: problem'."""
 
 
-@dataclass(frozen=True)
+@record
 class Operator:
     """One operator: what its value must be, and its test of a value against the
     expectation."""

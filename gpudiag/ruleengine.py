@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from operator import attrgetter
 
 from gpudiag import catalog, shipped
@@ -26,6 +25,7 @@ from gpudiag.model import (
     Severity,
 )
 from gpudiag.profiles import Profile
+from gpudiag.record import record
 from gpudiag.rule_operators import (
     PROFILE_OPERATORS,
     QUICK_OPERATORS,
@@ -87,7 +87,7 @@ CANNOT_CHECK = "cannot check:"  # how the message of a finding that could not ch
 UNCHECKED_TITLE = "could not check: "  # and its title
 
 
-@dataclass(frozen=True)
+@record
 class _Context:
     """What the rules are judged against: the readings, the profile, the sources."""
 
@@ -629,7 +629,7 @@ def _guarded_test(rule: Rule, values: tuple[str, ...]) -> _Guarded | None:
     return lambda value, get, fields: applies(get, fields) and compared(value, get, fields)
 
 
-@dataclass(frozen=True)
+@record
 class _Plan:
     """Which rule checks which key, for one set of rules and one shape of readings."""
 

@@ -82,8 +82,6 @@ import functools
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
 
 from gpudiag import catalog
 from gpudiag.inputs import (
@@ -95,10 +93,12 @@ from gpudiag.inputs import (
 )
 from gpudiag.model import Action, Severity
 from gpudiag.profiles import PROFILE_FLAGS, READABLE_FIELDS
+from gpudiag.record import field_names, record, replace
 from gpudiag.rule_operators import OPERATORS, PROFILE_OPERATORS, READING_OPERATORS, RuleError
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
 SCOPES: dict[str, tuple[str, ...]] = catalog.scopes()  # the catalog's subjects
@@ -149,10 +149,11 @@ MESSAGE_FIELDS = {
 }
 # rules/ files that hold no rules (telemetry.toml: the bound-by thresholds)
 DATA_FILES = {"profiles.toml", "explanations.toml", "telemetry.toml"}
-DEFAULT_SITE_DIRS = (Path("/etc/gpudiag/rules.d"), Path("~/.config/gpudiag/rules.d"))
+# (text, not Path: a `check` without site rules does not import pathlib for them)
+DEFAULT_SITE_DIRS = ("/etc/gpudiag/rules.d", "~/.config/gpudiag/rules.d")
 
 
-@dataclass(frozen=True)
+@record
 class Rule:
     """One loaded rule."""
 
@@ -482,21 +483,28 @@ def read_rule_file(path: Path) -> str:
         raise RuleError(f"{path}: not UTF-8 text (binary?) at byte {exc.start}") from None
 
 
-def _shipped_dir() -> Path:
-    """The folder of the shipped rule files (the `gpudiag.rules` package, on disk)."""
+def _shipped_dir() -> str:
+    """The folder of the shipped rule files (the `gpudiag.rules` package, on disk): its
+    path as text (os.path: `check` does not import pathlib for it)."""
     import gpudiag.rules
 
-    return Path(gpudiag.rules.__file__).parent
+    return os.path.dirname(gpudiag.rules.__file__)
 
 
 def shipped_sources() -> list[tuple[str, str]]:
     """(origin, text) of every shipped rule file, by name."""
     folder = _shipped_dir()
     return [
-        (f"rules/{name}", (folder / name).read_text(encoding="utf-8"))
+        (f"rules/{name}", _read_text(os.path.join(folder, name)))
         for name in sorted(os.listdir(folder))
         if name.endswith(".toml") and name not in DATA_FILES
     ]
+
+
+def _read_text(path: str) -> str:
+    """A shipped file's text (what Path.read_text(encoding='utf-8') gives)."""
+    with open(path, encoding="utf-8") as file:
+        return file.read()
 
 
 # ------------------------------------------------------------------ the compiled rules
@@ -508,7 +516,7 @@ def shipped_sources() -> list[tuple[str, str]]:
 # edited rule file is never misread. tests/test_rules_compiled.py fails when the module
 # is stale and says the one command that writes it again.
 COMPILED_MODULE = "compiled.py"
-_RULE_FIELDS = tuple(Rule.__dataclass_fields__)
+_RULE_FIELDS = field_names(Rule)
 
 
 def _plain_rule(rule: Rule) -> tuple[Any, ...]:
@@ -537,7 +545,7 @@ def compiled_module_text(sources: Sequence[tuple[str, str]] | None = None) -> st
 
     from gpudiag.profiles import compiled_profiles, shipped_profiles_path
 
-    profiles_text = shipped_profiles_path().read_text(encoding="utf-8")
+    profiles_text = _read_text(shipped_profiles_path())
     entries = {}
     for origin, text in shipped_sources() if sources is None else sources:
         rules, overrides = parse_rule_file(text, origin)
@@ -593,7 +601,9 @@ def load_rules(directories: Sequence[Path] = (), site: bool = False) -> list[Rul
     unique; `[[override]]` tables change a rule already loaded."""
     parsed = _parsed_shipped()
     folders = list(directories)
-    if site:
+    if site and any(os.path.isdir(os.path.expanduser(d)) for d in DEFAULT_SITE_DIRS):
+        from pathlib import Path
+
         folders = [
             Path(os.path.expanduser(d))
             for d in DEFAULT_SITE_DIRS
@@ -652,7 +662,9 @@ def lint_data_file(path: Path) -> str | None:
     """Check one of the shipped data files in rules/ (the GPU profiles, the diff's
     explanations) as gpudiag reads it: what it holds in words, or None for any other file;
     RuleError where it is broken."""
-    shipped_dir = _shipped_dir().resolve()
+    from pathlib import Path
+
+    shipped_dir = Path(_shipped_dir()).resolve()
     if path.name not in DATA_FILES or path.resolve().parent != shipped_dir:
         return None
     text = read_rule_file(path)
@@ -682,7 +694,9 @@ def lint_rule_file(path: Path) -> tuple[int, int, list[str]]:
     from gpudiag.shipped import catalog as shipped_catalog
 
     sources = shipped_sources()
-    shipped_dir = _shipped_dir().resolve()
+    from pathlib import Path
+
+    shipped_dir = Path(_shipped_dir()).resolve()
     if path.resolve().parent == shipped_dir:
         sources = [(o, t) for o, t in sources if o != f"rules/{path.name}"]
     _merged([*(parse_rule_file(t, o) for o, t in sources), (rules, overrides)], errors)

@@ -6,12 +6,12 @@ The CLI and the TUI both call these; neither talks to probes or rules any other 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
 
 from gpudiag import __version__
 from gpudiag.catalog import COUNTERS, kernel_identity
 from gpudiag.derive import DERIVED, stored_profile, with_derived
 from gpudiag.model import Finding, KernelResult, ProbeResult, Reading, Severity, Snapshot
+from gpudiag.record import field, record, replace
 from gpudiag.ruleengine import evaluate, rules_with_instances
 
 TYPE_CHECKING = False  # typing's, without importing typing
@@ -35,7 +35,7 @@ def _event() -> threading.Event:
     return threading.Event()
 
 
-@dataclass
+@record(frozen=False)
 class LiveNode:
     """Everything needed to probe a node: where its files are, its NVML, which probes
     and rules to use, and the command line to record."""
@@ -176,7 +176,7 @@ def format_finding(finding: Finding) -> str:
     return f"{severity:<8} {finding.rule_id:<8} {finding.subject}: {finding.said()}"
 
 
-@dataclass(frozen=True)
+@record
 class RuleTally:
     """How many rules checked, did not apply, and could not check: the one set of counts
     (and words) that the export, `check`, `health`, `view`, the TUI and the JSON give.

@@ -6,7 +6,7 @@ Where the declaring files no longer match FINGERPRINT, the catalog is built from
 producers instead.
 """
 
-FINGERPRINT = (2073531841, 35)
+FINGERPRINT = (1788471609, 35)
 # (template, unit, change, identifying, group, help, producers, positional), in
 # declaration order
 DECLARED = (('host.hostname', '', 'volatile', 'host', 'Host and OS', '', ['host'], False),

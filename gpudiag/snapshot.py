@@ -27,7 +27,6 @@ import math
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import asdict, replace
 
 from gpudiag.catalog import check_keys
 from gpudiag.inputs import (
@@ -53,6 +52,7 @@ from gpudiag.model import (
     Statistics,
     check_value,
 )
+from gpudiag.record import as_dict, replace
 from gpudiag.upgrade import upgraded
 
 TYPE_CHECKING = False  # typing's, without importing typing
@@ -144,7 +144,7 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
         entry["samples"] = list(k.samples)
         entry["params"] = dict(k.params)
         if k.stats is not None:
-            entry["stats"] = asdict(k.stats)
+            entry["stats"] = as_dict(k.stats)
         kernels.append(entry)
     findings = [
         {

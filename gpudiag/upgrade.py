@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 
 from gpudiag.model import ProbeResult, Reading, ReadingStatus
+from gpudiag.record import replace
 
 OLDER = "derived on load: the snapshot was saved before gpudiag recorded it"
 _GPU_KEY = re.compile(r"^gpu\.(\d+)\.(nvlink\.count|fabric\.state)$")

@@ -42,11 +42,11 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import replace
 
 from gpudiag import catalog
 from gpudiag.catalog import device_prefix, metric_key
 from gpudiag.model import KernelResult, ProbeStatus, Reading, ReadingStatus
+from gpudiag.record import replace
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:

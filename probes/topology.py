@@ -133,6 +133,7 @@ def derive(readings: dict[str, Reading]) -> ProbeResult:
     gpus, kinds = _gpus_and_kinds(readings)
     nics = [nic for nic, r in kinds.items() if r.value in ("nic", "infiniband")]
     for gpu, bus in sorted(gpus.items()):
+        first = len(derived)  # this GPU's readings follow (not every GPU's again: 64 GPUs)
         for nic in nics:
             source = f"pcie:{bus}, pcie:{nic}"
             needed = [
@@ -159,7 +160,8 @@ def derive(readings: dict[str, Reading]) -> ProbeResult:
                 same_numa,
             )
             derived.append(GPU_NIC.reading(label, source, gpu=gpu, nic=nic))
-        labels = [r.value for r in derived if r.key.startswith(f"topo.gpu.{gpu}.nic.") and r.ok]
+        prefix = f"topo.gpu.{gpu}.nic."
+        labels = [r.value for r in derived[first:] if r.key.startswith(prefix) and r.ok]
         if labels:
             nearest = min(labels, key=lambda label: CLOSENESS.index(str(label)))
             derived.append(NEAREST_NIC.reading(nearest, "topo.gpu.*.nic.*", gpu=gpu))

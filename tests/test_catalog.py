@@ -181,6 +181,31 @@ def test_subject_index_finds_every_instance() -> None:
     assert index["numa_node"] == [("1",)]
 
 
+# keys at the edges of the subjects' patterns: a GPU without a dot after its index, an
+# index too long or not a number, a link without one, pairs, and a key of two lines
+EDGE_KEYS = [
+    "gpu.0.name", "gpu.3", "gpu.3.", "gpu.03.x", "gpu.1234567.x", "gpu.x.y", "gpu..1",
+    "gpu.4.nvlink.2", "gpu.4.nvlink.2.state", "gpu.4.nvlink.x.state", "gpu.5.nvlink",
+    "topo.gpu.1.2.x", "topo.gpu.1.2", "topo.gpu.1", "topo.gpux.1.2", "numa.7", "numa.7.cpus",
+    "pcie.0000:19:00.0.kind", "pcie.0000:19:00.0", "nvme.1.model", "xgpu.2.a", "gpu.6.ok",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("keys", [EDGE_KEYS, [*EDGE_KEYS, "gpu.8.two\ngpu.9.lines"], []])
+def test_the_index_and_the_gpus_found_from_lines_are_those_found_key_by_key(
+    keys: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SubjectIndex.of and gpu_indices search the keys' lines for their patterns' literal
+    starts (issue 44): the same instances as each `^` pattern tried key by key (a key of
+    two lines is searched as before)."""
+    index, gpus = SubjectIndex.of(keys).by_scope, catalog.gpu_indices(keys)
+    assert gpus == sorted({int(m[1]) for k in keys if (m := catalog.GPU_KEY.match(k))})
+    assert catalog.gpu_indices(iter(keys)) == gpus
+    monkeypatch.setattr(catalog, "_at_line_starts", lambda pattern: pattern)  # `^` as was
+    assert SubjectIndex.of(keys).by_scope == index
+    assert not keys or (("4", "2") in index["nvlink"] and ("1", "2") in index["gpu_pair"])
+
+
 def test_which_source_can_hold_a_key() -> None:
     assert shipped.can_hold(["gpu"], "gpu.0.ecc.current")
     assert not shipped.can_hold(["cpu"], "gpu.0.ecc.current")

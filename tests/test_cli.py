@@ -278,12 +278,63 @@ def test_check_and_diff_import_only_what_they_use(tmp_path: Path) -> None:
         assert "_OnFirstUse" in loaded  # copy's and inspect's stand-ins, never used
 
 
+def test_check_imports_neither_pathlib_nor_argparse() -> None:
+    """`gpudiag check SNAPSHOT` (no --rules, and no site rules folder) imports neither
+    pathlib nor argparse (issue 44: 3 ms of the command each): the shipped rule and
+    profile files are found by os.path, and check's own options are read by
+    commands/check.py's plain_arguments. Both are dropped from sys.modules first (an
+    editable install's path finder imports pathlib at every start), so that an import by
+    gpudiag would load them again."""
+    rendered = str(REPO / "tests" / "golden" / "rendered.json")
+    loaded = modules_loaded_by(
+        "import os",
+        "sys.modules.pop('pathlib', None), sys.modules.pop('argparse', None)",
+        "from gpudiag.entry import main",
+        f"sys.argv, sys.stdout = ['gpudiag', 'check', {rendered!r}], open(os.devnull, 'w')",
+        "assert main() in (0, 1, 2)",
+        "sys.stdout = sys.__stdout__",
+    )
+    assert "gpudiag.ruleengine" in loaded and not {"pathlib", "argparse"} & loaded
+
+
+# check's command lines that plain_arguments reads (as argparse does), and those it
+# leaves to argparse (which reads them otherwise, or refuses them)
+PLAIN_CHECKS = (
+    ["check", "node.json"],
+    ["check", "-"],
+    ["check", ""],
+    ["check", "node.json", "--format", "json"],
+    ["check", "--format=junit", "node.json"],
+    ["check", "n", "--rules", "r1", "--rules=r2", "--profile", "h100-sxm", "--prometheus",
+     "out.prom", "--format", "toml", "--format", "prometheus"],
+    ["check", "n", "--profile=x", "--profile", "y", "--prometheus=p"],
+)  # fmt: skip
+ARGPARSE_CHECKS = (
+    ["check"], ["check", "a", "b"], ["check", "-h"], ["check", "a", "--help"],
+    ["check", "a", "--form", "json"], ["check", "a", "--format", "xml"],
+    ["check", "a", "--rules"], ["check", "a", "--rules="], ["check", "a", "--profile", "-x"],
+    ["check", "--", "a"], ["check", "a", "--redact"], ["check", "-1"], ["check", "a", "-"],
+    ["check", "a", "--root", "/"], ["--root", "/", "check", "a"],
+)  # fmt: skip
+
+
+def test_check_reads_its_options_without_argparse_as_argparse_does() -> None:
+    from gpudiag import cli
+    from gpudiag.commands.check import plain_arguments
+
+    for argv in PLAIN_CHECKS:
+        assert vars(plain_arguments(argv)) == vars(cli.build_parser().parse_args(argv)), argv
+    for argv in ARGPARSE_CHECKS:
+        assert plain_arguments(argv) is None, argv
+
+
 def test_a_program_importing_gpudiag_keeps_its_standard_modules() -> None:
     """The stand-ins for copy and inspect are the `gpudiag` command's (gpudiag.entry),
     never a library importer's: a program that imports gpudiag's model and judges with
-    it holds the real modules."""
+    it (and dataclasses, which gpudiag's records no longer import) holds the real
+    modules."""
     loaded = modules_loaded_by(
-        "import gpudiag.model, gpudiag.ruleengine",
+        "import gpudiag.model, gpudiag.ruleengine, dataclasses",
         "print(type(sys.modules['inspect']).__name__, type(sys.modules['copy']).__name__)",
     )
     assert "_OnFirstUse" not in loaded and {"inspect", "copy"} <= loaded

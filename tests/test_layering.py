@@ -286,7 +286,10 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("gpudiag.tui", "gpudiag.panes", "gpudiag.tui_diff", "gpudiag.fleet.screen"),
     ),
     ("commands: one module per subcommand", ("gpudiag.commands",)),
-    ("the command line and its entry points", ("gpudiag.cli", "gpudiag.entry", "gpudiag.__main__")),
+    (
+        "the command line and its entry points",
+        ("gpudiag.cli", "gpudiag.cli_parser", "gpudiag.entry", "gpudiag.__main__"),
+    ),
 )
 
 

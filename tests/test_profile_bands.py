@@ -6,6 +6,8 @@ The kernel figures below are the real ones issue 35 and realdata h100-vm/FIGURES
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpudiag import tomlcompat
@@ -30,7 +32,7 @@ RULES = load_rules()
 
 
 def _raw() -> dict:
-    return tomlcompat.loads(shipped_profiles_path().read_text(encoding="utf-8"))["profile"]
+    return tomlcompat.loads(Path(shipped_profiles_path()).read_text(encoding="utf-8"))["profile"]
 
 
 def test_every_profile_figure_has_its_source_and_every_band_is_a_share_of_its_peak() -> None:

@@ -21,7 +21,7 @@ REGENERATE = "GPUDIAG_UPDATE_GOLDEN=1 .venv/bin/python -m pytest -q tests/test_r
 
 
 def test_the_compiled_module_is_the_rule_files_as_they_are() -> None:
-    path = rulefile._shipped_dir() / COMPILED_MODULE
+    path = Path(rulefile._shipped_dir()) / COMPILED_MODULE
     expected = compiled_module_text()
     if UPDATE:
         path.write_text(expected, encoding="utf-8")
@@ -92,7 +92,7 @@ def test_a_module_made_for_other_rule_fields_is_not_read(
 def test_the_compiled_profiles_are_the_profiles_the_toml_gives() -> None:
     from gpudiag import profiles
 
-    text = profiles.shipped_profiles_path().read_text(encoding="utf-8")
+    text = Path(profiles.shipped_profiles_path()).read_text(encoding="utf-8")
     compiled = profiles._compiled_profiles(text)
     assert compiled is not None, f"rules/{COMPILED_MODULE} holds no profiles: {REGENERATE}"
     parsed = profiles.parse_profiles(text, profiles.PROFILES_ORIGIN)
@@ -111,7 +111,7 @@ def test_an_edited_profiles_file_is_read_from_its_text(
 ) -> None:
     from gpudiag import profiles
 
-    text = profiles.shipped_profiles_path().read_text(encoding="utf-8")
+    text = Path(profiles.shipped_profiles_path()).read_text(encoding="utf-8")
     edited = tmp_path / "profiles.toml"
     edited.write_text(text.replace("power_limit_w = 700", "power_limit_w = 701", 1))
     assert edited.read_text() != text

@@ -7,7 +7,6 @@ imported when it runs.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 
@@ -15,7 +14,9 @@ from gpudiag import inputs
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
+    import argparse
     from collections.abc import Callable
+    from pathlib import Path
 
     from gpudiag.model import Snapshot
     from gpudiag.redact import Redactor
@@ -25,6 +26,13 @@ if TYPE_CHECKING:
 
 class UsageError(Exception):
     """Bad arguments; str() is the one-line message."""
+
+
+def path_argument(text: str) -> Path:
+    """An argparse type: a path (pathlib is imported when one is given, not by --help)."""
+    from pathlib import Path
+
+    return Path(text)
 
 
 class PausedGC:

@@ -9,7 +9,6 @@ WRITERS.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Iterable, Sequence
 from importlib import import_module
 
@@ -17,6 +16,7 @@ from importlib import import_module
 # format needs (the model, the rules engine, the catalog, XML) is imported where it is used
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
+    import argparse
     from pathlib import Path
     from typing import IO
 
