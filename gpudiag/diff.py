@@ -19,14 +19,14 @@ and a GPU lost on one side is one line, not its hundreds of failed readings.
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, field
 
-from gpudiag import catalog, shipped
+from gpudiag import catalog, diff_keys, shipped
 from gpudiag.catalog import natural_key
+from gpudiag.diff_keys import COUNTER, GPU, GROUP, HEALTH, NOISY, PAIR, VERDICT
+from gpudiag.diff_keys import VERDICT_TEMPLATES as VERDICT_TEMPLATES
 from gpudiag.model import Finding, KernelResult, Reading, ReadingStatus, Severity, Snapshot
-from gpudiag.shipped import is_kernel_reading
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
@@ -43,10 +43,8 @@ MIN_SAMPLES = 5
 MAX_CV = 0.10
 RELIABLE_SAMPLES = 30  # from this many a side, the interval itself carries the spread
 SIGNIFICANT = ("faster", "slower")
-# The declared readings whose value is a verdict on a part, not a figure: the catalog
-# declares them volatile (a GPU's health may change between any two runs), yet a change
-# of one is the news of a diff (a GPU lost), never hidden among the readings that vary.
-VERDICT_TEMPLATES = frozenset({"gpu.{gpu}.health", "gpu.{gpu}.recovery_action"})
+# VERDICT_TEMPLATES (gpudiag/diff_keys.py): the readings whose change is a verdict on a
+# part (a GPU's health), never hidden
 
 
 @dataclass(frozen=True)
@@ -72,7 +70,7 @@ class ReadingChange:
     def group(self) -> str:
         """What the key is about, as findings name it ('GPU 3' for its NVLinks too, 'PCIe
         0000:18:00.0', 'IB mlx5_0 port 1'), 'topology' for the GPU pairs, else 'node'."""
-        return _group_of(self.key)
+        return diff_keys.info(self.key)[GROUP]
 
 
 def _change(
@@ -87,18 +85,6 @@ def _change(
 
 
 _NEW, _SET = object.__new__, object.__setattr__
-
-
-@functools.lru_cache(maxsize=65536)
-def _group_of(key: str) -> str:
-    """ReadingChange.group of a key, worked out once per key: the report asks it three
-    times of every change (its sort, its headings), each a match of the key's subject."""
-    if key.startswith("topo."):
-        return "topology"
-    scope, values = catalog.subject_of_key(key)
-    if scope == "nvlink":
-        scope, values = "gpu", {"gpu": values["gpu"]}
-    return catalog.subject_title(scope, values)
 
 
 @dataclass(frozen=True)
@@ -130,41 +116,57 @@ class Diff:
     metrics: list[MetricChange] = field(default_factory=list)
     gpu_map: dict[str, str] = field(default_factory=dict)
     same_node: bool = False  # A and B are one node at two moments (same host name)
+    # what diff_snapshots' one pass over the keys gathers (None: walk `readings`): the
+    # changes that are not equal, those of them of verdicts, and each GPU's count of its
+    # readings by kind (only_a, only_b, equal, changed), its health reading left out
+    _unequal: list[ReadingChange] | None = field(default=None, repr=False, compare=False)
+    _verdicts: list[ReadingChange] | None = field(default=None, repr=False, compare=False)
+    _sides: dict[str, list[int]] | None = field(default=None, repr=False, compare=False)
 
     def rising_counters(self) -> list[ReadingChange]:
         """Counters since boot (declared in gpudiag/catalog.py) higher in B than in A, for
         two snapshots of the same node: errors that happened between them."""
         if not self.same_node:
             return []
+        info = diff_keys.info
         return [
             c
-            for c in self.readings
+            for c in self._not_equal()
             if c.kind == "changed"
-            and shipped.is_counter(c.key)
+            and info(c.key)[COUNTER]
             and (numbers := _numbers(c)) is not None
             and numbers[1] > numbers[0]
         ]
 
+    def _not_equal(self) -> list[ReadingChange]:
+        """The changes that are not equal, in order."""
+        if self._unequal is not None:
+            return self._unequal
+        return [c for c in self.readings if c.kind != "equal"]
+
     def health_changes(self) -> list[ReadingChange]:
         """The changes of verdict-like readings (VERDICT_TEMPLATES: a GPU's health), which
         lead the report and make it exit code 2."""
-        return [c for c in self.readings if c.kind != "equal" and is_verdict(c.key)]
+        if self._verdicts is not None:
+            return list(self._verdicts)
+        return [c for c in self._not_equal() if is_verdict(c.key)]
 
     def lost_gpus(self) -> dict[str, str]:
         """GPUs lost on one side only (their health reading taken and failed there, as
         catalog.is_lost reads it): index -> the side, 'A' or 'B'."""
         lost: dict[str, str] = {}
         for c in self.health_changes():
-            index = catalog.gpu_of(c.key)
-            if index is not None and c.key == f"gpu.{index}.health":
+            got = diff_keys.info(c.key)
+            if got[HEALTH]:
                 in_a, in_b = _is_lost(c.a), _is_lost(c.b)
                 if in_a != in_b:
-                    lost[str(index)] = "A" if in_a else "B"
+                    lost[got[GPU]] = "A" if in_a else "B"
         return lost
 
     def differences(self, include_noisy: bool = False) -> list[ReadingChange]:
         """The reading changes that are not equal (noisy ones only on request)."""
-        return [c for c in self.readings if c.kind != "equal" and (include_noisy or not c.noisy)]
+        unequal = self._not_equal()
+        return list(unequal) if include_noisy else [c for c in unequal if not c.noisy]
 
     def exit_code(self) -> int:
         """0 equivalent, 1 configuration differs only, 2 a performance metric differs
@@ -196,40 +198,44 @@ class Diff:
         (the side they answer on, 'only_a' or 'only_b'; how many of their readings differ),
         said in one line rather than reading by reading. The health reading (`folded`
         keeps it) says the GPU is lost on the other side."""
-        kinds: dict[str, set[str]] = {}
+        sides = self._sides if self._sides is not None else _tally(self.readings)
+        whole: dict[str, tuple[str, int]] = {}
         counts: dict[str, int] = {}
-        for c in self.readings:
-            index = catalog.gpu_of(c.key)
-            if index is not None and c.key != f"gpu.{index}.health":
-                kinds.setdefault(str(index), set()).add(c.kind)
-                counts[str(index)] = counts.get(str(index), 0) + (c.kind != "equal")
-        whole = {
-            gpu: (next(iter(k)), counts[gpu])
-            for gpu, k in kinds.items()
-            if k in ({"only_a"}, {"only_b"})
-        }
+        for gpu, (only_a, only_b, equal, changed) in sides.items():
+            counts[gpu] = only_a + only_b + changed
+            if not (equal or changed) and not (only_a and only_b):
+                whole[gpu] = ("only_a" if only_a else "only_b", counts[gpu])
         for gpu, side in self.lost_gpus().items():
             whole.setdefault(gpu, ("only_a" if side == "B" else "only_b", counts.get(gpu, 0)))
         return whole
 
 
+KINDS = ("only_a", "only_b", "equal", "changed")  # by their number in Diff._sides
+
+
+def _tally(readings: list[ReadingChange]) -> dict[str, list[int]]:
+    """Diff._sides of a list of changes: each GPU's count of its readings by kind."""
+    sides: dict[str, list[int]] = {}
+    info = diff_keys.info
+    for c in readings:
+        got = info(c.key)
+        if got[GPU] is not None and not got[HEALTH]:
+            sides.setdefault(got[GPU], [0, 0, 0, 0])[KINDS.index(c.kind)] += 1
+    return sides
+
+
 def folded(change: ReadingChange, whole: dict[str, tuple[str, int]]) -> bool:
     """Whether a reading change is one of a one-sided GPU's (`Diff.one_sided_gpus`) or of
     a topology pair with it, said in that GPU's one line; its health reading never is."""
-    if (pair := _PAIR.match(change.key)) is not None:
-        return any(gpu in whole for gpu in pair.groups())
-    index = catalog.gpu_of(change.key)
-    return index is not None and str(index) in whole and change.key != f"gpu.{index}.health"
+    got = diff_keys.info(change.key)
+    if (pair := got[PAIR]) is not None:
+        return any(gpu in whole for gpu in pair)
+    return got[GPU] in whole and not got[HEALTH]
 
 
-_PAIR = re.compile(r"topo\.gpu\.(\d+)\.(\d+)(?:\.|$)")
-
-
-@functools.lru_cache(maxsize=4096)
 def is_verdict(key: str) -> bool:
     """Whether a reading is a verdict on a part (VERDICT_TEMPLATES)."""
-    found = shipped.find(key)
-    return found is not None and found.template in VERDICT_TEMPLATES
+    return diff_keys.info(key)[VERDICT]
 
 
 def _is_lost(reading: Reading | None) -> bool:
@@ -263,11 +269,8 @@ def match_gpus(a: dict[str, Reading], b: dict[str, Reading]) -> dict[str, str]:
 def _rekey(readings: dict[str, Reading], gpu_map: dict[str, str]) -> dict[str, Reading]:
     if not gpu_map or all(k == v for k, v in gpu_map.items()):
         return readings
-    return {shipped.renumber_gpus(key, gpu_map): reading for key, reading in readings.items()}
-
-
-def _same(a: Reading, b: Reading) -> bool:
-    return (a.status, a.value, a.unit) == (b.status, b.value, b.unit)
+    renumber = diff_keys.renumber  # by each key template's index positions
+    return {renumber(key, gpu_map): reading for key, reading in readings.items()}
 
 
 def bootstrap_ratio(
@@ -435,12 +438,7 @@ def _numbers(change: ReadingChange) -> tuple[int | float, int | float] | None:
 def _always_varies(key: str) -> bool:
     """A reading declared volatile (temperatures, clocks at idle, serials): hidden by
     default. Counters are shown (and rising ones called out); an undeclared key is shown."""
-    found = shipped.find(key)
-    return (
-        found is not None
-        and found.change is catalog.Change.VOLATILE
-        and found.template not in VERDICT_TEMPLATES
-    )
+    return diff_keys.info(key)[NOISY]
 
 
 def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
@@ -450,17 +448,7 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
     result.gpu_map = match_gpus(readings_a, b.readings_by_key)
     result.same_node = a.host == b.host and a.host != "unknown"
     readings_b = _rekey(b.readings_by_key, result.gpu_map)
-    for key in sorted(set(readings_a) | set(readings_b)):
-        if is_kernel_reading(key):
-            continue  # a kernel figure: the results' samples are compared below
-        ra, rb = readings_a.get(key), readings_b.get(key)
-        if ra is None:
-            kind = "only_b"
-        elif rb is None:
-            kind = "only_a"
-        else:
-            kind = "equal" if _same(ra, rb) else "changed"
-        result.readings.append(_change(key, kind, ra, rb, _always_varies(key)))
+    _compare(result, readings_a, readings_b)
     # rules that did not apply on one side are no finding there (schema version 2)
     found_a = [f for f in a.findings if f.severity is not Severity.NOT_APPLICABLE]
     found_b = [f for f in b.findings if f.severity is not Severity.NOT_APPLICABLE]
@@ -515,6 +503,47 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
     return result
 
 
+def _compare(result: Diff, readings_a: dict[str, Reading], readings_b: dict[str, Reading]) -> None:
+    """One pass over the keys of both sides, in order: each compared (equal when status,
+    value and unit are), with what the report asks of the changes gathered as it goes
+    (Diff._unequal, _verdicts, _sides); each key's questions answered by its template
+    (diff_keys.info). Kernel figures are left out: their results' samples are compared."""
+    get_a, get_b = readings_a.get, readings_b.get
+    changes, unequal, verdicts = result.readings, [], []
+    sides: dict[str, list[int]] = {}
+    new, setattr_ = _NEW, _SET
+    keys = sorted(readings_a.keys() | readings_b.keys())
+    for key, got in zip(keys, diff_keys.infos(keys), strict=True):
+        if got[0]:  # KERNEL
+            continue
+        ra, rb = get_a(key), get_b(key)
+        if ra is None:
+            kind, number = "only_b", 1
+        elif rb is None:
+            kind, number = "only_a", 0
+        else:  # what (status, value, unit) == (...) gives, without making the tuples
+            x, y = ra.value, rb.value
+            same = (
+                ((s := ra.status) is (t := rb.status) or s == t)
+                and (x is y or x == y)
+                and ((u := ra.unit) is (v := rb.unit) or u == v)
+            )
+            kind, number = ("equal", 2) if same else ("changed", 3)
+        change = new(ReadingChange)  # as _change makes it
+        setattr_(change, "__dict__", {"key": key, "kind": kind, "a": ra, "b": rb, "noisy": got[1]})
+        changes.append(change)
+        if number != 2:
+            unequal.append(change)
+            if got[2]:  # VERDICT
+                verdicts.append(change)
+        if (gpu := got[4]) is not None and not got[5]:  # a GPU's reading, not its health
+            tally = sides.get(gpu)
+            if tally is None:
+                tally = sides[gpu] = [0, 0, 0, 0]
+            tally[number] += 1
+    result._unequal, result._verdicts, result._sides = unequal, verdicts, sides
+
+
 # ------------------------------------------------------------------ reports
 
 
@@ -550,13 +579,11 @@ def report_text(
         pairs = ", ".join(f"B GPU {k} = A GPU {v}" for k, v in sorted(diff.gpu_map.items()))
         lines += wrap(f"GPUs matched by bus address: {pairs}", None if markdown else width)
     whole, lost = diff.one_sided_gpus(), diff.lost_gpus()
+    info = diff_keys.info
     held = {  # lost GPUs whose failed readings the other side still holds
-        str(gpu)
-        for c in diff.readings
-        if c.kind == "changed"
-        and (gpu := catalog.gpu_of(c.key)) is not None
-        and str(gpu) in lost
-        and c.key != f"gpu.{gpu}.health"
+        got[GPU]
+        for c in (diff._not_equal() if lost else ())
+        if c.kind == "changed" and (got := info(c.key))[GPU] in lost and not got[HEALTH]
     }
     # a lost GPU's other verdicts (its recovery action, failed too) go into its one line
     health = [c for c in diff.health_changes() if not folded(c, whole)]
@@ -564,9 +591,9 @@ def report_text(
         lines.append("\n## Health\n" if markdown else "\nHealth (A -> B):")
         for c in health:
             said = f"{c.key}: {_value(c.a)} -> {_value(c.b)}"
-            gpu = catalog.gpu_of(c.key)
-            if gpu is not None and str(gpu) in lost and c.key == f"gpu.{gpu}.health":
-                said += f" (lost in {lost[str(gpu)]})" if markdown else ""
+            got = info(c.key)
+            if got[GPU] in lost and got[HEALTH]:
+                said += f" (lost in {lost[got[GPU]]})" if markdown else ""
             lines.append(f"- {c.group}: {said}" if markdown else f"  {c.group}: {said}")
     if diff.metrics:
         heading = f"\nPerformance (B/A, 95% CI; under {MIN_EFFECT:.0%} not called):"
@@ -618,20 +645,25 @@ def report_text(
         group = None
         told = set()
         # by group (the node's first, then in natural order), then key; each group's
-        # natural order worked out once (64 GPUs: 23,000 changes in 200 groups)
-        orders = {g: (g != "node", natural_key(g)) for g in {c.group for c in changes}}
-        for c in sorted(changes, key=lambda c: (*orders[c.group], c.key)):
-            if is_verdict(c.key) and not folded(c, whole):
+        # place worked out once (64 GPUs: 23,000 changes in 200 groups)
+        groups = {info(c.key)[GROUP] for c in changes}
+        places = {
+            g: place
+            for place, g in enumerate(sorted(groups, key=lambda g: (g != "node", natural_key(g))))
+        }
+        for c in sorted(changes, key=lambda c: (places[info(c.key)[GROUP]], c.key)):
+            in_one_line = folded(c, whole)
+            if not in_one_line and info(c.key)[VERDICT]:
                 continue  # said under Health, first
-            index = catalog.gpu_of(c.key)
-            if folded(c, whole):  # a lost GPU: one line, not one per reading
+            if in_one_line:  # a lost GPU: one line, not one per reading
+                index = info(c.key)[GPU]
                 if index is not None and index not in told:
                     told.add(index)
-                    kind, count = whole[str(index)]
+                    kind, count = whole[index]
                     side = "A" if kind == "only_a" else "B"
-                    if str(index) in lost and str(index) in held:
+                    if index in lost and index in held:
                         said = (
-                            f"lost in {lost[str(index)]}: its {count} readings that differ "
+                            f"lost in {lost[index]}: its {count} readings that differ "
                             "and its GPU pairs in the topology are not listed"
                         )
                     else:

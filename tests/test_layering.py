@@ -269,6 +269,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gpudiag.ruleengine",
             "gpudiag.session",
             "gpudiag.diff",
+            "gpudiag.diff_keys",
             "gpudiag.redact",
             "gpudiag.output",
             "gpudiag.health",

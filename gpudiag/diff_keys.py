@@ -1,0 +1,268 @@
+"""What `gpudiag diff` asks of every key, worked out once per key template.
+
+A diff asks each key of two snapshots whether it is a kernel figure, volatile or a
+verdict on a part, which GPU it is about and under which heading it is listed; at 64 GPUs
+that is 26,000 keys, and the catalog's answer (a subject match and a lookup, about 2 us)
+was worked out for each. Most keys are one GPU's (`gpu.N.rest`) or one GPU pair's
+(`topo.gpu.N.M.rest`): their answers are the same for every N but for N itself, so each
+is worked out once for the key with its indices as 0 (and 1), the shape, and the index
+put in (`info`). A key of another form (the node's, a PCIe device's) is worked out on
+its own, once. A shape is used only where the catalog leaves its indices free
+(`_indices_free`: no declared template spells one out) and the shape's key renumbers by
+its index positions (`_renumbers_in_place`); else each of its keys is worked out as
+before. tests/test_diff_keys.py holds each answer to the one worked out key by key.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpudiag import catalog, shipped
+from gpudiag.catalog import MAX_INDEX_DIGITS, PLACEHOLDER_PATTERN, Change
+
+TYPE_CHECKING = False  # typing's, without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+# The declared readings whose value is a verdict on a part, not a figure: the catalog
+# declares them volatile (a GPU's health may change between any two runs), yet a change
+# of one is the news of a diff (a GPU lost), never hidden among the readings that vary.
+VERDICT_TEMPLATES = frozenset({"gpu.{gpu}.health", "gpu.{gpu}.recovery_action"})
+
+# An info: (kernel, noisy, verdict, counter, gpu, health, group, pair), by position
+KERNEL, NOISY, VERDICT, COUNTER, GPU, HEALTH, GROUP, PAIR = range(8)
+# kernel: a reading derived from kernel results (compared as kernel results instead);
+# noisy: declared volatile and no verdict (hidden unless asked); verdict: VERDICT_TEMPLATES;
+# counter: a counter since boot; gpu: the index of a `gpu.N.` key as str(int(N)) (what
+# catalog.gpu_of gives, as text), else None; health: the key is `gpu.{gpu}.health` of
+# that index; group: the heading it is listed under (ReadingChange.group); pair: a
+# topology pair's two indices as written (`topo.gpu.N.M`), else None.
+
+_PAIR = re.compile(r"topo\.gpu\.(\d+)\.(\d+)(?:\.|$)")
+INFO: dict[str, tuple] = {}  # key -> its info
+_SHAPES: dict[str, tuple | None] = {}  # a shape's key -> its (kernel, noisy, verdict, counter)
+_RENUMBERED: dict[str, bool] = {}  # a shape's key -> whether renumber may use its positions
+_MAX_KEYS = 1 << 18  # a long-lived process diffing many nodes starts again past this
+
+
+def info(key: str) -> tuple:
+    """The diff's answers for a key (KERNEL, NOISY, ... by position), worked out once."""
+    found = INFO.get(key)
+    return found if found is not None else work_out(key)
+
+
+def infos(keys: Iterable[str]) -> list[tuple]:
+    """`info` of each key, in order (what `info` gives, key by key): the keys of a GPU
+    and of a GPU pair from their shapes in this one loop, with a GPU's index read once
+    for the run of its keys (keys in order come GPU by GPU), not kept; a key of another
+    form worked out once (`work_out`)."""
+    known, shapes = INFO, _SHAPES
+    out: list[tuple] = []
+    append = out.append
+    last: str | None = None  # the index of the GPU key before
+    gpu = group = ""  # its gpu and group
+    for key in keys:
+        got = known.get(key)
+        if got is None:
+            if key[:4] == "gpu." and len(parts := key.split(".", 2)) == 3:
+                index = parts[1]
+                if index != last and _is_index(index):
+                    last, group = index, "GPU " + index
+                    gpu = index if index[0] != "0" or len(index) == 1 else str(int(index))
+                if index == last:
+                    shape = shapes.get(canonical := "gpu.0." + parts[2], False)
+                    if shape is False:
+                        shape = _shape(canonical, "GPU 0")
+                    if shape is not None:
+                        got = (*shape, gpu, parts[2] == "health" and gpu == index, group, None)
+            elif (
+                key[:9] == "topo.gpu."
+                and len(parts := key.split(".", 4)) == 5
+                and _is_index(parts[2])
+                and _is_index(parts[3])
+            ):  # a GPU pair's
+                shape = shapes.get(canonical := "topo.gpu.0.1." + parts[4], False)
+                if shape is False:
+                    shape = _shape(canonical)
+                if shape is not None:
+                    got = (*shape, None, False, "topology", (parts[2], parts[3]))
+            if got is None:
+                got = work_out(key)
+        append(got)
+    return out
+
+
+def work_out(key: str) -> tuple:
+    """`info` of a key not yet asked: from its shape where it has one, else in full."""
+    if len(INFO) >= _MAX_KEYS:
+        INFO.clear()
+    head = key[:4]
+    made = None
+    if head == "gpu.":
+        made = _gpu_key(key)
+    elif head == "topo":
+        made = _topo_key(key)
+    if made is None:
+        made = _in_full(key)
+    INFO[key] = made
+    return made
+
+
+def _is_index(text: str) -> bool:
+    """An instance index as the catalog reads one: ASCII digits, MAX_INDEX_DIGITS at most."""
+    return 0 < len(text) <= MAX_INDEX_DIGITS and text.isascii() and text.isdigit()
+
+
+def _gpu_key(key: str) -> tuple | None:
+    """A `gpu.N.rest` key's info from its shape `gpu.0.rest` (None: no shape to use)."""
+    parts = key.split(".", 2)
+    if len(parts) < 3 or not _is_index(index := parts[1]):
+        return None
+    shape = _shape("gpu.0." + parts[2], "GPU 0")
+    if shape is None:
+        return None
+    gpu = index if index[0] != "0" or len(index) == 1 else str(int(index))
+    health = parts[2] == "health" and gpu == index
+    return (*shape, gpu, health, "GPU " + index, None)
+
+
+def _topo_key(key: str) -> tuple | None:
+    """A `topo.gpu.N.rest` or `topo.gpu.N.M.rest` key's info from its shape (None: no
+    shape to use)."""
+    parts = key.split(".", 4)
+    if len(parts) < 4 or parts[1] != "gpu" or not _is_index(parts[2]):
+        return None  # `topo.gpu.N` alone is worked out in full
+    if _is_index(parts[3]):  # a GPU pair
+        shape = _shape("topo.gpu.0.1" + "".join("." + p for p in parts[4:]))
+        pair = (parts[2], parts[3])
+    elif parts[3].isdigit():
+        return None  # an index the catalog does not read as one (a pair for _PAIR)
+    else:
+        shape = _shape("topo.gpu.0." + ".".join(parts[3:]))
+        pair = None
+    return None if shape is None else (*shape, None, False, "topology", pair)
+
+
+def _shape(canonical: str, group: str = "topology") -> tuple | None:
+    """(kernel, noisy, verdict, counter) of every key of this shape, or None where the
+    shape cannot stand for its keys (its group is not `group` with the index put in)."""
+    found = _SHAPES.get(canonical, False)
+    if found is not False:
+        return found  # type: ignore[return-value]
+    shape = None
+    if _indices_free() and group_of(canonical) == group:
+        shape = _answers(canonical)
+    _SHAPES[canonical] = shape
+    return shape
+
+
+def _answers(key: str) -> tuple[bool, bool, bool, bool]:
+    """(kernel, noisy, verdict, counter) of a key, from its declaration."""
+    found = shipped.find(key)
+    template = found.template if found is not None else None
+    return (
+        found is not None and "kernels" in found.producers,
+        found is not None and found.change is Change.VOLATILE and template not in VERDICT_TEMPLATES,
+        template in VERDICT_TEMPLATES,
+        found is not None and found.change is Change.COUNTER,
+    )
+
+
+def _in_full(key: str) -> tuple:
+    """A key's info worked out on its own (a key of no shape)."""
+    index = catalog.gpu_of(key)
+    gpu = None if index is None else str(index)
+    pair = _PAIR.match(key)
+    return (
+        *_answers(key),
+        gpu,
+        gpu is not None and key == f"gpu.{gpu}.health",
+        group_of(key),
+        None if pair is None else pair.groups(),
+    )
+
+
+def group_of(key: str) -> str:
+    """What a key is about, as findings name it ('GPU 3' for its NVLinks too, 'PCIe
+    0000:18:00.0', 'IB mlx5_0 port 1'), 'topology' for the GPU pairs, else 'node'."""
+    if key.startswith("topo."):
+        return "topology"
+    scope, values = catalog.subject_of_key(key)
+    if scope == "nvlink":
+        scope, values = "gpu", {"gpu": values["gpu"]}
+    return catalog.subject_title(scope, values)
+
+
+_free: list[bool] = []  # _indices_free's answer, once per process
+
+
+def _indices_free() -> bool:
+    """Whether no declared template (and no subject's stem) spells out what stands where
+    a shape puts an index (`gpu.X.`, `topo.gpu.X.` and `topo.gpu.X.Y`): each is one whole
+    placeholder or literal text without a digit, so that which template a key of a shape
+    matches does not depend on its indices. True for the shipped catalog; a catalog
+    that breaks it is asked key by key."""
+    if not _free:
+        templates = [*shipped.catalog().declared, *(s.stem for s in catalog.SUBJECTS.values())]
+        _free.append(all(_free_at(t) for t in templates))
+    return _free[0]
+
+
+def _free_at(template: str) -> bool:
+    segments = template.split(".")
+    if segments[0] == "gpu":
+        where = segments[1:2]
+    elif segments[0] == "topo" and segments[1:2] == ["gpu"]:
+        where = segments[2:4]
+    else:
+        return True
+    return all(
+        PLACEHOLDER_PATTERN.fullmatch(s) is not None
+        or ("{" not in s and not any(c.isdigit() for c in s))
+        for s in where
+    )
+
+
+class _Marked(dict):
+    """A GPU mapping that marks every index it is asked for: '3' -> '<3>'."""
+
+    def get(self, key: str, default: object = None) -> str:  # type: ignore[override]
+        return f"<{key}>"
+
+
+def _in_place(canonical: str, indices: int) -> bool:
+    """Whether the catalog renumbers the shape's key (shipped.renumber_gpus) at its
+    index positions and nowhere else, so that a key of the shape is renumbered there;
+    asked once per shape, where a diff renumbers (its template's pattern is compiled)."""
+    found = _RENUMBERED.get(canonical)
+    if found is not None:
+        return found
+    if not _SHAPES.get(canonical):
+        _RENUMBERED[canonical] = False
+        return False
+    parts = canonical.split(".")
+    first = 1 if parts[0] == "gpu" else 2
+    for position in range(first, first + indices):
+        parts[position] = f"<{parts[position]}>"
+    _RENUMBERED[canonical] = shipped.renumber_gpus(canonical, _Marked()) == ".".join(parts)
+    return _RENUMBERED[canonical]
+
+
+def renumber(key: str, mapping: Mapping[str, str]) -> str:
+    """shipped.renumber_gpus(key, mapping), by index positions where the key has a shape
+    (the mapping's values put where the key's indices are)."""
+    info(key)  # its shape worked out, where it has one
+    if key.startswith("gpu."):
+        parts = key.split(".", 2)
+        if len(parts) == 3 and _is_index(index := parts[1]) and _in_place("gpu.0." + parts[2], 1):
+            return f"gpu.{mapping.get(index, index)}.{parts[2]}"
+    elif key.startswith("topo.gpu."):
+        parts = key.split(".", 4)
+        if len(parts) > 3 and _is_index(gpu := parts[2]):
+            if _is_index(peer := parts[3]):
+                rest = "".join("." + p for p in parts[4:])
+                if _in_place("topo.gpu.0.1" + rest, 2):
+                    return f"topo.gpu.{mapping.get(gpu, gpu)}.{mapping.get(peer, peer)}{rest}"
+            elif not peer.isdigit() and _in_place("topo.gpu.0." + (rest := ".".join(parts[3:])), 1):
+                return f"topo.gpu.{mapping.get(gpu, gpu)}.{rest}"
+    return shipped.renumber_gpus(key, mapping)
