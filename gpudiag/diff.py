@@ -511,7 +511,8 @@ def _compare(result: Diff, readings_a: dict[str, Reading], readings_b: dict[str,
     get_a, get_b = readings_a.get, readings_b.get
     changes, unequal, verdicts = result.readings, [], []
     sides: dict[str, list[int]] = {}
-    new, setattr_ = _NEW, _SET
+    new, setattr_, known = _NEW, _SET, diff_keys.INFO
+    last, tally = None, [0, 0, 0, 0]  # the GPU of the key before, and its counts
     keys = sorted(readings_a.keys() | readings_b.keys())
     for key, got in zip(keys, diff_keys.infos(keys), strict=True):
         if got[0]:  # KERNEL
@@ -534,12 +535,14 @@ def _compare(result: Diff, readings_a: dict[str, Reading], readings_b: dict[str,
         changes.append(change)
         if number != 2:
             unequal.append(change)
+            known[key] = got  # kept for the report, which asks again of these
             if got[2]:  # VERDICT
                 verdicts.append(change)
         if (gpu := got[4]) is not None and not got[5]:  # a GPU's reading, not its health
-            tally = sides.get(gpu)
-            if tally is None:
-                tally = sides[gpu] = [0, 0, 0, 0]
+            if gpu is not last:  # keys in order come GPU by GPU
+                last, tally = gpu, sides.get(gpu)
+                if tally is None:
+                    tally = sides[gpu] = [0, 0, 0, 0]
             tally[number] += 1
     result._unequal, result._verdicts, result._sides = unequal, verdicts, sides
 

@@ -53,42 +53,40 @@ def info(key: str) -> tuple:
 
 def infos(keys: Iterable[str]) -> list[tuple]:
     """`info` of each key, in order (what `info` gives, key by key): the keys of a GPU
-    and of a GPU pair from their shapes in this one loop, with a GPU's index read once
-    for the run of its keys (keys in order come GPU by GPU), not kept; a key of another
-    form worked out once (`work_out`)."""
-    known, shapes = INFO, _SHAPES
+    and of a GPU pair from their shapes in this one loop, each index read once for the
+    run of keys that share it (keys in order come GPU by GPU, pair by pair), not kept;
+    a key of another form as `info` gives it (worked out once)."""
+    shapes = _SHAPES
     out: list[tuple] = []
     append = out.append
-    last: str | None = None  # the index of the GPU key before
-    gpu = group = ""  # its gpu and group
+    last: str | None = None  # the index of the GPU key before, and its gpu and group
+    gpu = group = ""
+    last_pair: list[str] = []  # the indices of the pair key before
+    pair: tuple[str, str] = ("", "")
     for key in keys:
-        got = known.get(key)
-        if got is None:
-            if key[:4] == "gpu." and len(parts := key.split(".", 2)) == 3:
-                index = parts[1]
-                if index != last and _is_index(index):
-                    last, group = index, "GPU " + index
-                    gpu = index if index[0] != "0" or len(index) == 1 else str(int(index))
-                if index == last:
-                    shape = shapes.get(canonical := "gpu.0." + parts[2], False)
-                    if shape is False:
-                        shape = _shape(canonical, "GPU 0")
-                    if shape is not None:
-                        got = (*shape, gpu, parts[2] == "health" and gpu == index, group, None)
-            elif (
-                key[:9] == "topo.gpu."
-                and len(parts := key.split(".", 4)) == 5
-                and _is_index(parts[2])
-                and _is_index(parts[3])
-            ):  # a GPU pair's
-                shape = shapes.get(canonical := "topo.gpu.0.1." + parts[4], False)
+        got = None
+        if key[:4] == "gpu." and len(parts := key.split(".", 2)) == 3:
+            index = parts[1]
+            if index != last and _is_index(index):
+                last, group = index, "GPU " + index
+                gpu = index if index[0] != "0" or len(index) == 1 else str(int(index))
+            if index == last:
+                shape = shapes.get(canonical := "gpu.0." + parts[2], False)
+                if shape is False:
+                    shape = _shape(canonical, "GPU 0")
+                if shape is not None:
+                    got = (*shape, gpu, parts[2] == "health" and gpu == index, group, None)
+        elif key[:9] == "topo.gpu." and len(parts := key.split(".", 4)) >= 4:
+            if parts[2:4] != last_pair and _is_index(parts[2]) and _is_index(parts[3]):
+                last_pair, pair = parts[2:4], (parts[2], parts[3])
+            if parts[2:4] == last_pair:  # a GPU pair's
+                canonical = "topo.gpu.0.1." + parts[4] if len(parts) == 5 else "topo.gpu.0.1"
+                shape = shapes.get(canonical, False)
                 if shape is False:
                     shape = _shape(canonical)
                 if shape is not None:
-                    got = (*shape, None, False, "topology", (parts[2], parts[3]))
-            if got is None:
-                got = work_out(key)
-        append(got)
+                    got = (*shape, None, False, "topology", pair)
+        append(got if got is not None else info(key))
     return out
 
 
@@ -170,9 +168,9 @@ def _answers(key: str) -> tuple[bool, bool, bool, bool]:
 
 def _in_full(key: str) -> tuple:
     """A key's info worked out on its own (a key of no shape)."""
-    index = catalog.gpu_of(key)
+    index = catalog.gpu_of(key) if key.startswith("gpu.") else None
     gpu = None if index is None else str(index)
-    pair = _PAIR.match(key)
+    pair = _PAIR.match(key) if key.startswith("topo.gpu.") else None
     return (
         *_answers(key),
         gpu,
