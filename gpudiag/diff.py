@@ -119,9 +119,13 @@ class Diff:
     # what diff_snapshots' one pass over the keys gathers (None: walk `readings`): the
     # changes that are not equal, those of them of verdicts, and each GPU's count of its
     # readings by kind (only_a, only_b, equal, changed), its health reading left out
-    _unequal: list[ReadingChange] | None = field(default=None, repr=False, compare=False)
-    _verdicts: list[ReadingChange] | None = field(default=None, repr=False, compare=False)
-    _sides: dict[str, list[int]] | None = field(default=None, repr=False, compare=False)
+    _unequal: list[ReadingChange] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    _verdicts: list[ReadingChange] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    _sides: dict[str, list[int]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def rising_counters(self) -> list[ReadingChange]:
         """Counters since boot (declared in gpudiag/catalog.py) higher in B than in A, for

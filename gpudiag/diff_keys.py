@@ -73,7 +73,7 @@ def infos(keys: Iterable[str]) -> list[tuple]:
             if index == last:
                 shape = shapes.get(canonical := "gpu.0." + parts[2], False)
                 if shape is False:
-                    shape = _shape(canonical, "GPU 0")
+                    shape = _shape(canonical)
                 if shape is not None:
                     got = (*shape, gpu, parts[2] == "health" and gpu == index, group, None)
         elif key[:9] == "topo.gpu." and len(parts := key.split(".", 4)) >= 4:
@@ -116,7 +116,7 @@ def _gpu_key(key: str) -> tuple | None:
     parts = key.split(".", 2)
     if len(parts) < 3 or not _is_index(index := parts[1]):
         return None
-    shape = _shape("gpu.0." + parts[2], "GPU 0")
+    shape = _shape("gpu.0." + parts[2])
     if shape is None:
         return None
     gpu = index if index[0] != "0" or len(index) == 1 else str(int(index))
@@ -141,14 +141,14 @@ def _topo_key(key: str) -> tuple | None:
     return None if shape is None else (*shape, None, False, "topology", pair)
 
 
-def _shape(canonical: str, group: str = "topology") -> tuple | None:
+def _shape(canonical: str) -> tuple | None:
     """(kernel, noisy, verdict, counter) of every key of this shape, or None where the
-    shape cannot stand for its keys (its group is not `group` with the index put in)."""
+    shape cannot stand for its keys (`_indices_free`)."""
     found = _SHAPES.get(canonical, False)
     if found is not False:
         return found  # type: ignore[return-value]
     shape = None
-    if _indices_free() and group_of(canonical) == group:
+    if _indices_free():
         shape = _answers(canonical)
     _SHAPES[canonical] = shape
     return shape
@@ -185,6 +185,12 @@ def group_of(key: str) -> str:
     0000:18:00.0', 'IB mlx5_0 port 1'), 'topology' for the GPU pairs, else 'node'."""
     if key.startswith("topo."):
         return "topology"
+    if not _HEADS:  # the first segments of the subjects' stems, where none is a placeholder
+        heads = frozenset(s.stem.partition(".")[0] for s in catalog.SUBJECTS.values())
+        node = catalog.SUBJECTS["node"].title == "node" and not any("{" in h for h in heads)
+        _HEADS.append(heads if node else None)
+    if _HEADS[0] is not None and key.partition(".")[0] not in _HEADS[0]:
+        return "node"  # no subject's stem starts it (what subject_of_key finds)
     scope, values = catalog.subject_of_key(key)
     if scope == "nvlink":
         scope, values = "gpu", {"gpu": values["gpu"]}
@@ -192,17 +198,26 @@ def group_of(key: str) -> str:
 
 
 _free: list[bool] = []  # _indices_free's answer, once per process
+_HEADS: list[frozenset[str] | None] = []  # group_of's subject heads, once per process
 
 
 def _indices_free() -> bool:
     """Whether no declared template (and no subject's stem) spells out what stands where
     a shape puts an index (`gpu.X.`, `topo.gpu.X.` and `topo.gpu.X.Y`): each is one whole
     placeholder or literal text without a digit, so that which template a key of a shape
-    matches does not depend on its indices. True for the shipped catalog; a catalog
-    that breaks it is asked key by key."""
+    matches does not depend on its indices; and a GPU's key is about that GPU (`GPU N`,
+    its NVLinks' too: the only subjects whose stem starts `gpu.`, and none starts with a
+    placeholder). True for the shipped catalog; a catalog that breaks it is asked key by
+    key."""
     if not _free:
-        templates = [*shipped.catalog().declared, *(s.stem for s in catalog.SUBJECTS.values())]
-        _free.append(all(_free_at(t) for t in templates))
+        subjects = catalog.SUBJECTS.values()
+        templates = [*shipped.catalog().declared, *(s.stem for s in subjects)]
+        _free.append(
+            all(_free_at(t) for t in templates)
+            and {s.name for s in subjects if s.stem.startswith("gpu.")} == {"gpu", "nvlink"}
+            and not any(s.stem.startswith("{") for s in subjects)
+            and catalog.SUBJECTS["gpu"].title == "GPU {gpu}"
+        )
     return _free[0]
 
 
