@@ -2,15 +2,16 @@
 
 A diff asks each key of two snapshots whether it is a kernel figure, volatile or a
 verdict on a part, which GPU it is about and under which heading it is listed; at 64 GPUs
-that is 26,000 keys, and the catalog's answer (a subject match and a lookup, about 2 us)
-was worked out for each. Most keys are one GPU's (`gpu.N.rest`) or one GPU pair's
-(`topo.gpu.N.M.rest`): their answers are the same for every N but for N itself, so each
-is worked out once for the key with its indices as 0 (and 1), the shape, and the index
-put in (`info`). A key of another form (the node's, a PCIe device's) is worked out on
-its own, once. A shape is used only where the catalog leaves its indices free
-(`_indices_free`: no declared template spells one out) and the shape's key renumbers by
-its index positions (`_renumbers_in_place`); else each of its keys is worked out as
-before. tests/test_diff_keys.py holds each answer to the one worked out key by key.
+that is 26,000 keys, and the catalog's answer (a subject match and a lookup, about 2 us
+each) was worked out for every one. Most keys are one GPU's (`gpu.N.rest`) or one GPU
+pair's (`topo.gpu.N.M.rest`): the catalog's answers are the same for every N, so they
+are worked out once for the key's shape (its indices as 0 and 1: `gpu.0.rest`) and the
+index put in (`info`, `infos`). A key of another form (the node's, a PCIe device's) is
+worked out on its own, once. A shape stands for its keys only where the catalog leaves
+the indices free (`_indices_free`: no declared template spells one out); B's GPUs are
+renumbered by the shape's index positions only where shipped.renumber_gpus renumbers
+the shape's key there (`_in_place`); else key by key, as before.
+tests/test_diff_keys.py holds each answer to the catalog's, key by key.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ _PAIR = re.compile(r"topo\.gpu\.(\d+)\.(\d+)(?:\.|$)")
 INFO: dict[str, tuple] = {}  # key -> its info
 _SHAPES: dict[str, tuple | None] = {}  # a shape's key -> its (kernel, noisy, verdict, counter)
 _RENUMBERED: dict[str, bool] = {}  # a shape's key -> whether renumber may use its positions
-_MAX_KEYS = 1 << 18  # a long-lived process diffing many nodes starts again past this
+_MAX_KEYS = 1 << 16  # a long-lived process diffing many nodes starts again past this
 
 
 def info(key: str) -> tuple:
