@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from gpudiag import catalog, diff_keys, shipped
 from gpudiag.catalog import natural_key
-from gpudiag.diff_keys import COUNTER, GPU, GROUP, HEALTH, NOISY, PAIR, VERDICT
+from gpudiag.diff_keys import COUNTER, GPU, HEALTH, NOISY, PAIR, VERDICT
 from gpudiag.diff_keys import VERDICT_TEMPLATES as VERDICT_TEMPLATES
 from gpudiag.model import Finding, KernelResult, Reading, ReadingStatus, Severity, Snapshot
 
@@ -70,7 +70,7 @@ class ReadingChange:
     def group(self) -> str:
         """What the key is about, as findings name it ('GPU 3' for its NVLinks too, 'PCIe
         0000:18:00.0', 'IB mlx5_0 port 1'), 'topology' for the GPU pairs, else 'node'."""
-        return diff_keys.info(self.key)[GROUP]
+        return diff_keys.group(self.key)
 
 
 def _change(
@@ -653,12 +653,13 @@ def report_text(
         told = set()
         # by group (the node's first, then in natural order), then key; each group's
         # place worked out once (64 GPUs: 23,000 changes in 200 groups)
-        groups = {info(c.key)[GROUP] for c in changes}
+        group_of = diff_keys.group
+        groups = {group_of(c.key) for c in changes}
         places = {
             g: place
             for place, g in enumerate(sorted(groups, key=lambda g: (g != "node", natural_key(g))))
         }
-        for c in sorted(changes, key=lambda c: (places[info(c.key)[GROUP]], c.key)):
+        for c in sorted(changes, key=lambda c: (places[group_of(c.key)], c.key)):
             in_one_line = folded(c, whole)
             if not in_one_line and info(c.key)[VERDICT]:
                 continue  # said under Health, first

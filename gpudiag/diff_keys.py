@@ -36,8 +36,9 @@ KERNEL, NOISY, VERDICT, COUNTER, GPU, HEALTH, GROUP, PAIR = range(8)
 # noisy: declared volatile and no verdict (hidden unless asked); verdict: VERDICT_TEMPLATES;
 # counter: a counter since boot; gpu: the index of a `gpu.N.` key as str(int(N)) (what
 # catalog.gpu_of gives, as text), else None; health: the key is `gpu.{gpu}.health` of
-# that index; group: the heading it is listed under (ReadingChange.group); pair: a
-# topology pair's two indices as written (`topo.gpu.N.M`), else None.
+# that index; group: the heading it is listed under (ReadingChange.group; None where a
+# key worked out in full has not been asked it: `group` gives it); pair: a topology
+# pair's two indices as written (`topo.gpu.N.M`), else None.
 
 _PAIR = re.compile(r"topo\.gpu\.(\d+)\.(\d+)(?:\.|$)")
 INFO: dict[str, tuple] = {}  # key -> its info
@@ -176,9 +177,20 @@ def _in_full(key: str) -> tuple:
         *_answers(key),
         gpu,
         gpu is not None and key == f"gpu.{gpu}.health",
-        group_of(key),
+        None,  # its group: a subject match, for the few keys listed (`group`)
         None if pair is None else pair.groups(),
     )
+
+
+def group(key: str) -> str:
+    """The heading a key is listed under (ReadingChange.group): its info's, worked out
+    here for a key worked out in full."""
+    got = info(key)
+    found = got[GROUP]
+    if found is None:
+        found = group_of(key)
+        INFO[key] = (*got[:GROUP], found, *got[GROUP + 1 :])
+    return found
 
 
 def group_of(key: str) -> str:
