@@ -9,7 +9,7 @@ files, text report) is timed too, beside its reference (a Python process that js
 both files; target <= 3x), and split into: Python's start, importing gpudiag's
 command line, loading the two files, the diff, and writing the report. The snapshots are
 the healthy and faulty demo HGX H100 replays on the test suite's HGX-like host tree (about
-1,800 readings each), with kernel results of 20 samples for 16 metrics on each side so the
+2,100-2,300 readings each), with kernel results of 20 samples for 16 metrics on each side so the
 bootstrap runs too.
 
 By size (issue 44: `diff` <= 3x its reference at 1, 8, 32 and 64 GPUs, linear in size,
