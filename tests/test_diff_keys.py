@@ -218,3 +218,25 @@ def _lose(snapshot: Snapshot, gpu: int) -> Snapshot:
 
     probes = tuple(replace(p, readings=tuple(map(lost, p.readings))) for p in snapshot.probes)
     return replace(snapshot, probes=probes)
+
+
+def test_groups_in_the_same_natural_order_list_their_keys_in_key_order() -> None:
+    """The report lists changes by group, the groups in natural order, then by key:
+    groups that natural order cannot tell apart ('GPU 3', 'GPU 03' and 'GPU 003', of a
+    hand-made or damaged file) list their keys in key order, as before issue 44. Given
+    each its own place, they came in the order of a set of them, which varies with the
+    strings' hashes: six such triples all in key order by chance is 1 in 6**6."""
+    from gpudiag.model import ProbeResult, ProbeStatus
+
+    def snapshot(keys: list[str], value: str) -> Snapshot:
+        probe = ProbeResult("gpu", ProbeStatus.OK, 0.0, tuple(Reading(k, value) for k in keys))
+        return Snapshot(
+            host="n", created="2026-11-22T00:00:00Z", gpudiag_version="0", probes=(probe,)
+        )
+
+    for gpu in "123456":
+        keys = [f"gpu.{gpu}.a", f"gpu.0{gpu}.b", f"gpu.{gpu}.c", f"gpu.00{gpu}.d", f"gpu.0{gpu}.e"]
+        a, b = snapshot(keys, "x"), snapshot(keys, "y")
+        lines = diff.report_text(diff.diff_snapshots(a, b), a, b).splitlines()
+        listed = [line.split(":")[0].strip() for line in lines if line.startswith("    ")]
+        assert listed == sorted(keys)
