@@ -61,33 +61,35 @@ def infos(keys: Iterable[str]) -> list[tuple]:
     shapes = _SHAPES
     out: list[tuple] = []
     append = out.append
-    last: str | None = None  # the index of the GPU key before, and its gpu and group
-    gpu = group = ""
-    last_pair: list[str] = []  # the indices of the pair key before
-    pair: tuple[str, str] = ("", "")
+    last: str | None = None  # the index of the GPU key before, and its info's end
+    tail: tuple = ()  # (gpu, health, group, pair) of its keys
+    health: tuple = ()  # and of its health reading's
+    last_pair: list[str] = []  # the indices of the pair key before, and its info's end
+    pair_tail: tuple = ()
     for key in keys:
         got = None
         if key[:4] == "gpu." and len(parts := key.split(".", 2)) == 3:
             index = parts[1]
             if index != last and _is_index(index):
-                last, group = index, "GPU " + index
                 gpu = index if index[0] != "0" or len(index) == 1 else str(int(index))
+                last, tail = index, (gpu, False, "GPU " + index, None)
+                health = (gpu, gpu == index, "GPU " + index, None)
             if index == last:
                 shape = shapes.get(canonical := "gpu.0." + parts[2], False)
                 if shape is False:
                     shape = _shape(canonical)
-                if shape is not None:
-                    got = (*shape, gpu, parts[2] == "health" and gpu == index, group, None)
+                if shape is not None:  # a tuple's sum: no list made on the way
+                    got = shape + (health if parts[2] == "health" else tail)
         elif key[:9] == "topo.gpu." and len(parts := key.split(".", 4)) >= 4:
             if parts[2:4] != last_pair and _is_index(parts[2]) and _is_index(parts[3]):
-                last_pair, pair = parts[2:4], (parts[2], parts[3])
+                last_pair, pair_tail = parts[2:4], (None, False, "topology", (parts[2], parts[3]))
             if parts[2:4] == last_pair:  # a GPU pair's
                 canonical = "topo.gpu.0.1." + parts[4] if len(parts) == 5 else "topo.gpu.0.1"
                 shape = shapes.get(canonical, False)
                 if shape is False:
                     shape = _shape(canonical)
                 if shape is not None:
-                    got = (*shape, None, False, "topology", pair)
+                    got = shape + pair_tail
         append(got if got is not None else info(key))
     return out
 
