@@ -544,7 +544,10 @@ def _compare(result: Diff, readings_a: dict[str, Reading], readings_b: dict[str,
     sides: dict[str, list[int]] = {}
     new, setattr_, known = _NEW, _SET, diff_keys.INFO
     last, tally = None, [0, 0, 0, 0]  # the GPU of the key before, and its counts
-    keys = sorted(readings_a.keys() | readings_b.keys())
+    # every key once, in order: A's in its file's order (runs the sort finds already in
+    # order, where a set of them has none: half the time) and B's that A lacks
+    keys = [*readings_a, *(readings_b.keys() - readings_a.keys())]
+    keys.sort()
     infos = diff_keys.infos(keys)
     for key, got in zip(keys, infos, strict=True):
         if got[0]:  # KERNEL
