@@ -44,6 +44,10 @@ _PAIR = re.compile(r"topo\.gpu\.(\d+)\.(\d+)(?:\.|$)")
 INFO: dict[str, tuple] = {}  # key -> its info
 _SHAPES: dict[str, tuple | None] = {}  # a shape's key -> its (kernel, noisy, verdict, counter)
 _RENUMBERED: dict[str, bool] = {}  # a shape's key -> whether renumber may use its positions
+# a GPU key's rest (gpu.N.REST) and a GPU pair key's (topo.gpu.N.M.REST, None: none) ->
+# its shape's answers, as _SHAPES has them: `infos` looks them up without the shape's key
+_GPU_RESTS: dict[str, tuple | None] = {}
+_PAIR_RESTS: dict[str | None, tuple | None] = {}
 _MAX_KEYS = 1 << 16  # a long-lived process diffing many nodes starts again past this
 
 
@@ -58,7 +62,7 @@ def infos(keys: Iterable[str]) -> list[tuple]:
     and of a GPU pair from their shapes in this one loop, each index read once for the
     run of keys that share it (keys in order come GPU by GPU, pair by pair), not kept;
     a key of another form as `info` gives it (worked out once)."""
-    shapes = _SHAPES
+    gpu_rests, pair_rests = _GPU_RESTS, _PAIR_RESTS
     out: list[tuple] = []
     append = out.append
     last: str | None = None  # the index of the GPU key before, and its info's end
@@ -75,19 +79,20 @@ def infos(keys: Iterable[str]) -> list[tuple]:
                 last, tail = index, (gpu, False, "GPU " + index, None)
                 health = (gpu, gpu == index, "GPU " + index, None)
             if index == last:
-                shape = shapes.get(canonical := "gpu.0." + parts[2], False)
+                shape = gpu_rests.get(rest := parts[2], False)
                 if shape is False:
-                    shape = _shape(canonical)
+                    shape = gpu_rests[rest] = _shape("gpu.0." + rest)
                 if shape is not None:  # a tuple's sum: no list made on the way
                     got = shape + (health if parts[2] == "health" else tail)
         elif key[:9] == "topo.gpu." and len(parts := key.split(".", 4)) >= 4:
             if parts[2:4] != last_pair and _is_index(parts[2]) and _is_index(parts[3]):
                 last_pair, pair_tail = parts[2:4], (None, False, "topology", (parts[2], parts[3]))
             if parts[2:4] == last_pair:  # a GPU pair's
-                canonical = "topo.gpu.0.1." + parts[4] if len(parts) == 5 else "topo.gpu.0.1"
-                shape = shapes.get(canonical, False)
+                rest = parts[4] if len(parts) == 5 else None
+                shape = pair_rests.get(rest, False)
                 if shape is False:
-                    shape = _shape(canonical)
+                    canonical = "topo.gpu.0.1" if rest is None else "topo.gpu.0.1." + rest
+                    shape = pair_rests[rest] = _shape(canonical)
                 if shape is not None:
                     got = shape + pair_tail
         append(got if got is not None else info(key))

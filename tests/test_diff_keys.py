@@ -76,7 +76,8 @@ def _forget() -> None:
         from gpudiag import diff_keys
     except ImportError:  # the diff before issue 44 (this test checked against it)
         return
-    for cache in (diff_keys.INFO, diff_keys._SHAPES, diff_keys._RENUMBERED):
+    caches = (diff_keys.INFO, diff_keys._SHAPES, diff_keys._RENUMBERED)
+    for cache in (*caches, diff_keys._GPU_RESTS, diff_keys._PAIR_RESTS):
         cache.clear()
 
 
