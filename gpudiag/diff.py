@@ -32,6 +32,8 @@ TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from typing import Any
 
+    from gpudiag.diff_kernels import Explanation, MetricChange
+
 EXIT_EQUIVALENT, EXIT_CONFIG, EXIT_PERFORMANCE = 0, 1, 2
 BOOTSTRAP_ROUNDS = 2000
 # A difference smaller than this share of A is not called, however tight the interval.
@@ -87,23 +89,14 @@ def _change(
 _NEW, _SET = object.__new__, object.__setattr__
 
 
-@dataclass(frozen=True)
-class MetricChange:
-    """A kernel metric measured on both sides."""
+def __getattr__(name: str) -> Any:
+    """MetricChange and Explanation, still named here (gpudiag/diff_kernels.py holds
+    them: built only where kernel results are compared or explanations read)."""
+    if name in ("MetricChange", "Explanation"):
+        from gpudiag import diff_kernels
 
-    kernel: str
-    device: str
-    metric: str
-    unit: str
-    median_a: float
-    median_b: float
-    ratio: float
-    ci_low: float
-    ci_high: float
-    verdict: str
-    explanations: tuple[ReadingChange, ...] = ()
-    reason: str = ""  # why a verdict is "inconclusive"
-    ab: str = ""  # stats.samples_verdict: different, same, or how many more trials decide
+        return getattr(diff_kernels, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -384,17 +377,6 @@ def judge_metric(
     )
 
 
-@dataclass(frozen=True)
-class Explanation:
-    """Which readings can move which metrics (rules/explanations.toml): a pattern over
-    "kernel.metric", one over the device (cpu-numa0, gpu3; any when absent), and the
-    reading-key patterns."""
-
-    metric: re.Pattern[str]
-    device: re.Pattern[str]
-    readings: tuple[re.Pattern[str], ...]
-
-
 def load_explanations() -> list[Explanation]:
     """rules/explanations.toml, compiled."""
     from pathlib import Path
@@ -410,6 +392,7 @@ def parse_explanations(text: str, origin: str) -> list[Explanation]:
     """An explanations file, compiled; RuleError (one line naming the file) where it is
     not one (`rules lint` checks the shipped file with this)."""
     from gpudiag import tomlcompat
+    from gpudiag.diff_kernels import Explanation
     from gpudiag.rule_operators import RuleError  # where explanations are read, not always
 
     try:
@@ -491,6 +474,7 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
     if a.kernels:  # what judging kernel metrics needs, only where there are some
         import statistics
 
+        from gpudiag.diff_kernels import MetricChange
         from gpudiag.stats import samples_verdict
     for ka in a.kernels:
         kb = kernels_b.get(kernel_match_key(ka))

@@ -270,6 +270,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gpudiag.session",
             "gpudiag.diff",
             "gpudiag.diff_keys",
+            "gpudiag.diff_kernels",
             "gpudiag.redact",
             "gpudiag.output",
             "gpudiag.health",
