@@ -537,18 +537,20 @@ def _compare(result: Diff, readings_a: dict[str, Reading], readings_b: dict[str,
         if got[0]:  # KERNEL
             continue
         ra, rb = get_a(key), get_b(key)
-        if ra is None:
-            kind, number = "only_b", 1
-        elif rb is None:
-            kind, number = "only_a", 0
-        else:  # what (status, value, unit) == (...) gives, without making the tuples
+        if ra is not None and rb is not None:  # what (status, value, unit) == (...) gives
             x, y = ra.value, rb.value
-            same = (
+            if (
                 ((s := ra.status) is (t := rb.status) or s == t)
                 and (x is y or x == y)
                 and ((u := ra.unit) is (v := rb.unit) or u == v)
-            )
-            kind, number = ("equal", 2) if same else ("changed", 3)
+            ):
+                number = 2  # equal
+            else:
+                kind, number = "changed", 3
+        elif ra is None:
+            kind, number = "only_b", 1
+        else:
+            kind, number = "only_a", 0
         if number != 2:  # an equal change is made when `readings` is first asked
             change = new(ReadingChange)  # as _change makes it
             setattr_(

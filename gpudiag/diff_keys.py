@@ -71,7 +71,6 @@ def infos(keys: Iterable[str]) -> list[tuple]:
     last_pair: list[str] = []  # the indices of the pair key before, and its info's end
     pair_tail: tuple = ()
     for key in keys:
-        got = None
         if key[:4] == "gpu." and len(parts := key.split(".", 2)) == 3:
             index = parts[1]
             if index != last and _is_index(index):
@@ -83,19 +82,21 @@ def infos(keys: Iterable[str]) -> list[tuple]:
                 if shape is False:
                     shape = gpu_rests[rest] = _shape("gpu.0." + rest)
                 if shape is not None:  # a tuple's sum: no list made on the way
-                    got = shape + (health if parts[2] == "health" else tail)
+                    append(shape + (health if rest == "health" else tail))
+                    continue
         elif key[:9] == "topo.gpu." and len(parts := key.split(".", 4)) >= 4:
-            if parts[2:4] != last_pair and _is_index(parts[2]) and _is_index(parts[3]):
-                last_pair, pair_tail = parts[2:4], (None, False, "topology", (parts[2], parts[3]))
-            if parts[2:4] == last_pair:  # a GPU pair's
+            if (both := parts[2:4]) != last_pair and _is_index(both[0]) and _is_index(both[1]):
+                last_pair, pair_tail = both, (None, False, "topology", (both[0], both[1]))
+            if both == last_pair:  # a GPU pair's
                 rest = parts[4] if len(parts) == 5 else None
                 shape = pair_rests.get(rest, False)
                 if shape is False:
                     canonical = "topo.gpu.0.1" if rest is None else "topo.gpu.0.1." + rest
                     shape = pair_rests[rest] = _shape(canonical)
                 if shape is not None:
-                    got = shape + pair_tail
-        append(got if got is not None else info(key))
+                    append(shape + pair_tail)
+                    continue
+        append(info(key))
     return out
 
 
