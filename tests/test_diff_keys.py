@@ -263,3 +263,21 @@ def test_the_equal_changes_are_made_only_when_asked() -> None:
     assert all(c.a is a.readings_by_key[c.key] for c in readings)
     assert all(c.b is b.readings_by_key[c.key] for c in readings)
     assert all(c.noisy == diff._always_varies(c.key) for c in readings)
+
+
+def test_the_keys_ending_so_are_found_in_order_whatever_they_hold() -> None:
+    """match_gpus finds the bus ids' keys in the keys' lines joined (diff._ending): the
+    keys a test of each finds, in order; a key holding a line break (a damaged file's)
+    cannot pass a piece of itself off as a key: then each key is tested."""
+    from gpudiag.diff import _ending
+
+    end = ".pci.bus_id"
+    keys = dict.fromkeys(
+        ("gpu.0.pci.bus_id", "x", ".pci.bus_id", "gpu.1.a.pci.bus_id", "gpu.2.pci.bus_idx",
+         "pci.bus_id", "gpu.3.pci.bus_id.pci.bus_id", "gpu.4.pci.bus_id")
+    )  # fmt: skip
+    assert _ending(keys, end) == [k for k in keys if k.endswith(end)]
+    assert len(_ending(keys, end)) == 5
+    broken = dict.fromkeys(["gpu.0.x\ngpu.5.pci.bus_id", "gpu.6.pci.bus_id\nx", "gpu.7.pci.bus_id"])
+    assert _ending(broken, end) == ["gpu.0.x\ngpu.5.pci.bus_id", "gpu.7.pci.bus_id"]
+    assert _ending({}, end) == []
