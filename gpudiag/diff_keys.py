@@ -59,44 +59,54 @@ def info(key: str) -> tuple:
 
 def infos(keys: Iterable[str]) -> list[tuple]:
     """`info` of each key, in order (what `info` gives, key by key): the keys of a GPU
-    and of a GPU pair from their shapes in this one loop, each index read once for the
-    run of keys that share it (keys in order come GPU by GPU, pair by pair), not kept;
-    a key of another form as `info` gives it (worked out once)."""
+    and of a GPU pair from their shapes in this one loop, the index read once for the
+    run of keys that start alike (`gpu.N.`, `topo.gpu.N.M.`: keys in order come GPU by
+    GPU, pair by pair), then only the rest of each key looked up; a key of another form
+    as `info` gives it (worked out once)."""
     gpu_rests, pair_rests = _GPU_RESTS, _PAIR_RESTS
     out: list[tuple] = []
     append = out.append
-    last: str | None = None  # the index of the GPU key before, and its info's end
+    run = ""  # what the GPU keys of this run start with ('' before any)
     tail: tuple = ()  # (gpu, health, group, pair) of its keys
     health: tuple = ()  # and of its health reading's
-    last_pair: list[str] = []  # the indices of the pair key before, and its info's end
+    pair_run = ""  # what the GPU pair keys of this run start with, and their tail
     pair_tail: tuple = ()
     for key in keys:
-        if key[:4] == "gpu." and len(parts := key.split(".", 2)) == 3:
-            index = parts[1]
-            if index != last and _is_index(index):
-                gpu = index if index[0] != "0" or len(index) == 1 else str(int(index))
-                last, tail = index, (gpu, False, "GPU " + index, None)
-                health = (gpu, gpu == index, "GPU " + index, None)
-            if index == last:
-                shape = gpu_rests.get(rest := parts[2], False)
-                if shape is False:
-                    shape = gpu_rests[rest] = _shape("gpu.0." + rest)
-                if shape is not None:  # a tuple's sum: no list made on the way
-                    append(shape + (health if rest == "health" else tail))
-                    continue
-        elif key[:9] == "topo.gpu." and len(parts := key.split(".", 4)) >= 4:
-            if (both := parts[2:4]) != last_pair and _is_index(both[0]) and _is_index(both[1]):
-                last_pair, pair_tail = both, (None, False, "topology", (both[0], both[1]))
-            if both == last_pair:  # a GPU pair's
-                rest = parts[4] if len(parts) == 5 else None
-                shape = pair_rests.get(rest, False)
-                if shape is False:
-                    canonical = "topo.gpu.0.1" if rest is None else "topo.gpu.0.1." + rest
-                    shape = pair_rests[rest] = _shape(canonical)
-                if shape is not None:
-                    append(shape + pair_tail)
-                    continue
-        append(info(key))
+        if run and key.startswith(run):
+            rest = key[len(run) :]
+        elif key[:4] == "gpu." and len(parts := key.split(".", 2)) == 3 and _is_index(parts[1]):
+            index, rest = parts[1], parts[2]
+            gpu = index if index[0] != "0" or len(index) == 1 else str(int(index))
+            run, tail = f"gpu.{index}.", (gpu, False, "GPU " + index, None)
+            health = (gpu, gpu == index, "GPU " + index, None)
+        else:
+            rest = None
+        if rest is not None:  # a GPU's key
+            shape = gpu_rests.get(rest, False)
+            if shape is False:
+                shape = gpu_rests[rest] = _shape("gpu.0." + rest)
+            # a tuple's sum: no list made on the way
+            append(info(key) if shape is None else shape + (health if rest == "health" else tail))
+            continue
+        if pair_run and key.startswith(pair_run):
+            rest = key[len(pair_run) :]
+        elif (
+            key[:9] == "topo.gpu."
+            and len(parts := key.split(".", 4)) >= 4
+            and _is_index(parts[2])
+            and _is_index(parts[3])
+        ):
+            pair_run = f"topo.gpu.{parts[2]}.{parts[3]}."
+            pair_tail = (None, False, "topology", (parts[2], parts[3]))
+            rest = parts[4] if len(parts) == 5 else None  # None: `topo.gpu.N.M` itself
+        else:
+            append(info(key))
+            continue
+        shape = pair_rests.get(rest, False)
+        if shape is False:
+            canonical = "topo.gpu.0.1" if rest is None else "topo.gpu.0.1." + rest
+            shape = pair_rests[rest] = _shape(canonical)
+        append(info(key) if shape is None else shape + pair_tail)
     return out
 
 
