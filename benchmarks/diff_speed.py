@@ -1,15 +1,25 @@
 """Time of `gpudiag diff A B` on two 8-GPU snapshots, as a user runs it, and where that time
-goes, beside a Python process that only starts and exits, in the same run.
+goes, beside a Python process that only starts and exits, in the same run; then the CPU
+time of the whole command at each size of `--gpus` beside its reference.
 
-    python benchmarks/diff_speed.py [--repeat 20]
+    python benchmarks/diff_speed.py [--repeat 20] [--gpus 1,8,32,64] [--runs 7]
 
 Target: under 200 ms for the diff step. The whole command (a process of its own, JSON
 files, text report) is timed too, beside its reference (a Python process that json.loads
 both files; target <= 3x), and split into: Python's start, importing gpudiag's
 command line, loading the two files, the diff, and writing the report. The snapshots are
 the healthy and faulty demo HGX H100 replays on the test suite's HGX-like host tree (about
-1,800 readings each), with kernel results of 20 samples for 16 metrics on each side so the
+2,100-2,300 readings each), with kernel results of 20 samples for 16 metrics on each side so the
 bootstrap runs too.
+
+By size (issue 44: `diff` <= 3x its reference at 1, 8, 32 and 64 GPUs, linear in size,
+its cost a reading within 2x of `check`'s): the pairs `benchmarks/cli_speed.py` makes, the
+demo HGX H100 exports (8 GPUs: the healthy and the faulty one, which differ in about 300
+readings) and their GPU 0 copied to N GPUs for other sizes, each GPU its own bus id. CPU
+time of the process tree (user + system), the minimum of `--runs` runs interleaved with
+the reference's, a Python process that json.loads both files; the text report, as in a
+pipe. The cost a reading is the slope between the smallest and the largest size over the
+readings of both files; `check`'s, of the healthy file alone, beside it.
 """
 
 from __future__ import annotations
@@ -69,6 +79,10 @@ def snapshot(replay: str, tree: Path, seed: int) -> Snapshot:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument(
+        "--gpus", default="1,8,32,64", help="sizes of the whole command's pairs ('': none)"
+    )
+    parser.add_argument("--runs", type=int, default=7, help="runs of each size (minimum taken)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tree:
         root = build_hgx_tree(Path(tree))
@@ -132,6 +146,77 @@ def main() -> None:
         f"the diff module) {rest:.0f} ms"
     )
     print(f"reference, a Python process that starts and exits: median {ms['bare']:.0f} ms")
+    sizes = sorted(int(n) for n in args.gpus.split(",") if n.strip())
+    if sizes:
+        by_size(sizes, args.runs)
+
+
+def by_size(sizes: list[int], runs: int) -> None:
+    """The whole `gpudiag diff` at each size beside its reference (CPU, minimum of runs),
+    and its cost a reading beside `check`'s."""
+    import json
+    import os
+
+    from cli_speed import export, gpudiag_command, loading, many_gpus
+
+    load = os.getloadavg()
+    print(
+        f"by size: CPU time, minimum of {runs} interleaved runs; load average {load[0]:.2f} "
+        f"{load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs"
+    )
+    gpudiag = gpudiag_command()
+    costs: dict[str, list[tuple[int, float]]] = {"diff": [], "check": []}
+    with tempfile.TemporaryDirectory() as folder:
+        exported = {}
+        for name in ("healthy", "faulty"):
+            exported[name] = Path(folder) / f"{name}.json"
+            export(f"demo-hgx-h100-{name}.capture.json", exported[name])
+        for gpus in sizes:
+            pair = []
+            for name, path in exported.items():
+                if gpus == 8:  # the exports themselves
+                    pair.append(path)
+                    continue
+                pair.append(Path(folder) / f"{name}-{gpus}.json")
+                data = many_gpus(json.loads(path.read_text()), gpus)
+                pair[-1].write_text(json.dumps(data, indent=1))
+            readings = [json.loads(p.read_text())["end"]["readings"] for p in pair]
+            command = [*gpudiag, "diff", str(pair[0]), str(pair[1]), "--format", "text"]
+            cpu, ref = interleaved(command, loading(*pair), runs)
+            print(
+                f"  {gpus} GPU{'s' * (gpus != 1)} ({readings[0]} + {readings[1]} readings): "
+                f"diff {cpu:.0f} ms"
+                f" | reference {ref:.0f} ms | ratio {cpu / ref:.2f} (target <= 3:"
+                f" {'met' if cpu <= 3 * ref else 'NOT met'})"
+            )
+            costs["diff"].append((sum(readings), cpu))
+            if gpus in (min(sizes), max(sizes)) and len(sizes) > 1:
+                cpu, _ = interleaved([*gpudiag, "check", str(pair[0])], loading(pair[0]), runs)
+                costs["check"].append((readings[0], cpu))
+    if len(sizes) > 1:
+        slope = {
+            what: (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0]) * 1000
+            for what, points in costs.items()
+        }
+        print(
+            f"  cost a reading ({min(sizes)} to {max(sizes)} GPUs): diff {slope['diff']:.1f} us"
+            f" of the two files' readings, check {slope['check']:.1f} us | ratio "
+            f"{slope['diff'] / slope['check']:.2f} (target <= 2)"
+        )
+
+
+def interleaved(command: list[str], reference: list[str], runs: int) -> tuple[float, float]:
+    """(ms CPU of the command, ms CPU of the reference), the minima of `runs` runs of
+    each, interleaved, after one uncounted run of each (bytecode caches written)."""
+    from cli_speed import cpu_and_wall
+
+    cpu_and_wall(command), cpu_and_wall(reference)
+    mine, theirs = [], []
+    for n in range(runs):
+        pair = [(mine, command), (theirs, reference)]
+        for times, argv in pair if n % 2 == 0 else reversed(pair):
+            times.append(cpu_and_wall(argv)[0])
+    return min(mine) * 1000, min(theirs) * 1000
 
 
 def process_times(command: list[str], repeat: int, allowed: tuple[int, ...] = (0,)) -> list[float]:

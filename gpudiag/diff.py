@@ -19,18 +19,20 @@ and a GPU lost on one side is one line, not its hundreds of failed readings.
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, field
 
-from gpudiag import catalog, shipped
+from gpudiag import catalog, diff_keys, shipped
 from gpudiag.catalog import natural_key
+from gpudiag.diff_keys import COUNTER, GPU, HEALTH, NOISY, PAIR, VERDICT
+from gpudiag.diff_keys import VERDICT_TEMPLATES as VERDICT_TEMPLATES
 from gpudiag.model import Finding, KernelResult, Reading, ReadingStatus, Severity, Snapshot
-from gpudiag.shipped import is_kernel_reading
 
 TYPE_CHECKING = False  # typing's, without importing typing
 if TYPE_CHECKING:
     from typing import Any
+
+    from gpudiag.diff_kernels import Explanation, MetricChange
 
 EXIT_EQUIVALENT, EXIT_CONFIG, EXIT_PERFORMANCE = 0, 1, 2
 BOOTSTRAP_ROUNDS = 2000
@@ -43,10 +45,8 @@ MIN_SAMPLES = 5
 MAX_CV = 0.10
 RELIABLE_SAMPLES = 30  # from this many a side, the interval itself carries the spread
 SIGNIFICANT = ("faster", "slower")
-# The declared readings whose value is a verdict on a part, not a figure: the catalog
-# declares them volatile (a GPU's health may change between any two runs), yet a change
-# of one is the news of a diff (a GPU lost), never hidden among the readings that vary.
-VERDICT_TEMPLATES = frozenset({"gpu.{gpu}.health", "gpu.{gpu}.recovery_action"})
+# VERDICT_TEMPLATES (gpudiag/diff_keys.py): the readings whose change is a verdict on a
+# part (a GPU's health), never hidden
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class ReadingChange:
     def group(self) -> str:
         """What the key is about, as findings name it ('GPU 3' for its NVLinks too, 'PCIe
         0000:18:00.0', 'IB mlx5_0 port 1'), 'topology' for the GPU pairs, else 'node'."""
-        return _group_of(self.key)
+        return diff_keys.group(self.key)
 
 
 def _change(
@@ -89,35 +89,14 @@ def _change(
 _NEW, _SET = object.__new__, object.__setattr__
 
 
-@functools.lru_cache(maxsize=65536)
-def _group_of(key: str) -> str:
-    """ReadingChange.group of a key, worked out once per key: the report asks it three
-    times of every change (its sort, its headings), each a match of the key's subject."""
-    if key.startswith("topo."):
-        return "topology"
-    scope, values = catalog.subject_of_key(key)
-    if scope == "nvlink":
-        scope, values = "gpu", {"gpu": values["gpu"]}
-    return catalog.subject_title(scope, values)
+def __getattr__(name: str) -> Any:
+    """MetricChange and Explanation, still named here (gpudiag/diff_kernels.py holds
+    them: built only where kernel results are compared or explanations read)."""
+    if name in ("MetricChange", "Explanation"):
+        from gpudiag import diff_kernels
 
-
-@dataclass(frozen=True)
-class MetricChange:
-    """A kernel metric measured on both sides."""
-
-    kernel: str
-    device: str
-    metric: str
-    unit: str
-    median_a: float
-    median_b: float
-    ratio: float
-    ci_low: float
-    ci_high: float
-    verdict: str
-    explanations: tuple[ReadingChange, ...] = ()
-    reason: str = ""  # why a verdict is "inconclusive"
-    ab: str = ""  # stats.samples_verdict: different, same, or how many more trials decide
+        return getattr(diff_kernels, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -130,41 +109,86 @@ class Diff:
     metrics: list[MetricChange] = field(default_factory=list)
     gpu_map: dict[str, str] = field(default_factory=dict)
     same_node: bool = False  # A and B are one node at two moments (same host name)
+    # what diff_snapshots' one pass over the keys gathers (None: walk `readings`): the
+    # changes that are not equal, those of them of verdicts, and each GPU's count of its
+    # readings by kind (only_a, only_b, equal, changed), its health reading left out
+    _unequal: list[ReadingChange] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    _verdicts: list[ReadingChange] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    _sides: dict[str, list[int]] | None = field(default=None, init=False, repr=False, compare=False)
+    # what `readings` is made from when first asked, where diff_snapshots left its equal
+    # changes to be made then (None: `readings` is made)
+    _later: tuple | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __getattr__(self, name: str) -> Any:
+        """`readings`, made when first asked where diff_snapshots left it to be: a diff
+        whose report is printed never asks it of its equal changes (26,000 objects at 64
+        GPUs, 16 ms); the TUI and a program do, and get the same list."""
+        later = self.__dict__.get("_later")
+        if name != "readings" or later is None:
+            raise AttributeError(name)
+        keys, infos, get_a, get_b = later
+        unequal = iter(self._unequal or ())
+        waiting = next(unequal, None)
+        readings: list[ReadingChange] = []
+        for key, got in zip(keys, infos, strict=True):
+            if got[0]:  # KERNEL
+                continue
+            if waiting is not None and waiting.key == key:
+                readings.append(waiting)
+                waiting = next(unequal, None)
+            else:
+                readings.append(_change(key, "equal", get_a(key), get_b(key), got[1]))
+        self.readings, self._later = readings, None
+        return readings
 
     def rising_counters(self) -> list[ReadingChange]:
         """Counters since boot (declared in gpudiag/catalog.py) higher in B than in A, for
         two snapshots of the same node: errors that happened between them."""
         if not self.same_node:
             return []
+        info = diff_keys.info
         return [
             c
-            for c in self.readings
+            for c in self._not_equal()
             if c.kind == "changed"
-            and shipped.is_counter(c.key)
+            and info(c.key)[COUNTER]
             and (numbers := _numbers(c)) is not None
             and numbers[1] > numbers[0]
         ]
 
+    def _not_equal(self) -> list[ReadingChange]:
+        """The changes that are not equal, in order."""
+        if self._unequal is not None:
+            return self._unequal
+        return [c for c in self.readings if c.kind != "equal"]
+
     def health_changes(self) -> list[ReadingChange]:
         """The changes of verdict-like readings (VERDICT_TEMPLATES: a GPU's health), which
         lead the report and make it exit code 2."""
-        return [c for c in self.readings if c.kind != "equal" and is_verdict(c.key)]
+        if self._verdicts is not None:
+            return list(self._verdicts)
+        return [c for c in self._not_equal() if is_verdict(c.key)]
 
     def lost_gpus(self) -> dict[str, str]:
         """GPUs lost on one side only (their health reading taken and failed there, as
         catalog.is_lost reads it): index -> the side, 'A' or 'B'."""
         lost: dict[str, str] = {}
         for c in self.health_changes():
-            index = catalog.gpu_of(c.key)
-            if index is not None and c.key == f"gpu.{index}.health":
+            got = diff_keys.info(c.key)
+            if got[HEALTH]:
                 in_a, in_b = _is_lost(c.a), _is_lost(c.b)
                 if in_a != in_b:
-                    lost[str(index)] = "A" if in_a else "B"
+                    lost[got[GPU]] = "A" if in_a else "B"
         return lost
 
     def differences(self, include_noisy: bool = False) -> list[ReadingChange]:
         """The reading changes that are not equal (noisy ones only on request)."""
-        return [c for c in self.readings if c.kind != "equal" and (include_noisy or not c.noisy)]
+        unequal = self._not_equal()
+        return list(unequal) if include_noisy else [c for c in unequal if not c.noisy]
 
     def exit_code(self) -> int:
         """0 equivalent, 1 configuration differs only, 2 a performance metric differs
@@ -196,40 +220,44 @@ class Diff:
         (the side they answer on, 'only_a' or 'only_b'; how many of their readings differ),
         said in one line rather than reading by reading. The health reading (`folded`
         keeps it) says the GPU is lost on the other side."""
-        kinds: dict[str, set[str]] = {}
+        sides = self._sides if self._sides is not None else _tally(self.readings)
+        whole: dict[str, tuple[str, int]] = {}
         counts: dict[str, int] = {}
-        for c in self.readings:
-            index = catalog.gpu_of(c.key)
-            if index is not None and c.key != f"gpu.{index}.health":
-                kinds.setdefault(str(index), set()).add(c.kind)
-                counts[str(index)] = counts.get(str(index), 0) + (c.kind != "equal")
-        whole = {
-            gpu: (next(iter(k)), counts[gpu])
-            for gpu, k in kinds.items()
-            if k in ({"only_a"}, {"only_b"})
-        }
+        for gpu, (only_a, only_b, equal, changed) in sides.items():
+            counts[gpu] = only_a + only_b + changed
+            if not (equal or changed) and not (only_a and only_b):
+                whole[gpu] = ("only_a" if only_a else "only_b", counts[gpu])
         for gpu, side in self.lost_gpus().items():
             whole.setdefault(gpu, ("only_a" if side == "B" else "only_b", counts.get(gpu, 0)))
         return whole
 
 
+KINDS = ("only_a", "only_b", "equal", "changed")  # by their number in Diff._sides
+
+
+def _tally(readings: list[ReadingChange]) -> dict[str, list[int]]:
+    """Diff._sides of a list of changes: each GPU's count of its readings by kind."""
+    sides: dict[str, list[int]] = {}
+    info = diff_keys.info
+    for c in readings:
+        got = info(c.key)
+        if got[GPU] is not None and not got[HEALTH]:
+            sides.setdefault(got[GPU], [0, 0, 0, 0])[KINDS.index(c.kind)] += 1
+    return sides
+
+
 def folded(change: ReadingChange, whole: dict[str, tuple[str, int]]) -> bool:
     """Whether a reading change is one of a one-sided GPU's (`Diff.one_sided_gpus`) or of
     a topology pair with it, said in that GPU's one line; its health reading never is."""
-    if (pair := _PAIR.match(change.key)) is not None:
-        return any(gpu in whole for gpu in pair.groups())
-    index = catalog.gpu_of(change.key)
-    return index is not None and str(index) in whole and change.key != f"gpu.{index}.health"
+    got = diff_keys.info(change.key)
+    if (pair := got[PAIR]) is not None:
+        return any(gpu in whole for gpu in pair)
+    return got[GPU] in whole and not got[HEALTH]
 
 
-_PAIR = re.compile(r"topo\.gpu\.(\d+)\.(\d+)(?:\.|$)")
-
-
-@functools.lru_cache(maxsize=4096)
 def is_verdict(key: str) -> bool:
     """Whether a reading is a verdict on a part (VERDICT_TEMPLATES)."""
-    found = shipped.find(key)
-    return found is not None and found.template in VERDICT_TEMPLATES
+    return diff_keys.info(key)[VERDICT]
 
 
 def _is_lost(reading: Reading | None) -> bool:
@@ -249,8 +277,8 @@ def match_gpus(a: dict[str, Reading], b: dict[str, Reading]) -> dict[str, str]:
     def bus_ids(readings: dict[str, Reading]) -> dict[str, str]:
         return {
             str(catalog.gpu_of(key)): str(r.value)
-            for key, r in readings.items()
-            if key.endswith(".pci.bus_id") and catalog.gpu_of(key) is not None and r.ok
+            for key in _ending(readings, ".pci.bus_id")
+            if catalog.gpu_of(key) is not None and (r := readings[key]).ok
         }
 
     bus_a, bus_b = bus_ids(a), bus_ids(b)
@@ -260,14 +288,25 @@ def match_gpus(a: dict[str, Reading], b: dict[str, Reading]) -> dict[str, str]:
     return {}
 
 
+def _ending(readings: dict[str, Reading], end: str) -> list[str]:
+    """The keys that end with `end`, in order: found in their lines joined, by the
+    string's own search (a GPU's bus id among 26,000 keys at 64 GPUs: 0.6 ms, where a
+    test of each key took 2), unless a key holds a line break (then key by key)."""
+    text = "\n".join(readings) + "\n"
+    if text.count("\n") != len(readings):
+        return [key for key in readings if key.endswith(end)]
+    found, mark, at = [], end + "\n", 0
+    while (at := text.find(mark, at)) >= 0:
+        found.append(text[text.rfind("\n", 0, at) + 1 : at + len(end)])
+        at += len(mark)
+    return found
+
+
 def _rekey(readings: dict[str, Reading], gpu_map: dict[str, str]) -> dict[str, Reading]:
     if not gpu_map or all(k == v for k, v in gpu_map.items()):
         return readings
-    return {shipped.renumber_gpus(key, gpu_map): reading for key, reading in readings.items()}
-
-
-def _same(a: Reading, b: Reading) -> bool:
-    return (a.status, a.value, a.unit) == (b.status, b.value, b.unit)
+    renumber = diff_keys.renumber  # by each key template's index positions
+    return {renumber(key, gpu_map): reading for key, reading in readings.items()}
 
 
 def bootstrap_ratio(
@@ -352,17 +391,6 @@ def judge_metric(
     )
 
 
-@dataclass(frozen=True)
-class Explanation:
-    """Which readings can move which metrics (rules/explanations.toml): a pattern over
-    "kernel.metric", one over the device (cpu-numa0, gpu3; any when absent), and the
-    reading-key patterns."""
-
-    metric: re.Pattern[str]
-    device: re.Pattern[str]
-    readings: tuple[re.Pattern[str], ...]
-
-
 def load_explanations() -> list[Explanation]:
     """rules/explanations.toml, compiled."""
     from pathlib import Path
@@ -378,6 +406,7 @@ def parse_explanations(text: str, origin: str) -> list[Explanation]:
     """An explanations file, compiled; RuleError (one line naming the file) where it is
     not one (`rules lint` checks the shipped file with this)."""
     from gpudiag import tomlcompat
+    from gpudiag.diff_kernels import Explanation
     from gpudiag.rule_operators import RuleError  # where explanations are read, not always
 
     try:
@@ -435,12 +464,7 @@ def _numbers(change: ReadingChange) -> tuple[int | float, int | float] | None:
 def _always_varies(key: str) -> bool:
     """A reading declared volatile (temperatures, clocks at idle, serials): hidden by
     default. Counters are shown (and rising ones called out); an undeclared key is shown."""
-    found = shipped.find(key)
-    return (
-        found is not None
-        and found.change is catalog.Change.VOLATILE
-        and found.template not in VERDICT_TEMPLATES
-    )
+    return diff_keys.info(key)[NOISY]
 
 
 def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
@@ -450,17 +474,7 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
     result.gpu_map = match_gpus(readings_a, b.readings_by_key)
     result.same_node = a.host == b.host and a.host != "unknown"
     readings_b = _rekey(b.readings_by_key, result.gpu_map)
-    for key in sorted(set(readings_a) | set(readings_b)):
-        if is_kernel_reading(key):
-            continue  # a kernel figure: the results' samples are compared below
-        ra, rb = readings_a.get(key), readings_b.get(key)
-        if ra is None:
-            kind = "only_b"
-        elif rb is None:
-            kind = "only_a"
-        else:
-            kind = "equal" if _same(ra, rb) else "changed"
-        result.readings.append(_change(key, kind, ra, rb, _always_varies(key)))
+    _compare(result, readings_a, readings_b)
     # rules that did not apply on one side are no finding there (schema version 2)
     found_a = [f for f in a.findings if f.severity is not Severity.NOT_APPLICABLE]
     found_b = [f for f in b.findings if f.severity is not Severity.NOT_APPLICABLE]
@@ -474,6 +488,7 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
     if a.kernels:  # what judging kernel metrics needs, only where there are some
         import statistics
 
+        from gpudiag.diff_kernels import MetricChange
         from gpudiag.stats import samples_verdict
     for ka in a.kernels:
         kb = kernels_b.get(kernel_match_key(ka))
@@ -515,6 +530,61 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
     return result
 
 
+def _compare(result: Diff, readings_a: dict[str, Reading], readings_b: dict[str, Reading]) -> None:
+    """One pass over the keys of both sides, in order: each compared (equal when status,
+    value and unit are), with what the report asks of the changes gathered as it goes
+    (Diff._unequal, _verdicts, _sides); each key's questions answered by its template
+    (diff_keys.info). Kernel figures are left out: their results' samples are compared.
+    The equal changes are made when `readings` is first asked (Diff.__getattr__)."""
+    get_a, get_b = readings_a.get, readings_b.get
+    unequal: list[ReadingChange] = []
+    verdicts: list[ReadingChange] = []
+    sides: dict[str, list[int]] = {}
+    new, setattr_, known = _NEW, _SET, diff_keys.INFO
+    last, tally = None, [0, 0, 0, 0]  # the GPU of the key before, and its counts
+    # every key once, in order: A's in its file's order (runs the sort finds already in
+    # order, where a set of them has none: half the time) and B's that A lacks
+    keys = [*readings_a, *(readings_b.keys() - readings_a.keys())]
+    keys.sort()
+    infos = diff_keys.infos(keys)
+    for key, got in zip(keys, infos, strict=True):
+        if got[0]:  # KERNEL
+            continue
+        ra, rb = get_a(key), get_b(key)
+        if ra is not None and rb is not None:  # what (status, value, unit) == (...) gives
+            x, y = ra.value, rb.value
+            if (
+                ((s := ra.status) is (t := rb.status) or s == t)
+                and (x is y or x == y)
+                and ((u := ra.unit) is (v := rb.unit) or u == v)
+            ):
+                number = 2  # equal
+            else:
+                kind, number = "changed", 3
+        elif ra is None:
+            kind, number = "only_b", 1
+        else:
+            kind, number = "only_a", 0
+        if number != 2:  # an equal change is made when `readings` is first asked
+            change = new(ReadingChange)  # as _change makes it
+            setattr_(
+                change, "__dict__", {"key": key, "kind": kind, "a": ra, "b": rb, "noisy": got[1]}
+            )
+            unequal.append(change)
+            known[key] = got  # kept for the report, which asks again of these
+            if got[2]:  # VERDICT
+                verdicts.append(change)
+        if (gpu := got[4]) is not None and not got[5]:  # a GPU's reading, not its health
+            if gpu is not last:  # keys in order come GPU by GPU
+                last, tally = gpu, sides.get(gpu)
+                if tally is None:
+                    tally = sides[gpu] = [0, 0, 0, 0]
+            tally[number] += 1
+    result._unequal, result._verdicts, result._sides = unequal, verdicts, sides
+    result._later = (keys, infos, get_a, get_b)
+    del result.readings  # made from _later when first asked (Diff.__getattr__)
+
+
 # ------------------------------------------------------------------ reports
 
 
@@ -550,13 +620,11 @@ def report_text(
         pairs = ", ".join(f"B GPU {k} = A GPU {v}" for k, v in sorted(diff.gpu_map.items()))
         lines += wrap(f"GPUs matched by bus address: {pairs}", None if markdown else width)
     whole, lost = diff.one_sided_gpus(), diff.lost_gpus()
+    info = diff_keys.info
     held = {  # lost GPUs whose failed readings the other side still holds
-        str(gpu)
-        for c in diff.readings
-        if c.kind == "changed"
-        and (gpu := catalog.gpu_of(c.key)) is not None
-        and str(gpu) in lost
-        and c.key != f"gpu.{gpu}.health"
+        got[GPU]
+        for c in (diff._not_equal() if lost else ())
+        if c.kind == "changed" and (got := info(c.key))[GPU] in lost and not got[HEALTH]
     }
     # a lost GPU's other verdicts (its recovery action, failed too) go into its one line
     health = [c for c in diff.health_changes() if not folded(c, whole)]
@@ -564,9 +632,9 @@ def report_text(
         lines.append("\n## Health\n" if markdown else "\nHealth (A -> B):")
         for c in health:
             said = f"{c.key}: {_value(c.a)} -> {_value(c.b)}"
-            gpu = catalog.gpu_of(c.key)
-            if gpu is not None and str(gpu) in lost and c.key == f"gpu.{gpu}.health":
-                said += f" (lost in {lost[str(gpu)]})" if markdown else ""
+            got = info(c.key)
+            if got[GPU] in lost and got[HEALTH]:
+                said += f" (lost in {lost[got[GPU]]})" if markdown else ""
             lines.append(f"- {c.group}: {said}" if markdown else f"  {c.group}: {said}")
     if diff.metrics:
         heading = f"\nPerformance (B/A, 95% CI; under {MIN_EFFECT:.0%} not called):"
@@ -618,20 +686,26 @@ def report_text(
         group = None
         told = set()
         # by group (the node's first, then in natural order), then key; each group's
-        # natural order worked out once (64 GPUs: 23,000 changes in 200 groups)
-        orders = {g: (g != "node", natural_key(g)) for g in {c.group for c in changes}}
-        for c in sorted(changes, key=lambda c: (*orders[c.group], c.key)):
-            if is_verdict(c.key) and not folded(c, whole):
+        # place worked out once (64 GPUs: 23,000 changes in 200 groups); groups in the
+        # same natural order ('GPU 3', 'GPU 03') share a place, their keys in key order
+        group_of = diff_keys.group
+        orders = {
+            g: (g != "node", tuple(natural_key(g))) for g in {group_of(c.key) for c in changes}
+        }
+        places = {order: place for place, order in enumerate(sorted(set(orders.values())))}
+        for c in sorted(changes, key=lambda c: (places[orders[group_of(c.key)]], c.key)):
+            in_one_line = folded(c, whole)
+            if not in_one_line and info(c.key)[VERDICT]:
                 continue  # said under Health, first
-            index = catalog.gpu_of(c.key)
-            if folded(c, whole):  # a lost GPU: one line, not one per reading
+            if in_one_line:  # a lost GPU: one line, not one per reading
+                index = info(c.key)[GPU]
                 if index is not None and index not in told:
                     told.add(index)
-                    kind, count = whole[str(index)]
+                    kind, count = whole[index]
                     side = "A" if kind == "only_a" else "B"
-                    if str(index) in lost and str(index) in held:
+                    if index in lost and index in held:
                         said = (
-                            f"lost in {lost[str(index)]}: its {count} readings that differ "
+                            f"lost in {lost[index]}: its {count} readings that differ "
                             "and its GPU pairs in the topology are not listed"
                         )
                     else:

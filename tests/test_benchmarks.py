@@ -27,8 +27,11 @@ SMALLEST = {
         ["C OpenMP (gcc -O3 -fopenmp):", "gpudiag CPU (Numba loops):", "NumPy blocks"],
     ),
     "diff_speed.py": (  # each of its steps runs once a repeat: one is every step
-        ["--repeat", "1"],
-        ["diff step of two 8-GPU snapshots", "the whole `gpudiag diff", "reference, a Python"],
+        ["--repeat", "1", "--gpus", "1", "--runs", "1"],
+        [
+            *("diff step of two 8-GPU snapshots", "the whole `gpudiag diff", "reference, a Python"),
+            "1 GPU (",
+        ],
     ),
     "gpu_kernels.py": (  # on a GPU node only: without one it exits 3 (test_kernels_device)
         ["--mib", "64", "--gemm-n", "1024", "--burn-seconds", "1", "--no-plans"],

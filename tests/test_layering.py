@@ -269,6 +269,8 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gpudiag.ruleengine",
             "gpudiag.session",
             "gpudiag.diff",
+            "gpudiag.diff_keys",
+            "gpudiag.diff_kernels",
             "gpudiag.redact",
             "gpudiag.output",
             "gpudiag.health",

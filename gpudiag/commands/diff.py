@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
             redact = redactor(args)
             a, b = redact.snapshot(a), redact.snapshot(b)
         result = diff_snapshots(a, b)
+        _left_to_the_exit(a, b, result)
     if args.format is None and sys.stdout.isatty() and sys.stdin.isatty():
         from gpudiag.tui_diff import DiffApp
 
@@ -70,3 +71,16 @@ def run(args: argparse.Namespace) -> int:
             width = output_width()  # the header wraps at a terminal's width, whole in a pipe
             sys.stdout.write(report_text(result, a, b, args.all, markdown, names, width))
     return result.exit_code()
+
+
+def _left_to_the_exit(*made: object) -> None:
+    """Where the process ends with the command (PausedGC.process_ends, the `gpudiag`
+    command's), what it made is left for the exit, which takes the process's memory
+    back at once, rather than freed object by object as `run` returns and the
+    interpreter ends: held by a reference cycle, which the PausedGC block around this
+    freezes, so that no collection ever frees it (two 64-GPU snapshots and their diff
+    are about 300,000 objects: 27 ms of the command's 289, wheel, CPU). A caller that
+    goes on (a test, a program calling cli.main) frees them as before."""
+    if PausedGC.process_ends:
+        kept: list[object] = [*made]
+        kept.append(kept)
