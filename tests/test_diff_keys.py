@@ -79,6 +79,9 @@ def _forget() -> None:
     caches = (diff_keys.INFO, diff_keys._SHAPES, diff_keys._RENUMBERED)
     for cache in (*caches, diff_keys._GPU_RESTS, diff_keys._PAIR_RESTS):
         cache.clear()
+    diff_keys._free.clear()  # and what it works out once per process
+    diff_keys._HEADS.clear()
+    shipped.parts.cache_clear()  # renumbering's key parse (an earlier test may have filled it)
 
 
 def test_each_answer_is_the_one_worked_out_key_by_key() -> None:
