@@ -152,6 +152,32 @@ def test_ctrl_c_during_burn_exits_at_once_with_partial_results() -> None:
     assert err.decode().splitlines()[-1] == "gpudiag: interrupted (the results above are partial)"
 
 
+def _judge_interrupted(delay_s: float, code: int, text: str) -> None:
+    """A Ctrl-C at `delay_s` into `gpudiag rules list`: still in the interpreter's own
+    start-up, or one line and 130 (or the run had ended), never a traceback."""
+    runpy_only = "_get_module_details" in text and "/gpudiag/" not in text
+    python_own = (
+        "init_import_site" in text
+        or "init_sys_streams" in text  # the interpreter opening stdin/out/err
+        or "Could not import runpy module" in text
+        # site's .pth files (an editable install's path finder among them): site says
+        # "Error processing line" and goes on without it, and gpudiag's subpackages
+        # that only the finder maps (gpudiag.rules) are then missing: exit 3
+        or "Error processing line" in text
+        # importlib's own lock callback, interrupted: Python reports it as unraisable
+        # ("Exception ignored in"), where no handler of gpudiag's can catch it
+        or ("Exception ignored in" in text and "_get_module_lock" in text)
+    )
+    if python_own or runpy_only:
+        return  # still in the interpreter's start-up (site, or importing runpy itself),
+        # or runpy looking for gpudiag (under load 40 ms can land there, no gpudiag
+        # frame yet): not gpudiag's code
+    assert "Traceback" not in text, (delay_s, text)
+    assert code in (0, 130, -signal.SIGINT), (delay_s, code, text)
+    if code == 130:
+        assert text == "gpudiag: interrupted\n"
+
+
 def test_ctrl_c_while_starting_prints_no_traceback() -> None:
     """From the moment gpudiag's own code runs (its entry point imports nothing else),
     Ctrl-C gives one line and exit 130. The interpreter's own start-up before that
@@ -169,42 +195,27 @@ def test_ctrl_c_while_starting_prints_no_traceback() -> None:
             cwd=REPO,
         )
 
-    took = float("inf")
-    for _ in range(3):  # the quickest of three whole runs: a cold first one is slower
-        began = time.monotonic()
-        whole = start()
-        assert whole.communicate(timeout=60)[1] == b"" and whole.returncode == 0
-        took = min(took, time.monotonic() - began)
-    outcomes = []
-    for twentieth in range(1, 20):  # gpudiag starts in tens of ms: a fine grid lands in it
-        delay_s = took * twentieth / 20
-        process = start()
-        time.sleep(delay_s)
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=30)
-        text = err.decode()
-        outcomes.append((round(delay_s, 3), process.returncode, text))
-        runpy_only = "_get_module_details" in text and "/gpudiag/" not in text
-        python_own = (
-            "init_import_site" in text
-            or "init_sys_streams" in text  # the interpreter opening stdin/out/err
-            or "Could not import runpy module" in text
-            # site's .pth files (an editable install's path finder among them): site says
-            # "Error processing line" and goes on without it, and gpudiag's subpackages
-            # that only the finder maps (gpudiag.rules) are then missing: exit 3
-            or "Error processing line" in text
-            # importlib's own lock callback, interrupted: Python reports it as unraisable
-            # ("Exception ignored in"), where no handler of gpudiag's can catch it
-            or ("Exception ignored in" in text and "_get_module_lock" in text)
-        )
-        if python_own or runpy_only:
-            continue  # still in the interpreter's start-up (site, or importing runpy itself),
-            # or runpy looking for gpudiag (under load 40 ms can land there, no gpudiag
-            # frame yet): not gpudiag's code
-        assert "Traceback" not in text, (delay_s, text)
-        assert process.returncode in (0, 130, -signal.SIGINT), (delay_s, process.returncode, text)
-        if process.returncode == 130:
-            assert text == "gpudiag: interrupted\n"
+    outcomes: list[tuple[float, int, str]] = []
+    # a loaded machine's runs vary more than the grid's steps: the grid is swept again,
+    # timed afresh, until a Ctrl-C has landed in gpudiag's code (at most four sweeps)
+    for _sweep in range(4):
+        if any(code == 130 for _, code, _ in outcomes):
+            break
+        took = float("inf")
+        for _ in range(3):  # the quickest of three whole runs: a cold first one is slower
+            began = time.monotonic()
+            whole = start()
+            assert whole.communicate(timeout=60)[1] == b"" and whole.returncode == 0
+            took = min(took, time.monotonic() - began)
+        for twentieth in range(1, 20):  # gpudiag starts in tens of ms: a fine grid lands in it
+            delay_s = took * twentieth / 20
+            process = start()
+            time.sleep(delay_s)
+            process.send_signal(signal.SIGINT)
+            _, err = process.communicate(timeout=30)
+            text = err.decode()
+            outcomes.append((round(delay_s, 3), process.returncode, text))
+            _judge_interrupted(delay_s, process.returncode, text)
     # how many land inside gpudiag's code depends on the machine's speed: at least one must
     assert sum(code == 130 for _, code, _ in outcomes) >= 1, outcomes
 
