@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from gpudiag import inputs
 from gpudiag.fleet.dataset import _CONTROL, MARKER, STATS, _check_marker
 from gpudiag.fleet.records import (
     FleetMerger,
+    KernelValue,
     Layout,
     LoadedFleet,
     NodeRun,
@@ -75,10 +77,19 @@ def read_store(store: Store) -> LoadedFleet:
         raise SnapshotError(name, f"not a readable dataset: {str(exc).splitlines()[0]}") from None
     for frame in (runs, kernels, findings):
         _check_strings(name, frame)
+    kernels_of = {
+        rid: (kernel_values(found), tuple(found)) for rid, found in kernels_by_run(kernels).items()
+    }
+    findings_of = findings_by_run(findings)
     try:  # the readings file by file (an append writes whole runs to a file)
-        return _assemble(runs, _readings(store, True), kernels, findings)
+        seen = _RunsRead()
+        for readings in _readings(store, True):
+            seen.add(readings)
     except _RunAcrossFiles:  # a dataset rewritten by another tool: all its files at once
-        return _assemble(runs, _readings(store, False), kernels, findings)
+        seen = _RunsRead()
+        for readings in _readings(store, False):
+            seen.add(readings)
+    return assemble(runs, seen, kernels_of, findings_of)
 
 
 READING_COLUMNS = (
@@ -128,10 +139,8 @@ def _number(x: float) -> float | None:
     return None if math.isnan(x) else float(x)
 
 
-def _assemble(runs: Any, chunks: Any, kernels: Any, findings: Any) -> LoadedFleet:
-    """The LoadedFleet of a dataset's tables; `chunks` are the readings, sorted by run and
-    position, each holding whole runs. Layouts and configurations are numbered in the
-    order the runs (by path, then time) first use them, as the snapshots' loader does."""
+def kernels_by_run(kernels: Any) -> dict[str, list[ParsedKernel]]:
+    """Each run's kernel results (a frame of the kernels table), in their order."""
     kernels_of: dict[str, list[ParsedKernel]] = {}
     for row in kernels.sort("run_id", "position").iter_rows(named=True):
         stats: Any = msgspec.UNSET
@@ -150,14 +159,33 @@ def _assemble(runs: Any, chunks: Any, kernels: Any, findings: Any) -> LoadedFlee
                 stats=stats,
             )
         )
+    return kernels_of
+
+
+def findings_by_run(findings: Any) -> dict[str, list[tuple[str, str, str]]]:
+    """Each run's findings (a frame of the findings table sorted by run and position)."""
     findings_of: dict[str, list[tuple[str, str, str]]] = {}
     for rid, rule, severity, subject in findings.select(
         "run_id", "rule", "severity", "subject"
     ).iter_rows():
         findings_of.setdefault(rid, []).append((rule, severity, subject))
-    seen = _RunsRead()
-    for readings in chunks:
-        seen.add(readings)
+    return findings_of
+
+
+Kernels = tuple[tuple[KernelValue, ...], tuple[Any, ...]]  # a run's figures and results
+
+
+def assemble(
+    runs: Any,
+    seen: _RunsRead,
+    kernels_of: dict[str, Kernels],
+    findings_of: dict[str, Any],
+    by_id: dict[str, NodeRun] | None = None,
+) -> LoadedFleet:
+    """The LoadedFleet of a dataset's tables: its runs, what their readings said (`seen`),
+    their kernel figures and results, and their findings; each run by its id in `by_id`
+    where given. Layouts and configurations are numbered in the order the runs (by path,
+    then time) first use them, as the snapshots' loader does."""
     fleet = LoadedFleet()
     layout_ids: dict[int, int] = {}
     config_ids: dict[int, int] = {}
@@ -176,7 +204,7 @@ def _assemble(runs: Any, chunks: Any, kernels: Any, findings: Any) -> LoadedFlee
             config_id = config_ids[config_at] = len(fleet.configs)
             fleet.configs.append(seen.configs[config_at][1])
             fleet.config_layout.append(layout_id)
-        run_kernels = tuple(kernels_of.get(rid, ()))
+        values, run_kernels = kernels_of.get(rid, ((), ()))
         found = tuple(findings_of.get(rid, ()))
         fleet.runs.append(
             NodeRun(
@@ -186,19 +214,26 @@ def _assemble(runs: Any, chunks: Any, kernels: Any, findings: Any) -> LoadedFlee
                 layout=layout_id,
                 config=config_id,
                 numbers=numbers,
-                kernel_values=kernel_values(run_kernels),
+                kernel_values=values,
                 kernels=run_kernels,
                 findings=interned.setdefault(found, found),
             )
         )
+        if by_id is not None:
+            by_id[rid] = fleet.runs[-1]
     return fleet
+
+
+# what a run keeps of its numbers: (run id, layout as read, numbers) -> numbers kept
+Keep = Callable[[str, int, np.ndarray], np.ndarray]
 
 
 class _RunsRead:
     """What the readings say of each run: its layout, its configuration (each numbered
     in the order first read) and its numbers."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: Keep | None = None) -> None:
+        self.keep = keep
         self.layouts: list[Layout] = []
         self.configs: list[tuple[int, tuple[Any, ...]]] = []  # (layout, values)
         self.runs: dict[str, tuple[int, int, np.ndarray]] = {}
@@ -258,7 +293,10 @@ class _RunsRead:
                     config_at = self._config_of[(layout_at, config)] = len(self.configs)
                     self.configs.append((layout_at, config))
                 self._config_by_hash[(layout_at, config_hash)] = config_at
-            self.runs[rid] = (layout_at, config_at, value[self._numeric[layout_at]])
+            numbers = value[self._numeric[layout_at]]
+            if self.keep is not None:  # a report bounded in memory (fleet/dataset_scan.py)
+                numbers = self.keep(rid, layout_at, numbers)
+            self.runs[rid] = (layout_at, config_at, numbers)
 
     def _layout(self, rows: Any) -> int:
         keys = tuple(rows["reading"].to_list())

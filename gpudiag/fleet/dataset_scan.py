@@ -1,0 +1,252 @@
+"""The report of a fleet dataset in memory bounded whatever the fleet's size
+(docs/dataset.md): `gpudiag fleet DATASET` without --parquet, --dataset, --rules or the
+screen, which need the whole fleet in memory (dataset_read.read_dataset).
+
+read_dataset holds every run's numbers and kernel results, and the analysis builds the
+long table of every number of every node at once (fleet/table.py): at 100,000 generated
+8-GPU nodes 133 million rows, 3.5 GB of columns beside 1 GB of numbers. Here each table
+is read a file at a time (an append writes whole runs to a file): the latest runs'
+numbers go to a spill folder (one NumPy file per readings file and layout, a slot a row),
+kernel results are kept as their figures only, and both only where a node has history
+(regressions and rising counters compare consecutive runs). Then the analysis takes the
+long table a part at a time (analysis.analyse's `chunks`): whole reading templates, about
+CHUNK_ROWS rows, the kernel figures in one; a counter's rate is its reading's over the
+fleet, and the Bonferroni family of all counters is summed over the parts
+(outliers.judge_counters). The statistics are the same NumPy over the same
+float64 values, group by group, so the report is the one read_dataset gives, byte for
+byte (tests/test_fleet_dataset_scan.py).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpudiag.fleet.analysis import FleetReport, analyse
+from gpudiag.fleet.dataset import MARKER, _check_marker
+from gpudiag.fleet.dataset_read import (
+    Kernels,
+    _check_strings,
+    _readings,
+    _RunAcrossFiles,
+    _RunsRead,
+    assemble,
+    findings_by_run,
+    kernels_by_run,
+)
+from gpudiag.fleet.records import KernelValue, LoadedFleet, NodeRun, kernel_values, no_gc
+from gpudiag.fleet.store import Store
+from gpudiag.fleet.table import Columns, Fleet, TableNames, numeric_columns, template
+from gpudiag.snapshot import SnapshotError
+
+CHUNK_ROWS = 4_000_000  # rows of the long table a part (28 bytes each, and the statistics')
+_NONE = np.empty(0, dtype=np.float64)  # a run's numbers, where they are in the spill
+
+
+class Spill:
+    """The latest runs' numbers on disk: per readings file and layout, one NumPy file of
+    a row per slot (a part of the readings is its rows, read through a memory map)."""
+
+    def __init__(self, folder: Path, latest: set[str], kept: set[str]) -> None:
+        self.folder = folder
+        self.latest = latest  # the run ids whose numbers are spilled
+        self.kept = kept  # the run ids whose numbers also stay in memory
+        self._batch: dict[int, tuple[list[str], list[np.ndarray]]] = defaultdict(lambda: ([], []))
+        self.parts: list[tuple[int, Path, list[str]]] = []  # layout as read, file, run ids
+        self.by_id: dict[str, NodeRun] = {}  # each run read, by its id
+        self.files: list[tuple[int, Path, np.ndarray]] = []  # fleet layout, file, node rows
+
+    def keep(self, rid: str, layout: int, numbers: np.ndarray) -> np.ndarray:
+        """A run's numbers as read: spilled if it is a node's latest; what it keeps."""
+        if rid in self.latest:
+            rids, rows = self._batch[layout]
+            rids.append(rid)
+            rows.append(numbers)
+        return numbers if rid in self.kept else _NONE
+
+    def flush(self) -> None:
+        """The runs of one readings file written out."""
+        for layout, (rids, rows) in self._batch.items():
+            path = self.folder / f"part{len(self.parts)}.npy"
+            np.save(path, np.ascontiguousarray(np.stack(rows).T))
+            self.parts.append((layout, path, rids))
+        self._batch.clear()
+
+    def place(self, fleet: Fleet) -> None:
+        """Each spilled file's layout and rows as the fleet numbers them."""
+        index = {id(run): i for i, run in enumerate(fleet.current)}
+        for _, path, rids in self.parts:
+            runs = [self.by_id[rid] for rid in rids]
+            rows = np.asarray([index[id(run)] for run in runs], dtype=np.int64)
+            self.files.append((runs[0].layout, path, rows))
+        self.parts.clear()
+
+    def numbers(self, layout: int, members: list[int], slots: np.ndarray) -> np.ndarray:
+        """The numbers of `members` (rows of fleet.current, all of `layout`) at `slots`."""
+        out = np.empty((len(members), len(slots)))
+        row_of = np.full(max(members) + 1, -1, dtype=np.int64)
+        row_of[np.asarray(members, dtype=np.int64)] = np.arange(len(members))
+        filled = 0
+        for found, path, rows in self.files:
+            if found != layout:
+                continue
+            block = np.load(path, mmap_mode="r")
+            out[row_of[rows]] = np.asarray(block[slots]).T
+            filled += len(rows)
+            del block  # unmapped: its pages leave the resident set
+        if filled != len(members):  # every latest run is spilled once
+            raise RuntimeError(f"{filled} of {len(members)} runs' numbers spilled")
+        return out
+
+
+def read_bounded(store: Store, folder: Path) -> tuple[LoadedFleet, Spill]:
+    """The fleet a dataset holds with the latest runs' numbers in a Spill under
+    `folder`; SnapshotError if it is damaged, _RunAcrossFiles if a run's readings span
+    files (read_dataset reads those)."""
+    name = store.target
+    if not store.is_file(store.join(MARKER)):
+        raise SnapshotError(name, f"not a gpudiag dataset (no {MARKER})")
+    _check_marker(store)
+    if not store.files("runs"):
+        return LoadedFleet(), Spill(folder, set(), set())
+    try:
+        runs = store.scan("runs").select("run_id", "node", "created", "path").collect()
+    except Exception as exc:  # a damaged file may fail anywhere in the reader
+        raise SnapshotError(name, f"not a readable dataset: {str(exc).splitlines()[0]}") from None
+    _check_strings(name, runs)
+    if runs["run_id"].n_unique() != runs.height:
+        raise _RunAcrossFiles("a run id twice")  # read_dataset (and drop_repeats) then
+    history: set[str] = set()
+    newest: dict[str, tuple[str, str, str]] = {}
+    for rid, node, created, path in runs.iter_rows():
+        before = newest.get(node)
+        if before is not None:
+            history.add(node)
+        if before is None or (created, path) > before[:2]:
+            newest[node] = (created, path, rid)
+    latest = {found[2] for found in newest.values()}
+    kept = {rid for rid, node in runs.select("run_id", "node").iter_rows() if node in history}
+    spill = Spill(folder, latest, kept)
+    seen = _RunsRead(spill.keep)
+    for readings in _readings(store, True):
+        seen.add(readings)
+        spill.flush()
+    kernels_of = _kernels(store, kept)
+    findings_of = _findings(store)
+    return assemble(runs, seen, kernels_of, findings_of, spill.by_id), spill
+
+
+def _frames(
+    store: Store, table: str, columns: tuple[str, ...] | None, drop: tuple[str, ...]
+) -> Iterator[Any]:
+    """A table's files one at a time, read and checked."""
+    for path in store.files(table):
+        try:
+            frame = store.scan_file(path)
+            frame = frame.select(columns) if columns else frame.drop(drop, strict=False)
+            frame = frame.collect()
+        except Exception as exc:  # a damaged file may fail anywhere in the reader
+            first = str(exc).splitlines()[0]
+            raise SnapshotError(store.target, f"not a readable dataset: {first}") from None
+        _check_strings(store.target, frame)
+        yield frame
+
+
+def _kernels(store: Store, kept: set[str]) -> dict[str, Kernels]:
+    """Each run's kernel figures, a file at a time; its results only where its node has
+    history. The figures' strings are held once each (10,000s of nodes share them)."""
+    strings: dict[str, str] = {}
+    out: dict[str, Kernels] = {}
+    skipped = ("time", "node", "date", "model", "reading", "template")
+    for frame in _frames(store, "kernels", None, skipped):
+        for rid, found in kernels_by_run(frame).items():
+            values = tuple(
+                KernelValue(
+                    strings.setdefault(kv.key, kv.key),
+                    kv.value,
+                    strings.setdefault(kv.unit, kv.unit),
+                    strings.setdefault(kv.name, kv.name),
+                    strings.setdefault(kv.device, kv.device),
+                )
+                for kv in kernel_values(found)
+            )
+            if rid in out:
+                raise _RunAcrossFiles(rid)
+            out[rid] = (values, tuple(found) if rid in kept else ())
+    return out
+
+
+def _findings(store: Store) -> dict[str, tuple[tuple[str, str, str], ...]]:
+    """Each run's findings, a file at a time, identical tuples held once."""
+    interned: dict[Any, Any] = {}
+    out: dict[str, tuple[tuple[str, str, str], ...]] = {}
+    columns = ("run_id", "position", "rule", "severity", "subject")
+    for frame in _frames(store, "findings", columns, ()):
+        for rid, found in findings_by_run(frame.sort("run_id", "position")).items():
+            if rid in out:
+                raise _RunAcrossFiles(rid)
+            rows = tuple(interned.setdefault(f, f) for f in found)
+            out[rid] = interned.setdefault(rows, rows)
+    return out
+
+
+def chunks(spill: Spill, rows: int | None = None) -> Any:
+    """analysis.analyse's `chunks`: the long table a part at a time from `spill`."""
+
+    def parts(fleet: Fleet, names: TableNames) -> Iterator[Columns]:
+        spill.place(fleet)
+        for only, kernels in plan(fleet, rows or CHUNK_ROWS):
+            yield numeric_columns(fleet, names, only, spill.numbers, kernels)
+
+    return parts
+
+
+def plan(fleet: Fleet, rows: int) -> list[tuple[set[str], bool]]:
+    """The parts of the long table: reading templates, about `rows` rows each (the kernel
+    figures' in one), and whether the part has kernel figures."""
+    size: dict[str, int] = defaultdict(int)  # template -> rows, in the table's order
+    members: dict[int, int] = defaultdict(int)
+    for run in fleet.current:
+        members[run.layout] += 1
+    for layout_id, count in members.items():
+        layout = fleet.loaded.layouts[layout_id]
+        for p in layout.numeric:
+            size[template(layout.keys[p])[0]] += count
+    figures: set[str] = set()
+    for run in fleet.current:
+        for kv in run.kernel_values:
+            figures.add(template(kv.key)[0])
+    parts: list[tuple[set[str], bool]] = [(figures, True)]
+    current: set[str] = set()
+    total = 0
+    for name, count in size.items():
+        if name in figures:
+            continue
+        if current and total + count > rows:
+            parts.append((current, False))
+            current, total = set(), 0
+        current.add(name)
+        total += count
+    parts.append((current, False))
+    return [part for part in parts if part[0]]
+
+
+def dataset_report(root: str, chunk_rows: int | None = None, **options: Any) -> FleetReport | None:
+    """The report of the dataset at `root` in bounded memory (analysis.analyse's
+    `options`; parts of about `chunk_rows` rows, CHUNK_ROWS where None); None where it
+    must be read whole (read_dataset: a damaged dataset, whose error it gives, or runs
+    across files)."""
+    with no_gc(), tempfile.TemporaryDirectory(prefix="gpudiag-spill-") as tmp:
+        try:
+            store = Store(root)
+            loaded, spill = read_bounded(store, Path(tmp))
+        except (OSError, SnapshotError, _RunAcrossFiles):
+            return None
+        if not loaded.runs:
+            return None
+        return analyse(loaded, chunks=chunks(spill, chunk_rows), **options)
