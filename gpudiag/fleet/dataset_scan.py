@@ -19,6 +19,7 @@ byte (tests/test_fleet_dataset_scan.py).
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterator
@@ -33,13 +34,20 @@ from gpudiag.fleet.dataset_read import (
     Kernels,
     _check_strings,
     _readings,
+    _row_hashes,
     _RunAcrossFiles,
     _RunsRead,
     assemble,
-    findings_by_run,
     kernels_by_run,
 )
-from gpudiag.fleet.records import KernelValue, LoadedFleet, NodeRun, kernel_values, no_gc
+from gpudiag.fleet.records import (
+    KernelValue,
+    LoadedFleet,
+    NodeRun,
+    ParsedKernel,
+    _kernel_key,
+    no_gc,
+)
 from gpudiag.fleet.store import Store
 from gpudiag.fleet.table import Columns, Fleet, TableNames, numeric_columns, template
 from gpudiag.snapshot import SnapshotError
@@ -160,38 +168,123 @@ def _frames(
 def _kernels(store: Store, kept: set[str]) -> dict[str, Kernels]:
     """Each run's kernel figures, a file at a time; its results only where its node has
     history. The figures' strings are held once each (10,000s of nodes share them)."""
+    import polars as pl
+
     strings: dict[str, str] = {}
     out: dict[str, Kernels] = {}
     skipped = ("time", "node", "date", "model", "reading", "template")
     for frame in _frames(store, "kernels", None, skipped):
-        for rid, found in kernels_by_run(frame).items():
-            values = tuple(
-                KernelValue(
-                    strings.setdefault(kv.key, kv.key),
-                    kv.value,
-                    strings.setdefault(kv.unit, kv.unit),
-                    strings.setdefault(kv.name, kv.name),
-                    strings.setdefault(kv.device, kv.device),
-                )
-                for kv in kernel_values(found)
-            )
+        frame = frame.sort("run_id", "position")
+        for rid in frame["run_id"].unique(maintain_order=True).to_list():
             if rid in out:
                 raise _RunAcrossFiles(rid)
-            out[rid] = (values, tuple(found) if rid in kept else ())
+            out[rid] = ((), ())
+        for rid, values in figures(frame).items():
+            out[rid] = (
+                tuple(
+                    kv._replace(
+                        key=strings.setdefault(kv.key, kv.key),
+                        unit=strings.setdefault(kv.unit, kv.unit),
+                        name=strings.setdefault(kv.name, kv.name),
+                        device=strings.setdefault(kv.device, kv.device),
+                    )
+                    for kv in values
+                ),
+                (),
+            )
+        history = frame.filter(pl.col("run_id").is_in(list(kept)))
+        for rid, found in kernels_by_run(history).items():
+            out[rid] = (out[rid][0], tuple(found))
     return out
 
 
+def figures(frame: Any) -> dict[str, list[KernelValue]]:
+    """records.kernel_values of each run of a kernels frame sorted by run and position,
+    without a ParsedKernel a row: the keys once per kernel, device, metric and parameters,
+    the medians of the trials without statistics in NumPy (the same sums, to the bit)."""
+    import polars as pl
+
+    rows = frame.filter((pl.col("status") == "ok") & (pl.col("samples").list.len() > 0))
+    keys: dict[tuple[str, str, str, str], tuple[str | None, str]] = {}
+    for kernel, device, metric, params in (
+        rows.select("kernel", "device", "metric", "params").unique().iter_rows()
+    ):
+        probe = ParsedKernel(kernel, device, metric, "ok", params=json.loads(params))
+        keys[(kernel, device, metric, params)] = _kernel_key(probe)
+    median = rows["median"].fill_null(np.nan).to_numpy().copy()
+    need = rows["median"].is_null().to_numpy()
+    if need.any():
+        median[need] = _medians(rows.filter(pl.col("median").is_null())["samples"])
+    out: dict[str, list[KernelValue]] = {}
+    columns = ("run_id", "kernel", "device", "metric", "params", "unit")
+    for (rid, kernel, device, metric, params, unit), value in zip(
+        rows.select(columns).iter_rows(), median.tolist(), strict=True
+    ):
+        key, name = keys[(kernel, device, metric, params)]
+        if key is not None:
+            out.setdefault(rid, []).append(KernelValue(key, value, unit, name, device))
+    return out
+
+
+def _medians(samples: Any) -> np.ndarray:
+    """Each list's median as records.kernel_values takes it: the middle value of the
+    sorted list, or the mean of the two middle ones, (lower + upper) / 2."""
+    lengths = samples.list.len().to_numpy().astype(np.int64)
+    flat = samples.explode().to_numpy().astype(np.float64)
+    if np.isnan(flat).any():  # a NaN's place in Python's sort is not NumPy's
+        return np.asarray([_median_of(list(s)) for s in samples.to_list()], dtype=np.float64)
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    flat = flat[np.lexsort((flat, owner))]
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    half = lengths // 2
+    upper = flat[starts + half]
+    lower = flat[starts + np.maximum(half - 1, 0)]
+    return np.where(lengths % 2 == 1, upper, (lower + upper) / 2)
+
+
+def _median_of(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+
+
 def _findings(store: Store) -> dict[str, tuple[tuple[str, str, str], ...]]:
-    """Each run's findings, a file at a time, identical tuples held once."""
+    """Each run's findings, a file at a time, identical tuples held once and made once:
+    a run's rows are known by two sums of their hashes (most nodes have the same)."""
+    import polars as pl
+
     interned: dict[Any, Any] = {}
+    by_hash: dict[tuple[int, int, int], tuple[tuple[str, str, str], ...]] = {}
     out: dict[str, tuple[tuple[str, str, str], ...]] = {}
     columns = ("run_id", "position", "rule", "severity", "subject")
     for frame in _frames(store, "findings", columns, ()):
-        for rid, found in findings_by_run(frame.sort("run_id", "position")).items():
+        frame = frame.sort("run_id", "position")
+        starts = (
+            frame.select((pl.col("run_id") != pl.col("run_id").shift()).fill_null(True))
+            .to_series()
+            .arg_true()
+            .to_numpy()
+            .astype(np.int64)
+        )
+        if not len(starts):
+            continue
+        bounds = [*starts.tolist(), frame.height]
+        sums = [
+            np.add.reduceat(h, starts).tolist()
+            for h in _row_hashes(frame, ("rule", "severity", "subject"))
+        ]
+        rids = frame["run_id"].gather(starts).to_list()
+        for i, rid in enumerate(rids):
             if rid in out:
                 raise _RunAcrossFiles(rid)
-            rows = tuple(interned.setdefault(f, f) for f in found)
-            out[rid] = interned.setdefault(rows, rows)
+            a, b = bounds[i], bounds[i + 1]
+            key = (b - a, sums[0][i], sums[1][i])
+            found = by_hash.get(key)
+            if found is None:
+                rows = frame.slice(a, b - a).select("rule", "severity", "subject").rows()
+                made = tuple(interned.setdefault(row, row) for row in rows)
+                found = by_hash[key] = interned.setdefault(made, made)
+            out[rid] = found
     return out
 
 
