@@ -134,11 +134,10 @@ def _in_runs(frame: Any) -> bool:
 
     first = pl.col("position") == 0
     follows = (pl.col("position").diff() == 1) & (pl.col("run_id") == pl.col("run_id").shift())
-    together, starts = frame.select(
-        (first | follows).fill_null(False).all().alias("together"),
-        (first.sum() == pl.col("run_id").n_unique()).alias("starts"),
-    ).row(0)
-    return bool(together and starts)
+    if not frame.select((first | follows).fill_null(False).all()).item():
+        return False
+    starts = frame.filter(first)["run_id"].to_list()  # each run starts once
+    return len(set(starts)) == len(starts)
 
 
 def _check_strings(name: str, frame: Any) -> None:

@@ -179,29 +179,19 @@ def _kernels(store: Store, kept: set[str]) -> dict[str, Kernels]:
             if rid in out:
                 raise _RunAcrossFiles(rid)
             out[rid] = ((), ())
-        for rid, values in figures(frame).items():
-            out[rid] = (
-                tuple(
-                    kv._replace(
-                        key=strings.setdefault(kv.key, kv.key),
-                        unit=strings.setdefault(kv.unit, kv.unit),
-                        name=strings.setdefault(kv.name, kv.name),
-                        device=strings.setdefault(kv.device, kv.device),
-                    )
-                    for kv in values
-                ),
-                (),
-            )
+        for rid, values in figures(frame, strings).items():
+            out[rid] = (tuple(values), ())
         history = frame.filter(pl.col("run_id").is_in(list(kept)))
         for rid, found in kernels_by_run(history).items():
             out[rid] = (out[rid][0], tuple(found))
     return out
 
 
-def figures(frame: Any) -> dict[str, list[KernelValue]]:
+def figures(frame: Any, strings: dict[str, str]) -> dict[str, list[KernelValue]]:
     """records.kernel_values of each run of a kernels frame sorted by run and position,
     without a ParsedKernel a row: the keys once per kernel, device, metric and parameters,
-    the medians of the trials without statistics in NumPy (the same sums, to the bit)."""
+    the medians of the trials without statistics in NumPy (the same sums, to the bit).
+    Their strings are held once in `strings` (10,000s of nodes share them)."""
     import polars as pl
 
     rows = frame.filter((pl.col("status") == "ok") & (pl.col("samples").list.len() > 0))
@@ -222,7 +212,14 @@ def figures(frame: Any) -> dict[str, list[KernelValue]]:
     ):
         key, name = keys[(kernel, device, metric, params)]
         if key is not None:
-            out.setdefault(rid, []).append(KernelValue(key, value, unit, name, device))
+            found = KernelValue(
+                strings.setdefault(key, key),
+                value,
+                strings.setdefault(unit, unit),
+                strings.setdefault(name, name),
+                strings.setdefault(device, device),
+            )
+            out.setdefault(rid, []).append(found)
     return out
 
 
