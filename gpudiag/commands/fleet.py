@@ -176,21 +176,24 @@ def none_read(bad: list[str]) -> str:
 
 
 def target_problem_of(target: str, suffix: str) -> str | None:
-    from gpudiag.snapshot import EMPTY_TARGET, target_problem
+    """Why a file option's target (--parquet, baseline's -o) cannot be written, or None:
+    snapshot.target_problem's reasons without its advice that '-' writes to standard
+    output (these options write a file, never standard output)."""
+    from gpudiag.snapshot import target_problem
 
     if not target:
-        return EMPTY_TARGET
+        return target_problem(target, stdout=False)
     path = Path(target)
     if path.exists() and not path.is_file():
         return "not a regular file"
     if not path.name.endswith(suffix):
         return f"the file name must end in {suffix}"
-    return target_problem(path)
+    return target_problem(path, stdout=False)
 
 
 def run(args: argparse.Namespace) -> int:
     """`gpudiag fleet`: the report, or the fleet screen in a terminal; its exit code."""
-    if args.parquet and (problem := target_problem_of(args.parquet, ".parquet")):
+    if args.parquet is not None and (problem := target_problem_of(args.parquet, ".parquet")):
         return fail(f"--parquet {args.parquet}: {problem}")
     if problem := extra_problem("fleet", args.paths, args.parquet, getattr(args, "dataset", None)):
         return fail(problem)
