@@ -106,26 +106,39 @@ def _readings(store: Store, by_file: bool) -> Any:
     """The readings table with each run's rows together in position order, checked: a
     file at a time (a few thousand runs in memory at once), or all of it as one. A file
     as an append writes it is in that order already (checked: a sort of its 2.3 million
-    rows a 1,000 nodes was 1.2 s and 0.5 GB); others are sorted by run and position."""
+    rows a 1,000 nodes was 1.2 s and 0.5 GB); others are sorted by run and position. The
+    next file is read in a thread while the caller works on this one (Polars and NumPy
+    let go of the GIL: two cores, two files at a time at most)."""
+    from concurrent.futures import ThreadPoolExecutor
 
     sources = [store.scan_file(f) for f in store.files("readings")] if by_file else [None]
-    for source in sources:
-        try:
-            frame = source if source is not None else store.scan("readings")
-            frame = frame.select(READING_COLUMNS).collect()
-            if not _in_runs(frame):
-                frame = frame.sort("run_id", "position")
-        except Exception as exc:  # a damaged file may fail anywhere in the reader
-            first = str(exc).splitlines()[0]
-            raise SnapshotError(store.target, f"not a readable dataset: {first}") from None
-        _check_strings(store.target, frame)
-        values = frame["value"].drop_nulls()
-        if len(values) and float(values.abs().max()) > inputs.MAX_NUMBER:  # type: ignore[arg-type]
-            raise SnapshotError(
-                store.target, f"a value past {inputs.MAX_NUMBER:.2g}, which no reading holds"
-            )
-        yield frame
-        del frame, values
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(_read_readings, store, sources[0]) if sources else None
+        for i in range(len(sources)):
+            frame = pending.result()  # type: ignore[union-attr]
+            if i + 1 < len(sources):
+                pending = pool.submit(_read_readings, store, sources[i + 1])
+            yield frame
+            del frame
+
+
+def _read_readings(store: Store, source: Any) -> Any:
+    """One readings file (or all of them: `source` None) read, in runs, and checked."""
+    try:
+        frame = source if source is not None else store.scan("readings")
+        frame = frame.select(READING_COLUMNS).collect()
+        if not _in_runs(frame):
+            frame = frame.sort("run_id", "position")
+    except Exception as exc:  # a damaged file may fail anywhere in the reader
+        first = str(exc).splitlines()[0]
+        raise SnapshotError(store.target, f"not a readable dataset: {first}") from None
+    _check_strings(store.target, frame)
+    values = frame["value"].drop_nulls()
+    if len(values) and float(values.abs().max()) > inputs.MAX_NUMBER:  # type: ignore[arg-type]
+        raise SnapshotError(
+            store.target, f"a value past {inputs.MAX_NUMBER:.2g}, which no reading holds"
+        )
+    return frame
 
 
 def _in_runs(frame: Any) -> bool:
@@ -239,29 +252,23 @@ def assemble(
     return fleet
 
 
-_MIXES = (  # two mixes of the same column hashes: two sums a run, each its own constants
-    (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 31),
-    (0xC2B2AE3D27D4EB4F, 0x94D049BB133111EB, 29),
-)
-
-
 def _row_hashes(frame: Any, columns: tuple[str, ...]) -> list[np.ndarray]:
-    """Per row, two 64-bit hashes of its position and `columns`: each column hashed once
-    by Polars, mixed in NumPy (multiplications and shifts, wrapping; a struct's hash in
-    Polars took 4 times the time)."""
+    """Per row, two 64-bit hashes of its position and `columns`: the columns hashed by
+    Polars (in one pass, in parallel), mixed in NumPy (multiplications and shifts,
+    wrapping; a struct's hash in Polars took 4 times the time); the second a nonlinear
+    bijection of the first, so that two runs' sums of both agree by chance about never."""
     import polars as pl
 
-    position = frame["position"].to_numpy().astype(np.uint64)
-    hashed = [frame.select(pl.col(c).hash(11)).to_series().to_numpy() for c in columns]
-    out = []
-    for start, multiplier, shift in _MIXES:
-        mixed = position * np.uint64(start)
-        for column in hashed:
-            mixed ^= column
-            mixed *= np.uint64(multiplier)
-            mixed ^= mixed >> np.uint64(shift)
-        out.append(mixed)
-    return out
+    hashed = frame.select(pl.col(c).hash(11).alias(c) for c in columns)
+    mixed = frame["position"].to_numpy().astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    for column in columns:
+        mixed ^= hashed[column].to_numpy()
+        mixed *= np.uint64(0xBF58476D1CE4E5B9)
+        mixed ^= mixed >> np.uint64(31)
+    second = mixed ^ (mixed >> np.uint64(29))
+    second *= np.uint64(0x94D049BB133111EB)
+    second ^= second >> np.uint64(32)
+    return [mixed, second]
 
 
 # what a run keeps of its numbers: (run id, layout as read, numbers) -> numbers kept
