@@ -23,6 +23,7 @@ import json
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ from gpudiag.fleet.store import Store
 from gpudiag.fleet.table import Columns, Fleet, TableNames, numeric_columns, template
 from gpudiag.snapshot import SnapshotError
 
-CHUNK_ROWS = 4_000_000  # rows of the long table a part (28 bytes each, and the statistics')
+CHUNK_ROWS = 8_000_000  # rows of the long table a part (28 bytes each, and the statistics')
 _NONE = np.empty(0, dtype=np.float64)  # a run's numbers, where they are in the spill
 
 
@@ -141,11 +142,12 @@ def read_bounded(store: Store, folder: Path) -> tuple[LoadedFleet, Spill]:
     kept = {rid for rid, node in runs.select("run_id", "node").iter_rows() if node in history}
     spill = Spill(folder, latest, kept)
     seen = _RunsRead(spill.keep)
-    for readings in _readings(store, True):
-        seen.add(readings)
-        spill.flush()
-    kernels_of = _kernels(store, kept)
-    findings_of = _findings(store)
+    with ThreadPoolExecutor(max_workers=1) as pool:  # mostly Python beside mostly NumPy
+        others = pool.submit(lambda: (_kernels(store, kept), _findings(store)))
+        for readings in _readings(store, True):
+            seen.add(readings)
+            spill.flush()
+        kernels_of, findings_of = others.result()
     return assemble(runs, seen, kernels_of, findings_of, spill.by_id), spill
 
 

@@ -96,6 +96,7 @@ class Fleet:
         self.positions = [layout.position() for layout in loaded.layouts]
         self._models: dict[int, str] = {}
         self.profiles = load_profiles()
+        self.per_node: tuple[Any, np.ndarray, np.ndarray, dict[int, list[int]]] | None = None
 
     def config_value(self, config: int, key: str) -> tuple[Any, str, str] | None:
         """(value, unit, status) of a configuration reading in a configuration tuple."""
@@ -271,10 +272,7 @@ def numeric_columns(
     (a dataset's report: fleet/dataset_scan.py); `kernels=False` leaves the kernel figures
     out (none of their templates is in `only`)."""
     loaded = fleet.loaded
-    model_of = np.asarray(
-        [names.models.id(fleet.model(run.config)) for run in fleet.current], dtype=np.uint32
-    )
-    config_of = np.asarray([run.config for run in fleet.current], dtype=np.uint32)
+    model_of, config_of, by_layout = _per_node(fleet, names)
     group_ids: dict[tuple[int, int, int], int] = {}
     by_position: dict[int, bool] = {}
 
@@ -290,9 +288,6 @@ def numeric_columns(
         key = (model_id, reading_id, position(reading_id, device_id))
         return group_ids.setdefault(key, len(group_ids))
 
-    by_layout: dict[int, list[int]] = defaultdict(list)
-    for i, run in enumerate(fleet.current):
-        by_layout[run.layout].append(i)
     plans: list[tuple[int, np.ndarray, list[int], np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
     plans = []
     for layout_id, members in by_layout.items():
@@ -400,6 +395,25 @@ def numeric_columns(
         model_of,
         config_of,
     )
+
+
+def _per_node(
+    fleet: Fleet, names: TableNames
+) -> tuple[np.ndarray, np.ndarray, dict[int, list[int]]]:
+    """Each node's model id and configuration, and the nodes of each layout: made once a
+    fleet and TableNames (a table made a part at a time asks for them per part)."""
+    found = fleet.per_node
+    if found is not None and found[0] is names:
+        return found[1:]
+    model_of = np.asarray(
+        [names.models.id(fleet.model(run.config)) for run in fleet.current], dtype=np.uint32
+    )
+    config_of = np.asarray([run.config for run in fleet.current], dtype=np.uint32)
+    by_layout: dict[int, list[int]] = defaultdict(list)
+    for i, run in enumerate(fleet.current):
+        by_layout[run.layout].append(i)
+    fleet.per_node = (names, model_of, config_of, dict(by_layout))
+    return model_of, config_of, dict(by_layout)
 
 
 def numeric_table(fleet: Fleet, names: TableNames) -> pl.DataFrame:
