@@ -200,7 +200,8 @@ def counter_rows(columns: Columns, names: TableNames) -> CounterRows:
     groups: a counter's group is its reading over the fleet, so that parts of the table
     holding whole readings give the whole table's sums."""
     kinds = names.kind_array()
-    counter = kinds[columns.reading_id] == Kind.COUNTER.value if len(kinds) else None
+    # per reading id, then per row (a comparison of objects per row took 0.1 s a million)
+    counter = (kinds == Kind.COUNTER.value)[columns.reading_id] if len(kinds) else None
     if counter is None or not counter.any():
         return CounterRows([], {}, {}, {}, 0.0)
     rows = np.flatnonzero(counter & (columns.value > 0))
