@@ -210,7 +210,7 @@ def target_problem(path: Path | str, stdout: bool = True) -> str | None:
     standard output where the path was given (the command line's; in the TUI it is the
     screen, and the advice is left out)."""
     if isinstance(path, str) and not path:
-        return EMPTY_TARGET
+        return EMPTY_TARGET if stdout else EMPTY_TARGET.removesuffix(STDOUT_ADVICE)
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:

@@ -125,3 +125,18 @@ def test_numpy_loads_with_one_blas_thread_unless_the_user_says() -> None:
             [sys.executable, "-c", code], env=run_env, capture_output=True, text=True, check=True
         ).stdout.split()
         assert " ".join(out if given is None else out[:1]) == expected
+
+
+@pytest.mark.parametrize(("command", "option"), [("fleet", "--parquet"), ("baseline", "-o")])
+def test_an_empty_file_target_gives_no_stdout_advice(
+    command: str, option: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--parquet ''` and `baseline -o ''` write a file, never standard output: the
+    empty path is refused in one line without "('-' writes to stdout)" (fleet.py
+    repeated snapshot.target_problem's empty case with the command line's advice, and
+    `--parquet ''` was not checked at all: the report ran and wrote nothing)."""
+    from gpudiag.cli import main
+
+    assert main([command, str(tmp_path), option, ""]) == 3
+    line = capsys.readouterr().err.strip()
+    assert line == f"gpudiag: {option} : the path is empty: name a file"

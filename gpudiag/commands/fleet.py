@@ -176,21 +176,24 @@ def none_read(bad: list[str]) -> str:
 
 
 def target_problem_of(target: str, suffix: str) -> str | None:
-    from gpudiag.snapshot import EMPTY_TARGET, target_problem
+    """Why a file option's target (--parquet, baseline's -o) cannot be written, or None:
+    snapshot.target_problem's reasons without its advice that '-' writes to standard
+    output (these options write a file, never standard output)."""
+    from gpudiag.snapshot import target_problem
 
     if not target:
-        return EMPTY_TARGET
+        return target_problem(target, stdout=False)
     path = Path(target)
     if path.exists() and not path.is_file():
         return "not a regular file"
     if not path.name.endswith(suffix):
         return f"the file name must end in {suffix}"
-    return target_problem(path)
+    return target_problem(path, stdout=False)
 
 
 def run(args: argparse.Namespace) -> int:
     """`gpudiag fleet`: the report, or the fleet screen in a terminal; its exit code."""
-    if args.parquet and (problem := target_problem_of(args.parquet, ".parquet")):
+    if args.parquet is not None and (problem := target_problem_of(args.parquet, ".parquet")):
         return fail(f"--parquet {args.parquet}: {problem}")
     if problem := extra_problem("fleet", args.paths, args.parquet, getattr(args, "dataset", None)):
         return fail(problem)
@@ -208,6 +211,15 @@ def run(args: argparse.Namespace) -> int:
         if sides[0] == sides[1]:
             return fail(f"--compare {args.compare}: A and B are the same value")
         compare = (key, sides[0], sides[1])
+    options = {
+        "threshold": args.threshold,
+        "slow_pct": args.slow,
+        "slower_pct": args.slower,
+        "compare": compare,
+        "margin": args.margin / 100.0,
+    }
+    if report := bounded_report(args, options):
+        return show(report, args.format)
     loaded = load_paths(args.paths, args.workers)
     if not loaded.runs:
         return fail(none_read(loaded.bad))
@@ -225,9 +237,8 @@ def run(args: argparse.Namespace) -> int:
         for problem in loaded.bad[before:]:
             print(f"gpudiag: skipped {problem}", file=sys.stderr)
     from gpudiag.fleet.analysis import analyse
-    from gpudiag.fleet.report import report_json, report_text
 
-    report = analyse(loaded, args.threshold, args.slow, args.slower, compare, args.margin / 100.0)
+    report = analyse(loaded, **options)
     if args.parquet:
         from gpudiag.fleet.parquet import write_parquet
 
@@ -249,11 +260,40 @@ def run(args: argparse.Namespace) -> int:
         app.run()
         if app.signalled:
             return int(app.return_code or 0)
-    elif args.format == "json":
+    else:
+        return show(report, args.format)
+    return report.exit_code()
+
+
+def show(report: Any, form: str | None) -> int:
+    """The report written to standard output as JSON, markdown or text; its exit code."""
+    from gpudiag.fleet.report import report_json, report_text
+
+    if form == "json":
         print(json.dumps(report_json(report), indent=1))
     else:
         from gpudiag.termtext import output_width
 
         # wrapped at $COLUMNS, or the terminal's; in a pipe without it, lines whole
-        sys.stdout.write(report_text(report, args.format == "markdown", output_width()))
-    return report.exit_code()
+        sys.stdout.write(report_text(report, form == "markdown", output_width()))
+    return int(report.exit_code())
+
+
+def bounded_report(args: argparse.Namespace, options: dict[str, Any]) -> Any:
+    """The report of one dataset alone, read in bounded memory (fleet/dataset_scan.py),
+    where nothing else needs the whole fleet in memory (--parquet, --dataset, --rules,
+    the screen); None otherwise, or where the dataset must be read whole."""
+    from gpudiag.fleet.store import is_url
+
+    if len(args.paths) != 1 or args.parquet or getattr(args, "dataset", None):
+        return None
+    if getattr(args, "rules", None) or (
+        args.format is None and sys.stdout.isatty() and sys.stdin.isatty()
+    ):
+        return None
+    path = args.paths[0]
+    if not (is_url(path) or Path(path, "_gpudiag_dataset").is_file()):
+        return None
+    from gpudiag.fleet.dataset_scan import dataset_report
+
+    return dataset_report(path, **options)

@@ -37,6 +37,7 @@ JSON are report.py's.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -54,13 +55,15 @@ from gpudiag.fleet.history import Regression, RisingCounter, regressions, rising
 from gpudiag.fleet.outliers import (
     MAD_SCALE,
     CounterOdd,
+    CounterRows,
     GroupStats,
     OddRows,
     Outlier,
     _median,
     _outliers,
+    counter_rows,
     group_stats,
-    odd_counters,
+    judge_counters,
     robust_outliers,
 )
 from gpudiag.fleet.rack import Rack, rack_identity_only, rack_view
@@ -360,16 +363,84 @@ def analyse(
     slower_pct: float = DEFAULT_SLOWER,
     compare: tuple[str, str, str] | None = None,
     margin: float = 0.01,
+    chunks: Callable[[Fleet, TableNames], Iterable[Columns]] | None = None,
 ) -> FleetReport:
     """The fleet report of loaded snapshots: each kind of reading by its comparison
     (counters by rate, positional readings per position, the rest by robust z), nodes
     slower than `slow_pct` percent as nodes. The statistics are NumPy over the long
     table's columns; Polars is imported only where the table is asked for as a frame
-    (FleetReport.table: --parquet, other tools)."""
+    (FleetReport.table: --parquet, other tools).
+
+    `chunks`: the long table a part at a time, each part whole reading templates and all
+    counters in one (a dataset's report, bounded in memory: fleet/dataset_scan.py); the
+    report is the same, without the table (FleetReport.columns is None)."""
     fleet = Fleet(loaded)
     names = TableNames()
-    columns = numeric_columns(fleet, names)
     ids = {run.host: i for i, run in enumerate(fleet.current)}
+    kernel_names: dict[str, tuple[str, str]] = {}
+    for run in fleet.current:
+        for kv in run.kernel_values:
+            kernel_names.setdefault(template(kv.key)[0], (kv.name, kv.device))
+    columns = None
+    if chunks is None:
+        columns = numeric_columns(fleet, names)
+        parts = [_judged(columns, fleet, names, threshold, slow_pct, kernel_names, ids)]
+    else:
+        parts = [
+            _judged(part, fleet, names, threshold, slow_pct, kernel_names, ids)
+            for part in chunks(fleet, names)
+        ]
+    outliers = sorted(
+        (o for part in parts for o in part.outliers),
+        key=lambda o: (-abs(o.z), o.reading, natural_key(o.node), natural_key(o.device)),
+    )
+    return FleetReport(
+        nodes=len(fleet.current),
+        snapshots=len(loaded.runs),
+        bad=list(loaded.bad),
+        slow=sorted((m for part in parts for m in part.slow), key=lambda m: (m.model, m.metric)),
+        groups=config_groups(fleet),
+        outliers=outliers,
+        regressions=regressions(fleet, slower_pct, MIN_RUNS),
+        rising=rising_counters(fleet),
+        findings=fleet_findings(fleet),
+        threshold=threshold,
+        slow_nodes=sorted(
+            (n for part in parts for n in part.slow_nodes),
+            key=lambda s: (-s.shortfall, s.metric, natural_key(s.node)),
+        ),
+        counters=judge_counters([part.counters for part in parts], fleet, names),
+        slow_pct=slow_pct,
+        node_models={run.host: fleet.model(run.config) for run in fleet.current},
+        columns=columns,
+        names=names,
+        node_names=[run.host for run in fleet.current],
+        racks=rack_view(fleet),
+        history=_history(fleet, slower_pct, compare, margin),
+    )
+
+
+@dataclass
+class _Judged:
+    """What the long table (or a part of it holding whole reading templates) says."""
+
+    outliers: list[Outlier]
+    slow: list[SlowMetric]
+    slow_nodes: list[SlowNode]
+    counters: CounterRows
+
+
+def _judged(
+    columns: Columns,
+    fleet: Fleet,
+    names: TableNames,
+    threshold: float,
+    slow_pct: float,
+    kernel_names: dict[str, tuple[str, str]],
+    ids: dict[str, int],
+) -> _Judged:
+    """Outliers, slow kernel metrics and nodes, and counters beyond the fleet's rate, of
+    `columns` (the whole table, or whole reading templates of it with every counter)."""
     kinds = names.kind_array()
     skip = kinds == Kind.COUNTER.value if len(kinds) else None
     odd = robust_outliers(columns, group_stats(columns), threshold, skip)
@@ -377,10 +448,6 @@ def analyse(
         _outliers(columns, odd, fleet, names),
         key=lambda o: (-abs(o.z), o.reading, natural_key(o.node), natural_key(o.device)),
     )
-    kernel_names: dict[str, tuple[str, str]] = {}
-    for run in fleet.current:
-        for kv in run.kernel_values:
-            kernel_names.setdefault(template(kv.key)[0], (kv.name, kv.device))
     slow_metrics = []
     slow_rows = [
         o for o in outliers if o.reading in kernel_names and (o.z < 0) == higher_is_better(o.unit)
@@ -404,26 +471,11 @@ def analyse(
                 explain_slow(fleet, counts, name, device),
             )
         )
-    return FleetReport(
-        nodes=len(fleet.current),
-        snapshots=len(loaded.runs),
-        bad=list(loaded.bad),
-        slow=slow_metrics,
-        groups=config_groups(fleet),
-        outliers=outliers,
-        regressions=regressions(fleet, slower_pct, MIN_RUNS),
-        rising=rising_counters(fleet),
-        findings=fleet_findings(fleet),
-        threshold=threshold,
-        slow_nodes=slow_nodes(columns, fleet, names, slow_pct),
-        counters=odd_counters(columns, fleet, names),
-        slow_pct=slow_pct,
-        node_models={run.host: fleet.model(run.config) for run in fleet.current},
-        columns=columns,
-        names=names,
-        node_names=[run.host for run in fleet.current],
-        racks=rack_view(fleet),
-        history=_history(fleet, slower_pct, compare, margin),
+    return _Judged(
+        outliers,
+        slow_metrics,
+        slow_nodes(columns, fleet, names, slow_pct),
+        counter_rows(columns, names),
     )
 
 

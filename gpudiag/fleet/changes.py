@@ -579,8 +579,9 @@ def charts(history: History, rolled: list[RollOut], changes: list[Change]) -> li
     out = []
     for name in names:
         values = median_of(full, name)
-        if values:
-            out.append(Chart(name, f"fleet ({len(full)} nodes)", values))
+        if values:  # one node with the longest history is that node, not the fleet
+            label = f"fleet ({len(full)} nodes)" if len(full) > 1 else full[0]
+            out.append(Chart(name, label, values))
         for r in rolled:
             if r.metric == name and (values := median_of(r.nodes, name)):
                 label = f"{fold(list(r.nodes))} ({len(r.nodes)} nodes)"

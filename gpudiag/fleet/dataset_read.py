@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from gpudiag import inputs
 from gpudiag.fleet.dataset import _CONTROL, MARKER, STATS, _check_marker
 from gpudiag.fleet.records import (
     FleetMerger,
+    KernelValue,
     Layout,
     LoadedFleet,
     NodeRun,
@@ -75,10 +77,19 @@ def read_store(store: Store) -> LoadedFleet:
         raise SnapshotError(name, f"not a readable dataset: {str(exc).splitlines()[0]}") from None
     for frame in (runs, kernels, findings):
         _check_strings(name, frame)
+    kernels_of = {
+        rid: (kernel_values(found), tuple(found)) for rid, found in kernels_by_run(kernels).items()
+    }
+    findings_of = findings_by_run(findings)
     try:  # the readings file by file (an append writes whole runs to a file)
-        return _assemble(runs, _readings(store, True), kernels, findings)
+        seen = _RunsRead()
+        for readings in _readings(store, True):
+            seen.add(readings)
     except _RunAcrossFiles:  # a dataset rewritten by another tool: all its files at once
-        return _assemble(runs, _readings(store, False), kernels, findings)
+        seen = _RunsRead()
+        for readings in _readings(store, False):
+            seen.add(readings)
+    return assemble(runs, seen, kernels_of, findings_of)
 
 
 READING_COLUMNS = (
@@ -92,46 +103,72 @@ class _RunAcrossFiles(Exception):
 
 
 def _readings(store: Store, by_file: bool) -> Any:
-    """The readings table sorted by run and position, checked: a file at a time (a few
-    thousand runs in memory at once), or all of it as one."""
+    """The readings table with each run's rows together in position order, checked: a
+    file at a time (a few thousand runs in memory at once), or all of it as one. A file
+    as an append writes it is in that order already (checked: a sort of its 2.3 million
+    rows a 1,000 nodes was 1.2 s and 0.5 GB); others are sorted by run and position. The
+    next file is read in a thread while the caller works on this one (Polars and NumPy
+    let go of the GIL: two cores, two files at a time at most)."""
+    from concurrent.futures import ThreadPoolExecutor
 
     sources = [store.scan_file(f) for f in store.files("readings")] if by_file else [None]
-    for source in sources:
-        try:
-            frame = source if source is not None else store.scan("readings")
-            frame = frame.select(READING_COLUMNS).sort("run_id", "position").collect()
-        except Exception as exc:  # a damaged file may fail anywhere in the reader
-            first = str(exc).splitlines()[0]
-            raise SnapshotError(store.target, f"not a readable dataset: {first}") from None
-        _check_strings(store.target, frame)
-        values = frame["value"].drop_nulls()
-        if len(values) and float(values.abs().max()) > inputs.MAX_NUMBER:  # type: ignore[arg-type]
-            raise SnapshotError(
-                store.target, f"a value past {inputs.MAX_NUMBER:.2g}, which no reading holds"
-            )
-        yield frame
-        del frame, values
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(_read_readings, store, sources[0]) if sources else None
+        for i in range(len(sources)):
+            frame = pending.result()  # type: ignore[union-attr]
+            if i + 1 < len(sources):
+                pending = pool.submit(_read_readings, store, sources[i + 1])
+            yield frame
+            del frame
+
+
+def _read_readings(store: Store, source: Any) -> Any:
+    """One readings file (or all of them: `source` None) read, in runs, and checked."""
+    try:
+        frame = source if source is not None else store.scan("readings")
+        frame = frame.select(READING_COLUMNS).collect()
+        if not _in_runs(frame):
+            frame = frame.sort("run_id", "position")
+    except Exception as exc:  # a damaged file may fail anywhere in the reader
+        first = str(exc).splitlines()[0]
+        raise SnapshotError(store.target, f"not a readable dataset: {first}") from None
+    _check_strings(store.target, frame)
+    values = frame["value"].drop_nulls()
+    if len(values) and float(values.abs().max()) > inputs.MAX_NUMBER:  # type: ignore[arg-type]
+        raise SnapshotError(
+            store.target, f"a value past {inputs.MAX_NUMBER:.2g}, which no reading holds"
+        )
+    return frame
+
+
+def _in_runs(frame: Any) -> bool:
+    """Whether each run's rows are together, positions 0, 1, 2, ... in order."""
+    import polars as pl
+
+    first = pl.col("position") == 0
+    follows = (pl.col("position").diff() == 1) & (pl.col("run_id") == pl.col("run_id").shift())
+    if not frame.select((first | follows).fill_null(False).all()).item():
+        return False
+    starts = frame.filter(first)["run_id"].to_list()  # each run starts once
+    return len(set(starts)) == len(starts)
 
 
 def _check_strings(name: str, frame: Any) -> None:
+    """SnapshotError if a string column holds a control character (each distinct value
+    looked at once: the readings' columns repeat a few thousand values)."""
     import polars as pl
 
-    strings = [c for c, t in frame.schema.items() if t == pl.String]
-    if (
-        strings
-        and frame.select(pl.any_horizontal(pl.col(strings).str.contains(_CONTROL)).any()).item()
-    ):
-        raise SnapshotError(name, "a string with a control character")
+    for column, kind in frame.schema.items():
+        if kind == pl.String and frame.get_column(column).unique().str.contains(_CONTROL).any():
+            raise SnapshotError(name, "a string with a control character")
 
 
 def _number(x: float) -> float | None:
     return None if math.isnan(x) else float(x)
 
 
-def _assemble(runs: Any, chunks: Any, kernels: Any, findings: Any) -> LoadedFleet:
-    """The LoadedFleet of a dataset's tables; `chunks` are the readings, sorted by run and
-    position, each holding whole runs. Layouts and configurations are numbered in the
-    order the runs (by path, then time) first use them, as the snapshots' loader does."""
+def kernels_by_run(kernels: Any) -> dict[str, list[ParsedKernel]]:
+    """Each run's kernel results (a frame of the kernels table), in their order."""
     kernels_of: dict[str, list[ParsedKernel]] = {}
     for row in kernels.sort("run_id", "position").iter_rows(named=True):
         stats: Any = msgspec.UNSET
@@ -150,14 +187,33 @@ def _assemble(runs: Any, chunks: Any, kernels: Any, findings: Any) -> LoadedFlee
                 stats=stats,
             )
         )
+    return kernels_of
+
+
+def findings_by_run(findings: Any) -> dict[str, list[tuple[str, str, str]]]:
+    """Each run's findings (a frame of the findings table sorted by run and position)."""
     findings_of: dict[str, list[tuple[str, str, str]]] = {}
     for rid, rule, severity, subject in findings.select(
         "run_id", "rule", "severity", "subject"
     ).iter_rows():
         findings_of.setdefault(rid, []).append((rule, severity, subject))
-    seen = _RunsRead()
-    for readings in chunks:
-        seen.add(readings)
+    return findings_of
+
+
+Kernels = tuple[tuple[KernelValue, ...], tuple[Any, ...]]  # a run's figures and results
+
+
+def assemble(
+    runs: Any,
+    seen: _RunsRead,
+    kernels_of: dict[str, Kernels],
+    findings_of: dict[str, Any],
+    by_id: dict[str, NodeRun] | None = None,
+) -> LoadedFleet:
+    """The LoadedFleet of a dataset's tables: its runs, what their readings said (`seen`),
+    their kernel figures and results, and their findings; each run by its id in `by_id`
+    where given. Layouts and configurations are numbered in the order the runs (by path,
+    then time) first use them, as the snapshots' loader does."""
     fleet = LoadedFleet()
     layout_ids: dict[int, int] = {}
     config_ids: dict[int, int] = {}
@@ -176,7 +232,7 @@ def _assemble(runs: Any, chunks: Any, kernels: Any, findings: Any) -> LoadedFlee
             config_id = config_ids[config_at] = len(fleet.configs)
             fleet.configs.append(seen.configs[config_at][1])
             fleet.config_layout.append(layout_id)
-        run_kernels = tuple(kernels_of.get(rid, ()))
+        values, run_kernels = kernels_of.get(rid, ((), ()))
         found = tuple(findings_of.get(rid, ()))
         fleet.runs.append(
             NodeRun(
@@ -186,19 +242,45 @@ def _assemble(runs: Any, chunks: Any, kernels: Any, findings: Any) -> LoadedFlee
                 layout=layout_id,
                 config=config_id,
                 numbers=numbers,
-                kernel_values=kernel_values(run_kernels),
+                kernel_values=values,
                 kernels=run_kernels,
                 findings=interned.setdefault(found, found),
             )
         )
+        if by_id is not None:
+            by_id[rid] = fleet.runs[-1]
     return fleet
+
+
+def _row_hashes(frame: Any, columns: tuple[str, ...]) -> list[np.ndarray]:
+    """Per row, two 64-bit hashes of its position and `columns`: the columns hashed by
+    Polars (in one pass, in parallel), mixed in NumPy (multiplications and shifts,
+    wrapping; a struct's hash in Polars took 4 times the time); the second a nonlinear
+    bijection of the first, so that two runs' sums of both agree by chance about never."""
+    import polars as pl
+
+    hashed = frame.select(pl.col(c).hash(11).alias(c) for c in columns)
+    mixed = frame["position"].to_numpy().astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    for column in columns:
+        mixed ^= hashed[column].to_numpy()
+        mixed *= np.uint64(0xBF58476D1CE4E5B9)
+        mixed ^= mixed >> np.uint64(31)
+    second = mixed ^ (mixed >> np.uint64(29))
+    second *= np.uint64(0x94D049BB133111EB)
+    second ^= second >> np.uint64(32)
+    return [mixed, second]
+
+
+# what a run keeps of its numbers: (run id, layout as read, numbers) -> numbers kept
+Keep = Callable[[str, int, np.ndarray], np.ndarray]
 
 
 class _RunsRead:
     """What the readings say of each run: its layout, its configuration (each numbered
     in the order first read) and its numbers."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: Keep | None = None) -> None:
+        self.keep = keep
         self.layouts: list[Layout] = []
         self.configs: list[tuple[int, tuple[Any, ...]]] = []  # (layout, values)
         self.runs: dict[str, tuple[int, int, np.ndarray]] = {}
@@ -209,32 +291,35 @@ class _RunsRead:
         self._numeric: dict[int, np.ndarray] = {}
 
     def add(self, readings: Any) -> None:
-        """One chunk of readings, sorted by run and position, holding whole runs. A run's
-        layout (keys, statuses, units, slots) and configuration are known by two 64-bit
-        hashes each, summed over its rows in Polars: only the first run of each is turned
-        into Python lists (whole columns as lists were most of a read's memory)."""
+        """One chunk of readings, each run's rows together in position order, holding
+        whole runs. A run's layout (keys, statuses, units by position) and configuration
+        are known by two 64-bit hashes each, a sum over its rows of the columns' hashes
+        mixed in NumPy (_row_hashes): only the first run of each is turned into Python
+        lists (whole columns as lists were most of a read's memory)."""
         import polars as pl
 
-        layout_row = pl.struct("position", "reading", "status", "unit", "slot", "configuration")
-        config_row = pl.struct("position", "text", "value_type", "value")
-        spans = readings.group_by("run_id", maintain_order=True).agg(
-            pl.len().alias("len"),
-            *(layout_row.hash(seed).sum().alias(f"layout{seed}") for seed in (11, 23)),
-            *(
-                pl.when(pl.col("configuration"))
-                .then(config_row.hash(seed))
-                .otherwise(pl.lit(0, pl.UInt64))
-                .sum()
-                .alias(f"config{seed}")
-                for seed in (11, 23)
-            ),
+        starts = (
+            readings.select((pl.col("run_id") != pl.col("run_id").shift()).fill_null(True))
+            .to_series()
+            .arg_true()
+            .to_numpy()
+            .astype(np.int64)
         )
-        bounds = np.cumsum([0, *spans["len"].to_list()], dtype=np.int64).tolist()
+        bounds = [*starts.tolist(), readings.height]
+        lengths = np.diff(bounds).tolist()
+        configuration = readings["configuration"].fill_null(False).to_numpy()
+        layout_sums, config_sums = [], []
+        layouts = _row_hashes(readings, ("reading", "status", "unit"))
+        configs = _row_hashes(readings, ("text", "value_type", "value"))
+        for layout, config in zip(layouts, configs, strict=True):
+            config[~configuration] = 0
+            layout_sums.append(np.add.reduceat(layout, starts).tolist() if len(starts) else [])
+            config_sums.append(np.add.reduceat(config, starts).tolist() if len(starts) else [])
         col_value = readings["value"].fill_null(math.nan).to_numpy()
         hashes = zip(
-            spans["run_id"],
-            zip(spans["len"], spans["layout11"], spans["layout23"], strict=True),
-            zip(spans["config11"], spans["config23"], strict=True),
+            readings["run_id"].gather(starts).to_list(),
+            zip(lengths, *layout_sums, strict=True),
+            zip(*config_sums, strict=True),
             strict=True,
         )
         for i, (rid, layout_hash, config_hash) in enumerate(hashes):
@@ -258,7 +343,10 @@ class _RunsRead:
                     config_at = self._config_of[(layout_at, config)] = len(self.configs)
                     self.configs.append((layout_at, config))
                 self._config_by_hash[(layout_at, config_hash)] = config_at
-            self.runs[rid] = (layout_at, config_at, value[self._numeric[layout_at]])
+            numbers = value[self._numeric[layout_at]]
+            if self.keep is not None:  # a report bounded in memory (fleet/dataset_scan.py)
+                numbers = self.keep(rid, layout_at, numbers)
+            self.runs[rid] = (layout_at, config_at, numbers)
 
     def _layout(self, rows: Any) -> int:
         keys = tuple(rows["reading"].to_list())

@@ -48,17 +48,28 @@ class Factor:
     confounded: tuple[str, ...] = ()  # factors that split the nodes the same way
 
     def line(self) -> str:
+        """The factor in words: what it explains is the spread of the nodes' figures, each
+        node the median of its devices (a GPU far off moves its node's median little)."""
         parts = []
         for lv in self.levels:
             interval = f" [{lv.low:+.1f}, {lv.high:+.1f}]" if lv.low is not None else ""
-            parts.append(
-                f"{lv.value} vs {self.reference}: {lv.pct:+.1f}%{interval} ({lv.nodes} nodes)"
-            )
+            count = f"{lv.nodes} node{'s' if lv.nodes != 1 else ''}"
+            parts.append(f"{lv.value} vs {self.reference}: {lv.pct:+.1f}%{interval} ({count})")
         same = f"; confounded with {', '.join(self.confounded)}" if self.confounded else ""
         return (
             f"{metric_title(self.metric)} ({self.model}): {self.reading} explains "
-            f"{100 * self.share:.0f}% of the variance; {'; '.join(parts)}{same}"
+            f"{100 * self.share:.0f}% of the variance of the nodes' medians of their "
+            f"{devices_of(self.metric)}; {'; '.join(parts)}{same}"
         )
+
+
+def devices_of(metric: str) -> str:
+    """What a node's figure of a metric template is the median of."""
+    if metric.startswith("numa."):
+        return "NUMA nodes"
+    if metric.startswith("topo."):
+        return "GPU pairs"
+    return "GPUs" if metric.startswith("gpu.") else "devices"
 
 
 def _levels(config: dict[str, str]) -> dict[str, str]:

@@ -55,8 +55,12 @@ def _slow_node_lines(report: FleetReport, markdown: bool) -> list[str]:
     """The slowest nodes, judged as nodes: each node's median of its GPUs against alike
     nodes', slowest first, with its shortfall and the interval from its GPUs."""
     bullet = "- " if markdown else "  "
-    if not report.slow_nodes:
-        return [f"{bullet}slowest nodes: none more than {report.slow_pct:g}% below alike nodes"]
+    if not report.slow_nodes:  # a node is its GPUs' median: single slow GPUs are below
+        return [
+            f"{bullet}slowest nodes: no node's median of its GPUs is more than "
+            f"{report.slow_pct:g}% below alike nodes'"
+            + ("; the devices below are judged one by one" if report.slow else "")
+        ]
     lines = [f"{bullet}slowest nodes (median of their GPUs, more than {report.slow_pct:g}% below):"]
     for n in report.slow_nodes[: MAX_LISTED * 2]:
         lines.append(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter, defaultdict
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +96,7 @@ class Fleet:
         self.positions = [layout.position() for layout in loaded.layouts]
         self._models: dict[int, str] = {}
         self.profiles = load_profiles()
+        self.per_node: tuple[Any, np.ndarray, np.ndarray, dict[int, list[int]]] | None = None
 
     def config_value(self, config: int, key: str) -> tuple[Any, str, str] | None:
         """(value, unit, status) of a configuration reading in a configuration tuple."""
@@ -247,18 +249,30 @@ class Columns:
         )
 
 
-def numeric_columns(fleet: Fleet, names: TableNames) -> Columns:
+# a layout's numbers for some of its nodes and slots: (layout, nodes, slots) -> matrix
+Numbers = Callable[[int, list[int], np.ndarray], np.ndarray]
+
+
+def numeric_columns(
+    fleet: Fleet,
+    names: TableNames,
+    only: Collection[str] | None = None,
+    numbers: Numbers | None = None,
+    kernels: bool = True,
+) -> Columns:
     """The long table (Columns) of the fleet's latest runs. Nodes of one layout are one
     matrix, so a layout's rows are its matrix raveled and its column ids tiled; GPUs of one
     model are pooled (one group a reading template), except for positional readings (the
     catalog's Kind.POSITIONAL: a GPU's NUMA node is GPU 3's across alike nodes, and a lost
     GPU leaves its own position only); NUMA nodes are not pooled either (a CPU-less memory
-    node differs): their position is their device."""
+    node differs): their position is their device.
+
+    `only`: the reading templates kept (all where None), the rows of the whole table's in
+    its order; `numbers` gives a layout's matrix where the runs do not hold their numbers
+    (a dataset's report: fleet/dataset_scan.py); `kernels=False` leaves the kernel figures
+    out (none of their templates is in `only`)."""
     loaded = fleet.loaded
-    model_of = np.asarray(
-        [names.models.id(fleet.model(run.config)) for run in fleet.current], dtype=np.uint32
-    )
-    config_of = np.asarray([run.config for run in fleet.current], dtype=np.uint32)
+    model_of, config_of, by_layout = _per_node(fleet, names)
     group_ids: dict[tuple[int, int, int], int] = {}
     by_position: dict[int, bool] = {}
 
@@ -274,16 +288,19 @@ def numeric_columns(fleet: Fleet, names: TableNames) -> Columns:
         key = (model_id, reading_id, position(reading_id, device_id))
         return group_ids.setdefault(key, len(group_ids))
 
-    by_layout: dict[int, list[int]] = defaultdict(list)
-    for i, run in enumerate(fleet.current):
-        by_layout[run.layout].append(i)
-    plans: list[tuple[list[int], np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    plans: list[tuple[int, np.ndarray, list[int], np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+    plans = []
     for layout_id, members in by_layout.items():
         layout = loaded.layouts[layout_id]
-        if not layout.numeric:
+        slots = [
+            s
+            for s, p in enumerate(layout.numeric)
+            if only is None or template(layout.keys[p])[0] in only
+        ]
+        if not slots:
             continue
         reading_ids, device_ids = [], []
-        for p in layout.numeric:
+        for p in (layout.numeric[s] for s in slots):
             name, device = template(layout.keys[p])
             reading_ids.append(names.readings.id(name))
             device_ids.append(names.devices.id(device))
@@ -300,6 +317,8 @@ def numeric_columns(fleet: Fleet, names: TableNames) -> Columns:
         )
         plans.append(
             (
+                layout_id,
+                np.asarray(slots, dtype=np.intp),
                 members,
                 np.asarray(reading_ids, dtype=np.uint32),
                 np.asarray(device_ids, dtype=np.uint32),
@@ -311,11 +330,13 @@ def numeric_columns(fleet: Fleet, names: TableNames) -> Columns:
     ids: dict[str, tuple[int, int]] = {}
     groups: dict[tuple[int, str], int] = {}  # (model, key) -> group, asked once
     models = model_of.tolist()
-    for i, run in enumerate(fleet.current):
+    for i, run in enumerate(fleet.current if kernels else ()):
         for kv in run.kernel_values:
             found = ids.get(kv.key)
             if found is None:
                 name, device = template(kv.key)
+                if only is not None and name not in only:
+                    continue
                 found = ids[kv.key] = (names.readings.id(name), names.devices.id(device))
                 names.units.setdefault(found[0], kv.unit)
                 names.kinds.setdefault(found[0], catalog.Kind.MEASUREMENT)
@@ -330,22 +351,26 @@ def numeric_columns(fleet: Fleet, names: TableNames) -> Columns:
     # Each column made once at its full length and each layout's rows written into it as
     # a (nodes, readings) view: no per-layout copies to concatenate (at 10,000 8-GPU
     # nodes, 13 million rows, the copies and their concatenation were 1.6 s).
-    total = sum(len(m) * len(r) for m, r, _, _, _ in plans) + len(kernel_rows[0])
+    total = sum(len(m) * len(r) for _, _, m, r, _, _, _ in plans) + len(kernel_rows[0])
     node_id, reading_id, device_id, slot, group = (
         np.empty(total, dtype=np.uint32) for _ in range(5)
     )
     value = np.empty(total, dtype=np.float64)
     at = 0
-    for members, reading_array, device_array, group_table, model_index in plans:
+    for layout_id, slots, members, reading_array, device_array, group_table, model_index in plans:
         count, width = len(members), len(reading_array)
         end = at + count * width
         node_id[at:end].reshape(count, width)[:] = np.asarray(members, dtype=np.uint32)[:, None]
         reading_id[at:end].reshape(count, width)[:] = reading_array
         device_id[at:end].reshape(count, width)[:] = device_array
-        np.stack(
-            [fleet.current[i].numbers for i in members], out=value[at:end].reshape(count, width)
-        )
-        slot[at:end].reshape(count, width)[:] = np.arange(width, dtype=np.uint32)
+        out = value[at:end].reshape(count, width)
+        if numbers is not None:
+            out[:] = numbers(layout_id, members, slots)
+        elif only is None:
+            np.stack([fleet.current[i].numbers for i in members], out=out)
+        else:
+            np.stack([fleet.current[i].numbers[slots] for i in members], out=out)
+        slot[at:end].reshape(count, width)[:] = slots
         np.take(group_table, model_index, axis=0, out=group[at:end].reshape(count, width))
         at = end
     node_id[at:] = kernel_rows[0]
@@ -370,6 +395,25 @@ def numeric_columns(fleet: Fleet, names: TableNames) -> Columns:
         model_of,
         config_of,
     )
+
+
+def _per_node(
+    fleet: Fleet, names: TableNames
+) -> tuple[np.ndarray, np.ndarray, dict[int, list[int]]]:
+    """Each node's model id and configuration, and the nodes of each layout: made once a
+    fleet and TableNames (a table made a part at a time asks for them per part)."""
+    found = fleet.per_node
+    if found is not None and found[0] is names:
+        return found[1:]
+    model_of = np.asarray(
+        [names.models.id(fleet.model(run.config)) for run in fleet.current], dtype=np.uint32
+    )
+    config_of = np.asarray([run.config for run in fleet.current], dtype=np.uint32)
+    by_layout: dict[int, list[int]] = defaultdict(list)
+    for i, run in enumerate(fleet.current):
+        by_layout[run.layout].append(i)
+    fleet.per_node = (names, model_of, config_of, dict(by_layout))
+    return model_of, config_of, dict(by_layout)
 
 
 def numeric_table(fleet: Fleet, names: TableNames) -> pl.DataFrame:
