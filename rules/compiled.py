@@ -456,7 +456,7 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                          (),
                          ())),
                        ()),
- 'rules/gpu.toml': ((2448542925, 17660),
+ 'rules/gpu.toml': ((589268507, 17715),
                     (('GPU001',
                       'critical',
                       'GPU lost',
@@ -872,8 +872,9 @@ FILES = {'rules/dcgm.toml': ((2841750935, 1028),
                       'give the threshold only relative to T.Limit: the margin to T.Limit less the '
                       "slowdown's T.Limit value is how far below it the GPU runs.",
                       'Check airflow, fans and inlet temperature.',
-                      'GPU {gpu} is {value} {unit} below its slowdown threshold (warns under '
-                      "{expected} C: 5% of an H100's 89 C)",
+                      "GPU {gpu}'s margin to its slowdown threshold is {value} {unit} (below 0: "
+                      "past it); warns under {expected} C, GPU018's 5% of the 89 C slowdown NVML "
+                      'gives an H100',
                       'stable',
                       (),
                       'rules/gpu.toml:288: rule GPU032',

@@ -346,3 +346,19 @@ def test_near_slowdown_names_the_threshold_and_where_it_warns_from() -> None:
     assert finding.message == (
         "GPU 0 at 86 C, within 5% of its slowdown threshold 89 C (warns from 84.55 C)"
     )
+
+
+@pytest.mark.parametrize("margin", [3, -3])
+def test_the_margin_to_slowdown_is_said_true_past_the_threshold(margin: int) -> None:
+    """A review: a GPU 3 C past its slowdown threshold was 'is -3 C below its slowdown
+    threshold', and every model's message named 'an H100's 89 C' as if it were its own."""
+    from gpudiag.ruleengine import evaluate
+    from gpudiag.rulefile import load_rules
+
+    key = "gpu.0.temperature.slowdown_margin"
+    rules = [r for r in load_rules() if r.id == "GPU032"]
+    (finding,) = [f for f in evaluate(rules, {key: Reading(key, margin, "C")})]
+    said = f"margin to its slowdown threshold is {margin} C (below 0: past it)"
+    assert said in finding.message, finding.message
+    assert "below its slowdown" not in finding.message
+    assert "an H100's 89 C" not in finding.message
