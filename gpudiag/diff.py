@@ -484,7 +484,9 @@ def diff_snapshots(a: Snapshot, b: Snapshot) -> Diff:
     result.findings_only_b = [f for f in found_b if (f.rule_id, f.subject) not in ids_a]
     kernels_b = {kernel_match_key(k, result.gpu_map): k for k in b.kernels}
     explanations = load_explanations() if a.kernels else []
-    config = result.differences()
+    # what explanations.toml names explains a metric whether it is configuration or moves
+    # with the load (throttle reasons)
+    config = result.differences(include_noisy=True)
     if a.kernels:  # what judging kernel metrics needs, only where there are some
         import statistics
 
