@@ -63,6 +63,7 @@ def run(argv: Sequence[str]) -> int:
     if args is None:
         args = build_parser().parse_args(list(argv))
     args.argv = tuple(argv)  # the command line a live node's snapshot records
+    refuse_empty_targets(args)
     inputs.set_limit(args.max_input)
     if getattr(args, "redact", False) and not (
         args.command in _REDACTING or (args.command is None and args.export)
@@ -75,6 +76,25 @@ def run(argv: Sequence[str]) -> int:
 
         return default.run(args)
     return int(command_module(args.command).run(args))
+
+
+# the options that name where to write, by their dest: an empty one ('') is refused
+# before anything runs (it read as "not given": `check --prometheus ''` wrote nothing and
+# exited 0, `--export ''` asked for a terminal); '-' is standard output for --export
+_WRITE_TARGETS = {
+    "export": ("--export", "a file ('-' writes to stdout)"),
+    "prometheus": ("--prometheus", "a file"),
+    "dataset": ("--dataset", "a folder or URL"),
+    "textfile": ("--textfile", "a file"),
+    "history": ("--history", "a folder"),
+}
+
+
+def refuse_empty_targets(args: argparse.Namespace) -> None:
+    """A UsageError for an option of _WRITE_TARGETS given as ''."""
+    for dest, (option, what) in _WRITE_TARGETS.items():
+        if getattr(args, dest, None) == "":
+            raise UsageError(f"{option} '': the path is empty: name {what}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -680,3 +680,37 @@ def test_check_of_a_capture_or_an_nvml_replay_names_the_command_that_reads_it(ca
         err = capsys.readouterr().err
         assert err.startswith(f"gpudiag: {path}: " + said.format(path=path)), err
         assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["check", "{snap}", "--prometheus", ""],
+            "--prometheus '': the path is empty: name a file",
+        ),
+        (
+            ["--replay", "{capture}", "--export", ""],
+            "--export '': the path is empty: name a file ('-' writes to stdout)",
+        ),
+        (
+            ["fleet", "{snap}", "--dataset", ""],
+            "--dataset '': the path is empty: name a folder or URL",
+        ),
+        (["monitor", "--textfile", ""], "--textfile '': the path is empty: name a file"),
+    ],
+)
+def test_an_empty_target_is_refused_not_taken_as_not_given(
+    argv: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A review: `check --prometheus ''` wrote nothing and exited 0, `--export ''` asked
+    for a terminal, `fleet --dataset ''` ran and wrote nothing: '' read as not given."""
+    from gpudiag import cli
+
+    snap = tmp_path / "node.json"
+    snap.write_text("{}")
+    capture = REPO / "snapshots" / "demo-hgx-h100-healthy.capture.json"
+    filled = [a.format(snap=snap, capture=capture) for a in argv]
+    assert cli.main(filled) == 3
+    assert capsys.readouterr().err == f"gpudiag: {said}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["node.json"]
