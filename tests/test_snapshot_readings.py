@@ -45,6 +45,36 @@ def test_each_table_loads_as_reading_makes_it_or_is_left_to_the_slow_path() -> N
     assert made >= 12  # not vacuous: every good value with ok, and the failed ones
 
 
+def test_a_table_of_other_fields_or_types_is_left_to_the_slow_path() -> None:
+    good = {"key": "gpu.0.x", "value": 1, "unit": "W", "source": "s", "status": "ok"}
+    variants: list[Any] = [
+        {**good, "colour": "red"},  # a field a reading does not have
+        {k: v for k, v in good.items() if k != "status"},
+        {k: v for k, v in good.items() if k != "key"},
+        {**good, "unit": 3},
+        {**good, "source": None},
+        {**good, "reason": ["r"]},
+        {**good, "status": ["ok"]},
+        {**good, "value": 10**400},
+        {**good, "value": -2e300},
+        [good],
+        "gpu.0.x",
+    ]
+    for table in variants:
+        assert _plain_reading(table) is None and _expected(table) is None, table
+    assert _plain_reading(good) == _expected(good)
+
+
+def test_a_plain_reading_is_the_one_reading_makes() -> None:
+    """Its fields in Reading's order (its __dict__ is the table merged over the defaults),
+    every default filled, the table read left as it was."""
+    table = {"status": "missing", "reason": "r", "key": "gpu.0.x"}
+    got = _plain_reading(table)
+    made = Reading("gpu.0.x", None, status=ReadingStatus.MISSING, reason="r")
+    assert got == made and list(vars(got).items()) == list(vars(made).items())
+    assert table == {"status": "missing", "reason": "r", "key": "gpu.0.x"}
+
+
 def test_a_checked_reading_is_frozen() -> None:
     import dataclasses
 
