@@ -102,3 +102,32 @@ def test_with_findings_is_replace_with_the_index_shared() -> None:
     assert judged.readings_by_key == expected.readings_by_key == {r.key: r for r in readings}
     assert judged.findings == tuple(findings) and snapshot.findings == ()
     assert judged.reading("gpu.1.x") == readings[1]
+
+
+def test_a_file_is_read_in_one_call_of_its_size(tmp_path, monkeypatch) -> None:
+    """A regular file's bytes come from one read of its size (and one more byte), never
+    copied again by a join of 1 MiB chunks; the limit and the empty file as before."""
+    import os
+
+    import pytest
+
+    from gpudiag import inputs
+
+    path = tmp_path / "big.json"
+    data = b'{"a": "' + b"x" * (3 << 20) + b'"}\n'
+    path.write_bytes(data)
+    sizes: list[int] = []
+    real = os.read
+
+    def counted(fd: int, n: int) -> bytes:
+        got = real(fd, n)
+        sizes.append(len(got))
+        return got
+
+    monkeypatch.setattr(inputs.os, "read", counted)
+    assert inputs.read_input(path) == data and sizes == [len(data), 0]
+    with pytest.raises(inputs.InputError, match="larger than"):
+        inputs.read_input(path, max_bytes=len(data) - 1)
+    path.write_bytes(b" \n\t\r\n")
+    with pytest.raises(inputs.InputError, match="file is empty"):
+        inputs.read_text(path, "a snapshot")
