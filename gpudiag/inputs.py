@@ -119,11 +119,16 @@ def _too_large(max_bytes: int) -> str:
     return f"larger than {size_text(max_bytes)} (--max-input raises the limit)"
 
 
-def _read_fd(fd: int, max_bytes: int, name: str) -> bytes:
+def _read_fd(fd: int, max_bytes: int, name: str, expected: int = 0) -> bytes:
+    """At most `max_bytes` of the file, else InputError. `expected`: its size where known
+    (a regular file's), read in one call of that size and one more byte, so that a single
+    chunk is returned as it is, not copied again by a join (a 4.5 MB snapshot took 8 ms
+    to read in 1 MiB chunks, 5 so; issue 44)."""
     chunks: list[bytes] = []
     size = 0
+    step = max(expected + 1, 1 << 20)
     while True:
-        chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+        chunk = os.read(fd, min(step, max_bytes + 1 - size))
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)
@@ -196,11 +201,12 @@ def read_input(
         except OSError as exc:
             raise InputError(name, f"cannot read: {exc.strerror or exc}") from None
         try:
-            mode = os.fstat(fd).st_mode
+            status = os.fstat(fd)
+            mode = status.st_mode
             if not stat.S_ISREG(mode):
                 raise InputError(name, _describe(mode))
             try:
-                data = _read_fd(fd, max_bytes, name)
+                data = _read_fd(fd, max_bytes, name, status.st_size)
             except OSError as exc:
                 raise InputError(name, f"cannot read: {exc.strerror or exc}") from None
         finally:
@@ -214,7 +220,7 @@ def read_text(path: str | Path, what: str, **options: Any) -> str:
     """`read_input`, then checks for text: not empty, no NUL bytes, UTF-8."""
     data = read_input(path, **options)
     name = "<stdin>" if str(path) == "-" else str(path)
-    if not data.strip():
+    if not data or data.isspace():  # data.strip() without copying the whole text
         raise InputError(name, "file is empty")
     if b"\x00" in data:
         raise InputError(name, f"binary data, not {what}")

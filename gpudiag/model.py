@@ -179,8 +179,9 @@ class Reading:
         reason: str,
     ) -> Reading:
         """A reading made without __init__'s checks, for a loader that has made them
-        itself (snapshot._plain_reading: every field of its exact type, a non-empty key,
-        a value exactly when the status is ok, a storable value): the same reading as
+        itself (every field of its exact type, a non-empty key, a value exactly when
+        the status is ok, a storable value; snapshot._plain_reading makes its __dict__
+        the same way, from the table it reads): the same reading as
         Reading(...) gives, about four times faster, which counts for a snapshot's
         thousands of readings (tests/test_snapshot.py holds them equal)."""
         reading = _new(cls)

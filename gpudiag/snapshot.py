@@ -337,9 +337,7 @@ def _reading_from(data: object, where: str) -> Reading:
         raise ValueError(f"{where} (reading {key[:80]}): {exc}") from None
 
 
-_READING_FIELDS = frozenset({"key", "value", "unit", "source", "status", "reason"})
 _READING_STATUS = {status.value: status for status in ReadingStatus}
-_VALUE_TYPES = frozenset({bool, int, float, str, list})
 
 
 def _readings_from(items: object, where: str) -> tuple[Reading, ...]:
@@ -355,18 +353,30 @@ def _readings_from(items: object, where: str) -> tuple[Reading, ...]:
     return tuple(readings)
 
 
+# a reading's table with each field at its default (a missing key or status: None), in
+# the order of Reading's fields: a table merged over it is the reading's __dict__
+_READING_TEMPLATE = {"key": None, "value": None, "unit": "", "source": "", "status": None,
+                     "reason": ""}  # fmt: skip
+_new, _set = object.__new__, object.__setattr__
+
+
 def _plain_reading(data: object) -> Reading | None:
     """A reading from a table that holds nothing wrong (the fields of `_reading_from`, of
     their exact types, a known status, a non-empty key, a value exactly when the status
     is ok, a storable value: Reading's own checks), else None: `_reading_from` then finds
-    what is wrong. The one pass a snapshot's readings take when loaded: the reading is
-    made by Reading.checked, its checks made here."""
-    if type(data) is not dict or not data.keys() <= _READING_FIELDS:
+    what is wrong. The one pass a snapshot's readings take when loaded: the table merged
+    over `_READING_TEMPLATE` (one dict display, in C) is the reading's __dict__, as
+    Reading.checked would make it; its six fields taken in one unpacking. About 1 us a
+    reading against 1.3 before, a quarter of the readings' time at 64 GPUs (issue 44)."""
+    if type(data) is not dict:
         return None
-    key, status = data.get("key"), data.get("status")
-    unit, source, reason = data.get("unit", ""), data.get("source", ""), data.get("reason", "")
+    table = {**_READING_TEMPLATE, **data}
+    if len(table) != 6:  # a field a reading does not have
+        return None
+    key, value, unit, source, status, reason = table.values()
     if not (
         type(key) is str
+        and key
         and type(status) is str
         and type(unit) is str
         and type(source) is str
@@ -374,26 +384,37 @@ def _plain_reading(data: object) -> Reading | None:
         and status in _READING_STATUS
     ):
         return None
-    value = data.get("value")
-    if not key:
-        return None
     if value is None:
-        if "value" in data or status == "ok":
+        if status == "ok" or "value" in data:  # none where ok, or a value written as null
             return None
-    elif status != "ok" or type(value) not in _VALUE_TYPES:
+    elif status != "ok":
         return None
-    elif type(value) is float or type(value) is int:
-        if not -MAX_NUMBER <= value <= MAX_NUMBER:  # NaN and infinity fail it too
-            return None
-    elif type(value) is list:
-        for item in value:  # check_value's rule, inline: flat, of scalars, bounded
-            kind = type(item)
-            if kind is float or kind is int:
-                if not -MAX_NUMBER <= item <= MAX_NUMBER:
-                    return None
-            elif kind is not str and kind is not bool:
+    else:
+        kind = type(value)
+        if kind is int or kind is float:
+            if not -MAX_NUMBER <= value <= MAX_NUMBER:  # NaN and infinity fail it too
                 return None
-    return Reading.checked(key, value, unit, source, _READING_STATUS[status], reason)
+        elif kind is list:
+            if not _plain_list(value):
+                return None
+        elif kind is not str and kind is not bool:
+            return None
+    table["status"] = _READING_STATUS[status]
+    reading = _new(Reading)
+    _set(reading, "__dict__", table)
+    return reading
+
+
+def _plain_list(value: list[Any]) -> bool:
+    """check_value's rule for a list, inline: flat, of scalars, numbers bounded."""
+    for item in value:
+        kind = type(item)
+        if kind is float or kind is int:
+            if not -MAX_NUMBER <= item <= MAX_NUMBER:
+                return False
+        elif kind is not str and kind is not bool:
+            return False
+    return True
 
 
 def _probe_from(data: object, where: str) -> ProbeResult:
@@ -531,8 +552,7 @@ def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
     kernels = tuple(_kernel_from(d, w) for d, w in f.table_list("kernels"))
     findings = tuple(_finding_from(d, w) for d, w in f.table_list("findings"))
     check_keys(  # instance indices bounded where the keys are read, once per snapshot
-        [r.key for p in probes for r in p.readings]
-        + [r.key for x in findings for r in x.evidence]
+        [r.key for p in probes for r in p.readings] + [r.key for x in findings for r in x.evidence]
     )
     end = _Fields(f.take("end", dict), "end")
     declared = {name: end.take(name, int) for name in ("probes", "readings", "kernels", "findings")}

@@ -45,6 +45,36 @@ def test_each_table_loads_as_reading_makes_it_or_is_left_to_the_slow_path() -> N
     assert made >= 12  # not vacuous: every good value with ok, and the failed ones
 
 
+def test_a_table_of_other_fields_or_types_is_left_to_the_slow_path() -> None:
+    good = {"key": "gpu.0.x", "value": 1, "unit": "W", "source": "s", "status": "ok"}
+    variants: list[Any] = [
+        {**good, "colour": "red"},  # a field a reading does not have
+        {k: v for k, v in good.items() if k != "status"},
+        {k: v for k, v in good.items() if k != "key"},
+        {**good, "unit": 3},
+        {**good, "source": None},
+        {**good, "reason": ["r"]},
+        {**good, "status": ["ok"]},
+        {**good, "value": 10**400},
+        {**good, "value": -2e300},
+        [good],
+        "gpu.0.x",
+    ]
+    for table in variants:
+        assert _plain_reading(table) is None and _expected(table) is None, table
+    assert _plain_reading(good) == _expected(good)
+
+
+def test_a_plain_reading_is_the_one_reading_makes() -> None:
+    """Its fields in Reading's order (its __dict__ is the table merged over the defaults),
+    every default filled, the table read left as it was."""
+    table = {"status": "missing", "reason": "r", "key": "gpu.0.x"}
+    got = _plain_reading(table)
+    made = Reading("gpu.0.x", None, status=ReadingStatus.MISSING, reason="r")
+    assert got == made and list(vars(got).items()) == list(vars(made).items())
+    assert table == {"status": "missing", "reason": "r", "key": "gpu.0.x"}
+
+
 def test_a_checked_reading_is_frozen() -> None:
     import dataclasses
 
@@ -72,3 +102,32 @@ def test_with_findings_is_replace_with_the_index_shared() -> None:
     assert judged.readings_by_key == expected.readings_by_key == {r.key: r for r in readings}
     assert judged.findings == tuple(findings) and snapshot.findings == ()
     assert judged.reading("gpu.1.x") == readings[1]
+
+
+def test_a_file_is_read_in_one_call_of_its_size(tmp_path, monkeypatch) -> None:
+    """A regular file's bytes come from one read of its size (and one more byte), never
+    copied again by a join of 1 MiB chunks; the limit and the empty file as before."""
+    import os
+
+    import pytest
+
+    from gpudiag import inputs
+
+    path = tmp_path / "big.json"
+    data = b'{"a": "' + b"x" * (3 << 20) + b'"}\n'
+    path.write_bytes(data)
+    sizes: list[int] = []
+    real = os.read
+
+    def counted(fd: int, n: int) -> bytes:
+        got = real(fd, n)
+        sizes.append(len(got))
+        return got
+
+    monkeypatch.setattr(inputs.os, "read", counted)
+    assert inputs.read_input(path) == data and sizes == [len(data), 0]
+    with pytest.raises(inputs.InputError, match="larger than"):
+        inputs.read_input(path, max_bytes=len(data) - 1)
+    path.write_bytes(b" \n\t\r\n")
+    with pytest.raises(inputs.InputError, match="file is empty"):
+        inputs.read_text(path, "a snapshot")
