@@ -281,8 +281,25 @@ def summary_lines(snapshot: Snapshot, rules: Sequence[Rule] | None = None) -> li
 
 
 def format_not_applicable(findings: Sequence[Finding]) -> list[str]:
-    """The rules that did not apply, apart from the findings: one line of ids, or none."""
-    ids = sorted({f.rule_id for f in findings if f.severity is Severity.NOT_APPLICABLE})
-    if not ids:
-        return []
-    return [f"did not apply here (no such evidence in the source): {' '.join(ids)}"]
+    """The rules that did not apply, apart from the findings, by why: a line of the ids
+    whose readings the source does not hold, and one of those whose readings it says are
+    unsupported or did not give (a -q file prints a slowdown threshold only relative to
+    T.Limit); none where every rule applied."""
+    absent: set[str] = set()
+    other: set[str] = set()
+    for f in findings:
+        if f.severity is Severity.NOT_APPLICABLE:
+            held = f.evidence and all(r.status.value == "missing" for r in f.evidence)
+            (absent if held or not f.evidence else other).add(f.rule_id)
+    other -= absent  # a rule that found no evidence on one subject is said once
+    lines = []
+    if absent:
+        lines.append(
+            f"did not apply here (no such evidence in the source): {' '.join(sorted(absent))}"
+        )
+    if other:
+        lines.append(
+            "did not apply here (the source gives what they judge as unsupported or not"
+            f" read; --format json says why): {' '.join(sorted(other))}"
+        )
+    return lines

@@ -5,6 +5,7 @@ compared by `gpudiag diff`: what moves with the load is no configuration change.
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +83,22 @@ def test_what_moves_with_the_load_is_no_configuration() -> None:
     for name in ("slowdown", "shutdown", "gpu_max"):
         for key in (f"gpu.3.temperature.{name}", f"gpu.3.temperature.{name}_tlimit"):
             assert shipped.kind_of(key) is Kind.CONFIGURATION, key
+
+
+def test_check_says_why_a_threshold_rule_did_not_apply(tmp_path: Path) -> None:
+    """A review: `check` of an import whose -q prints the slowdown threshold only relative
+    to T.Limit listed GPU018 under 'did not apply here (no such evidence in the source)',
+    though the source did print it; that line is now only of what the source does not
+    hold, and GPU018 is on the line of what it gives as unsupported."""
+    from gpudiag import cli
+    from gpudiag.session import format_not_applicable
+    from gpudiag.snapshot import load
+
+    out = tmp_path / "h100.json"
+    source = realdata_dir() / "h100-vm" / "nvidia-smi-q.txt"
+    assert cli.main(["import", str(source), "-o", str(out)]) == 0
+    lines = format_not_applicable(load(out).findings)
+    absent, given = lines
+    assert absent.startswith("did not apply here (no such evidence in the source): ")
+    assert "GPU018" not in absent.split() and "CPU001" in absent.split()
+    assert "unsupported" in given and "GPU018" in given.split()
