@@ -111,8 +111,22 @@ def use_the_wheel() -> None:
     else:
         default = Path.home() / ".cache" / "gpudiag-bench"
         cache = Path(os.environ.get("GPUDIAG_BENCH_CACHE") or default)
-        with tempfile.TemporaryDirectory() as out:
-            target = install(build_wheel(Path(out)), cache)
+        try:
+            with tempfile.TemporaryDirectory() as out:
+                target = install(build_wheel(Path(out)), cache)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as failed:
+            said = failed.stderr or b""
+            said = said.decode(errors="replace") if isinstance(said, bytes) else said
+            # the build backend's error is the cause: the most indented in pip's output
+            errors = [line for line in said.splitlines() if line.strip().startswith("error:")]
+            indent = lambda line: len(line) - len(line.lstrip())  # noqa: E731
+            last = max(errors, key=indent, default=str(failed)).strip()
+            print(
+                f"{Path(sys.argv[0]).name}: gpudiag's wheel could not be built and installed"
+                f" with {sys.executable} (pip wheel needs setuptools>=68 and wheel): {last}",
+                file=sys.stderr,
+            )
+            sys.exit(3)
     python = target / "bin" / "python"
     env = {**os.environ, INSIDE: str(target)}
     # Neither the script nor its children (`python -m gpudiag`, `python -c ...`) may put

@@ -168,3 +168,34 @@ def test_a_benchmark_refuses_to_report_from_the_editable_install() -> None:
     assert run.returncode == 3 and run.stdout == ""
     assert "editable install" in run.stderr and run.stderr.count("\n") == 1
     assert "rules_eval.py: gpudiag here is the checkout's" in run.stderr
+
+
+def test_a_wheel_that_cannot_be_built_is_one_line_and_exit_3(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A review: `benchmarks/fleet_scale.py --help` under a Python whose setuptools cannot
+    build the wheel printed a CalledProcessError traceback. Now one line naming the build
+    backend's error (not pip's 'subprocess-exited-with-error'), and exit 3."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import _wheel
+
+    said = (
+        "  error: subprocess-exited-with-error\n  \n  × python setup.py egg_info did not run\n"
+        "      error: invalid command 'bdist_wheel'\n      [end of output]\n"
+        "error: metadata-generation-failed\n"
+    )
+
+    def fails(out: Path) -> Path:
+        raise subprocess.CalledProcessError(1, ["pip", "wheel"], b"", said.encode())
+
+    monkeypatch.setattr(_wheel, "build_wheel", fails)
+    monkeypatch.delenv(_wheel.INSIDE, raising=False)
+    monkeypatch.delenv("GPUDIAG_BENCH_VENV", raising=False)
+    monkeypatch.setattr(sys, "argv", ["fleet_scale.py", "--help"])
+    with pytest.raises(SystemExit) as ended:
+        _wheel.use_the_wheel()
+    assert ended.value.code == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("fleet_scale.py: gpudiag's wheel could not be built")
+    assert err.rstrip().endswith("error: invalid command 'bdist_wheel'")
