@@ -298,3 +298,22 @@ def test_a_lost_gpu_is_its_groups_difference(tmp_path: Path) -> None:
     assert lost.nodes == ["fail0003"] and reference.differences == []
     assert lost.differences[0] == ("gpu.0.health", "ok", "[error]")
     assert "fail0003" in report.odd_nodes()
+
+
+def test_partial_findings_are_those_on_some_nodes_of_a_type() -> None:
+    """A finding on every node, or on every node of its type, is not partial; one on some
+    nodes of a type is, with those nodes (a list as long as the fleet that repeats a node
+    is not every node)."""
+    from gpudiag.fleet.analysis import FleetFinding, FleetReport
+
+    models = {"a1": "A", "a2": "A", "b1": "B", "b2": "B"}
+    findings = [
+        FleetFinding("everywhere", "warning", ["b2", "a1", "b1", "a2"]),
+        FleetFinding("every-a", "critical", ["a1", "a2"]),
+        FleetFinding("some-b", "warning", ["b2"]),
+        FleetFinding("repeated", "warning", ["a1", "a1", "a2", "b1"]),
+        FleetFinding("info", "info", ["a1"]),
+    ]
+    report = FleetReport(4, 4, [], [], [], [], [], findings, 3.5, node_models=models)
+    partial = {f.rule_id: f.nodes for f in report.partial_findings()}
+    assert partial == {"some-b": ["b2"], "repeated": ["b1"]}
