@@ -286,8 +286,8 @@ class _RunsRead:
     def add(self, readings: Any) -> None:
         """One chunk of readings, each run's rows together in position order, holding
         whole runs. A run's layout (keys, statuses, units by position) and configuration
-        are known by two 64-bit hashes each, a sum over its rows of the columns' hashes
-        mixed in NumPy (_row_hashes): only the first run of each is turned into Python
+        are known by two 64-bit hashes each, a sum over its rows of the rows' hashes
+        (_row_hashes): only the first run of each is turned into Python
         lists (whole columns as lists were most of a read's memory)."""
         import polars as pl
 
