@@ -101,3 +101,50 @@ def test_counters_in_different_parts_are_judged_as_in_one_table(tmp_path: Path) 
     assert report is not None
     assert report_json(report) == report_json(expected)
     assert report_text(report) == report_text(expected)
+
+
+def test_runs_alike_only_where_every_row_is() -> None:
+    """A run's layout and configuration are known by sums of row hashes (dataset_read.
+    _row_hashes): runs that differ in one row's reading, status, unit, order, or one
+    configuration value (text, kind, number, null against '') are told apart; runs that
+    differ only in a measured number share both."""
+    import polars as pl
+
+    from gpudiag.fleet.dataset_read import READING_COLUMNS, _RunsRead
+
+    base = [  # reading, unit, status, value, text, value_type, slot, configuration
+        ("gpu.0.power.limit", "W", "ok", 700.0, None, "float", 0, True),
+        ("gpu.0.name", "", "ok", None, "H100", "str", None, True),
+        ("gpu.0.temperature.gpu", "C", "ok", 41.0, None, "float", 1, False),
+    ]
+    variants = {
+        "same": base,
+        "measured": [base[0], base[1], (*base[2][:3], 77.0, *base[2][4:])],
+        "reading": [base[0], base[1], ("gpu.0.temperature.mem", *base[2][1:])],
+        "status": [base[0], base[1], (*base[2][:2], "error", *base[2][3:])],
+        "unit": [base[0], base[1], (base[2][0], "K", *base[2][2:])],
+        "order": [base[1], base[0], base[2]],
+        "number": [(*base[0][:3], 600.0, *base[0][4:]), base[1], base[2]],
+        "text": [base[0], (*base[1][:4], "H200", *base[1][5:]), base[2]],
+        "empty": [base[0], (*base[1][:4], "", *base[1][5:]), base[2]],
+        "kind": [base[0], (*base[1][:5], "none", *base[1][6:]), base[2]],
+    }
+    rows = [
+        (rid, p, *row)
+        for rid, runs in [("a", base), *variants.items()]
+        for p, row in enumerate(runs)
+    ]
+    frame = pl.DataFrame(
+        rows,
+        schema=dict.fromkeys(READING_COLUMNS, pl.String)
+        | {"position": pl.UInt32, "value": pl.Float64, "slot": pl.Int32}
+        | {"configuration": pl.Boolean},
+        orient="row",
+    ).select(READING_COLUMNS)
+    seen = _RunsRead()
+    seen.add(frame)
+    layout = {rid: found[0] for rid, found in seen.runs.items()}
+    config = {rid: found[:2] for rid, found in seen.runs.items()}
+    assert layout["same"] == layout["measured"] == layout["a"] and len(seen.layouts) == 5
+    assert config["same"] == config["measured"] == config["a"]
+    assert len(set(config.values())) == len(config) - 2  # each other run its own

@@ -208,6 +208,8 @@ class FleetReport:
                 if len(f.nodes) < self.nodes:
                     out.append(f)
                 continue
+            if len(f.nodes) == len(self.node_models) and self.node_models.keys() == set(f.nodes):
+                continue  # on every node, so on every node of each type (no loop a node)
             on: dict[str, list[str]] = defaultdict(list)
             for node in f.nodes:
                 on[self.node_models.get(node, "")].append(node)

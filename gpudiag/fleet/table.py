@@ -7,6 +7,7 @@ report that gathers them is analysis.py's."""
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection
@@ -53,9 +54,39 @@ def fold(names: list[str] | set[str]) -> str:
 
 
 def _fold(names: frozenset[str]) -> str:
-    if all(_FOLDABLE.match(name) for name in names):
-        return str(NodeSet.fromlist(list(names)))
-    return ",".join(sorted(names, key=natural_key))
+    if not all(_FOLDABLE.match(name) for name in names):
+        return ",".join(sorted(names, key=natural_key))
+    shapes: dict[str, list[str]] = defaultdict(list)  # ClusterShell's pattern: node%s-c%s
+    for name in names:
+        shapes[_DIGITS.sub("%s", name)].append(name)
+    folded = NodeSet()
+    for shape, members in shapes.items():
+        folded.update(_product(shape, members) or NodeSet.fromlist(members))
+    return str(folded)
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def _product(shape: str, members: list[str]) -> str | None:
+    """Names of one pattern that are every combination of their numbers (node[1-9]-c[1-4]:
+    a fleet's names, or all but whole rows of them) as one NodeSet vector's text, which
+    ClusterShell parses without folding; None otherwise. NodeSet.fromlist parses each
+    name (about 45 us) and folds two-number names pairwise (100,000 names: 9.5 s); a
+    product's fold is the vector of its axes, the same string. An axis whose numbers
+    differ in length and start with 0 (mixed padding) is left to ClusterShell."""
+    if shape.count("%s") == 0:
+        return None
+    axes: list[set[str]] = [set() for _ in range(shape.count("%s"))]
+    for name in members:
+        for axis, number in zip(axes, _DIGITS.findall(name), strict=True):
+            axis.add(number)
+    if len(members) != math.prod(len(axis) for axis in axes):
+        return None
+    for axis in axes:
+        if len({len(n) for n in axis}) > 1 and any(n[0] == "0" for n in axis):
+            return None
+    return shape % tuple(f"[{','.join(axis)}]" for axis in axes)
 
 
 @functools.lru_cache(maxsize=65536)
