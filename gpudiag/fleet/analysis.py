@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpudiag.catalog import Kind
 from gpudiag.diff import higher_is_better
@@ -273,8 +273,9 @@ def config_groups(fleet: Fleet) -> list[ConfigGroup]:
     """Nodes by identical configuration, largest group first, each with what differs
     from the largest group of its model."""
     members: dict[int, list[str]] = defaultdict(list)
+    same = _same_configs(fleet)
     for run in fleet.current:
-        members[run.config].append(run.host)
+        members[same[run.config]].append(run.host)
     ordered = sorted(members.items(), key=lambda item: (-len(item[1]), natural_key(item[1][0])))
     groups = []
     reference: dict[str, tuple[int, dict[str, str]]] = {}
@@ -297,6 +298,26 @@ def config_groups(fleet: Fleet) -> list[ConfigGroup]:
             reference[model] = (config, values)
         groups.append(group)
     return groups
+
+
+def _same_configs(fleet: Fleet) -> list[int]:
+    """Each configuration's first one of the same readings (keys, statuses, units) and
+    values in another order: a snapshot the loader upgraded (gpudiag/upgrade.py) holds the
+    readings its producer gained after the others, where a current one holds them in the
+    producer's order; the two are one configuration, not two groups."""
+    loaded = fleet.loaded
+    shapes: dict[int, frozenset[tuple[str, str, str]]] = {}
+    first: dict[tuple[Any, ...], int] = {}
+    out = []
+    for config, layout_id in enumerate(loaded.config_layout):
+        if layout_id not in shapes:
+            layout = loaded.layouts[layout_id]
+            shapes[layout_id] = frozenset(
+                zip(layout.keys, layout.statuses, layout.units, strict=True)
+            )
+        values = tuple(sorted(fleet.config_dict(config).items()))
+        out.append(first.setdefault((shapes[layout_id], values), config))
+    return out
 
 
 def _status(status: str) -> str:
