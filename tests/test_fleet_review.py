@@ -72,3 +72,53 @@ def test_fleet_upgrades_an_older_snapshot_as_check_and_diff_do(tmp_path: Path) -
     again = LoadedFleet()
     read_into(again, [str(tmp_path / "dataset")])
     assert [g.nodes for g in analyse(again).groups] == [["n1", "n2", "n3", "o1", "o2"]]
+
+
+def _with_value(snapshot: Snapshot, key: str, value: object) -> Snapshot:
+    probes = tuple(
+        replace(
+            p, readings=tuple(replace(r, value=value) if r.key == key else r for r in p.readings)
+        )
+        for p in snapshot.probes
+    )
+    return replace(snapshot, probes=probes)
+
+
+def test_a_dataset_takes_reading_kinds_from_the_current_catalog(tmp_path: Path) -> None:
+    """Review point 2: a dataset written when the throttle reasons were configuration
+    (its rows say configuration = true) groups nodes as its snapshots do now that the
+    catalog declares them volatile: one group, not one per throttle reason."""
+    import polars as pl
+
+    from gpudiag.fleet.dataset import append_dataset
+    from gpudiag.fleet.dataset_read import read_into
+    from gpudiag.fleet.records import LoadedFleet
+    from gpudiag.shipped import is_configuration
+
+    key = "gpu.0.throttle_reasons"
+    assert not is_configuration(key)
+    base = base_snapshot()
+    _write(tmp_path / "fleet", base, ["n1", "n2"])
+    _write(tmp_path / "fleet", _with_value(base, key, ["HwSlowdown"]), ["n3"])
+    from_snapshots = analyse(load_fleet([tmp_path / "fleet"], workers=1))
+    assert [g.nodes for g in from_snapshots.groups] == [["n1", "n2", "n3"]]
+    dataset = tmp_path / "dataset"
+    assert append_dataset(load_fleet([tmp_path / "fleet"], workers=1), str(dataset)) == 3
+    files = list((dataset / "readings").rglob("*.parquet"))
+    throttle = pl.col("reading").str.ends_with(".throttle_reasons")
+    slowed = throttle & (pl.col("node") == "n3") & (pl.col("reading") == key)
+    for file in files:  # as a gpudiag whose catalog called them configuration wrote them
+        frame = pl.read_parquet(file, hive_partitioning=False)
+        frame.with_columns(
+            configuration=throttle | pl.col("configuration"),
+            text=pl.when(slowed)
+            .then(pl.lit('["HwSlowdown"]'))
+            .when(throttle)
+            .then(pl.lit('["GpuIdle"]'))
+            .otherwise(pl.col("text")),
+            value_type=pl.when(throttle).then(pl.lit("list")).otherwise(pl.col("value_type")),
+        ).write_parquet(file)
+    again = LoadedFleet()
+    read_into(again, [str(dataset)])
+    assert not again.bad
+    assert [g.nodes for g in analyse(again).groups] == [["n1", "n2", "n3"]]

@@ -35,6 +35,7 @@ from gpudiag.fleet.records import (
     no_gc,
 )
 from gpudiag.fleet.store import Store
+from gpudiag.shipped import is_configuration
 from gpudiag.snapshot import SnapshotError
 
 
@@ -282,6 +283,7 @@ class _RunsRead:
         self._by_hash: dict[Any, int] = {}
         self._config_by_hash: dict[Any, int] = {}
         self._numeric: dict[int, np.ndarray] = {}
+        self._configuration: dict[int, np.ndarray] = {}  # a layout's configuration rows
 
     def add(self, readings: Any) -> None:
         """One chunk of readings, each run's rows together in position order, holding
@@ -300,28 +302,36 @@ class _RunsRead:
         )
         bounds = [*starts.tolist(), readings.height]
         lengths = np.diff(bounds).tolist()
-        configuration = readings["configuration"].fill_null(False).to_numpy()
-        layout_sums, config_sums = [], []
-        layouts = _row_hashes(readings, ("reading", "status", "unit"))
-        configs = _row_hashes(readings, ("text", "value_type", "value"))
-        for layout, config in zip(layouts, configs, strict=True):
+        layout_sums = [
+            np.add.reduceat(h, starts).tolist() if len(starts) else []
+            for h in _row_hashes(readings, ("reading", "status", "unit"))
+        ]
+        run_ids = readings["run_id"].gather(starts).to_list()
+        layout_ats = []
+        for i, layout_hash in enumerate(zip(lengths, *layout_sums, strict=True)):
+            layout_at = self._by_hash.get(layout_hash)
+            if layout_at is None:
+                a, b = bounds[i], bounds[i + 1]
+                layout_at = self._by_hash[layout_hash] = self._layout(readings.slice(a, b - a))
+            layout_ats.append(layout_at)
+        # which rows are configuration: the current catalog's word for each run's layout
+        # (_layout), not the rows' `configuration` column, the catalog's when written (a
+        # reading since declared volatile, the throttle reasons, no longer groups nodes)
+        configuration = (
+            np.concatenate([self._configuration[at] for at in layout_ats])
+            if layout_ats
+            else np.zeros(0, dtype=bool)
+        )
+        config_sums = []
+        for config in _row_hashes(readings, ("text", "value_type", "value")):
             config[~configuration] = 0
-            layout_sums.append(np.add.reduceat(layout, starts).tolist() if len(starts) else [])
             config_sums.append(np.add.reduceat(config, starts).tolist() if len(starts) else [])
         col_value = readings["value"].fill_null(math.nan).to_numpy()
-        hashes = zip(
-            readings["run_id"].gather(starts).to_list(),
-            zip(lengths, *layout_sums, strict=True),
-            zip(*config_sums, strict=True),
-            strict=True,
-        )
-        for i, (rid, layout_hash, config_hash) in enumerate(hashes):
+        hashes = zip(run_ids, layout_ats, zip(*config_sums, strict=True), strict=True)
+        for i, (rid, layout_at, config_hash) in enumerate(hashes):
             if rid in self.runs:
                 raise _RunAcrossFiles(rid)
             a, b = bounds[i], bounds[i + 1]
-            layout_at = self._by_hash.get(layout_hash)
-            if layout_at is None:
-                layout_at = self._by_hash[layout_hash] = self._layout(readings.slice(a, b - a))
             layout = self.layouts[layout_at]
             value = col_value[a:b]
             config_at = self._config_by_hash.get((layout_at, config_hash))
@@ -351,10 +361,12 @@ class _RunsRead:
             return found
         slot = rows["slot"].to_list()
         numeric = tuple(p for _, p in sorted((s, p) for p, s in enumerate(slot) if s is not None))
-        config = tuple(p for p, c in enumerate(rows["configuration"].to_list()) if c)
+        flags = [is_configuration(key) for key in keys]  # the catalog's now (add)
+        config = tuple(p for p, c in enumerate(flags) if c)
         found = self._layout_of[signature] = len(self.layouts)
         self.layouts.append(Layout(keys, statuses, units, numeric, config))
         self._numeric[found] = np.asarray(numeric, dtype=np.int64)
+        self._configuration[found] = np.asarray(flags, dtype=bool)
         return found
 
 
