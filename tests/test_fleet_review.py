@@ -122,3 +122,25 @@ def test_a_dataset_takes_reading_kinds_from_the_current_catalog(tmp_path: Path) 
     read_into(again, [str(dataset)])
     assert not again.bad
     assert [g.nodes for g in analyse(again).groups] == [["n1", "n2", "n3"]]
+
+
+def test_the_report_says_when_too_few_alike_nodes_were_there_to_compare(tmp_path: Path) -> None:
+    """Review point 3: two alike nodes are too few to judge a node against alike nodes
+    (MIN_COMPARABLE 3): the report says so and names them, instead of 'no node ... below
+    alike nodes'' and 'nothing needs a person'; and 'no node has two runs' where none has."""
+    from gpudiag.fleet.report import report_json, report_text
+
+    _write(tmp_path / "fleet", base_snapshot(), ["n1", "n2"])
+    report = analyse(load_fleet([tmp_path / "fleet"], workers=1))
+    text = report_text(report)
+    few = "too few alike nodes to compare (fewer than 3 of a type): n[1-2] (h100-sxm5 x8)"
+    assert report.verdict() == f"exit 0: nothing found that needs a person, but {few}"
+    assert f"  slowest nodes: none judged: {few}\n" in text
+    assert "more than 7% below alike nodes'" not in text
+    assert "  no node has two runs: no history to compare\n" in text
+    assert report_json(report)["uncompared"] == {"h100-sxm5 x8": ["n1", "n2"]}
+    # a third alike node: compared, and the report as it was
+    _write(tmp_path / "fleet", base_snapshot(), ["n3"])
+    report = analyse(load_fleet([tmp_path / "fleet"], workers=1))
+    assert report.verdict() == "exit 0: nothing needs a person"
+    assert "too few" not in report_text(report) and "uncompared" not in report_json(report)

@@ -218,6 +218,27 @@ class FleetReport:
                 out.append(FleetFinding(f.rule_id, f.severity, nodes))
         return out
 
+    def uncompared(self) -> dict[str, list[str]]:
+        """Per type (model and count), its nodes where fewer than MIN_COMPARABLE are of
+        that type: no node of them is judged against alike nodes (a node's median of its
+        GPUs, a reading's robust z need at least that many to say what is usual)."""
+        of: dict[str, list[str]] = defaultdict(list)
+        for node, model in self.node_models.items():
+            of[model].append(node)
+        return {
+            model: sorted(nodes, key=natural_key)
+            for model, nodes in sorted(of.items())
+            if len(nodes) < MIN_COMPARABLE
+        }
+
+    def uncompared_text(self) -> str:
+        """The nodes `uncompared` gives, as one phrase; empty where there are none."""
+        few = self.uncompared()
+        if not few:
+            return ""
+        which = "; ".join(f"{fold(nodes)} ({model})" for model, nodes in few.items())
+        return f"too few alike nodes to compare (fewer than {MIN_COMPARABLE} of a type): {which}"
+
     def odd_nodes(self) -> list[str]:
         """Every node the report lists anywhere as odd (a node needing a person): outliers,
         slow nodes, counters beyond the fleet's rate, configuration groups other than the
@@ -265,6 +286,8 @@ class FleetReport:
                 f"bad input: {len(self.bad)} file{'s' if len(self.bad) != 1 else ''} "
                 "could not be read"
             )
+        if not parts and self.uncompared():
+            parts.append(f"nothing found that needs a person, but {self.uncompared_text()}")
         text = "; ".join(parts) or "nothing needs a person"
         return f"exit {self.exit_code()}: {text}"
 
