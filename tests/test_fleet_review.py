@@ -134,7 +134,7 @@ def test_the_report_says_when_too_few_alike_nodes_were_there_to_compare(tmp_path
     report = analyse(load_fleet([tmp_path / "fleet"], workers=1))
     text = report_text(report)
     few = "too few alike nodes to compare (fewer than 3 of a type): n[1-2] (h100-sxm5 x8)"
-    assert report.verdict() == f"exit 0: nothing found that needs a person, but {few}"
+    assert report.verdict().startswith(f"exit 0: no node found to differ, but {few}; ")
     assert f"  slowest nodes: none judged: {few}\n" in text
     assert "more than 7% below alike nodes'" not in text
     assert "  no node has two runs: no history to compare\n" in text
@@ -142,5 +142,26 @@ def test_the_report_says_when_too_few_alike_nodes_were_there_to_compare(tmp_path
     # a third alike node: compared, and the report as it was
     _write(tmp_path / "fleet", base_snapshot(), ["n3"])
     report = analyse(load_fleet([tmp_path / "fleet"], workers=1))
-    assert report.verdict() == "exit 0: nothing needs a person"
+    assert report.verdict().startswith("exit 0: no node differs from alike nodes; findings")
     assert "too few" not in report_text(report) and "uncompared" not in report_json(report)
+
+
+def test_the_verdict_names_findings_on_every_node() -> None:
+    """Review point 4: a critical finding on every node (the type's way, so no node is
+    odd: the exit code stays 0, as tests/test_fleet_realistic.py's MEM005 fleet has it)
+    is no 'nothing needs a person': the verdict says no node differs and names it."""
+    from gpudiag.fleet.analysis import FleetFinding, FleetReport
+
+    models = {"a1": "A", "a2": "A", "a3": "A"}
+    findings = [
+        FleetFinding("GPU027", "critical", ["a1", "a2", "a3"]),
+        FleetFinding("HOST002", "info", ["a1", "a2", "a3"]),
+    ]
+    report = FleetReport(3, 3, [], [], [], [], [], findings, 5.0, node_models=models)
+    assert report.exit_code() == 0 and not report.odd
+    assert report.verdict() == (
+        "exit 0: no node differs from alike nodes; findings on every node of a type below: "
+        "GPU027 (critical)"
+    )
+    report.findings.append(FleetFinding("GPU028", "warning", ["a2"]))  # a2 is odd now
+    assert report.verdict() == "exit 1: needs a person: 1 node (a2)"  # as it was

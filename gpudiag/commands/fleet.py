@@ -8,7 +8,9 @@ PATH: snapshot files (TOML or JSON) or folders of them, a dataset --dataset wrot
 (fleet/dataset.py), or a FILE.parquet that
 `fleet --parquet` wrote, alone or with more snapshots. Unreadable files are named on
 stderr and skipped. Exits 0 when nothing needs a person, 1 when something does (whatever
-else), 3 when nothing does but some input was bad; the report's verdict line says both.
+else): a node that differs from alike nodes; 3 when nothing does but some input was bad;
+the report's verdict line says both, and names findings on every node of a type (the
+type's way at the site: they leave the exit code as it is; `gpudiag check` judges them).
 With `gpudiag --rules DIR fleet`, every node is judged again with the shipped rules and
 DIR's (fleet/judge.py). Polars is imported only to read or write Parquet. What
 `baseline` shares with it (reading the paths, checking the target, failing) is here.

@@ -261,14 +261,28 @@ class FleetReport:
             odd.update(rack.disagree)
         return sorted(odd, key=natural_key)
 
+    def everywhere(self) -> list[FleetFinding]:
+        """Findings (warning or worse) on every node of their type: no node differs from
+        alike nodes by them (partial_findings has the others), but each says something a
+        person must look at, critical first."""
+        partial = {(f.rule_id, f.severity) for f in self.partial_findings()}
+        return [
+            f
+            for f in self.findings
+            if f.severity in ("critical", "warning") and (f.rule_id, f.severity) not in partial
+        ]
+
     @property
     def odd(self) -> bool:
         """Whether anything needs a person: a node listed as odd anywhere."""
         return bool(self.odd_nodes())
 
     def exit_code(self) -> int:
-        """1 something needs a person (whatever else), 3 nothing does but some input was
-        bad, 0 neither: a healthy fleet of realistic spread exits 0."""
+        """1 something needs a person (whatever else): a node listed as odd; 3 nothing
+        does but some input was bad, 0 neither: a healthy fleet of realistic spread exits
+        0. Findings on every node of a type (everywhere) leave it as it is: they are the
+        type's way at this site, which the fleet does not judge (`gpudiag check` of any
+        of those nodes exits by them); the verdict names them."""
         if self.odd:
             return EXIT_ODD
         return EXIT_BAD_INPUT if self.bad else EXIT_SAME
@@ -286,8 +300,15 @@ class FleetReport:
                 f"bad input: {len(self.bad)} file{'s' if len(self.bad) != 1 else ''} "
                 "could not be read"
             )
-        if not parts and self.uncompared():
-            parts.append(f"nothing found that needs a person, but {self.uncompared_text()}")
+        everywhere = self.everywhere()
+        if not nodes and self.uncompared():
+            parts.append(f"no node found to differ, but {self.uncompared_text()}")
+        elif not nodes and everywhere:
+            parts.append("no node differs from alike nodes")
+        if everywhere and not nodes:  # else the verdict says something needs a person
+            rules = ", ".join(f"{f.rule_id} ({f.severity})" for f in everywhere[:4])
+            more = f" and {len(everywhere) - 4} more" if len(everywhere) > 4 else ""
+            parts.append(f"findings on every node of a type below: {rules}{more}")
         text = "; ".join(parts) or "nothing needs a person"
         return f"exit {self.exit_code()}: {text}"
 
