@@ -165,3 +165,29 @@ def test_the_verdict_names_findings_on_every_node() -> None:
     )
     report.findings.append(FleetFinding("GPU028", "warning", ["a2"]))  # a2 is odd now
     assert report.verdict() == "exit 1: needs a person: 1 node (a2)"  # as it was
+
+
+def test_a_slow_nodes_interval_says_what_it_is() -> None:
+    """Review point 5: '(8 GPUs, 2693-2702)' read as the GPUs' range; it is a 93%
+    interval of the node's median (whyslow.median_interval), and the shortfall's
+    '(9.9%-10.2%; ...)' is the shortfall over that interval: both say so."""
+    import numpy as np
+
+    from gpudiag.fleet.analysis import FleetReport
+    from gpudiag.fleet.report import report_text
+    from gpudiag.fleet.whyslow import SlowNode, interval_coverage, median_interval
+
+    gpus = np.asarray([2690.0, 2693, 2695, 2699, 2701, 2701, 2702, 2710])
+    low, high = median_interval(gpus)
+    assert (low, high) == (2693, 2702) and round(interval_coverage(8), 3) == 0.930
+    slow = SlowNode(
+        "node00005", "stream.triad.fp64", "h100-sxm5 x8", "GB/s", 2700.0, low, high,
+        3000.0, 0.1, 0.099, 0.102, 8, 197,
+    )  # fmt: skip
+    models = {f"n{i}": "h100-sxm5 x8" for i in range(3)}
+    report = FleetReport(3, 3, [], [], [], [], [], [], 5.0, slow_nodes=[slow], node_models=models)
+    assert (
+        "      node00005 stream.triad.fp64: 2700 GB/s (median of 8 GPUs, its 93% interval "
+        "2693-2702), 10.0% short of 3000 (9.9%-10.2% over that interval; 197 h100-sxm5 x8 "
+        "nodes)\n"
+    ) in report_text(report)

@@ -10,6 +10,7 @@ from typing import Any
 from gpudiag.fleet.analysis import FleetReport, Outlier, fold
 from gpudiag.fleet.changes_text import history_json, history_lines
 from gpudiag.fleet.rack import rack_lines, racks_json
+from gpudiag.fleet.whyslow import interval_coverage
 
 MAX_LISTED = 8
 MIN_F1 = 0.5  # a cause shown must separate at least this well
@@ -68,11 +69,20 @@ def _slow_node_lines(report: FleetReport, markdown: bool) -> list[str]:
         ]
     lines = [f"{bullet}slowest nodes (median of their GPUs, more than {report.slow_pct:g}% below):"]
     for n in report.slow_nodes[: MAX_LISTED * 2]:
+        # the interval is of the node's median, from its GPUs (whyslow.median_interval),
+        # not their range: said where printed, with its coverage
+        if n.gpus > 1:
+            spread = (
+                f"median of {n.gpus} GPUs, its {interval_coverage(n.gpus):.0%} interval "
+                f"{_number(n.low)}-{_number(n.high)}"
+            )
+            ends = f"{n.shortfall_low:.1%}-{n.shortfall_high:.1%} over that interval; "
+        else:
+            spread, ends = "1 GPU", ""
         lines.append(
             f"{'  - ' if markdown else '      '}{n.node} {n.metric}: {_number(n.value)} "
-            f"{n.unit} ({n.gpus} GPUs, {_number(n.low)}-{_number(n.high)}), "
-            f"{n.shortfall:.1%} short of {_number(n.reference)} "
-            f"({n.shortfall_low:.1%}-{n.shortfall_high:.1%}; {n.comparable} {n.model} nodes)"
+            f"{n.unit} ({spread}), {n.shortfall:.1%} short of {_number(n.reference)} "
+            f"({ends}{n.comparable} {n.model} nodes)"
         )
     if len(report.slow_nodes) > MAX_LISTED * 2:
         rest = {n.node for n in report.slow_nodes[MAX_LISTED * 2 :]}

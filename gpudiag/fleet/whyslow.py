@@ -175,13 +175,25 @@ def median_interval(values: np.ndarray) -> tuple[float, float]:
     least INTERVAL_COVERAGE (n = 8: the 2nd and 7th, 93%); the extremes where n is small."""
     ordered = np.sort(values)
     n = len(ordered)
+    k = _interval_rank(n)[0]
+    return float(ordered[k - 1]), float(ordered[n - k])
+
+
+def _interval_rank(n: int) -> tuple[int, float]:
+    """median_interval's k for n values, and the interval's coverage."""
     k, below = 1, 1.0 / 2**n  # below: P(B <= k - 1) for the next k
     while k + 1 <= n // 2:
-        below += math.comb(n, k) / 2**n
-        if 1 - 2 * below < INTERVAL_COVERAGE:
+        if 1 - 2 * (below + math.comb(n, k) / 2**n) < INTERVAL_COVERAGE:
             break
+        below += math.comb(n, k) / 2**n
         k += 1
-    return float(ordered[k - 1]), float(ordered[n - k])
+    return k, max(0.0, 1 - 2 * below)
+
+
+def interval_coverage(n: int) -> float:
+    """How often median_interval of n values holds their distribution's median (n = 8:
+    0.93); what the report prints beside it."""
+    return _interval_rank(n)[1]
 
 
 def slow_nodes(
