@@ -191,3 +191,34 @@ def test_a_slow_nodes_interval_says_what_it_is() -> None:
         "2693-2702), 10.0% short of 3000 (9.9%-10.2% over that interval; 197 h100-sxm5 x8 "
         "nodes)\n"
     ) in report_text(report)
+
+
+def test_compare_says_what_it_compares_and_takes_the_factors_gpu() -> None:
+    """Review point 6: `--compare gpu.0.power.limit=500.0,700.0` compared node medians
+    (a node's median of its GPUs), unsaid, so GPU 0 15% slower on the capped nodes was
+    'same'; a factor of one GPU now compares that GPU, and the line says what it takes."""
+    from gpudiag.fleet.changes import History, HistoryReport, RunPoint, compare_groups
+    from gpudiag.fleet.changes_text import history_lines
+
+    triad = "gpu.{gpu}.kernel.stream.triad.fp64"
+    history = History()
+    for n in range(8):
+        capped = n < 3
+        config = {"gpu.0.power.limit": "500.0 W" if capped else "700.0 W"}
+        values = {
+            triad.replace("{gpu}", str(g)): (2550.0 if capped and g == 0 else 3000.0) + n + g
+            for g in range(8)
+        }
+        history.nodes[f"n{n}"] = [RunPoint("2026-11-28T00:00:00Z", config, values)]
+    history.units = {triad.replace("{gpu}", str(g)): "GB/s" for g in range(8)}
+    [(name, n_a, n_b, verdict)] = compare_groups(history, "gpu.0.power.limit", "500.0", "700.0")
+    assert (name, n_a, n_b) == (triad, 3, 5) and verdict is not None
+    assert verdict.kind == "different" and verdict.shift.pct > 14  # B (700 W) over A
+    report = HistoryReport(
+        [], [], None, [(name, n_a, n_b, verdict)], "gpu.0.power.limit=500.0,700.0"
+    )
+    [line] = history_lines(report, "  ")
+    assert line.startswith(
+        "  compare gpu.0.power.limit=500.0,700.0 stream.triad.fp64 (3 vs 5 nodes; each node's "
+        "GPU 0, the GPU gpu.0.power.limit is of): "
+    )

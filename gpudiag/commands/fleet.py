@@ -78,7 +78,9 @@ def add_parser(subparsers: Any) -> None:
         "--compare",
         metavar="KEY=A,B",
         help="A/B verdict per kernel metric between nodes whose configuration reading KEY "
-        "is A and those where it is B (different, same, or how many more runs decide)",
+        "is A and those where it is B (different, same, or how many more runs decide): "
+        "each node's median of its GPUs, or where KEY is one GPU's (gpu.0.power.limit) "
+        "that GPU's figure",
     )
     fleet.add_argument(
         "--margin",
