@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from gpudiag.fleet.analysis import analyse
 from gpudiag.fleet.load import load_fleet
 from gpudiag.model import Reading, Snapshot
@@ -222,3 +224,36 @@ def test_compare_says_what_it_compares_and_takes_the_factors_gpu() -> None:
         "  compare gpu.0.power.limit=500.0,700.0 stream.triad.fp64 (3 vs 5 nodes; each node's "
         "GPU 0, the GPU gpu.0.power.limit is of): "
     )
+
+
+def test_thin_datasets_say_why_nothing_was_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review point 8: a dataset folder with only its marker said 'no snapshot could be
+    read' with no reason; one without readings/ named a snapshot the runs came from, not
+    the folder given; `fleet --help`'s PATH did not mention datasets."""
+    import shutil
+
+    from gpudiag.cli import main
+    from gpudiag.commands.fleet import load_paths, none_read
+    from gpudiag.fleet.dataset import MARKER, append_dataset
+
+    _write(tmp_path / "fleet", base_snapshot(), ["n1"])
+    dataset = tmp_path / "dataset"
+    assert append_dataset(load_fleet([tmp_path / "fleet"], workers=1), str(dataset)) == 1
+    marker_only = tmp_path / "marker-only"
+    marker_only.mkdir()
+    shutil.copy(dataset / MARKER, marker_only / MARKER)
+    loaded = load_paths([str(marker_only)], 1)
+    assert none_read(loaded.bad) == (
+        f"no snapshot could be read: {marker_only}: a dataset with no runs (nothing appended yet)"
+    )
+    shutil.rmtree(dataset / "readings")
+    loaded = load_paths([str(dataset)], 1)
+    assert none_read(loaded.bad) == (
+        f"no snapshot could be read: {dataset}: a dataset without readings (no files under "
+        "readings/)"
+    )
+    with pytest.raises(SystemExit):
+        main(["fleet", "--help"])
+    assert "a dataset --dataset wrote" in " ".join(capsys.readouterr().out.split())

@@ -44,7 +44,8 @@ def add_parser(subparsers: Any) -> None:
         "paths",
         metavar="PATH",
         nargs="+",
-        help="snapshot files or folders, or a fleet written by --parquet",
+        help="snapshot files or folders, a dataset --dataset wrote (a folder or a URL), "
+        "or a fleet written by --parquet",
     )
     fleet.add_argument(
         "--format",
@@ -147,10 +148,11 @@ def load_paths(paths: list[str], workers: int | None) -> Any:
     # a URL is a dataset's (fleet/store.py); a folder is one if it has dataset.MARKER
     datasets = [p for p in paths if is_url(p) or Path(p, "_gpudiag_dataset").is_file()]
     loaded = load_fleet([p for p in paths if p not in datasets], workers)
+    empty: list[str] = []
     if datasets:
         from gpudiag.fleet.dataset_read import read_into
 
-        read_into(loaded, datasets)
+        empty = read_into(loaded, datasets)
     from gpudiag.fleet.records import drop_repeats
 
     if dropped := drop_repeats(loaded):  # a folder named twice, a dataset beside its files
@@ -166,6 +168,7 @@ def load_paths(paths: list[str], workers: int | None) -> Any:
         from gpudiag.fleet.load import snapshotless
 
         loaded.bad.extend(snapshotless(p for p in paths if p not in datasets))
+        loaded.bad.extend(empty)
     return loaded
 
 

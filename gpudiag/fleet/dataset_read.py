@@ -61,7 +61,9 @@ def read_store(store: Store) -> LoadedFleet:
         raise SnapshotError(name, f"not a gpudiag dataset (no {MARKER})")
     _check_marker(store)
     if not store.files("runs"):
-        return LoadedFleet()
+        return LoadedFleet()  # only its marker: read_into says so where nothing was read
+    if not store.files("readings"):  # the folder given, not a snapshot the runs name
+        raise SnapshotError(name, "a dataset without readings (no files under readings/)")
     table = store.scan
     try:
         runs = table("runs").select("run_id", "node", "created", "path").collect()
@@ -90,7 +92,7 @@ def read_store(store: Store) -> LoadedFleet:
         seen = _RunsRead()
         for readings in _readings(store, False):
             seen.add(readings)
-    return assemble(runs, seen, kernels_of, findings_of)
+    return assemble(runs, seen, kernels_of, findings_of, where=name)
 
 
 READING_COLUMNS = (
@@ -210,11 +212,13 @@ def assemble(
     kernels_of: dict[str, Kernels],
     findings_of: dict[str, Any],
     by_id: dict[str, NodeRun] | None = None,
+    where: str | None = None,
 ) -> LoadedFleet:
     """The LoadedFleet of a dataset's tables: its runs, what their readings said (`seen`),
     their kernel figures and results, and their findings; each run by its id in `by_id`
     where given. Layouts and configurations are numbered in the order the runs (by path,
-    then time) first use them, as the snapshots' loader does."""
+    then time) first use them, as the snapshots' loader does. `where`: the dataset, which
+    an error names (with the run's snapshot)."""
     fleet = LoadedFleet()
     layout_ids: dict[int, int] = {}
     config_ids: dict[int, int] = {}
@@ -222,7 +226,9 @@ def assemble(
     for rid, node, created, path in runs.sort("path", "created").iter_rows():
         found_run = seen.runs.get(rid)
         if found_run is None:
-            raise SnapshotError(path, "a run without readings in the dataset")
+            if where is None:
+                raise SnapshotError(path, "a run without readings in the dataset")
+            raise SnapshotError(where, f"a run without readings in the dataset (of {path})")
         layout_at, config_at, numbers = found_run
         layout_id = layout_ids.get(layout_at)
         if layout_id is None:
@@ -387,10 +393,18 @@ def merge_into(fleet: LoadedFleet, part: LoadedFleet) -> None:
     FleetMerger(fleet).add(part.layouts, configs, part.runs, part.bad)
 
 
-def read_into(fleet: LoadedFleet, roots: list[str]) -> None:
-    """Each dataset's runs added to `fleet`; a damaged one is named in `fleet.bad`."""
+def read_into(fleet: LoadedFleet, roots: list[str]) -> list[str]:
+    """Each dataset's runs added to `fleet`; a damaged one is named in `fleet.bad`. The
+    datasets that hold no run (only their marker) as 'root: why': where nothing at all
+    was read, the one line says so (beside runs read, an empty dataset is no bad input)."""
+    empty = []
     for root in roots:
         try:
-            merge_into(fleet, read_dataset(root))
+            part = read_dataset(root)
         except SnapshotError as exc:
             fleet.bad.append(inputs.printable(str(exc)))
+            continue
+        if not part.runs:
+            empty.append(inputs.printable(f"{root}: a dataset with no runs (nothing appended yet)"))
+        merge_into(fleet, part)
+    return empty
