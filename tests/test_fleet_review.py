@@ -257,3 +257,37 @@ def test_thin_datasets_say_why_nothing_was_read(
     with pytest.raises(SystemExit):
         main(["fleet", "--help"])
     assert "a dataset --dataset wrote" in " ".join(capsys.readouterr().out.split())
+
+
+def test_throttle_reasons_explain_slow_gpus_but_group_no_nodes(tmp_path: Path) -> None:
+    """Review point 7: since the throttle reasons became volatile (they move with load)
+    they left the configuration, and with it the slow group's explanation ('no
+    configuration reading known to move it separates them'). As `gpudiag diff` takes
+    rules/explanations.toml's readings whatever their kind, the fleet's slow GPUs are
+    explained by them again; they still group no nodes."""
+    import random
+
+    from gpudiag.fleet.report import report_text
+
+    from fleetgen import kernels
+
+    base = base_snapshot()
+    for n in range(8):
+        slow = n in (2, 5)
+        snapshot = replace(
+            base, kernels=kernels(random.Random(n), {0: 2400.0} if slow else {}, {}, 120.0)
+        )
+        if slow:
+            snapshot = _with_value(snapshot, "gpu.0.throttle_reasons", ["HwSlowdown"])
+        _write(tmp_path / "fleet", snapshot, [f"n{n}"])
+    report = analyse(load_fleet([tmp_path / "fleet"], workers=1))
+    assert [g.nodes for g in report.groups] == [[f"n{n}" for n in range(8)]]
+    [triad] = [s for s in report.slow if "stream.triad" in s.metric]
+    assert {(o.node, o.device) for o in triad.slow} == {("n2", "GPU 0"), ("n5", "GPU 0")}
+    cause = triad.causes[0]
+    assert (cause.reading, cause.f1) == ("gpu.{gpu}.throttle_reasons", 1.0)
+    assert cause.slow_values == [("HwSlowdown", 2)] and cause.other_values == [("GpuIdle", 62)]
+    assert (
+        "because gpu.{gpu}.throttle_reasons (F1 1.00): slow HwSlowdown x2; others GpuIdle x62"
+        in report_text(report)
+    )

@@ -88,6 +88,7 @@ from gpudiag.fleet.whyslow import (
     SlowNode,
     _unit_counts,
     explain_slow,
+    explained_units,
     slow_nodes,
 )
 from gpudiag.hostfs import natural_key
@@ -522,11 +523,13 @@ def _judged(
     by_metric: dict[tuple[str, str], list[Outlier]] = defaultdict(list)
     for o in slow_rows:
         by_metric[(o.model, o.reading)].append(o)
+    explained = explained_units(fleet) if by_metric else None
+    unit_of, units = explained if explained else (None, None)
     for (model, reading), slow in sorted(by_metric.items()):
         name, device = kernel_names[reading]
         model_id, reading_id = names.models.ids[model], names.readings.ids[reading]
         gids = [g for g, (m, r, _) in enumerate(columns.groups) if (m, r) == (model_id, reading_id)]
-        counts, comparable = _unit_counts(columns, gids, slow, ids, names)
+        counts, comparable = _unit_counts(columns, gids, slow, ids, names, unit_of)
         slow_metrics.append(
             SlowMetric(
                 reading,
@@ -535,7 +538,7 @@ def _judged(
                 slow[0].median,
                 sorted(slow, key=lambda o: (natural_key(o.node), o.device)),
                 comparable,
-                explain_slow(fleet, counts, name, device),
+                explain_slow(fleet, counts, name, device, units),
             )
         )
     return _Judged(

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -336,6 +337,7 @@ class _Shape:
     types: tuple[type, ...]
     numeric_of: Any
     config_of: Any
+    explain_of: Any
     last_config: tuple[tuple[Any, ...], int] | None = None
 
 
@@ -472,13 +474,15 @@ class _Reader:
     ) -> int:
         numeric = tuple(i for i, v in enumerate(values) if type(v) in (int, float))
         config = tuple(i for i, k in enumerate(keys) if is_configuration(k))
-        self.layouts.append(Layout(keys, statuses, units, numeric, config))
+        explain = explaining(keys, values, set(numeric) | set(config))
+        self.layouts.append(Layout(keys, statuses, units, numeric, config, explain))
         self.shapes.append(
             _Shape(
                 tuple(v is UNSET for v in values),
                 tuple(map(type, values)),
                 _getter(numeric),
                 _getter(config),
+                _getter(explain),
             )
         )
         layout_id = self.last = len(self.layouts) - 1
@@ -544,7 +548,31 @@ class _Reader:
             kernel_values=kernel_values(kernels) if figures is None else figures,
             kernels=kernels,
             findings=self.findings.setdefault(findings, findings),
+            explain=shape.explain_of(values),
         )
+
+
+_EXPLAINED: list[Any] = []  # rules/explanations.toml's reading patterns, read once
+
+
+def explaining(keys: Sequence[str], values: Sequence[Any], taken: set[int]) -> tuple[int, ...]:
+    """The positions of readings that are neither numbers nor configuration (`taken`)
+    whose keys rules/explanations.toml names: volatile readings that may explain a slow
+    node (the throttle reasons), as `gpudiag diff` takes them."""
+    if not _EXPLAINED:
+        from gpudiag.diff import load_explanations
+
+        _EXPLAINED.append(
+            re.compile(
+                "|".join(f"(?:{p.pattern})" for e in load_explanations() for p in e.readings)
+            )
+        )
+    pattern = _EXPLAINED[0]
+    return tuple(
+        i
+        for i, key in enumerate(keys)
+        if i not in taken and type(values[i]) not in (int, float) and pattern.search(key)
+    )
 
 
 def _upgraded(loaded: Snapshot, probes: Sequence[_Probe]) -> bool:
