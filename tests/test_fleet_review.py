@@ -291,3 +291,12 @@ def test_throttle_reasons_explain_slow_gpus_but_group_no_nodes(tmp_path: Path) -
         "because gpu.{gpu}.throttle_reasons (F1 1.00): slow HwSlowdown x2; others GpuIdle x62"
         in report_text(report)
     )
+    # a dataset keeps those values (its rows' text, as a configuration's): the same report
+    from gpudiag.fleet.dataset import append_dataset
+    from gpudiag.fleet.dataset_read import read_into
+    from gpudiag.fleet.records import LoadedFleet
+
+    assert append_dataset(load_fleet([tmp_path / "fleet"], workers=1), str(tmp_path / "ds")) == 8
+    again = LoadedFleet()
+    read_into(again, [str(tmp_path / "ds")])
+    assert report_text(analyse(again)) == report_text(report)

@@ -23,6 +23,7 @@ import numpy as np
 
 from gpudiag import inputs
 from gpudiag.fleet.dataset import _CONTROL, MARKER, STATS, _check_marker
+from gpudiag.fleet.load import explaining
 from gpudiag.fleet.records import (
     FleetMerger,
     KernelValue,
@@ -252,6 +253,7 @@ def assemble(
                 kernel_values=values,
                 kernels=run_kernels,
                 findings=interned.setdefault(found, found),
+                explain=seen.explain.get(rid, ()),
             )
         )
         if by_id is not None:
@@ -287,9 +289,10 @@ class _RunsRead:
         self._layout_of: dict[tuple[Any, ...], int] = {}
         self._config_of: dict[tuple[int, tuple[Any, ...]], int] = {}
         self._by_hash: dict[Any, int] = {}
-        self._config_by_hash: dict[Any, int] = {}
+        self._config_by_hash: dict[Any, tuple[int, tuple[Any, ...]]] = {}
         self._numeric: dict[int, np.ndarray] = {}
         self._configuration: dict[int, np.ndarray] = {}  # a layout's configuration rows
+        self.explain: dict[str, tuple[Any, ...]] = {}  # a run's NodeRun.explain, where kept
 
     def add(self, readings: Any) -> None:
         """One chunk of readings, each run's rows together in position order, holding
@@ -340,8 +343,8 @@ class _RunsRead:
             a, b = bounds[i], bounds[i + 1]
             layout = self.layouts[layout_at]
             value = col_value[a:b]
-            config_at = self._config_by_hash.get((layout_at, config_hash))
-            if config_at is None:  # alike nodes share their configuration: decoded once
+            found = self._config_by_hash.get((layout_at, config_hash))
+            if found is None:  # alike nodes share their configuration: decoded once
                 rows = readings.slice(a, b - a)
                 texts, kinds = rows["text"].to_list(), rows["value_type"].to_list()
                 config = tuple(
@@ -351,7 +354,18 @@ class _RunsRead:
                 if config_at is None:
                     config_at = self._config_of[(layout_at, config)] = len(self.configs)
                     self.configs.append((layout_at, config))
-                self._config_by_hash[(layout_at, config_hash)] = config_at
+                explain = tuple(
+                    _untyped(_number(value[p]), texts[p], kinds[p]) for p in layout.explain
+                )
+                if any(
+                    v is msgspec.UNSET and layout.statuses[p] == "ok"
+                    for p, v in zip(layout.explain, explain, strict=True)
+                ):
+                    explain = ()  # written without them (a run read from Parquet)
+                found = self._config_by_hash[(layout_at, config_hash)] = (config_at, explain)
+            config_at, explain = found
+            if explain:
+                self.explain[rid] = explain
             numbers = value[self._numeric[layout_at]]
             if self.keep is not None:  # a report bounded in memory (fleet/dataset_scan.py)
                 numbers = self.keep(rid, layout_at, numbers)
@@ -369,8 +383,13 @@ class _RunsRead:
         numeric = tuple(p for _, p in sorted((s, p) for p, s in enumerate(slot) if s is not None))
         flags = [is_configuration(key) for key in keys]  # the catalog's now (add)
         config = tuple(p for p, c in enumerate(flags) if c)
+        # the volatile readings that may explain a slow node, as the loader finds them
+        # (no number, no configuration); their values are hashed with the configuration's
+        explain = explaining(keys, [None] * len(keys), set(numeric) | set(config))
+        for p in explain:
+            flags[p] = True
         found = self._layout_of[signature] = len(self.layouts)
-        self.layouts.append(Layout(keys, statuses, units, numeric, config))
+        self.layouts.append(Layout(keys, statuses, units, numeric, config, explain))
         self._numeric[found] = np.asarray(numeric, dtype=np.int64)
         self._configuration[found] = np.asarray(flags, dtype=bool)
         return found
