@@ -291,7 +291,8 @@ def test_the_fleet_command_takes_slower_compare_and_margin(
     assert main([*args, "--compare", pair, "--margin", "50", "--slower", "10%"]) == 1
     out = capsys.readouterr().out  # exit 1: two configuration groups (the drivers)
     # a 4% roll-out is under --slower 10; within +-50% the two drivers are the same
-    assert "roll-out" not in out and f"compare {pair} stream.triad.fp64 (2 vs 2 nodes): same" in out
+    compared = "2 vs 2 nodes; each node's median of its GPUs"
+    assert "roll-out" not in out and f"compare {pair} stream.triad.fp64 ({compared}): same" in out
     same = "nvml.driver_version=575.57.08,575.57.08"
     assert main(["fleet", str(small_history), "--compare", same]) == 3
     assert "A and B are the same value" in capsys.readouterr().err

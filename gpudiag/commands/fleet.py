@@ -8,7 +8,9 @@ PATH: snapshot files (TOML or JSON) or folders of them, a dataset --dataset wrot
 (fleet/dataset.py), or a FILE.parquet that
 `fleet --parquet` wrote, alone or with more snapshots. Unreadable files are named on
 stderr and skipped. Exits 0 when nothing needs a person, 1 when something does (whatever
-else), 3 when nothing does but some input was bad; the report's verdict line says both.
+else): a node that differs from alike nodes; 3 when nothing does but some input was bad;
+the report's verdict line says both, and names findings on every node of a type (the
+type's way at the site: they leave the exit code as it is; `gpudiag check` judges them).
 With `gpudiag --rules DIR fleet`, every node is judged again with the shipped rules and
 DIR's (fleet/judge.py). Polars is imported only to read or write Parquet. What
 `baseline` shares with it (reading the paths, checking the target, failing) is here.
@@ -42,7 +44,8 @@ def add_parser(subparsers: Any) -> None:
         "paths",
         metavar="PATH",
         nargs="+",
-        help="snapshot files or folders, or a fleet written by --parquet",
+        help="snapshot files or folders, a dataset --dataset wrote (a folder or a URL), "
+        "or a fleet written by --parquet",
     )
     fleet.add_argument(
         "--format",
@@ -76,7 +79,9 @@ def add_parser(subparsers: Any) -> None:
         "--compare",
         metavar="KEY=A,B",
         help="A/B verdict per kernel metric between nodes whose configuration reading KEY "
-        "is A and those where it is B (different, same, or how many more runs decide)",
+        "is A and those where it is B (different, same, or how many more runs decide): "
+        "each node's median of its GPUs, or where KEY is one GPU's (gpu.0.power.limit) "
+        "that GPU's figure",
     )
     fleet.add_argument(
         "--margin",
@@ -143,10 +148,11 @@ def load_paths(paths: list[str], workers: int | None) -> Any:
     # a URL is a dataset's (fleet/store.py); a folder is one if it has dataset.MARKER
     datasets = [p for p in paths if is_url(p) or Path(p, "_gpudiag_dataset").is_file()]
     loaded = load_fleet([p for p in paths if p not in datasets], workers)
+    empty: list[str] = []
     if datasets:
         from gpudiag.fleet.dataset_read import read_into
 
-        read_into(loaded, datasets)
+        empty = read_into(loaded, datasets)
     from gpudiag.fleet.records import drop_repeats
 
     if dropped := drop_repeats(loaded):  # a folder named twice, a dataset beside its files
@@ -162,6 +168,7 @@ def load_paths(paths: list[str], workers: int | None) -> Any:
         from gpudiag.fleet.load import snapshotless
 
         loaded.bad.extend(snapshotless(p for p in paths if p not in datasets))
+        loaded.bad.extend(empty)
     return loaded
 
 

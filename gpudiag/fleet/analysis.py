@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpudiag.catalog import Kind
 from gpudiag.diff import higher_is_better
@@ -88,6 +88,7 @@ from gpudiag.fleet.whyslow import (
     SlowNode,
     _unit_counts,
     explain_slow,
+    explained_units,
     slow_nodes,
 )
 from gpudiag.hostfs import natural_key
@@ -218,6 +219,27 @@ class FleetReport:
                 out.append(FleetFinding(f.rule_id, f.severity, nodes))
         return out
 
+    def uncompared(self) -> dict[str, list[str]]:
+        """Per type (model and count), its nodes where fewer than MIN_COMPARABLE are of
+        that type: no node of them is judged against alike nodes (a node's median of its
+        GPUs, a reading's robust z need at least that many to say what is usual)."""
+        of: dict[str, list[str]] = defaultdict(list)
+        for node, model in self.node_models.items():
+            of[model].append(node)
+        return {
+            model: sorted(nodes, key=natural_key)
+            for model, nodes in sorted(of.items())
+            if len(nodes) < MIN_COMPARABLE
+        }
+
+    def uncompared_text(self) -> str:
+        """The nodes `uncompared` gives, as one phrase; empty where there are none."""
+        few = self.uncompared()
+        if not few:
+            return ""
+        which = "; ".join(f"{fold(nodes)} ({model})" for model, nodes in few.items())
+        return f"too few alike nodes to compare (fewer than {MIN_COMPARABLE} of a type): {which}"
+
     def odd_nodes(self) -> list[str]:
         """Every node the report lists anywhere as odd (a node needing a person): outliers,
         slow nodes, counters beyond the fleet's rate, configuration groups other than the
@@ -240,14 +262,28 @@ class FleetReport:
             odd.update(rack.disagree)
         return sorted(odd, key=natural_key)
 
+    def everywhere(self) -> list[FleetFinding]:
+        """Findings (warning or worse) on every node of their type: no node differs from
+        alike nodes by them (partial_findings has the others), but each says something a
+        person must look at, critical first."""
+        partial = {(f.rule_id, f.severity) for f in self.partial_findings()}
+        return [
+            f
+            for f in self.findings
+            if f.severity in ("critical", "warning") and (f.rule_id, f.severity) not in partial
+        ]
+
     @property
     def odd(self) -> bool:
         """Whether anything needs a person: a node listed as odd anywhere."""
         return bool(self.odd_nodes())
 
     def exit_code(self) -> int:
-        """1 something needs a person (whatever else), 3 nothing does but some input was
-        bad, 0 neither: a healthy fleet of realistic spread exits 0."""
+        """1 something needs a person (whatever else): a node listed as odd; 3 nothing
+        does but some input was bad, 0 neither: a healthy fleet of realistic spread exits
+        0. Findings on every node of a type (everywhere) leave it as it is: they are the
+        type's way at this site, which the fleet does not judge (`gpudiag check` of any
+        of those nodes exits by them); the verdict names them."""
         if self.odd:
             return EXIT_ODD
         return EXIT_BAD_INPUT if self.bad else EXIT_SAME
@@ -265,6 +301,15 @@ class FleetReport:
                 f"bad input: {len(self.bad)} file{'s' if len(self.bad) != 1 else ''} "
                 "could not be read"
             )
+        everywhere = self.everywhere()
+        if not nodes and self.uncompared():
+            parts.append(f"no node found to differ, but {self.uncompared_text()}")
+        elif not nodes and everywhere:
+            parts.append("no node differs from alike nodes")
+        if everywhere and not nodes:  # else the verdict says something needs a person
+            rules = ", ".join(f"{f.rule_id} ({f.severity})" for f in everywhere[:4])
+            more = f" and {len(everywhere) - 4} more" if len(everywhere) > 4 else ""
+            parts.append(f"findings on every node of a type below: {rules}{more}")
         text = "; ".join(parts) or "nothing needs a person"
         return f"exit {self.exit_code()}: {text}"
 
@@ -273,8 +318,9 @@ def config_groups(fleet: Fleet) -> list[ConfigGroup]:
     """Nodes by identical configuration, largest group first, each with what differs
     from the largest group of its model."""
     members: dict[int, list[str]] = defaultdict(list)
+    same = _same_configs(fleet)
     for run in fleet.current:
-        members[run.config].append(run.host)
+        members[same[run.config]].append(run.host)
     ordered = sorted(members.items(), key=lambda item: (-len(item[1]), natural_key(item[1][0])))
     groups = []
     reference: dict[str, tuple[int, dict[str, str]]] = {}
@@ -297,6 +343,26 @@ def config_groups(fleet: Fleet) -> list[ConfigGroup]:
             reference[model] = (config, values)
         groups.append(group)
     return groups
+
+
+def _same_configs(fleet: Fleet) -> list[int]:
+    """Each configuration's first one of the same readings (keys, statuses, units) and
+    values in another order: a snapshot the loader upgraded (gpudiag/upgrade.py) holds the
+    readings its producer gained after the others, where a current one holds them in the
+    producer's order; the two are one configuration, not two groups."""
+    loaded = fleet.loaded
+    shapes: dict[int, frozenset[tuple[str, str, str]]] = {}
+    first: dict[tuple[Any, ...], int] = {}
+    out = []
+    for config, layout_id in enumerate(loaded.config_layout):
+        if layout_id not in shapes:
+            layout = loaded.layouts[layout_id]
+            shapes[layout_id] = frozenset(
+                zip(layout.keys, layout.statuses, layout.units, strict=True)
+            )
+        values = tuple(sorted(fleet.config_dict(config).items()))
+        out.append(first.setdefault((shapes[layout_id], values), config))
+    return out
 
 
 def _status(status: str) -> str:
@@ -457,11 +523,13 @@ def _judged(
     by_metric: dict[tuple[str, str], list[Outlier]] = defaultdict(list)
     for o in slow_rows:
         by_metric[(o.model, o.reading)].append(o)
+    explained = explained_units(fleet) if by_metric else None
+    unit_of, units = explained if explained else (None, None)
     for (model, reading), slow in sorted(by_metric.items()):
         name, device = kernel_names[reading]
         model_id, reading_id = names.models.ids[model], names.readings.ids[reading]
         gids = [g for g, (m, r, _) in enumerate(columns.groups) if (m, r) == (model_id, reading_id)]
-        counts, comparable = _unit_counts(columns, gids, slow, ids, names)
+        counts, comparable = _unit_counts(columns, gids, slow, ids, names, unit_of)
         slow_metrics.append(
             SlowMetric(
                 reading,
@@ -470,7 +538,7 @@ def _judged(
                 slow[0].median,
                 sorted(slow, key=lambda o: (natural_key(o.node), o.device)),
                 comparable,
-                explain_slow(fleet, counts, name, device),
+                explain_slow(fleet, counts, name, device, units),
             )
         )
     return _Judged(

@@ -511,14 +511,35 @@ def metric_title(name: str) -> str:
     return f"cpu {tail}" if head.startswith("numa") else tail
 
 
+def _one_gpu(key: str, name: str) -> str | None:
+    """The GPU index a --compare KEY names (gpu.0.power.limit: '0') where the metric
+    template `name` is per GPU; else None."""
+    head, _, rest = key.partition(".")
+    index = rest.partition(".")[0]
+    if head == "gpu" and index.isdigit() and name.startswith("gpu.{gpu}."):
+        return index
+    return None
+
+
+def compared_figure(key: str, name: str) -> str:
+    """What --compare KEY takes of each node for metric template `name`, as the report
+    says it."""
+    gpu = _one_gpu(key, name)
+    if gpu is not None:
+        return f"each node's GPU {gpu}, the GPU {key} is of"
+    device = "GPUs" if name.startswith("gpu.") else "devices"
+    return f"each node's median of its {device}"
+
+
 def compare_groups(
     history: History, key: str, a: str, b: str, margin: float = stats.MARGIN
 ) -> list[tuple[str, int, int, stats.Verdict | None]]:
     """`--compare KEY=A,B`: nodes whose latest run reads A for the configuration reading
     KEY against those reading B (a value matches its display or the display's first
-    word), per metric: each node's figure (the median of its GPUs) as one run of its
-    side, Pinpoint's three-way verdict (stats.ab_verdict). (metric, nodes A, nodes B,
-    verdict or None where a side has fewer than two nodes)."""
+    word), per metric: each node's figure (compared_figure: the median of its GPUs, or
+    where KEY is one GPU's, that GPU's figure) as one run of its side, Pinpoint's
+    three-way verdict (stats.ab_verdict). (metric, nodes A, nodes B, verdict or None
+    where a side has fewer than two nodes)."""
     sides: dict[str, list[str]] = {a: [], b: []}
     for node, runs in history.nodes.items():
         value = runs[-1].config.get(key)
@@ -531,7 +552,16 @@ def compare_groups(
     out = []
     for name in names:
         figures = {}
+        gpu = _one_gpu(key, name)
         for side, nodes in sides.items():
+            if gpu is not None:  # the factor's GPU on each node, not the node's median
+                one = name.replace("{gpu}", gpu)
+                figures[side] = [
+                    v
+                    for node in nodes
+                    if (v := history.nodes[node][-1].values.get(one)) is not None and _usable(v)
+                ]
+                continue
             figures[side] = [
                 s[-1]
                 for node in nodes

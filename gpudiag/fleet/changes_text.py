@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from gpudiag.fleet.changes import HistoryReport, metric_title
+from gpudiag.fleet.changes import HistoryReport, compared_figure, metric_title
 from gpudiag.fleet.table import fold
 
 MAX_LINES = 40  # change points listed before "and N more"
@@ -53,9 +53,10 @@ def history_lines(history: HistoryReport | None, bullet: str) -> list[str]:
     for name, n_a, n_b, verdict in history.compare:
         side_b = history.compare_what.split(",")[-1]
         text = verdict.line(side_b, "nodes") if verdict else "fewer than two nodes a side"
+        figure = compared_figure(history.compare_what.partition("=")[0], name)
         lines.append(
             f"{bullet}compare {history.compare_what} {metric_title(name)} "
-            f"({n_a} vs {n_b} nodes): {text}"
+            f"({n_a} vs {n_b} nodes; {figure}): {text}"
         )
     return lines
 
@@ -113,6 +114,7 @@ def history_json(history: HistoryReport | None) -> dict[str, Any] | None:
             {
                 "what": history.compare_what,
                 "metric": name,
+                "figure": compared_figure(history.compare_what.partition("=")[0], name),
                 "nodes_a": n_a,
                 "nodes_b": n_b,
                 "verdict": v.kind if v else None,

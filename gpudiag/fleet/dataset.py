@@ -317,23 +317,27 @@ def _readings_frame(
         # its numbers its own; a measured reading's kind is float, or none where not read
         measured = np.zeros(n, dtype=bool)
         measured[positions] = True
-        bases: dict[int, int] = {}
         base_values: list[np.ndarray] = []
         base_rows: list[Any] = []
         values = np.empty((len(members), n))
         chosen = []
+        bases: dict[tuple[int, Any], int] = {}
         for i, (run, _, _) in enumerate(members):
-            at = bases.get(run.config)
+            # the volatile values that may explain a slow node (Layout.explain, the
+            # throttle reasons) are written as a configuration's are, where the run has them
+            kept = run.explain if len(run.explain) == len(layout.explain) else None
+            at = bases.get((run.config, kept))
             if at is None:
                 row_value = np.full(n, math.nan)
                 row_text: list[str | None] = [None] * n
                 row_kind = ["none"] * n
                 config = loaded.configs[run.config]
-                for p, c in config_at.items():
-                    value, text, kind = _typed(config[c])
+                typed = [(p, _typed(config[c])) for p, c in config_at.items()]
+                typed += zip(layout.explain, map(_typed, kept or ()), strict=False)
+                for p, (value, text, kind) in typed:
                     row_value[p] = math.nan if value is None else value
                     row_text[p], row_kind[p] = text, kind
-                at = bases[run.config] = len(base_values)
+                at = bases[(run.config, kept)] = len(base_values)
                 base_values.append(row_value)
                 base_rows.append(
                     pl.DataFrame(

@@ -23,6 +23,7 @@ import numpy as np
 
 from gpudiag import inputs
 from gpudiag.fleet.dataset import _CONTROL, MARKER, STATS, _check_marker
+from gpudiag.fleet.load import explaining
 from gpudiag.fleet.records import (
     FleetMerger,
     KernelValue,
@@ -35,6 +36,7 @@ from gpudiag.fleet.records import (
     no_gc,
 )
 from gpudiag.fleet.store import Store
+from gpudiag.shipped import is_configuration
 from gpudiag.snapshot import SnapshotError
 
 
@@ -60,7 +62,9 @@ def read_store(store: Store) -> LoadedFleet:
         raise SnapshotError(name, f"not a gpudiag dataset (no {MARKER})")
     _check_marker(store)
     if not store.files("runs"):
-        return LoadedFleet()
+        return LoadedFleet()  # only its marker: read_into says so where nothing was read
+    if not store.files("readings"):  # the folder given, not a snapshot the runs name
+        raise SnapshotError(name, "a dataset without readings (no files under readings/)")
     table = store.scan
     try:
         runs = table("runs").select("run_id", "node", "created", "path").collect()
@@ -89,7 +93,7 @@ def read_store(store: Store) -> LoadedFleet:
         seen = _RunsRead()
         for readings in _readings(store, False):
             seen.add(readings)
-    return assemble(runs, seen, kernels_of, findings_of)
+    return assemble(runs, seen, kernels_of, findings_of, where=name)
 
 
 READING_COLUMNS = (
@@ -209,11 +213,13 @@ def assemble(
     kernels_of: dict[str, Kernels],
     findings_of: dict[str, Any],
     by_id: dict[str, NodeRun] | None = None,
+    where: str | None = None,
 ) -> LoadedFleet:
     """The LoadedFleet of a dataset's tables: its runs, what their readings said (`seen`),
     their kernel figures and results, and their findings; each run by its id in `by_id`
     where given. Layouts and configurations are numbered in the order the runs (by path,
-    then time) first use them, as the snapshots' loader does."""
+    then time) first use them, as the snapshots' loader does. `where`: the dataset, which
+    an error names (with the run's snapshot)."""
     fleet = LoadedFleet()
     layout_ids: dict[int, int] = {}
     config_ids: dict[int, int] = {}
@@ -221,7 +227,9 @@ def assemble(
     for rid, node, created, path in runs.sort("path", "created").iter_rows():
         found_run = seen.runs.get(rid)
         if found_run is None:
-            raise SnapshotError(path, "a run without readings in the dataset")
+            if where is None:
+                raise SnapshotError(path, "a run without readings in the dataset")
+            raise SnapshotError(where, f"a run without readings in the dataset (of {path})")
         layout_at, config_at, numbers = found_run
         layout_id = layout_ids.get(layout_at)
         if layout_id is None:
@@ -245,6 +253,7 @@ def assemble(
                 kernel_values=values,
                 kernels=run_kernels,
                 findings=interned.setdefault(found, found),
+                explain=seen.explain.get(rid, ()),
             )
         )
         if by_id is not None:
@@ -280,8 +289,10 @@ class _RunsRead:
         self._layout_of: dict[tuple[Any, ...], int] = {}
         self._config_of: dict[tuple[int, tuple[Any, ...]], int] = {}
         self._by_hash: dict[Any, int] = {}
-        self._config_by_hash: dict[Any, int] = {}
+        self._config_by_hash: dict[Any, tuple[int, tuple[Any, ...]]] = {}
         self._numeric: dict[int, np.ndarray] = {}
+        self._configuration: dict[int, np.ndarray] = {}  # a layout's configuration rows
+        self.explain: dict[str, tuple[Any, ...]] = {}  # a run's NodeRun.explain, where kept
 
     def add(self, readings: Any) -> None:
         """One chunk of readings, each run's rows together in position order, holding
@@ -300,32 +311,40 @@ class _RunsRead:
         )
         bounds = [*starts.tolist(), readings.height]
         lengths = np.diff(bounds).tolist()
-        configuration = readings["configuration"].fill_null(False).to_numpy()
-        layout_sums, config_sums = [], []
-        layouts = _row_hashes(readings, ("reading", "status", "unit"))
-        configs = _row_hashes(readings, ("text", "value_type", "value"))
-        for layout, config in zip(layouts, configs, strict=True):
+        layout_sums = [
+            np.add.reduceat(h, starts).tolist() if len(starts) else []
+            for h in _row_hashes(readings, ("reading", "status", "unit"))
+        ]
+        run_ids = readings["run_id"].gather(starts).to_list()
+        layout_ats = []
+        for i, layout_hash in enumerate(zip(lengths, *layout_sums, strict=True)):
+            layout_at = self._by_hash.get(layout_hash)
+            if layout_at is None:
+                a, b = bounds[i], bounds[i + 1]
+                layout_at = self._by_hash[layout_hash] = self._layout(readings.slice(a, b - a))
+            layout_ats.append(layout_at)
+        # which rows are configuration: the current catalog's word for each run's layout
+        # (_layout), not the rows' `configuration` column, the catalog's when written (a
+        # reading since declared volatile, the throttle reasons, no longer groups nodes)
+        configuration = (
+            np.concatenate([self._configuration[at] for at in layout_ats])
+            if layout_ats
+            else np.zeros(0, dtype=bool)
+        )
+        config_sums = []
+        for config in _row_hashes(readings, ("text", "value_type", "value")):
             config[~configuration] = 0
-            layout_sums.append(np.add.reduceat(layout, starts).tolist() if len(starts) else [])
             config_sums.append(np.add.reduceat(config, starts).tolist() if len(starts) else [])
         col_value = readings["value"].fill_null(math.nan).to_numpy()
-        hashes = zip(
-            readings["run_id"].gather(starts).to_list(),
-            zip(lengths, *layout_sums, strict=True),
-            zip(*config_sums, strict=True),
-            strict=True,
-        )
-        for i, (rid, layout_hash, config_hash) in enumerate(hashes):
+        hashes = zip(run_ids, layout_ats, zip(*config_sums, strict=True), strict=True)
+        for i, (rid, layout_at, config_hash) in enumerate(hashes):
             if rid in self.runs:
                 raise _RunAcrossFiles(rid)
             a, b = bounds[i], bounds[i + 1]
-            layout_at = self._by_hash.get(layout_hash)
-            if layout_at is None:
-                layout_at = self._by_hash[layout_hash] = self._layout(readings.slice(a, b - a))
             layout = self.layouts[layout_at]
             value = col_value[a:b]
-            config_at = self._config_by_hash.get((layout_at, config_hash))
-            if config_at is None:  # alike nodes share their configuration: decoded once
+            found = self._config_by_hash.get((layout_at, config_hash))
+            if found is None:  # alike nodes share their configuration: decoded once
                 rows = readings.slice(a, b - a)
                 texts, kinds = rows["text"].to_list(), rows["value_type"].to_list()
                 config = tuple(
@@ -335,7 +354,18 @@ class _RunsRead:
                 if config_at is None:
                     config_at = self._config_of[(layout_at, config)] = len(self.configs)
                     self.configs.append((layout_at, config))
-                self._config_by_hash[(layout_at, config_hash)] = config_at
+                explain = tuple(
+                    _untyped(_number(value[p]), texts[p], kinds[p]) for p in layout.explain
+                )
+                if any(
+                    v is msgspec.UNSET and layout.statuses[p] == "ok"
+                    for p, v in zip(layout.explain, explain, strict=True)
+                ):
+                    explain = ()  # written without them (a run read from Parquet)
+                found = self._config_by_hash[(layout_at, config_hash)] = (config_at, explain)
+            config_at, explain = found
+            if explain:
+                self.explain[rid] = explain
             numbers = value[self._numeric[layout_at]]
             if self.keep is not None:  # a report bounded in memory (fleet/dataset_scan.py)
                 numbers = self.keep(rid, layout_at, numbers)
@@ -351,10 +381,17 @@ class _RunsRead:
             return found
         slot = rows["slot"].to_list()
         numeric = tuple(p for _, p in sorted((s, p) for p, s in enumerate(slot) if s is not None))
-        config = tuple(p for p, c in enumerate(rows["configuration"].to_list()) if c)
+        flags = [is_configuration(key) for key in keys]  # the catalog's now (add)
+        config = tuple(p for p, c in enumerate(flags) if c)
+        # the volatile readings that may explain a slow node, as the loader finds them
+        # (no number, no configuration); their values are hashed with the configuration's
+        explain = explaining(keys, [None] * len(keys), set(numeric) | set(config))
+        for p in explain:
+            flags[p] = True
         found = self._layout_of[signature] = len(self.layouts)
-        self.layouts.append(Layout(keys, statuses, units, numeric, config))
+        self.layouts.append(Layout(keys, statuses, units, numeric, config, explain))
         self._numeric[found] = np.asarray(numeric, dtype=np.int64)
+        self._configuration[found] = np.asarray(flags, dtype=bool)
         return found
 
 
@@ -375,10 +412,18 @@ def merge_into(fleet: LoadedFleet, part: LoadedFleet) -> None:
     FleetMerger(fleet).add(part.layouts, configs, part.runs, part.bad)
 
 
-def read_into(fleet: LoadedFleet, roots: list[str]) -> None:
-    """Each dataset's runs added to `fleet`; a damaged one is named in `fleet.bad`."""
+def read_into(fleet: LoadedFleet, roots: list[str]) -> list[str]:
+    """Each dataset's runs added to `fleet`; a damaged one is named in `fleet.bad`. The
+    datasets that hold no run (only their marker) as 'root: why': where nothing at all
+    was read, the one line says so (beside runs read, an empty dataset is no bad input)."""
+    empty = []
     for root in roots:
         try:
-            merge_into(fleet, read_dataset(root))
+            part = read_dataset(root)
         except SnapshotError as exc:
             fleet.bad.append(inputs.printable(str(exc)))
+            continue
+        if not part.runs:
+            empty.append(inputs.printable(f"{root}: a dataset with no runs (nothing appended yet)"))
+        merge_into(fleet, part)
+    return empty

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -336,6 +337,7 @@ class _Shape:
     types: tuple[type, ...]
     numeric_of: Any
     config_of: Any
+    explain_of: Any
     last_config: tuple[tuple[Any, ...], int] | None = None
 
 
@@ -356,6 +358,7 @@ class _Reader:
         self.findings: dict[tuple[tuple[str, str, str], ...], tuple[tuple[str, str, str], ...]]
         self.findings = {}
         self.last: int | None = None
+        self.older: set[tuple[Any, ...]] = set()  # shapes the loader upgrades (upgrade.py)
         self.sent = (0, 0)  # layouts and configurations already in a chunk (_read_chunk)
 
     def read(self, path: Path) -> NodeRun:
@@ -416,10 +419,17 @@ class _Reader:
         if layout_id is None:
             if len(set(keys)) != len(keys) or not _readings_ok(readings):
                 return None  # a key twice: the loader keeps the last, as readings_by_key
+            if (keys, statuses, units) in self.older:
+                return None  # the loader brings it to what its producers now record
             try:
-                snapshot_from_dict(msgspec.json.decode(raw))  # the loader, once per shape
+                loaded = snapshot_from_dict(msgspec.json.decode(raw))  # once per shape
             except (ValueError, msgspec.DecodeError):
                 return None
+            if _upgraded(loaded, probes):
+                # saved before its producers recorded what they now do (gpudiag/upgrade.py):
+                # this shape's files go through the loader, as `check` and `diff` load them
+                self.older.add((keys, statuses, units))
+                return self._from_snapshot(name, loaded)
             layout_id = self._layout(keys, statuses, units, values)
         elif types != self.shapes[layout_id].types and (
             tuple([v is UNSET for v in values]) != self.shapes[layout_id].none_mask
@@ -464,13 +474,15 @@ class _Reader:
     ) -> int:
         numeric = tuple(i for i, v in enumerate(values) if type(v) in (int, float))
         config = tuple(i for i, k in enumerate(keys) if is_configuration(k))
-        self.layouts.append(Layout(keys, statuses, units, numeric, config))
+        explain = explaining(keys, values, set(numeric) | set(config))
+        self.layouts.append(Layout(keys, statuses, units, numeric, config, explain))
         self.shapes.append(
             _Shape(
                 tuple(v is UNSET for v in values),
                 tuple(map(type, values)),
                 _getter(numeric),
                 _getter(config),
+                _getter(explain),
             )
         )
         layout_id = self.last = len(self.layouts) - 1
@@ -536,7 +548,39 @@ class _Reader:
             kernel_values=kernel_values(kernels) if figures is None else figures,
             kernels=kernels,
             findings=self.findings.setdefault(findings, findings),
+            explain=shape.explain_of(values),
         )
+
+
+_EXPLAINED: list[Any] = []  # rules/explanations.toml's reading patterns, read once
+
+
+def explaining(keys: Sequence[str], values: Sequence[Any], taken: set[int]) -> tuple[int, ...]:
+    """The positions of readings that are neither numbers nor configuration (`taken`)
+    whose keys rules/explanations.toml names: volatile readings that may explain a slow
+    node (the throttle reasons), as `gpudiag diff` takes them."""
+    if not _EXPLAINED:
+        from gpudiag.diff import load_explanations
+
+        _EXPLAINED.append(
+            re.compile(
+                "|".join(f"(?:{p.pattern})" for e in load_explanations() for p in e.readings)
+            )
+        )
+    pattern = _EXPLAINED[0]
+    return tuple(
+        i
+        for i, key in enumerate(keys)
+        if i not in taken and type(values[i]) not in (int, float) and pattern.search(key)
+    )
+
+
+def _upgraded(loaded: Snapshot, probes: Sequence[_Probe]) -> bool:
+    """Whether the loader changed the file's readings (upgrade.py: a reading added, or
+    one whose status it changed; every upgrade does one or the other)."""
+    return [(p.name, [(r.key, r.status.value) for r in p.readings]) for p in loaded.probes] != [
+        (p.name, [(r.key, r.status) for r in p.readings]) for p in probes
+    ]
 
 
 def _fleet_readings(probes: Iterable[Any], kernel: bool = False) -> list[Any]:

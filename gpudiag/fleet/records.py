@@ -38,6 +38,10 @@ class Layout:
     units: tuple[str, ...]
     numeric: tuple[int, ...]
     config: tuple[int, ...]
+    # readings that move with load (not configuration) which rules/explanations.toml
+    # names, and whose values are no numbers (the throttle reasons): kept per run
+    # (NodeRun.explain) to explain a slow node, never to group nodes (whyslow.py)
+    explain: tuple[int, ...] = ()
 
     def position(self) -> dict[str, int]:
         """key -> index."""
@@ -70,6 +74,7 @@ class NodeRun:
     kernel_values: tuple[KernelValue, ...]
     kernels: tuple[Any, ...]  # KernelResult, or the fast path's parsed form of one
     findings: tuple[tuple[str, str, str], ...]  # rule id, severity, subject
+    explain: tuple[Any, ...] = ()  # the values at its layout's `explain` positions
 
 
 @dataclass

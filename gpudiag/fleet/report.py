@@ -10,6 +10,7 @@ from typing import Any
 from gpudiag.fleet.analysis import FleetReport, Outlier, fold
 from gpudiag.fleet.changes_text import history_json, history_lines
 from gpudiag.fleet.rack import rack_lines, racks_json
+from gpudiag.fleet.whyslow import interval_coverage
 
 MAX_LISTED = 8
 MIN_F1 = 0.5  # a cause shown must separate at least this well
@@ -55,24 +56,38 @@ def _slow_node_lines(report: FleetReport, markdown: bool) -> list[str]:
     """The slowest nodes, judged as nodes: each node's median of its GPUs against alike
     nodes', slowest first, with its shortfall and the interval from its GPUs."""
     bullet = "- " if markdown else "  "
+    few = report.uncompared()
+    not_judged = [f"{bullet}not judged: {report.uncompared_text()}"] if few else []
+    if not report.slow_nodes and few and len(few) == len(set(report.node_models.values())):
+        return [f"{bullet}slowest nodes: none judged: {report.uncompared_text()}"]
     if not report.slow_nodes:  # a node is its GPUs' median: single slow GPUs are below
         return [
             f"{bullet}slowest nodes: no node's median of its GPUs is more than "
             f"{report.slow_pct:g}% below alike nodes'"
-            + ("; the devices below are judged one by one" if report.slow else "")
+            + ("; the devices below are judged one by one" if report.slow else ""),
+            *not_judged,
         ]
     lines = [f"{bullet}slowest nodes (median of their GPUs, more than {report.slow_pct:g}% below):"]
     for n in report.slow_nodes[: MAX_LISTED * 2]:
+        # the interval is of the node's median, from its GPUs (whyslow.median_interval),
+        # not their range: said where printed, with its coverage
+        if n.gpus > 1:
+            spread = (
+                f"median of {n.gpus} GPUs, its {interval_coverage(n.gpus):.0%} interval "
+                f"{_number(n.low)}-{_number(n.high)}"
+            )
+            ends = f"{n.shortfall_low:.1%}-{n.shortfall_high:.1%} over that interval; "
+        else:
+            spread, ends = "1 GPU", ""
         lines.append(
             f"{'  - ' if markdown else '      '}{n.node} {n.metric}: {_number(n.value)} "
-            f"{n.unit} ({n.gpus} GPUs, {_number(n.low)}-{_number(n.high)}), "
-            f"{n.shortfall:.1%} short of {_number(n.reference)} "
-            f"({n.shortfall_low:.1%}-{n.shortfall_high:.1%}; {n.comparable} {n.model} nodes)"
+            f"{n.unit} ({spread}), {n.shortfall:.1%} short of {_number(n.reference)} "
+            f"({ends}{n.comparable} {n.model} nodes)"
         )
     if len(report.slow_nodes) > MAX_LISTED * 2:
         rest = {n.node for n in report.slow_nodes[MAX_LISTED * 2 :]}
         lines.append(f"{'  - ' if markdown else '      '}and more on {fold(rest)}")
-    return lines
+    return lines + not_judged
 
 
 def _counter_lines(report: FleetReport, markdown: bool) -> list[str]:
@@ -108,9 +123,13 @@ def report_text(report: FleetReport, markdown: bool = False, width: int | None =
         report.verdict(),
     ]
     lines.append(h("Why slow"))
+    few = report.uncompared()
     lines.extend(_slow_node_lines(report, markdown))
     if not report.slow:
-        lines.append(f"{bullet}no kernel metric has slow outliers")
+        lines.append(
+            f"{bullet}no kernel metric has slow outliers"
+            + (" among GPUs (too few alike nodes to tell a slow node: above)" if few else "")
+        )
     for s in report.slow:
         nodes = fold({o.node for o in s.slow})
         lines.append(
@@ -153,7 +172,11 @@ def report_text(report: FleetReport, markdown: bool = False, width: int | None =
     lines.append(h("History"))
     changes = history_lines(report.history, bullet)
     if not report.regressions and not report.rising and not changes:
-        lines.append(f"{bullet}no change between runs of a node")
+        lines.append(
+            f"{bullet}no change between runs of a node"
+            if report.snapshots > report.nodes
+            else f"{bullet}no node has two runs: no history to compare"
+        )
     for c in report.rising:
         lines.append(
             f"{bullet}{c.node} {c.reading}: rose {c.before:g} -> {c.after:g} "
@@ -212,6 +235,7 @@ def report_json(report: FleetReport) -> dict[str, Any]:
         "exit_code": report.exit_code(),
         "verdict": report.verdict(),
         "odd_nodes": report.odd_nodes(),
+        **({"uncompared": few} if (few := report.uncompared()) else {}),
         "slow_nodes": [n.__dict__ for n in report.slow_nodes],
         "counters": [c.__dict__ for c in report.counters],
         "why_slow": [

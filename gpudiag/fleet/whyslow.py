@@ -8,6 +8,7 @@ import math
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -74,13 +75,56 @@ def _candidate_key(candidate: str, device: str) -> str:
     return key
 
 
+def explained_units(fleet: Fleet) -> tuple[np.ndarray, list[tuple[int, int]]] | None:
+    """Per node of fleet.current, the id of its configuration with the values of the
+    volatile readings that may explain it (NodeRun.explain: the throttle reasons); each
+    id's (configuration, a node of it). None where no node holds such values (a fleet
+    read from Parquet or a dataset, which keep configuration values only)."""
+    if not any(run.explain for run in fleet.current):
+        return None
+    ids: dict[tuple[int, tuple[Any, ...]], int] = {}
+    units: list[tuple[int, int]] = []
+    of = []
+    for i, run in enumerate(fleet.current):
+        unit = ids.setdefault((run.config, run.explain), len(units))
+        if unit == len(units):
+            units.append((run.config, i))
+        of.append(unit)
+    return np.asarray(of, dtype=np.int64), units
+
+
+_NOT_KEPT = ("", "", "")  # a volatile value its source did not keep (Parquet, a dataset)
+
+
+def _volatile_value(fleet: Fleet, node: int, key: str) -> tuple[Any, str, str] | None:
+    """(value, unit, status) of a volatile explaining reading of a node (NodeRun.explain);
+    _NOT_KEPT where its layout has the reading but the run came without its values (read
+    from Parquet or a dataset beside snapshots of the same layout)."""
+    run = fleet.current[node]
+    layout = fleet.loaded.layouts[run.layout]
+    position = fleet.positions[run.layout].get(key)
+    if position is None or position not in layout.explain:
+        return None
+    if len(run.explain) != len(layout.explain):
+        return _NOT_KEPT
+    value = run.explain[layout.explain.index(position)]
+    return value, layout.units[position], layout.statuses[position]
+
+
 def explain_slow(
-    fleet: Fleet, counts: Counter[tuple[int, str, bool]], name: str, kernel_device: str
+    fleet: Fleet,
+    counts: Counter[tuple[int, str, bool]],
+    name: str,
+    kernel_device: str,
+    units: list[tuple[int, int]] | None = None,
 ) -> list[Cause]:
-    """The configuration readings that separate slow units (node, device) from the
-    others, among those the explanations say can move metric `name` on `kernel_device`,
-    best first. `counts`: how many units have each (configuration, device, slow); units
-    with one configuration and device behave alike, so they are counted together."""
+    """The readings that separate slow units (node, device) from the others, among those
+    the explanations say can move metric `name` on `kernel_device`, best first: the
+    configuration readings, and, with `units`, the volatile ones each node holds
+    (explained_units: they may explain a slow node, never group nodes; as `gpudiag diff`
+    takes them). `counts`: how many units have each (configuration, or with `units` the
+    id of a configuration and volatile values; device, slow); units with one of those
+    and one device behave alike, so they are counted together."""
     explanations = [
         e for e in load_explanations() if e.metric.search(name) and e.device.search(kernel_device)
     ]
@@ -88,9 +132,10 @@ def explain_slow(
         return []
     patterns = [p for e in explanations for p in e.readings]
     candidates: set[str] = set()
-    for config in {c for c, _, _ in counts}:
-        layout = fleet.loaded.layouts[fleet.loaded.config_layout[config]]
-        for p in layout.config:
+    for unit in {c for c, _, _ in counts}:
+        config = units[unit][0] if units else unit
+        layout = fleet.loaded.layouts[fleet.loaded.config_layout[config]]  # the run's too
+        for p in (*layout.config, *(layout.explain if units else ())):
             key = layout.keys[p]
             if any(pattern.search(key) for pattern in patterns):
                 candidates.add(template(key)[0])
@@ -99,7 +144,11 @@ def explain_slow(
         tally: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # value -> [slow, other]
         for (config, device, slow), n in counts.items():
             key = _candidate_key(candidate, device)
-            found = fleet.config_value(config, key) if key else None
+            found = fleet.config_value(units[config][0] if units else config, key) if key else None
+            if found is None and key and units:
+                found = _volatile_value(fleet, units[config][1], key)
+                if found is _NOT_KEPT:
+                    continue  # not known, so neither slow nor usual by this reading
             shown = _display(*found) if found else "-"
             tally[shown][0 if slow else 1] += n
         # the fast majority's value: most other units, then fewest slow ones, then by
@@ -124,10 +173,16 @@ def explain_slow(
 
 
 def _unit_counts(
-    columns: Columns, gids: list[int], slow: list[Outlier], ids: dict[str, int], names: TableNames
+    columns: Columns,
+    gids: list[int],
+    slow: list[Outlier],
+    ids: dict[str, int],
+    names: TableNames,
+    unit_of: np.ndarray | None = None,
 ) -> tuple[Counter[tuple[int, str, bool]], int]:
     """How many units (node, device) of some groups have each (configuration, device,
-    slow), and how many units there are."""
+    slow), and how many units there are. `unit_of`: per node, what to count by instead
+    of its configuration (explained_units)."""
     rows = np.flatnonzero(np.isin(columns.group, np.asarray(gids, dtype=np.uint32)))
     node = columns.node_id[rows].astype(np.int64)
     device = columns.device_id[rows].astype(np.int64)
@@ -135,7 +190,8 @@ def _unit_counts(
         [(ids[o.node] << 32) | names.devices.ids[o.device] for o in slow], dtype=np.int64
     )
     flags = np.isin((node << 32) | device, marked).astype(np.int64)
-    keys = np.stack([columns.config_of[node].astype(np.int64), device, flags], axis=1)
+    per_node = columns.config_of if unit_of is None else unit_of
+    keys = np.stack([per_node[node].astype(np.int64), device, flags], axis=1)
     found, numbers = np.unique(keys, axis=0, return_counts=True)
     counts: Counter[tuple[int, str, bool]] = Counter(
         {
@@ -175,13 +231,25 @@ def median_interval(values: np.ndarray) -> tuple[float, float]:
     least INTERVAL_COVERAGE (n = 8: the 2nd and 7th, 93%); the extremes where n is small."""
     ordered = np.sort(values)
     n = len(ordered)
+    k = _interval_rank(n)[0]
+    return float(ordered[k - 1]), float(ordered[n - k])
+
+
+def _interval_rank(n: int) -> tuple[int, float]:
+    """median_interval's k for n values, and the interval's coverage."""
     k, below = 1, 1.0 / 2**n  # below: P(B <= k - 1) for the next k
     while k + 1 <= n // 2:
-        below += math.comb(n, k) / 2**n
-        if 1 - 2 * below < INTERVAL_COVERAGE:
+        if 1 - 2 * (below + math.comb(n, k) / 2**n) < INTERVAL_COVERAGE:
             break
+        below += math.comb(n, k) / 2**n
         k += 1
-    return float(ordered[k - 1]), float(ordered[n - k])
+    return k, max(0.0, 1 - 2 * below)
+
+
+def interval_coverage(n: int) -> float:
+    """How often median_interval of n values holds their distribution's median (n = 8:
+    0.93); what the report prints beside it."""
+    return _interval_rank(n)[1]
 
 
 def slow_nodes(
