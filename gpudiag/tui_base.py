@@ -28,13 +28,16 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
 from textual.notifications import SeverityLevel
+from textual.screen import ModalScreen
 from textual.theme import BUILTIN_THEMES
-from textual.widgets import Footer
+from textual.widgets import Footer, Static
 from textual.widgets._footer import FooterKey
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -202,3 +205,24 @@ class FitFooter(Footer):
     def on_resize(self) -> None:
         """Fit the keys to the new width."""
         self.call_after_refresh(self.recompose)
+
+
+class KeysHelp(ModalScreen[None]):
+    """A screen's keys as plain text in a box `width` columns wide (the diff and fleet
+    screens' `?`); Esc, q or ? closes it."""
+
+    BINDINGS: ClassVar[list[Binding]] = [Binding("escape,q,question_mark", "dismiss", "Close")]
+    DEFAULT_CSS = """
+    KeysHelp { align: center middle; }
+    KeysHelp > VerticalScroll { max-width: 100%; height: auto; max-height: 100%;
+                                border: round $accent; padding: 0 1; background: $panel; }
+    """
+
+    def __init__(self, text: str, width: int) -> None:
+        super().__init__()
+        self.text, self.width = text, width
+
+    def compose(self) -> ComposeResult:
+        box = VerticalScroll(Static(Text(self.text)))
+        box.styles.width = self.width
+        yield box

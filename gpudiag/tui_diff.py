@@ -15,14 +15,12 @@ from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import DataTable, Header, Input, Static
 
 from gpudiag import catalog
 from gpudiag.diff import Diff, ReadingChange, _value, folded
 from gpudiag.model import Snapshot
-from gpudiag.tui_base import FitFooter, GpudiagAppBase
+from gpudiag.tui_base import FitFooter, GpudiagAppBase, KeysHelp
 
 HELP = """gpudiag diff keys (Esc closes)
   c  changed only / every reading
@@ -32,20 +30,6 @@ HELP = """gpudiag diff keys (Esc closes)
   q  quit (exit 0 same, 1 configuration, 2 performance)
 Performance rows: B/A [95% interval]; inconclusive
 says why (too few samples, too noisy)."""
-
-
-class DiffHelp(ModalScreen[None]):
-    """The diff screen's keys."""
-
-    BINDINGS: ClassVar[list[Binding]] = [Binding("escape,q,question_mark", "dismiss", "Close")]
-    DEFAULT_CSS = """
-    DiffHelp { align: center middle; }
-    #diff-help { width: 60; max-width: 100%; height: auto; max-height: 100%;
-                 border: round $accent; padding: 0 1; background: $panel; }
-    """
-
-    def compose(self) -> ComposeResult:
-        yield VerticalScroll(Static(Text(HELP)), id="diff-help")
 
 
 KIND_STYLE = {
@@ -276,7 +260,7 @@ class DiffApp(GpudiagAppBase):
 
     def action_help(self) -> None:
         """The keys, in a dialog."""
-        self.push_screen(DiffHelp())
+        self.push_screen(KeysHelp(HELP, 60))  # the quit line whole
 
     def action_filter(self) -> None:
         """Show the filter field and put the cursor there."""

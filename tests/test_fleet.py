@@ -18,6 +18,7 @@ from textual.widgets import Static, Tab, TabbedContent
 from gpudiag.fleet import load as fleetload
 from gpudiag.fleet.analysis import analyse, fold
 from gpudiag.fleet.load import load_fleet
+from gpudiag.fleet.screen import HELP as FLEET_KEYS
 from gpudiag.fleet.screen import FleetApp
 from gpudiag.shipped import is_configuration, is_volatile
 from gpudiag.snapshot import load, save
@@ -269,7 +270,8 @@ def test_screen_shows_the_sections(fleet_dir: Path) -> None:
             shown = {key for key, b in app.active_bindings.items() if b.binding.show}
             assert {"q", "c", "g", "question_mark"} <= shown
             await pilot.press("question_mark")
-            assert type(app.screen).__name__ == "FleetHelp"
+            assert type(app.screen).__name__ == "KeysHelp"
+            assert app.screen.text == FLEET_KEYS  # type: ignore[attr-defined]
             await pilot.press("escape")
             text = str(app.query_one("#text-1", Static).render())
             assert "node019 GPU 3" in text and "pcie.link_width (F1 1.00)" in text

@@ -18,7 +18,8 @@ from gpudiag.model import (
     Severity,
     Snapshot,
 )
-from gpudiag.tui_diff import DiffApp, DiffHelp
+from gpudiag.tui_base import KeysHelp
+from gpudiag.tui_diff import HELP, DiffApp
 
 CREATED = "2026-11-22T06:00:00Z"
 
@@ -129,9 +130,9 @@ def test_header_names_the_files_and_help_and_filter_work() -> None:
             detail = str(app.query_one("#row-detail", Static).render())
             assert "GPU lost: GPU 7 does not answer" in detail  # not only "A: - B: CRITICAL"
             await pilot.press("question_mark")
-            assert isinstance(app.screen, DiffHelp)
+            assert isinstance(app.screen, KeysHelp) and app.screen.text == HELP
             await pilot.press("escape")
-            assert not isinstance(app.screen, DiffHelp)
+            assert not isinstance(app.screen, KeysHelp)
             await pilot.press("slash", "p", "o", "w", "e", "r", "enter")
             rows = _rows(app)
             assert rows and all("power" in " ".join(r) for r in rows)
@@ -189,7 +190,7 @@ def test_help_and_filter_work_over_hundreds_of_rows() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             assert len(_rows(app)) > 400
             await pilot.press("end", "question_mark")
-            assert isinstance(app.screen, DiffHelp)
+            assert isinstance(app.screen, KeysHelp) and app.screen.text == HELP
             await pilot.press("escape", "slash", "t", "h", "i", "n", "g", "3", "9", "9")
             assert [r[0] for r in _rows(app)] == ["node.thing399"]
 

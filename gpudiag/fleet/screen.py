@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, ClassVar
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from gpudiag.fleet.analysis import FleetReport
@@ -21,7 +20,7 @@ from gpudiag.fleet.changes_text import chart_lines
 from gpudiag.fleet.report import report_text
 from gpudiag.inputs import one_line, printable
 from gpudiag.termtext import wrap
-from gpudiag.tui_base import GpudiagAppBase
+from gpudiag.tui_base import GpudiagAppBase, KeysHelp
 
 if TYPE_CHECKING:
     from gpudiag.fleet.records import LoadedFleet
@@ -107,20 +106,6 @@ HELP = """gpudiag fleet keys (Esc closes)
        3 only some input was bad)"""
 
 
-class FleetHelp(ModalScreen[None]):
-    """The fleet screen's keys."""
-
-    BINDINGS: ClassVar[list[Binding]] = [Binding("escape,q,question_mark", "dismiss", "Close")]
-    DEFAULT_CSS = """
-    FleetHelp { align: center middle; }
-    #fleet-help { width: 56; max-width: 100%; height: auto; max-height: 100%;
-                  border: round $accent; padding: 0 1; background: $panel; }
-    """
-
-    def compose(self) -> ComposeResult:
-        yield VerticalScroll(Static(HELP, markup=False), id="fleet-help")
-
-
 class FleetApp(GpudiagAppBase):
     """One fleet report, read-only."""
 
@@ -169,7 +154,7 @@ class FleetApp(GpudiagAppBase):
 
     def action_help(self) -> None:
         """The keys, in a dialog."""
-        self.push_screen(FleetHelp())
+        self.push_screen(KeysHelp(HELP, 56))
 
     def action_show_charts(self) -> None:
         """Show the history charts (changes_text.py)."""
