@@ -157,6 +157,15 @@ def _in_runs(frame: Any) -> bool:
     return len(set(starts)) == len(starts)
 
 
+def run_starts(frame: Any) -> np.ndarray:
+    """The rows at which a run begins in a frame whose runs' rows are together (where
+    its run_id differs from the row's above): int64 indices, for np.add.reduceat."""
+    import polars as pl
+
+    changes = (pl.col("run_id") != pl.col("run_id").shift()).fill_null(True)
+    return frame.select(changes).to_series().arg_true().to_numpy().astype(np.int64)
+
+
 def _check_strings(name: str, frame: Any) -> None:
     """SnapshotError if a string column holds a control character (each distinct value
     looked at once: the readings' columns repeat a few thousand values)."""
@@ -300,15 +309,7 @@ class _RunsRead:
         are known by two 64-bit hashes each, a sum over its rows of the rows' hashes
         (_row_hashes): only the first run of each is turned into Python
         lists (whole columns as lists were most of a read's memory)."""
-        import polars as pl
-
-        starts = (
-            readings.select((pl.col("run_id") != pl.col("run_id").shift()).fill_null(True))
-            .to_series()
-            .arg_true()
-            .to_numpy()
-            .astype(np.int64)
-        )
+        starts = run_starts(readings)
         bounds = [*starts.tolist(), readings.height]
         lengths = np.diff(bounds).tolist()
         layout_sums = [

@@ -40,6 +40,7 @@ from gpudiag.fleet.dataset_read import (
     _RunsRead,
     assemble,
     kernels_by_run,
+    run_starts,
 )
 from gpudiag.fleet.records import (
     KernelValue,
@@ -250,21 +251,13 @@ def _median_of(samples: list[float]) -> float:
 def _findings(store: Store) -> dict[str, tuple[tuple[str, str, str], ...]]:
     """Each run's findings, a file at a time, identical tuples held once and made once:
     a run's rows are known by two sums of their hashes (most nodes have the same)."""
-    import polars as pl
-
     interned: dict[Any, Any] = {}
     by_hash: dict[tuple[int, int, int], tuple[tuple[str, str, str], ...]] = {}
     out: dict[str, tuple[tuple[str, str, str], ...]] = {}
     columns = ("run_id", "position", "rule", "severity", "subject")
     for frame in _frames(store, "findings", columns, ()):
         frame = frame.sort("run_id", "position")
-        starts = (
-            frame.select((pl.col("run_id") != pl.col("run_id").shift()).fill_null(True))
-            .to_series()
-            .arg_true()
-            .to_numpy()
-            .astype(np.int64)
-        )
+        starts = run_starts(frame)
         if not len(starts):
             continue
         bounds = [*starts.tolist(), frame.height]
