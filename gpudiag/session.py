@@ -289,8 +289,8 @@ def format_not_applicable(findings: Sequence[Finding]) -> list[str]:
     other: set[str] = set()
     for f in findings:
         if f.severity is Severity.NOT_APPLICABLE:
-            held = f.evidence and all(r.status.value == "missing" for r in f.evidence)
-            (absent if held or not f.evidence else other).add(f.rule_id)
+            not_held = all(r.status.value == "missing" for r in f.evidence)  # or none
+            (absent if not_held else other).add(f.rule_id)
     other -= absent  # a rule that found no evidence on one subject is said once
     lines = []
     if absent:
