@@ -302,8 +302,9 @@ class FleetReport:
                 "could not be read"
             )
         everywhere = self.everywhere()
-        if not nodes and self.uncompared():
-            parts.append(f"no node found to differ, but {self.uncompared_text()}")
+        few = self.uncompared_text() if not nodes else ""
+        if few:
+            parts.append(f"no node found to differ, but {few}")
         elif not nodes and everywhere:
             parts.append("no node differs from alike nodes")
         if everywhere and not nodes:  # else the verdict says something needs a person
